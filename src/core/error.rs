@@ -1,0 +1,289 @@
+//! The one error type of the crate, with stable `STEADFAST_*` codes.
+//!
+//! Every failure that leaves the crate carries a [`ErrorCode`] (stable string, survives the JS boundary), a
+//! `retryable` flag (will the same call succeed later?), an optional `retry_after` hint and, where it applies,
+//! the run id and approval id it concerns. The failure *class* (transient / recoverable / terminal) is derived
+//! from the code in [`crate::core::classify`], never from string matching.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+macro_rules! codes {
+    ($( $(#[$doc:meta])* $variant:ident = $text:literal, retryable = $retry:literal; )*) => {
+        /// Stable error codes. The string form (`as_str`) is part of the public API.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum ErrorCode {
+            $( $(#[$doc])* #[serde(rename = $text)] $variant, )*
+        }
+
+        impl ErrorCode {
+            /// Every code, for documentation and exhaustive tests.
+            pub const ALL: &'static [ErrorCode] = &[$(ErrorCode::$variant),*];
+
+            /// The stable `STEADFAST_*` string.
+            pub fn as_str(self) -> &'static str {
+                match self { $(ErrorCode::$variant => $text,)* }
+            }
+
+            /// Whether an error with this code is retryable unless the error says otherwise.
+            pub fn default_retryable(self) -> bool {
+                match self { $(ErrorCode::$variant => $retry,)* }
+            }
+
+            /// Parses a stable string back into a code.
+            pub fn parse(s: &str) -> Option<ErrorCode> {
+                match s { $($text => Some(ErrorCode::$variant),)* _ => None }
+            }
+        }
+    };
+}
+
+codes! {
+    /// Another process holds the run's lease, or this process lost it (fencing).
+    SessionBusy = "STEADFAST_SESSION_BUSY", retryable = true;
+    /// The run waits on an approval; resolve it first.
+    SessionAwaitingApproval = "STEADFAST_SESSION_AWAITING_APPROVAL", retryable = false;
+    /// The run id breaks the id rules.
+    SessionIdInvalid = "STEADFAST_SESSION_ID_INVALID", retryable = false;
+    /// The approval's run was deleted or replaced; the approval was withdrawn.
+    ApprovalOrphaned = "STEADFAST_APPROVAL_ORPHANED", retryable = false;
+    /// No approval with that id.
+    ApprovalNotFound = "STEADFAST_APPROVAL_NOT_FOUND", retryable = false;
+    /// The approval was already decided the other way.
+    ApprovalAlreadyDecided = "STEADFAST_APPROVAL_ALREADY_DECIDED", retryable = false;
+    /// The agent changed since the checkpoint was written and `onAgentDrift` is `error`.
+    AgentDrift = "STEADFAST_AGENT_DRIFT", retryable = false;
+    /// A pending tool call names a tool the agent no longer has.
+    ResumeToolMissing = "STEADFAST_RESUME_TOOL_MISSING", retryable = false;
+    /// No checkpoint (or history entry) for that run / step.
+    CheckpointNotFound = "STEADFAST_CHECKPOINT_NOT_FOUND", retryable = false;
+    /// A stored checkpoint, journal entry or lease cannot be decoded.
+    CheckpointCorrupt = "STEADFAST_CHECKPOINT_CORRUPT", retryable = false;
+    /// A run already exists under the requested id (fork target).
+    SessionExists = "STEADFAST_SESSION_EXISTS", retryable = false;
+    /// The progress guard stopped a run that kept failing the same way.
+    RunNoProgress = "STEADFAST_RUN_NO_PROGRESS", retryable = false;
+    /// The run was aborted through its cancellation handle.
+    Aborted = "STEADFAST_ABORTED", retryable = false;
+    /// Bad input from the caller (empty input, wrong shape, …).
+    InvalidInput = "STEADFAST_INVALID_INPUT", retryable = false;
+    /// Bad configuration (agent options, tool definitions, schemas).
+    ConfigInvalid = "STEADFAST_CONFIG_INVALID", retryable = false;
+    /// The provider rate-limited the call (HTTP 429).
+    ProviderRateLimited = "STEADFAST_PROVIDER_RATE_LIMITED", retryable = true;
+    /// The provider is overloaded or failing (HTTP 5xx, 529).
+    ProviderUnavailable = "STEADFAST_PROVIDER_UNAVAILABLE", retryable = true;
+    /// The provider call timed out.
+    ProviderTimeout = "STEADFAST_PROVIDER_TIMEOUT", retryable = true;
+    /// The connection to the provider failed or dropped.
+    ProviderNetwork = "STEADFAST_PROVIDER_NETWORK", retryable = true;
+    /// The provider refused the credentials (HTTP 401/403). Not an outage.
+    ProviderAuth = "STEADFAST_PROVIDER_AUTH", retryable = false;
+    /// The provider refused the request (HTTP 400/404/422, context too long, …).
+    ProviderBadRequest = "STEADFAST_PROVIDER_BAD_REQUEST", retryable = false;
+    /// The provider answered something we cannot read.
+    ProviderInvalidResponse = "STEADFAST_PROVIDER_INVALID_RESPONSE", retryable = true;
+    /// A spending / quota budget is exhausted (HTTP 402, insufficient quota).
+    BudgetExhausted = "STEADFAST_BUDGET_EXHAUSTED", retryable = false;
+    /// A tool raised a propagating error: the run is rejected (the checkpoint stays resumable).
+    ToolPropagated = "STEADFAST_TOOL_PROPAGATED", retryable = true;
+    /// A hook threw.
+    HookFailed = "STEADFAST_HOOK_FAILED", retryable = true;
+    /// The store rate-limited a write (Workers KV 429).
+    StoreRateLimited = "STEADFAST_STORE_RATE_LIMITED", retryable = true;
+    /// The store is unreachable or timed out.
+    StoreUnavailable = "STEADFAST_STORE_UNAVAILABLE", retryable = true;
+    /// The store refused an operation permanently (value too large, bad key, …).
+    StoreFailed = "STEADFAST_STORE_FAILED", retryable = false;
+    /// The scripted mock model has no turn left for this call.
+    ModelScriptExhausted = "STEADFAST_MODEL_SCRIPT_EXHAUSTED", retryable = false;
+    /// A process died in the middle of a run (used by crash injection in tests).
+    Crashed = "STEADFAST_CRASHED", retryable = true;
+    /// A bug: an invariant of the run state machine did not hold.
+    Internal = "STEADFAST_INTERNAL", retryable = false;
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The crate's error.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Error {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Human-readable message.
+    pub message: String,
+    /// Whether the same call may succeed later.
+    pub retryable: bool,
+    /// Server hint: wait at least this long before retrying (milliseconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// HTTP status behind the error, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// The run this error concerns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The approval this error concerns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// Structured details (a drift report, the kept steps, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<serde_json::Value>,
+}
+
+impl Error {
+    /// A new error with the code's default retryability.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Error {
+        Error {
+            code,
+            message: message.into(),
+            retryable: code.default_retryable(),
+            retry_after_ms: None,
+            status: None,
+            run_id: None,
+            approval_id: None,
+            details: None,
+        }
+    }
+
+    /// Stable code string.
+    pub fn code(&self) -> &'static str {
+        self.code.as_str()
+    }
+
+    /// Whether a retry may succeed.
+    pub fn retryable(&self) -> bool {
+        self.retryable
+    }
+
+    /// Sets the run id.
+    pub fn with_run(mut self, run_id: impl Into<String>) -> Error {
+        self.run_id = Some(run_id.into());
+        self
+    }
+
+    /// Sets the approval id.
+    pub fn with_approval(mut self, approval_id: impl Into<String>) -> Error {
+        self.approval_id = Some(approval_id.into());
+        self
+    }
+
+    /// Sets the retry-after hint.
+    pub fn with_retry_after_ms(mut self, ms: Option<u64>) -> Error {
+        self.retry_after_ms = ms;
+        self
+    }
+
+    /// Sets the HTTP status.
+    pub fn with_status(mut self, status: u16) -> Error {
+        self.status = Some(status);
+        self
+    }
+
+    /// Overrides retryability.
+    pub fn with_retryable(mut self, retryable: bool) -> Error {
+        self.retryable = retryable;
+        self
+    }
+
+    /// Attaches structured details.
+    pub fn with_details(mut self, details: serde_json::Value) -> Error {
+        self.details = Some(details);
+        self
+    }
+
+    /// Shorthand for a busy lease.
+    pub fn busy(run_id: &str, why: &str) -> Error {
+        Error::new(ErrorCode::SessionBusy, format!("run '{run_id}' is busy: {why}")).with_run(run_id)
+    }
+
+    /// Shorthand for an internal invariant failure.
+    pub fn internal(message: impl Into<String>) -> Error {
+        Error::new(ErrorCode::Internal, message)
+    }
+
+    /// Shorthand for bad caller input.
+    pub fn invalid_input(message: impl Into<String>) -> Error {
+        Error::new(ErrorCode::InvalidInput, message)
+    }
+
+    /// The compact form stored in a checkpoint's `lastError`.
+    pub fn info(&self) -> ErrorInfo {
+        ErrorInfo {
+            code: self.code,
+            message: cap_chars(&self.message, 2_000),
+            retryable: self.retryable,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a checkpoint keeps of the last failed attempt (`lastError`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorInfo {
+    /// Stable code.
+    pub code: ErrorCode,
+    /// Message, capped at 2,000 characters.
+    pub message: String,
+    /// Whether a retry may succeed.
+    pub retryable: bool,
+}
+
+/// Caps a string at `max` characters, marking the cut.
+pub fn cap_chars(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_string(),
+        Some((idx, _)) => format!("{}… [truncated]", &s[..idx]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_are_prefixed() {
+        for code in ErrorCode::ALL {
+            assert!(code.as_str().starts_with("STEADFAST_"));
+            assert_eq!(ErrorCode::parse(code.as_str()), Some(*code));
+            let json = serde_json::to_string(code).unwrap();
+            assert_eq!(json, format!("\"{}\"", code.as_str()));
+        }
+        assert_eq!(ErrorCode::parse("LOUSHO_SESSION_BUSY"), None);
+    }
+
+    #[test]
+    fn error_serializes_with_code_and_flags() {
+        let e = Error::new(ErrorCode::SessionAwaitingApproval, "waiting")
+            .with_run("r1")
+            .with_approval("apr_1");
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["code"], "STEADFAST_SESSION_AWAITING_APPROVAL");
+        assert_eq!(v["retryable"], false);
+        assert_eq!(v["runId"], "r1");
+        assert_eq!(v["approvalId"], "apr_1");
+        let back: Error = serde_json::from_value(v).unwrap();
+        assert_eq!(back, e);
+    }
+
+    #[test]
+    fn cap_chars_cuts_on_char_boundary() {
+        assert_eq!(cap_chars("héllo", 10), "héllo");
+        assert_eq!(cap_chars("héllo", 2), "hé… [truncated]");
+    }
+}

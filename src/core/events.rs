@@ -1,0 +1,157 @@
+//! Run events (M22). The core produces [`Event`]s; the runtime wraps each in an [`EventEnvelope`] with a
+//! gapless `seq` and the schema version.
+
+use super::checkpoint::{FinishReason, RunStatus};
+use super::error::ErrorInfo;
+use super::fingerprint::Drift;
+use super::transcript::{ResultKind, ToolCall, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Version of the event schema.
+pub const EVENT_SCHEMA_VERSION: u32 = 1;
+
+/// One event of a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum Event {
+    /// The run started or resumed.
+    #[serde(rename = "run.start")]
+    RunStart {
+        /// Whether a stored run was resumed (or continued).
+        resumed: bool,
+        /// Step count at start.
+        step: u32,
+    },
+    /// A model turn was recorded.
+    #[serde(rename = "step")]
+    Step {
+        /// Step number (1-based within the run).
+        step: u32,
+        /// The model's text.
+        text: String,
+        /// Tool calls asked for.
+        #[serde(rename = "toolCalls")]
+        tool_calls: Vec<ToolCall>,
+        /// Usage of this turn.
+        usage: Usage,
+    },
+    /// A tool call started.
+    #[serde(rename = "tool.start")]
+    ToolStart {
+        /// Call id.
+        #[serde(rename = "toolCallId")]
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Arguments.
+        args: Value,
+    },
+    /// A tool result was recorded.
+    #[serde(rename = "tool.done")]
+    ToolDone {
+        /// Call id.
+        #[serde(rename = "toolCallId")]
+        tool_call_id: String,
+        /// Tool name.
+        name: String,
+        /// Whether it failed.
+        #[serde(rename = "isError")]
+        is_error: bool,
+        /// How the result came to be.
+        kind: ResultKind,
+    },
+    /// Pending calls of an interrupted turn are being resumed.
+    #[serde(rename = "tool.resume")]
+    ToolResume {
+        /// The calls without a result.
+        #[serde(rename = "toolCallIds")]
+        tool_call_ids: Vec<String>,
+    },
+    /// The run paused on an approval.
+    #[serde(rename = "approval.requested")]
+    ApprovalRequested {
+        /// Approval id.
+        #[serde(rename = "approvalId")]
+        approval_id: String,
+        /// The gated call.
+        #[serde(rename = "toolCall")]
+        tool_call: ToolCall,
+    },
+    /// The resuming agent differs from the checkpoint's.
+    #[serde(rename = "agent.drift")]
+    AgentDrift(Drift),
+    /// A self-healing action (hint, denial, stop).
+    #[serde(rename = "heal.action")]
+    HealAction {
+        /// Tool name.
+        tool: String,
+        /// Call id.
+        #[serde(rename = "toolCallId")]
+        tool_call_id: String,
+        /// `hint`, `deny` or `stop`.
+        action: String,
+        /// Why.
+        reason: String,
+        /// How many times so far.
+        count: u32,
+    },
+    /// The run ended, paused or was aborted.
+    #[serde(rename = "run.done")]
+    RunDone {
+        /// Status after this attempt.
+        status: RunStatus,
+        /// Why it ended.
+        #[serde(rename = "finishReason", skip_serializing_if = "Option::is_none")]
+        finish_reason: Option<FinishReason>,
+        /// Steps taken by the run.
+        steps: u32,
+    },
+    /// The attempt failed.
+    #[serde(rename = "error")]
+    Error {
+        /// The error.
+        error: ErrorInfo,
+    },
+}
+
+/// An event as delivered: `{v, seq, runId, at, type, ...}`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventEnvelope {
+    /// Schema version.
+    pub v: u32,
+    /// Gapless sequence number within one execution (send / resume / resolve), from 0.
+    pub seq: u64,
+    /// Run id.
+    pub run_id: String,
+    /// Time (ms since the epoch).
+    pub at: u64,
+    /// The event.
+    #[serde(flatten)]
+    pub event: Event,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envelope_json_shape() {
+        let env = EventEnvelope {
+            v: EVENT_SCHEMA_VERSION,
+            seq: 3,
+            run_id: "r".into(),
+            at: 5,
+            event: Event::RunDone { status: RunStatus::Finished, finish_reason: Some(FinishReason::Stop), steps: 2 },
+        };
+        let v = serde_json::to_value(&env).unwrap();
+        assert_eq!(v["type"], "run.done");
+        assert_eq!(v["seq"], 3);
+        assert_eq!(v["v"], 1);
+        assert_eq!(v["status"], "finished");
+        assert_eq!(v["finishReason"], "stop");
+        let back: EventEnvelope = serde_json::from_value(v).unwrap();
+        assert_eq!(back, env);
+    }
+}

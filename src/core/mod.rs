@@ -1,0 +1,14 @@
+//! The pure core: no I/O, no clock, no platform crate. Types, the run state machine, fingerprints,
+//! classification, the retry policy and tool-argument validation.
+
+pub mod approval;
+pub mod checkpoint;
+pub mod classify;
+pub mod error;
+pub mod events;
+pub mod fingerprint;
+pub mod ids;
+pub mod machine;
+pub mod retry;
+pub mod schema;
+pub mod transcript;

@@ -1,0 +1,102 @@
+//! The retry policy as pure data (M15): capped exponential backoff with full jitter, Retry-After honoured,
+//! bounded by an attempt cap and a deadline. The runtime's model-call layer is the only caller.
+
+use super::error::Error;
+use serde::{Deserialize, Serialize};
+
+/// Retry settings for model calls.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct RetryPolicy {
+    /// Total attempts, the first included (1 = no retry).
+    pub max_attempts: u32,
+    /// Base delay in ms: attempt n (1-based, failed) may wait up to `base_ms * 2^n`.
+    pub base_ms: u64,
+    /// Largest backoff window in ms (before Retry-After).
+    pub cap_ms: u64,
+    /// Give up when the next try would start later than this many ms after the first.
+    pub deadline_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy { max_attempts: 4, base_ms: 500, cap_ms: 20_000, deadline_ms: 60_000 }
+    }
+}
+
+/// What to do after a failed attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextRetry {
+    /// Wait this many ms, then try again.
+    After(u64),
+    /// Stop; the error is final for this run attempt.
+    GiveUp,
+}
+
+impl RetryPolicy {
+    /// Decides after failed attempt number `attempt` (1-based) of a call that started `elapsed_ms` ago.
+    /// `unit` is a uniform random number in [0, 1) from an injected source (full jitter).
+    pub fn next_retry(&self, attempt: u32, elapsed_ms: u64, err: &Error, unit: f64) -> NextRetry {
+        if !err.retryable || attempt >= self.max_attempts {
+            return NextRetry::GiveUp;
+        }
+        let window = self.backoff_window(attempt);
+        let jittered = (unit.clamp(0.0, 1.0) * window as f64).floor() as u64;
+        let delay = jittered.max(err.retry_after_ms.unwrap_or(0));
+        if elapsed_ms.saturating_add(delay) > self.deadline_ms {
+            return NextRetry::GiveUp;
+        }
+        NextRetry::After(delay)
+    }
+
+    /// The upper bound of the jitter window after failed attempt `attempt`: `min(cap, base·2^attempt)`.
+    pub fn backoff_window(&self, attempt: u32) -> u64 {
+        let exp = 1u64.checked_shl(attempt.min(40)).unwrap_or(u64::MAX);
+        self.base_ms.saturating_mul(exp).min(self.cap_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::error::ErrorCode;
+
+    fn transient() -> Error {
+        Error::new(ErrorCode::ProviderUnavailable, "503")
+    }
+
+    #[test]
+    fn windows_double_and_cap() {
+        let p = RetryPolicy { max_attempts: 10, base_ms: 500, cap_ms: 20_000, deadline_ms: u64::MAX };
+        let w: Vec<u64> = (1..=7).map(|a| p.backoff_window(a)).collect();
+        assert_eq!(w, vec![1000, 2000, 4000, 8000, 16000, 20000, 20000]);
+    }
+
+    #[test]
+    fn full_jitter_stays_in_window() {
+        let p = RetryPolicy { max_attempts: 10, deadline_ms: u64::MAX, ..Default::default() };
+        assert_eq!(p.next_retry(1, 0, &transient(), 0.0), NextRetry::After(0));
+        assert_eq!(p.next_retry(1, 0, &transient(), 0.5), NextRetry::After(500));
+        assert_eq!(p.next_retry(3, 0, &transient(), 0.999_999), NextRetry::After(3999));
+    }
+
+    #[test]
+    fn retry_after_wins_when_larger() {
+        let p = RetryPolicy::default();
+        let e = transient().with_retry_after_ms(Some(7_000));
+        assert_eq!(p.next_retry(1, 0, &e, 0.5), NextRetry::After(7_000));
+        let small = transient().with_retry_after_ms(Some(10));
+        assert_eq!(p.next_retry(1, 0, &small, 0.5), NextRetry::After(500));
+    }
+
+    #[test]
+    fn caps_and_terminal_errors_give_up() {
+        let p = RetryPolicy { max_attempts: 3, base_ms: 500, cap_ms: 20_000, deadline_ms: 5_000 };
+        assert_eq!(p.next_retry(3, 0, &transient(), 0.1), NextRetry::GiveUp, "attempt cap");
+        assert_eq!(p.next_retry(1, 4_900, &transient(), 0.5), NextRetry::GiveUp, "deadline");
+        let auth = Error::new(ErrorCode::ProviderAuth, "401");
+        assert_eq!(p.next_retry(1, 0, &auth, 0.1), NextRetry::GiveUp, "not retryable");
+        let long_wait = transient().with_retry_after_ms(Some(60_000));
+        assert_eq!(p.next_retry(1, 0, &long_wait, 0.1), NextRetry::GiveUp, "retry-after beyond deadline");
+    }
+}

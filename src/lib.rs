@@ -1,0 +1,42 @@
+//! # steadfast
+//!
+//! Durable, self-healing LLM agent runs. A run checkpoints at every durable boundary (after each model turn
+//! that asks for tools, after each tool result, on abort, on pause, on finish) and resumes exactly: a recorded
+//! result never runs again, a recorded model turn is never generated again, an approved call runs at most once.
+//!
+//! Layers (data flows one way):
+//! * [`core`] — pure and synchronous: transcript types, the run state machine (events in, effects out),
+//!   fingerprints, failure classification, the retry policy, id rules, tool-argument validation.
+//! * [`runtime`] — the only async driver: performs the machine's effects against a [`runtime::Model`],
+//!   [`runtime::Tool`]s and a [`store::RunStore`], holds the run's lease, retries model calls (the only retry
+//!   layer), runs tools concurrently, handles abort.
+//! * [`store`] — the [`store::RunStore`] contract, its conformance suite and backends.
+//!
+//! ## `?Send`, decided once
+//! Cloudflare Workers (and wasm in general) are single-threaded, and JS values are not `Send`. Every async
+//! trait in this crate is declared with `#[async_trait(?Send)]` (so `dyn Tool`, `dyn Model` and
+//! `dyn RunStore` work), shared state uses `Rc`/`RefCell`, and no future is required to be `Send`. Native
+//! callers drive runs on a single-threaded executor (e.g. `futures::executor::block_on`, a tokio
+//! `LocalSet`).
+//!
+//! ## Example
+//! ```
+//! use steadfast::runtime::{Agent, FnTool, MockModel, MockTurn, SendOptions, ToolOutput};
+//! use steadfast::store::MemoryStore;
+//! use serde_json::json;
+//!
+//! let model = MockModel::new(vec![MockTurn::tools([("add", json!({"a": 2, "b": 3}))]), MockTurn::text("5")]);
+//! let add = FnTool::new("add", "Adds two numbers", json!({"type": "object", "required": ["a", "b"]}), |args, _ctx| async move {
+//!     Ok(ToolOutput::json(json!(args["a"].as_i64().unwrap_or(0) + args["b"].as_i64().unwrap_or(0))))
+//! });
+//! let agent = Agent::builder(model).tool(add).store(MemoryStore::new()).build().unwrap();
+//! let result = futures::executor::block_on(agent.send("job-1", "2 + 3?", SendOptions::default())).unwrap();
+//! assert_eq!(result.text, "5");
+//! ```
+#![warn(missing_docs)]
+
+pub mod core;
+pub mod runtime;
+pub mod store;
+
+pub use crate::core::error::{Error, ErrorCode, Result};

@@ -1,0 +1,20 @@
+//! The runtime: the only async driver. It owns leases, the model-call retry layer, tool concurrency,
+//! abort and (later) the recovery sweep, generic over [`Model`], [`Tool`], [`crate::store::RunStore`],
+//! [`Clock`], [`Sleep`] and [`Rng`].
+
+pub mod agent;
+mod driver;
+pub mod mock;
+pub mod platform;
+pub mod tools;
+pub mod traits;
+
+pub use agent::{Agent, AgentBuilder, AgentOptions, Approvals, CrashPoint, Input, Resolve, RunResult, SendOptions};
+pub use driver::RunStats;
+pub use mock::{MockCall, MockModel, MockTurn};
+pub use platform::{ManualClock, ManualSleep, SplitMix64};
+pub use tools::FnTool;
+pub use traits::{
+    AbortSignal, Clock, EventSink, Model, ModelRequest, Rng, Sleep, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
+    VecSink,
+};

@@ -1,0 +1,261 @@
+//! The small traits the runtime is generic over: [`Model`], [`Tool`], [`Clock`], [`Sleep`], [`Rng`],
+//! [`EventSink`], plus the cancellation handle [`AbortSignal`].
+
+use crate::core::error::{cap_chars, Error, Result};
+use crate::core::events::EventEnvelope;
+use crate::core::machine::ModelResponse;
+use crate::core::transcript::Message;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+/// A tool as the model sees it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolSpec {
+    /// Name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+}
+
+/// What a model is asked.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelRequest<'a> {
+    /// Run id.
+    pub run_id: &'a str,
+    /// The transcript so far.
+    pub messages: &'a [Message],
+    /// The tools it may call.
+    pub tools: &'a [ToolSpec],
+    /// The step this answer will be (1-based).
+    pub step: u32,
+}
+
+/// A model provider. Implementations make exactly one attempt per call: the runtime's retry layer is the
+/// only one (M15), so providers must not retry themselves.
+#[async_trait(?Send)]
+pub trait Model {
+    /// Model id (part of the agent fingerprint).
+    fn id(&self) -> &str;
+    /// One attempt at the next turn. Errors carry a code, `retryable` and `retry_after_ms`.
+    async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse>;
+}
+
+/// What a tool receives besides its arguments.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// Run id.
+    pub run_id: String,
+    /// The call id: unchanged when the same call runs again on resume. Use it as an idempotency key.
+    pub tool_call_id: String,
+    /// For an approved call, the approval id (a second idempotency key).
+    pub approval_id: Option<String>,
+    /// Aborted when the run is aborted.
+    pub abort: AbortSignal,
+}
+
+impl ToolContext {
+    /// The key to send as `Idempotency-Key`: the approval id for approved calls, else the call id.
+    pub fn idempotency_key(&self) -> &str {
+        self.approval_id.as_deref().unwrap_or(&self.tool_call_id)
+    }
+}
+
+/// What a tool returns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolOutput {
+    /// Text the model reads (JSON values are serialised).
+    pub content: String,
+    /// Replaces the run's business state when set.
+    pub business_state: Option<Value>,
+}
+
+impl ToolOutput {
+    /// A text result.
+    pub fn text(s: impl Into<String>) -> ToolOutput {
+        ToolOutput { content: s.into(), business_state: None }
+    }
+
+    /// A JSON result (strings are kept as they are).
+    pub fn json(v: Value) -> ToolOutput {
+        let content = match v {
+            Value::String(s) => s,
+            other => other.to_string(),
+        };
+        ToolOutput { content, business_state: None }
+    }
+
+    /// Also replace the run's business state.
+    pub fn with_business_state(mut self, v: Value) -> ToolOutput {
+        self.business_state = Some(v);
+        self
+    }
+}
+
+/// A tool failure.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolError {
+    /// A recoverable failure: the model reads `"<kind>: <message>"` as an error result.
+    Failed {
+        /// Error type name (e.g. `FileNotFoundError`).
+        kind: String,
+        /// Message (capped, no stack).
+        message: String,
+    },
+    /// Rejects the run attempt (the checkpoint stays resumable).
+    Propagate(Error),
+}
+
+impl ToolError {
+    /// A recoverable failure of type `Error`.
+    pub fn failed(message: impl Into<String>) -> ToolError {
+        ToolError::Failed { kind: "Error".into(), message: message.into() }
+    }
+
+    /// A recoverable failure with a type name.
+    pub fn typed(kind: impl Into<String>, message: impl Into<String>) -> ToolError {
+        ToolError::Failed { kind: kind.into(), message: message.into() }
+    }
+
+    /// A propagating failure with code `STEADFAST_TOOL_PROPAGATED` (retryable).
+    pub fn propagate(message: impl Into<String>) -> ToolError {
+        ToolError::Propagate(Error::new(crate::core::error::ErrorCode::ToolPropagated, message))
+    }
+
+    /// The text the model reads for a recoverable failure.
+    pub fn model_text(kind: &str, message: &str) -> String {
+        cap_chars(&format!("{kind}: {message}"), 2_000)
+    }
+}
+
+/// A tool.
+#[async_trait(?Send)]
+pub trait Tool {
+    /// Name (unique within an agent).
+    fn name(&self) -> &str;
+    /// Description for the model.
+    fn description(&self) -> &str;
+    /// JSON Schema of the arguments (validated before the call runs).
+    fn input_schema(&self) -> &Value;
+    /// Whether this call needs a person's approval first.
+    fn needs_approval(&self, _args: &Value) -> bool {
+        false
+    }
+    /// Runs the call.
+    async fn execute(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+}
+
+/// Wall clock.
+pub trait Clock {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// Timer.
+#[async_trait(?Send)]
+pub trait Sleep {
+    /// Resolves after `ms` milliseconds.
+    async fn sleep(&self, ms: u64);
+}
+
+/// Random source (approval ids, owner ids, jitter).
+pub trait Rng {
+    /// 64 random bits.
+    fn next_u64(&self) -> u64;
+    /// Uniform in [0, 1).
+    fn unit(&self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Receives run events.
+pub trait EventSink {
+    /// One event.
+    fn emit(&self, event: &EventEnvelope);
+}
+
+impl<F: Fn(&EventEnvelope)> EventSink for F {
+    fn emit(&self, event: &EventEnvelope) {
+        self(event)
+    }
+}
+
+/// An [`EventSink`] that keeps every event (for tests and buffering).
+#[derive(Clone, Default)]
+pub struct VecSink(Rc<RefCell<Vec<EventEnvelope>>>);
+
+impl VecSink {
+    /// A new empty sink.
+    pub fn new() -> VecSink {
+        VecSink::default()
+    }
+
+    /// The events so far.
+    pub fn events(&self) -> Vec<EventEnvelope> {
+        self.0.borrow().clone()
+    }
+}
+
+impl EventSink for VecSink {
+    fn emit(&self, event: &EventEnvelope) {
+        self.0.borrow_mut().push(event.clone());
+    }
+}
+
+#[derive(Default, Debug)]
+struct AbortState {
+    aborted: Cell<bool>,
+    wakers: RefCell<Vec<Waker>>,
+}
+
+/// A cancellation handle: clone it, give one clone to the run, call [`AbortSignal::abort`] on another.
+#[derive(Clone, Default, Debug)]
+pub struct AbortSignal(Rc<AbortState>);
+
+impl AbortSignal {
+    /// A new, not aborted signal.
+    pub fn new() -> AbortSignal {
+        AbortSignal::default()
+    }
+
+    /// Aborts: wakes everything waiting on it.
+    pub fn abort(&self) {
+        self.0.aborted.set(true);
+        for w in self.0.wakers.borrow_mut().drain(..) {
+            w.wake();
+        }
+    }
+
+    /// Whether it was aborted.
+    pub fn is_aborted(&self) -> bool {
+        self.0.aborted.get()
+    }
+
+    /// Ready once aborted.
+    pub fn poll_aborted(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0.aborted.get() {
+            return Poll::Ready(());
+        }
+        let mut wakers = self.0.wakers.borrow_mut();
+        if !wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
+
+    /// A future that resolves once aborted.
+    pub fn aborted(&self) -> impl Future<Output = ()> + '_ {
+        futures::future::poll_fn(move |cx| self.poll_aborted(cx))
+    }
+}
+
+/// A boxed local future.
+pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;

@@ -1,0 +1,230 @@
+//! The store conformance suite: plain async functions over any [`RunStore`], one per behaviour of the
+//! contract. Every backend (and every fault-injecting wrapper) runs them from its own tests, with
+//! [`Capabilities`] set honestly.
+//!
+//! The functions panic (assert) on a violation, like test code.
+
+use super::{LeaseOptions, RunStore};
+use crate::core::approval::{ApprovalRecord, ApprovalStatus};
+use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
+use crate::core::error::ErrorCode;
+use crate::core::transcript::{Message, ToolCall};
+use serde_json::json;
+
+/// What a backend can promise.
+#[derive(Clone, Copy, Debug)]
+pub struct Capabilities {
+    /// A stale lease holder's commit is refused atomically (no window).
+    pub strict_fencing: bool,
+}
+
+/// Runs every function of the suite, each on a fresh store from `make`.
+pub async fn run_all<S: RunStore>(make: &dyn Fn() -> S, caps: &Capabilities) {
+    commit_and_fold(&make()).await;
+    missing_run_loads_none(&make()).await;
+    lease_busy_then_takeover_after_expiry(&make()).await;
+    renew_never_takes_back(&make()).await;
+    stale_writer_is_fenced(&make(), caps).await;
+    approvals_round_trip(&make()).await;
+    pending_lists_unfinished(&make()).await;
+    delete_forgets_run(&make()).await;
+    history_newest_first(&make()).await;
+    many_commits_stay_foldable(&make(), 30).await;
+}
+
+fn opts() -> LeaseOptions {
+    LeaseOptions { ttl_ms: 30_000, renew_every_ms: 10_000, grace_ms: 30_000 }
+}
+
+/// A snapshot entry for a fresh run.
+pub fn snapshot_entry(run_id: &str, text: &str, at: u64) -> (JournalEntry, Checkpoint) {
+    let mut cp = Checkpoint::new(run_id);
+    cp.messages.push(Message::user(text));
+    cp.seq = 1;
+    cp.saved_at = at;
+    (JournalEntry { seq: 1, at, body: EntryBody::Snapshot { state: Box::new(cp.clone()) } }, cp)
+}
+
+/// A delta entry appending one message (and optionally changing status) to `prev`.
+pub fn delta_entry(prev: &Checkpoint, msg: Message, status: RunStatus, at: u64) -> (JournalEntry, Checkpoint) {
+    let mut next = prev.clone();
+    next.messages.push(msg.clone());
+    next.status = status;
+    next.step_index += 1;
+    let entry = JournalEntry {
+        seq: prev.seq + 1,
+        at,
+        body: EntryBody::Delta {
+            from: prev.messages.len(),
+            messages: vec![msg],
+            head: next.header(),
+            business_state: None,
+            fingerprint: None,
+            ext: None,
+        },
+    };
+    next.apply(&entry).ok();
+    let mut folded = prev.clone();
+    folded.apply(&entry).expect("delta continues");
+    (entry, folded)
+}
+
+/// Commit a snapshot and deltas; load folds them exactly.
+pub async fn commit_and_fold(store: &impl RunStore) {
+    let lease = store.acquire_lease("r1", "o1", 1_000, &opts()).await.expect("acquire");
+    let (e1, cp1) = snapshot_entry("r1", "hello", 1_000);
+    store.commit(&lease, &e1, &cp1).await.expect("commit snapshot");
+    let (e2, cp2) = delta_entry(&cp1, Message::assistant("hi", vec![]), RunStatus::Finished, 2_000);
+    store.commit(&lease, &e2, &cp2).await.expect("commit delta");
+    let loaded = store.load("r1").await.expect("load").expect("exists");
+    assert_eq!(loaded, cp2);
+    assert_eq!(loaded.seq, 2);
+}
+
+/// An unknown run loads as `None`.
+pub async fn missing_run_loads_none(store: &impl RunStore) {
+    assert!(store.load("nope").await.expect("load").is_none());
+    assert!(store.history("nope", 10).await.expect("history").is_empty());
+}
+
+/// A live lease refuses another owner with BUSY; after expiry + grace it is taken over with a new epoch.
+pub async fn lease_busy_then_takeover_after_expiry(store: &impl RunStore) {
+    let o = opts();
+    let a = store.acquire_lease("r", "a", 0, &o).await.expect("a acquires");
+    let err = store.acquire_lease("r", "b", 10_000, &o).await.expect_err("b is refused");
+    assert_eq!(err.code, ErrorCode::SessionBusy);
+    let err = store.acquire_lease("r", "b", a.expires_at + o.grace_ms - 1, &o).await.expect_err("still in grace");
+    assert_eq!(err.code, ErrorCode::SessionBusy);
+    let b = store.acquire_lease("r", "b", a.expires_at + o.grace_ms, &o).await.expect("b takes over");
+    assert!(b.epoch > a.epoch);
+    store.release_lease(&b).await.expect("release");
+    let c = store.acquire_lease("r", "c", a.expires_at + o.grace_ms + 1, &o).await.expect("released lease is free");
+    assert!(c.epoch > b.epoch);
+}
+
+/// Renewal extends the holder's lease and never takes a lease back from another owner.
+pub async fn renew_never_takes_back(store: &impl RunStore) {
+    let o = opts();
+    let a = store.acquire_lease("r", "a", 0, &o).await.expect("acquire");
+    let a2 = store.renew_lease(&a, 5_000, &o).await.expect("renew");
+    assert_eq!(a2.expires_at, 5_000 + o.ttl_ms);
+    let late = a2.expires_at + o.grace_ms;
+    let b = store.acquire_lease("r", "b", late, &o).await.expect("takeover");
+    let err = store.renew_lease(&a2, late + 1, &o).await.expect_err("a cannot renew");
+    assert_eq!(err.code, ErrorCode::SessionBusy);
+    // b still holds it.
+    let err = store.acquire_lease("r", "a", late + 2, &o).await.expect_err("b's lease stands");
+    assert_eq!(err.code, ErrorCode::SessionBusy);
+    store.release_lease(&b).await.expect("release");
+}
+
+/// A writer whose lease was taken over cannot make readers see its writes; it gets BUSY (strict backends)
+/// or its write lands where no reader looks.
+pub async fn stale_writer_is_fenced(store: &impl RunStore, caps: &Capabilities) {
+    let o = opts();
+    let a = store.acquire_lease("f", "a", 0, &o).await.expect("a");
+    let (e1, cp1) = snapshot_entry("f", "start", 0);
+    store.commit(&a, &e1, &cp1).await.expect("a commits");
+    let b = store.acquire_lease("f", "b", a.expires_at + o.grace_ms, &o).await.expect("b takes over");
+    let (e2b, cp2b) = delta_entry(&cp1, Message::assistant("from b", vec![]), RunStatus::InProgress, 100_000);
+    store.commit(&b, &e2b, &cp2b).await.expect("b commits");
+    let (e2a, cp2a) = delta_entry(&cp1, Message::assistant("zombie a", vec![]), RunStatus::Finished, 100_001);
+    let res = store.commit(&a, &e2a, &cp2a).await;
+    if caps.strict_fencing {
+        assert_eq!(res.expect_err("zombie refused").code, ErrorCode::SessionBusy);
+    }
+    let loaded = store.load("f").await.expect("load").expect("exists");
+    assert_eq!(loaded, cp2b, "readers see the new owner's state only");
+}
+
+/// Approval records round-trip, list and delete.
+pub async fn approvals_round_trip(store: &impl RunStore) {
+    let rec = ApprovalRecord {
+        id: "apr_1".into(),
+        run_id: "r".into(),
+        tool_call: ToolCall { id: "c1".into(), name: "pay".into(), args: json!({"amount": 5}) },
+        batch: vec!["apr_1".into()],
+        status: ApprovalStatus::Pending,
+        note: None,
+        step: 1,
+        created_at: 10,
+        decided_at: None,
+        fingerprint: None,
+    };
+    store.put_approval(&rec).await.expect("put");
+    assert_eq!(store.get_approval("apr_1").await.expect("get"), Some(rec.clone()));
+    let decided = ApprovalRecord { status: ApprovalStatus::Approved, note: Some("ok".into()), decided_at: Some(20), ..rec };
+    store.put_approval(&decided).await.expect("update");
+    assert_eq!(store.list_approvals().await.expect("list"), vec![decided]);
+    store.delete_approval("apr_1").await.expect("delete");
+    assert_eq!(store.get_approval("apr_1").await.expect("get"), None);
+}
+
+/// Unfinished runs are listed with their status and errors; finished ones are not.
+pub async fn pending_lists_unfinished(store: &impl RunStore) {
+    let o = opts();
+    for (id, status) in [("p1", RunStatus::InProgress), ("p2", RunStatus::AwaitingApproval), ("p3", RunStatus::Finished)] {
+        let l = store.acquire_lease(id, "o", 0, &o).await.expect("lease");
+        let (e1, mut cp1) = snapshot_entry(id, "x", 0);
+        cp1.status = status;
+        if status == RunStatus::AwaitingApproval {
+            cp1.approval_ids = vec!["apr_x".into()];
+        }
+        let e1 = JournalEntry { body: EntryBody::Snapshot { state: Box::new(cp1.clone()) }, ..e1 };
+        store.commit(&l, &e1, &cp1).await.expect("commit");
+    }
+    let mut pending = store.pending().await.expect("pending");
+    pending.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+    let ids: Vec<&str> = pending.iter().map(|p| p.run_id.as_str()).collect();
+    assert_eq!(ids, vec!["p1", "p2"]);
+    assert_eq!(pending[1].status, RunStatus::AwaitingApproval);
+    assert_eq!(pending[1].approval_id.as_deref(), Some("apr_x"));
+}
+
+/// Delete removes the journal and the lease.
+pub async fn delete_forgets_run(store: &impl RunStore) {
+    let o = opts();
+    let l = store.acquire_lease("d", "o", 0, &o).await.expect("lease");
+    let (e1, cp1) = snapshot_entry("d", "x", 0);
+    store.commit(&l, &e1, &cp1).await.expect("commit");
+    store.delete("d").await.expect("delete");
+    assert!(store.load("d").await.expect("load").is_none());
+    let l2 = store.acquire_lease("d", "other", 1, &o).await.expect("free after delete");
+    let (e1, cp1) = snapshot_entry("d", "again", 1);
+    store.commit(&l2, &e1, &cp1).await.expect("restart");
+    assert_eq!(store.load("d").await.expect("load").expect("exists").messages, cp1.messages);
+}
+
+/// History returns past states newest first.
+pub async fn history_newest_first(store: &impl RunStore) {
+    let o = opts();
+    let l = store.acquire_lease("h", "o", 0, &o).await.expect("lease");
+    let (e1, mut cp) = snapshot_entry("h", "x", 0);
+    store.commit(&l, &e1, &cp).await.expect("commit");
+    for i in 0..3 {
+        let (e, next) = delta_entry(&cp, Message::user(format!("m{i}")), RunStatus::InProgress, 10 + i);
+        store.commit(&l, &e, &next).await.expect("commit");
+        cp = next;
+    }
+    let h = store.history("h", 2).await.expect("history");
+    assert_eq!(h.len(), 2);
+    assert_eq!(h[0].seq, 4);
+    assert_eq!(h[0].checkpoint, cp);
+    assert_eq!(h[1].seq, 3);
+}
+
+/// Many commits (past any compaction point) keep loading exactly.
+pub async fn many_commits_stay_foldable(store: &impl RunStore, n: u64) {
+    let o = opts();
+    let l = store.acquire_lease("many", "o", 0, &o).await.expect("lease");
+    let (e1, mut cp) = snapshot_entry("many", "x", 0);
+    store.commit(&l, &e1, &cp).await.expect("commit");
+    for i in 0..n {
+        let (e, next) = delta_entry(&cp, Message::user(format!("m{i}")), RunStatus::InProgress, i);
+        store.commit(&l, &e, &next).await.expect("commit");
+        cp = next;
+    }
+    let loaded = store.load("many").await.expect("load").expect("exists");
+    assert_eq!(loaded, cp);
+    assert_eq!(loaded.messages.len() as u64, n + 1);
+}

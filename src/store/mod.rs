@@ -1,0 +1,173 @@
+//! The store contract ([`RunStore`]) and its backends.
+//!
+//! # Contract
+//!
+//! A `RunStore` keeps, per run id, an append-only **journal** of [`JournalEntry`]s (one per durable
+//! boundary), a **lease**, and the run's **approval records**.
+//!
+//! * **Commit.** [`RunStore::commit`] appends one entry, written by the lease holder. `entry.seq` is the
+//!   previous entry's `seq + 1` (the machine numbers them); `state` is the fold of the journal including the
+//!   entry, handed over so a backend may write a snapshot instead of a delta. A commit by a holder whose lease
+//!   was taken over fails with `STEADFAST_SESSION_BUSY` (*fencing*). Backends say in their docs whether fencing
+//!   is enforced atomically (`strict_fencing`) or by construction/check with a window (Workers KV).
+//! * **Load.** [`RunStore::load`] folds the journal. An entry or lease that cannot be decoded fails with
+//!   `STEADFAST_CHECKPOINT_CORRUPT` (not retryable); nothing else is lost.
+//! * **Leases.** [`RunStore::acquire_lease`] fails with `STEADFAST_SESSION_BUSY` while another owner holds an
+//!   unexpired lease (expiry plus `grace_ms`, for clock skew); otherwise it starts a new epoch.
+//!   [`RunStore::renew_lease`] never takes a lease back from another owner. [`RunStore::release_lease`] ends it.
+//! * **Approvals.** Records are written before the `awaiting-approval` entry (the machine orders it).
+//! * **Listing.** [`RunStore::pending`] lists every run that is not finished, including corrupt ones.
+//! * **History.** [`RunStore::history`] returns up to `limit` past states, newest first; the backend keeps at
+//!   least `history_limit` of them (its option); pruning never breaks a load.
+
+pub mod conformance;
+pub mod memory;
+
+use crate::core::approval::ApprovalRecord;
+use crate::core::checkpoint::{Checkpoint, JournalEntry, RunStatus};
+use crate::core::error::{ErrorInfo, Result};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+pub use memory::MemoryStore;
+
+/// A held lease: the owner id is the fencing token, the epoch orders owners.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// Run id.
+    pub run_id: String,
+    /// Owner id (unique per execution).
+    pub owner: String,
+    /// Epoch: increases with every acquisition.
+    pub epoch: u64,
+    /// Expiry (ms since the epoch, by the holder's clock).
+    pub expires_at: u64,
+}
+
+/// Lease timing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct LeaseOptions {
+    /// Lease length (default 30 s). On Workers KV across locations use well above 60 s.
+    pub ttl_ms: u64,
+    /// Renew this often while running (default 10 s).
+    pub renew_every_ms: u64,
+    /// Extra wait past expiry before another owner may take over (clock skew; default 30 s).
+    pub grace_ms: u64,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        LeaseOptions { ttl_ms: 30_000, renew_every_ms: 10_000, grace_ms: 30_000 }
+    }
+}
+
+/// A run that is not finished, as [`RunStore::pending`] lists it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingRun {
+    /// Run id.
+    pub run_id: String,
+    /// `in-progress` or `awaiting-approval`.
+    pub status: RunStatus,
+    /// First pending approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// All pending approvals.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approval_ids: Vec<String>,
+    /// Steps taken.
+    pub step: u32,
+    /// Last failed attempt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<ErrorInfo>,
+    /// Failed attempts in a row.
+    #[serde(default)]
+    pub attempts: u32,
+    /// Last save time.
+    #[serde(default)]
+    pub saved_at: u64,
+}
+
+impl PendingRun {
+    /// The listing entry of a checkpoint.
+    pub fn of(cp: &Checkpoint) -> PendingRun {
+        PendingRun {
+            run_id: cp.run_id.clone(),
+            status: cp.status,
+            approval_id: cp.approval_ids.first().cloned(),
+            approval_ids: cp.approval_ids.clone(),
+            step: cp.step_index,
+            last_error: cp.last_error.clone(),
+            attempts: cp.attempts,
+            saved_at: cp.saved_at,
+        }
+    }
+
+    /// The listing entry of a run whose checkpoint cannot be read.
+    pub fn corrupt(run_id: &str, err: &crate::core::error::Error) -> PendingRun {
+        PendingRun {
+            run_id: run_id.to_string(),
+            status: RunStatus::InProgress,
+            approval_id: None,
+            approval_ids: Vec::new(),
+            step: 0,
+            last_error: Some(err.info()),
+            attempts: 0,
+            saved_at: 0,
+        }
+    }
+}
+
+/// One past state of a run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryEntry {
+    /// Journal position.
+    pub seq: u64,
+    /// `stepIndex` of the state.
+    pub step: u32,
+    /// Save time.
+    pub saved_at: u64,
+    /// Status of the state.
+    pub status: RunStatus,
+    /// The state.
+    pub checkpoint: Checkpoint,
+}
+
+impl HistoryEntry {
+    /// The history entry of a state.
+    pub fn of(cp: &Checkpoint) -> HistoryEntry {
+        HistoryEntry { seq: cp.seq, step: cp.step_index, saved_at: cp.saved_at, status: cp.status, checkpoint: cp.clone() }
+    }
+}
+
+/// The store contract. See the module docs (`# Contract`).
+#[async_trait(?Send)]
+pub trait RunStore {
+    /// Folds the run's journal; `None` when the run does not exist.
+    async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>>;
+    /// Takes the run's lease for `owner`, or fails with `STEADFAST_SESSION_BUSY`.
+    async fn acquire_lease(&self, run_id: &str, owner: &str, now_ms: u64, opts: &LeaseOptions) -> Result<Lease>;
+    /// Extends a held lease; fails with `STEADFAST_SESSION_BUSY` when it was taken over.
+    async fn renew_lease(&self, lease: &Lease, now_ms: u64, opts: &LeaseOptions) -> Result<Lease>;
+    /// Ends a held lease (no-op when it was taken over).
+    async fn release_lease(&self, lease: &Lease) -> Result<()>;
+    /// Appends a journal entry as the lease holder (fenced).
+    async fn commit(&self, lease: &Lease, entry: &JournalEntry, state: &Checkpoint) -> Result<()>;
+    /// Deletes the run (journal and lease). Its approval records become orphans.
+    async fn delete(&self, run_id: &str) -> Result<()>;
+    /// Up to `limit` past states, newest first.
+    async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>>;
+    /// Every unfinished run.
+    async fn pending(&self) -> Result<Vec<PendingRun>>;
+    /// Writes an approval record.
+    async fn put_approval(&self, record: &ApprovalRecord) -> Result<()>;
+    /// Reads an approval record.
+    async fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>>;
+    /// Every approval record.
+    async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>>;
+    /// Deletes an approval record.
+    async fn delete_approval(&self, id: &str) -> Result<()>;
+}
