@@ -4,7 +4,7 @@
 //! real backend. Clones share the same data: two `Agent`s over clones of one `MemoryStore` behave like two
 //! processes over one database.
 
-use super::{HistoryEntry, Lease, LeaseOptions, PendingRun, RunStore};
+use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingRun, RunStore};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
@@ -236,7 +236,7 @@ impl RunStore for MemoryStore {
                 out.push(r);
             }
         }
-        out.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+        sort_approvals(&mut out);
         Ok(out)
     }
 

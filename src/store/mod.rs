@@ -143,6 +143,14 @@ impl HistoryEntry {
     }
 }
 
+/// Orders approval records oldest first, and within one pause in call order.
+pub fn sort_approvals(records: &mut [ApprovalRecord]) {
+    records.sort_by(|a, b| {
+        let pos = |r: &ApprovalRecord| r.batch.iter().position(|id| id == &r.id).unwrap_or(usize::MAX);
+        a.created_at.cmp(&b.created_at).then(a.run_id.cmp(&b.run_id)).then(pos(a).cmp(&pos(b))).then(a.id.cmp(&b.id))
+    });
+}
+
 /// The store contract. See the module docs (`# Contract`).
 #[async_trait(?Send)]
 pub trait RunStore {

@@ -1,0 +1,147 @@
+//! Shared test fixtures: a simulated-time environment, counting tools, agent construction.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use steadfast::runtime::{
+    Agent, AgentOptions, FnTool, ManualClock, ManualSleep, Model, SplitMix64, Tool, ToolContext, ToolError, ToolOutput,
+};
+use steadfast::store::{MemoryStore, RunStore};
+
+/// Simulated time + a shared store: each `agent()` call is a new "process" over the same store.
+#[derive(Clone)]
+pub struct Env {
+    pub clock: ManualClock,
+    pub sleep: ManualSleep,
+    pub store: Rc<dyn RunStore>,
+    pub memory: Option<MemoryStore>,
+    pub seed: Rc<RefCell<u64>>,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let memory = MemoryStore::new();
+        Env {
+            sleep: ManualSleep::new(clock.clone()),
+            clock,
+            store: Rc::new(memory.clone()),
+            memory: Some(memory),
+            seed: Rc::new(RefCell::new(1)),
+        }
+    }
+
+    pub fn with_store(store: Rc<dyn RunStore>, clock: ManualClock) -> Env {
+        Env { sleep: ManualSleep::new(clock.clone()), clock, store, memory: None, seed: Rc::new(RefCell::new(1)) }
+    }
+
+    /// A new agent ("process") with default options.
+    pub fn agent(&self, model: impl Model + 'static, tools: Vec<Rc<dyn Tool>>) -> Agent {
+        self.agent_with(model, tools, AgentOptions::default(), "")
+    }
+
+    pub fn agent_with(&self, model: impl Model + 'static, tools: Vec<Rc<dyn Tool>>, options: AgentOptions, instructions: &str) -> Agent {
+        let seed = {
+            let mut s = self.seed.borrow_mut();
+            *s += 1;
+            *s
+        };
+        let mut b = Agent::builder(model)
+            .store_rc(self.store.clone())
+            .clock(Rc::new(self.clock.clone()))
+            .sleep(Rc::new(self.sleep.clone()))
+            .rng(Rc::new(SplitMix64::new(seed)))
+            .options(options)
+            .instructions(instructions);
+        for t in tools {
+            b = b.tool_rc(t);
+        }
+        b.build().expect("agent builds")
+    }
+
+    /// Moves time past any lease a dead process left behind.
+    pub fn past_leases(&self) {
+        self.clock.advance(61_000);
+    }
+}
+
+/// Counts executions per tool and call id, and the idempotency keys tools saw.
+#[derive(Clone, Default)]
+pub struct Counters(pub Rc<RefCell<BTreeMap<String, u32>>>, pub Rc<RefCell<Vec<(String, String, Option<String>)>>>);
+
+impl Counters {
+    pub fn hit(&self, key: &str) -> u32 {
+        let mut m = self.0.borrow_mut();
+        let n = m.entry(key.to_string()).or_insert(0);
+        *n += 1;
+        *n
+    }
+    pub fn get(&self, key: &str) -> u32 {
+        self.0.borrow().get(key).copied().unwrap_or(0)
+    }
+    pub fn seen(&self, tool: &str, ctx: &ToolContext) {
+        self.1.borrow_mut().push((tool.to_string(), ctx.tool_call_id.clone(), ctx.approval_id.clone()));
+    }
+    pub fn keys(&self) -> Vec<(String, String, Option<String>)> {
+        self.1.borrow().clone()
+    }
+}
+
+pub fn object_schema() -> Value {
+    json!({"type": "object"})
+}
+
+/// A tool that counts its executions (by name and by call id) and returns `"<name> done <n>"`.
+pub fn counting_tool(name: &str, counters: &Counters) -> Rc<dyn Tool> {
+    let c = counters.clone();
+    let n = name.to_string();
+    Rc::new(FnTool::new(name, format!("{name} something"), object_schema(), move |_args, ctx| {
+        let c = c.clone();
+        let n = n.clone();
+        async move {
+            c.seen(&n, &ctx);
+            c.hit(&format!("call:{}", ctx.tool_call_id));
+            let k = c.hit(&n);
+            Ok(ToolOutput::text(format!("{n} done {k}")))
+        }
+    }))
+}
+
+/// Like `counting_tool`, gated: every call needs approval.
+pub fn gated_tool(name: &str, counters: &Counters) -> Rc<dyn Tool> {
+    let c = counters.clone();
+    let n = name.to_string();
+    Rc::new(
+        FnTool::new(name, format!("{name} (needs approval)"), object_schema(), move |_args, ctx| {
+            let c = c.clone();
+            let n = n.clone();
+            async move {
+                c.seen(&n, &ctx);
+                c.hit(&format!("call:{}", ctx.tool_call_id));
+                let k = c.hit(&n);
+                Ok(ToolOutput::text(format!("{n} done {k}")))
+            }
+        })
+        .needs_approval(true),
+    )
+}
+
+/// A tool that always fails (recoverably).
+pub fn failing_tool(name: &str, counters: &Counters) -> Rc<dyn Tool> {
+    let c = counters.clone();
+    let n = name.to_string();
+    Rc::new(FnTool::new(name, "always fails", object_schema(), move |_args, _ctx| {
+        let c = c.clone();
+        let n = n.clone();
+        async move {
+            c.hit(&n);
+            Err::<ToolOutput, _>(ToolError::typed("FileNotFoundError", "no such file: sonfig.py"))
+        }
+    }))
+}
+
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    futures::executor::block_on(f)
+}
