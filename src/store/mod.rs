@@ -21,6 +21,7 @@
 //!   least `history_limit` of them (its option); pruning never breaks a load.
 
 pub mod conformance;
+pub mod kv;
 pub mod memory;
 
 use crate::core::approval::ApprovalRecord;
@@ -29,6 +30,7 @@ use crate::core::error::{ErrorInfo, Result};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use kv::{KvBackend, MemoryKv};
 pub use memory::MemoryStore;
 
 /// A held lease: the owner id is the fencing token, the epoch orders owners.
