@@ -273,8 +273,7 @@ mod tests {
             assert_eq!(page.keys[0].metadata, Some(serde_json::json!({"s": 1})));
             let page2 = kv.list("a/", page.cursor.as_deref(), 1).await.unwrap();
             assert_eq!(page2.keys[0].name, "a/2");
-            let page3 = kv.list("a/", page2.cursor.as_deref(), 1).await.unwrap();
-            assert!(page3.keys.is_empty() && page3.cursor.is_none());
+            assert!(page2.cursor.is_none(), "the last page has no cursor");
             assert_eq!(kv.put(&"k".repeat(513), "v", PutOptions::default()).await.unwrap_err().code, ErrorCode::StoreFailed);
             let big = PutOptions { metadata: Some(serde_json::json!("m".repeat(1100))), ..Default::default() };
             assert_eq!(kv.put("m", "v", big).await.unwrap_err().code, ErrorCode::StoreFailed);
