@@ -149,6 +149,68 @@ pub struct Header {
     pub queued_input: Vec<Message>,
 }
 
+macro_rules! header_patch {
+    (plain { $($field:ident: $ty:ty),* $(,)? } optional { $($ofield:ident: $oty:ty),* $(,)? }) => {
+        /// The header fields that changed since the previous entry (absent = unchanged; for optional fields
+        /// `null` = cleared).
+        #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        pub struct HeaderPatch {
+            $(
+                #[doc = concat!("New `", stringify!($field), "`, when it changed.")]
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $field: Option<$ty>,
+            )*
+            $(
+                #[doc = concat!("New `", stringify!($ofield), "`, when it changed (`Some(None)` clears it).")]
+                #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option")]
+                pub $ofield: Option<Option<$oty>>,
+            )*
+        }
+
+        impl Header {
+            /// The fields of `self` that differ from `prev`.
+            pub fn diff(&self, prev: &Header) -> HeaderPatch {
+                HeaderPatch {
+                    $($field: (self.$field != prev.$field).then(|| self.$field.clone()),)*
+                    $($ofield: (self.$ofield != prev.$ofield).then(|| self.$ofield.clone()),)*
+                }
+            }
+
+            /// Applies a patch.
+            pub fn apply(&mut self, p: &HeaderPatch) {
+                $(if let Some(v) = &p.$field { self.$field = v.clone(); })*
+                $(if let Some(v) = &p.$ofield { self.$ofield = v.clone(); })*
+            }
+        }
+
+        impl From<Header> for HeaderPatch {
+            fn from(h: Header) -> HeaderPatch {
+                HeaderPatch { $($field: Some(h.$field),)* $($ofield: Some(h.$ofield),)* }
+            }
+        }
+    };
+}
+
+header_patch! {
+    plain {
+        input_start: usize,
+        input_len: usize,
+        step_index: u32,
+        usage: Usage,
+        status: RunStatus,
+        approval_ids: Vec<String>,
+        started_tool_call_ids: Vec<String>,
+        attempts: u32,
+        held_results: Vec<ToolResult>,
+        queued_input: Vec<Message>,
+    }
+    optional {
+        last_error: ErrorInfo,
+        finish_reason: FinishReason,
+    }
+}
+
 /// A journal entry: one durable boundary.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -177,8 +239,9 @@ pub enum EntryBody {
         /// Messages appended.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         messages: Vec<Message>,
-        /// The small fields, whole.
-        head: Header,
+        /// The small fields that changed.
+        #[serde(default)]
+        head: HeaderPatch,
         /// New business state, when it changed (`Some(None)` clears it).
         #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option")]
         business_state: Option<Option<Value>>,
@@ -191,20 +254,19 @@ pub enum EntryBody {
     },
 }
 
+/// `Option<Option<T>>` on the wire: absent = `None` (unchanged), `null` = `Some(None)` (cleared).
 mod double_option {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
-    use serde_json::Value;
 
-    pub fn serialize<S: Serializer>(v: &Option<Option<Value>>, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer, T: Serialize>(v: &Option<Option<T>>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(Some(v)) => v.serialize(s),
             _ => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Value>>, D::Error> {
-        let v = Option::<Value>::deserialize(d)?;
-        Ok(Some(v.filter(|v| !v.is_null())))
+    pub fn deserialize<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+        Ok(Some(Option::<T>::deserialize(d)?))
     }
 }
 
@@ -274,7 +336,9 @@ impl Checkpoint {
                     ));
                 }
                 self.messages.extend(messages.iter().cloned());
-                self.set_header(head.clone());
+                let mut h = self.header();
+                h.apply(head);
+                self.set_header(h);
                 if let Some(bs) = business_state {
                     self.business_state = bs.clone();
                 }
@@ -345,7 +409,7 @@ mod tests {
             body: EntryBody::Delta {
                 from: 1,
                 messages: vec![Message::assistant("hello", vec![])],
-                head: head.clone(),
+                head: head.clone().into(),
                 business_state: Some(Some(serde_json::json!({"n": 1}))),
                 fingerprint: None,
                 ext: None,
@@ -362,11 +426,30 @@ mod tests {
         let e3 = JournalEntry {
             seq: 3,
             at: 30,
-            body: EntryBody::Delta { from: 2, messages: vec![], head, business_state: Some(None), fingerprint: None, ext: None },
+            body: EntryBody::Delta { from: 2, messages: vec![], head: head.into(), business_state: Some(None), fingerprint: None, ext: None },
         };
         let e3: JournalEntry = serde_json::from_str(&serde_json::to_string(&e3).unwrap()).unwrap();
         let cp = Checkpoint::fold("r", [&e1, &e2, &e3]).unwrap().unwrap();
         assert_eq!(cp.business_state, None);
+    }
+
+    #[test]
+    fn cleared_optional_header_fields_survive_json() {
+        let mut a = Header::default();
+        a.last_error = Some(crate::core::error::Error::internal("x").info());
+        a.finish_reason = Some(FinishReason::Stop);
+        let b = Header::default();
+        let patch = b.diff(&a);
+        let json = serde_json::to_string(&patch).unwrap();
+        let back: HeaderPatch = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, patch);
+        let mut applied = a.clone();
+        applied.apply(&back);
+        assert_eq!(applied, b, "{json}");
+        let unchanged: HeaderPatch = serde_json::from_str("{}").unwrap();
+        let mut same = a.clone();
+        same.apply(&unchanged);
+        assert_eq!(same, a);
     }
 
     #[test]
@@ -376,14 +459,14 @@ mod tests {
         let gap = JournalEntry {
             seq: 3,
             at: 0,
-            body: EntryBody::Delta { from: 0, messages: vec![], head: base.header(), business_state: None, fingerprint: None, ext: None },
+            body: EntryBody::Delta { from: 0, messages: vec![], head: base.header().into(), business_state: None, fingerprint: None, ext: None },
         };
         let err = Checkpoint::fold("r", [&e1, &gap]).unwrap_err();
         assert_eq!(err.code, crate::core::error::ErrorCode::CheckpointCorrupt);
         let wrong_from = JournalEntry {
             seq: 2,
             at: 0,
-            body: EntryBody::Delta { from: 5, messages: vec![], head: base.header(), business_state: None, fingerprint: None, ext: None },
+            body: EntryBody::Delta { from: 5, messages: vec![], head: base.header().into(), business_state: None, fingerprint: None, ext: None },
         };
         assert!(Checkpoint::fold("r", [&e1, &wrong_from]).is_err());
         assert_eq!(Checkpoint::fold("r", []).unwrap(), None);

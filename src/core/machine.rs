@@ -13,7 +13,7 @@
 //! ```
 
 use super::approval::{ApprovalRecord, ApprovalStatus, Decision};
-use super::checkpoint::{Checkpoint, EntryBody, FinishReason, JournalEntry, RunStatus};
+use super::checkpoint::{Checkpoint, EntryBody, FinishReason, Header, JournalEntry, RunStatus};
 use super::error::{cap_chars, Error, ErrorCode, Result};
 use super::events::Event;
 use super::fingerprint::{canonical_json, Fingerprint};
@@ -200,6 +200,7 @@ pub struct RunMachine {
     dirty: bool,
     snapshot_next: bool,
     committed_len: usize,
+    committed_head: Header,
     committed_business: Option<Value>,
     committed_fp: Option<Fingerprint>,
     committed_ext: Option<Value>,
@@ -237,6 +238,7 @@ impl RunMachine {
             dirty: false,
             snapshot_next: false,
             committed_len: 0,
+            committed_head: Header::default(),
             committed_business: None,
             committed_fp: None,
             committed_ext: None,
@@ -296,6 +298,7 @@ impl RunMachine {
             .with_run(&run_id));
         }
         self.committed_len = cp.messages.len();
+        self.committed_head = cp.header();
         self.committed_business = cp.business_state.clone();
         self.committed_fp = cp.fingerprint.clone();
         self.committed_ext = cp.ext.clone();
@@ -867,12 +870,13 @@ impl RunMachine {
             EntryBody::Delta {
                 from: self.committed_len,
                 messages: self.cp.messages[self.committed_len..].to_vec(),
-                head: self.cp.header(),
+                head: self.cp.header().diff(&self.committed_head),
                 business_state: (self.cp.business_state != self.committed_business).then(|| self.cp.business_state.clone()),
                 fingerprint: if self.cp.fingerprint != self.committed_fp { self.cp.fingerprint.clone() } else { None },
                 ext: (self.cp.ext != self.committed_ext).then(|| self.cp.ext.clone()),
             }
         };
+        self.committed_head = self.cp.header();
         self.committed_len = self.cp.messages.len();
         self.committed_business = self.cp.business_state.clone();
         self.committed_fp = self.cp.fingerprint.clone();

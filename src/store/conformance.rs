@@ -5,6 +5,8 @@
 //! The functions panic (assert) on a violation, like test code.
 
 use super::{LeaseOptions, RunStore};
+use crate::runtime::platform::ManualClock;
+use crate::runtime::traits::Clock;
 use crate::core::approval::{ApprovalRecord, ApprovalStatus};
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::ErrorCode;
@@ -18,18 +20,35 @@ pub struct Capabilities {
     pub strict_fencing: bool,
 }
 
-/// Runs every function of the suite, each on a fresh store from `make`.
-pub async fn run_all<S: RunStore>(make: &dyn Fn() -> S, caps: &Capabilities) {
-    commit_and_fold(&make()).await;
-    missing_run_loads_none(&make()).await;
-    lease_busy_then_takeover_after_expiry(&make()).await;
-    renew_never_takes_back(&make()).await;
-    stale_writer_is_fenced(&make(), caps).await;
-    approvals_round_trip(&make()).await;
-    pending_lists_unfinished(&make()).await;
-    delete_forgets_run(&make()).await;
-    history_newest_first(&make()).await;
-    many_commits_stay_foldable(&make(), 30).await;
+/// Runs every function of the suite, each on a fresh pair of stores from `make`: two handles on the same
+/// data, as two processes (possibly in two locations) see it. Stores judge time by the given clock; the
+/// suite moves it.
+pub async fn run_all<S: RunStore>(make: &dyn Fn(&ManualClock) -> (S, S), caps: &Capabilities) {
+    let fresh = || {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let (a, b) = make(&clock);
+        (a, b, clock)
+    };
+    let (s, _, c) = fresh();
+    commit_and_fold(&s, &c).await;
+    let (s, _, _) = fresh();
+    missing_run_loads_none(&s).await;
+    let (s, o, c) = fresh();
+    lease_busy_then_takeover_after_expiry(&s, &o, &c).await;
+    let (s, o, c) = fresh();
+    renew_never_takes_back(&s, &o, &c).await;
+    let (s, o, c) = fresh();
+    stale_writer_is_fenced(&s, &o, &c, caps).await;
+    let (s, _, _) = fresh();
+    approvals_round_trip(&s).await;
+    let (s, _, c) = fresh();
+    pending_lists_unfinished(&s, &c).await;
+    let (s, o, c) = fresh();
+    delete_forgets_run(&s, &o, &c).await;
+    let (s, _, c) = fresh();
+    history_newest_first(&s, &c).await;
+    let (s, _, c) = fresh();
+    many_commits_stay_foldable(&s, &c, 30).await;
 }
 
 fn opts() -> LeaseOptions {
@@ -57,7 +76,7 @@ pub fn delta_entry(prev: &Checkpoint, msg: Message, status: RunStatus, at: u64) 
         body: EntryBody::Delta {
             from: prev.messages.len(),
             messages: vec![msg],
-            head: next.header(),
+            head: next.header().diff(&prev.header()),
             business_state: None,
             fingerprint: None,
             ext: None,
@@ -70,11 +89,12 @@ pub fn delta_entry(prev: &Checkpoint, msg: Message, status: RunStatus, at: u64) 
 }
 
 /// Commit a snapshot and deltas; load folds them exactly.
-pub async fn commit_and_fold(store: &impl RunStore) {
-    let lease = store.acquire_lease("r1", "o1", 1_000, &opts()).await.expect("acquire");
-    let (e1, cp1) = snapshot_entry("r1", "hello", 1_000);
+pub async fn commit_and_fold(store: &impl RunStore, clock: &ManualClock) {
+    let t = clock.now_ms();
+    let lease = store.acquire_lease("r1", "o1", t, &opts()).await.expect("acquire");
+    let (e1, cp1) = snapshot_entry("r1", "hello", t);
     store.commit(&lease, &e1, &cp1).await.expect("commit snapshot");
-    let (e2, cp2) = delta_entry(&cp1, Message::assistant("hi", vec![]), RunStatus::Finished, 2_000);
+    let (e2, cp2) = delta_entry(&cp1, Message::assistant("hi", vec![]), RunStatus::Finished, t + 1);
     store.commit(&lease, &e2, &cp2).await.expect("commit delta");
     let loaded = store.load("r1").await.expect("load").expect("exists");
     assert_eq!(loaded, cp2);
@@ -88,53 +108,64 @@ pub async fn missing_run_loads_none(store: &impl RunStore) {
 }
 
 /// A live lease refuses another owner with BUSY; after expiry + grace it is taken over with a new epoch.
-pub async fn lease_busy_then_takeover_after_expiry(store: &impl RunStore) {
+pub async fn lease_busy_then_takeover_after_expiry<S: RunStore>(store: &S, other: &S, clock: &ManualClock) {
     let o = opts();
-    let a = store.acquire_lease("r", "a", 0, &o).await.expect("a acquires");
-    let err = store.acquire_lease("r", "b", 10_000, &o).await.expect_err("b is refused");
+    let a = store.acquire_lease("r", "a", clock.now_ms(), &o).await.expect("a acquires");
+    clock.advance(10_000);
+    let err = other.acquire_lease("r", "b", clock.now_ms(), &o).await.expect_err("b is refused");
     assert_eq!(err.code, ErrorCode::SessionBusy);
-    let err = store.acquire_lease("r", "b", a.expires_at + o.grace_ms - 1, &o).await.expect_err("still in grace");
+    clock.set(a.expires_at + o.grace_ms - 1);
+    let err = other.acquire_lease("r", "b", clock.now_ms(), &o).await.expect_err("still in grace");
     assert_eq!(err.code, ErrorCode::SessionBusy);
-    let b = store.acquire_lease("r", "b", a.expires_at + o.grace_ms, &o).await.expect("b takes over");
+    clock.set(a.expires_at + o.grace_ms);
+    let b = other.acquire_lease("r", "b", clock.now_ms(), &o).await.expect("b takes over");
     assert!(b.epoch > a.epoch);
-    store.release_lease(&b).await.expect("release");
-    let c = store.acquire_lease("r", "c", a.expires_at + o.grace_ms + 1, &o).await.expect("released lease is free");
+    clock.advance(2_000);
+    other.release_lease(&b).await.expect("release");
+    clock.advance(2_000);
+    let c = store.acquire_lease("r", "c", clock.now_ms(), &o).await.expect("released lease is free");
     assert!(c.epoch > b.epoch);
 }
 
 /// Renewal extends the holder's lease and never takes a lease back from another owner.
-pub async fn renew_never_takes_back(store: &impl RunStore) {
+pub async fn renew_never_takes_back<S: RunStore>(store: &S, other: &S, clock: &ManualClock) {
     let o = opts();
-    let a = store.acquire_lease("r", "a", 0, &o).await.expect("acquire");
-    let a2 = store.renew_lease(&a, 5_000, &o).await.expect("renew");
-    assert_eq!(a2.expires_at, 5_000 + o.ttl_ms);
-    let late = a2.expires_at + o.grace_ms;
-    let b = store.acquire_lease("r", "b", late, &o).await.expect("takeover");
-    let err = store.renew_lease(&a2, late + 1, &o).await.expect_err("a cannot renew");
+    let a = store.acquire_lease("r", "a", clock.now_ms(), &o).await.expect("acquire");
+    clock.advance(5_000);
+    let a2 = store.renew_lease(&a, clock.now_ms(), &o).await.expect("renew");
+    assert_eq!(a2.expires_at, clock.now_ms() + o.ttl_ms);
+    clock.set(a2.expires_at + o.grace_ms);
+    let b = other.acquire_lease("r", "b", clock.now_ms(), &o).await.expect("takeover");
+    clock.advance(2_000);
+    let err = store.renew_lease(&a2, clock.now_ms(), &o).await.expect_err("a cannot renew");
     assert_eq!(err.code, ErrorCode::SessionBusy);
     // b still holds it.
-    let err = store.acquire_lease("r", "a", late + 2, &o).await.expect_err("b's lease stands");
+    clock.advance(2_000);
+    let err = store.acquire_lease("r", "a", clock.now_ms(), &o).await.expect_err("b's lease stands");
     assert_eq!(err.code, ErrorCode::SessionBusy);
-    store.release_lease(&b).await.expect("release");
+    other.release_lease(&b).await.expect("release");
 }
 
 /// A writer whose lease was taken over cannot make readers see its writes; it gets BUSY (strict backends)
 /// or its write lands where no reader looks.
-pub async fn stale_writer_is_fenced(store: &impl RunStore, caps: &Capabilities) {
+pub async fn stale_writer_is_fenced<S: RunStore>(store: &S, other: &S, clock: &ManualClock, caps: &Capabilities) {
     let o = opts();
-    let a = store.acquire_lease("f", "a", 0, &o).await.expect("a");
-    let (e1, cp1) = snapshot_entry("f", "start", 0);
+    let a = store.acquire_lease("f", "a", clock.now_ms(), &o).await.expect("a");
+    let (e1, cp1) = snapshot_entry("f", "start", clock.now_ms());
     store.commit(&a, &e1, &cp1).await.expect("a commits");
-    let b = store.acquire_lease("f", "b", a.expires_at + o.grace_ms, &o).await.expect("b takes over");
-    let (e2b, cp2b) = delta_entry(&cp1, Message::assistant("from b", vec![]), RunStatus::InProgress, 100_000);
-    store.commit(&b, &e2b, &cp2b).await.expect("b commits");
-    let (e2a, cp2a) = delta_entry(&cp1, Message::assistant("zombie a", vec![]), RunStatus::Finished, 100_001);
+    clock.set(a.expires_at + o.grace_ms);
+    let b = other.acquire_lease("f", "b", clock.now_ms(), &o).await.expect("b takes over");
+    let (e2b, cp2b) = delta_entry(&cp1, Message::assistant("from b", vec![]), RunStatus::InProgress, clock.now_ms());
+    other.commit(&b, &e2b, &cp2b).await.expect("b commits");
+    let (e2a, cp2a) = delta_entry(&cp1, Message::assistant("zombie a", vec![]), RunStatus::Finished, clock.now_ms());
     let res = store.commit(&a, &e2a, &cp2a).await;
     if caps.strict_fencing {
         assert_eq!(res.expect_err("zombie refused").code, ErrorCode::SessionBusy);
     }
-    let loaded = store.load("f").await.expect("load").expect("exists");
-    assert_eq!(loaded, cp2b, "readers see the new owner's state only");
+    for reader in [store, other] {
+        let loaded = reader.load("f").await.expect("load").expect("exists");
+        assert_eq!(loaded, cp2b, "readers see the new owner's state only");
+    }
 }
 
 /// Approval records round-trip, list and delete.
@@ -161,11 +192,11 @@ pub async fn approvals_round_trip(store: &impl RunStore) {
 }
 
 /// Unfinished runs are listed with their status and errors; finished ones are not.
-pub async fn pending_lists_unfinished(store: &impl RunStore) {
+pub async fn pending_lists_unfinished(store: &impl RunStore, clock: &ManualClock) {
     let o = opts();
     for (id, status) in [("p1", RunStatus::InProgress), ("p2", RunStatus::AwaitingApproval), ("p3", RunStatus::Finished)] {
-        let l = store.acquire_lease(id, "o", 0, &o).await.expect("lease");
-        let (e1, mut cp1) = snapshot_entry(id, "x", 0);
+        let l = store.acquire_lease(id, "o", clock.now_ms(), &o).await.expect("lease");
+        let (e1, mut cp1) = snapshot_entry(id, "x", clock.now_ms());
         cp1.status = status;
         if status == RunStatus::AwaitingApproval {
             cp1.approval_ids = vec!["apr_x".into()];
@@ -182,24 +213,26 @@ pub async fn pending_lists_unfinished(store: &impl RunStore) {
 }
 
 /// Delete removes the journal and the lease.
-pub async fn delete_forgets_run(store: &impl RunStore) {
+pub async fn delete_forgets_run<S: RunStore>(store: &S, other: &S, clock: &ManualClock) {
     let o = opts();
-    let l = store.acquire_lease("d", "o", 0, &o).await.expect("lease");
-    let (e1, cp1) = snapshot_entry("d", "x", 0);
+    let l = store.acquire_lease("d", "o", clock.now_ms(), &o).await.expect("lease");
+    let (e1, cp1) = snapshot_entry("d", "x", clock.now_ms());
     store.commit(&l, &e1, &cp1).await.expect("commit");
+    clock.advance(1_000);
     store.delete("d").await.expect("delete");
     assert!(store.load("d").await.expect("load").is_none());
-    let l2 = store.acquire_lease("d", "other", 1, &o).await.expect("free after delete");
-    let (e1, cp1) = snapshot_entry("d", "again", 1);
-    store.commit(&l2, &e1, &cp1).await.expect("restart");
-    assert_eq!(store.load("d").await.expect("load").expect("exists").messages, cp1.messages);
+    clock.advance(1_000);
+    let l2 = other.acquire_lease("d", "other", clock.now_ms(), &o).await.expect("free after delete");
+    let (e1, cp1) = snapshot_entry("d", "again", clock.now_ms());
+    other.commit(&l2, &e1, &cp1).await.expect("restart");
+    assert_eq!(other.load("d").await.expect("load").expect("exists").messages, cp1.messages);
 }
 
 /// History returns past states newest first.
-pub async fn history_newest_first(store: &impl RunStore) {
+pub async fn history_newest_first(store: &impl RunStore, clock: &ManualClock) {
     let o = opts();
-    let l = store.acquire_lease("h", "o", 0, &o).await.expect("lease");
-    let (e1, mut cp) = snapshot_entry("h", "x", 0);
+    let l = store.acquire_lease("h", "o", clock.now_ms(), &o).await.expect("lease");
+    let (e1, mut cp) = snapshot_entry("h", "x", clock.now_ms());
     store.commit(&l, &e1, &cp).await.expect("commit");
     for i in 0..3 {
         let (e, next) = delta_entry(&cp, Message::user(format!("m{i}")), RunStatus::InProgress, 10 + i);
@@ -214,10 +247,10 @@ pub async fn history_newest_first(store: &impl RunStore) {
 }
 
 /// Many commits (past any compaction point) keep loading exactly.
-pub async fn many_commits_stay_foldable(store: &impl RunStore, n: u64) {
+pub async fn many_commits_stay_foldable(store: &impl RunStore, clock: &ManualClock, n: u64) {
     let o = opts();
-    let l = store.acquire_lease("many", "o", 0, &o).await.expect("lease");
-    let (e1, mut cp) = snapshot_entry("many", "x", 0);
+    let l = store.acquire_lease("many", "o", clock.now_ms(), &o).await.expect("lease");
+    let (e1, mut cp) = snapshot_entry("many", "x", clock.now_ms());
     store.commit(&l, &e1, &cp).await.expect("commit");
     for i in 0..n {
         let (e, next) = delta_entry(&cp, Message::user(format!("m{i}")), RunStatus::InProgress, i);

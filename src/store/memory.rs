@@ -255,7 +255,14 @@ mod tests {
     fn memory_store_conforms() {
         futures::executor::block_on(async {
             let caps = conformance::Capabilities { strict_fencing: true };
-            conformance::run_all(&|| MemoryStore::with_history_limit(5), &caps).await;
+            conformance::run_all(
+                &|_| {
+                    let s = MemoryStore::with_history_limit(5);
+                    (s.clone(), s)
+                },
+                &caps,
+            )
+            .await;
         });
     }
 
@@ -263,7 +270,7 @@ mod tests {
     fn compaction_keeps_loads_and_history_bounded() {
         futures::executor::block_on(async {
             let store = MemoryStore::with_history_limit(3);
-            conformance::many_commits_stay_foldable(&store, 40).await;
+            conformance::many_commits_stay_foldable(&store, &crate::runtime::platform::ManualClock::new(0), 40).await;
             let run = store.inner.borrow().runs.get("many").map(|r| r.journal.len()).unwrap();
             assert!(run <= 3 + 1 + (3 + 1) + 2, "journal kept {run} entries");
         });

@@ -21,7 +21,11 @@
 //!   least `history_limit` of them (its option); pruning never breaks a load.
 
 pub mod conformance;
+pub mod journal;
+pub mod keys;
 pub mod kv;
+pub mod faulty;
+pub mod sim;
 pub mod memory;
 
 use crate::core::approval::ApprovalRecord;
@@ -31,6 +35,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 pub use kv::{KvBackend, MemoryKv};
+pub use journal::{JournalOptions, JournalStore};
 pub use memory::MemoryStore;
 
 /// A held lease: the owner id is the fencing token, the epoch orders owners.
@@ -145,6 +150,41 @@ impl HistoryEntry {
     }
 }
 
+/// Operations a store performed (counted by the store itself, for per-boundary budgets).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreCounters {
+    /// Read operations (a bulk get is one).
+    pub reads: u64,
+    /// Write operations (puts and deletes, retries included).
+    pub writes: u64,
+    /// Bytes of values written.
+    pub bytes_written: u64,
+    /// Writes retried after a 429 or a transient failure.
+    pub write_retries: u64,
+    /// Journal entries committed.
+    pub commits: u64,
+    /// Writes of journal entries (the hot path).
+    pub commit_writes: u64,
+    /// Bytes of journal entries written.
+    pub commit_bytes: u64,
+}
+
+impl StoreCounters {
+    /// The difference `self - earlier`.
+    pub fn since(&self, earlier: &StoreCounters) -> StoreCounters {
+        StoreCounters {
+            reads: self.reads - earlier.reads,
+            writes: self.writes - earlier.writes,
+            bytes_written: self.bytes_written - earlier.bytes_written,
+            write_retries: self.write_retries - earlier.write_retries,
+            commits: self.commits - earlier.commits,
+            commit_writes: self.commit_writes - earlier.commit_writes,
+            commit_bytes: self.commit_bytes - earlier.commit_bytes,
+        }
+    }
+}
+
 /// Orders approval records oldest first, and within one pause in call order.
 pub fn sort_approvals(records: &mut [ApprovalRecord]) {
     records.sort_by(|a, b| {
@@ -180,4 +220,8 @@ pub trait RunStore {
     async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>>;
     /// Deletes an approval record.
     async fn delete_approval(&self, id: &str) -> Result<()>;
+    /// Operations performed so far (backends that do not count return zeros).
+    fn counters(&self) -> StoreCounters {
+        StoreCounters::default()
+    }
 }

@@ -33,6 +33,19 @@ impl Env {
         }
     }
 
+    /// The journal store over a one-location Workers-KV simulator.
+    pub fn journal_sim() -> Env {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let kv = steadfast::store::sim::SimKv::new(Rc::new(clock.clone()), Default::default());
+        let store = steadfast::store::JournalStore::new(
+            kv,
+            Rc::new(clock.clone()),
+            Rc::new(ManualSleep::new(clock.clone())),
+            steadfast::store::JournalOptions::default(),
+        );
+        Env::with_store(Rc::new(store), clock)
+    }
+
     pub fn with_store(store: Rc<dyn RunStore>, clock: ManualClock) -> Env {
         Env { sleep: ManualSleep::new(clock.clone()), clock, store, memory: None, seed: Rc::new(RefCell::new(1)) }
     }
@@ -145,3 +158,5 @@ pub fn failing_tool(name: &str, counters: &Counters) -> Rc<dyn Tool> {
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
 }
+
+pub mod seed_layout;

@@ -1,0 +1,109 @@
+//! Every KV key shape of the journal store, built here and nowhere else.
+//!
+//! ```text
+//! <prefix>run/<id>/lease                     lease record: owner, epoch, expiry, segment chain (acquire/renew)
+//! <prefix>run/<id>/j/<tag>/<seq:010>         one journal entry, written once by the segment's owner
+//! <prefix>run/<id>/end/<tag>                 end marker of a segment: its owner released the lease (write-once)
+//! <prefix>idx/pending/<id>                   exists while the run is unfinished; value = list metadata
+//! <prefix>approval/<approval id>             approval record
+//! ```
+//! A segment tag is `<epoch:06>.<owner>`: unique per acquisition, so two owners never write the same key.
+
+use super::kv::check_key;
+use crate::core::error::Result;
+
+/// Key builder for one prefix.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    /// Keys under `prefix` (e.g. `"steadfast/"`; may be empty).
+    pub fn new(prefix: impl Into<String>) -> Keys {
+        Keys { prefix: prefix.into() }
+    }
+
+    /// The segment tag of an acquisition.
+    pub fn tag(epoch: u64, owner: &str) -> String {
+        format!("{epoch:06}.{owner}")
+    }
+
+    /// `run/<id>/` (every key of a run starts with it).
+    pub fn run_prefix(&self, run_id: &str) -> String {
+        format!("{}run/{run_id}/", self.prefix)
+    }
+
+    /// The lease record.
+    pub fn lease(&self, run_id: &str) -> String {
+        format!("{}run/{run_id}/lease", self.prefix)
+    }
+
+    /// One journal entry.
+    pub fn entry(&self, run_id: &str, tag: &str, seq: u64) -> String {
+        format!("{}run/{run_id}/j/{tag}/{seq:010}", self.prefix)
+    }
+
+    /// A segment's end marker.
+    pub fn end(&self, run_id: &str, tag: &str) -> String {
+        format!("{}run/{run_id}/end/{tag}", self.prefix)
+    }
+
+    /// Prefix of the pending index.
+    pub fn pending_prefix(&self) -> String {
+        format!("{}idx/pending/", self.prefix)
+    }
+
+    /// A run's pending-index key.
+    pub fn pending(&self, run_id: &str) -> String {
+        format!("{}idx/pending/{run_id}", self.prefix)
+    }
+
+    /// The run id of a pending-index key.
+    pub fn run_of_pending<'a>(&self, key: &'a str) -> Option<&'a str> {
+        key.strip_prefix(&self.prefix)?.strip_prefix("idx/pending/")
+    }
+
+    /// Prefix of the approval records.
+    pub fn approval_prefix(&self) -> String {
+        format!("{}approval/", self.prefix)
+    }
+
+    /// An approval record.
+    pub fn approval(&self, id: &str) -> String {
+        format!("{}approval/{id}", self.prefix)
+    }
+
+    /// Checks that the longest key of a run fits the KV limit (512 bytes).
+    pub fn check_run(&self, run_id: &str, owner: &str) -> Result<()> {
+        let longest = self.entry(run_id, &Keys::tag(999_999, owner), 9_999_999_999);
+        debug_assert!(longest.len() >= self.end(run_id, &Keys::tag(0, owner)).len());
+        check_key(&longest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_shapes() {
+        let k = Keys::new("sf/");
+        assert_eq!(k.lease("r1"), "sf/run/r1/lease");
+        assert_eq!(k.entry("r1", &Keys::tag(3, "own_a"), 42), "sf/run/r1/j/000003.own_a/0000000042");
+        assert_eq!(k.end("r1", "000003.own_a"), "sf/run/r1/end/000003.own_a");
+        assert_eq!(k.pending("r1"), "sf/idx/pending/r1");
+        assert_eq!(k.run_of_pending("sf/idx/pending/r1"), Some("r1"));
+        assert_eq!(k.approval("apr_1"), "sf/approval/apr_1");
+        assert!(k.lease("r1").starts_with(&k.run_prefix("r1")));
+    }
+
+    #[test]
+    fn longest_run_keys_fit_512_bytes() {
+        let k = Keys::new("steadfast/");
+        let id = "a".repeat(200);
+        assert!(k.check_run(&id, "own_0123456789abcdef01234567").is_ok());
+        let long_prefix = Keys::new("p".repeat(300));
+        assert!(long_prefix.check_run(&id, "own_0123456789abcdef01234567").is_err());
+    }
+}
