@@ -102,8 +102,8 @@ struct Reference {
     business_state: Option<Value>,
 }
 
-fn reference() -> Reference {
-    let env = Env::new();
+fn reference(make_env: fn() -> Env) -> Reference {
+    let env = make_env();
     let c = Counters::default();
     let (a, model) = agent(&env, &c);
     let paused = block_on(a.send(RUN, INPUT, SendOptions::default())).unwrap();
@@ -150,7 +150,16 @@ fn assistant_turns(cp: &Option<Checkpoint>) -> usize {
 
 #[test]
 fn crash_after_every_effect_then_resume_matches_uninterrupted_run() {
-    let reference = reference();
+    crash_matrix(Env::new, "memory store");
+}
+
+#[test]
+fn crash_after_every_effect_on_the_journal_store_over_simulated_kv() {
+    crash_matrix(Env::journal_sim, "journal store on SimKv");
+}
+
+fn crash_matrix(make_env: fn() -> Env, label: &str) {
+    let reference = reference(make_env);
     let k_total = reference.effects_total;
     assert!(k_total > 40, "a rich scenario: {k_total} effects");
     let pay_id = reference
@@ -164,7 +173,7 @@ fn crash_after_every_effect_then_resume_matches_uninterrupted_run() {
     let mut interrupted_pay = 0;
     for k in 1..=k_total {
         for finish_in_flight in [false, true] {
-            let env = Env::new();
+            let env = make_env();
             let c = Counters::default();
             let mut models = Vec::new();
             // Phase 1: the run as usual, "killed" right after effect k.
@@ -226,7 +235,7 @@ fn crash_after_every_effect_then_resume_matches_uninterrupted_run() {
             exercised += 1;
         }
     }
-    println!("crash points exercised: {k_total} ({exercised} crash runs, approved call interrupted in {interrupted_pay})");
+    println!("crash points exercised: {k_total} ({label}: {exercised} crash runs, approved call interrupted in {interrupted_pay})");
     assert_eq!(exercised, 2 * k_total);
     assert!(interrupted_pay > 0, "some crash hit the approved call in flight");
 }
