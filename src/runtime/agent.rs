@@ -60,6 +60,17 @@ pub struct CrashPoint {
     pub finish_in_flight: bool,
 }
 
+/// Stall injection for tests: after effect number `after_effects`, the execution awaits `wait()` before
+/// anything else (a frozen process: its tools in flight are not polled, its lease is not renewed).
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct StallPoint {
+    /// Effects performed before the stall.
+    pub after_effects: usize,
+    /// The stall: resolves when the process "wakes up".
+    pub wait: Rc<dyn Fn() -> super::traits::LocalFuture<'static, ()>>,
+}
+
 /// Per-call options of `send`, `resume` and `resolve`.
 #[derive(Clone, Default)]
 pub struct SendOptions {
@@ -71,6 +82,8 @@ pub struct SendOptions {
     pub events: Option<Rc<dyn EventSink>>,
     #[doc(hidden)]
     pub crash: Option<CrashPoint>,
+    #[doc(hidden)]
+    pub stall: Option<StallPoint>,
 }
 
 /// Input for `send`: text, one message or several.

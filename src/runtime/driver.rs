@@ -167,6 +167,11 @@ impl<'a> Driver<'a> {
 
     async fn after_effect(&mut self, in_flight: &mut InFlight) -> Result<()> {
         self.stats.effects += 1;
+        if let Some(stall) = &self.opts.stall {
+            if stall.after_effects == self.stats.effects {
+                (stall.wait)().await;
+            }
+        }
         if let Some(crash) = self.opts.crash {
             if crash.after_effects == self.stats.effects {
                 if crash.finish_in_flight {

@@ -9,7 +9,9 @@ pub mod platform;
 pub mod tools;
 pub mod traits;
 
-pub use agent::{Agent, AgentBuilder, AgentOptions, Approvals, CrashPoint, Input, Resolve, RunResult, SendOptions};
+pub use agent::{
+    Agent, AgentBuilder, AgentOptions, Approvals, CrashPoint, Input, Resolve, RunResult, SendOptions, StallPoint,
+};
 pub use driver::RunStats;
 pub use mock::{MockCall, MockModel, MockTurn};
 pub use platform::{ManualClock, ManualSleep, SplitMix64};
