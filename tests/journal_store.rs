@@ -187,6 +187,9 @@ fn operation_budget_of_a_100_step_run() {
     assert_eq!(done.status, RunStatus::Finished);
     assert!(validate_transcript(&done.messages).is_ok());
     let c = store.counters();
+    // The run reports its own KV operations (M25): every write the store made for it.
+    assert_eq!(done.stats.store_writes, c.writes);
+    assert_eq!(done.stats.store_bytes, c.bytes_written);
     let kvc = kv.counts();
     let transcript = transcript_bytes(&done.messages);
     let boundaries = c.commits;

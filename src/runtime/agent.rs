@@ -12,7 +12,7 @@ use crate::core::machine::{DriftPolicy, Gate, MachineConfig, Outcome, RunMachine
 use crate::core::retry::RetryPolicy;
 use crate::core::schema::Schema;
 use crate::core::transcript::{Message, ToolCall, Usage};
-use crate::store::{HistoryEntry, Lease, LeaseOptions, PendingRun, RunStore};
+use crate::store::{HistoryEntry, Lease, LeaseOptions, PendingRun, RunStore, StoreCounters};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -445,7 +445,13 @@ impl Agent {
     }
 
     /// Runs a started machine under a lease, releasing the lease unless the process "crashed".
-    async fn run_leased(&self, lease: Lease, machine: RunMachine, opts: &SendOptions) -> Result<RunResult> {
+    async fn run_leased(
+        &self,
+        lease: Lease,
+        machine: RunMachine,
+        opts: &SendOptions,
+        before: StoreCounters,
+    ) -> Result<RunResult> {
         let mut driver = Driver::new(self, lease, opts);
         let outcome = driver.drive(machine).await;
         match outcome {
@@ -458,9 +464,14 @@ impl Agent {
             }
             Ok((machine, outcome)) => {
                 let _ = self.inner.store.release_lease(&driver.lease).await;
+                let used = self.inner.store.counters().since(&before);
+                let mut stats = driver.stats;
+                stats.store_reads = used.reads;
+                stats.store_writes = used.writes;
+                stats.store_bytes = used.bytes_written;
                 match outcome.error {
                     Some(e) => Err(e),
-                    None => Ok(RunResult::of(machine.checkpoint(), &outcome, driver.stats)),
+                    None => Ok(RunResult::of(machine.checkpoint(), &outcome, stats)),
                 }
             }
         }
@@ -468,6 +479,7 @@ impl Agent {
 
     async fn execute(&self, run_id: &str, start: Start, opts: &SendOptions) -> Result<Option<RunResult>> {
         validate_run_id(run_id)?;
+        let before = self.inner.store.counters();
         // Refusals that need no lease (and so write nothing).
         let pre = self.inner.store.load(run_id).await?;
         match (&pre, &start) {
@@ -501,7 +513,7 @@ impl Agent {
                 return Err(e);
             }
         };
-        self.run_leased(lease, machine, opts).await.map(Some)
+        self.run_leased(lease, machine, opts, before).await.map(Some)
     }
 }
 
@@ -529,6 +541,7 @@ impl Approvals<'_> {
     pub async fn resolve_with(&self, decision: Resolve, opts: SendOptions) -> Result<RunResult> {
         let inner = &self.agent.inner;
         let store = &inner.store;
+        let before = store.counters();
         let Some(mut rec) = store.get_approval(&decision.id).await? else {
             return Err(Error::new(ErrorCode::ApprovalNotFound, format!("no approval '{}'", decision.id))
                 .with_approval(&decision.id));
@@ -621,7 +634,7 @@ impl Approvals<'_> {
             }
         };
         store.put_approval(&rec).await?;
-        let res = self.agent.run_leased(lease, machine, &opts).await;
+        let res = self.agent.run_leased(lease, machine, &opts, before).await;
         if !matches!(&res, Err(e) if e.code == ErrorCode::Crashed) {
             for aid in batch {
                 let _ = store.delete_approval(&aid).await;

@@ -33,6 +33,12 @@ pub struct RunStats {
     pub tool_runs: usize,
     /// Lease renewals.
     pub lease_renewals: usize,
+    /// Store read operations of this execution (lease, load and commits; backends that count).
+    pub store_reads: u64,
+    /// Store write operations of this execution.
+    pub store_writes: u64,
+    /// Bytes the store wrote for this execution.
+    pub store_bytes: u64,
 }
 
 type InFlight = FuturesUnordered<LocalFuture<'static, (String, ToolOutcome)>>;
