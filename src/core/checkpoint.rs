@@ -86,6 +86,13 @@ pub struct Checkpoint {
     /// Approved calls that were marked started before they ran (at most once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub started_tool_call_ids: Vec<String>,
+    /// Side-effecting calls whose intent was recorded before they ran (effect ledger; the outcome is their
+    /// result). A resume that finds an intent without a result reconciles before running again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intents: Vec<String>,
+    /// Set by the recovery sweep when the run failed `maxAttempts` times in a row; cleared by progress.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quarantined: bool,
     /// The last failed attempt, cleared by the next saved progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<ErrorInfo>,
@@ -132,6 +139,12 @@ pub struct Header {
     /// See [`Checkpoint::started_tool_call_ids`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub started_tool_call_ids: Vec<String>,
+    /// See [`Checkpoint::intents`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub intents: Vec<String>,
+    /// See [`Checkpoint::quarantined`].
+    #[serde(default)]
+    pub quarantined: bool,
     /// See [`Checkpoint::last_error`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<ErrorInfo>,
@@ -201,6 +214,8 @@ header_patch! {
         status: RunStatus,
         approval_ids: Vec<String>,
         started_tool_call_ids: Vec<String>,
+        intents: Vec<String>,
+        quarantined: bool,
         attempts: u32,
         held_results: Vec<ToolResult>,
         queued_input: Vec<Message>,
@@ -286,6 +301,8 @@ impl Checkpoint {
             status: self.status,
             approval_ids: self.approval_ids.clone(),
             started_tool_call_ids: self.started_tool_call_ids.clone(),
+            intents: self.intents.clone(),
+            quarantined: self.quarantined,
             last_error: self.last_error.clone(),
             attempts: self.attempts,
             finish_reason: self.finish_reason,
@@ -302,6 +319,8 @@ impl Checkpoint {
         self.status = h.status;
         self.approval_ids = h.approval_ids;
         self.started_tool_call_ids = h.started_tool_call_ids;
+        self.intents = h.intents;
+        self.quarantined = h.quarantined;
         self.last_error = h.last_error;
         self.attempts = h.attempts;
         self.finish_reason = h.finish_reason;

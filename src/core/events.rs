@@ -60,6 +60,9 @@ pub enum Event {
         is_error: bool,
         /// How the result came to be.
         kind: ResultKind,
+        /// The hook that replaced the tool's output, if one did.
+        #[serde(rename = "replacedBy", default, skip_serializing_if = "Option::is_none")]
+        replaced_by: Option<String>,
     },
     /// Pending calls of an interrupted turn are being resumed.
     #[serde(rename = "tool.resume")]

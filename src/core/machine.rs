@@ -68,6 +68,8 @@ pub enum Start {
     Resume,
     /// The last approval of a pause was resolved: these are the decisions for every approval of the pause.
     Approvals(Vec<Decision>),
+    /// Mark the stored run quarantined (the recovery sweep gave up on it): one commit, nothing runs.
+    Quarantine,
 }
 
 /// The runtime's verdict on a tool call before it runs.
@@ -75,6 +77,8 @@ pub enum Start {
 pub enum Gate {
     /// Run it.
     Run,
+    /// Run it, recording the intent first (a side-effecting tool: effect ledger, M26).
+    RunWithIntent,
     /// Pause the run on an approval with this (fresh, random) id.
     NeedsApproval {
         /// Approval id.
@@ -111,6 +115,20 @@ pub enum ToolOutcome {
     },
     /// It threw a propagating error: the run attempt is rejected.
     Propagate(Error),
+    /// A hook denied it before it ran: the model gets a `denied` result.
+    Denied {
+        /// Why.
+        reason: String,
+    },
+    /// A hook replaced what the tool produced.
+    Replaced {
+        /// Text for the model.
+        content: String,
+        /// Whether it reports a failure.
+        is_error: bool,
+        /// The hook that replaced it.
+        by: String,
+    },
 }
 
 /// A model's answer.
@@ -160,6 +178,12 @@ pub enum Effect {
         /// Calls to decide, in call order.
         calls: Vec<ToolCall>,
     },
+    /// Side-effecting calls whose intent was recorded but whose outcome was not: ask each tool's `reconcile`
+    /// whether the effect happened; answer with [`RunMachine::notify_reconciled`].
+    Reconcile {
+        /// The calls, in call order.
+        calls: Vec<ToolCall>,
+    },
     /// Start a tool call; answer (any time later) with [`RunMachine::notify_tool_settled`].
     RunTool {
         /// The call.
@@ -186,6 +210,7 @@ enum Wait {
     Model,
     Gate,
     Approvals,
+    Reconcile,
 }
 
 /// The run state machine.
@@ -206,6 +231,8 @@ pub struct RunMachine {
     committed_ext: Option<Value>,
     gated: HashMap<String, Gate>,
     need_gate: Vec<ToolCall>,
+    need_reconcile: Vec<ToolCall>,
+    reconciled: HashSet<String>,
     running: HashSet<String>,
     approved: HashMap<String, String>,
     launched: HashSet<String>,
@@ -244,6 +271,8 @@ impl RunMachine {
             committed_ext: None,
             gated: HashMap::new(),
             need_gate: Vec::new(),
+            need_reconcile: Vec::new(),
+            reconciled: HashSet::new(),
             running: HashSet::new(),
             approved: HashMap::new(),
             launched: HashSet::new(),
@@ -269,6 +298,10 @@ impl RunMachine {
             }
             Start::Approvals(_) => {
                 return Err(Error::new(ErrorCode::ApprovalOrphaned, format!("run '{}' no longer exists", self.cfg.run_id))
+                    .with_run(&self.cfg.run_id))
+            }
+            Start::Quarantine => {
+                return Err(Error::new(ErrorCode::CheckpointNotFound, format!("run '{}' has no checkpoint", self.cfg.run_id))
                     .with_run(&self.cfg.run_id))
             }
         };
@@ -303,6 +336,12 @@ impl RunMachine {
         self.committed_fp = cp.fingerprint.clone();
         self.committed_ext = cp.ext.clone();
         self.cp = cp;
+        if let Start::Quarantine = start {
+            self.cp.quarantined = true;
+            self.dirty = true;
+            self.finishing = Some(Outcome { status: self.cp.status, finish_reason: None, note: None, error: None });
+            return Ok(());
+        }
         match (self.cp.status, start) {
             (RunStatus::AwaitingApproval, Start::Approvals(decisions)) => {
                 for id in &self.cp.approval_ids {
@@ -362,6 +401,7 @@ impl RunMachine {
                     self.emit(Event::ToolResume { tool_call_ids: pending.iter().map(|c| c.id.clone()).collect() });
                 }
             }
+            (_, Start::Quarantine) => {}
             (RunStatus::Finished, Start::Resume) => {
                 return Err(Error::new(ErrorCode::CheckpointNotFound, format!("run '{run_id}' is finished: nothing to resume"))
                     .with_run(&run_id))
@@ -511,19 +551,57 @@ impl RunMachine {
             return;
         }
         let Some(call) = self.pending_calls().into_iter().find(|c| c.id == tool_call_id) else { return };
+        if let Err(err) = self.settle(&call, outcome) {
+            self.fail(err);
+            return;
+        }
+        self.advance();
+    }
+
+    fn settle(&mut self, call: &ToolCall, outcome: ToolOutcome) -> Result<()> {
         match outcome {
             ToolOutcome::Ok { content, business_state } => {
                 if let Some(bs) = business_state {
                     self.cp.business_state = Some(bs);
                 }
-                self.record(result(&call, content, false, ResultKind::Execution));
+                self.record(result(call, content, false, ResultKind::Execution));
             }
             ToolOutcome::Failed { message } => {
-                self.record(result(&call, cap_chars(&message, MAX_ERROR_RESULT_CHARS), true, ResultKind::Execution));
+                self.record(result(call, cap_chars(&message, MAX_ERROR_RESULT_CHARS), true, ResultKind::Execution));
             }
-            ToolOutcome::Propagate(err) => {
-                self.fail(err);
-                return;
+            ToolOutcome::Denied { reason } => {
+                self.record(result(call, format!("denied: {reason}"), true, ResultKind::Denied));
+            }
+            ToolOutcome::Replaced { content, is_error, by } => {
+                self.record_by(result(call, cap_chars(&content, MAX_ERROR_RESULT_CHARS), is_error, ResultKind::Execution), Some(by));
+            }
+            ToolOutcome::Propagate(err) => return Err(err),
+        }
+        Ok(())
+    }
+
+    /// Answers to the last `Reconcile`: `Some(outcome)` when the effect happened (it becomes the recorded
+    /// result), `None` when it did not (the call runs again).
+    pub fn notify_reconciled(&mut self, answers: Vec<(String, Option<ToolOutcome>)>) {
+        if self.waiting != Some(Wait::Reconcile) {
+            return;
+        }
+        self.waiting = None;
+        let asked = std::mem::take(&mut self.need_reconcile);
+        let mut answers: HashMap<String, Option<ToolOutcome>> = answers.into_iter().collect();
+        for call in asked {
+            self.reconciled.insert(call.id.clone());
+            match answers.remove(&call.id).flatten() {
+                Some(outcome) => {
+                    if let Err(err) = self.settle(&call, outcome) {
+                        self.fail(err);
+                        return;
+                    }
+                }
+                None => {
+                    self.gated.insert(call.id.clone(), Gate::RunWithIntent);
+                    self.launched.insert(call.id.clone());
+                }
             }
         }
         self.advance();
@@ -554,9 +632,10 @@ impl RunMachine {
         if self.done || self.finishing.is_some() {
             return;
         }
-        if self.waiting == Some(Wait::Model) || self.waiting == Some(Wait::Gate) {
+        if matches!(self.waiting, Some(Wait::Model) | Some(Wait::Gate) | Some(Wait::Reconcile)) {
             self.waiting = None;
             self.need_gate.clear();
+            self.need_reconcile.clear();
         }
         for call in self.pending_calls() {
             self.record(result(&call, "cancelled: the run was aborted before this call finished".into(), true, ResultKind::Cancelled));
@@ -605,6 +684,7 @@ impl RunMachine {
         self.dirty = true;
         self.cp.last_error = None;
         self.cp.attempts = 0;
+        self.cp.quarantined = false;
     }
 
     fn fail(&mut self, err: Error) {
@@ -613,7 +693,8 @@ impl RunMachine {
         }
         self.running.clear();
         self.need_gate.clear();
-        if self.waiting == Some(Wait::Gate) {
+        self.need_reconcile.clear();
+        if matches!(self.waiting, Some(Wait::Gate) | Some(Wait::Reconcile)) {
             self.waiting = None;
         }
         self.cp.last_error = Some(err.info());
@@ -641,11 +722,24 @@ impl RunMachine {
     }
 
     fn record(&mut self, r: ToolResult) {
+        self.record_by(r, None);
+    }
+
+    fn record_by(&mut self, r: ToolResult, replaced_by: Option<String>) {
         let pending = self.pending_calls();
         if !pending.iter().any(|c| c.id == r.tool_call_id) {
             return;
         }
-        self.emit(Event::ToolDone { tool_call_id: r.tool_call_id.clone(), name: r.name.clone(), is_error: r.is_error, kind: r.kind });
+        self.emit(Event::ToolDone {
+            tool_call_id: r.tool_call_id.clone(),
+            name: r.name.clone(),
+            is_error: r.is_error,
+            kind: r.kind,
+            replaced_by,
+        });
+        // A recorded call needs neither its start mark nor its intent any more.
+        self.cp.started_tool_call_ids.retain(|id| id != &r.tool_call_id);
+        self.cp.intents.retain(|id| id != &r.tool_call_id);
         self.cp.held_results.push(r);
         while let Some((idx, placed)) = self.turn() {
             let next = &self.cp.messages[idx].tool_calls()[placed].id;
@@ -692,6 +786,11 @@ impl RunMachine {
         }
         if self.finishing.is_none() {
             self.transitions();
+            if !self.need_reconcile.is_empty() {
+                self.effects.push_back(Effect::Reconcile { calls: self.need_reconcile.clone() });
+                self.waiting = Some(Wait::Reconcile);
+                return;
+            }
             if !self.need_gate.is_empty() {
                 self.effects.push_back(Effect::Gate { calls: self.need_gate.clone() });
                 self.waiting = Some(Wait::Gate);
@@ -744,6 +843,12 @@ impl RunMachine {
                 self.record(result(&call, content, true, ResultKind::Interrupted));
                 continue;
             }
+            if self.cp.intents.contains(&call.id) && !self.launched.contains(&call.id) {
+                if !self.reconciled.contains(&call.id) && !self.need_reconcile.iter().any(|c| c.id == call.id) {
+                    self.need_reconcile.push(call);
+                }
+                continue;
+            }
             if self.approved.contains_key(&call.id) {
                 if !self.cp.started_tool_call_ids.contains(&call.id) {
                     self.cp.started_tool_call_ids.push(call.id.clone());
@@ -767,11 +872,22 @@ impl RunMachine {
                 Some(Gate::Denied { reason }) => {
                     self.record(result(&call, format!("denied: {reason}"), true, ResultKind::Denied))
                 }
+                Some(Gate::RunWithIntent) => {
+                    if !self.cp.intents.contains(&call.id) {
+                        self.cp.intents.push(call.id.clone());
+                        self.launched.insert(call.id.clone());
+                        self.progress();
+                    }
+                }
                 Some(Gate::Run) | Some(Gate::NeedsApproval { .. }) => {}
                 None => self.need_gate.push(call),
             }
         }
-        if !self.need_gate.is_empty() || !self.pending_calls().is_empty() || self.cp.status != RunStatus::InProgress {
+        if !self.need_gate.is_empty()
+            || !self.need_reconcile.is_empty()
+            || !self.pending_calls().is_empty()
+            || self.cp.status != RunStatus::InProgress
+        {
             return;
         }
         if !self.cp.queued_input.is_empty() {
@@ -822,6 +938,7 @@ impl RunMachine {
             }
             match self.gated.get(&call.id) {
                 Some(Gate::Run) => self.launch(call, None),
+                Some(Gate::RunWithIntent) if self.launched.contains(&call.id) => self.launch(call, None),
                 Some(Gate::NeedsApproval { approval_id }) => to_pause.push((call, approval_id.clone())),
                 _ => {}
             }

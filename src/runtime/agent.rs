@@ -2,16 +2,17 @@
 
 use super::driver::{Driver, RunStats};
 use super::platform::SplitMix64;
+use super::hooks::Hook;
 use super::traits::{AbortSignal, Clock, EventSink, Model, Rng, Sleep, Tool, ToolSpec};
 use crate::core::approval::{ApprovalRecord, ApprovalStatus, Decision};
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::fingerprint::Fingerprint;
 use crate::core::ids::validate_run_id;
-use crate::core::machine::{DriftPolicy, Gate, MachineConfig, Outcome, RunMachine, Start};
+use crate::core::machine::{DriftPolicy, MachineConfig, Outcome, RunMachine, Start};
 use crate::core::retry::RetryPolicy;
 use crate::core::schema::Schema;
-use crate::core::transcript::{Message, ToolCall, Usage};
+use crate::core::transcript::{Message, Usage};
 use crate::store::{HistoryEntry, Lease, LeaseOptions, PendingRun, RunStore, StoreCounters};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -178,6 +179,7 @@ pub(crate) struct RegisteredTool {
 }
 
 pub(crate) struct AgentInner {
+    pub(crate) hooks: Vec<Rc<dyn Hook>>,
     pub(crate) model: Rc<dyn Model>,
     pub(crate) tools: Vec<RegisteredTool>,
     pub(crate) specs: Vec<ToolSpec>,
@@ -198,6 +200,7 @@ pub struct Agent {
 
 /// Builds an [`Agent`].
 pub struct AgentBuilder {
+    hooks: Vec<Rc<dyn Hook>>,
     model: Rc<dyn Model>,
     tools: Vec<Rc<dyn Tool>>,
     instructions: String,
@@ -218,6 +221,18 @@ impl AgentBuilder {
     /// Adds a shared tool.
     pub fn tool_rc(mut self, tool: Rc<dyn Tool>) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Adds a hook (hooks run in the order they were added).
+    pub fn hook(mut self, hook: impl Hook + 'static) -> Self {
+        self.hooks.push(Rc::new(hook));
+        self
+    }
+
+    /// Adds a shared hook.
+    pub fn hook_rc(mut self, hook: Rc<dyn Hook>) -> Self {
+        self.hooks.push(hook);
         self
     }
 
@@ -305,6 +320,7 @@ impl AgentBuilder {
         );
         Ok(Agent {
             inner: Rc::new(AgentInner {
+                hooks: self.hooks,
                 model: self.model,
                 tools,
                 specs,
@@ -346,6 +362,7 @@ impl Agent {
     /// Starts building an agent around a shared model.
     pub fn builder_rc(model: Rc<dyn Model>) -> AgentBuilder {
         AgentBuilder {
+            hooks: Vec::new(),
             model,
             tools: Vec::new(),
             instructions: String::new(),
@@ -426,16 +443,9 @@ impl Agent {
         format!("{prefix}_{:016x}{:08x}", self.inner.rng.next_u64(), self.inner.rng.next_u64() as u32)
     }
 
-    /// Gate decision for a call: unknown tool, invalid arguments, approval needed, or run.
-    pub(crate) fn gate(&self, call: &ToolCall) -> Gate {
-        let Some(t) = self.inner.tools.iter().find(|t| t.tool.name() == call.name) else { return Gate::UnknownTool };
-        if let Err(errors) = t.schema.validate(&call.args) {
-            return Gate::Invalid { message: errors.join("; ") };
-        }
-        if t.tool.needs_approval(&call.args) {
-            return Gate::NeedsApproval { approval_id: self.new_id("apr") };
-        }
-        Gate::Run
+    /// The registered tool named `name`.
+    pub(crate) fn tool(&self, name: &str) -> Option<&RegisteredTool> {
+        self.inner.tools.iter().find(|t| t.tool.name() == name)
     }
 
     async fn acquire(&self, run_id: &str) -> Result<Lease> {

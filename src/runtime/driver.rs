@@ -5,16 +5,18 @@
 //! M15), watches the abort signal, numbers events, and can "crash" after any effect for tests.
 
 use super::agent::{Agent, SendOptions};
+use super::hooks::{HookContext, ToolResultDraft, Verdict};
 use super::traits::{AbortSignal, LocalFuture, ModelRequest, ToolContext, ToolError};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::{Event, EventEnvelope, EVENT_SCHEMA_VERSION};
-use crate::core::machine::{Effect, ModelResponse, Outcome, RunMachine, ToolOutcome};
+use crate::core::machine::{Effect, Gate, ModelResponse, Outcome, RunMachine, ToolOutcome};
 use crate::core::retry::NextRetry;
-use crate::core::transcript::ToolCall;
+use crate::core::transcript::{Message, ToolCall};
 use crate::store::Lease;
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use serde_json::{Map, Value};
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::pin;
 use std::task::Poll;
@@ -57,6 +59,19 @@ pub(crate) struct Driver<'a> {
     seq: u64,
     pub(crate) stats: RunStats,
     last_renew: u64,
+    /// Hook state (the checkpoint's `ext` object), and whether hooks changed it since the machine last saw it.
+    ext: Map<String, Value>,
+    ext_changed: bool,
+    /// Arguments rewritten by `before_tool` hooks, by call id.
+    args: HashMap<String, Value>,
+}
+
+/// Which hook entry point to run.
+enum HookPoint<'c> {
+    BeforeTool(&'c mut ToolCall, bool),
+    AfterTool(&'c ToolCall, &'c mut ToolResultDraft),
+    BeforeModel(&'c [Message]),
+    AfterModel(&'c mut ModelResponse),
 }
 
 impl<'a> Driver<'a> {
@@ -70,7 +85,96 @@ impl<'a> Driver<'a> {
             seq: 0,
             stats: RunStats::default(),
             last_renew: now,
+            ext: Map::new(),
+            ext_changed: false,
+            args: HashMap::new(),
         }
+    }
+
+    /// Runs every hook at one point, in order. Returns the deny reason of the first hook that denies (before
+    /// a tool call), or the name of the last hook that changed the tool result (after one).
+    async fn hooks(&mut self, m: &mut RunMachine, mut point: HookPoint<'_>) -> Result<Option<String>> {
+        let agent: &'a Agent = self.agent;
+        if agent.inner.hooks.is_empty() {
+            return Ok(None);
+        }
+        let mut events = Vec::new();
+        let mut outcome = None;
+        let mut failure = None;
+        for hook in &agent.inner.hooks {
+            let mut ctx = HookContext {
+                run_id: &self.lease.run_id,
+                step: m.checkpoint().step_index,
+                resumed_after_approval: matches!(point, HookPoint::BeforeTool(_, true)),
+                state: &mut self.ext,
+                events: &mut events,
+                changed: &mut self.ext_changed,
+            };
+            let res = match &mut point {
+                HookPoint::BeforeTool(call, _) => match hook.before_tool(&mut ctx, call).await {
+                    Ok(Verdict::Deny(reason)) => {
+                        outcome = Some(reason);
+                        Ok(true)
+                    }
+                    Ok(Verdict::Continue) => Ok(false),
+                    Err(e) => Err(e),
+                },
+                HookPoint::AfterTool(call, draft) => {
+                    let before = (*draft).clone();
+                    let r = hook.after_tool(&mut ctx, call, draft).await;
+                    if **draft != before {
+                        outcome = Some(hook.name().to_string());
+                    }
+                    r.map(|_| false)
+                }
+                HookPoint::BeforeModel(messages) => hook.before_model(&mut ctx, messages).await.map(|_| false),
+                HookPoint::AfterModel(resp) => hook.after_model(&mut ctx, resp).await.map(|_| false),
+            };
+            match res {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => {
+                    let e = if e.code == ErrorCode::Internal || e.code == ErrorCode::InvalidInput {
+                        Error::new(ErrorCode::HookFailed, format!("hook '{}' failed: {}", hook.name(), e.message))
+                    } else {
+                        e
+                    };
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+        for e in events {
+            self.emit(e);
+        }
+        if self.ext_changed {
+            self.ext_changed = false;
+            m.set_ext(Some(Value::Object(self.ext.clone())));
+        }
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(outcome),
+        }
+    }
+
+    /// The gate of one call: unknown tool, invalid arguments, hooks (deny / rewrite), approval, intent.
+    async fn gate(&mut self, m: &mut RunMachine, call: &ToolCall) -> Result<Gate> {
+        let agent: &'a Agent = self.agent;
+        let Some(t) = agent.tool(&call.name) else { return Ok(Gate::UnknownTool) };
+        if let Err(errors) = t.schema.validate(&call.args) {
+            return Ok(Gate::Invalid { message: errors.join("; ") });
+        }
+        let mut rewritten = call.clone();
+        if let Some(reason) = self.hooks(m, HookPoint::BeforeTool(&mut rewritten, false)).await? {
+            return Ok(Gate::Denied { reason });
+        }
+        if rewritten.args != call.args {
+            self.args.insert(call.id.clone(), rewritten.args.clone());
+        }
+        if t.tool.needs_approval(&rewritten.args) {
+            return Ok(Gate::NeedsApproval { approval_id: agent.new_id("apr") });
+        }
+        Ok(if t.tool.side_effecting() { Gate::RunWithIntent } else { Gate::Run })
     }
 
     fn now(&self) -> u64 {
@@ -84,6 +188,10 @@ impl<'a> Driver<'a> {
         let mut queue: VecDeque<(ToolCall, Option<String>)> = VecDeque::new();
         let mut settled: VecDeque<(String, ToolOutcome)> = VecDeque::new();
         let mut abort_seen = false;
+        self.ext = match &m.checkpoint().ext {
+            Some(Value::Object(map)) => map.clone(),
+            _ => Map::new(),
+        };
         loop {
             self.maybe_renew().await?;
             if !abort_seen && self.abort.is_aborted() {
@@ -110,7 +218,16 @@ impl<'a> Driver<'a> {
                         m.notify_committed();
                     }
                     Effect::CallModel { step } => {
-                        let answer = self.call_model(&m, step).await;
+                        let messages = m.checkpoint().messages.clone();
+                        let mut answer = match self.hooks(&mut m, HookPoint::BeforeModel(&messages)).await {
+                            Ok(_) => self.call_model(&m, step).await,
+                            Err(e) => Err(e),
+                        };
+                        if let Ok(Some(resp)) = &mut answer {
+                            if let Err(e) = self.hooks(&mut m, HookPoint::AfterModel(resp)).await {
+                                answer = Err(e);
+                            }
+                        }
                         self.after_effect(&mut in_flight).await?;
                         match answer {
                             Ok(Some(resp)) => m.notify_model_response(resp),
@@ -123,12 +240,50 @@ impl<'a> Driver<'a> {
                         }
                     }
                     Effect::Gate { calls } => {
-                        let decisions = calls.iter().map(|c| (c.id.clone(), self.agent.gate(c))).collect();
+                        let mut decisions = Vec::new();
+                        let mut failed = None;
+                        for c in &calls {
+                            match self.gate(&mut m, c).await {
+                                Ok(g) => decisions.push((c.id.clone(), g)),
+                                Err(e) => {
+                                    failed = Some(e);
+                                    break;
+                                }
+                            }
+                        }
                         self.after_effect(&mut in_flight).await?;
-                        m.notify_gated(decisions);
+                        match failed {
+                            Some(e) => m.notify_failed(e),
+                            None => m.notify_gated(decisions),
+                        }
                     }
-                    Effect::RunTool { call, approval_id } => {
-                        queue.push_back((call, approval_id));
+                    Effect::Reconcile { calls } => {
+                        let answers = self.reconcile(&calls).await;
+                        self.after_effect(&mut in_flight).await?;
+                        match answers {
+                            Ok(a) => m.notify_reconciled(a),
+                            Err(e) => m.notify_failed(e),
+                        }
+                    }
+                    Effect::RunTool { mut call, approval_id } => {
+                        let mut denied = None;
+                        if approval_id.is_some() {
+                            // Hooks saw this call at the gate; they see it again right before it runs.
+                            match self.hooks(&mut m, HookPoint::BeforeTool(&mut call, true)).await {
+                                Ok(d) => denied = d,
+                                Err(e) => {
+                                    self.after_effect(&mut in_flight).await?;
+                                    m.notify_failed(e);
+                                    continue;
+                                }
+                            }
+                        } else if let Some(args) = self.args.remove(&call.id) {
+                            call.args = args;
+                        }
+                        match denied {
+                            Some(reason) => settled.push_back((call.id.clone(), ToolOutcome::Denied { reason })),
+                            None => queue.push_back((call, approval_id)),
+                        }
                         self.fill(&mut queue, &mut in_flight);
                         self.after_effect(&mut in_flight).await?;
                     }
@@ -144,6 +299,10 @@ impl<'a> Driver<'a> {
                 continue;
             }
             if let Some((id, outcome)) = settled.pop_front() {
+                let outcome = match self.after_tool(&mut m, &id, outcome).await {
+                    Ok(o) => o,
+                    Err(e) => ToolOutcome::Propagate(e),
+                };
                 m.notify_tool_settled(&id, outcome);
                 self.fill(&mut queue, &mut in_flight);
                 continue;
@@ -161,6 +320,47 @@ impl<'a> Driver<'a> {
                 }
             }
         }
+    }
+
+    /// `after_tool` hooks on a settled call; a changed result becomes `Replaced`.
+    async fn after_tool(&mut self, m: &mut RunMachine, id: &str, outcome: ToolOutcome) -> Result<ToolOutcome> {
+        if self.agent.inner.hooks.is_empty() {
+            return Ok(outcome);
+        }
+        let Some(call) = m.pending_calls().into_iter().find(|c| c.id == id) else { return Ok(outcome) };
+        let mut draft = match &outcome {
+            ToolOutcome::Ok { content, .. } => ToolResultDraft { content: content.clone(), is_error: false },
+            ToolOutcome::Failed { message } => ToolResultDraft { content: message.clone(), is_error: true },
+            _ => return Ok(outcome),
+        };
+        match self.hooks(m, HookPoint::AfterTool(&call, &mut draft)).await? {
+            Some(by) => Ok(ToolOutcome::Replaced { content: draft.content, is_error: draft.is_error, by }),
+            None => Ok(outcome),
+        }
+    }
+
+    /// Asks each side-effecting tool whether an effect whose outcome was not recorded happened.
+    async fn reconcile(&mut self, calls: &[ToolCall]) -> Result<Vec<(String, Option<ToolOutcome>)>> {
+        let mut out = Vec::new();
+        for call in calls {
+            let Some(t) = self.agent.tool(&call.name) else {
+                out.push((call.id.clone(), None));
+                continue;
+            };
+            let tool = t.tool.clone();
+            match tool.reconcile(&call.args, &call.id).await {
+                Ok(Some(o)) => out.push((call.id.clone(), Some(ToolOutcome::Ok { content: o.content, business_state: o.business_state }))),
+                Ok(None) => out.push((call.id.clone(), None)),
+                Err(ToolError::Propagate(e)) => return Err(e),
+                Err(ToolError::Failed { kind, message }) => {
+                    return Err(Error::new(
+                        ErrorCode::ToolPropagated,
+                        format!("reconciling '{}' ({}) failed: {}", call.name, call.id, ToolError::model_text(&kind, &message)),
+                    ))
+                }
+            }
+        }
+        Ok(out)
     }
 
     fn emit(&mut self, event: Event) {

@@ -4,6 +4,8 @@
 
 pub mod agent;
 mod driver;
+pub mod heal;
+pub mod hooks;
 pub mod mock;
 pub mod platform;
 pub mod tools;
@@ -13,6 +15,8 @@ pub use agent::{
     Agent, AgentBuilder, AgentOptions, Approvals, CrashPoint, Input, Resolve, RunResult, SendOptions, StallPoint,
 };
 pub use driver::RunStats;
+pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};
+pub use hooks::{Hook, HookContext, ToolResultDraft, Verdict};
 pub use mock::{MockCall, MockModel, MockTurn};
 pub use platform::{ManualClock, ManualSleep, SplitMix64};
 pub use tools::FnTool;

@@ -7,6 +7,7 @@ use std::future::Future;
 use std::rc::Rc;
 
 type Exec = Rc<dyn Fn(Value, ToolContext) -> LocalFuture<'static, Result<ToolOutput, ToolError>>>;
+type Reconcile = Rc<dyn Fn(Value, String) -> LocalFuture<'static, Result<Option<ToolOutput>, ToolError>>>;
 type Predicate = Rc<dyn Fn(&Value) -> bool>;
 
 /// A tool built from a name, a description, a JSON Schema and an async closure.
@@ -17,6 +18,8 @@ pub struct FnTool {
     schema: Value,
     approval: Option<Predicate>,
     exec: Exec,
+    side_effecting: bool,
+    reconcile: Option<Reconcile>,
 }
 
 impl FnTool {
@@ -32,7 +35,27 @@ impl FnTool {
             schema,
             approval: None,
             exec: Rc::new(move |args, ctx| Box::pin(f(args, ctx))),
+            side_effecting: false,
+            reconcile: None,
         }
+    }
+
+    /// Marks the tool side-effecting: its intent is recorded before each call (effect ledger).
+    pub fn side_effecting(mut self) -> FnTool {
+        self.side_effecting = true;
+        self
+    }
+
+    /// Marks the tool side-effecting with a reconcile function `f(args, idempotency_key)`: after a crash
+    /// between the effect and its record, it says whether the effect happened (`Some(output)`) or not.
+    pub fn reconcile_with<F, Fut>(mut self, f: F) -> FnTool
+    where
+        F: Fn(Value, String) -> Fut + 'static,
+        Fut: Future<Output = Result<Option<ToolOutput>, ToolError>> + 'static,
+    {
+        self.side_effecting = true;
+        self.reconcile = Some(Rc::new(move |args, key| Box::pin(f(args, key))));
+        self
     }
 
     /// Every call needs approval (or none, with `false`).
@@ -68,5 +91,16 @@ impl Tool for FnTool {
 
     async fn execute(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         (self.exec)(args, ctx).await
+    }
+
+    fn side_effecting(&self) -> bool {
+        self.side_effecting
+    }
+
+    async fn reconcile(&self, args: &Value, key: &str) -> Result<Option<ToolOutput>, ToolError> {
+        match &self.reconcile {
+            Some(f) => f(args.clone(), key.to_string()).await,
+            None => Ok(None),
+        }
     }
 }

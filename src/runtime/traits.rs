@@ -151,6 +151,19 @@ pub trait Tool {
     }
     /// Runs the call.
     async fn execute(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// Whether the tool has side effects worth a ledger (M26): its intent is recorded in a checkpoint before
+    /// it runs, and a resume that finds the intent without an outcome calls [`Tool::reconcile`] first.
+    fn side_effecting(&self) -> bool {
+        false
+    }
+
+    /// For a call whose intent was recorded but whose outcome was not (the process died in between): did the
+    /// effect happen? `Ok(Some(output))` records that output as the result (the call does not run again);
+    /// `Ok(None)` runs it again. `key` is the call's idempotency key. The default says "unknown: run again".
+    async fn reconcile(&self, _args: &Value, _key: &str) -> Result<Option<ToolOutput>, ToolError> {
+        Ok(None)
+    }
 }
 
 /// Wall clock.
