@@ -45,8 +45,9 @@ pub struct ForkPatch {
 /// Builds the fork's checkpoint from `source` (a history entry) and `patch`.
 ///
 /// The fork starts as a copy of `source` renamed to `new_run_id`, in progress, with no approvals, finish reason,
-/// last error, attempts, started calls or journal position (`seq = 0`); the transcript, step count, usage,
-/// input window, fingerprint, extension state and `saved_at` are kept. The patch is then applied in order:
+/// last error, attempts, quarantine mark, started calls, recorded intents or journal position (`seq = 0`): its
+/// pending calls are a new run's and go through the gate (hooks, approval) again. The transcript, step count,
+/// usage, input window, fingerprint, extension state and `saved_at` are kept. The patch is then applied in order:
 /// `messages`, `business_state`, `tool_result`, `append_input`.
 ///
 /// Fails with `STEADFAST_INVALID_INPUT` when the patched transcript is invalid or `tool_result` names a call
@@ -62,6 +63,8 @@ pub fn apply_patch(source: &Checkpoint, new_run_id: &str, patch: &ForkPatch) -> 
     cp.attempts = 0;
     cp.seq = 0;
     cp.started_tool_call_ids.clear();
+    cp.intents.clear();
+    cp.quarantined = false;
 
     if let Some(messages) = &patch.messages {
         validate_transcript(messages).map_err(|why| {
@@ -239,6 +242,9 @@ mod tests {
         cp.status = RunStatus::AwaitingApproval;
         cp.approval_ids = vec!["apr_1".into()];
         cp.started_tool_call_ids = vec!["c2".into()];
+        cp.intents = vec!["c3".into()];
+        cp.quarantined = true;
+        cp.attempts = 10;
         cp.finish_reason = Some(FinishReason::AwaitingApproval);
         cp
     }
@@ -270,6 +276,9 @@ mod tests {
         assert_eq!(fork.status, RunStatus::InProgress);
         assert!(fork.approval_ids.is_empty());
         assert!(fork.started_tool_call_ids.is_empty());
+        assert!(fork.intents.is_empty());
+        assert!(!fork.quarantined);
+        assert_eq!(fork.attempts, 0);
         assert_eq!(fork.finish_reason, None);
     }
 

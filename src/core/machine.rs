@@ -280,11 +280,14 @@ impl RunMachine {
             pausing: Vec::new(),
             finishing: None,
         };
+        let annotate = matches!(start, Start::Quarantine);
         match stored {
             None => m.start_new(start)?,
             Some(cp) => m.start_stored(cp, start)?,
         }
-        m.cp.fingerprint = Some(m.cfg.fingerprint.clone());
+        if !annotate {
+            m.cp.fingerprint = Some(m.cfg.fingerprint.clone());
+        }
         m.advance();
         Ok(m)
     }

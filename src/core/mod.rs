@@ -12,5 +12,6 @@ pub mod ids;
 pub mod machine;
 pub mod retry;
 pub mod schema;
+pub mod sweep;
 pub mod trajectory;
 pub mod transcript;

@@ -143,7 +143,7 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    fn of(cp: &Checkpoint, outcome: &Outcome, stats: RunStats) -> RunResult {
+    pub(crate) fn of(cp: &Checkpoint, outcome: &Outcome, stats: RunStats) -> RunResult {
         RunResult {
             run_id: cp.run_id.clone(),
             status: outcome.status,
@@ -426,7 +426,7 @@ impl Agent {
         self.inner.store.history(run_id, limit).await
     }
 
-    fn machine_config(&self, run_id: &str, opts: &SendOptions) -> MachineConfig {
+    pub(crate) fn machine_config(&self, run_id: &str, opts: &SendOptions) -> MachineConfig {
         MachineConfig {
             run_id: run_id.to_string(),
             max_steps: self.inner.options.max_steps,
@@ -448,14 +448,14 @@ impl Agent {
         self.inner.tools.iter().find(|t| t.tool.name() == name)
     }
 
-    async fn acquire(&self, run_id: &str) -> Result<Lease> {
+    pub(crate) async fn acquire(&self, run_id: &str) -> Result<Lease> {
         let owner = self.new_id("own");
         let now = self.inner.clock.now_ms();
         self.inner.store.acquire_lease(run_id, &owner, now, &self.inner.options.lease).await
     }
 
     /// Runs a started machine under a lease, releasing the lease unless the process "crashed".
-    async fn run_leased(
+    pub(crate) async fn run_leased(
         &self,
         lease: Lease,
         machine: RunMachine,

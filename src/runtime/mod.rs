@@ -8,6 +8,7 @@ pub mod heal;
 pub mod hooks;
 pub mod mock;
 pub mod platform;
+pub mod recovery;
 pub mod tools;
 pub mod traits;
 
@@ -19,6 +20,7 @@ pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};
 pub use hooks::{Hook, HookContext, ToolResultDraft, Verdict};
 pub use mock::{MockCall, MockModel, MockTurn};
 pub use platform::{ManualClock, ManualSleep, SplitMix64};
+pub use recovery::{Delivery, ForkOptions, ForkResult, NoListener, SweepListener, SweepReport};
 pub use tools::FnTool;
 pub use traits::{
     AbortSignal, Clock, EventSink, Model, ModelRequest, Rng, Sleep, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,

@@ -137,6 +137,8 @@ struct IndexMeta {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     ap: Vec<String>,
     t: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    q: bool,
 }
 
 impl IndexMeta {
@@ -148,12 +150,13 @@ impl IndexMeta {
             e: cp.last_error.clone().map(|e| ErrorInfo { message: cap_chars(&e.message, 300), ..e }),
             ap: cp.approval_ids.iter().take(8).cloned().collect(),
             t: cp.saved_at,
+            q: cp.quarantined,
         }
     }
 
     /// Same for the sweep's purposes (step and time aside).
     fn same(&self, other: &IndexMeta) -> bool {
-        self.s == other.s && self.a == other.a && self.e == other.e && self.ap == other.ap
+        self.s == other.s && self.a == other.a && self.e == other.e && self.ap == other.ap && self.q == other.q
     }
 
     fn pending(&self, run_id: &str) -> PendingRun {
@@ -165,6 +168,7 @@ impl IndexMeta {
             step: self.st,
             last_error: self.e.clone(),
             attempts: self.a,
+            quarantined: self.q,
             saved_at: self.t,
         }
     }
@@ -348,7 +352,7 @@ impl<K: KvBackend> JournalStore<K> {
     }
 
     async fn mark_corrupt(&self, run_id: &str, err: &Error) {
-        let meta = IndexMeta { s: RunStatus::InProgress, st: 0, a: 0, e: Some(err.info()), ap: vec![], t: 0 };
+        let meta = IndexMeta { s: RunStatus::InProgress, st: 0, a: 0, e: Some(err.info()), ap: vec![], t: 0, q: false };
         if let Ok(v) = encode(&meta) {
             let opts = PutOptions { metadata: serde_json::to_value(&meta).ok(), expiration_ttl_s: None };
             self.count(|c| c.writes += 1);
@@ -801,6 +805,14 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
 
     async fn delete_approval(&self, id: &str) -> Result<()> {
         self.delete_retrying(&self.keys.approval(id)).await
+    }
+
+    async fn get_state(&self, name: &str) -> Result<Option<String>> {
+        self.get(&self.keys.state(name)).await
+    }
+
+    async fn put_state(&self, name: &str, value: &str) -> Result<()> {
+        self.put_retrying(&self.keys.state(name), value, PutOptions::default()).await
     }
 
     fn counters(&self) -> StoreCounters {

@@ -6,6 +6,7 @@
 //! <prefix>run/<id>/end/<tag>                 end marker of a segment: its owner released the lease (write-once)
 //! <prefix>idx/pending/<id>                   exists while the run is unfinished; value = list metadata
 //! <prefix>approval/<approval id>             approval record
+//! <prefix>state/<name>                       runtime state (the sweep's breaker and cursor)
 //! ```
 //! A segment tag is `<epoch:06>.<owner>`: unique per acquisition, so two owners never write the same key.
 
@@ -72,6 +73,11 @@ impl Keys {
     /// An approval record.
     pub fn approval(&self, id: &str) -> String {
         format!("{}approval/{id}", self.prefix)
+    }
+
+    /// A small runtime document (`state/<name>`, e.g. the sweep's breaker and cursor).
+    pub fn state(&self, name: &str) -> String {
+        format!("{}state/{name}", self.prefix)
     }
 
     /// Checks that the longest key of a run fits the KV limit (512 bytes).

@@ -24,6 +24,7 @@ struct Inner {
     runs: BTreeMap<String, RunData>,
     leases: BTreeMap<String, Lease>,
     approvals: BTreeMap<String, String>,
+    state: BTreeMap<String, String>,
     commits: u64,
 }
 
@@ -242,6 +243,15 @@ impl RunStore for MemoryStore {
 
     async fn delete_approval(&self, id: &str) -> Result<()> {
         self.inner.borrow_mut().approvals.remove(id);
+        Ok(())
+    }
+
+    async fn get_state(&self, name: &str) -> Result<Option<String>> {
+        Ok(self.inner.borrow().state.get(name).cloned())
+    }
+
+    async fn put_state(&self, name: &str, value: &str) -> Result<()> {
+        self.inner.borrow_mut().state.insert(name.to_string(), value.to_string());
         Ok(())
     }
 }

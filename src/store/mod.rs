@@ -92,6 +92,9 @@ pub struct PendingRun {
     /// Failed attempts in a row.
     #[serde(default)]
     pub attempts: u32,
+    /// Quarantined by the recovery sweep.
+    #[serde(default)]
+    pub quarantined: bool,
     /// Last save time.
     #[serde(default)]
     pub saved_at: u64,
@@ -108,6 +111,7 @@ impl PendingRun {
             step: cp.step_index,
             last_error: cp.last_error.clone(),
             attempts: cp.attempts,
+            quarantined: cp.quarantined,
             saved_at: cp.saved_at,
         }
     }
@@ -122,6 +126,7 @@ impl PendingRun {
             step: 0,
             last_error: Some(err.info()),
             attempts: 0,
+            quarantined: false,
             saved_at: 0,
         }
     }
@@ -220,6 +225,10 @@ pub trait RunStore {
     async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>>;
     /// Deletes an approval record.
     async fn delete_approval(&self, id: &str) -> Result<()>;
+    /// Reads a small named document kept by the runtime (the recovery sweep's state).
+    async fn get_state(&self, name: &str) -> Result<Option<String>>;
+    /// Writes a small named document (last write wins).
+    async fn put_state(&self, name: &str, value: &str) -> Result<()>;
     /// Operations performed so far (backends that do not count return zeros).
     fn counters(&self) -> StoreCounters {
         StoreCounters::default()
