@@ -62,6 +62,8 @@ pub struct SweepState {
     pub outage: Option<Outage>,
     /// Where the last tick stopped (the next tick starts after this run id).
     pub cursor: Option<String>,
+    /// When the last outage ended: provider failures saved before it do not count toward quarantine.
+    pub last_outage_end: Option<u64>,
 }
 
 /// What the sweep knows of a run (from the pending listing).
@@ -79,6 +81,8 @@ pub struct Candidate<'a> {
     pub retryable: bool,
     /// Already quarantined.
     pub quarantined: bool,
+    /// The last failure was a provider outage (429, 5xx, timeout, network).
+    pub outage_error: bool,
     /// When the last attempt was saved.
     pub saved_at: u64,
 }
@@ -132,9 +136,10 @@ pub fn plan(opts: &SweepOptions, state: &SweepState, now: u64, run: &Candidate<'
     if run.quarantined {
         return Plan::Quarantined;
     }
-    if run.attempts >= opts.max_attempts {
+    // Provider failures while the breaker was open do not count toward quarantine.
+    let forgiven = run.outage_error && state.last_outage_end.is_some_and(|end| run.saved_at <= end);
+    if run.attempts >= opts.max_attempts && !forgiven {
         if state.outage.is_some() {
-            // No quarantine counting while the provider is down.
             return Plan::Outage;
         }
         if opts.retry_with_diagnosis && !run.run_id.ends_with(HEAL_SUFFIX) {
@@ -178,7 +183,11 @@ pub fn note_attempt(opts: &SweepOptions, state: &mut SweepState, now: u64, attem
     match attempt {
         Attempt::Succeeded => {
             state.provider_failures = 0;
-            state.outage.take().map(|_| false)
+            let ended = state.outage.take().map(|_| false);
+            if ended.is_some() {
+                state.last_outage_end = Some(now);
+            }
+            ended
         }
         Attempt::ProviderDown => {
             state.provider_failures = state.provider_failures.saturating_add(1);
@@ -214,6 +223,7 @@ mod tests {
             last_error: (attempts > 0).then_some(ErrorCode::ProviderUnavailable),
             retryable: true,
             quarantined: false,
+            outage_error: attempts > 0,
             saved_at,
         }
     }
@@ -262,7 +272,12 @@ mod tests {
         assert_eq!(note_attempt(&o, &mut s, 30_005, Attempt::ProviderDown, true), None);
         assert_eq!(s.outage.as_ref().unwrap().next_probe_at, 30_005 + 60_000, "probes grow apart");
         assert_eq!(note_attempt(&o, &mut s, 90_005, Attempt::Succeeded, true), Some(false));
-        assert_eq!(s, SweepState::default());
+        assert_eq!(s, SweepState { last_outage_end: Some(90_005), ..SweepState::default() });
+        // A run whose cap was reached by provider failures during the outage is resumed, not quarantined.
+        let during = Candidate { saved_at: 60_000, ..run(10, 60_000) };
+        assert_eq!(plan(&o, &s, 100_000_000, &during, true), Plan::Resume);
+        let after = Candidate { saved_at: 95_000, ..run(10, 95_000) };
+        assert_eq!(plan(&o, &s, 100_000_000, &after, true), Plan::Quarantine);
     }
 
     #[test]

@@ -56,7 +56,9 @@ impl Clock for ManualClock {
     }
 }
 
-/// A [`Sleep`] in simulated time: it advances its [`ManualClock`] and returns at once. Records the delays.
+/// A [`Sleep`] in simulated time: it yields once to the executor (so other tasks run, as they would while a
+/// real timer waits), then advances its [`ManualClock`] by the delay and completes. A sleep dropped before it
+/// completes (it lost a race) does not move the clock. Records the delays slept.
 #[derive(Clone, Debug, Default)]
 pub struct ManualSleep {
     clock: ManualClock,
@@ -78,6 +80,16 @@ impl ManualSleep {
 #[async_trait(?Send)]
 impl Sleep for ManualSleep {
     async fn sleep(&self, ms: u64) {
+        let mut yielded = false;
+        futures::future::poll_fn(|cx| {
+            if yielded {
+                return std::task::Poll::Ready(());
+            }
+            yielded = true;
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        })
+        .await;
         self.slept.borrow_mut().push(ms);
         self.clock.advance(ms);
     }

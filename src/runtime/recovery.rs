@@ -141,6 +141,15 @@ fn candidate(run: &PendingRun) -> Candidate<'_> {
         last_error: run.last_error.as_ref().map(|e| e.code),
         retryable: run.last_error.as_ref().is_none_or(|e| e.retryable),
         quarantined: run.quarantined,
+        outage_error: run.last_error.as_ref().is_some_and(|e| {
+            matches!(
+                e.code,
+                ErrorCode::ProviderRateLimited
+                    | ErrorCode::ProviderUnavailable
+                    | ErrorCode::ProviderTimeout
+                    | ErrorCode::ProviderNetwork
+            )
+        }),
         saved_at: run.saved_at,
     }
 }
@@ -372,9 +381,15 @@ impl Agent {
                         return;
                     }
                 };
-                let patch = ForkPatch { append_input: Some(diagnosis_note(run.attempts, run.last_error.as_ref())), ..ForkPatch::default() };
+                let note = diagnosis_note(run.attempts, run.last_error.as_ref());
+                let patch = ForkPatch { append_input: Some(note), ..ForkPatch::default() };
                 let fork = ForkOptions { from_step: step, patch, new_id: Some(heal_id.clone()) };
-                match self.fork(&run.run_id, fork).await {
+                // Calls of the failing turn that have no result are not run again blindly: they get a `not-run`
+                // result, and the model reads the note before deciding what to do.
+                let failure = run.last_error.clone();
+                let attempts = run.attempts;
+                let close_pending = move |cp: &mut Checkpoint| close_pending_calls(cp, attempts, failure.as_ref());
+                match self.fork_adjusted(&run.run_id, fork, close_pending).await {
                     Ok(_) => self.sweep_resume(&heal_id, false, opts, state, report, listener).await,
                     Err(e) => {
                         // No history to fork from: the run is quarantined as it would be without the option.
@@ -400,6 +415,10 @@ impl Agent {
     /// id (`STEADFAST_SESSION_EXISTS`) and an unknown step (`STEADFAST_CHECKPOINT_NOT_FOUND`, listing the kept
     /// steps).
     pub async fn fork(&self, run_id: &str, opts: ForkOptions) -> Result<ForkResult> {
+        self.fork_adjusted(run_id, opts, |_| {}).await
+    }
+
+    async fn fork_adjusted(&self, run_id: &str, opts: ForkOptions, adjust: impl FnOnce(&mut Checkpoint)) -> Result<ForkResult> {
         validate_run_id(run_id)?;
         let store = self.store().clone();
         let history = store.history(run_id, usize::MAX).await?;
@@ -430,6 +449,7 @@ impl Agent {
                 .with_run(&new_id));
         }
         let mut cp = apply_patch(&entry.checkpoint, &new_id, &opts.patch)?;
+        adjust(&mut cp);
         let now = self.inner.clock.now_ms();
         cp.seq = 1;
         cp.saved_at = now;
@@ -475,6 +495,40 @@ impl Agent {
             None => Ok(Delivery::Ran { result: Box::new(self.send(&run_id, input, opts).await?) }),
         }
     }
+}
+
+/// Gives every call of the last turn that has no result a `not-run` error result (held results are placed in
+/// call order), so a diagnosis fork starts with a complete transcript.
+fn close_pending_calls(cp: &mut Checkpoint, attempts: u32, error: Option<&ErrorInfo>) {
+    let Some(turn) = cp.messages.iter().rposition(|m| !m.tool_calls().is_empty()) else { return };
+    let calls = cp.messages[turn].tool_calls().to_vec();
+    let answered: Vec<String> = cp.messages[turn + 1..]
+        .iter()
+        .filter_map(|m| match m {
+            crate::core::transcript::Message::Tool(r) => Some(r.tool_call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    if answered.len() >= calls.len() || cp.messages.len() != turn + 1 + answered.len() {
+        return;
+    }
+    let why = error.map(|e| format!("{}: {}", e.code.as_str(), cap_chars(&e.message, 300))).unwrap_or_default();
+    for call in calls.iter().skip(answered.len()) {
+        let held = cp.held_results.iter().position(|r| r.tool_call_id == call.id).map(|i| cp.held_results.remove(i));
+        let result = held.unwrap_or_else(|| crate::core::transcript::ToolResult {
+            tool_call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: format!(
+                "not run: the run failed {attempts} times in a row at this call ({}); it was forked to try another way",
+                serde_json::to_string(&why).unwrap_or_default()
+            ),
+            is_error: true,
+            kind: crate::core::transcript::ResultKind::NotRun,
+        });
+        cp.messages.push(crate::core::transcript::Message::Tool(result));
+    }
+    cp.held_results.clear();
+    cp.intents.clear();
 }
 
 /// The run id of a delivery: `dlv-<id>` when that is a valid run id, else `dlv-` and a SHA-256 of the id.

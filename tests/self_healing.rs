@@ -1,0 +1,853 @@
+//! Self-healing (issue: sweep, outage breaker, diagnosis forks, progress guard, fork and replay, idempotency),
+//! with a fake clock, the scripted model and (where it matters) the journal store on SimKv.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use steadfast::core::checkpoint::RunStatus;
+use steadfast::core::events::Event;
+use steadfast::core::fork::{ForkPatch, ToolResultPatch};
+use steadfast::core::machine::ModelResponse;
+use steadfast::core::retry::RetryPolicy;
+use steadfast::core::sweep::SweepOptions;
+use steadfast::core::transcript::{validate_transcript, Message, ResultKind, ToolCall};
+use steadfast::runtime::{
+    AbortSignal, Agent, AgentOptions, Clock, CrashPoint, Delivery, FnTool, ForkOptions, Hook, HookContext, MockModel, MockTurn,
+    OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult, SendOptions, SweepListener, Tool, ToolError,
+    ToolOutput, ToolResultDraft, VecSink, Verdict,
+};
+use steadfast::store::PendingRun;
+use steadfast::{Error, ErrorCode, Result};
+
+#[derive(Default)]
+struct Recorder {
+    recovered: RefCell<Vec<String>>,
+    quarantined: RefCell<Vec<String>>,
+    outage: RefCell<Vec<bool>>,
+    errors: RefCell<Vec<(ErrorCode, Option<String>)>>,
+    throw: bool,
+}
+
+impl SweepListener for Recorder {
+    fn on_recovered(&self, run_id: &str, _r: &RunResult) -> Result<()> {
+        self.recovered.borrow_mut().push(run_id.into());
+        self.fail()
+    }
+    fn on_quarantined(&self, run: &PendingRun) -> Result<()> {
+        self.quarantined.borrow_mut().push(run.run_id.clone());
+        self.fail()
+    }
+    fn on_outage(&self, active: bool) -> Result<()> {
+        self.outage.borrow_mut().push(active);
+        self.fail()
+    }
+    fn on_error(&self, e: &Error, run_id: Option<&str>) -> Result<()> {
+        self.errors.borrow_mut().push((e.code, run_id.map(String::from)));
+        self.fail()
+    }
+}
+
+impl Recorder {
+    fn throwing() -> Recorder {
+        Recorder { throw: true, ..Default::default() }
+    }
+    fn fail(&self) -> Result<()> {
+        if self.throw {
+            return Err(Error::internal("callback threw"));
+        }
+        Ok(())
+    }
+}
+
+fn one_try() -> AgentOptions {
+    AgentOptions { retry: RetryPolicy { max_attempts: 1, ..RetryPolicy::default() }, ..AgentOptions::default() }
+}
+
+/// A model that fails with `status` while `down` is set, else answers "ok".
+fn flaky_model(status: u16, down: Rc<Cell<bool>>, calls: Rc<Cell<u32>>) -> MockModel {
+    MockModel::by_turn(vec![MockTurn::func(move |_| {
+        calls.set(calls.get() + 1);
+        if down.get() {
+            MockTurn::error(status)
+        } else {
+            MockTurn::text("ok")
+        }
+    })])
+}
+
+fn opts() -> SendOptions {
+    SendOptions::default()
+}
+
+/// A model that asks for `boom` once, then answers; `boom` dies (a propagating, retryable error) while `down`.
+fn dying_tool_agent(env: &Env, down: Rc<Cell<bool>>, calls: Rc<Cell<u32>>) -> Agent {
+    let boom: Rc<dyn Tool> = Rc::new(FnTool::new("boom", "dies", json!({"type": "object"}), move |_a, _c| {
+        calls.set(calls.get() + 1);
+        let down = down.get();
+        async move {
+            if down {
+                Err(ToolError::propagate("worker died"))
+            } else {
+                Ok(ToolOutput::text("ok"))
+            }
+        }
+    }));
+    env.agent_with(MockModel::by_turn(vec![MockTurn::tools([("boom", json!({}))]), MockTurn::text("done")]), vec![boom], one_try(), "")
+}
+
+#[test]
+fn backoff_grows_per_failure_then_quarantine_at_exactly_ten_once_across_processes() {
+    let env = Env::journal_sim();
+    let down = Rc::new(Cell::new(true));
+    let calls = Rc::new(Cell::new(0));
+    let a = dying_tool_agent(&env, down.clone(), calls.clone());
+    let b = dying_tool_agent(&env, down.clone(), calls.clone());
+    let t0 = env.clock.now_ms();
+    block_on(a.send("job", "go", opts())).unwrap_err();
+    let so = SweepOptions::default();
+    let (la, lb) = (Recorder::default(), Recorder::default());
+    let mut resume_times = Vec::new();
+    let mut last_calls = calls.get();
+    // Ticks every 5 s for 90 simulated minutes, alternating two "processes".
+    for tick in 0..(90 * 12) {
+        env.clock.advance(5_000);
+        let (agent, listener) = if tick % 2 == 0 { (&a, &la) } else { (&b, &lb) };
+        block_on(agent.sweep(&so, listener)).unwrap();
+        if calls.get() != last_calls {
+            last_calls = calls.get();
+            resume_times.push(env.clock.now_ms() - t0);
+        }
+    }
+    let gaps: Vec<u64> = std::iter::once(resume_times[0]).chain(resume_times.windows(2).map(|w| w[1] - w[0])).collect();
+    let expected = [30_000, 60_000, 120_000, 240_000, 480_000, 900_000, 900_000, 900_000, 900_000];
+    assert_eq!(gaps.len(), expected.len(), "9 resumes after the first failure: {gaps:?}");
+    for (g, e) in gaps.iter().zip(expected) {
+        assert!(*g >= e && *g < e + 5_000, "gap {g} for backoff {e}: {gaps:?}");
+    }
+    assert_eq!(calls.get(), 10, "10 failed attempts in a row");
+    let quarantined: Vec<String> = la.quarantined.borrow().iter().chain(lb.quarantined.borrow().iter()).cloned().collect();
+    assert_eq!(quarantined, vec!["job".to_string()], "onQuarantined exactly once across both processes");
+    let pending = block_on(a.pending()).unwrap();
+    assert!(pending[0].quarantined && pending[0].attempts == 10, "still listed: {pending:?}");
+    // Still resumable by hand; progress resets the count and the quarantine.
+    down.set(false);
+    let done = block_on(a.resume("job", opts())).unwrap().unwrap();
+    assert_eq!(done.status, RunStatus::Finished);
+    assert!(block_on(a.pending()).unwrap().is_empty());
+}
+
+#[test]
+fn progress_resets_attempts() {
+    let env = Env::new();
+    let n = Rc::new(Cell::new(0));
+    let n2 = n.clone();
+    // Fails twice, then asks for a tool (progress), then fails once, then finishes.
+    let model = MockModel::by_turn(vec![
+        MockTurn::func(move |_| {
+            n2.set(n2.get() + 1);
+            if n2.get() <= 2 {
+                MockTurn::error(500)
+            } else {
+                MockTurn::tools([("noop", json!({}))])
+            }
+        }),
+        MockTurn::func({
+            let n = n.clone();
+            move |_| {
+                n.set(n.get() + 1);
+                if n.get() == 4 {
+                    MockTurn::error(500)
+                } else {
+                    MockTurn::text("done")
+                }
+            }
+        }),
+    ]);
+    let c = Counters::default();
+    let agent = env.agent_with(model, vec![counting_tool("noop", &c)], one_try(), "");
+    block_on(agent.send("r", "go", opts())).unwrap_err();
+    block_on(agent.resume("r", opts())).unwrap_err();
+    assert_eq!(block_on(agent.pending()).unwrap()[0].attempts, 2);
+    block_on(agent.resume("r", opts())).unwrap_err();
+    assert_eq!(block_on(agent.pending()).unwrap()[0].attempts, 1, "the tool turn was progress: the count restarted");
+    let done = block_on(agent.resume("r", opts())).unwrap().unwrap();
+    assert_eq!(done.text, "done");
+}
+
+#[test]
+fn sweep_leaves_non_retryable_runs_and_approvals_alone() {
+    let env = Env::journal_sim();
+    let calls = Rc::new(Cell::new(0));
+    let down = Rc::new(Cell::new(true));
+    let bad_key = env.agent_with(flaky_model(401, down.clone(), calls.clone()), vec![], one_try(), "");
+    block_on(bad_key.send("bad-key", "go", opts())).unwrap_err();
+    let c = Counters::default();
+    let gated = env.agent(MockModel::by_turn(vec![MockTurn::tools([("pay", json!({}))]), MockTurn::text("paid")]), vec![gated_tool("pay", &c)]);
+    let paused = block_on(gated.send("needs-ok", "pay", opts())).unwrap();
+    assert_eq!(paused.status, RunStatus::AwaitingApproval);
+    let l = Recorder::default();
+    for _ in 0..20 {
+        env.clock.advance(60_000);
+        let r = block_on(bad_key.sweep(&SweepOptions::default(), &l)).unwrap();
+        assert_eq!(r.resumed, 0);
+    }
+    assert_eq!(calls.get(), 1, "a 401 is not retried by the sweep");
+    assert_eq!(c.get("pay"), 0);
+    assert_eq!(block_on(gated.load("needs-ok")).unwrap().unwrap().status, RunStatus::AwaitingApproval);
+    assert!(l.outage.borrow().is_empty() && l.quarantined.borrow().is_empty());
+}
+
+#[test]
+fn busy_runs_are_skipped_silently_and_recovered_next_tick() {
+    let env = Env::journal_sim();
+    let c = Counters::default();
+    let script = || vec![MockTurn::tools([("charge", json!({}))]), MockTurn::text("charged")];
+    let a = env.agent(MockModel::by_turn(script()), vec![counting_tool("charge", &c)]);
+    let crash = SendOptions { crash: Some(CrashPoint { after_effects: 6, finish_in_flight: false }), ..opts() };
+    block_on(a.send("r", "charge", crash)).unwrap_err();
+    let sweeper = env.agent(MockModel::by_turn(script()), vec![counting_tool("charge", &c)]);
+    let l = Recorder::default();
+    let first = block_on(sweeper.sweep(&SweepOptions::default(), &l)).unwrap();
+    assert_eq!((first.busy, first.errors), (1, 0));
+    assert!(l.errors.borrow().is_empty(), "turned away silently");
+    env.past_leases();
+    let second = block_on(sweeper.sweep(&SweepOptions::default(), &l)).unwrap();
+    assert_eq!(second.recovered, vec!["r"]);
+    assert_eq!(*l.recovered.borrow(), vec!["r"]);
+    assert_eq!(c.get("charge"), 1);
+}
+
+/// A tool that yields once, so two sweeps on one thread interleave.
+fn yielding_tool(name: &str, c: &Counters) -> Rc<dyn Tool> {
+    let c = c.clone();
+    let n = name.to_string();
+    Rc::new(FnTool::new(name, "yields once", json!({"type": "object"}), move |_a, ctx| {
+        let c = c.clone();
+        let n = n.clone();
+        async move {
+            let mut yielded = false;
+            futures::future::poll_fn(|cx| {
+                if yielded {
+                    std::task::Poll::Ready(())
+                } else {
+                    yielded = true;
+                    cx.waker().wake_by_ref();
+                    std::task::Poll::Pending
+                }
+            })
+            .await;
+            c.hit(&format!("call:{}", ctx.tool_call_id));
+            c.hit(&n);
+            Ok(ToolOutput::text("done"))
+        }
+    }))
+}
+
+#[test]
+fn two_overlapping_sweeps_resume_a_run_once() {
+    let env = Env::journal_sim();
+    let c = Counters::default();
+    let script = || vec![MockTurn::tools([("slow", json!({}))]), MockTurn::text("finished")];
+    let a = env.agent(MockModel::by_turn(script()), vec![yielding_tool("slow", &c)]);
+    let crash = SendOptions { crash: Some(CrashPoint { after_effects: 6, finish_in_flight: false }), ..opts() };
+    block_on(a.send("r", "go", crash)).unwrap_err();
+    env.past_leases();
+    let m1 = MockModel::by_turn(script());
+    let m2 = MockModel::by_turn(script());
+    let s1 = env.agent(m1.clone(), vec![yielding_tool("slow", &c)]);
+    let s2 = env.agent(m2.clone(), vec![yielding_tool("slow", &c)]);
+    let (l1, l2) = (Recorder::default(), Recorder::default());
+    let so = SweepOptions::default();
+    let (r1, r2) = block_on(async { futures::join!(s1.sweep(&so, &l1), s2.sweep(&so, &l2)) });
+    let (r1, r2) = (r1.unwrap(), r2.unwrap());
+    assert_eq!(c.get("slow"), 1, "the pending call ran once");
+    assert_eq!(m1.call_count() + m2.call_count(), 1, "one resume called the model");
+    assert_eq!(r1.recovered.len() + r2.recovered.len(), 1);
+    assert_eq!(r1.busy + r2.busy, 1, "the other sweep was turned away by the lease: {r1:?} {r2:?}");
+}
+
+#[test]
+fn outage_pauses_the_sweep_probes_one_run_and_recovers() {
+    let env = Env::journal_sim();
+    let down = Rc::new(Cell::new(true));
+    let calls = Rc::new(Cell::new(0));
+    let agent = env.agent_with(flaky_model(503, down.clone(), calls.clone()), vec![], one_try(), "");
+    for i in 0..5 {
+        block_on(agent.send(&format!("run-{i}"), "go", opts())).unwrap_err();
+    }
+    let so = SweepOptions { max_attempts: 3, ..SweepOptions::default() };
+    let l = Recorder::default();
+    env.clock.advance(31_000);
+    let before = calls.get();
+    let t1 = block_on(agent.sweep(&so, &l)).unwrap();
+    assert_eq!(calls.get() - before, 3, "the third provider failure in a row opens the breaker");
+    assert_eq!(*l.outage.borrow(), vec![true]);
+    assert!(t1.outage);
+    // While open: at most one probe per tick, at growing intervals; nobody is quarantined.
+    let mut probe_times = Vec::new();
+    for _ in 0..60 {
+        env.clock.advance(10_000);
+        let before = calls.get();
+        let r = block_on(agent.sweep(&so, &l)).unwrap();
+        assert!(calls.get() - before <= 1, "one probe at a time");
+        assert!(r.quarantined.is_empty(), "no quarantine during an outage");
+        if calls.get() > before {
+            probe_times.push(env.clock.now_ms());
+        }
+    }
+    assert!(probe_times.len() >= 3, "{probe_times:?}");
+    let gaps: Vec<u64> = probe_times.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(gaps.windows(2).all(|g| g[1] > g[0]), "probes grow apart: {gaps:?}");
+    assert!(l.quarantined.borrow().is_empty());
+    // The provider is back: the next probe gets through and closes the breaker.
+    down.set(false);
+    let mut closed = false;
+    for _ in 0..100 {
+        env.clock.advance(10_000);
+        block_on(agent.sweep(&so, &l)).unwrap();
+        if l.outage.borrow().last() == Some(&false) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "onOutage(false) once a probe got through");
+    for _ in 0..10 {
+        env.clock.advance(60_000);
+        block_on(agent.sweep(&so, &l)).unwrap();
+    }
+    assert_eq!(l.recovered.borrow().len(), 5, "every run finished: {:?}", l.recovered.borrow());
+}
+
+#[test]
+fn auth_failures_are_not_an_outage() {
+    let env = Env::journal_sim();
+    let down = Rc::new(Cell::new(true));
+    let calls = Rc::new(Cell::new(0));
+    let agent = env.agent_with(flaky_model(401, down.clone(), calls), vec![], one_try(), "");
+    for i in 0..4 {
+        block_on(agent.send(&format!("run-{i}"), "go", opts())).unwrap_err();
+    }
+    // Make them retryable-looking failures of the sweep itself: resume by hand fails with 401 too.
+    let l = Recorder::default();
+    env.clock.advance(60_000);
+    block_on(agent.sweep(&SweepOptions::default(), &l)).unwrap();
+    assert!(l.outage.borrow().is_empty());
+    let state = block_on(agent.store().get_state("sweep")).unwrap();
+    assert!(state.is_none_or(|s| !s.contains("outage\":{")), "breaker closed");
+}
+
+#[test]
+fn a_throwing_callback_does_not_stop_the_sweep() {
+    let env = Env::new();
+    let down = Rc::new(Cell::new(true));
+    let calls = Rc::new(Cell::new(0));
+    let agent = env.agent_with(flaky_model(500, down.clone(), calls), vec![], one_try(), "");
+    for i in 0..3 {
+        block_on(agent.send(&format!("r{i}"), "go", opts())).unwrap_err();
+    }
+    down.set(false);
+    env.clock.advance(31_000);
+    let l = Recorder::throwing();
+    let report = block_on(agent.sweep(&SweepOptions::default(), &l)).unwrap();
+    assert_eq!(report.recovered.len(), 3, "all three recovered although onRecovered threw");
+    assert_eq!(l.recovered.borrow().len(), 3);
+}
+
+/// Asks for a tool that dies, unless the transcript carries the diagnosis note (and `heals`).
+fn heal_model(heals: bool) -> MockModel {
+    MockModel::new(
+        (0..40)
+            .map(|_| {
+                MockTurn::func(move |req| {
+                    let noted = req
+                        .messages
+                        .iter()
+                        .any(|m| matches!(m, Message::User { content } if content.contains("[steadfast recovery]")));
+                    if noted && heals {
+                        MockTurn::text("healed")
+                    } else {
+                        MockTurn::tools([("boom", json!({}))])
+                    }
+                })
+            })
+            .collect(),
+    )
+}
+
+fn dying() -> Rc<dyn Tool> {
+    Rc::new(FnTool::new("boom", "dies", json!({"type": "object"}), |_a, _c| async {
+        Err::<ToolOutput, _>(ToolError::propagate("worker died"))
+    }))
+}
+
+#[test]
+fn diagnosis_fork_success_deletes_the_original_and_reports_its_id() {
+    let env = Env::journal_sim();
+    let agent = env.agent_with(heal_model(true), vec![dying()], one_try(), "");
+    block_on(agent.send("job", "go", opts())).unwrap_err();
+    let so = SweepOptions { max_attempts: 2, retry_with_diagnosis: true, ..SweepOptions::default() };
+    let l = Recorder::default();
+    for _ in 0..6 {
+        env.clock.advance(61_000);
+        block_on(agent.sweep(&so, &l)).unwrap();
+    }
+    assert_eq!(*l.recovered.borrow(), vec!["job"], "onRecovered reports the original id");
+    assert!(block_on(agent.load("job")).unwrap().is_none(), "the original is deleted");
+    let healed = block_on(agent.load("job.heal")).unwrap().unwrap();
+    assert_eq!(healed.status, RunStatus::Finished);
+    let note = healed.messages.iter().find_map(|m| match m {
+        Message::User { content } if content.contains("[steadfast recovery]") => Some(content.clone()),
+        _ => None,
+    });
+    let note = note.expect("the fork carries the diagnosis");
+    assert!(note.contains("STEADFAST_TOOL_PROPAGATED") && note.contains("worker died"), "{note}");
+    assert!(note.contains("not an instruction"), "{note}");
+    assert!(l.quarantined.borrow().is_empty());
+}
+
+#[test]
+fn diagnosis_fork_failure_quarantines_both() {
+    let env = Env::journal_sim();
+    let agent = env.agent_with(heal_model(false), vec![dying()], one_try(), "");
+    block_on(agent.send("job", "go", opts())).unwrap_err();
+    let so = SweepOptions { max_attempts: 2, retry_with_diagnosis: true, ..SweepOptions::default() };
+    let l = Recorder::default();
+    for _ in 0..10 {
+        env.clock.advance(121_000);
+        block_on(agent.sweep(&so, &l)).unwrap();
+    }
+    let mut q = l.quarantined.borrow().clone();
+    q.sort();
+    assert_eq!(q, vec!["job", "job.heal"], "both quarantined, once each");
+    assert!(l.recovered.borrow().is_empty());
+}
+
+fn trip_model() -> MockModel {
+    MockModel::by_turn(vec![
+        MockTurn::tools([("weather", json!({"city": "Oslo"}))]),
+        MockTurn::func(|req| {
+            let rain = req.messages.iter().any(|m| match m {
+                Message::User { content } => content.contains("rain"),
+                Message::Tool(r) => r.content.contains("rain"),
+                _ => false,
+            });
+            MockTurn::text(if rain { "Plan: museum day." } else { "Plan: picnic by the fjord." })
+        }),
+    ])
+}
+
+fn weather() -> Rc<dyn Tool> {
+    Rc::new(FnTool::new("weather", "forecast", json!({"type": "object"}), |_a, _c| async { Ok(ToolOutput::text("sunny")) }))
+}
+
+#[test]
+fn fork_with_each_patch_kind_and_compare_trajectories_on_the_trip_example() {
+    let env = Env::journal_sim();
+    let agent = env.agent(trip_model(), vec![weather()]);
+    let trip = block_on(agent.send("trip", "Plan my trip", opts())).unwrap();
+    assert_eq!(trip.text, "Plan: picnic by the fjord.");
+
+    // appendInput: queued after pending calls, sent on resume; diverges at step 2.
+    let fork = block_on(agent.fork(
+        "trip",
+        ForkOptions { from_step: 1, patch: ForkPatch { append_input: Some("It will rain, plan for that.".into()), ..Default::default() }, new_id: None },
+    ))
+    .unwrap();
+    assert_eq!(fork.run_id, "trip.fork-1");
+    assert_eq!(fork.checkpoint.step_index, 1, "the fork keeps the source's step count");
+    assert_eq!(fork.checkpoint.usage, block_on(agent.history("trip", 50)).unwrap().iter().find(|h| h.step == 1).unwrap().checkpoint.usage);
+    let replayed = block_on(agent.resume(&fork.run_id, opts())).unwrap().unwrap();
+    assert_eq!(replayed.text, "Plan: museum day.");
+    let cmp = block_on(agent.compare("trip", &fork.run_id)).unwrap();
+    assert_eq!(cmp.diverged_at, Some(2));
+    assert_eq!((cmp.a.len(), cmp.b.len()), (2, 2));
+    assert_eq!(block_on(agent.load("trip")).unwrap().unwrap().messages, trip.messages, "the source is unchanged");
+
+    // toolResult: replaced in place; diverges at step 1.
+    let call_id = trip.messages[1].tool_calls()[0].id.clone();
+    let fork2 = block_on(agent.fork(
+        "trip",
+        ForkOptions {
+            from_step: 1,
+            patch: ForkPatch { tool_result: Some(ToolResultPatch { tool_call_id: call_id, result: json!({"forecast": "rain"}) }), ..Default::default() },
+            new_id: None,
+        },
+    ))
+    .unwrap();
+    assert_eq!(fork2.run_id, "trip.fork-2", "first free n");
+    let replayed2 = block_on(agent.resume(&fork2.run_id, opts())).unwrap().unwrap();
+    assert!(validate_transcript(&replayed2.messages).is_ok());
+    assert_eq!(replayed2.text, "Plan: museum day.");
+    let cmp2 = block_on(agent.compare("trip", &fork2.run_id)).unwrap();
+    assert_eq!(cmp2.diverged_at, Some(1));
+
+    // messages + businessState, with an explicit id.
+    let fork3 = block_on(agent.fork(
+        "trip",
+        ForkOptions {
+            from_step: 0,
+            patch: ForkPatch {
+                messages: Some(vec![Message::user("Plan a trip to Bergen")]),
+                business_state: Some(json!({"budget": 100})),
+                ..Default::default()
+            },
+            new_id: Some("bergen".into()),
+        },
+    ))
+    .unwrap();
+    assert_eq!(fork3.checkpoint.messages, vec![Message::user("Plan a trip to Bergen")]);
+    assert_eq!(fork3.checkpoint.business_state, Some(json!({"budget": 100})));
+
+    // Refusals.
+    let err = block_on(agent.fork("trip", ForkOptions { from_step: 1, new_id: Some("bergen".into()), ..Default::default() })).unwrap_err();
+    assert_eq!(err.code, ErrorCode::SessionExists);
+    let err = block_on(agent.fork("trip", ForkOptions { from_step: 7, ..Default::default() })).unwrap_err();
+    assert_eq!(err.code, ErrorCode::CheckpointNotFound);
+    assert!(err.message.contains("kept steps: 0, 1, 2"), "{}", err.message);
+}
+
+#[test]
+fn progress_guard_stops_a_model_calling_the_same_failing_tool_forever() {
+    let env = Env::journal_sim();
+    let c = Counters::default();
+    let model = || MockModel::by_turn((0..30).map(|_| MockTurn::tools([("read", json!({"path": "sonfig.py"}))])).collect());
+    let options = AgentOptions { max_steps: 30, loop_window: 0, ..AgentOptions::default() };
+    let build = |m| {
+        let mut a = Agent::builder(m);
+        a = a.tool_rc(failing_tool("read", &c)).hook(ProgressGuard::new(ProgressGuardOptions::default()));
+        a.store_rc(env.store.clone())
+            .clock(Rc::new(env.clock.clone()))
+            .sleep(Rc::new(env.sleep.clone()))
+            .options(options.clone())
+            .build()
+            .unwrap()
+    };
+    let agent = build(model());
+    let sink = VecSink::new();
+    let err = block_on(agent.send("stuck", "read the config", SendOptions { events: Some(Rc::new(sink.clone())), ..opts() })).unwrap_err();
+    assert_eq!(err.code, ErrorCode::RunNoProgress);
+    assert!(!err.retryable);
+    let actions: Vec<String> = sink
+        .events()
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::HealAction { action, .. } => Some(action.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(actions, vec!["hint", "hint", "deny", "deny", "deny", "stop"], "{actions:?}");
+    assert_eq!(c.get("read"), 3, "the tool ran 3 times, then was denied");
+    let pending = block_on(agent.pending()).unwrap();
+    let last = pending[0].last_error.clone().unwrap();
+    assert_eq!((last.code, last.retryable), (ErrorCode::RunNoProgress, false), "recorded as not retryable");
+    // The sweep leaves it.
+    env.clock.advance(3_600_000);
+    let r = block_on(agent.sweep(&SweepOptions::default(), &Recorder::default())).unwrap();
+    assert_eq!(r.resumed, 0);
+    let cp = block_on(agent.load("stuck")).unwrap().unwrap();
+    let denied = cp.messages.iter().filter(|m| matches!(m, Message::Tool(r) if r.kind == ResultKind::Denied)).count();
+    assert_eq!(denied, 3, "maxDenials denials, then the stop");
+    let hinted = cp.messages.iter().filter(|m| matches!(m, Message::Tool(r) if r.content.contains("[steadfast]"))).count();
+    assert_eq!(hinted, 2);
+}
+
+#[test]
+fn progress_guard_counters_survive_a_crash() {
+    // Find the crash point right after the second denial was committed, then resume in a new process:
+    // the guard stops the run after one more denial (its counters were not reset).
+    let mut found = false;
+    for k in 1..200 {
+        let env = Env::journal_sim();
+        let c = Counters::default();
+        let model = || MockModel::by_turn((0..30).map(|_| MockTurn::tools([("read", json!({"path": "x"}))])).collect());
+        let options = AgentOptions { max_steps: 30, loop_window: 0, ..AgentOptions::default() };
+        let build = |m| {
+            Agent::builder(m)
+                .tool_rc(failing_tool("read", &c))
+                .hook(ProgressGuard::default())
+                .store_rc(env.store.clone())
+                .clock(Rc::new(env.clock.clone()))
+                .sleep(Rc::new(env.sleep.clone()))
+                .options(options.clone())
+                .build()
+                .unwrap()
+        };
+        let crash = SendOptions { crash: Some(CrashPoint { after_effects: k, finish_in_flight: false }), ..opts() };
+        if block_on(build(model()).send("stuck", "read", crash)).is_ok() {
+            break;
+        }
+        let Some(cp) = block_on(build(model()).load("stuck")).unwrap() else { continue };
+        let denials = cp.ext.as_ref().and_then(|e| e["progressGuard"]["denials"].as_u64()).unwrap_or(0);
+        let denied = cp.messages.iter().filter(|m| matches!(m, Message::Tool(r) if r.kind == ResultKind::Denied)).count();
+        if denials != 2 || denied != 2 {
+            continue;
+        }
+        env.past_leases();
+        let sink = VecSink::new();
+        let err = block_on(build(model()).resume("stuck", SendOptions { events: Some(Rc::new(sink.clone())), ..opts() })).unwrap_err();
+        assert_eq!(err.code, ErrorCode::RunNoProgress);
+        let actions: Vec<String> = sink
+            .events()
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::HealAction { action, .. } => Some(action.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(actions, vec!["deny", "stop"], "k={k}: one more denial, then the stop");
+        assert_eq!(c.get("read"), 3);
+        found = true;
+        break;
+    }
+    assert!(found, "a crash point after the second denial exists");
+}
+
+#[test]
+fn output_check_turns_a_bad_output_into_an_error_result() {
+    let env = Env::new();
+    let tool: Rc<dyn Tool> = Rc::new(FnTool::new("search", "search", json!({"type": "object"}), |_a, _c| async { Ok(ToolOutput::text("")) }));
+    let agent = Agent::builder(MockModel::new(vec![MockTurn::tools([("search", json!({}))]), MockTurn::text("nothing found")]))
+        .tool_rc(tool)
+        .hook(OutputCheck::new("nonEmpty", |_call, out| if out.trim().is_empty() { Err("empty output".into()) } else { Ok(()) }))
+        .store_rc(env.store.clone())
+        .clock(Rc::new(env.clock.clone()))
+        .sleep(Rc::new(env.sleep.clone()))
+        .build()
+        .unwrap();
+    let sink = VecSink::new();
+    let done = block_on(agent.send("r", "search", SendOptions { events: Some(Rc::new(sink.clone())), ..opts() })).unwrap();
+    let Message::Tool(r) = &done.messages[2] else { panic!() };
+    assert!(r.is_error && r.content.starts_with("output check failed: empty output"), "{}", r.content);
+    let replaced = sink.events().iter().find_map(|e| match &e.event {
+        Event::ToolDone { replaced_by, .. } => replaced_by.clone(),
+        _ => None,
+    });
+    assert_eq!(replaced.as_deref(), Some("nonEmpty"), "the replaced result is marked");
+}
+
+struct Policy {
+    seen_resumed: Rc<RefCell<Vec<bool>>>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl Hook for Policy {
+    fn name(&self) -> &str {
+        "policy"
+    }
+    async fn before_tool(&self, ctx: &mut HookContext<'_>, call: &mut ToolCall) -> Result<Verdict> {
+        self.seen_resumed.borrow_mut().push(ctx.resumed_after_approval);
+        if call.name == "rm" {
+            return Ok(Verdict::Deny("deleting files is not allowed".into()));
+        }
+        if call.args.get("limit").is_none() {
+            call.args["limit"] = json!(10);
+        }
+        Ok(Verdict::Continue)
+    }
+    async fn after_tool(&self, _ctx: &mut HookContext<'_>, call: &ToolCall, result: &mut ToolResultDraft) -> Result<()> {
+        if call.name == "secret" {
+            result.content = "[redacted]".into();
+        }
+        Ok(())
+    }
+    async fn after_model(&self, _ctx: &mut HookContext<'_>, response: &mut ModelResponse) -> Result<()> {
+        response.text = response.text.replace("damn", "d***");
+        Ok(())
+    }
+    async fn before_model(&self, _ctx: &mut HookContext<'_>, messages: &[Message]) -> Result<()> {
+        if messages.iter().any(|m| matches!(m, Message::User { content } if content == "explode")) {
+            return Err(Error::new(ErrorCode::HookFailed, "policy refuses this input"));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn hooks_rewrite_deny_replace_and_reject() {
+    let env = Env::new();
+    let seen_args = Rc::new(RefCell::new(Vec::new()));
+    let sa = seen_args.clone();
+    let list: Rc<dyn Tool> = Rc::new(FnTool::new("list", "list", json!({"type": "object"}), move |args, _c| {
+        sa.borrow_mut().push(args.clone());
+        async { Ok(ToolOutput::text("a, b")) }
+    }));
+    let secret: Rc<dyn Tool> = Rc::new(FnTool::new("secret", "secret", json!({"type": "object"}), |_a, _c| async { Ok(ToolOutput::text("hunter2")) }));
+    let c = Counters::default();
+    let resumed = Rc::new(RefCell::new(Vec::new()));
+    let model = MockModel::new(vec![
+        MockTurn::tools([("list", json!({})), ("rm", json!({"path": "/"})), ("secret", json!({})), ("pay", json!({}))]),
+        MockTurn::text("damn, done"),
+    ]);
+    let agent = Agent::builder(model)
+        .tool_rc(list)
+        .tool_rc(counting_tool("rm", &c))
+        .tool_rc(secret)
+        .tool_rc(gated_tool("pay", &c))
+        .hook(Policy { seen_resumed: resumed.clone() })
+        .store_rc(env.store.clone())
+        .clock(Rc::new(env.clock.clone()))
+        .sleep(Rc::new(env.sleep.clone()))
+        .build()
+        .unwrap();
+    let paused = block_on(agent.send("r", "tidy up", opts())).unwrap();
+    let done = block_on(agent.approvals().resolve(Resolve { id: paused.approval_id.unwrap(), approved: true, note: None })).unwrap();
+    assert_eq!(*seen_args.borrow(), vec![json!({"limit": 10})], "the tool ran with the rewritten args");
+    let results: BTreeMap<String, (ResultKind, String)> = done
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some((r.name.clone(), (r.kind, r.content.clone()))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results["rm"].0, ResultKind::Denied);
+    assert_eq!(c.get("rm"), 0);
+    assert_eq!(results["secret"].1, "[redacted]");
+    assert_eq!(c.get("pay"), 1);
+    assert_eq!(done.text, "d***, done");
+    // The gated call was seen at the gate and again when it ran after approval.
+    assert!(resumed.borrow().contains(&true) && resumed.borrow().contains(&false));
+    // A throwing hook rejects the run, and the attempt is recorded.
+    let err = block_on(agent.send("r2", "explode", opts())).unwrap_err();
+    assert_eq!(err.code, ErrorCode::HookFailed);
+    assert_eq!(block_on(agent.pending()).unwrap().iter().find(|p| p.run_id == "r2").unwrap().attempts, 1);
+}
+
+fn ledger_charge(charges: Rc<Cell<u32>>, ledger: Rc<RefCell<BTreeMap<String, u32>>>, reconcile: bool) -> Rc<dyn Tool> {
+    let (c1, l1) = (charges.clone(), ledger.clone());
+    let t = FnTool::new("charge", "charge the card", json!({"type": "object"}), move |_a, ctx| {
+        let (c1, l1) = (c1.clone(), l1.clone());
+        async move {
+            c1.set(c1.get() + 1);
+            l1.borrow_mut().insert(ctx.tool_call_id.clone(), c1.get());
+            Ok(ToolOutput::text(format!("charge #{}", c1.get())))
+        }
+    });
+    if !reconcile {
+        return Rc::new(t.side_effecting());
+    }
+    let l2 = ledger;
+    Rc::new(t.reconcile_with(move |_args, key| {
+        let found = l2.borrow().get(&key).copied();
+        async move { Ok(found.map(|n| ToolOutput::text(format!("charge #{n} (found by reconcile)")))) }
+    }))
+}
+
+#[test]
+fn reconcile_prevents_a_second_charge_after_a_crash_between_effect_and_record() {
+    // Effects: 1 run.start, 2 commit, 3 model, 4 step, 5 gate, 6 commit (turn + intent), 7 tool.start, 8 run.
+    for (reconcile, finish_in_flight, expected) in [(true, true, 1), (true, false, 1), (false, true, 2)] {
+        let env = Env::journal_sim();
+        let charges = Rc::new(Cell::new(0));
+        let ledger = Rc::new(RefCell::new(BTreeMap::new()));
+        let script = || vec![MockTurn::tools([("charge", json!({"amount": 5}))]), MockTurn::text("charged")];
+        let a = env.agent(MockModel::by_turn(script()), vec![ledger_charge(charges.clone(), ledger.clone(), reconcile)]);
+        let crash = SendOptions { crash: Some(CrashPoint { after_effects: 8, finish_in_flight }), ..opts() };
+        block_on(a.send("order", "charge", crash)).unwrap_err();
+        let cp = block_on(a.load("order")).unwrap().unwrap();
+        assert_eq!(cp.intents.len(), 1, "the intent was recorded before the call ran");
+        env.past_leases();
+        let b = env.agent(MockModel::by_turn(script()), vec![ledger_charge(charges.clone(), ledger.clone(), reconcile)]);
+        let done = block_on(b.resume("order", opts())).unwrap().unwrap();
+        assert_eq!(done.status, RunStatus::Finished);
+        assert_eq!(charges.get(), expected, "reconcile={reconcile} in_flight_done={finish_in_flight}");
+        let cp = block_on(b.load("order")).unwrap().unwrap();
+        assert!(cp.intents.is_empty(), "the outcome closed the intent");
+        if reconcile && finish_in_flight {
+            assert!(done.messages.iter().any(|m| matches!(m, Message::Tool(r) if r.content.contains("found by reconcile"))));
+        }
+    }
+}
+
+#[test]
+fn run_once_acknowledges_redeliveries_without_model_calls() {
+    let env = Env::journal_sim();
+    let c = Counters::default();
+    let model = MockModel::new(vec![MockTurn::tools([("ship", json!({}))]), MockTurn::text("shipped")]);
+    let agent = env.agent(model.clone(), vec![counting_tool("ship", &c)]);
+    let first = block_on(agent.run_once("evt_1", "ship order 1", opts())).unwrap();
+    assert!(matches!(first, Delivery::Ran { .. }));
+    let calls = model.call_count();
+    env.clock.advance(5_000);
+    let again = block_on(agent.run_once("evt_1", "ship order 1", opts())).unwrap();
+    match again {
+        Delivery::Acknowledged { result } => assert_eq!(result.text, "shipped"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(model.call_count(), calls, "zero extra model calls");
+    assert_eq!(c.get("ship"), 1);
+    // Awaiting approval → left; in progress → resumed.
+    let gated = env.agent(MockModel::by_turn(vec![MockTurn::tools([("pay", json!({}))]), MockTurn::text("paid")]), vec![gated_tool("pay", &c)]);
+    block_on(gated.run_once("evt_2", "pay", opts())).unwrap();
+    assert!(matches!(block_on(gated.run_once("evt_2", "pay", opts())).unwrap(), Delivery::AwaitingApproval { .. }));
+    let script = || vec![MockTurn::tools([("ship", json!({}))]), MockTurn::text("shipped 3")];
+    let crashing = env.agent(MockModel::by_turn(script()), vec![counting_tool("ship", &c)]);
+    let crash = SendOptions { crash: Some(CrashPoint { after_effects: 6, finish_in_flight: false }), ..opts() };
+    block_on(crashing.run_once("evt_3", "ship 3", crash)).unwrap_err();
+    env.past_leases();
+    let r = block_on(env.agent(MockModel::by_turn(script()), vec![counting_tool("ship", &c)]).run_once("evt_3", "ship 3", opts())).unwrap();
+    match r {
+        Delivery::Ran { result } => assert_eq!(result.text, "shipped 3"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn recover_loops_ticks_until_stopped() {
+    let env = Env::new();
+    let down = Rc::new(Cell::new(true));
+    let calls = Rc::new(Cell::new(0));
+    let agent = env.agent_with(flaky_model(503, down.clone(), calls), vec![], one_try(), "");
+    block_on(agent.send("r", "go", opts())).unwrap_err();
+    down.set(false);
+    struct StopOnRecovered(AbortSignal, RefCell<Vec<String>>);
+    impl SweepListener for StopOnRecovered {
+        fn on_recovered(&self, run_id: &str, _r: &RunResult) -> Result<()> {
+            self.1.borrow_mut().push(run_id.into());
+            self.0.abort();
+            Ok(())
+        }
+    }
+    let stop = AbortSignal::new();
+    let l = StopOnRecovered(stop.clone(), RefCell::new(Vec::new()));
+    let ticks = block_on(agent.recover(&SweepOptions::default(), 1_000, &l, &stop));
+    assert_eq!(*l.1.borrow(), vec!["r"]);
+    assert!(ticks >= 2, "the run waited for its backoff over several ticks: {ticks}");
+}
+
+#[test]
+fn a_tick_over_1000_pending_runs_stays_within_its_operation_budget() {
+    let env = Env::journal_sim();
+    let down = Rc::new(Cell::new(true));
+    let calls = Rc::new(Cell::new(0));
+    let agent = env.agent_with(flaky_model(503, down.clone(), calls), vec![], one_try(), "");
+    for i in 0..1_000 {
+        block_on(agent.send(&format!("run-{i:04}"), "go", opts())).unwrap_err();
+    }
+    down.set(false);
+    env.clock.advance(60_000);
+    let so = SweepOptions::default();
+    let l = Recorder::default();
+    let tick = block_on(agent.sweep(&so, &l)).unwrap();
+    println!(
+        "sweep tick over {} pending runs: {} store operations, {} runs examined, {} resumed",
+        tick.listed, tick.operations, tick.examined, tick.resumed
+    );
+    assert_eq!(tick.listed, 1_000);
+    assert!(tick.operations < 1_000, "{tick:?}");
+    assert!(!tick.complete);
+    assert_eq!(tick.recovered.len(), tick.resumed);
+    // The next tick continues after the cursor.
+    let next = block_on(agent.sweep(&so, &l)).unwrap();
+    assert!(next.operations < 1_000);
+    let mut all = l.recovered.borrow().clone();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), tick.resumed + next.resumed, "no run resumed twice");
+    assert!(l.recovered.borrow().iter().any(|r| r > &tick.recovered.last().unwrap().clone()));
+    let _ = ToolError::failed("unused");
+}
