@@ -36,6 +36,7 @@
 #![warn(missing_docs)]
 
 pub mod core;
+pub mod http;
 pub mod runtime;
 pub mod store;
 
