@@ -99,6 +99,16 @@ codes! {
     ModelScriptExhausted = "STEADFAST_MODEL_SCRIPT_EXHAUSTED", retryable = false;
     /// A process died in the middle of a run (used by crash injection in tests).
     Crashed = "STEADFAST_CRASHED", retryable = true;
+    /// The request has no valid bearer token (HTTP API).
+    Unauthorized = "STEADFAST_UNAUTHORIZED", retryable = false;
+    /// No API token is configured: the API refuses every request but `/health` (fail closed).
+    AuthNotConfigured = "STEADFAST_AUTH_NOT_CONFIGURED", retryable = false;
+    /// No such route (HTTP API).
+    RouteNotFound = "STEADFAST_ROUTE_NOT_FOUND", retryable = false;
+    /// The route exists but not with this method (HTTP API).
+    MethodNotAllowed = "STEADFAST_METHOD_NOT_ALLOWED", retryable = false;
+    /// The request body is larger than the API accepts (1 MiB).
+    PayloadTooLarge = "STEADFAST_PAYLOAD_TOO_LARGE", retryable = false;
     /// A bug: an invariant of the run state machine did not hold.
     Internal = "STEADFAST_INTERNAL", retryable = false;
 }

@@ -497,13 +497,10 @@ impl Agent {
             (Some(cp), Start::Resume) if cp.status == RunStatus::Finished => return Ok(None),
             _ => {}
         }
-        if let Some(cp) = &pre {
-            if cp.status == RunStatus::AwaitingApproval {
-                // The machine refuses it with the right error, before any effect.
-                RunMachine::start(self.machine_config(run_id, opts), Some(cp.clone()), start, self.inner.clock.now_ms())?;
-                return Err(Error::internal("a run awaiting approval was not refused"));
-            }
-        }
+        // A dry run of the start on what is stored: every refusal (awaiting approval, drift under `error`, a
+        // missing tool, empty input) happens here, before the lease is written, so a refused request changes
+        // nothing in the store.
+        RunMachine::start(self.machine_config(run_id, opts), pre, start.clone(), self.inner.clock.now_ms())?;
         let lease = self.acquire(run_id).await?;
         let cp = match self.inner.store.load(run_id).await {
             Ok(cp) => cp,

@@ -133,6 +133,14 @@ impl<K: KvBackend> RunStore for SeedLayoutStore<K> {
         self.kv.delete(&format!("approval/{id}")).await
     }
 
+    async fn get_state(&self, name: &str) -> Result<Option<String>> {
+        self.get(&format!("state/{name}")).await
+    }
+
+    async fn put_state(&self, name: &str, value: &str) -> Result<()> {
+        self.put(&format!("state/{name}"), value).await
+    }
+
     fn counters(&self) -> StoreCounters {
         StoreCounters {
             reads: self.reads.get(),
