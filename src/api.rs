@@ -82,7 +82,8 @@ impl ApiResponse {
         ApiResponse::json(200, &serde_json::to_value(v).unwrap_or(Value::Null))
     }
 
-    fn error(e: &Error) -> ApiResponse {
+    /// The coded JSON error response for `e`.
+    pub fn error(e: &Error) -> ApiResponse {
         ApiResponse::json(status_of(e), &json!({ "error": e }))
     }
 }
@@ -119,10 +120,14 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     diff == 0
 }
 
+/// Reads the demo tools' effect counters (for `GET /demo/counts`).
+pub type DemoCounts = Rc<dyn Fn() -> crate::runtime::traits::LocalFuture<'static, Result<Value>>>;
+
 /// The API over one agent.
 pub struct Api {
     agent: Agent,
     token: Option<String>,
+    demo: Option<DemoCounts>,
 }
 
 #[derive(Deserialize)]
@@ -189,7 +194,13 @@ fn parse_input(v: Option<Value>) -> Result<Input> {
 impl Api {
     /// An API over `agent`; `token` is the bearer token (`None` refuses every route but `/health`).
     pub fn new(agent: Agent, token: Option<String>) -> Api {
-        Api { agent, token: token.filter(|t| !t.is_empty()) }
+        Api { agent, token: token.filter(|t| !t.is_empty()), demo: None }
+    }
+
+    /// Serves `GET /demo/counts` (the offline demo tools' effect counters) from `counts`.
+    pub fn with_demo_counts(mut self, counts: DemoCounts) -> Api {
+        self.demo = Some(counts);
+        self
     }
 
     /// The agent.
@@ -296,6 +307,10 @@ impl Api {
                 }
                 Ok(ApiResponse::ok(&self.agent.compare(a, b).await?))
             }
+            ["demo", "counts"] if self.demo.is_some() => match (m.as_str(), &self.demo) {
+                ("GET", Some(counts)) => Ok(ApiResponse::ok(&counts().await?)),
+                _ => not_allowed(),
+            },
             ["approvals"] => match m.as_str() {
                 "GET" => Ok(ApiResponse::ok(&self.agent.approvals().list().await?)),
                 _ => not_allowed(),

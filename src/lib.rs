@@ -35,9 +35,16 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod api;
+pub mod config;
 pub mod core;
 pub mod http;
+pub mod providers;
 pub mod runtime;
 pub mod store;
+pub mod tools;
 
 pub use crate::core::error::{Error, ErrorCode, Result};
+
+#[cfg(feature = "worker")]
+pub mod worker;

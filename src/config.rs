@@ -1,0 +1,878 @@
+//! [`AgentConfig`]: the agent as configuration, not code (M19). The Worker reads one JSON document — model,
+//! instructions, limits, drift policy, lease and recovery timing, webhook tools and the hosts they may call —
+//! and combines it with the providers and the platform.
+//!
+//! ```json
+//! {
+//!   "model": {"provider": "openai", "model": "gpt-4o-mini", "maxTokens": 1024},
+//!   "instructions": "You process orders.",
+//!   "limits": {"maxSteps": 12},
+//!   "onAgentDrift": "warn",
+//!   "tools": [{"name": "create_ticket", "url": "https://api.example.com/tickets",
+//!              "inputSchema": {"type": "object", "required": ["title"]}, "sideEffecting": true}],
+//!   "allowedHosts": ["api.example.com"]
+//! }
+//! ```
+//!
+//! Every object refuses unknown fields (a typo is an error, not a silently ignored setting), and every error
+//! is `STEADFAST_CONFIG_INVALID` naming the field (`model.provider`, `tools[1].url`, …). `{}` is a valid
+//! configuration: the offline mock model with the demo tools.
+
+use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::machine::DriftPolicy;
+use crate::core::sweep::SweepOptions;
+use crate::http::HttpClient;
+use crate::runtime::agent::AgentOptions;
+use crate::runtime::mock::{MockError, MockTurn};
+use crate::runtime::traits::Tool;
+use crate::store::LeaseOptions;
+use crate::tools::demo::{demo_script, DEMO_TOOL_NAMES};
+use crate::tools::webhook::{Allowlist, ParsedUrl, WebhookTool, WebhookToolConfig};
+use serde::de::{DeserializeOwned, Error as _};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+use std::rc::Rc;
+
+/// Default number of past states kept per run.
+pub const DEFAULT_HISTORY_LIMIT: usize = 50;
+
+/// Most errors [`AgentConfig::validate`] reports at once.
+const MAX_REPORTED: usize = 10;
+
+fn config_err(message: impl Into<String>) -> Error {
+    Error::new(ErrorCode::ConfigInvalid, message)
+}
+
+/// The model provider.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Provider {
+    /// The scripted mock model (offline; the default).
+    #[default]
+    #[serde(rename = "mock")]
+    Mock,
+    /// OpenAI-compatible chat completions.
+    #[serde(rename = "openai")]
+    OpenAi,
+    /// Anthropic messages.
+    #[serde(rename = "anthropic")]
+    Anthropic,
+    /// The Cloudflare Workers AI binding.
+    #[serde(rename = "workers-ai")]
+    WorkersAi,
+}
+
+impl Provider {
+    /// The configuration string (`mock`, `openai`, `anthropic`, `workers-ai`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Mock => "mock",
+            Provider::OpenAi => "openai",
+            Provider::Anthropic => "anthropic",
+            Provider::WorkersAi => "workers-ai",
+        }
+    }
+
+    /// The secret holding the API key unless `apiKeySecret` says otherwise (`None`: no key needed).
+    pub fn default_api_key_secret(self) -> Option<&'static str> {
+        match self {
+            Provider::OpenAi => Some("OPENAI_API_KEY"),
+            Provider::Anthropic => Some("ANTHROPIC_API_KEY"),
+            Provider::Mock | Provider::WorkersAi => None,
+        }
+    }
+}
+
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
+/// A tool call in a configured mock script.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptCall {
+    /// Tool name.
+    pub name: String,
+    /// Arguments (default `{}`).
+    #[serde(default = "empty_object")]
+    pub args: Value,
+}
+
+/// A scripted provider failure in a configured mock script.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScriptError {
+    /// HTTP status to imitate (400-599: 429 rate limit, 5xx outage, 401 auth, …).
+    pub status: u16,
+    /// Retry-After hint (ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
+    /// Message (default `scripted HTTP <status>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// One turn of a configured mock script: `{"text": "..."}`, `{"toolCalls": [{"name", "args"}], "text"?}` or
+/// `{"error": {"status", "retryAfterMs"?}}`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ScriptTurn {
+    /// The answer's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Tool calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ScriptCall>>,
+    /// A scripted failure instead of an answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ScriptError>,
+}
+
+impl ScriptTurn {
+    /// Checks the turn's shape (an answer or an error, not both, not neither).
+    pub fn check(&self) -> std::result::Result<(), String> {
+        let calls = self.tool_calls.as_deref();
+        if let Some(e) = &self.error {
+            if self.text.is_some() || calls.is_some() {
+                return Err("a turn is either an error or an answer (text / toolCalls), not both".into());
+            }
+            if !(400..=599).contains(&e.status) {
+                return Err(format!("error.status {} is not an HTTP error status (400-599)", e.status));
+            }
+            return Ok(());
+        }
+        match calls {
+            Some([]) => Err("toolCalls is empty (use {\"text\": ...} for a final answer)".into()),
+            Some(calls) => match calls.iter().position(|c| c.name.trim().is_empty()) {
+                Some(i) => Err(format!("toolCalls[{i}].name is empty")),
+                None => Ok(()),
+            },
+            None if self.text.is_some() => Ok(()),
+            None => Err("a turn needs \"text\", \"toolCalls\" or \"error\"".into()),
+        }
+    }
+
+    /// The [`MockTurn`] it stands for.
+    pub fn to_mock_turn(&self) -> MockTurn {
+        if let Some(e) = &self.error {
+            return MockTurn::Error(MockError {
+                status: e.status,
+                retry_after_ms: e.retry_after_ms,
+                message: e.message.clone().unwrap_or_else(|| format!("scripted HTTP {}", e.status)),
+            });
+        }
+        let text = self.text.clone().unwrap_or_default();
+        match self.tool_calls.as_deref() {
+            Some(calls) if !calls.is_empty() => {
+                MockTurn::tools(calls.iter().map(|c| (c.name.clone(), c.args.clone()))).with_text(text)
+            }
+            _ => MockTurn::text(text),
+        }
+    }
+}
+
+/// The model section.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Provider (default `mock`).
+    #[serde(default)]
+    pub provider: Provider,
+    /// Model id (required for every provider but `mock`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// API base URL (the provider's own by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The NAME of the secret holding the API key (default `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_secret: Option<String>,
+    /// Output token cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature (0-2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Extra provider parameters, merged into the request body.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub params: Map<String, Value>,
+    /// For `mock`: the script (default: the demo script, [`demo_script`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<Vec<ScriptTurn>>,
+}
+
+impl ModelConfig {
+    /// The model id: the configured one, else `mock` for the mock provider (empty otherwise).
+    pub fn model_id(&self) -> &str {
+        match (&self.model, self.provider) {
+            (Some(m), _) => m,
+            (None, Provider::Mock) => "mock",
+            (None, _) => "",
+        }
+    }
+
+    /// The name of the secret holding the API key: `apiKeySecret`, else the provider's default.
+    pub fn api_key_secret_name(&self) -> Option<&str> {
+        self.api_key_secret.as_deref().or(self.provider.default_api_key_secret())
+    }
+}
+
+/// Run limits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct Limits {
+    /// Model turns per run (default 10).
+    pub max_steps: u32,
+    /// Tool calls of one turn run at once (default 8).
+    pub tool_concurrency: usize,
+    /// Stop after this many identical failing tool turns in a row (default 4; 0 = off).
+    pub loop_window: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        let o = AgentOptions::default();
+        Limits { max_steps: o.max_steps, tool_concurrency: o.tool_concurrency, loop_window: o.loop_window }
+    }
+}
+
+/// Deserializes `T` refusing fields its default serialization does not have (for option types of other
+/// modules, which accept unknown fields themselves). serde_json reports such errors at the end of the
+/// document, so the message names the section itself.
+fn strict<'de, D, T>(d: D, section: &str) -> std::result::Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: DeserializeOwned + Serialize + Default,
+{
+    let value = Value::deserialize(d)?;
+    if let (Value::Object(given), Ok(Value::Object(known))) = (&value, serde_json::to_value(T::default())) {
+        if let Some(unknown) = given.keys().find(|k| !known.contains_key(k.as_str())) {
+            let expected: Vec<String> = known.keys().map(|k| format!("`{k}`")).collect();
+            return Err(D::Error::custom(format!(
+                "unknown field `{unknown}` in `{section}`, expected one of {}",
+                expected.join(", ")
+            )));
+        }
+    }
+    serde_json::from_value(value).map_err(|e| D::Error::custom(format!("{e} in `{section}`")))
+}
+
+fn strict_lease<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<LeaseOptions, D::Error> {
+    strict(d, "lease")
+}
+
+fn strict_recovery<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<SweepOptions, D::Error> {
+    strict(d, "recovery")
+}
+
+fn default_history_limit() -> usize {
+    DEFAULT_HISTORY_LIMIT
+}
+
+/// The agent's configuration (one JSON document; see the module docs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The model.
+    #[serde(default)]
+    pub model: ModelConfig,
+    /// Instructions (system prompt of new runs).
+    #[serde(default)]
+    pub instructions: String,
+    /// Run limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// What a changed agent does on resume: `warn` (default), `error` or `ignore`.
+    #[serde(default)]
+    pub on_agent_drift: DriftPolicy,
+    /// Lease timing (`ttlMs`, `renewEveryMs`, `graceMs`).
+    #[serde(default, deserialize_with = "strict_lease")]
+    pub lease: LeaseOptions,
+    /// Recovery sweep settings (`intervalMs`, `maxBackoffMs`, `maxAttempts`, `maxRuns`, `opBudget`,
+    /// `outageThreshold`, `retryWithDiagnosis`).
+    #[serde(default, deserialize_with = "strict_recovery")]
+    pub recovery: SweepOptions,
+    /// Webhook tools.
+    #[serde(default)]
+    pub tools: Vec<WebhookToolConfig>,
+    /// Hosts webhook tools may call (exact, or `*.example.com`); empty refuses every host.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    /// Add the demo tools (`charge`, `ship`, `refund`); default: on for the mock provider, off otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub demo_tools: Option<bool>,
+    /// Past states kept per run for history and fork (default 50).
+    #[serde(default = "default_history_limit")]
+    pub history_limit: usize,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            model: ModelConfig::default(),
+            instructions: String::new(),
+            limits: Limits::default(),
+            on_agent_drift: DriftPolicy::default(),
+            lease: LeaseOptions::default(),
+            recovery: SweepOptions::default(),
+            tools: Vec::new(),
+            allowed_hosts: Vec::new(),
+            demo_tools: None,
+            history_limit: DEFAULT_HISTORY_LIMIT,
+        }
+    }
+}
+
+impl AgentConfig {
+    /// Parses and validates a configuration. Errors are `STEADFAST_CONFIG_INVALID` with serde's message and
+    /// the path of the offending field (`invalid agent configuration at `limits.maxSteps`: …`), or the
+    /// messages of [`AgentConfig::validate`].
+    pub fn parse(json: &str) -> Result<AgentConfig> {
+        let first = json.trim_start_matches(|c: char| c.is_ascii_whitespace()).chars().next();
+        if first.is_some() && first != Some('{') {
+            return Err(config_err("invalid agent configuration: it must be a JSON object ({...})"));
+        }
+        let config: AgentConfig = serde_json::from_str(json).map_err(|e| {
+            let path = json_path_at(json, e.line(), e.column());
+            let at = if path.is_empty() { String::new() } else { format!(" at `{path}`") };
+            config_err(format!("invalid agent configuration{at}: {e}"))
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Whether the demo tools are on (`demoTools`, else on for the mock provider only).
+    pub fn demo_tools_enabled(&self) -> bool {
+        self.demo_tools.unwrap_or(self.model.provider == Provider::Mock)
+    }
+
+    /// The allowlist of `allowedHosts`.
+    pub fn allowlist(&self) -> Allowlist {
+        Allowlist::new(&self.allowed_hosts)
+    }
+
+    /// The runtime options (limits, drift policy, lease; the default retry policy).
+    pub fn agent_options(&self) -> AgentOptions {
+        AgentOptions {
+            max_steps: self.limits.max_steps,
+            tool_concurrency: self.limits.tool_concurrency,
+            on_agent_drift: self.on_agent_drift,
+            lease: self.lease,
+            loop_window: self.limits.loop_window,
+            ..AgentOptions::default()
+        }
+    }
+
+    /// The mock model's script (for `MockModel::by_turn`): `model.script`, else [`demo_script`].
+    pub fn mock_script(&self) -> Vec<MockTurn> {
+        match &self.model.script {
+            Some(turns) => turns.iter().map(ScriptTurn::to_mock_turn).collect(),
+            None => demo_script(),
+        }
+    }
+
+    /// Builds the webhook tools on one shared HTTP client (validating each against `allowedHosts`).
+    pub fn webhook_tools<H: HttpClient + ?Sized + 'static>(&self, http: Rc<H>) -> Result<Vec<Rc<dyn Tool>>> {
+        let allowlist = self.allowlist();
+        self.tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                WebhookTool::new(t.clone(), &allowlist, http.clone())
+                    .map(|tool| Rc::new(tool) as Rc<dyn Tool>)
+                    .map_err(|e| config_err(format!("tools[{i}]: {}", e.message)))
+            })
+            .collect()
+    }
+
+    /// Checks what the types cannot: a model id for real providers, a script only for `mock` and well
+    /// formed, `limits.maxSteps` ≥ 1, sane lease and recovery timing, well-formed `allowedHosts`, unique tool
+    /// names (demo tools included when on), and webhook URLs on allow-listed hosts. Fails with
+    /// `STEADFAST_CONFIG_INVALID` listing every problem (up to 10), each naming its field.
+    pub fn validate(&self) -> Result<()> {
+        let mut errs: Vec<String> = Vec::new();
+        self.validate_model(&mut errs);
+
+        let l = &self.limits;
+        if l.max_steps == 0 {
+            errs.push("limits.maxSteps must be at least 1".into());
+        }
+        if l.tool_concurrency == 0 {
+            errs.push("limits.toolConcurrency must be at least 1".into());
+        }
+
+        let lease = &self.lease;
+        if lease.ttl_ms == 0 {
+            errs.push("lease.ttlMs must be at least 1".into());
+        } else if lease.renew_every_ms == 0 || lease.renew_every_ms >= lease.ttl_ms {
+            errs.push(format!(
+                "lease.renewEveryMs ({}) must be at least 1 and below lease.ttlMs ({})",
+                lease.renew_every_ms, lease.ttl_ms
+            ));
+        }
+
+        let r = &self.recovery;
+        for (field, value) in [
+            ("maxAttempts", r.max_attempts as u64),
+            ("maxRuns", r.max_runs as u64),
+            ("opBudget", r.op_budget),
+            ("outageThreshold", r.outage_threshold as u64),
+        ] {
+            if value == 0 {
+                errs.push(format!("recovery.{field} must be at least 1"));
+            }
+        }
+
+        for (i, h) in self.allowed_hosts.iter().enumerate() {
+            if let Err(m) = Allowlist::check_entry(h) {
+                errs.push(format!("allowedHosts[{i}]: {m}"));
+            }
+        }
+
+        let allowlist = self.allowlist();
+        let mut names: BTreeSet<&str> = BTreeSet::new();
+        let demo = self.demo_tools_enabled();
+        for (i, t) in self.tools.iter().enumerate() {
+            if demo && DEMO_TOOL_NAMES.contains(&t.name.as_str()) {
+                errs.push(format!(
+                    "tools[{i}].name: '{}' is also a demo tool (rename it, or set \"demoTools\": false)",
+                    t.name
+                ));
+            } else if !names.insert(t.name.as_str()) {
+                errs.push(format!("tools[{i}].name: two tools are named '{}'", t.name));
+            }
+            if let Err(e) = t.check(&allowlist) {
+                errs.push(format!("tools[{i}]: {}", e.message));
+            }
+        }
+
+        if errs.is_empty() {
+            return Ok(());
+        }
+        let more = errs.len().saturating_sub(MAX_REPORTED);
+        errs.truncate(MAX_REPORTED);
+        let mut message = format!("invalid agent configuration: {}", errs.join("; "));
+        if more > 0 {
+            message.push_str(&format!(" (and {more} more)"));
+        }
+        Err(config_err(message))
+    }
+
+    fn validate_model(&self, errs: &mut Vec<String>) {
+        let m = &self.model;
+        let provider = m.provider.as_str();
+        match (&m.model, m.provider) {
+            (Some(id), _) if id.trim().is_empty() => errs.push("model.model is empty".into()),
+            (None, p) if p != Provider::Mock => errs.push(format!("model.model is required for provider '{provider}'")),
+            _ => {}
+        }
+        if let Some(url) = &m.base_url {
+            if let Err(e) = ParsedUrl::parse(url) {
+                errs.push(format!("model.baseUrl: {}", e.message));
+            }
+        }
+        if let Some(secret) = &m.api_key_secret {
+            if secret.is_empty() || !secret.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                errs.push(format!(
+                    "model.apiKeySecret {secret:?} must be the NAME of a secret (letters, digits, '_'), not the key"
+                ));
+            }
+        }
+        if m.max_tokens == Some(0) {
+            errs.push("model.maxTokens must be at least 1".into());
+        }
+        if let Some(t) = m.temperature {
+            if !(0.0..=2.0).contains(&t) {
+                errs.push(format!("model.temperature {t} must be between 0 and 2"));
+            }
+        }
+        match &m.script {
+            Some(_) if m.provider != Provider::Mock => {
+                errs.push(format!("model.script is only for provider 'mock' (provider is '{provider}')"));
+            }
+            Some(turns) if turns.is_empty() => {
+                errs.push("model.script is empty (leave it out to use the demo script)".into());
+            }
+            Some(turns) => {
+                for (i, t) in turns.iter().enumerate() {
+                    if let Err(e) = t.check() {
+                        errs.push(format!("model.script[{i}]: {e}"));
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+/// The JSON path (`tools[1].url`) of the value being read at a 1-based `line`/`column` (as serde_json
+/// reports errors), from a tolerant scan of `text`. Empty at the top level or when the position is unknown.
+fn json_path_at(text: &str, line: usize, column: usize) -> String {
+    if line == 0 {
+        return String::new();
+    }
+    let bytes = text.as_bytes();
+    let mut start = 0usize;
+    let mut seen = 1usize;
+    while seen < line {
+        match bytes.get(start..).and_then(|rest| rest.iter().position(|b| *b == b'\n')) {
+            Some(p) => {
+                start += p + 1;
+                seen += 1;
+            }
+            None => return String::new(),
+        }
+    }
+    let end = start.saturating_add(column).min(bytes.len());
+
+    enum Frame {
+        Object { key: Option<String>, want_key: bool },
+        Array { index: usize },
+    }
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut i = 0usize;
+    while i < end {
+        let b = bytes.get(i).copied().unwrap_or(b' ');
+        match b {
+            b'"' => {
+                let from = i + 1;
+                let mut j = from;
+                let mut escaped = false;
+                while j < bytes.len() {
+                    let c = bytes.get(j).copied().unwrap_or(b'"');
+                    if escaped {
+                        escaped = false;
+                    } else if c == b'\\' {
+                        escaped = true;
+                    } else if c == b'"' {
+                        break;
+                    }
+                    j += 1;
+                }
+                if let Some(Frame::Object { key, want_key }) = stack.last_mut() {
+                    if *want_key {
+                        let raw = text.get(from..j.min(text.len())).unwrap_or("");
+                        *key = Some(
+                            serde_json::from_str::<String>(&format!("\"{raw}\"")).unwrap_or_else(|_| raw.to_string()),
+                        );
+                        *want_key = false;
+                    }
+                }
+                i = j + 1;
+                continue;
+            }
+            b'{' => stack.push(Frame::Object { key: None, want_key: true }),
+            b'[' => stack.push(Frame::Array { index: 0 }),
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Object { want_key, .. }) => *want_key = true,
+                Some(Frame::Array { index }) => *index += 1,
+                None => {}
+            },
+            _ => {}
+        }
+        i += 1;
+    }
+
+    let mut path = String::new();
+    for frame in &stack {
+        match frame {
+            Frame::Object { key: Some(k), .. } => {
+                if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(k);
+                } else {
+                    path.push_str(&format!("[{}]", Value::String(k.clone())));
+                }
+            }
+            Frame::Object { key: None, .. } => break,
+            Frame::Array { index } => path.push_str(&format!("[{index}]")),
+        }
+    }
+    path
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::machine::ModelResponse;
+    use crate::core::transcript::Message;
+    use crate::http::{HttpRequest, HttpResponse};
+    use crate::runtime::traits::{Model, ModelRequest};
+    use crate::runtime::MockModel;
+    use async_trait::async_trait;
+    use futures::executor::block_on;
+    use serde_json::json;
+
+    const FULL: &str = r#"{
+        "model": {
+            "provider": "openai",
+            "model": "gpt-4o-mini",
+            "baseUrl": "https://gateway.ai.cloudflare.com/v1/acct/gw/openai",
+            "apiKeySecret": "MY_OPENAI_KEY",
+            "maxTokens": 1024,
+            "temperature": 0.2,
+            "params": {"top_p": 0.9}
+        },
+        "instructions": "You process orders.",
+        "limits": {"maxSteps": 12, "toolConcurrency": 4, "loopWindow": 3},
+        "onAgentDrift": "error",
+        "lease": {"ttlMs": 120000, "renewEveryMs": 30000, "graceMs": 5000},
+        "recovery": {"intervalMs": 60000, "maxAttempts": 5, "retryWithDiagnosis": true},
+        "tools": [
+            {"name": "create_ticket", "description": "Opens a ticket", "url": "https://api.example.com/tickets",
+             "inputSchema": {"type": "object", "required": ["title"], "properties": {"title": {"type": "string"}}},
+             "sideEffecting": true, "needsApproval": true, "headers": {"X-Team": "ops"}},
+            {"name": "lookup", "url": "https://search.hooks.example.org/q", "method": "GET", "timeoutMs": 3000,
+             "maxResponseBytes": 2048}
+        ],
+        "allowedHosts": ["api.example.com", "*.hooks.example.org"],
+        "demoTools": false,
+        "historyLimit": 20
+    }"#;
+
+    fn err_of(json: &str) -> Error {
+        let e = AgentConfig::parse(json).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ConfigInvalid, "{e}");
+        e
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let c = AgentConfig::parse(FULL).unwrap();
+        assert_eq!(c.model.provider, Provider::OpenAi);
+        assert_eq!(c.model.model_id(), "gpt-4o-mini");
+        assert_eq!(c.model.api_key_secret_name(), Some("MY_OPENAI_KEY"));
+        assert_eq!(c.model.max_tokens, Some(1024));
+        assert_eq!(c.model.temperature, Some(0.2));
+        assert_eq!(c.model.params.get("top_p"), Some(&json!(0.9)));
+        assert_eq!(c.instructions, "You process orders.");
+        assert_eq!(c.on_agent_drift, DriftPolicy::Error);
+        assert_eq!(c.lease, LeaseOptions { ttl_ms: 120_000, renew_every_ms: 30_000, grace_ms: 5_000 });
+        assert_eq!(c.recovery.interval_ms, 60_000);
+        assert_eq!(c.recovery.max_attempts, 5);
+        assert!(c.recovery.retry_with_diagnosis);
+        assert_eq!(c.recovery.max_runs, SweepOptions::default().max_runs);
+        assert_eq!(c.tools.len(), 2);
+        assert!(c.tools[0].side_effecting && c.tools[0].needs_approval);
+        assert_eq!(c.tools[1].method, "GET");
+        assert_eq!(c.tools[1].max_response_bytes, 2048);
+        assert!(!c.demo_tools_enabled());
+        assert_eq!(c.history_limit, 20);
+        let o = c.agent_options();
+        assert_eq!((o.max_steps, o.tool_concurrency, o.loop_window), (12, 4, 3));
+        assert_eq!(o.on_agent_drift, DriftPolicy::Error);
+        assert_eq!(o.lease.ttl_ms, 120_000);
+        assert_eq!(o.retry, AgentOptions::default().retry);
+        // Round trip through serialization.
+        let back = AgentConfig::parse(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+    }
+
+    #[test]
+    fn defaults_are_applied() {
+        let c = AgentConfig::parse("{}").unwrap();
+        assert_eq!(c, AgentConfig::default());
+        assert_eq!(c.model.provider, Provider::Mock);
+        assert_eq!(c.model.model_id(), "mock");
+        assert_eq!(c.model.api_key_secret_name(), None);
+        assert_eq!((c.limits.max_steps, c.limits.tool_concurrency, c.limits.loop_window), (10, 8, 4));
+        assert_eq!(c.on_agent_drift, DriftPolicy::Warn);
+        assert_eq!(c.lease, LeaseOptions::default());
+        assert_eq!(c.recovery, SweepOptions::default());
+        assert!(c.tools.is_empty() && c.allowed_hosts.is_empty());
+        assert!(c.demo_tools_enabled());
+        assert_eq!(c.history_limit, 50);
+        assert_eq!(c.agent_options(), AgentOptions::default());
+
+        let c = AgentConfig::parse(
+            r#"{"model": {"provider": "anthropic", "model": "claude-x"}, "limits": {"maxSteps": 3}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.model.api_key_secret_name(), Some("ANTHROPIC_API_KEY"));
+        assert_eq!((c.limits.max_steps, c.limits.tool_concurrency), (3, 8));
+        assert!(!c.demo_tools_enabled());
+        let c = AgentConfig::parse(r#"{"model": {"provider": "openai", "model": "m"}, "lease": {"ttlMs": 90000}}"#)
+            .unwrap();
+        assert_eq!(c.model.api_key_secret_name(), Some("OPENAI_API_KEY"));
+        assert_eq!(c.lease, LeaseOptions { ttl_ms: 90_000, ..LeaseOptions::default() });
+        let c = AgentConfig::parse(r#"{"model": {"provider": "workers-ai", "model": "@cf/meta/llama"}}"#).unwrap();
+        assert_eq!(c.model.api_key_secret_name(), None);
+    }
+
+    #[test]
+    fn unknown_fields_are_rejected_with_a_clear_message() {
+        let e = err_of(r#"{"model": {"provider": "mock"}, "limits": {"maxStep": 3}}"#);
+        assert!(e.message.contains("at `limits.maxStep`"), "{}", e.message);
+        assert!(e.message.contains("unknown field `maxStep`"), "{}", e.message);
+        assert!(e.message.contains("maxSteps"), "{}", e.message);
+
+        let e = err_of(r#"{"instructionz": "x"}"#);
+        assert!(e.message.contains("unknown field `instructionz`"), "{}", e.message);
+
+        let e = err_of("{\n  \"tools\": [\n    {\"name\": \"a\", \"url\": \"https://x.com\"},\n    {\"name\": \"b\", \"url\": \"https://x.com\", \"verb\": \"GET\"}\n  ]\n}");
+        assert!(e.message.contains("at `tools[1].verb`"), "{}", e.message);
+        assert!(e.message.contains("line 4"), "{}", e.message);
+
+        let e = err_of(r#"{"lease": {"ttlMS": 1000}}"#);
+        assert!(e.message.contains("unknown field `ttlMS` in `lease`"), "{}", e.message);
+        assert!(e.message.contains("`ttlMs`"), "{}", e.message);
+
+        let e = err_of(r#"{"recovery": {"maxAttempt": 3}}"#);
+        assert!(e.message.contains("unknown field `maxAttempt` in `recovery`"), "{}", e.message);
+        let e = err_of(r#"{"recovery": {"maxAttempts": -1}}"#);
+        assert!(e.message.contains("invalid value") && e.message.contains("in `recovery`"), "{}", e.message);
+
+        let e = err_of(r#"{"tools": [{"url": "https://x.com"}]}"#);
+        assert!(e.message.contains("at `tools[0]`") && e.message.contains("missing field `name`"), "{}", e.message);
+
+        let e = err_of(r#"{"limits": {"maxSteps": "ten"}}"#);
+        assert!(e.message.contains("at `limits.maxSteps`") && e.message.contains("invalid type"), "{}", e.message);
+
+        let e = err_of(r#"{"model": {"script": [{"text": "a", "tool_calls": []}]}}"#);
+        assert!(e.message.contains("at `model.script[0].tool_calls`"), "{}", e.message);
+
+        for bad in ["", "not json", "{", "[]", "{\"model\": ", "\u{0}"] {
+            err_of(bad);
+        }
+    }
+
+    #[test]
+    fn invalid_provider_is_rejected() {
+        let e = err_of(r#"{"model": {"provider": "gpt"}}"#);
+        assert!(e.message.contains("at `model.provider`"), "{}", e.message);
+        assert!(e.message.contains("unknown variant `gpt`"), "{}", e.message);
+        assert!(e.message.contains("workers-ai"), "{}", e.message);
+        let e = err_of(r#"{"model": {"provider": "openai"}}"#);
+        assert!(e.message.contains("model.model is required for provider 'openai'"), "{}", e.message);
+    }
+
+    #[test]
+    fn validate_names_each_field() {
+        let e = err_of(
+            r#"{
+            "model": {"provider": "anthropic", "model": "c", "script": [{"text": "x"}], "apiKeySecret": "sk-123",
+                      "temperature": 3},
+            "limits": {"maxSteps": 0},
+            "lease": {"ttlMs": 1000, "renewEveryMs": 1000},
+            "recovery": {"maxAttempts": 0},
+            "allowedHosts": ["https://api.example.com", "api.example.com"],
+            "tools": [
+                {"name": "a", "url": "https://api.example.com/a"},
+                {"name": "a", "url": "https://evil.example.net/b"},
+                {"name": "c", "url": "ftp://api.example.com/c"}
+            ]
+        }"#,
+        );
+        for needle in [
+            "model.script is only for provider 'mock'",
+            "model.apiKeySecret",
+            "model.temperature",
+            "limits.maxSteps must be at least 1",
+            "lease.renewEveryMs",
+            "recovery.maxAttempts",
+            "allowedHosts[0]",
+            "tools[1].name: two tools are named 'a'",
+            "tools[1]: webhook tool 'a': host 'evil.example.net' is not in allowedHosts",
+            "tools[2]: webhook tool 'c'",
+        ] {
+            assert!(e.message.contains(needle), "missing {needle:?} in {}", e.message);
+        }
+
+        let e = err_of(
+            r#"{"tools": [{"name": "charge", "url": "https://api.example.com/"}], "allowedHosts": ["api.example.com"]}"#,
+        );
+        assert!(e.message.contains("tools[0].name: 'charge' is also a demo tool"), "{}", e.message);
+        AgentConfig::parse(
+            r#"{"demoTools": false, "tools": [{"name": "charge", "url": "https://api.example.com/"}], "allowedHosts": ["api.example.com"]}"#,
+        )
+        .unwrap();
+
+        let e = err_of(r#"{"tools": [{"name": "t", "url": "https://api.example.com/"}]}"#);
+        assert!(e.message.contains("allowedHosts is empty"), "{}", e.message);
+
+        let e = err_of(
+            r#"{"model": {"script": [{}, {"error": {"status": 200}}, {"text": "a", "error": {"status": 500}}, {"toolCalls": []}]}}"#,
+        );
+        for needle in ["model.script[0]", "model.script[1]", "model.script[2]", "model.script[3]"] {
+            assert!(e.message.contains(needle), "missing {needle:?} in {}", e.message);
+        }
+    }
+
+    fn ask(model: &MockModel, messages: &[Message]) -> Result<ModelResponse> {
+        block_on(model.generate(ModelRequest { run_id: "r", messages, tools: &[], step: 1 }))
+    }
+
+    #[test]
+    fn mock_script_is_parsed_into_mock_turns() {
+        let c = AgentConfig::parse(
+            r#"{"model": {"provider": "mock", "script": [
+                {"toolCalls": [{"name": "lookup", "args": {"q": "x"}}, {"name": "ping"}], "text": "checking"},
+                {"error": {"status": 429, "retryAfterMs": 1500}},
+                {"text": "done"}
+            ]}}"#,
+        )
+        .unwrap();
+        let script = c.mock_script();
+        assert_eq!(script.len(), 3);
+        match &script[0] {
+            MockTurn::Reply { text, tool_calls, .. } => {
+                assert_eq!(text, "checking");
+                assert_eq!(tool_calls.len(), 2);
+                assert_eq!((tool_calls[0].name.as_str(), &tool_calls[0].args), ("lookup", &json!({"q": "x"})));
+                assert_eq!((tool_calls[1].name.as_str(), &tool_calls[1].args), ("ping", &json!({})));
+            }
+            other => panic!("{other:?}"),
+        }
+        match &script[1] {
+            MockTurn::Error(e) => assert_eq!((e.status, e.retry_after_ms), (429, Some(1500))),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(&script[2], MockTurn::Text(t) if t == "done"));
+
+        let model = MockModel::new(script);
+        let user = [Message::user("hi")];
+        assert_eq!(ask(&model, &user).unwrap().tool_calls.len(), 2);
+        let e = ask(&model, &user).unwrap_err();
+        assert_eq!((e.code, e.retry_after_ms), (ErrorCode::ProviderRateLimited, Some(1500)));
+        assert_eq!(ask(&model, &user).unwrap().text, "done");
+
+        // No script: the demo script.
+        let demo = AgentConfig::default().mock_script();
+        assert_eq!(demo.len(), 3);
+        let r = ask(&MockModel::by_turn(demo), &user).unwrap();
+        assert_eq!(r.tool_calls[0].name, "charge");
+    }
+
+    struct NoHttp;
+
+    #[async_trait(?Send)]
+    impl HttpClient for NoHttp {
+        async fn send(&self, _request: HttpRequest) -> Result<HttpResponse> {
+            Ok(HttpResponse { status: 200, headers: vec![], body: "{}".into() })
+        }
+    }
+
+    #[test]
+    fn webhook_tools_are_built_from_config() {
+        let c = AgentConfig::parse(FULL).unwrap();
+        let tools = c.webhook_tools(Rc::new(NoHttp)).unwrap();
+        assert_eq!(tools.iter().map(|t| t.name()).collect::<Vec<_>>(), ["create_ticket", "lookup"]);
+        assert!(tools[0].side_effecting() && tools[0].needs_approval(&json!({})));
+        let shared: Rc<dyn HttpClient> = Rc::new(NoHttp);
+        assert_eq!(c.webhook_tools(shared).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn json_path_scanner_handles_odd_input() {
+        assert_eq!(json_path_at(r#"{"a": [1, {"b\"c": 2}]}"#, 1, 16), "a[1][\"b\\\"c\"]");
+        assert_eq!(json_path_at(r#"{"a": 1}"#, 0, 0), "");
+        assert_eq!(json_path_at(r#"{"a": 1}"#, 9, 9), "");
+        assert_eq!(json_path_at("{\"é\": {\"x", 1, 100), "[\"é\"].x");
+        assert_eq!(json_path_at("\"unterminated", 1, 5), "");
+    }
+}

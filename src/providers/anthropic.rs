@@ -1,0 +1,511 @@
+//! [`AnthropicModel`]: the Anthropic Messages API (`POST {base_url}/v1/messages`).
+//!
+//! Anthropic wants the system prompt apart and strictly alternating `user` / `assistant` turns, so the
+//! transcript is reshaped: system messages become the top-level `system` (joined with blank lines), tool
+//! results become `tool_result` blocks of a `user` turn, and consecutive turns of the same role are merged
+//! into one (all results of a tool turn, plus any user text that follows, form one `user` message).
+
+use super::{generated_call_id, invalid_response, join_url, merge_extra, send_once, u64_field};
+use crate::core::error::Result;
+use crate::core::machine::ModelResponse;
+use crate::core::transcript::{Message, ToolCall, Usage};
+use crate::http::{HttpClient, HttpRequest};
+use crate::runtime::traits::{Model, ModelRequest, ToolSpec};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// The `anthropic-version` header sent with every request.
+pub const ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Settings of an [`AnthropicModel`] (JSON: camelCase; every field optional).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AnthropicOptions {
+    /// Base URL; the request goes to `{base_url}/v1/messages`. Default `https://api.anthropic.com`.
+    pub base_url: String,
+    /// Model id (also [`Model::id`]). Default `claude-3-5-haiku-latest`.
+    pub model: String,
+    /// `max_tokens` (required by the API). Default 1024.
+    pub max_tokens: u32,
+    /// Sampling temperature (omitted when unset).
+    pub temperature: Option<f64>,
+    /// More body fields (e.g. `tool_choice`, `metadata`); they cannot replace `model`, `messages`, `system`,
+    /// `tools` or `max_tokens`.
+    pub extra: Map<String, Value>,
+    /// Per-request timeout in milliseconds (0 = the transport's default).
+    pub timeout_ms: u64,
+}
+
+impl Default for AnthropicOptions {
+    fn default() -> AnthropicOptions {
+        AnthropicOptions {
+            base_url: "https://api.anthropic.com".into(),
+            model: "claude-3-5-haiku-latest".into(),
+            max_tokens: 1024,
+            temperature: None,
+            extra: Map::new(),
+            timeout_ms: 0,
+        }
+    }
+}
+
+/// The transcript as Anthropic's `(system, messages)`: system texts joined with blank lines (`None` when
+/// there are none); every other message as content blocks, consecutive same-role turns merged, empty turns
+/// dropped.
+pub fn to_anthropic_messages(messages: &[Message]) -> (Option<String>, Vec<Value>) {
+    let mut system: Vec<&str> = Vec::new();
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for m in messages {
+        let (role, blocks) =
+            match m {
+                Message::System { content } => {
+                    if !content.is_empty() {
+                        system.push(content);
+                    }
+                    continue;
+                }
+                Message::User { content } => ("user", text_block(content)),
+                Message::Assistant { content, tool_calls } => {
+                    let mut blocks = text_block(content);
+                    blocks.extend(tool_calls.iter().map(
+                        |c| json!({"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(&c.args)}),
+                    ));
+                    ("assistant", blocks)
+                }
+                Message::Tool(r) => (
+                    "user",
+                    vec![json!({
+                        "type": "tool_result",
+                        "tool_use_id": r.tool_call_id,
+                        "content": r.content,
+                        "is_error": r.is_error,
+                    })],
+                ),
+            };
+        if blocks.is_empty() {
+            continue;
+        }
+        match turns.last_mut() {
+            Some((last_role, last_blocks)) if *last_role == role => last_blocks.extend(blocks),
+            _ => turns.push((role, blocks)),
+        }
+    }
+    let system = if system.is_empty() { None } else { Some(system.join("\n\n")) };
+    let messages = turns.into_iter().map(|(role, blocks)| json!({"role": role, "content": blocks})).collect();
+    (system, messages)
+}
+
+/// A text block, or nothing for empty text (the API refuses empty text blocks).
+fn text_block(text: &str) -> Vec<Value> {
+    if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![json!({"type": "text", "text": text})]
+    }
+}
+
+/// `tool_use.input` must be an object: null becomes `{}`, any other non-object is wrapped as `{"_raw": v}`.
+fn tool_input(args: &Value) -> Value {
+    match args {
+        Value::Object(_) => args.clone(),
+        Value::Null => json!({}),
+        other => json!({ "_raw": other }),
+    }
+}
+
+/// Builds the Messages API request for a transcript and tool list.
+pub fn build_request(
+    options: &AnthropicOptions,
+    api_key: &str,
+    messages: &[Message],
+    tools: &[ToolSpec],
+) -> HttpRequest {
+    let (system, turns) = to_anthropic_messages(messages);
+    let mut body = Map::new();
+    body.insert("model".into(), json!(options.model));
+    body.insert("max_tokens".into(), json!(options.max_tokens));
+    if let Some(system) = system {
+        body.insert("system".into(), json!(system));
+    }
+    body.insert("messages".into(), Value::Array(turns));
+    if !tools.is_empty() {
+        let tools: Vec<Value> = tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(t) = options.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    merge_extra(&mut body, &options.extra, &["model", "messages", "system", "tools", "max_tokens"]);
+    HttpRequest {
+        method: "POST".into(),
+        url: join_url(&options.base_url, "v1/messages"),
+        headers: vec![
+            ("x-api-key".to_string(), api_key.to_string()),
+            ("anthropic-version".to_string(), ANTHROPIC_VERSION.to_string()),
+            ("content-type".to_string(), "application/json".to_string()),
+        ],
+        body: Some(Value::Object(body).to_string()),
+        timeout_ms: options.timeout_ms,
+    }
+}
+
+/// Reads a 2xx Messages API body: `text` blocks concatenated, `tool_use` blocks as tool calls (`input` as
+/// the arguments; a missing id becomes `call_<step>_<i>`), usage from `input_tokens` (plus cache reads and
+/// writes) and `output_tokens`, `stop_reason`. Other block kinds (thinking, …) are skipped. Anything else is
+/// `STEADFAST_PROVIDER_INVALID_RESPONSE`.
+pub fn parse_response(body: &str, step: u32) -> Result<ModelResponse> {
+    let bad = |why: &str| invalid_response("Anthropic", why, body, "");
+    let v: Value = serde_json::from_str(body).map_err(|_| bad("not JSON"))?;
+    if v.get("type").and_then(Value::as_str) == Some("error") {
+        return Err(bad("an error object"));
+    }
+    let blocks = v.get("content").and_then(Value::as_array).ok_or_else(|| bad("no content array"))?;
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    for block in blocks {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("tool_use") => {
+                let i = tool_calls.len();
+                let name = block
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .filter(|n| !n.is_empty())
+                    .ok_or_else(|| bad("a tool_use block without a name"))?;
+                let id = block
+                    .get("id")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .unwrap_or_else(|| generated_call_id(step, i));
+                let args = match block.get("input") {
+                    None | Some(Value::Null) => json!({}),
+                    Some(Value::String(s)) => super::parse_arguments(s),
+                    Some(other) => other.clone(),
+                };
+                tool_calls.push(ToolCall { id, name: name.to_string(), args });
+            }
+            _ => {}
+        }
+    }
+    let usage = match v.get("usage") {
+        Some(u) => Usage {
+            input_tokens: u64_field(u, "input_tokens")
+                .saturating_add(u64_field(u, "cache_creation_input_tokens"))
+                .saturating_add(u64_field(u, "cache_read_input_tokens")),
+            output_tokens: u64_field(u, "output_tokens"),
+        },
+        None => Usage::default(),
+    };
+    let stop_reason = v.get("stop_reason").and_then(Value::as_str).map(str::to_string);
+    Ok(ModelResponse { text, tool_calls, usage, stop_reason })
+}
+
+/// An Anthropic model over an [`HttpClient`]. One HTTP request per `generate`, no retries.
+pub struct AnthropicModel<H: HttpClient> {
+    client: H,
+    api_key: String,
+    options: AnthropicOptions,
+}
+
+impl<H: HttpClient> AnthropicModel<H> {
+    /// A model sending through `client` with this key (a secret: it only ever goes into the header).
+    pub fn new(client: H, api_key: String, options: AnthropicOptions) -> AnthropicModel<H> {
+        AnthropicModel { client, api_key, options }
+    }
+
+    /// The settings.
+    pub fn options(&self) -> &AnthropicOptions {
+        &self.options
+    }
+}
+
+#[async_trait(?Send)]
+impl<H: HttpClient> Model for AnthropicModel<H> {
+    fn id(&self) -> &str {
+        &self.options.model
+    }
+
+    async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
+        let http = build_request(&self.options, &self.api_key, request.messages, request.tools);
+        let response = send_once(&self.client, http, &self.api_key).await.map_err(|e| e.with_run(request.run_id))?;
+        parse_response(&response.body, request.step).map_err(|mut e| {
+            e.message = super::redact(&e.message, &self.api_key);
+            e.with_status(response.status).with_run(request.run_id)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::classify::{classify, is_provider_outage, FailureClass};
+    use crate::core::error::{Error, ErrorCode};
+    use crate::core::transcript::{ResultKind, ToolResult};
+    use crate::providers::fake::FakeHttp;
+    use futures::executor::block_on;
+
+    const KEY: &str = "sk-ant-test-SECRET-456";
+
+    fn result(id: &str, content: &str, is_error: bool) -> Message {
+        Message::Tool(ToolResult {
+            tool_call_id: id.into(),
+            name: "weather".into(),
+            content: content.into(),
+            is_error,
+            kind: ResultKind::Execution,
+        })
+    }
+
+    fn call(id: &str, city: &str) -> ToolCall {
+        ToolCall { id: id.into(), name: "weather".into(), args: json!({ "city": city }) }
+    }
+
+    fn transcript() -> Vec<Message> {
+        vec![
+            Message::system("You are terse."),
+            Message::system("Use Celsius."),
+            Message::user("Weather in Paris and Rome?"),
+            Message::assistant("Checking.", vec![call("toolu_a", "Paris"), call("toolu_b", "Rome")]),
+            result("toolu_a", "18C", false),
+            result("toolu_b", "Error: upstream down", true),
+        ]
+    }
+
+    fn tools() -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "weather".into(),
+            description: "Current weather".into(),
+            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        }]
+    }
+
+    fn run(fake: &FakeHttp) -> Result<ModelResponse> {
+        let (messages, tools) = (transcript(), tools());
+        let m = AnthropicModel::new(fake.clone(), KEY.to_string(), AnthropicOptions::default());
+        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2 }))
+    }
+
+    fn run_err(status: u16, headers: &[(&str, &str)], body: &str) -> Error {
+        let fake = FakeHttp::reply(status, headers, body);
+        let err = run(&fake).expect_err("should fail");
+        assert_eq!(fake.requests().len(), 1, "exactly one attempt");
+        assert!(!err.message.contains(KEY), "key leaked: {}", err.message);
+        assert!(!format!("{err:?}").contains(KEY));
+        err
+    }
+
+    #[test]
+    fn full_round_trip() {
+        let reply = json!({
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-3-5-haiku-latest",
+            "content": [
+                {"type": "text", "text": "Let me check "},
+                {"type": "text", "text": "both."},
+                {"type": "tool_use", "id": "toolu_x", "name": "weather", "input": {"city": "Oslo"}},
+                {"type": "tool_use", "id": "toolu_y", "name": "weather", "input": {"city": "Rome"}}
+            ],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 200, "output_tokens": 40}
+        });
+        let fake = FakeHttp::reply(200, &[], &reply.to_string());
+        let opts = AnthropicOptions {
+            temperature: Some(0.2),
+            extra: json!({"tool_choice": {"type": "auto"}, "max_tokens": 5}).as_object().cloned().unwrap_or_default(),
+            ..AnthropicOptions::default()
+        };
+        let (messages, tools) = (transcript(), tools());
+        let m = AnthropicModel::new(fake.clone(), KEY.to_string(), opts);
+        assert_eq!(m.id(), "claude-3-5-haiku-latest");
+        let got =
+            block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2 })).unwrap();
+
+        let reqs = fake.requests();
+        assert_eq!(reqs.len(), 1);
+        let req = &reqs[0];
+        assert_eq!(req.method, "POST");
+        assert_eq!(req.url, "https://api.anthropic.com/v1/messages");
+        assert_eq!(
+            req.headers,
+            vec![
+                ("x-api-key".to_string(), KEY.to_string()),
+                ("anthropic-version".to_string(), "2023-06-01".to_string()),
+                ("content-type".to_string(), "application/json".to_string()),
+            ]
+        );
+        let body: Value = serde_json::from_str(req.body.as_deref().unwrap_or("")).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model": "claude-3-5-haiku-latest",
+                "max_tokens": 1024,
+                "temperature": 0.2,
+                "tool_choice": {"type": "auto"},
+                "system": "You are terse.\n\nUse Celsius.",
+                "messages": [
+                    {"role": "user", "content": [{"type": "text", "text": "Weather in Paris and Rome?"}]},
+                    {"role": "assistant", "content": [
+                        {"type": "text", "text": "Checking."},
+                        {"type": "tool_use", "id": "toolu_a", "name": "weather", "input": {"city": "Paris"}},
+                        {"type": "tool_use", "id": "toolu_b", "name": "weather", "input": {"city": "Rome"}}
+                    ]},
+                    {"role": "user", "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_a", "content": "18C", "is_error": false},
+                        {"type": "tool_result", "tool_use_id": "toolu_b", "content": "Error: upstream down", "is_error": true}
+                    ]}
+                ],
+                "tools": [{
+                    "name": "weather",
+                    "description": "Current weather",
+                    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+                }]
+            })
+        );
+        assert!(!req.body.as_deref().unwrap_or("").contains(KEY));
+        assert_eq!(
+            got,
+            ModelResponse {
+                text: "Let me check both.".into(),
+                tool_calls: vec![call("toolu_x", "Oslo"), call("toolu_y", "Rome")],
+                usage: Usage { input_tokens: 200, output_tokens: 40 },
+                stop_reason: Some("tool_use".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn consecutive_results_and_user_text_merge_into_one_user_turn() {
+        let messages = vec![
+            Message::user("go"),
+            Message::assistant("", vec![call("t1", "A"), call("t2", "B"), call("t3", "C")]),
+            result("t1", "1", false),
+            result("t2", "2", true),
+            result("t3", "3", false),
+            Message::user("and now?"),
+            Message::assistant("done", vec![]),
+            Message::assistant("", vec![]),
+            Message::user("thanks"),
+        ];
+        let (system, turns) = to_anthropic_messages(&messages);
+        assert_eq!(system, None);
+        let roles: Vec<&str> = turns.iter().map(|t| t["role"].as_str().unwrap_or("")).collect();
+        assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"]);
+        // No empty text block for the tool-only assistant turn.
+        assert_eq!(turns[1]["content"].as_array().map(Vec::len), Some(3));
+        assert_eq!(turns[1]["content"][0]["type"], "tool_use");
+        assert_eq!(
+            turns[2]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "t1", "content": "1", "is_error": false},
+                {"type": "tool_result", "tool_use_id": "t2", "content": "2", "is_error": true},
+                {"type": "tool_result", "tool_use_id": "t3", "content": "3", "is_error": false},
+                {"type": "text", "text": "and now?"}
+            ])
+        );
+    }
+
+    #[test]
+    fn non_object_arguments_become_objects() {
+        let messages = vec![
+            Message::user("go"),
+            Message::assistant(
+                "",
+                vec![
+                    ToolCall { id: "a".into(), name: "t".into(), args: Value::Null },
+                    ToolCall { id: "b".into(), name: "t".into(), args: json!([1, 2]) },
+                ],
+            ),
+        ];
+        let (_, turns) = to_anthropic_messages(&messages);
+        assert_eq!(turns[1]["content"][0]["input"], json!({}));
+        assert_eq!(turns[1]["content"][1]["input"], json!({"_raw": [1, 2]}));
+    }
+
+    #[test]
+    fn parse_tolerates_odd_blocks_and_string_input() {
+        let body = json!({
+            "content": [
+                {"type": "thinking", "thinking": "hmm"},
+                {"type": "tool_use", "name": "weather", "input": "{\"city\": Par"},
+                {"type": "tool_use", "id": "toolu_2", "name": "weather"}
+            ],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 10, "cache_read_input_tokens": 5, "output_tokens": 3}
+        });
+        let r = parse_response(&body.to_string(), 4).unwrap();
+        assert_eq!(r.text, "");
+        assert_eq!(r.tool_calls[0].id, "call_4_0");
+        assert_eq!(r.tool_calls[0].args, json!({"_raw": "{\"city\": Par"}));
+        assert_eq!(r.tool_calls[1].args, json!({}));
+        assert_eq!(r.usage, Usage { input_tokens: 15, output_tokens: 3 });
+    }
+
+    #[test]
+    fn rate_limited_with_retry_after() {
+        let e = run_err(429, &[("retry-after", "2")], "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\"}}");
+        assert_eq!(e.code, ErrorCode::ProviderRateLimited);
+        assert!(e.retryable);
+        assert_eq!(e.retry_after_ms, Some(2000));
+        assert_eq!(e.run_id.as_deref(), Some("r1"));
+    }
+
+    #[test]
+    fn server_errors_and_overload_are_transient() {
+        for status in [500, 529] {
+            let e = run_err(status, &[], "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}");
+            assert_eq!(e.code, ErrorCode::ProviderUnavailable, "{status}");
+            assert!(e.retryable);
+            assert_eq!(classify(&e), FailureClass::Transient);
+            assert!(is_provider_outage(&e));
+        }
+    }
+
+    #[test]
+    fn auth_error_is_terminal_and_key_free() {
+        let e = run_err(401, &[], &format!("invalid x-api-key {KEY}"));
+        assert_eq!(e.code, ErrorCode::ProviderAuth);
+        assert!(!e.retryable);
+        assert!(!is_provider_outage(&e));
+    }
+
+    #[test]
+    fn bad_request_is_not_retryable() {
+        let e = run_err(400, &[], "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\"}}");
+        assert_eq!(e.code, ErrorCode::ProviderBadRequest);
+        assert!(!e.retryable);
+    }
+
+    #[test]
+    fn garbage_body_is_invalid_response() {
+        for body in ["not json", "{}", "{\"type\":\"error\",\"error\":{}}", "{\"content\":[{\"type\":\"tool_use\"}]}"] {
+            let e = run_err(200, &[], body);
+            assert_eq!(e.code, ErrorCode::ProviderInvalidResponse, "{body}");
+            assert!(e.retryable);
+        }
+    }
+
+    #[test]
+    fn transport_error_passes_through_once() {
+        let fake = FakeHttp::new(vec![Err(Error::new(ErrorCode::ProviderNetwork, "connection reset"))]);
+        let e = run(&fake).expect_err("should fail");
+        assert_eq!(e.code, ErrorCode::ProviderNetwork);
+        assert_eq!(fake.requests().len(), 1);
+    }
+
+    #[test]
+    fn options_deserialize_camel_case() {
+        let o: AnthropicOptions =
+            serde_json::from_value(json!({"model": "claude-sonnet-4-0", "maxTokens": 4096, "baseUrl": "https://gw/"}))
+                .unwrap();
+        assert_eq!(o.max_tokens, 4096);
+        assert_eq!(build_request(&o, "k", &[], &[]).url, "https://gw/v1/messages");
+        assert_eq!(AnthropicOptions::default().max_tokens, 1024);
+    }
+}

@@ -1,0 +1,319 @@
+//! Model providers (M21): OpenAI-compatible chat completions ([`OpenAiModel`]), Anthropic messages
+//! ([`AnthropicModel`]) and the Cloudflare Workers AI binding ([`WorkersAiModel`]). The scripted mock model
+//! lives in [`crate::runtime::mock`].
+//!
+//! Every provider is split in two: pure functions that build the request and parse the answer (unit-tested
+//! without I/O), and a thin [`crate::runtime::Model`] impl that sends exactly one request per `generate`
+//! through a [`crate::http::HttpClient`] (or an [`AiBinding`]). Providers never retry: the runtime's
+//! model-call layer is the only retry layer (M15). Failures are classified by
+//! [`crate::core::classify::provider_http_error`] (non-2xx answers), passed through (transport errors, already
+//! `STEADFAST_PROVIDER_NETWORK` / `STEADFAST_PROVIDER_TIMEOUT`) or reported as
+//! `STEADFAST_PROVIDER_INVALID_RESPONSE` (a 2xx body that cannot be read). API keys never appear in an error.
+
+pub mod anthropic;
+pub mod openai;
+pub mod workers_ai;
+
+pub use anthropic::{AnthropicModel, AnthropicOptions};
+pub use openai::{OpenAiModel, OpenAiOptions};
+pub use workers_ai::{AiBinding, WorkersAiModel, WorkersAiOptions};
+
+use crate::core::classify::provider_http_error;
+use crate::core::error::{cap_chars, Error, ErrorCode, Result};
+use crate::core::machine::ModelResponse;
+use crate::core::transcript::{Message, ToolCall, Usage};
+use crate::http::{HttpClient, HttpRequest, HttpResponse};
+use crate::runtime::traits::ToolSpec;
+use serde_json::{json, Map, Value};
+
+/// Longest excerpt of a provider's body kept in an error (characters).
+const EXCERPT_CHARS: usize = 200;
+
+/// Replaces every occurrence of `secret` in `text` (nothing to do for an empty secret).
+pub(crate) fn redact(text: &str, secret: &str) -> String {
+    if secret.is_empty() {
+        text.to_string()
+    } else {
+        text.replace(secret, "[redacted]")
+    }
+}
+
+/// A short, key-free excerpt of a body for an error message.
+pub(crate) fn excerpt(body: &str, secret: &str) -> String {
+    cap_chars(redact(body.trim(), secret).as_str(), EXCERPT_CHARS)
+}
+
+/// `STEADFAST_PROVIDER_INVALID_RESPONSE` (retryable) for an answer that cannot be read.
+pub(crate) fn invalid_response(provider: &str, why: &str, body: &str, secret: &str) -> Error {
+    let ex = excerpt(body, secret);
+    Error::new(
+        ErrorCode::ProviderInvalidResponse,
+        format!("{provider} answered something unreadable ({why}){}{ex}", if ex.is_empty() { "" } else { ": " }),
+    )
+}
+
+/// Sends `request` once. A non-2xx answer becomes the classified provider error; a transport error passes
+/// through with its code (its message scrubbed of `secret`).
+pub(crate) async fn send_once<H: HttpClient>(client: &H, request: HttpRequest, secret: &str) -> Result<HttpResponse> {
+    let response = client.send(request).await.map_err(|mut e| {
+        e.message = redact(&e.message, secret);
+        e
+    })?;
+    if (200..300).contains(&response.status) {
+        Ok(response)
+    } else {
+        Err(provider_http_error(response.status, response.header("retry-after"), &redact(&response.body, secret)))
+    }
+}
+
+/// Joins a base URL and a path with exactly one slash between them.
+pub(crate) fn join_url(base: &str, path: &str) -> String {
+    format!("{}/{}", base.trim_end_matches('/'), path.trim_start_matches('/'))
+}
+
+/// Inserts the `extra` fields into `body` without replacing any of the `protected` fields.
+pub(crate) fn merge_extra(body: &mut Map<String, Value>, extra: &Map<String, Value>, protected: &[&str]) {
+    for (k, v) in extra {
+        if !protected.contains(&k.as_str()) {
+            body.insert(k.clone(), v.clone());
+        }
+    }
+}
+
+/// Reads tool-call arguments given as a JSON string: invalid JSON is kept as `{"_raw": "<the string>"}` so
+/// argument validation hands the model a `validation` result instead of failing the call; an empty string is
+/// `{}`.
+pub fn parse_arguments(s: &str) -> Value {
+    if s.trim().is_empty() {
+        return json!({});
+    }
+    serde_json::from_str(s).unwrap_or_else(|_| json!({ "_raw": s }))
+}
+
+/// Arguments given either as a JSON string (parsed with [`parse_arguments`]) or as a JSON value (kept);
+/// missing or null arguments are `{}`.
+pub(crate) fn arguments_value(v: Option<&Value>) -> Value {
+    match v {
+        None | Some(Value::Null) => json!({}),
+        Some(Value::String(s)) => parse_arguments(s),
+        Some(other) => other.clone(),
+    }
+}
+
+/// A non-negative integer field (0 when absent or not a number).
+pub(crate) fn u64_field(v: &Value, key: &str) -> u64 {
+    match v.get(key) {
+        Some(n) => {
+            n.as_u64().or_else(|| n.as_f64().filter(|f| f.is_finite() && *f >= 0.0).map(|f| f as u64)).unwrap_or(0)
+        }
+        None => 0,
+    }
+}
+
+/// The id for a tool call the provider gave none: `call_<step>_<i>`.
+pub(crate) fn generated_call_id(step: u32, i: usize) -> String {
+    format!("call_{step}_{i}")
+}
+
+/// The transcript as OpenAI-style chat messages (`system` / `user` / `assistant` with `tool_calls` / `tool`).
+/// An assistant turn with tool calls and no text gets `content: null` when `null_empty_content`, else `""`.
+pub(crate) fn openai_messages(messages: &[Message], null_empty_content: bool) -> Vec<Value> {
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::System { content } => json!({"role": "system", "content": content}),
+            Message::User { content } => json!({"role": "user", "content": content}),
+            Message::Assistant { content, tool_calls } if tool_calls.is_empty() => {
+                json!({"role": "assistant", "content": content})
+            }
+            Message::Assistant { content, tool_calls } => {
+                let calls: Vec<Value> = tool_calls
+                    .iter()
+                    .map(|c| {
+                        json!({
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": arguments_string(&c.args)},
+                        })
+                    })
+                    .collect();
+                let content =
+                    if content.is_empty() && null_empty_content { Value::Null } else { Value::String(content.clone()) };
+                json!({"role": "assistant", "content": content, "tool_calls": calls})
+            }
+            Message::Tool(r) => json!({"role": "tool", "tool_call_id": r.tool_call_id, "content": r.content}),
+        })
+        .collect()
+}
+
+/// Tool-call arguments as the JSON string OpenAI expects (a `{"_raw": s}` placeholder goes back as `s`).
+fn arguments_string(args: &Value) -> String {
+    if let Some(obj) = args.as_object() {
+        if obj.len() == 1 {
+            if let Some(Value::String(raw)) = obj.get("_raw") {
+                return raw.clone();
+            }
+        }
+    }
+    match args {
+        Value::Null => "{}".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// Tools as OpenAI-style function declarations.
+pub(crate) fn openai_tools(tools: &[ToolSpec]) -> Vec<Value> {
+    tools
+        .iter()
+        .map(|t| {
+            json!({
+                "type": "function",
+                "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
+            })
+        })
+        .collect()
+}
+
+/// Reads an OpenAI-style chat completion (`choices[0].message`, `usage`). `Err` holds why it cannot be read.
+pub(crate) fn parse_openai_value(v: &Value, step: u32) -> std::result::Result<ModelResponse, String> {
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first())
+        .ok_or_else(|| "no choices[0]".to_string())?;
+    let message = choice.get("message").filter(|m| m.is_object()).ok_or_else(|| "no choices[0].message".to_string())?;
+    let text = content_text(message.get("content"))?;
+    let tool_calls = match message.get("tool_calls") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(calls)) => {
+            calls.iter().enumerate().map(|(i, c)| tool_call(c, step, i)).collect::<Result<_, _>>()?
+        }
+        Some(_) => return Err("tool_calls is not an array".into()),
+    };
+    let usage = v.get("usage").map(openai_usage).unwrap_or_default();
+    let stop_reason = choice.get("finish_reason").and_then(Value::as_str).map(str::to_string);
+    Ok(ModelResponse { text, tool_calls, usage, stop_reason })
+}
+
+/// `usage.prompt_tokens` / `usage.completion_tokens`.
+pub(crate) fn openai_usage(u: &Value) -> Usage {
+    Usage { input_tokens: u64_field(u, "prompt_tokens"), output_tokens: u64_field(u, "completion_tokens") }
+}
+
+/// Message content: a string, null (→ ""), or an array of parts whose `text` fields are concatenated.
+fn content_text(v: Option<&Value>) -> std::result::Result<String, String> {
+    match v {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            Ok(parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().concat())
+        }
+        Some(_) => Err("message content is neither a string nor a list of parts".into()),
+    }
+}
+
+/// One tool call, OpenAI-shaped (`{id, function: {name, arguments}}`) or flat (`{id?, name, arguments}`).
+pub(crate) fn tool_call(c: &Value, step: u32, i: usize) -> std::result::Result<ToolCall, String> {
+    let f = c.get("function").filter(|f| f.is_object()).unwrap_or(c);
+    let name = f
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| format!("tool call #{i} has no name"))?;
+    let id = c
+        .get("id")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .unwrap_or_else(|| generated_call_id(step, i));
+    Ok(ToolCall { id, name: name.to_string(), args: arguments_value(f.get("arguments")) })
+}
+
+#[cfg(test)]
+pub(crate) mod fake {
+    //! A scripted fake [`HttpClient`] that records every request.
+
+    use crate::core::error::{Error, Result};
+    use crate::http::{HttpClient, HttpRequest, HttpResponse};
+    use async_trait::async_trait;
+    use std::cell::RefCell;
+    use std::collections::VecDeque;
+    use std::rc::Rc;
+
+    /// Answers with the scripted replies in order; records each request.
+    #[derive(Clone, Default)]
+    pub struct FakeHttp {
+        replies: Rc<RefCell<VecDeque<Result<HttpResponse>>>>,
+        requests: Rc<RefCell<Vec<HttpRequest>>>,
+    }
+
+    impl FakeHttp {
+        /// A fake with these replies.
+        pub fn new(replies: Vec<Result<HttpResponse>>) -> FakeHttp {
+            FakeHttp { replies: Rc::new(RefCell::new(replies.into())), requests: Default::default() }
+        }
+
+        /// One reply with a status, headers and body.
+        pub fn reply(status: u16, headers: &[(&str, &str)], body: &str) -> FakeHttp {
+            FakeHttp::new(vec![Ok(HttpResponse {
+                status,
+                headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+                body: body.to_string(),
+            })])
+        }
+
+        /// Every request so far.
+        pub fn requests(&self) -> Vec<HttpRequest> {
+            self.requests.borrow().clone()
+        }
+    }
+
+    #[async_trait(?Send)]
+    impl HttpClient for FakeHttp {
+        async fn send(&self, request: HttpRequest) -> Result<HttpResponse> {
+            self.requests.borrow_mut().push(request);
+            self.replies.borrow_mut().pop_front().unwrap_or_else(|| Err(Error::internal("fake http: no reply left")))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::transcript::{ResultKind, ToolResult};
+
+    #[test]
+    fn arguments_parse_or_keep_raw() {
+        assert_eq!(parse_arguments(r#"{"a":1}"#), json!({"a": 1}));
+        assert_eq!(parse_arguments(""), json!({}));
+        assert_eq!(parse_arguments("{\"a\":"), json!({"_raw": "{\"a\":"}));
+        assert_eq!(arguments_value(Some(&json!({"b": 2}))), json!({"b": 2}));
+        assert_eq!(arguments_value(None), json!({}));
+    }
+
+    #[test]
+    fn raw_arguments_go_back_as_they_came() {
+        let m = vec![Message::assistant(
+            "",
+            vec![ToolCall { id: "c".into(), name: "t".into(), args: json!({"_raw": "{oops"}) }],
+        )];
+        let v = openai_messages(&m, true);
+        assert_eq!(v[0]["tool_calls"][0]["function"]["arguments"], "{oops");
+        assert_eq!(v[0]["content"], Value::Null);
+        let r = Message::Tool(ToolResult {
+            tool_call_id: "c".into(),
+            name: "t".into(),
+            content: "x".into(),
+            is_error: true,
+            kind: ResultKind::Validation,
+        });
+        assert_eq!(openai_messages(&[r], true)[0], json!({"role": "tool", "tool_call_id": "c", "content": "x"}));
+    }
+
+    #[test]
+    fn redaction_and_urls() {
+        assert_eq!(redact("key sk-1 here sk-1", "sk-1"), "key [redacted] here [redacted]");
+        assert_eq!(redact("abc", ""), "abc");
+        assert_eq!(join_url("https://x/v1/", "/chat/completions"), "https://x/v1/chat/completions");
+    }
+}

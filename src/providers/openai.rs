@@ -1,0 +1,374 @@
+//! [`OpenAiModel`]: OpenAI-compatible chat completions (`POST {base_url}/chat/completions`) — OpenAI itself
+//! or any compatible server (OpenRouter, Groq, vLLM, Ollama, Cloudflare AI Gateway, …).
+
+use super::{invalid_response, join_url, merge_extra, openai_messages, openai_tools, parse_openai_value, send_once};
+use crate::core::error::Result;
+use crate::core::machine::ModelResponse;
+use crate::core::transcript::Message;
+use crate::http::{HttpClient, HttpRequest};
+use crate::runtime::traits::{Model, ModelRequest, ToolSpec};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+
+/// Settings of an [`OpenAiModel`] (JSON: camelCase; every field optional).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct OpenAiOptions {
+    /// Base URL; the request goes to `{base_url}/chat/completions`. Default `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// Model id (also [`Model::id`]). Default `gpt-4o-mini`.
+    pub model: String,
+    /// Sampling temperature (omitted when unset).
+    pub temperature: Option<f64>,
+    /// `max_tokens` (omitted when unset).
+    pub max_tokens: Option<u32>,
+    /// More body fields (e.g. `tool_choice`, `max_completion_tokens`); they cannot replace `model`, `messages`
+    /// or `tools`.
+    pub extra: Map<String, Value>,
+    /// Per-request timeout in milliseconds (0 = the transport's default).
+    pub timeout_ms: u64,
+}
+
+impl Default for OpenAiOptions {
+    fn default() -> OpenAiOptions {
+        OpenAiOptions {
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-4o-mini".into(),
+            temperature: None,
+            max_tokens: None,
+            extra: Map::new(),
+            timeout_ms: 0,
+        }
+    }
+}
+
+/// Builds the chat-completions request for a transcript and tool list. `Authorization: Bearer <api_key>` is
+/// sent unless the key is empty (local servers).
+pub fn build_request(options: &OpenAiOptions, api_key: &str, messages: &[Message], tools: &[ToolSpec]) -> HttpRequest {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(options.model));
+    body.insert("messages".into(), Value::Array(openai_messages(messages, true)));
+    if !tools.is_empty() {
+        body.insert("tools".into(), Value::Array(openai_tools(tools)));
+    }
+    if let Some(t) = options.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(m) = options.max_tokens {
+        body.insert("max_tokens".into(), json!(m));
+    }
+    merge_extra(&mut body, &options.extra, &["model", "messages", "tools"]);
+    let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
+    if !api_key.is_empty() {
+        headers.push(("authorization".to_string(), format!("Bearer {api_key}")));
+    }
+    HttpRequest {
+        method: "POST".into(),
+        url: join_url(&options.base_url, "chat/completions"),
+        headers,
+        body: Some(Value::Object(body).to_string()),
+        timeout_ms: options.timeout_ms,
+    }
+}
+
+/// Reads a 2xx chat-completions body: `choices[0].message.content` (null → ""), `tool_calls` (arguments
+/// parsed from their JSON string; invalid JSON kept as `{"_raw": …}`; missing ids become `call_<step>_<i>`),
+/// `usage.prompt_tokens` / `completion_tokens`, `finish_reason`. Anything else is
+/// `STEADFAST_PROVIDER_INVALID_RESPONSE`.
+pub fn parse_response(body: &str, step: u32) -> Result<ModelResponse> {
+    let v: Value = serde_json::from_str(body).map_err(|_| invalid_response("OpenAI", "not JSON", body, ""))?;
+    parse_openai_value(&v, step).map_err(|why| invalid_response("OpenAI", &why, body, ""))
+}
+
+/// An OpenAI-compatible chat model over an [`HttpClient`]. One HTTP request per `generate`, no retries.
+pub struct OpenAiModel<H: HttpClient> {
+    client: H,
+    api_key: String,
+    options: OpenAiOptions,
+}
+
+impl<H: HttpClient> OpenAiModel<H> {
+    /// A model sending through `client` with this key (a secret: it only ever goes into the header).
+    pub fn new(client: H, api_key: String, options: OpenAiOptions) -> OpenAiModel<H> {
+        OpenAiModel { client, api_key, options }
+    }
+
+    /// The settings.
+    pub fn options(&self) -> &OpenAiOptions {
+        &self.options
+    }
+}
+
+#[async_trait(?Send)]
+impl<H: HttpClient> Model for OpenAiModel<H> {
+    fn id(&self) -> &str {
+        &self.options.model
+    }
+
+    async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
+        let http = build_request(&self.options, &self.api_key, request.messages, request.tools);
+        let response = send_once(&self.client, http, &self.api_key).await.map_err(|e| e.with_run(request.run_id))?;
+        parse_response(&response.body, request.step).map_err(|mut e| {
+            e.message = super::redact(&e.message, &self.api_key);
+            e.with_status(response.status).with_run(request.run_id)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::classify::{classify, is_provider_outage, FailureClass};
+    use crate::core::error::{Error, ErrorCode};
+    use crate::core::transcript::{ResultKind, ToolCall, ToolResult, Usage};
+    use crate::providers::fake::FakeHttp;
+    use futures::executor::block_on;
+
+    const KEY: &str = "sk-test-SECRET-123";
+
+    fn transcript() -> Vec<Message> {
+        vec![
+            Message::system("You are terse."),
+            Message::user("Weather in Paris and Rome?"),
+            Message::assistant(
+                "Checking.",
+                vec![
+                    ToolCall { id: "call_a".into(), name: "weather".into(), args: json!({"city": "Paris"}) },
+                    ToolCall { id: "call_b".into(), name: "weather".into(), args: json!({"city": "Rome"}) },
+                ],
+            ),
+            Message::Tool(ToolResult {
+                tool_call_id: "call_a".into(),
+                name: "weather".into(),
+                content: "18C".into(),
+                is_error: false,
+                kind: ResultKind::Execution,
+            }),
+            Message::Tool(ToolResult {
+                tool_call_id: "call_b".into(),
+                name: "weather".into(),
+                content: "Error: upstream down".into(),
+                is_error: true,
+                kind: ResultKind::Execution,
+            }),
+        ]
+    }
+
+    fn tools() -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "weather".into(),
+            description: "Current weather".into(),
+            input_schema: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        }]
+    }
+
+    fn model(fake: &FakeHttp, options: OpenAiOptions) -> OpenAiModel<FakeHttp> {
+        OpenAiModel::new(fake.clone(), KEY.to_string(), options)
+    }
+
+    fn run(fake: &FakeHttp) -> Result<ModelResponse> {
+        let (messages, tools) = (transcript(), tools());
+        let m = model(fake, OpenAiOptions::default());
+        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3 }))
+    }
+
+    fn run_err(status: u16, headers: &[(&str, &str)], body: &str) -> (Error, FakeHttp) {
+        let fake = FakeHttp::reply(status, headers, body);
+        let err = run(&fake).expect_err("should fail");
+        assert_eq!(fake.requests().len(), 1, "exactly one attempt");
+        assert!(!err.message.contains(KEY), "key leaked: {}", err.message);
+        assert!(!format!("{err:?}").contains(KEY));
+        (err, fake)
+    }
+
+    #[test]
+    fn full_round_trip() {
+        let reply = json!({
+            "id": "chatcmpl-1",
+            "choices": [{
+                "index": 0,
+                "message": {
+                    "role": "assistant",
+                    "content": null,
+                    "tool_calls": [
+                        {"id": "call_x", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}},
+                        {"id": "call_y", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Rome\"}"}}
+                    ]
+                },
+                "finish_reason": "tool_calls"
+            }],
+            "usage": {"prompt_tokens": 120, "completion_tokens": 33, "total_tokens": 153}
+        });
+        let fake = FakeHttp::reply(200, &[], &reply.to_string());
+        let opts = OpenAiOptions {
+            base_url: "https://gw.example/v1/".into(),
+            temperature: Some(0.5),
+            max_tokens: Some(256),
+            extra: json!({"tool_choice": "auto", "model": "ignored"}).as_object().cloned().unwrap_or_default(),
+            ..OpenAiOptions::default()
+        };
+        let (messages, tools) = (transcript(), tools());
+        let m = model(&fake, opts);
+        assert_eq!(m.id(), "gpt-4o-mini");
+        let got =
+            block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3 })).unwrap();
+
+        let reqs = fake.requests();
+        assert_eq!(reqs.len(), 1);
+        let req = &reqs[0];
+        assert_eq!(req.method, "POST");
+        assert_eq!(req.url, "https://gw.example/v1/chat/completions");
+        assert_eq!(
+            req.headers,
+            vec![
+                ("content-type".to_string(), "application/json".to_string()),
+                ("authorization".to_string(), format!("Bearer {KEY}")),
+            ]
+        );
+        let body: Value = serde_json::from_str(req.body.as_deref().unwrap_or("")).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model": "gpt-4o-mini",
+                "temperature": 0.5,
+                "max_tokens": 256,
+                "tool_choice": "auto",
+                "messages": [
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": "Weather in Paris and Rome?"},
+                    {"role": "assistant", "content": "Checking.", "tool_calls": [
+                        {"id": "call_a", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}},
+                        {"id": "call_b", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Rome\"}"}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_a", "content": "18C"},
+                    {"role": "tool", "tool_call_id": "call_b", "content": "Error: upstream down"}
+                ],
+                "tools": [{"type": "function", "function": {
+                    "name": "weather",
+                    "description": "Current weather",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+                }}]
+            })
+        );
+        assert_eq!(
+            got,
+            ModelResponse {
+                text: String::new(),
+                tool_calls: vec![
+                    ToolCall { id: "call_x".into(), name: "weather".into(), args: json!({"city": "Oslo"}) },
+                    ToolCall { id: "call_y".into(), name: "weather".into(), args: json!({"city": "Rome"}) },
+                ],
+                usage: Usage { input_tokens: 120, output_tokens: 33 },
+                stop_reason: Some("tool_calls".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn text_answer_and_omitted_tools() {
+        let req = build_request(&OpenAiOptions::default(), "", &[Message::user("hi")], &[]);
+        assert_eq!(req.url, "https://api.openai.com/v1/chat/completions");
+        assert!(req.headers.iter().all(|(k, _)| k != "authorization"));
+        let body: Value = serde_json::from_str(req.body.as_deref().unwrap_or("")).unwrap();
+        assert_eq!(body, json!({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}));
+        let r = parse_response(
+            r#"{"choices":[{"message":{"role":"assistant","content":"Hello"},"finish_reason":"stop"}]}"#,
+            1,
+        )
+        .unwrap();
+        assert_eq!(r.text, "Hello");
+        assert!(r.tool_calls.is_empty());
+        assert_eq!(r.usage, Usage::default());
+        assert_eq!(r.stop_reason.as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn invalid_arguments_are_kept_raw_and_missing_ids_generated() {
+        let body = json!({"choices": [{"message": {"content": "x", "tool_calls": [
+            {"type": "function", "function": {"name": "weather", "arguments": "{\"city\": Par"}},
+            {"id": "", "type": "function", "function": {"name": "weather", "arguments": {"city": "Rome"}}}
+        ]}, "finish_reason": "tool_calls"}]});
+        let r = parse_response(&body.to_string(), 7).unwrap();
+        assert_eq!(r.tool_calls[0].id, "call_7_0");
+        assert_eq!(r.tool_calls[0].args, json!({"_raw": "{\"city\": Par"}));
+        assert_eq!(r.tool_calls[1].id, "call_7_1");
+        assert_eq!(r.tool_calls[1].args, json!({"city": "Rome"}));
+    }
+
+    #[test]
+    fn rate_limited_with_retry_after() {
+        let (e, _) = run_err(429, &[("retry-after", "2")], "{\"error\":{\"message\":\"Rate limit\"}}");
+        assert_eq!(e.code, ErrorCode::ProviderRateLimited);
+        assert!(e.retryable);
+        assert_eq!(e.retry_after_ms, Some(2000));
+        assert_eq!(e.status, Some(429));
+        assert_eq!(e.run_id.as_deref(), Some("r1"));
+        assert!(is_provider_outage(&e));
+    }
+
+    #[test]
+    fn server_error_is_transient() {
+        let (e, _) = run_err(500, &[], "oops");
+        assert_eq!(e.code, ErrorCode::ProviderUnavailable);
+        assert!(e.retryable);
+        assert_eq!(classify(&e), FailureClass::Transient);
+    }
+
+    #[test]
+    fn auth_error_is_terminal_and_key_free() {
+        let (e, fake) =
+            run_err(401, &[], &format!("{{\"error\":{{\"message\":\"Incorrect API key provided: {KEY}\"}}}}"));
+        assert_eq!(e.code, ErrorCode::ProviderAuth);
+        assert!(!e.retryable);
+        assert!(!is_provider_outage(&e));
+        assert!(e.message.contains("[redacted]"));
+        // The key did go out, in the header only.
+        let req = &fake.requests()[0];
+        assert!(req.headers.contains(&("authorization".to_string(), format!("Bearer {KEY}"))));
+        assert!(!req.body.as_deref().unwrap_or("").contains(KEY));
+    }
+
+    #[test]
+    fn bad_request_is_not_retryable() {
+        let (e, _) = run_err(400, &[], "{\"error\":{\"message\":\"context too long\"}}");
+        assert_eq!(e.code, ErrorCode::ProviderBadRequest);
+        assert!(!e.retryable);
+        assert_eq!(classify(&e), FailureClass::Terminal);
+    }
+
+    #[test]
+    fn garbage_body_is_invalid_response() {
+        for body in
+            ["<html>bad gateway</html>", "{}", "{\"choices\":[]}", "{\"choices\":[{\"message\":{\"content\":5}}]}"]
+        {
+            let (e, _) = run_err(200, &[], body);
+            assert_eq!(e.code, ErrorCode::ProviderInvalidResponse, "{body}");
+            assert!(e.retryable);
+            assert_eq!(e.status, Some(200));
+        }
+        let long = "x".repeat(5_000);
+        let (e, _) = run_err(200, &[], &long);
+        assert!(e.message.len() < 400, "excerpt is short");
+    }
+
+    #[test]
+    fn transport_error_passes_through_once() {
+        let fake = FakeHttp::new(vec![Err(Error::new(ErrorCode::ProviderTimeout, "timed out"))]);
+        let e = run(&fake).expect_err("should fail");
+        assert_eq!(e.code, ErrorCode::ProviderTimeout);
+        assert!(e.retryable);
+        assert_eq!(fake.requests().len(), 1);
+    }
+
+    #[test]
+    fn options_deserialize_camel_case() {
+        let o: OpenAiOptions =
+            serde_json::from_value(json!({"baseUrl": "http://localhost:11434/v1", "model": "llama3", "maxTokens": 99}))
+                .unwrap();
+        assert_eq!(o.base_url, "http://localhost:11434/v1");
+        assert_eq!(o.model, "llama3");
+        assert_eq!(o.max_tokens, Some(99));
+        assert_eq!(o.temperature, None);
+    }
+}

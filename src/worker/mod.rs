@@ -1,0 +1,201 @@
+//! The Cloudflare Worker (feature `worker`): `#[event(fetch)]` serves [`crate::api::Api`],
+//! `#[event(scheduled)]` runs one recovery sweep per cron tick. This shell translates requests, bindings and
+//! secrets into the platform-independent API and runtime; it makes no decisions of its own.
+//!
+//! Bindings: `RUNS` (Workers KV, required), `AI` (Workers AI, for `"provider": "workers-ai"`). Secrets:
+//! `STEADFAST_TOKEN` (the API's bearer token) and the provider key named by `model.apiKeySecret`. The agent
+//! comes from `STEADFAST_CONFIG` (a var) or the bundled `steadfast.config.json`.
+
+mod platform;
+
+pub use platform::{FetchClient, WorkerClock, WorkerRng, WorkerSleep, WorkersAi, WorkersKv};
+
+use crate::api::{Api, ApiRequest, ApiResponse};
+use crate::config::{AgentConfig, Provider};
+use crate::core::error::{Error, ErrorCode, Result};
+use crate::providers::{AnthropicModel, AnthropicOptions, OpenAiModel, OpenAiOptions, WorkersAiModel, WorkersAiOptions};
+use crate::runtime::{Agent, MockModel, Model, RunResult, SweepListener};
+use crate::store::{JournalOptions, JournalStore, PendingRun};
+use crate::tools::demo::{demo_counts, demo_tools};
+use std::rc::Rc;
+use worker::{console_error, console_log, event, Context, Env, Headers, Request, Response, ScheduleContext, ScheduledEvent};
+
+const BUNDLED_CONFIG: &str = include_str!("../../steadfast.config.json");
+
+fn config(env: &Env) -> Result<AgentConfig> {
+    let json = env
+        .var("STEADFAST_CONFIG")
+        .map(|v| v.to_string())
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+        .unwrap_or_else(|| BUNDLED_CONFIG.to_string());
+    let cfg = AgentConfig::parse(&json)?;
+    cfg.validate()?;
+    Ok(cfg)
+}
+
+fn secret(env: &Env, name: &str) -> Option<String> {
+    env.secret(name)
+        .map(|s| s.to_string())
+        .ok()
+        .or_else(|| env.var(name).map(|v| v.to_string()).ok())
+        .filter(|s| !s.is_empty())
+}
+
+fn binding_error(what: &str, e: worker::Error) -> Error {
+    Error::new(ErrorCode::ConfigInvalid, format!("{what}: {e}"))
+}
+
+fn runs_kv(env: &Env) -> Result<WorkersKv> {
+    env.kv("RUNS")
+        .map(WorkersKv)
+        .map_err(|e| binding_error("the KV binding RUNS is missing (wrangler.toml [[kv_namespaces]])", e))
+}
+
+fn model(env: &Env, cfg: &AgentConfig) -> Result<Rc<dyn Model>> {
+    let m = &cfg.model;
+    let key = || {
+        let name = m.api_key_secret_name().unwrap_or("API_KEY");
+        secret(env, name).ok_or_else(|| {
+            Error::new(
+                ErrorCode::ConfigInvalid,
+                format!("the provider key is missing: `npx wrangler secret put {name}` (locally: {name}=... in .dev.vars)"),
+            )
+        })
+    };
+    Ok(match m.provider {
+        Provider::Mock => Rc::new(MockModel::by_turn(cfg.mock_script()).with_id(m.model_id())),
+        Provider::OpenAi => {
+            let mut o = OpenAiOptions { model: m.model_id().to_string(), temperature: m.temperature, max_tokens: m.max_tokens, extra: m.params.clone(), ..OpenAiOptions::default() };
+            if let Some(b) = &m.base_url {
+                o.base_url = b.clone();
+            }
+            Rc::new(OpenAiModel::new(FetchClient, key()?, o))
+        }
+        Provider::Anthropic => {
+            let mut o = AnthropicOptions { model: m.model_id().to_string(), temperature: m.temperature, extra: m.params.clone(), ..AnthropicOptions::default() };
+            if let Some(b) = &m.base_url {
+                o.base_url = b.clone();
+            }
+            if let Some(t) = m.max_tokens {
+                o.max_tokens = t;
+            }
+            Rc::new(AnthropicModel::new(FetchClient, key()?, o))
+        }
+        Provider::WorkersAi => {
+            let ai = env.ai("AI").map_err(|e| binding_error("the AI binding is missing (wrangler.toml [ai])", e))?;
+            let o = WorkersAiOptions { model: m.model_id().to_string(), temperature: m.temperature, max_tokens: m.max_tokens, extra: m.params.clone() };
+            Rc::new(WorkersAiModel::new(WorkersAi(ai), o))
+        }
+    })
+}
+
+fn build_agent(env: &Env, cfg: &AgentConfig) -> Result<Agent> {
+    let kv = runs_kv(env)?;
+    let clock = Rc::new(WorkerClock);
+    let sleep = Rc::new(WorkerSleep);
+    let store = JournalStore::new(
+        kv.clone(),
+        clock.clone(),
+        sleep.clone(),
+        JournalOptions { history_limit: cfg.history_limit, ..JournalOptions::default() },
+    );
+    let mut b = Agent::builder_rc(model(env, cfg)?)
+        .store(store)
+        .clock(clock)
+        .sleep(sleep)
+        .rng(Rc::new(WorkerRng::new()))
+        .options(cfg.agent_options())
+        .instructions(cfg.instructions.clone());
+    if cfg.demo_tools_enabled() {
+        for t in demo_tools(kv) {
+            b = b.tool_rc(t);
+        }
+    }
+    for t in cfg.webhook_tools(Rc::new(FetchClient))? {
+        b = b.tool_rc(t);
+    }
+    b.build()
+}
+
+async fn read_request(req: &mut Request) -> worker::Result<ApiRequest> {
+    let url = req.url()?;
+    let query = url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+    let headers = req.headers().entries().collect();
+    let method = req.method().to_string();
+    let body = if method == "GET" || method == "HEAD" { Vec::new() } else { req.bytes().await.unwrap_or_default() };
+    Ok(ApiRequest { method, path: url.path().to_string(), query, headers, body })
+}
+
+fn to_response(r: ApiResponse) -> worker::Result<Response> {
+    let headers = Headers::new();
+    for (k, v) in &r.headers {
+        headers.set(k, v)?;
+    }
+    Ok(Response::ok(r.body)?.with_status(r.status).with_headers(headers))
+}
+
+/// The HTTP entry.
+#[event(fetch)]
+pub async fn fetch(mut req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
+    console_error_panic_hook::set_once();
+    let api_req = read_request(&mut req).await?;
+    let resp = match config(&env).and_then(|cfg| build_agent(&env, &cfg).map(|agent| (cfg, agent))) {
+        Err(e) => ApiResponse::error(&e),
+        Ok((cfg, agent)) => {
+            let mut api = Api::new(agent, secret(&env, "STEADFAST_TOKEN"));
+            if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(&env)) {
+                api = api.with_demo_counts(Rc::new(move || {
+                    let kv = kv.clone();
+                    Box::pin(async move { demo_counts(&kv).await.map(|c| serde_json::to_value(c).unwrap_or_default()) })
+                }));
+            }
+            api.handle(api_req).await
+        }
+    };
+    to_response(resp)
+}
+
+/// Logs what the sweep does (cron output is the Worker's log).
+struct ConsoleListener;
+
+impl SweepListener for ConsoleListener {
+    fn on_recovered(&self, run_id: &str, result: &RunResult) -> Result<()> {
+        console_log!("steadfast: recovered run {run_id} ({:?})", result.status);
+        Ok(())
+    }
+    fn on_quarantined(&self, run: &PendingRun) -> Result<()> {
+        console_log!("steadfast: quarantined run {} after {} failed attempts", run.run_id, run.attempts);
+        Ok(())
+    }
+    fn on_outage(&self, active: bool) -> Result<()> {
+        console_log!("steadfast: provider outage {}", if active { "detected: sweep paused" } else { "over" });
+        Ok(())
+    }
+    fn on_error(&self, error: &Error, run_id: Option<&str>) -> Result<()> {
+        console_error!("steadfast: sweep error on {}: {error}", run_id.unwrap_or("(listing)"));
+        Ok(())
+    }
+}
+
+/// The cron entry: one bounded recovery sweep. workers-rs discards this function's result, so every error is
+/// caught and logged here.
+#[event(scheduled)]
+pub async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
+    console_error_panic_hook::set_once();
+    let result = async {
+        let cfg = config(&env)?;
+        let agent = build_agent(&env, &cfg)?;
+        agent.sweep(&cfg.recovery, &ConsoleListener).await
+    }
+    .await;
+    match result {
+        Ok(r) => console_log!(
+            "steadfast sweep ({} at {}): {}",
+            event.cron(),
+            event.schedule(),
+            serde_json::to_string(&r).unwrap_or_default()
+        ),
+        Err(e) => console_error!("steadfast sweep failed: {e}"),
+    }
+}

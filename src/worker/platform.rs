@@ -1,0 +1,170 @@
+//! The Worker's implementations of the runtime's platform traits: Workers KV, `fetch`, the clock, timers,
+//! randomness and the Workers AI binding. Translation only: no decisions.
+
+use crate::core::error::{Error, ErrorCode, Result};
+use crate::http::{HttpClient, HttpRequest, HttpResponse};
+use crate::providers::workers_ai::AiBinding;
+use crate::runtime::{Clock, Rng, Sleep};
+use crate::store::kv::{check_bulk, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
+use async_trait::async_trait;
+use serde_json::Value;
+use std::cell::Cell;
+use std::time::Duration;
+use worker::kv::{KvError, KvStore};
+use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
+
+/// The [`KvBackend`] over a Workers KV namespace binding.
+#[derive(Clone)]
+pub struct WorkersKv(pub KvStore);
+
+fn kv_error(e: KvError) -> Error {
+    let text = e.to_string();
+    if text.contains("429") || text.contains("Too Many Requests") {
+        Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
+    } else {
+        Error::new(ErrorCode::StoreUnavailable, format!("Workers KV failed: {text}"))
+    }
+}
+
+#[async_trait(?Send)]
+impl KvBackend for WorkersKv {
+    async fn get(&self, key: &str) -> Result<Option<String>> {
+        check_key(key)?;
+        self.0.get(key).text().await.map_err(kv_error)
+    }
+
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
+        check_bulk(keys)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut found = self.0.get_bulk(keys).text().await.map_err(kv_error)?;
+        Ok(keys.iter().map(|k| found.remove(k).flatten()).collect())
+    }
+
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
+        check_put(key, &opts)?;
+        let mut builder = self.0.put(key, value).map_err(kv_error)?;
+        if let Some(m) = opts.metadata {
+            builder = builder.metadata(m).map_err(kv_error)?;
+        }
+        if let Some(ttl) = opts.expiration_ttl_s {
+            builder = builder.expiration_ttl(ttl);
+        }
+        builder.execute().await.map_err(kv_error)
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        check_key(key)?;
+        self.0.delete(key).await.map_err(kv_error)
+    }
+
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<ListPage> {
+        let mut b = self.0.list().prefix(prefix.to_string()).limit(limit.clamp(1, 1_000) as u64);
+        if let Some(c) = cursor {
+            b = b.cursor(c.to_string());
+        }
+        let page = b.execute().await.map_err(kv_error)?;
+        Ok(ListPage {
+            keys: page.keys.into_iter().map(|k| ListKey { name: k.name, metadata: k.metadata }).collect(),
+            cursor: if page.list_complete { None } else { page.cursor },
+        })
+    }
+}
+
+/// `Date.now()`.
+pub struct WorkerClock;
+
+impl Clock for WorkerClock {
+    fn now_ms(&self) -> u64 {
+        js_sys::Date::now() as u64
+    }
+}
+
+/// `setTimeout`.
+pub struct WorkerSleep;
+
+#[async_trait(?Send)]
+impl Sleep for WorkerSleep {
+    async fn sleep(&self, ms: u64) {
+        Delay::from(Duration::from_millis(ms)).await;
+    }
+}
+
+/// A SplitMix64 stream seeded from `Math.random()` and the clock (ids and jitter, not secrets).
+pub struct WorkerRng(Cell<u64>);
+
+impl WorkerRng {
+    /// Seeds a new stream (call inside a handler: Workers forbid randomness at module scope).
+    pub fn new() -> WorkerRng {
+        let seed = (js_sys::Math::random() * (u64::MAX as f64)) as u64 ^ (js_sys::Date::now() as u64).rotate_left(17);
+        WorkerRng(Cell::new(seed))
+    }
+}
+
+impl Rng for WorkerRng {
+    fn next_u64(&self) -> u64 {
+        let mut z = self.0.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+        self.0.set(z);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// [`HttpClient`] over the Workers `fetch`, with a timeout (abort) and one attempt.
+pub struct FetchClient;
+
+#[async_trait(?Send)]
+impl HttpClient for FetchClient {
+    async fn send(&self, req: HttpRequest) -> Result<HttpResponse> {
+        let net = |what: &str, e: worker::Error| Error::new(ErrorCode::ProviderNetwork, format!("{what}: {e}"));
+        let headers = Headers::new();
+        for (k, v) in &req.headers {
+            headers.set(k, v).map_err(|e| net("bad header", e))?;
+        }
+        let mut init = RequestInit::new();
+        // Redirects are not followed: a redirect could leave an allow-listed host (a 3xx is an answer).
+        init.with_method(Method::from(req.method.clone())).with_headers(headers).with_redirect(RequestRedirect::Manual);
+        if let Some(body) = &req.body {
+            init.with_body(Some(wasm_bindgen::JsValue::from_str(body)));
+        }
+        let request = Request::new_with_init(&req.url, &init).map_err(|e| net("bad request", e))?;
+        let controller = AbortController::default();
+        let signal = controller.signal();
+        let fetch = Fetch::Request(request);
+        let send = fetch.send_with_signal(&signal);
+        let timeout = Delay::from(Duration::from_millis(if req.timeout_ms == 0 { 60_000 } else { req.timeout_ms }));
+        futures::pin_mut!(send);
+        futures::pin_mut!(timeout);
+        let mut resp = match futures::future::select(send, timeout).await {
+            futures::future::Either::Left((r, _)) => r.map_err(|e| net("fetch failed", e))?,
+            futures::future::Either::Right(_) => {
+                controller.abort();
+                return Err(Error::new(ErrorCode::ProviderTimeout, format!("no answer within {} ms", req.timeout_ms)));
+            }
+        };
+        let status = resp.status_code();
+        let headers = resp.headers().entries().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
+        let body = resp.text().await.map_err(|e| net("reading the body failed", e))?;
+        Ok(HttpResponse { status, headers, body })
+    }
+}
+
+/// The Workers AI binding.
+pub struct WorkersAi(pub worker::Ai);
+
+#[async_trait(?Send)]
+impl AiBinding for WorkersAi {
+    async fn run(&self, model: &str, input: Value) -> Result<Value> {
+        self.0.run::<Value, Value>(model, input).await.map_err(|e| {
+            let text = e.to_string();
+            let code = if text.contains("429") || text.to_ascii_lowercase().contains("capacity") {
+                ErrorCode::ProviderRateLimited
+            } else {
+                ErrorCode::ProviderUnavailable
+            };
+            Error::new(code, format!("Workers AI failed: {text}"))
+        })
+    }
+}
