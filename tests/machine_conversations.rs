@@ -62,11 +62,21 @@ fn turn(calls: &[(&str, &str)]) -> ModelResponse {
 }
 
 fn turn_with(calls: Vec<ToolCall>) -> ModelResponse {
-    ModelResponse { text: String::new(), tool_calls: calls, usage: Usage { input_tokens: 10, output_tokens: 5 }, stop_reason: None }
+    ModelResponse {
+        text: String::new(),
+        tool_calls: calls,
+        usage: Usage { input_tokens: 10, output_tokens: 5 },
+        stop_reason: None,
+    }
 }
 
 fn answer(text: &str) -> ModelResponse {
-    ModelResponse { text: text.into(), tool_calls: vec![], usage: Usage { input_tokens: 7, output_tokens: 3 }, stop_reason: None }
+    ModelResponse {
+        text: text.into(),
+        tool_calls: vec![],
+        usage: Usage { input_tokens: 7, output_tokens: 3 },
+        stop_reason: None,
+    }
 }
 
 fn ok(content: &str) -> ToolOutcome {
@@ -82,7 +92,12 @@ fn approve(approval_id: &str, tool_call_id: &str) -> Decision {
 }
 
 fn reject(approval_id: &str, tool_call_id: &str, note: &str) -> Decision {
-    Decision { approval_id: approval_id.into(), tool_call_id: tool_call_id.into(), approved: false, note: Some(note.into()) }
+    Decision {
+        approval_id: approval_id.into(),
+        tool_call_id: tool_call_id.into(),
+        approved: false,
+        note: Some(note.into()),
+    }
 }
 
 fn needs_approval(id: &str) -> Gate {
@@ -134,7 +149,11 @@ impl Story {
     /// Starts an execution over `stored` (a checkpoint as a store would load it).
     fn start(cfg: MachineConfig, stored: Option<Checkpoint>, start: Start) -> Result<Story, Error> {
         let journal = match &stored {
-            Some(cp) => vec![JournalEntry { seq: cp.seq, at: cp.saved_at, body: EntryBody::Snapshot { state: Box::new(cp.clone()) } }],
+            Some(cp) => vec![JournalEntry {
+                seq: cp.seq,
+                at: cp.saved_at,
+                body: EntryBody::Snapshot { state: Box::new(cp.clone()) },
+            }],
             None => Vec::new(),
         };
         let m = RunMachine::start(cfg, stored, start, NOW)?;
@@ -200,7 +219,9 @@ impl Story {
         assert_eq!(entry.seq, prev_seq + 1, "journal entries are gapless");
         assert_eq!(entry.seq, self.cp().seq, "the entry carries the state's seq");
         match &entry.body {
-            EntryBody::Snapshot { .. } => assert!(self.journal.is_empty(), "only the first entry of a new run is a snapshot"),
+            EntryBody::Snapshot { .. } => {
+                assert!(self.journal.is_empty(), "only the first entry of a new run is a snapshot")
+            }
             EntryBody::Delta { from, .. } => {
                 assert!(!self.journal.is_empty(), "a new run starts with a snapshot");
                 assert_eq!(*from, self.stored().messages.len(), "a delta continues the stored transcript");
@@ -211,7 +232,11 @@ impl Story {
         let entry: JournalEntry = serde_json::from_str(&json).expect("entries deserialise");
         self.journal.push(entry);
         let folded = self.stored();
-        assert_eq!(&folded, self.m.checkpoint(), "the journal does not fold to the machine's state after entry {prev_seq}+1");
+        assert_eq!(
+            &folded,
+            self.m.checkpoint(),
+            "the journal does not fold to the machine's state after entry {prev_seq}+1"
+        );
         self.commits.push(folded);
         self
     }
@@ -229,7 +254,9 @@ impl Story {
 
     fn expect_call_model(&mut self) -> &mut Self {
         match self.next("CallModel") {
-            Effect::CallModel { step } => assert_eq!(step, self.cp().step_index + 1, "CallModel asks for the next step"),
+            Effect::CallModel { step } => {
+                assert_eq!(step, self.cp().step_index + 1, "CallModel asks for the next step")
+            }
             other => panic!("expected CallModel, got {other:#?}"),
         }
         self
@@ -390,7 +417,9 @@ fn a_new_run_commits_a_snapshot_before_calling_the_model() {
     let mut s = Story::new(config());
     s.expect_commit_pending();
     let entry = s.journal.last().unwrap().clone();
-    let EntryBody::Snapshot { state } = &entry.body else { panic!("the first entry of a new run is a snapshot: {entry:#?}") };
+    let EntryBody::Snapshot { state } = &entry.body else {
+        panic!("the first entry of a new run is a snapshot: {entry:#?}")
+    };
     assert_eq!(entry.seq, 1);
     assert_eq!(state.messages, vec![Message::system(INSTRUCTIONS), Message::user("hi")]);
     assert_eq!(state.status, RunStatus::InProgress);
@@ -513,8 +542,9 @@ fn gated_calls_pause_with_one_approval_record_each() {
 #[test]
 fn resolving_a_pause_records_the_rejection_and_marks_the_approved_call_started_before_it_runs() {
     let p = paused();
-    let mut s = Story::resume(&p, config(), Start::Approvals(vec![reject("apr_a", "c2", "too risky"), approve("apr_b", "c3")]))
-        .expect("the approvals match the pause");
+    let mut s =
+        Story::resume(&p, config(), Start::Approvals(vec![reject("apr_a", "c2", "too risky"), approve("apr_b", "c3")]))
+            .expect("the approvals match the pause");
     // First durable boundary: the rejection is recorded and c3 is marked started — before it runs.
     s.expect_commit_pending().expect_idle().ack();
     let marked = s.last_commit().clone();
@@ -540,7 +570,9 @@ fn resolving_a_pause_records_the_rejection_and_marks_the_approved_call_started_b
 #[test]
 fn an_approved_call_that_comes_first_is_held_behind_nothing_and_a_later_rejection_waits_for_it() {
     let p = paused();
-    let mut s = Story::resume(&p, config(), Start::Approvals(vec![approve("apr_a", "c2"), reject("apr_b", "c3", "no")])).unwrap();
+    let mut s =
+        Story::resume(&p, config(), Start::Approvals(vec![approve("apr_a", "c2"), reject("apr_b", "c3", "no")]))
+            .unwrap();
     s.expect_commit();
     let marked = s.last_commit().clone();
     assert_eq!(marked.started_tool_call_ids, vec!["c2".to_string()]);
@@ -569,7 +601,9 @@ fn decisions_must_cover_the_whole_pause() {
 #[test]
 fn a_started_approved_call_without_a_result_gets_an_interrupted_result_and_never_runs_again() {
     let p = paused();
-    let mut s = Story::resume(&p, config(), Start::Approvals(vec![reject("apr_a", "c2", "no"), approve("apr_b", "c3")])).unwrap();
+    let mut s =
+        Story::resume(&p, config(), Start::Approvals(vec![reject("apr_a", "c2", "no"), approve("apr_b", "c3")]))
+            .unwrap();
     s.expect_commit();
     assert_eq!(s.last_commit().started_tool_call_ids, vec!["c3".to_string()]);
     // The process dies here: RunTool c3 may or may not have been performed.
@@ -589,7 +623,9 @@ fn a_started_approved_call_without_a_result_gets_an_interrupted_result_and_never
 #[test]
 fn a_started_call_whose_tool_is_gone_is_still_interrupted() {
     let p = paused();
-    let mut s = Story::resume(&p, config(), Start::Approvals(vec![reject("apr_a", "c2", "no"), approve("apr_b", "c3")])).unwrap();
+    let mut s =
+        Story::resume(&p, config(), Start::Approvals(vec![reject("apr_a", "c2", "no"), approve("apr_b", "c3")]))
+            .unwrap();
     s.expect_commit();
     // "write" was removed; the started call needs no tool to be answered.
     let cfg = config_with("mock", &["deploy", "search"]);
@@ -629,7 +665,8 @@ fn drift_under_error_policy_fails_before_any_effect() {
     }
     // Decisions on a pause are refused too, before anything is touched.
     let p = paused();
-    let err = Story::resume(&p, cfg, Start::Approvals(vec![approve("apr_a", "c2"), approve("apr_b", "c3")])).err().unwrap();
+    let err =
+        Story::resume(&p, cfg, Start::Approvals(vec![approve("apr_a", "c2"), approve("apr_b", "c3")])).err().unwrap();
     assert_eq!(err.code, ErrorCode::AgentDrift);
 }
 
@@ -676,11 +713,13 @@ fn a_pending_call_whose_tool_is_gone_refuses_to_resume() {
     }
     // An approved call needs its tool; a rejected one does not.
     let p = paused();
-    let err = Story::resume(&p, cfg.clone(), Start::Approvals(vec![reject("apr_a", "c2", "no"), approve("apr_b", "c3")]))
-        .err()
-        .unwrap();
+    let err =
+        Story::resume(&p, cfg.clone(), Start::Approvals(vec![reject("apr_a", "c2", "no"), approve("apr_b", "c3")]))
+            .err()
+            .unwrap();
     assert_eq!(err.code, ErrorCode::ResumeToolMissing);
-    let mut r = Story::resume(&p, cfg, Start::Approvals(vec![approve("apr_a", "c2"), reject("apr_b", "c3", "no")])).unwrap();
+    let mut r =
+        Story::resume(&p, cfg, Start::Approvals(vec![approve("apr_a", "c2"), reject("apr_b", "c3", "no")])).unwrap();
     r.expect_commit().expect_run_approved("c2", "apr_a");
 }
 
@@ -927,7 +966,8 @@ fn input_sent_while_calls_are_pending_is_placed_after_their_results() {
 #[test]
 fn resending_the_original_input_is_a_retry_not_new_input() {
     let s = two_calls_running();
-    let mut r = Story::resume(&s, config(), Start::Send(vec![Message::system("ignored"), Message::user("hi")])).unwrap();
+    let mut r =
+        Story::resume(&s, config(), Start::Send(vec![Message::system("ignored"), Message::user("hi")])).unwrap();
     // Nothing to commit before the pending calls run again.
     r.gate_run(&["c1", "c2"]).expect_run_tool("c1").expect_run_tool("c2");
     assert!(r.commits.is_empty());
@@ -940,7 +980,11 @@ fn resending_the_original_input_is_a_retry_not_new_input() {
 #[test]
 fn a_finished_run_continues_as_a_conversation() {
     let mut s = Story::new(config());
-    s.expect_commit().tool_round(&[("c1", "search")]).expect_call_model().answer_model(answer("first answer")).expect_commit();
+    s.expect_commit()
+        .tool_round(&[("c1", "search")])
+        .expect_call_model()
+        .answer_model(answer("first answer"))
+        .expect_commit();
     assert_eq!(s.expect_finish().finish_reason, Some(FinishReason::Stop));
     let history: Vec<Message> = s.stored().messages.into_iter().filter(|m| !m.is_system()).collect();
     // The client re-sends the stored history plus one new message: only the new message is added.
@@ -951,7 +995,10 @@ fn a_finished_run_continues_as_a_conversation() {
     let cp = r.last_commit().clone();
     assert_eq!(cp.messages.len(), history.len() + 2, "system + history + the new message");
     assert_eq!(cp.messages.last(), Some(&Message::user("and then?")));
-    assert_eq!((cp.step_index, cp.usage, cp.status, cp.finish_reason), (0, Usage::default(), RunStatus::InProgress, None));
+    assert_eq!(
+        (cp.step_index, cp.usage, cp.status, cp.finish_reason),
+        (0, Usage::default(), RunStatus::InProgress, None)
+    );
     r.expect_call_model_step(1);
     // Sending nothing new to a finished run is refused.
     let err = Story::resume(&s, config(), Start::Send(vec![])).err().unwrap();
@@ -961,11 +1008,13 @@ fn a_finished_run_continues_as_a_conversation() {
 }
 
 #[test]
-#[ignore = "bug: re-sending exactly the stored history to a finished run appends the whole history again \
-            (start_stored strips the history only when the input is strictly longer)"]
 fn resending_exactly_the_stored_history_does_not_duplicate_it() {
     let mut s = Story::new(config());
-    s.expect_commit().tool_round(&[("c1", "search")]).expect_call_model().answer_model(answer("first answer")).expect_commit();
+    s.expect_commit()
+        .tool_round(&[("c1", "search")])
+        .expect_call_model()
+        .answer_model(answer("first answer"))
+        .expect_commit();
     s.expect_finish();
     let history: Vec<Message> = s.stored().messages.into_iter().filter(|m| !m.is_system()).collect();
     match Story::resume(&s, config(), Start::Send(history)) {
@@ -995,7 +1044,11 @@ fn business_state_from_a_tool_is_committed_with_its_result() {
     let mut s = Story::new(cfg);
     s.expect_commit();
     assert_eq!(s.last_commit().business_state, Some(json!({"cart": []})));
-    s.expect_call_model().answer_model(turn(&[("c1", "write")])).gate_run(&["c1"]).expect_commit().expect_run_tool("c1");
+    s.expect_call_model()
+        .answer_model(turn(&[("c1", "write")]))
+        .gate_run(&["c1"])
+        .expect_commit()
+        .expect_run_tool("c1");
     s.settle("c1", ToolOutcome::Ok { content: "added".into(), business_state: Some(json!({"cart": ["apple"]})) });
     s.expect_commit();
     assert_eq!(s.last_commit().business_state, Some(json!({"cart": ["apple"]})));
@@ -1042,7 +1095,11 @@ fn journal_deltas_fold_to_the_machine_state_after_every_commit() {
     assert_eq!(result_for(&c.last_commit().messages, "c3").kind, ResultKind::Interrupted);
     assert_eq!(c.last_commit().messages.last(), Some(&Message::user("status?")));
     c.tool_round(&[("c5", "search"), ("c6", "write"), ("c7", "search")]);
-    c.expect_call_model().answer_model(turn(&[("c8", "search")])).gate_run(&["c8"]).expect_commit().expect_run_tool("c8");
+    c.expect_call_model()
+        .answer_model(turn(&[("c8", "search")]))
+        .gate_run(&["c8"])
+        .expect_commit()
+        .expect_run_tool("c8");
     c.abort().expect_commit();
     c.expect_finish();
     // Execution 4: resume after the abort, finish.

@@ -412,7 +412,7 @@ impl RunMachine {
             (RunStatus::Finished, Start::Send(input)) => {
                 let mut input = non_system(&input);
                 let history = non_system(&self.cp.messages);
-                if input.len() > history.len() && input[..history.len()] == history[..] {
+                if !history.is_empty() && input.len() >= history.len() && input[..history.len()] == history[..] {
                     input.drain(..history.len());
                 }
                 if input.is_empty() {
