@@ -8,7 +8,7 @@
 
 mod platform;
 
-pub use platform::{FetchClient, WorkerClock, WorkerRng, WorkerSleep, WorkersAi, WorkersKv};
+pub use platform::{worker_rng, FetchClient, WorkerClock, WorkerSleep, WorkersAi, WorkersKv};
 
 use crate::api::{Api, ApiRequest, ApiResponse};
 use crate::config::{AgentConfig, Provider};
@@ -104,7 +104,7 @@ fn build_agent(env: &Env, cfg: &AgentConfig) -> Result<Agent> {
         .store(store)
         .clock(clock)
         .sleep(sleep)
-        .rng(Rc::new(WorkerRng::new()))
+        .rng(Rc::new(worker_rng()))
         .options(cfg.agent_options())
         .instructions(cfg.instructions.clone());
     if cfg.demo_tools_enabled() {

@@ -4,11 +4,10 @@
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::http::{HttpClient, HttpRequest, HttpResponse};
 use crate::providers::workers_ai::AiBinding;
-use crate::runtime::{Clock, Rng, Sleep};
+use crate::runtime::{Clock, Sleep, SplitMix64};
 use crate::store::kv::{check_bulk, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
 use async_trait::async_trait;
 use serde_json::Value;
-use std::cell::Cell;
 use std::time::Duration;
 use worker::kv::{KvError, KvStore};
 use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
@@ -91,25 +90,10 @@ impl Sleep for WorkerSleep {
     }
 }
 
-/// A SplitMix64 stream seeded from `Math.random()` and the clock (ids and jitter, not secrets).
-pub struct WorkerRng(Cell<u64>);
-
-impl WorkerRng {
-    /// Seeds a new stream (call inside a handler: Workers forbid randomness at module scope).
-    pub fn new() -> WorkerRng {
-        let seed = (js_sys::Math::random() * (u64::MAX as f64)) as u64 ^ (js_sys::Date::now() as u64).rotate_left(17);
-        WorkerRng(Cell::new(seed))
-    }
-}
-
-impl Rng for WorkerRng {
-    fn next_u64(&self) -> u64 {
-        let mut z = self.0.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-        self.0.set(z);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
+/// A [`SplitMix64`] stream seeded from `Math.random()` and the clock (ids and jitter, not secrets). Build it
+/// inside a handler: Workers forbid randomness at module scope.
+pub fn worker_rng() -> SplitMix64 {
+    SplitMix64::new((js_sys::Math::random() * (u64::MAX as f64)) as u64 ^ (js_sys::Date::now() as u64).rotate_left(17))
 }
 
 /// [`HttpClient`] over the Workers `fetch`, with a timeout (abort) and one attempt.
