@@ -1,10 +1,14 @@
-//! Property tests over the whole runtime: random model scripts (0–3 tool calls per turn over a tool that
-//! succeeds, one that fails, one with a strict schema, one that needs approval, one that aborts the run, and
-//! an unknown one), random approve/reject decisions and random aborts. Whatever happens, every stored state
-//! (the final one and every past one the store's history keeps) is a valid transcript in which every call has
-//! at most — and, once finished, exactly — one result, directly after its turn and in call order; every result
-//! is the right kind for its call; no call runs twice; a recorded model turn is never generated again; and the
-//! run ends `finished`.
+//! Property tests over the whole runtime (`Agent` + `MockModel` + `MemoryStore`, simulated clock and timer):
+//! random model scripts (0–3 tool calls per turn over a tool that succeeds, one that fails, one with a strict
+//! schema, one that needs approval, one that aborts the run it runs in, one that throws a propagating error on
+//! its first attempt, and an unknown one; tools take a random number of polls, so later calls often finish
+//! first), random approve/reject decisions, random aborts, sometimes a follow-up message after the run
+//! finished, and — in the second property — simulated crashes after a random effect. Whatever happens, every
+//! stored state (the final one and every past one the store's history keeps) is a valid transcript in which
+//! every call has at most — and, once finished, exactly — one result, directly after its turn and in call
+//! order, with no result id twice; every result is the right kind for its call; no call runs more often than
+//! allowed (an approved call at most once); a recorded model turn is never generated again; lastError is
+//! cleared by progress; and the run ends `finished`.
 
 use futures::executor::block_on;
 use proptest::prelude::*;

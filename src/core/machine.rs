@@ -616,6 +616,12 @@ impl RunMachine {
             return;
         }
         self.waiting = None;
+        if self.finishing.is_some() {
+            // An abort or failure arrived while the records were written: it wins; the pause is not taken.
+            self.pausing.clear();
+            self.advance();
+            return;
+        }
         self.cp.status = RunStatus::AwaitingApproval;
         self.cp.approval_ids = std::mem::take(&mut self.pausing);
         self.cp.finish_reason = None;
@@ -640,6 +646,7 @@ impl RunMachine {
             self.need_gate.clear();
             self.need_reconcile.clear();
         }
+        self.pausing.clear();
         for call in self.pending_calls() {
             self.record(result(&call, "cancelled: the run was aborted before this call finished".into(), true, ResultKind::Cancelled));
         }
