@@ -4,9 +4,6 @@
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
 import { Miniflare } from "miniflare";
 
 const TOKEN = "test-token-0123456789";
@@ -39,6 +36,34 @@ function worker({ config, token = TOKEN, kvPersist, bindings = {} } = {}) {
 after(async () => {
   for (const mf of instances) await mf.dispose();
 });
+
+// Two Workers (separate isolates: two "replicas") in one workerd, over one KV namespace.
+function replicas(configs) {
+  const shared = {
+    modules: true,
+    scriptPath: "build/index.js",
+    modulesRoot: "build",
+    modulesRules: [
+      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
+      { type: "CompiledWasm", include: ["**/*.wasm"] },
+    ],
+    compatibilityDate: "2026-04-01",
+    kvNamespaces: { RUNS: "runs-shared" },
+  };
+  const mf = new Miniflare({
+    workers: configs.map((config, i) => ({
+      ...shared,
+      name: `replica-${i}`,
+      bindings: { STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify(config) },
+    })),
+    unsafeTriggerHandlers: true,
+    cf: false,
+  });
+  instances.push(mf);
+  return configs.map((_, i) => ({
+    dispatchFetch: async (url, init) => (await mf.getWorker(`replica-${i}`)).fetch(url, init),
+  }));
+}
 
 async function call(mf, method, p, body, headers = {}) {
   const init = { method, headers: { authorization: `Bearer ${TOKEN}`, ...headers } };
@@ -166,12 +191,10 @@ test("a run interrupted like a dying process is finished by the cron sweep, the 
   assert.equal(counts.json.shipments, 1, counts.text);
 });
 
-test("two instances over one persisted KV: approval resolved by the other; concurrent sends, one runs", async () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "steadfast-kv-"));
+test("two replicas over one KV namespace: approval resolved by the other; concurrent sends, one runs", async () => {
   const config = { recovery: fastRecovery, tools: [lookupTool(`http://127.0.0.1:${srv.port}/tools/slow`)], allowedHosts: ["127.0.0.1"],
     model: { provider: "mock", script: [{ toolCalls: [{ name: "lookup", args: { q: "x" } }] }, { text: "looked up" }] } };
-  const a = worker({ kvPersist: dir, config: { recovery: fastRecovery } });
-  const b = worker({ kvPersist: dir, config: { recovery: fastRecovery } });
+  const [a, b, c, d] = replicas([{ recovery: fastRecovery }, { recovery: fastRecovery }, config, config]);
   const paused = await call(a, "POST", "/runs/refund-7", { input: "refund order 7" });
   assert.equal(paused.json.status, "awaiting-approval", paused.text);
   const list = await call(b, "GET", "/approvals");
@@ -179,8 +202,6 @@ test("two instances over one persisted KV: approval resolved by the other; concu
   const done = await call(b, "POST", `/approvals/${list.json[0].id}`, { approved: true, note: "ok" });
   assert.equal(done.json.status, "finished", done.text);
 
-  const c = worker({ kvPersist: dir, config });
-  const d = worker({ kvPersist: dir, config });
   const before = srv.state.tool.length;
   const [r1, r2] = await Promise.all([call(c, "POST", "/runs/race", { input: "go" }), call(d, "POST", "/runs/race", { input: "go" })]);
   assert.deepEqual([r1.status, r2.status].sort(), [200, 409], `${r1.text} / ${r2.text}`);
