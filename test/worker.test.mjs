@@ -311,3 +311,13 @@ test("SSE: events in order with gapless seq, ending with run.done", async () => 
   assert.equal(events.at(-1).type, "run.done");
   assert.ok(events.some((e) => e.type === "approval.requested"));
 });
+
+test("the store conformance suite passes on the real local KV binding (WorkersKv)", async () => {
+  const mf = worker({ bindings: { STEADFAST_CONFORMANCE: "1" } });
+  const res = await mf.dispatchFetch(BASE + "/__conformance", { method: "POST" });
+  const text = await res.text();
+  assert.equal(res.status, 200, text);
+  assert.match(text, /store conformance on WorkersKv: ok \(10 suites\)/);
+  const off = await worker().dispatchFetch(BASE + "/__conformance", { method: "POST", headers: { authorization: `Bearer ${TOKEN}` } });
+  assert.equal(off.status, 404, "not served without the test var");
+});

@@ -135,11 +135,43 @@ fn to_response(r: ApiResponse) -> worker::Result<Response> {
     Ok(Response::ok(r.body)?.with_status(r.status).with_headers(headers))
 }
 
+/// Runs the store conformance suite on the journal store over this Worker's real KV binding (each suite
+/// function under its own key prefix). Test plumbing: served only when the var `STEADFAST_CONFORMANCE` is
+/// `"1"`. A violated rule aborts the Worker (the suite asserts), so only a completed run answers 200.
+async fn conformance(env: &Env) -> Result<String> {
+    use crate::runtime::{ManualClock, ManualSleep};
+    use crate::store::conformance::{run_all, Capabilities};
+    let kv = runs_kv(env)?;
+    let n = std::cell::Cell::new(0u32);
+    let started = js_sys::Date::now() as u64;
+    let make = |clock: &ManualClock| {
+        n.set(n.get() + 1);
+        let prefix = format!("conformance/{started}/{}/", n.get());
+        let store = || {
+            JournalStore::new(
+                kv.clone(),
+                Rc::new(clock.clone()),
+                Rc::new(ManualSleep::new(clock.clone())),
+                JournalOptions { prefix: prefix.clone(), ..JournalOptions::default() },
+            )
+        };
+        (store(), store())
+    };
+    run_all(&make, &Capabilities { strict_fencing: false }).await;
+    Ok(format!("store conformance on WorkersKv: ok ({} suites)", n.get()))
+}
+
 /// The HTTP entry.
 #[event(fetch)]
 pub async fn fetch(mut req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
     console_error_panic_hook::set_once();
     let api_req = read_request(&mut req).await?;
+    if api_req.path == "/__conformance" && env.var("STEADFAST_CONFORMANCE").map(|v| v.to_string()).ok().as_deref() == Some("1") {
+        return match conformance(&env).await {
+            Ok(msg) => Response::ok(msg),
+            Err(e) => Response::error(e.to_string(), 500),
+        };
+    }
     let resp = match config(&env).and_then(|cfg| build_agent(&env, &cfg).map(|agent| (cfg, agent))) {
         Err(e) => ApiResponse::error(&e),
         Ok((cfg, agent)) => {
