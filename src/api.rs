@@ -96,13 +96,27 @@ pub fn status_of(e: &Error) -> u16 {
         Unauthorized => 401,
         ApprovalNotFound | CheckpointNotFound | RouteNotFound => 404,
         MethodNotAllowed => 405,
-        SessionBusy | SessionAwaitingApproval | ApprovalAlreadyDecided | SessionExists | AgentDrift
-        | ResumeToolMissing | CheckpointCorrupt | Aborted => 409,
+        SessionBusy
+        | SessionAwaitingApproval
+        | ApprovalAlreadyDecided
+        | SessionExists
+        | AgentDrift
+        | ResumeToolMissing
+        | CheckpointCorrupt
+        | Aborted => 409,
         ApprovalOrphaned => 410,
         PayloadTooLarge => 413,
         RunNoProgress => 422,
-        ProviderRateLimited | ProviderUnavailable | ProviderTimeout | ProviderNetwork | ProviderAuth
-        | ProviderBadRequest | ProviderInvalidResponse | BudgetExhausted | ToolPropagated | ModelScriptExhausted => 502,
+        ProviderRateLimited
+        | ProviderUnavailable
+        | ProviderTimeout
+        | ProviderNetwork
+        | ProviderAuth
+        | ProviderBadRequest
+        | ProviderInvalidResponse
+        | BudgetExhausted
+        | ToolPropagated
+        | ModelScriptExhausted => 502,
         AuthNotConfigured | StoreRateLimited | StoreUnavailable => 503,
         _ => 500,
     }
@@ -181,7 +195,9 @@ fn parse_input(v: Option<Value>) -> Result<Input> {
                 let m: Message = serde_json::from_value(item)
                     .map_err(|e| bad(format!("input[{i}] is not a message ({{role, content}}): {e}")))?;
                 if matches!(m, Message::Tool(_)) || !m.tool_calls().is_empty() {
-                    return Err(bad(format!("input[{i}]: only system and user messages (or stored history) may be sent")));
+                    return Err(bad(format!(
+                        "input[{i}]: only system and user messages (or stored history) may be sent"
+                    )));
                 }
                 out.push(m);
             }
@@ -226,7 +242,10 @@ impl Api {
         };
         let given = req.header("authorization").and_then(|h| h.strip_prefix("Bearer ")).unwrap_or("");
         if !constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
-            return Err(Error::new(ErrorCode::Unauthorized, "missing or wrong bearer token (Authorization: Bearer <token>)"));
+            return Err(Error::new(
+                ErrorCode::Unauthorized,
+                "missing or wrong bearer token (Authorization: Bearer <token>)",
+            ));
         }
         Ok(())
     }
@@ -236,7 +255,9 @@ impl Api {
         let m = req.method.to_ascii_uppercase();
         if parts == ["health"] {
             return match m.as_str() {
-                "GET" | "HEAD" => Ok(ApiResponse::ok(&json!({"ok": true, "service": "steadfast", "version": env!("CARGO_PKG_VERSION")}))),
+                "GET" | "HEAD" => Ok(ApiResponse::ok(
+                    &json!({"ok": true, "service": "steadfast", "version": env!("CARGO_PKG_VERSION")}),
+                )),
                 _ => Err(Error::new(ErrorCode::MethodNotAllowed, "use GET /health")),
             };
         }
@@ -244,7 +265,8 @@ impl Api {
         if req.body.len() > MAX_BODY_BYTES {
             return Err(Error::new(ErrorCode::PayloadTooLarge, format!("the body is over {MAX_BODY_BYTES} bytes")));
         }
-        let not_allowed = || Err(Error::new(ErrorCode::MethodNotAllowed, format!("{m} is not allowed on {}", req.path)));
+        let not_allowed =
+            || Err(Error::new(ErrorCode::MethodNotAllowed, format!("{m} is not allowed on {}", req.path)));
         match parts.as_slice() {
             ["runs"] => match m.as_str() {
                 "GET" => self.list_runs(req).await,
@@ -319,11 +341,18 @@ impl Api {
                 if m != "POST" {
                     return not_allowed();
                 }
-                if id.is_empty() || id.len() > 100 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                if id.is_empty()
+                    || id.len() > 100
+                    || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                {
                     return Err(bad("invalid approval id"));
                 }
                 let body: ResolveBody = parse_body(&req.body, false)?.ok_or_else(|| bad("empty body"))?;
-                let r = self.agent.approvals().resolve(Resolve { id: id.to_string(), approved: body.approved, note: body.note }).await?;
+                let r = self
+                    .agent
+                    .approvals()
+                    .resolve(Resolve { id: id.to_string(), approved: body.approved, note: body.note })
+                    .await?;
                 Ok(ApiResponse::ok(&r))
             }
             ["deliveries", id] => {

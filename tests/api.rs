@@ -31,7 +31,9 @@ fn fixture() -> Fixture {
     let counters = Counters::default();
     let model = MockModel::by_turn(vec![
         MockTurn::func(|req| {
-            let refund = req.messages.iter().any(|m| matches!(m, steadfast::core::transcript::Message::User { content } if content.contains("refund")));
+            let refund = req.messages.iter().any(
+                |m| matches!(m, steadfast::core::transcript::Message::User { content } if content.contains("refund")),
+            );
             if refund {
                 MockTurn::tools([("refund", json!({"order": 7}))])
             } else {
@@ -46,7 +48,9 @@ fn fixture() -> Fixture {
 
 fn req(method: &str, path: &str, body: &str) -> ApiRequest {
     let (path, query) = match path.split_once('?') {
-        Some((p, q)) => (p, q.split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        Some((p, q)) => {
+            (p, q.split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
+        }
         None => (path, vec![]),
     };
     ApiRequest {
@@ -89,7 +93,8 @@ fn every_route_happy_path() {
     assert_eq!(s, 200);
     assert_eq!(v.as_array().unwrap().len(), 2);
 
-    let (s, v) = call(&f, req("POST", "/runs/order-7/fork", r#"{"fromStep": 1, "patch": {"appendInput": "and again"}}"#));
+    let (s, v) =
+        call(&f, req("POST", "/runs/order-7/fork", r#"{"fromStep": 1, "patch": {"appendInput": "and again"}}"#));
     assert_eq!(s, 201, "{v}");
     assert_eq!(v["runId"], "order-7.fork-1");
     let (s, v) = call(&f, req("POST", "/runs/order-7.fork-1/resume", ""));
@@ -131,21 +136,51 @@ fn bad_requests_get_coded_4xx_and_change_nothing() {
     assert_eq!(call(&f, req("POST", "/runs/keep", r#"{"input": "refund order 7"}"#)).0, 200);
     let huge = format!(r#"{{"input": "{}"}}"#, "x".repeat(MAX_BODY_BYTES));
     let no_token = ApiRequest { method: "GET".into(), path: "/runs".into(), ..Default::default() };
-    let wrong_token = ApiRequest { headers: vec![("authorization".into(), "Bearer nope".into())], ..req("GET", "/runs", "") };
+    let wrong_token =
+        ApiRequest { headers: vec![("authorization".into(), "Bearer nope".into())], ..req("GET", "/runs", "") };
     let cases: Vec<(&str, ApiRequest, u16, &str)> = vec![
         ("malformed JSON", req("POST", "/runs/a", "{input:"), 400, "STEADFAST_INVALID_INPUT"),
         ("wrong type", req("POST", "/runs/a", r#"{"input": 42}"#), 400, "STEADFAST_INVALID_INPUT"),
         ("unknown field", req("POST", "/runs/a", r#"{"inputs": "x"}"#), 400, "STEADFAST_INVALID_INPUT"),
-        ("tool message as input", req("POST", "/runs/a", r#"{"input": [{"role":"tool","toolCallId":"x","name":"t","content":"c","kind":"execution"}]}"#), 400, "STEADFAST_INVALID_INPUT"),
+        (
+            "tool message as input",
+            req(
+                "POST",
+                "/runs/a",
+                r#"{"input": [{"role":"tool","toolCallId":"x","name":"t","content":"c","kind":"execution"}]}"#,
+            ),
+            400,
+            "STEADFAST_INVALID_INPUT",
+        ),
         ("empty input for a new run", req("POST", "/runs/a", r#"{"input": ""}"#), 400, "STEADFAST_INVALID_INPUT"),
         ("huge body", req("POST", "/runs/a", &huge), 413, "STEADFAST_PAYLOAD_TOO_LARGE"),
         ("bad id", req("POST", "/runs/.bad", r#"{"input": "x"}"#), 400, "STEADFAST_SESSION_ID_INVALID"),
         ("reserved id", req("POST", "/runs/x.turn-1", r#"{"input": "x"}"#), 400, "STEADFAST_SESSION_ID_INVALID"),
-        ("unknown approval", req("POST", "/approvals/apr_nope", r#"{"approved": true}"#), 404, "STEADFAST_APPROVAL_NOT_FOUND"),
+        (
+            "unknown approval",
+            req("POST", "/approvals/apr_nope", r#"{"approved": true}"#),
+            404,
+            "STEADFAST_APPROVAL_NOT_FOUND",
+        ),
         ("approval without decision", req("POST", "/approvals/apr_nope", r#"{}"#), 400, "STEADFAST_INVALID_INPUT"),
-        ("awaiting approval", req("POST", "/runs/keep", r#"{"input": "more"}"#), 409, "STEADFAST_SESSION_AWAITING_APPROVAL"),
-        ("fork of unknown step", req("POST", "/runs/keep/fork", r#"{"fromStep": 9}"#), 404, "STEADFAST_CHECKPOINT_NOT_FOUND"),
-        ("fork onto existing id", req("POST", "/runs/keep/fork", r#"{"fromStep": 1, "newId": "keep"}"#), 409, "STEADFAST_SESSION_EXISTS"),
+        (
+            "awaiting approval",
+            req("POST", "/runs/keep", r#"{"input": "more"}"#),
+            409,
+            "STEADFAST_SESSION_AWAITING_APPROVAL",
+        ),
+        (
+            "fork of unknown step",
+            req("POST", "/runs/keep/fork", r#"{"fromStep": 9}"#),
+            404,
+            "STEADFAST_CHECKPOINT_NOT_FOUND",
+        ),
+        (
+            "fork onto existing id",
+            req("POST", "/runs/keep/fork", r#"{"fromStep": 1, "newId": "keep"}"#),
+            409,
+            "STEADFAST_SESSION_EXISTS",
+        ),
         ("bad status filter", req("GET", "/runs?status=done", ""), 400, "STEADFAST_INVALID_INPUT"),
         ("bad history limit", req("GET", "/runs/keep/history?limit=lots", ""), 400, "STEADFAST_INVALID_INPUT"),
         ("unknown route", req("GET", "/nope", ""), 404, "STEADFAST_ROUTE_NOT_FOUND"),
@@ -171,8 +206,13 @@ fn no_token_configured_fails_closed_with_instructions() {
     let api = Api::new(f.api.agent().clone(), None);
     let r = block_on(api.handle(req("GET", "/runs", "")));
     assert_eq!(r.status, 503);
-    assert!(r.body.contains("STEADFAST_AUTH_NOT_CONFIGURED") && r.body.contains("wrangler secret put STEADFAST_TOKEN"), "{}", r.body);
-    let health = block_on(api.handle(ApiRequest { method: "GET".into(), path: "/health".into(), ..Default::default() }));
+    assert!(
+        r.body.contains("STEADFAST_AUTH_NOT_CONFIGURED") && r.body.contains("wrangler secret put STEADFAST_TOKEN"),
+        "{}",
+        r.body
+    );
+    let health =
+        block_on(api.handle(ApiRequest { method: "GET".into(), path: "/health".into(), ..Default::default() }));
     assert_eq!(health.status, 200);
 }
 

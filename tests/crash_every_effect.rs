@@ -55,7 +55,11 @@ fn tools(c: &Counters) -> Vec<Rc<dyn Tool>> {
         mk("lookup", |a| Ok(ToolOutput::text(format!("lookup {} -> found", a["q"]))), false),
         mk("fetch", |a| Ok(ToolOutput::json(json!({"url": a["url"], "body": "ok"}))), false),
         mk("broken", |_| Err(ToolError::typed("TimeoutError", "upstream did not answer")), false),
-        mk("stage", |a| Ok(ToolOutput::text(format!("stage {}", a["n"])).with_business_state(json!({"stage": a["n"]}))), false),
+        mk(
+            "stage",
+            |a| Ok(ToolOutput::text(format!("stage {}", a["n"])).with_business_state(json!({"stage": a["n"]}))),
+            false,
+        ),
         mk("pay", |a| Ok(ToolOutput::text(format!("paid {}", a["amount"]))), true),
     ]
 }
@@ -77,7 +81,10 @@ fn finish_from_store(env: &Env, c: &Counters, models: &mut Vec<MockModel>) -> Ch
             Some(cp) if cp.status == RunStatus::AwaitingApproval => {
                 let mut last = None;
                 for id in &cp.approval_ids {
-                    last = Some(block_on(agent.approvals().resolve(Resolve { id: id.clone(), approved: true, note: None })).unwrap());
+                    last = Some(
+                        block_on(agent.approvals().resolve(Resolve { id: id.clone(), approved: true, note: None }))
+                            .unwrap(),
+                    );
                 }
                 last.unwrap()
             }
@@ -108,7 +115,8 @@ fn reference(make_env: fn() -> Env) -> Reference {
     let (a, model) = agent(&env, &c);
     let paused = block_on(a.send(RUN, INPUT, SendOptions::default())).unwrap();
     assert_eq!(paused.status, RunStatus::AwaitingApproval);
-    let done = block_on(a.approvals().resolve(Resolve { id: paused.approval_id.unwrap(), approved: true, note: None })).unwrap();
+    let done = block_on(a.approvals().resolve(Resolve { id: paused.approval_id.unwrap(), approved: true, note: None }))
+        .unwrap();
     assert_eq!(done.status, RunStatus::Finished);
     assert_eq!(done.text, "All done.");
     assert!(validate_transcript(&done.messages).is_ok());
@@ -134,7 +142,8 @@ fn unrecorded_calls(cp: &Option<Checkpoint>) -> Vec<String> {
     let mut out = Vec::new();
     for (i, m) in cp.messages.iter().enumerate() {
         for call in m.tool_calls() {
-            let placed = cp.messages[i + 1..].iter().any(|r| matches!(r, Message::Tool(t) if t.tool_call_id == call.id));
+            let placed =
+                cp.messages[i + 1..].iter().any(|r| matches!(r, Message::Tool(t) if t.tool_call_id == call.id));
             let held = cp.held_results.iter().any(|r| r.tool_call_id == call.id);
             if !placed && !held {
                 out.push(call.id.clone());
@@ -179,13 +188,19 @@ fn crash_matrix(make_env: fn() -> Env, label: &str) {
             // Phase 1: the run as usual, "killed" right after effect k.
             let (a, m1) = agent(&env, &c);
             models.push(m1);
-            let crash = |after| SendOptions { crash: Some(CrashPoint { after_effects: after, finish_in_flight }), ..Default::default() };
+            let crash = |after| SendOptions {
+                crash: Some(CrashPoint { after_effects: after, finish_in_flight }),
+                ..Default::default()
+            };
             let res = if k <= reference.effects_send {
                 block_on(a.send(RUN, INPUT, crash(k)))
             } else {
                 let paused = block_on(a.send(RUN, INPUT, SendOptions::default())).unwrap();
                 let id = paused.approval_id.unwrap();
-                block_on(a.approvals().resolve_with(Resolve { id, approved: true, note: None }, crash(k - reference.effects_send)))
+                block_on(
+                    a.approvals()
+                        .resolve_with(Resolve { id, approved: true, note: None }, crash(k - reference.effects_send)),
+                )
             };
             assert_eq!(res.unwrap_err().code, ErrorCode::Crashed, "k={k}");
             let at_crash = block_on(a.load(RUN)).unwrap();
@@ -202,7 +217,9 @@ fn crash_matrix(make_env: fn() -> Env, label: &str) {
             assert_eq!(done.messages.len(), reference.messages.len(), "{ctx}");
             for (got, want) in done.messages.iter().zip(&reference.messages) {
                 match (got, want) {
-                    (Message::Tool(g), Message::Tool(w)) if g.tool_call_id == pay_id && g.kind == ResultKind::Interrupted => {
+                    (Message::Tool(g), Message::Tool(w))
+                        if g.tool_call_id == pay_id && g.kind == ResultKind::Interrupted =>
+                    {
                         assert_eq!(w.tool_call_id, g.tool_call_id, "{ctx}");
                         assert!(unrecorded.contains(&pay_id), "{ctx}: interrupted only when it was in flight");
                         interrupted_pay += 1;
@@ -229,7 +246,10 @@ fn crash_matrix(make_env: fn() -> Env, label: &str) {
 
             // The model was never asked again for a turn that was recorded at the crash.
             let later: Vec<usize> = models.iter().flat_map(|m| m.calls()).skip(calls_before).map(|c| c.turn).collect();
-            assert!(later.iter().all(|t| *t >= recorded_turns), "{ctx}: asked for {later:?}, {recorded_turns} recorded");
+            assert!(
+                later.iter().all(|t| *t >= recorded_turns),
+                "{ctx}: asked for {later:?}, {recorded_turns} recorded"
+            );
             let total: usize = models.iter().map(|m| m.call_count()).sum();
             assert!(total <= reference.model_calls + 1, "{ctx}: {total} model calls");
             exercised += 1;

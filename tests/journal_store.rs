@@ -9,7 +9,9 @@ use serde_json::json;
 use std::rc::Rc;
 use steadfast::core::checkpoint::RunStatus;
 use steadfast::core::transcript::validate_transcript;
-use steadfast::runtime::{AgentOptions, Clock, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, SendOptions, Tool, ToolOutput};
+use steadfast::runtime::{
+    AgentOptions, Clock, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, SendOptions, Tool, ToolOutput,
+};
 use steadfast::store::conformance::{self, Capabilities};
 use steadfast::store::faulty::{FaultOptions, FaultyKv};
 use steadfast::store::kv::KvBackend;
@@ -37,13 +39,25 @@ fn pair<K: KvBackend>(a: K, b: K, clock: &ManualClock) -> (JournalStore<K>, Jour
 #[test]
 fn conformance_on_memory_kv() {
     let caps = Capabilities { strict_fencing: false };
-    block_on(conformance::run_all(&|c| { let kv = MemoryKv::new(); pair(kv.clone(), kv, c) }, &caps));
+    block_on(conformance::run_all(
+        &|c| {
+            let kv = MemoryKv::new();
+            pair(kv.clone(), kv, c)
+        },
+        &caps,
+    ));
 }
 
 #[test]
 fn conformance_on_sim_kv_one_location() {
     let caps = Capabilities { strict_fencing: false };
-    block_on(conformance::run_all(&|c| { let kv = sim(c, 1, 60_000); pair(kv.clone(), kv, c) }, &caps));
+    block_on(conformance::run_all(
+        &|c| {
+            let kv = sim(c, 1, 60_000);
+            pair(kv.clone(), kv, c)
+        },
+        &caps,
+    ));
 }
 
 #[test]
@@ -51,15 +65,39 @@ fn conformance_on_sim_kv_two_locations() {
     // Two processes in two locations; propagation (900 ms) shorter than the suite's pauses (≥ 1 s): the
     // honest flags for KV (no strict fencing) hold.
     let caps = Capabilities { strict_fencing: false };
-    block_on(conformance::run_all(&|c| { let kv = sim(c, 2, 900); pair(kv.at(0), kv.at(1), c) }, &caps));
+    block_on(conformance::run_all(
+        &|c| {
+            let kv = sim(c, 2, 900);
+            pair(kv.at(0), kv.at(1), c)
+        },
+        &caps,
+    ));
 }
 
 #[test]
 fn conformance_with_retryable_faults_on_every_backend() {
     let caps = Capabilities { strict_fencing: false };
-    block_on(conformance::run_all(&|c| { let kv = MemoryKv::new(); pair(FaultyKv::new(kv.clone(), retryable_faults(1)), FaultyKv::new(kv, retryable_faults(11)), c) }, &caps));
-    block_on(conformance::run_all(&|c| { let kv = sim(c, 1, 60_000); pair(FaultyKv::new(kv.clone(), retryable_faults(2)), FaultyKv::new(kv, retryable_faults(12)), c) }, &caps));
-    block_on(conformance::run_all(&|c| { let kv = sim(c, 2, 900); pair(FaultyKv::new(kv.at(0), retryable_faults(3)), FaultyKv::new(kv.at(1), retryable_faults(13)), c) }, &caps));
+    block_on(conformance::run_all(
+        &|c| {
+            let kv = MemoryKv::new();
+            pair(FaultyKv::new(kv.clone(), retryable_faults(1)), FaultyKv::new(kv, retryable_faults(11)), c)
+        },
+        &caps,
+    ));
+    block_on(conformance::run_all(
+        &|c| {
+            let kv = sim(c, 1, 60_000);
+            pair(FaultyKv::new(kv.clone(), retryable_faults(2)), FaultyKv::new(kv, retryable_faults(12)), c)
+        },
+        &caps,
+    ));
+    block_on(conformance::run_all(
+        &|c| {
+            let kv = sim(c, 2, 900);
+            pair(FaultyKv::new(kv.at(0), retryable_faults(3)), FaultyKv::new(kv.at(1), retryable_faults(13)), c)
+        },
+        &caps,
+    ));
     // The faults were real.
     let clock = ManualClock::new(0);
     let store = journal(FaultyKv::new(MemoryKv::new(), retryable_faults(1)), &clock);
@@ -77,7 +115,10 @@ fn corrupt_entries_are_reported_listed_and_discardable() {
     let store: Rc<dyn RunStore> = Rc::new(journal(kv.clone(), &env_clock));
     let env = Env::with_store(store.clone(), env_clock);
     let counters = Counters::default();
-    let agent = env.agent(MockModel::new(vec![MockTurn::tools([("a", json!({}))]), MockTurn::error(400)]), vec![counting_tool("a", &counters)]);
+    let agent = env.agent(
+        MockModel::new(vec![MockTurn::tools([("a", json!({}))]), MockTurn::error(400)]),
+        vec![counting_tool("a", &counters)],
+    );
     block_on(agent.send("bad", "go", SendOptions::default())).unwrap_err();
     let other = env.agent(MockModel::new(vec![MockTurn::error(400)]), vec![]);
     block_on(other.send("good", "go", SendOptions::default())).unwrap_err();
@@ -108,10 +149,14 @@ fn dropped_writes_never_produce_a_wrong_state() {
     let store = Rc::new(journal(kv, &clock));
     let env = Env::with_store(store.clone(), clock.clone());
     let counters = Counters::default();
-    let script = || vec![MockTurn::tools([("a", json!({}))]), MockTurn::tools([("a", json!({}))]), MockTurn::text("done")];
+    let script =
+        || vec![MockTurn::tools([("a", json!({}))]), MockTurn::tools([("a", json!({}))]), MockTurn::text("done")];
     let agent = env.agent(MockModel::by_turn(script()), vec![counting_tool("a", &counters)]);
     // Drop every write after the run started.
-    let crash = SendOptions { crash: Some(steadfast::runtime::CrashPoint { after_effects: 2, finish_in_flight: false }), ..Default::default() };
+    let crash = SendOptions {
+        crash: Some(steadfast::runtime::CrashPoint { after_effects: 2, finish_in_flight: false }),
+        ..Default::default()
+    };
     block_on(agent.send("r", "go", crash)).unwrap_err();
     let before = block_on(agent.load("r")).unwrap().unwrap();
     store.kv().set_options(FaultOptions { drop_write: 1.0, ..FaultOptions::default() });
@@ -146,7 +191,8 @@ fn fast_tools(counters: &Counters) -> Vec<Rc<dyn Tool>> {
 fn long_script(steps: usize) -> Vec<MockTurn> {
     let mut s: Vec<MockTurn> = (0..steps - 1)
         .map(|i| {
-            MockTurn::tools([("search", json!({"i": i})), ("read", json!({"i": i}))]).with_text(format!("step {i}: {}", "t".repeat(180)))
+            MockTurn::tools([("search", json!({"i": i})), ("read", json!({"i": i}))])
+                .with_text(format!("step {i}: {}", "t".repeat(180)))
         })
         .collect();
     s.push(MockTurn::text("finished"));
@@ -182,7 +228,8 @@ fn operation_budget_of_a_100_step_run() {
     let store = Rc::new(journal(kv.clone(), &clock));
     let env = Env::with_store(store.clone(), clock.clone());
     let counters = Counters::default();
-    let agent = env.agent_with(MockModel::new(long_script(steps)), fast_tools(&counters), options.clone(), "Be thorough.");
+    let agent =
+        env.agent_with(MockModel::new(long_script(steps)), fast_tools(&counters), options.clone(), "Be thorough.");
     let done = block_on(agent.send("budget", "research it", SendOptions::default())).unwrap();
     assert_eq!(done.status, RunStatus::Finished);
     assert!(validate_transcript(&done.messages).is_ok());
@@ -201,7 +248,8 @@ fn operation_budget_of_a_100_step_run() {
     let bkv = sim(&bclock, 1, 60_000);
     let base = Rc::new(SeedLayoutStore::new(bkv.clone(), Rc::new(ManualSleep::new(bclock.clone()))));
     let benv = Env::with_store(base.clone(), bclock.clone());
-    let bagent = benv.agent_with(MockModel::new(long_script(steps)), fast_tools(&Counters::default()), options, "Be thorough.");
+    let bagent =
+        benv.agent_with(MockModel::new(long_script(steps)), fast_tools(&Counters::default()), options, "Be thorough.");
     let bdone = block_on(bagent.send("budget", "research it", SendOptions::default())).unwrap();
     assert_eq!(bdone.messages, done.messages, "same run on both layouts");
     let bkvc = bkv.counts();
@@ -210,7 +258,9 @@ fn operation_budget_of_a_100_step_run() {
     let b_ratio = bkvc.bytes_written as f64 / transcript as f64;
     let b_reads = bkvc.reads() as f64 / b_boundaries as f64;
 
-    println!("operation budget, {steps}-step run, 2 tool calls/step, transcript {transcript} bytes, {boundaries} boundaries");
+    println!(
+        "operation budget, {steps}-step run, 2 tool calls/step, transcript {transcript} bytes, {boundaries} boundaries"
+    );
     println!("| layout | KV writes/boundary (hot path) | KV writes/boundary (all) | KV reads/boundary (all) | bytes written | bytes/transcript | 429s | simulated time |");
     println!(
         "| journal (ours) | {hot_writes:.2} | {:.3} | {reads_per_boundary:.3} | {} | {ratio:.2} | {} | {} ms |",

@@ -21,12 +21,12 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use steadfast::core::checkpoint::{JournalEntry, RunStatus};
 use steadfast::core::transcript::{validate_transcript, Message};
+use steadfast::runtime::AgentOptions;
 use steadfast::runtime::{
     Agent, CrashPoint, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, Rng, SendOptions, SplitMix64, StallPoint,
     Tool, ToolOutput,
 };
 use steadfast::store::sim::{SimKv, SimOptions};
-use steadfast::runtime::AgentOptions;
 use steadfast::store::{JournalOptions, JournalStore, LeaseOptions, RunStore};
 
 const RUN: &str = "race";
@@ -112,7 +112,13 @@ impl World {
 fn reference_messages() -> Vec<Message> {
     let clock = ManualClock::new(1_700_000_000_000);
     let kv = SimKv::new(Rc::new(clock.clone()), SimOptions::default());
-    let world = World { lease: LeaseOptions::default(), clock, kv, executions: Default::default(), doubles: Default::default() };
+    let world = World {
+        lease: LeaseOptions::default(),
+        clock,
+        kv,
+        executions: Default::default(),
+        doubles: Default::default(),
+    };
     let done = block_on(world.replica(0, 1).send(RUN, INPUT, SendOptions::default())).unwrap();
     assert_eq!(done.status, RunStatus::Finished);
     done.messages
@@ -172,7 +178,8 @@ fn trial(seed: u64, locations: usize, lease: LeaseOptions, reference: &[Message]
         let _ = block_on(b.load(RUN));
         clock.advance(pick(20_000));
     }
-    let b_crash = (pick(3) == 0).then(|| CrashPoint { after_effects: 1 + pick(25) as usize, finish_in_flight: pick(2) == 0 });
+    let b_crash =
+        (pick(3) == 0).then(|| CrashPoint { after_effects: 1 + pick(25) as usize, finish_in_flight: pick(2) == 0 });
     let opts_b = SendOptions { crash: b_crash, ..SendOptions::default() };
     let b_ran = if pick(2) == 0 {
         block_on(b.send(RUN, INPUT, opts_b)).is_ok()

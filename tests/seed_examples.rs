@@ -3,7 +3,6 @@
 
 mod common;
 
-
 /// The cases on the in-memory store (strictly consistent, atomic leases).
 mod on_memory_store {
     use super::common::*;
@@ -33,7 +32,6 @@ mod on_memory_store {
         let done = block_on(agent.send("r", "again", opts())).unwrap();
         assert_eq!(done.messages, vec![Message::user("again"), Message::assistant("fresh", vec![])]);
     }
-
 }
 
 /// The same cases on the journal store over the Workers-KV simulator.

@@ -16,9 +16,9 @@ use steadfast::core::retry::RetryPolicy;
 use steadfast::core::sweep::SweepOptions;
 use steadfast::core::transcript::{validate_transcript, Message, ResultKind, ToolCall};
 use steadfast::runtime::{
-    AbortSignal, Agent, AgentOptions, Clock, CrashPoint, Delivery, FnTool, ForkOptions, Hook, HookContext, MockModel, MockTurn,
-    OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult, SendOptions, SweepListener, Tool, ToolError,
-    ToolOutput, ToolResultDraft, VecSink, Verdict,
+    AbortSignal, Agent, AgentOptions, Clock, CrashPoint, Delivery, FnTool, ForkOptions, Hook, HookContext, MockModel,
+    MockTurn, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult, SendOptions, SweepListener, Tool,
+    ToolError, ToolOutput, ToolResultDraft, VecSink, Verdict,
 };
 use steadfast::store::PendingRun;
 use steadfast::{Error, ErrorCode, Result};
@@ -96,7 +96,12 @@ fn dying_tool_agent(env: &Env, down: Rc<Cell<bool>>, calls: Rc<Cell<u32>>) -> Ag
             }
         }
     }));
-    env.agent_with(MockModel::by_turn(vec![MockTurn::tools([("boom", json!({}))]), MockTurn::text("done")]), vec![boom], one_try(), "")
+    env.agent_with(
+        MockModel::by_turn(vec![MockTurn::tools([("boom", json!({}))]), MockTurn::text("done")]),
+        vec![boom],
+        one_try(),
+        "",
+    )
 }
 
 #[test]
@@ -129,7 +134,8 @@ fn backoff_grows_per_failure_then_quarantine_at_exactly_ten_once_across_processe
         assert!(*g >= e && *g < e + 5_000, "gap {g} for backoff {e}: {gaps:?}");
     }
     assert_eq!(calls.get(), 10, "10 failed attempts in a row");
-    let quarantined: Vec<String> = la.quarantined.borrow().iter().chain(lb.quarantined.borrow().iter()).cloned().collect();
+    let quarantined: Vec<String> =
+        la.quarantined.borrow().iter().chain(lb.quarantined.borrow().iter()).cloned().collect();
     assert_eq!(quarantined, vec!["job".to_string()], "onQuarantined exactly once across both processes");
     let pending = block_on(a.pending()).unwrap();
     assert!(pending[0].quarantined && pending[0].attempts == 10, "still listed: {pending:?}");
@@ -186,7 +192,10 @@ fn sweep_leaves_non_retryable_runs_and_approvals_alone() {
     let bad_key = env.agent_with(flaky_model(401, down.clone(), calls.clone()), vec![], one_try(), "");
     block_on(bad_key.send("bad-key", "go", opts())).unwrap_err();
     let c = Counters::default();
-    let gated = env.agent(MockModel::by_turn(vec![MockTurn::tools([("pay", json!({}))]), MockTurn::text("paid")]), vec![gated_tool("pay", &c)]);
+    let gated = env.agent(
+        MockModel::by_turn(vec![MockTurn::tools([("pay", json!({}))]), MockTurn::text("paid")]),
+        vec![gated_tool("pay", &c)],
+    );
     let paused = block_on(gated.send("needs-ok", "pay", opts())).unwrap();
     assert_eq!(paused.status, RunStatus::AwaitingApproval);
     let l = Recorder::default();
@@ -441,7 +450,9 @@ fn trip_model() -> MockModel {
 }
 
 fn weather() -> Rc<dyn Tool> {
-    Rc::new(FnTool::new("weather", "forecast", json!({"type": "object"}), |_a, _c| async { Ok(ToolOutput::text("sunny")) }))
+    Rc::new(FnTool::new("weather", "forecast", json!({"type": "object"}), |_a, _c| async {
+        Ok(ToolOutput::text("sunny"))
+    }))
 }
 
 #[test]
@@ -454,12 +465,19 @@ fn fork_with_each_patch_kind_and_compare_trajectories_on_the_trip_example() {
     // appendInput: queued after pending calls, sent on resume; diverges at step 2.
     let fork = block_on(agent.fork(
         "trip",
-        ForkOptions { from_step: 1, patch: ForkPatch { append_input: Some("It will rain, plan for that.".into()), ..Default::default() }, new_id: None },
+        ForkOptions {
+            from_step: 1,
+            patch: ForkPatch { append_input: Some("It will rain, plan for that.".into()), ..Default::default() },
+            new_id: None,
+        },
     ))
     .unwrap();
     assert_eq!(fork.run_id, "trip.fork-1");
     assert_eq!(fork.checkpoint.step_index, 1, "the fork keeps the source's step count");
-    assert_eq!(fork.checkpoint.usage, block_on(agent.history("trip", 50)).unwrap().iter().find(|h| h.step == 1).unwrap().checkpoint.usage);
+    assert_eq!(
+        fork.checkpoint.usage,
+        block_on(agent.history("trip", 50)).unwrap().iter().find(|h| h.step == 1).unwrap().checkpoint.usage
+    );
     let replayed = block_on(agent.resume(&fork.run_id, opts())).unwrap().unwrap();
     assert_eq!(replayed.text, "Plan: museum day.");
     let cmp = block_on(agent.compare("trip", &fork.run_id)).unwrap();
@@ -473,7 +491,10 @@ fn fork_with_each_patch_kind_and_compare_trajectories_on_the_trip_example() {
         "trip",
         ForkOptions {
             from_step: 1,
-            patch: ForkPatch { tool_result: Some(ToolResultPatch { tool_call_id: call_id, result: json!({"forecast": "rain"}) }), ..Default::default() },
+            patch: ForkPatch {
+                tool_result: Some(ToolResultPatch { tool_call_id: call_id, result: json!({"forecast": "rain"}) }),
+                ..Default::default()
+            },
             new_id: None,
         },
     ))
@@ -503,7 +524,9 @@ fn fork_with_each_patch_kind_and_compare_trajectories_on_the_trip_example() {
     assert_eq!(fork3.checkpoint.business_state, Some(json!({"budget": 100})));
 
     // Refusals.
-    let err = block_on(agent.fork("trip", ForkOptions { from_step: 1, new_id: Some("bergen".into()), ..Default::default() })).unwrap_err();
+    let err =
+        block_on(agent.fork("trip", ForkOptions { from_step: 1, new_id: Some("bergen".into()), ..Default::default() }))
+            .unwrap_err();
     assert_eq!(err.code, ErrorCode::SessionExists);
     let err = block_on(agent.fork("trip", ForkOptions { from_step: 7, ..Default::default() })).unwrap_err();
     assert_eq!(err.code, ErrorCode::CheckpointNotFound);
@@ -514,7 +537,8 @@ fn fork_with_each_patch_kind_and_compare_trajectories_on_the_trip_example() {
 fn progress_guard_stops_a_model_calling_the_same_failing_tool_forever() {
     let env = Env::journal_sim();
     let c = Counters::default();
-    let model = || MockModel::by_turn((0..30).map(|_| MockTurn::tools([("read", json!({"path": "sonfig.py"}))])).collect());
+    let model =
+        || MockModel::by_turn((0..30).map(|_| MockTurn::tools([("read", json!({"path": "sonfig.py"}))])).collect());
     let options = AgentOptions { max_steps: 30, loop_window: 0, ..AgentOptions::default() };
     let build = |m| {
         let mut a = Agent::builder(m);
@@ -528,7 +552,9 @@ fn progress_guard_stops_a_model_calling_the_same_failing_tool_forever() {
     };
     let agent = build(model());
     let sink = VecSink::new();
-    let err = block_on(agent.send("stuck", "read the config", SendOptions { events: Some(Rc::new(sink.clone())), ..opts() })).unwrap_err();
+    let err =
+        block_on(agent.send("stuck", "read the config", SendOptions { events: Some(Rc::new(sink.clone())), ..opts() }))
+            .unwrap_err();
     assert_eq!(err.code, ErrorCode::RunNoProgress);
     assert!(!err.retryable);
     let actions: Vec<String> = sink
@@ -551,7 +577,8 @@ fn progress_guard_stops_a_model_calling_the_same_failing_tool_forever() {
     let cp = block_on(agent.load("stuck")).unwrap().unwrap();
     let denied = cp.messages.iter().filter(|m| matches!(m, Message::Tool(r) if r.kind == ResultKind::Denied)).count();
     assert_eq!(denied, 3, "maxDenials denials, then the stop");
-    let hinted = cp.messages.iter().filter(|m| matches!(m, Message::Tool(r) if r.content.contains("[steadfast]"))).count();
+    let hinted =
+        cp.messages.iter().filter(|m| matches!(m, Message::Tool(r) if r.content.contains("[steadfast]"))).count();
     assert_eq!(hinted, 2);
 }
 
@@ -582,13 +609,16 @@ fn progress_guard_counters_survive_a_crash() {
         }
         let Some(cp) = block_on(build(model()).load("stuck")).unwrap() else { continue };
         let denials = cp.ext.as_ref().and_then(|e| e["progressGuard"]["denials"].as_u64()).unwrap_or(0);
-        let denied = cp.messages.iter().filter(|m| matches!(m, Message::Tool(r) if r.kind == ResultKind::Denied)).count();
+        let denied =
+            cp.messages.iter().filter(|m| matches!(m, Message::Tool(r) if r.kind == ResultKind::Denied)).count();
         if denials != 2 || denied != 2 {
             continue;
         }
         env.past_leases();
         let sink = VecSink::new();
-        let err = block_on(build(model()).resume("stuck", SendOptions { events: Some(Rc::new(sink.clone())), ..opts() })).unwrap_err();
+        let err =
+            block_on(build(model()).resume("stuck", SendOptions { events: Some(Rc::new(sink.clone())), ..opts() }))
+                .unwrap_err();
         assert_eq!(err.code, ErrorCode::RunNoProgress);
         let actions: Vec<String> = sink
             .events()
@@ -609,17 +639,24 @@ fn progress_guard_counters_survive_a_crash() {
 #[test]
 fn output_check_turns_a_bad_output_into_an_error_result() {
     let env = Env::new();
-    let tool: Rc<dyn Tool> = Rc::new(FnTool::new("search", "search", json!({"type": "object"}), |_a, _c| async { Ok(ToolOutput::text("")) }));
-    let agent = Agent::builder(MockModel::new(vec![MockTurn::tools([("search", json!({}))]), MockTurn::text("nothing found")]))
-        .tool_rc(tool)
-        .hook(OutputCheck::new("nonEmpty", |_call, out| if out.trim().is_empty() { Err("empty output".into()) } else { Ok(()) }))
-        .store_rc(env.store.clone())
-        .clock(Rc::new(env.clock.clone()))
-        .sleep(Rc::new(env.sleep.clone()))
-        .build()
-        .unwrap();
+    let tool: Rc<dyn Tool> = Rc::new(FnTool::new("search", "search", json!({"type": "object"}), |_a, _c| async {
+        Ok(ToolOutput::text(""))
+    }));
+    let agent =
+        Agent::builder(MockModel::new(vec![MockTurn::tools([("search", json!({}))]), MockTurn::text("nothing found")]))
+            .tool_rc(tool)
+            .hook(OutputCheck::new(
+                "nonEmpty",
+                |_call, out| if out.trim().is_empty() { Err("empty output".into()) } else { Ok(()) },
+            ))
+            .store_rc(env.store.clone())
+            .clock(Rc::new(env.clock.clone()))
+            .sleep(Rc::new(env.sleep.clone()))
+            .build()
+            .unwrap();
     let sink = VecSink::new();
-    let done = block_on(agent.send("r", "search", SendOptions { events: Some(Rc::new(sink.clone())), ..opts() })).unwrap();
+    let done =
+        block_on(agent.send("r", "search", SendOptions { events: Some(Rc::new(sink.clone())), ..opts() })).unwrap();
     let Message::Tool(r) = &done.messages[2] else { panic!() };
     assert!(r.is_error && r.content.starts_with("output check failed: empty output"), "{}", r.content);
     let replaced = sink.events().iter().find_map(|e| match &e.event {
@@ -648,7 +685,12 @@ impl Hook for Policy {
         }
         Ok(Verdict::Continue)
     }
-    async fn after_tool(&self, _ctx: &mut HookContext<'_>, call: &ToolCall, result: &mut ToolResultDraft) -> Result<()> {
+    async fn after_tool(
+        &self,
+        _ctx: &mut HookContext<'_>,
+        call: &ToolCall,
+        result: &mut ToolResultDraft,
+    ) -> Result<()> {
         if call.name == "secret" {
             result.content = "[redacted]".into();
         }
@@ -675,7 +717,9 @@ fn hooks_rewrite_deny_replace_and_reject() {
         sa.borrow_mut().push(args.clone());
         async { Ok(ToolOutput::text("a, b")) }
     }));
-    let secret: Rc<dyn Tool> = Rc::new(FnTool::new("secret", "secret", json!({"type": "object"}), |_a, _c| async { Ok(ToolOutput::text("hunter2")) }));
+    let secret: Rc<dyn Tool> = Rc::new(FnTool::new("secret", "secret", json!({"type": "object"}), |_a, _c| async {
+        Ok(ToolOutput::text("hunter2"))
+    }));
     let c = Counters::default();
     let resumed = Rc::new(RefCell::new(Vec::new()));
     let model = MockModel::new(vec![
@@ -694,7 +738,9 @@ fn hooks_rewrite_deny_replace_and_reject() {
         .build()
         .unwrap();
     let paused = block_on(agent.send("r", "tidy up", opts())).unwrap();
-    let done = block_on(agent.approvals().resolve(Resolve { id: paused.approval_id.unwrap(), approved: true, note: None })).unwrap();
+    let done =
+        block_on(agent.approvals().resolve(Resolve { id: paused.approval_id.unwrap(), approved: true, note: None }))
+            .unwrap();
     assert_eq!(*seen_args.borrow(), vec![json!({"limit": 10})], "the tool ran with the rewritten args");
     let results: BTreeMap<String, (ResultKind, String)> = done
         .messages
@@ -745,20 +791,25 @@ fn reconcile_prevents_a_second_charge_after_a_crash_between_effect_and_record() 
         let charges = Rc::new(Cell::new(0));
         let ledger = Rc::new(RefCell::new(BTreeMap::new()));
         let script = || vec![MockTurn::tools([("charge", json!({"amount": 5}))]), MockTurn::text("charged")];
-        let a = env.agent(MockModel::by_turn(script()), vec![ledger_charge(charges.clone(), ledger.clone(), reconcile)]);
+        let a =
+            env.agent(MockModel::by_turn(script()), vec![ledger_charge(charges.clone(), ledger.clone(), reconcile)]);
         let crash = SendOptions { crash: Some(CrashPoint { after_effects: 8, finish_in_flight }), ..opts() };
         block_on(a.send("order", "charge", crash)).unwrap_err();
         let cp = block_on(a.load("order")).unwrap().unwrap();
         assert_eq!(cp.intents.len(), 1, "the intent was recorded before the call ran");
         env.past_leases();
-        let b = env.agent(MockModel::by_turn(script()), vec![ledger_charge(charges.clone(), ledger.clone(), reconcile)]);
+        let b =
+            env.agent(MockModel::by_turn(script()), vec![ledger_charge(charges.clone(), ledger.clone(), reconcile)]);
         let done = block_on(b.resume("order", opts())).unwrap().unwrap();
         assert_eq!(done.status, RunStatus::Finished);
         assert_eq!(charges.get(), expected, "reconcile={reconcile} in_flight_done={finish_in_flight}");
         let cp = block_on(b.load("order")).unwrap().unwrap();
         assert!(cp.intents.is_empty(), "the outcome closed the intent");
         if reconcile && finish_in_flight {
-            assert!(done.messages.iter().any(|m| matches!(m, Message::Tool(r) if r.content.contains("found by reconcile"))));
+            assert!(done
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::Tool(r) if r.content.contains("found by reconcile"))));
         }
     }
 }
@@ -781,7 +832,10 @@ fn run_once_acknowledges_redeliveries_without_model_calls() {
     assert_eq!(model.call_count(), calls, "zero extra model calls");
     assert_eq!(c.get("ship"), 1);
     // Awaiting approval → left; in progress → resumed.
-    let gated = env.agent(MockModel::by_turn(vec![MockTurn::tools([("pay", json!({}))]), MockTurn::text("paid")]), vec![gated_tool("pay", &c)]);
+    let gated = env.agent(
+        MockModel::by_turn(vec![MockTurn::tools([("pay", json!({}))]), MockTurn::text("paid")]),
+        vec![gated_tool("pay", &c)],
+    );
     block_on(gated.run_once("evt_2", "pay", opts())).unwrap();
     assert!(matches!(block_on(gated.run_once("evt_2", "pay", opts())).unwrap(), Delivery::AwaitingApproval { .. }));
     let script = || vec![MockTurn::tools([("ship", json!({}))]), MockTurn::text("shipped 3")];
@@ -789,7 +843,12 @@ fn run_once_acknowledges_redeliveries_without_model_calls() {
     let crash = SendOptions { crash: Some(CrashPoint { after_effects: 6, finish_in_flight: false }), ..opts() };
     block_on(crashing.run_once("evt_3", "ship 3", crash)).unwrap_err();
     env.past_leases();
-    let r = block_on(env.agent(MockModel::by_turn(script()), vec![counting_tool("ship", &c)]).run_once("evt_3", "ship 3", opts())).unwrap();
+    let r = block_on(env.agent(MockModel::by_turn(script()), vec![counting_tool("ship", &c)]).run_once(
+        "evt_3",
+        "ship 3",
+        opts(),
+    ))
+    .unwrap();
     match r {
         Delivery::Ran { result } => assert_eq!(result.text, "shipped 3"),
         other => panic!("{other:?}"),

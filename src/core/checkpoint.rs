@@ -445,7 +445,14 @@ mod tests {
         let e3 = JournalEntry {
             seq: 3,
             at: 30,
-            body: EntryBody::Delta { from: 2, messages: vec![], head: head.into(), business_state: Some(None), fingerprint: None, ext: None },
+            body: EntryBody::Delta {
+                from: 2,
+                messages: vec![],
+                head: head.into(),
+                business_state: Some(None),
+                fingerprint: None,
+                ext: None,
+            },
         };
         let e3: JournalEntry = serde_json::from_str(&serde_json::to_string(&e3).unwrap()).unwrap();
         let cp = Checkpoint::fold("r", [&e1, &e2, &e3]).unwrap().unwrap();
@@ -478,14 +485,28 @@ mod tests {
         let gap = JournalEntry {
             seq: 3,
             at: 0,
-            body: EntryBody::Delta { from: 0, messages: vec![], head: base.header().into(), business_state: None, fingerprint: None, ext: None },
+            body: EntryBody::Delta {
+                from: 0,
+                messages: vec![],
+                head: base.header().into(),
+                business_state: None,
+                fingerprint: None,
+                ext: None,
+            },
         };
         let err = Checkpoint::fold("r", [&e1, &gap]).unwrap_err();
         assert_eq!(err.code, crate::core::error::ErrorCode::CheckpointCorrupt);
         let wrong_from = JournalEntry {
             seq: 2,
             at: 0,
-            body: EntryBody::Delta { from: 5, messages: vec![], head: base.header().into(), business_state: None, fingerprint: None, ext: None },
+            body: EntryBody::Delta {
+                from: 5,
+                messages: vec![],
+                head: base.header().into(),
+                business_state: None,
+                fingerprint: None,
+                ext: None,
+            },
         };
         assert!(Checkpoint::fold("r", [&e1, &wrong_from]).is_err());
         assert_eq!(Checkpoint::fold("r", []).unwrap(), None);

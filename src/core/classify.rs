@@ -22,8 +22,14 @@ pub enum FailureClass {
 pub fn classify(err: &Error) -> FailureClass {
     use ErrorCode::*;
     match err.code {
-        ProviderRateLimited | ProviderUnavailable | ProviderTimeout | ProviderNetwork | ProviderInvalidResponse
-        | StoreRateLimited | StoreUnavailable | SessionBusy => FailureClass::Transient,
+        ProviderRateLimited
+        | ProviderUnavailable
+        | ProviderTimeout
+        | ProviderNetwork
+        | ProviderInvalidResponse
+        | StoreRateLimited
+        | StoreUnavailable
+        | SessionBusy => FailureClass::Transient,
         ToolPropagated | HookFailed | Crashed if err.retryable => FailureClass::Transient,
         InvalidInput => FailureClass::Recoverable,
         _ if err.retryable => FailureClass::Transient,

@@ -224,11 +224,7 @@ impl Error {
 
     /// The compact form stored in a checkpoint's `lastError`.
     pub fn info(&self) -> ErrorInfo {
-        ErrorInfo {
-            code: self.code,
-            message: cap_chars(&self.message, 2_000),
-            retryable: self.retryable,
-        }
+        ErrorInfo { code: self.code, message: cap_chars(&self.message, 2_000), retryable: self.retryable }
     }
 }
 
@@ -279,9 +275,7 @@ mod tests {
 
     #[test]
     fn error_serializes_with_code_and_flags() {
-        let e = Error::new(ErrorCode::SessionAwaitingApproval, "waiting")
-            .with_run("r1")
-            .with_approval("apr_1");
+        let e = Error::new(ErrorCode::SessionAwaitingApproval, "waiting").with_run("r1").with_approval("apr_1");
         let v = serde_json::to_value(&e).unwrap();
         assert_eq!(v["code"], "STEADFAST_SESSION_AWAITING_APPROVAL");
         assert_eq!(v["retryable"], false);

@@ -103,9 +103,15 @@ pub fn canonical_json(v: &Value) -> String {
 
 impl Fingerprint {
     /// Computes the fingerprint of an agent from its parts.
-    pub fn compute<'a>(model: &str, tools: impl IntoIterator<Item = (&'a str, &'a Value)>, instructions: &str) -> Fingerprint {
-        let tools: BTreeMap<String, String> =
-            tools.into_iter().map(|(name, schema)| (name.to_string(), short(canonical_json(schema).as_bytes()))).collect();
+    pub fn compute<'a>(
+        model: &str,
+        tools: impl IntoIterator<Item = (&'a str, &'a Value)>,
+        instructions: &str,
+    ) -> Fingerprint {
+        let tools: BTreeMap<String, String> = tools
+            .into_iter()
+            .map(|(name, schema)| (name.to_string(), short(canonical_json(schema).as_bytes())))
+            .collect();
         let instructions = short(instructions.as_bytes());
         let mut all = String::new();
         all.push_str("model=");
@@ -151,8 +157,12 @@ mod tests {
 
     #[test]
     fn key_order_does_not_change_the_hash() {
-        let a: Value = serde_json::from_str(r#"{"type":"object","properties":{"b":{"type":"string"},"a":{"type":"number"}}}"#).unwrap();
-        let b: Value = serde_json::from_str(r#"{"properties":{"a":{"type":"number"},"b":{"type":"string"}},"type":"object"}"#).unwrap();
+        let a: Value =
+            serde_json::from_str(r#"{"type":"object","properties":{"b":{"type":"string"},"a":{"type":"number"}}}"#)
+                .unwrap();
+        let b: Value =
+            serde_json::from_str(r#"{"properties":{"a":{"type":"number"},"b":{"type":"string"}},"type":"object"}"#)
+                .unwrap();
         let fa = Fingerprint::compute("m", [("t", &a)], "be nice");
         let fb = Fingerprint::compute("m", [("t", &b)], "be nice");
         assert_eq!(fa, fb);

@@ -296,16 +296,25 @@ impl RunMachine {
         let input = match start {
             Start::Send(input) => input,
             Start::Resume => {
-                return Err(Error::new(ErrorCode::CheckpointNotFound, format!("run '{}' has no checkpoint", self.cfg.run_id))
-                    .with_run(&self.cfg.run_id))
+                return Err(Error::new(
+                    ErrorCode::CheckpointNotFound,
+                    format!("run '{}' has no checkpoint", self.cfg.run_id),
+                )
+                .with_run(&self.cfg.run_id))
             }
             Start::Approvals(_) => {
-                return Err(Error::new(ErrorCode::ApprovalOrphaned, format!("run '{}' no longer exists", self.cfg.run_id))
-                    .with_run(&self.cfg.run_id))
+                return Err(Error::new(
+                    ErrorCode::ApprovalOrphaned,
+                    format!("run '{}' no longer exists", self.cfg.run_id),
+                )
+                .with_run(&self.cfg.run_id))
             }
             Start::Quarantine => {
-                return Err(Error::new(ErrorCode::CheckpointNotFound, format!("run '{}' has no checkpoint", self.cfg.run_id))
-                    .with_run(&self.cfg.run_id))
+                return Err(Error::new(
+                    ErrorCode::CheckpointNotFound,
+                    format!("run '{}' has no checkpoint", self.cfg.run_id),
+                )
+                .with_run(&self.cfg.run_id))
             }
         };
         if non_system(&input).is_empty() {
@@ -391,7 +400,10 @@ impl RunMachine {
                 if let Start::Send(input) = start {
                     let input = non_system(&input);
                     let original: Vec<Message> = non_system(
-                        self.cp.messages.get(self.cp.input_start..self.cp.input_start + self.cp.input_len).unwrap_or(&[]),
+                        self.cp
+                            .messages
+                            .get(self.cp.input_start..self.cp.input_start + self.cp.input_len)
+                            .unwrap_or(&[]),
                     );
                     let is_retry = !original.is_empty() && input == original;
                     if !input.is_empty() && !is_retry {
@@ -406,8 +418,11 @@ impl RunMachine {
             }
             (_, Start::Quarantine) => {}
             (RunStatus::Finished, Start::Resume) => {
-                return Err(Error::new(ErrorCode::CheckpointNotFound, format!("run '{run_id}' is finished: nothing to resume"))
-                    .with_run(&run_id))
+                return Err(Error::new(
+                    ErrorCode::CheckpointNotFound,
+                    format!("run '{run_id}' is finished: nothing to resume"),
+                )
+                .with_run(&run_id))
             }
             (RunStatus::Finished, Start::Send(input)) => {
                 let mut input = non_system(&input);
@@ -515,7 +530,12 @@ impl RunMachine {
         self.cp.step_index += 1;
         self.cp.usage.add(resp.usage);
         let calls = self.sanitize_calls(resp.tool_calls);
-        self.emit(Event::Step { step: self.cp.step_index, text: resp.text.clone(), tool_calls: calls.clone(), usage: resp.usage });
+        self.emit(Event::Step {
+            step: self.cp.step_index,
+            text: resp.text.clone(),
+            tool_calls: calls.clone(),
+            usage: resp.usage,
+        });
         self.cp.messages.push(Message::Assistant { content: resp.text, tool_calls: calls });
         self.gated.clear();
         self.approved.clear();
@@ -541,7 +561,8 @@ impl RunMachine {
         let asked = std::mem::take(&mut self.need_gate);
         let mut decisions: HashMap<String, Gate> = decisions.into_iter().collect();
         for call in asked {
-            let gate = decisions.remove(&call.id).unwrap_or(Gate::Invalid { message: "no gate decision was made".into() });
+            let gate =
+                decisions.remove(&call.id).unwrap_or(Gate::Invalid { message: "no gate decision was made".into() });
             self.gated.insert(call.id, gate);
         }
         self.advance();
@@ -576,7 +597,10 @@ impl RunMachine {
                 self.record(result(call, format!("denied: {reason}"), true, ResultKind::Denied));
             }
             ToolOutcome::Replaced { content, is_error, by } => {
-                self.record_by(result(call, cap_chars(&content, MAX_ERROR_RESULT_CHARS), is_error, ResultKind::Execution), Some(by));
+                self.record_by(
+                    result(call, cap_chars(&content, MAX_ERROR_RESULT_CHARS), is_error, ResultKind::Execution),
+                    Some(by),
+                );
             }
             ToolOutcome::Propagate(err) => return Err(err),
         }
@@ -648,12 +672,21 @@ impl RunMachine {
         }
         self.pausing.clear();
         for call in self.pending_calls() {
-            self.record(result(&call, "cancelled: the run was aborted before this call finished".into(), true, ResultKind::Cancelled));
+            self.record(result(
+                &call,
+                "cancelled: the run was aborted before this call finished".into(),
+                true,
+                ResultKind::Cancelled,
+            ));
         }
         self.running.clear();
         self.dirty = true;
-        self.finishing =
-            Some(Outcome { status: RunStatus::InProgress, finish_reason: Some(FinishReason::Aborted), note: None, error: None });
+        self.finishing = Some(Outcome {
+            status: RunStatus::InProgress,
+            finish_reason: Some(FinishReason::Aborted),
+            note: None,
+            error: None,
+        });
         self.advance();
     }
 
@@ -812,7 +845,11 @@ impl RunMachine {
             return;
         }
         if let Some(outcome) = self.finishing.take() {
-            self.emit(Event::RunDone { status: outcome.status, finish_reason: outcome.finish_reason, steps: self.cp.step_index });
+            self.emit(Event::RunDone {
+                status: outcome.status,
+                finish_reason: outcome.finish_reason,
+                steps: self.cp.step_index,
+            });
             self.effects.push_back(Effect::Finish(outcome));
             self.done = true;
             return;
@@ -906,7 +943,9 @@ impl RunMachine {
             self.progress();
         }
         match self.cp.messages.last() {
-            Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty() => self.finish(FinishReason::Stop, None),
+            Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty() => {
+                self.finish(FinishReason::Stop, None)
+            }
             _ if self.cp.step_index >= self.cfg.max_steps => {
                 let note = format!(
                     "Stopped: the run used its {} steps (maxSteps) without a final answer. The transcript is kept; \
@@ -998,7 +1037,8 @@ impl RunMachine {
                 from: self.committed_len,
                 messages: self.cp.messages[self.committed_len..].to_vec(),
                 head: self.cp.header().diff(&self.committed_head),
-                business_state: (self.cp.business_state != self.committed_business).then(|| self.cp.business_state.clone()),
+                business_state: (self.cp.business_state != self.committed_business)
+                    .then(|| self.cp.business_state.clone()),
                 fingerprint: if self.cp.fingerprint != self.committed_fp { self.cp.fingerprint.clone() } else { None },
                 ext: (self.cp.ext != self.committed_ext).then(|| self.cp.ext.clone()),
             }

@@ -179,7 +179,13 @@ pub enum Attempt {
 }
 
 /// Updates the breaker after a resume; returns `Some(true)` when an outage starts, `Some(false)` when it ends.
-pub fn note_attempt(opts: &SweepOptions, state: &mut SweepState, now: u64, attempt: Attempt, was_probe: bool) -> Option<bool> {
+pub fn note_attempt(
+    opts: &SweepOptions,
+    state: &mut SweepState,
+    now: u64,
+    attempt: Attempt,
+    was_probe: bool,
+) -> Option<bool> {
     match attempt {
         Attempt::Succeeded => {
             state.provider_failures = 0;
@@ -201,7 +207,8 @@ pub fn note_attempt(opts: &SweepOptions, state: &mut SweepState, now: u64, attem
                     None
                 }
                 None if state.provider_failures >= opts.outage_threshold => {
-                    state.outage = Some(Outage { since: now, probes: 0, next_probe_at: now.saturating_add(opts.interval_ms) });
+                    state.outage =
+                        Some(Outage { since: now, probes: 0, next_probe_at: now.saturating_add(opts.interval_ms) });
                     Some(true)
                 }
                 None => None,

@@ -221,7 +221,8 @@ mod tests {
         assert!(validate_transcript(&interleaved).is_err());
         let orphan = vec![Message::user("x"), res("a")];
         assert!(validate_transcript(&orphan).is_err());
-        let dup = vec![Message::assistant("", vec![call("a")]), res("a"), Message::assistant("", vec![call("a")]), res("a")];
+        let dup =
+            vec![Message::assistant("", vec![call("a")]), res("a"), Message::assistant("", vec![call("a")]), res("a")];
         assert!(validate_transcript(&dup).is_err());
     }
 }

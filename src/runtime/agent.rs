@@ -1,8 +1,8 @@
 //! [`Agent`]: the public runtime API (`send`, `resume`, `approvals`, `delete`, `pending`, …).
 
 use super::driver::{Driver, RunStats};
-use super::platform::SplitMix64;
 use super::hooks::Hook;
+use super::platform::SplitMix64;
 use super::traits::{AbortSignal, Clock, EventSink, Model, Rng, Sleep, Tool, ToolSpec};
 use crate::core::approval::{ApprovalRecord, ApprovalStatus, Decision};
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
@@ -288,14 +288,22 @@ impl AgentBuilder {
         let mut specs = Vec::new();
         for t in self.tools {
             let name = t.name().to_string();
-            if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            if name.is_empty()
+                || name.len() > 64
+                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
                 return Err(cfg(format!("tool name {name:?} must be 1-64 characters of letters, digits, '_' or '-'")));
             }
             if !names.insert(name.clone()) {
                 return Err(cfg(format!("two tools are named '{name}'")));
             }
-            let schema = Schema::compile(t.input_schema()).map_err(|e| cfg(format!("tool '{name}' has an invalid input schema: {e}")))?;
-            specs.push(ToolSpec { name, description: t.description().to_string(), input_schema: t.input_schema().clone() });
+            let schema = Schema::compile(t.input_schema())
+                .map_err(|e| cfg(format!("tool '{name}' has an invalid input schema: {e}")))?;
+            specs.push(ToolSpec {
+                name,
+                description: t.description().to_string(),
+                input_schema: t.input_schema().clone(),
+            });
             tools.push(RegisteredTool { tool: t, schema });
         }
         if self.options.max_steps == 0 {
@@ -563,9 +571,7 @@ impl Approvals<'_> {
             .with_run(&rec.run_id));
         }
         let run_id = rec.run_id.clone();
-        let orphaned = |cp: &Option<Checkpoint>| {
-            !matches!(cp, Some(c) if c.status == RunStatus::AwaitingApproval && c.approval_ids.contains(&decision.id))
-        };
+        let orphaned = |cp: &Option<Checkpoint>| !matches!(cp, Some(c) if c.status == RunStatus::AwaitingApproval && c.approval_ids.contains(&decision.id));
         let pre = store.load(&run_id).await?;
         if orphaned(&pre) {
             store.delete_approval(&decision.id).await?;

@@ -349,13 +349,21 @@ impl<'a> Driver<'a> {
             };
             let tool = t.tool.clone();
             match tool.reconcile(&call.args, &call.id).await {
-                Ok(Some(o)) => out.push((call.id.clone(), Some(ToolOutcome::Ok { content: o.content, business_state: o.business_state }))),
+                Ok(Some(o)) => out.push((
+                    call.id.clone(),
+                    Some(ToolOutcome::Ok { content: o.content, business_state: o.business_state }),
+                )),
                 Ok(None) => out.push((call.id.clone(), None)),
                 Err(ToolError::Propagate(e)) => return Err(e),
                 Err(ToolError::Failed { kind, message }) => {
                     return Err(Error::new(
                         ErrorCode::ToolPropagated,
-                        format!("reconciling '{}' ({}) failed: {}", call.name, call.id, ToolError::model_text(&kind, &message)),
+                        format!(
+                            "reconciling '{}' ({}) failed: {}",
+                            call.name,
+                            call.id,
+                            ToolError::model_text(&kind, &message)
+                        ),
                     ))
                 }
             }
@@ -364,7 +372,13 @@ impl<'a> Driver<'a> {
     }
 
     fn emit(&mut self, event: Event) {
-        let env = EventEnvelope { v: EVENT_SCHEMA_VERSION, seq: self.seq, run_id: self.lease.run_id.clone(), at: self.now(), event };
+        let env = EventEnvelope {
+            v: EVENT_SCHEMA_VERSION,
+            seq: self.seq,
+            run_id: self.lease.run_id.clone(),
+            at: self.now(),
+            event,
+        };
         self.seq += 1;
         if let Some(sink) = &self.opts.events {
             sink.emit(&env);
@@ -384,7 +398,10 @@ impl<'a> Driver<'a> {
                     while in_flight.next().await.is_some() {}
                 }
                 in_flight.clear();
-                return Err(Error::new(ErrorCode::Crashed, format!("simulated crash after effect {}", self.stats.effects)));
+                return Err(Error::new(
+                    ErrorCode::Crashed,
+                    format!("simulated crash after effect {}", self.stats.effects),
+                ));
             }
         }
         Ok(())
@@ -495,7 +512,9 @@ impl<'a> Driver<'a> {
                 None => ToolOutcome::Failed { message: format!("Error: unknown tool '{}'", call.name) },
                 Some(tool) => match tool.execute(call.args, ctx).await {
                     Ok(out) => ToolOutcome::Ok { content: out.content, business_state: out.business_state },
-                    Err(ToolError::Failed { kind, message }) => ToolOutcome::Failed { message: ToolError::model_text(&kind, &message) },
+                    Err(ToolError::Failed { kind, message }) => {
+                        ToolOutcome::Failed { message: ToolError::model_text(&kind, &message) }
+                    }
                     Err(ToolError::Propagate(e)) => ToolOutcome::Propagate(e),
                 },
             };

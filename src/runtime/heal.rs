@@ -151,7 +151,10 @@ pub struct OutputCheck {
 
 impl OutputCheck {
     /// A check named `name` (the `replacedBy` mark) running `check(call, content)`.
-    pub fn new(name: impl Into<String>, check: impl Fn(&ToolCall, &str) -> std::result::Result<(), String> + 'static) -> OutputCheck {
+    pub fn new(
+        name: impl Into<String>,
+        check: impl Fn(&ToolCall, &str) -> std::result::Result<(), String> + 'static,
+    ) -> OutputCheck {
         OutputCheck { name: name.into(), check: Rc::new(check) }
     }
 }

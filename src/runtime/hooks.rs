@@ -80,7 +80,12 @@ pub trait Hook {
     }
 
     /// After a tool call ran (successfully or not).
-    async fn after_tool(&self, _ctx: &mut HookContext<'_>, _call: &ToolCall, _result: &mut ToolResultDraft) -> Result<()> {
+    async fn after_tool(
+        &self,
+        _ctx: &mut HookContext<'_>,
+        _call: &ToolCall,
+        _result: &mut ToolResultDraft,
+    ) -> Result<()> {
         Ok(())
     }
 

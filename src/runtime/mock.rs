@@ -102,7 +102,11 @@ impl MockTurn {
 
     /// A scripted HTTP failure with Retry-After.
     pub fn error_retry_after(status: u16, retry_after_ms: u64) -> MockTurn {
-        MockTurn::Error(MockError { status, retry_after_ms: Some(retry_after_ms), message: format!("scripted HTTP {status}") })
+        MockTurn::Error(MockError {
+            status,
+            retry_after_ms: Some(retry_after_ms),
+            message: format!("scripted HTTP {status}"),
+        })
     }
 
     /// A function of the request.
@@ -122,7 +126,9 @@ impl MockTurn {
     /// Sets the text of a `Reply`.
     pub fn with_text(self, t: impl Into<String>) -> MockTurn {
         match self {
-            MockTurn::Reply { tool_calls, usage, delay_ms, .. } => MockTurn::Reply { text: t.into(), tool_calls, usage, delay_ms },
+            MockTurn::Reply { tool_calls, usage, delay_ms, .. } => {
+                MockTurn::Reply { text: t.into(), tool_calls, usage, delay_ms }
+            }
             other => other,
         }
     }
@@ -160,7 +166,13 @@ pub struct MockModel {
 impl MockModel {
     /// Call `n` gets `script[n]`.
     pub fn new(script: Vec<MockTurn>) -> MockModel {
-        MockModel { id: "mock".into(), script: Rc::new(script), mode: Mode::Sequential, calls: Default::default(), sleep: None }
+        MockModel {
+            id: "mock".into(),
+            script: Rc::new(script),
+            mode: Mode::Sequential,
+            calls: Default::default(),
+            sleep: None,
+        }
     }
 
     /// A call gets `script[k]` where `k` is the number of assistant messages already in the transcript.

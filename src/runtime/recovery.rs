@@ -289,7 +289,9 @@ impl Agent {
             }
         }
         match res {
-            Ok(Some(result)) if result.status == RunStatus::Finished => self.recovered(run_id, &result, report, listener).await,
+            Ok(Some(result)) if result.status == RunStatus::Finished => {
+                self.recovered(run_id, &result, report, listener).await
+            }
             Ok(_) => {}
             Err(e) => {
                 report.errors += 1;
@@ -298,7 +300,13 @@ impl Agent {
         }
     }
 
-    async fn recovered(&self, run_id: &str, result: &RunResult, report: &mut SweepReport, listener: &dyn SweepListener) {
+    async fn recovered(
+        &self,
+        run_id: &str,
+        result: &RunResult,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) {
         let reported = match run_id.strip_suffix(HEAL_SUFFIX) {
             Some(original) => {
                 if let Err(e) = self.delete(original).await {
@@ -314,7 +322,13 @@ impl Agent {
         }
     }
 
-    async fn quarantine(&self, run: &PendingRun, opts: &SweepOptions, report: &mut SweepReport, listener: &dyn SweepListener) {
+    async fn quarantine(
+        &self,
+        run: &PendingRun,
+        opts: &SweepOptions,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) {
         match self.mark_quarantined(&run.run_id, opts.max_attempts).await {
             Ok(true) => {
                 report.quarantined.push(run.run_id.clone());
@@ -349,7 +363,12 @@ impl Agent {
             }
         };
         let opts = SendOptions::default();
-        let machine = match RunMachine::start(self.machine_config(run_id, &opts), Some(cp), Start::Quarantine, self.inner.clock.now_ms()) {
+        let machine = match RunMachine::start(
+            self.machine_config(run_id, &opts),
+            Some(cp),
+            Start::Quarantine,
+            self.inner.clock.now_ms(),
+        ) {
             Ok(m) => m,
             Err(e) => {
                 let _ = store.release_lease(&lease).await;
@@ -418,7 +437,12 @@ impl Agent {
         self.fork_adjusted(run_id, opts, |_| {}).await
     }
 
-    async fn fork_adjusted(&self, run_id: &str, opts: ForkOptions, adjust: impl FnOnce(&mut Checkpoint)) -> Result<ForkResult> {
+    async fn fork_adjusted(
+        &self,
+        run_id: &str,
+        opts: ForkOptions,
+        adjust: impl FnOnce(&mut Checkpoint),
+    ) -> Result<ForkResult> {
         validate_run_id(run_id)?;
         let store = self.store().clone();
         let history = store.history(run_id, usize::MAX).await?;
@@ -445,8 +469,11 @@ impl Agent {
         };
         validate_run_id(&new_id)?;
         if store.load(&new_id).await?.is_some() {
-            return Err(Error::new(ErrorCode::SessionExists, format!("a run '{new_id}' exists already; pick another id"))
-                .with_run(&new_id));
+            return Err(Error::new(
+                ErrorCode::SessionExists,
+                format!("a run '{new_id}' exists already; pick another id"),
+            )
+            .with_run(&new_id));
         }
         let mut cp = apply_patch(&entry.checkpoint, &new_id, &opts.patch)?;
         adjust(&mut cp);
@@ -478,10 +505,17 @@ impl Agent {
     /// Runs a delivered job once (M18): the run id is derived from the delivery id; a finished run is
     /// acknowledged, a run waiting on a person is left, an unfinished run is resumed, and only a new delivery
     /// is sent. A redelivery of a finished job makes no model call.
-    pub async fn run_once(&self, delivery_id: &str, input: impl Into<super::agent::Input>, opts: SendOptions) -> Result<Delivery> {
+    pub async fn run_once(
+        &self,
+        delivery_id: &str,
+        input: impl Into<super::agent::Input>,
+        opts: SendOptions,
+    ) -> Result<Delivery> {
         let run_id = delivery_run_id(delivery_id);
         match self.load(&run_id).await? {
-            Some(cp) if cp.status == RunStatus::Finished => Ok(Delivery::Acknowledged { result: Box::new(stored_result(&cp)) }),
+            Some(cp) if cp.status == RunStatus::Finished => {
+                Ok(Delivery::Acknowledged { result: Box::new(stored_result(&cp)) })
+            }
             Some(cp) if cp.status == RunStatus::AwaitingApproval => {
                 Ok(Delivery::AwaitingApproval { run_id, approval_id: cp.approval_ids.first().cloned() })
             }

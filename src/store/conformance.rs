@@ -5,12 +5,12 @@
 //! The functions panic (assert) on a violation, like test code.
 
 use super::{LeaseOptions, RunStore};
-use crate::runtime::platform::ManualClock;
-use crate::runtime::traits::Clock;
 use crate::core::approval::{ApprovalRecord, ApprovalStatus};
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::ErrorCode;
 use crate::core::transcript::{Message, ToolCall};
+use crate::runtime::platform::ManualClock;
+use crate::runtime::traits::Clock;
 use serde_json::json;
 
 /// What a backend can promise.
@@ -184,7 +184,8 @@ pub async fn approvals_round_trip(store: &impl RunStore) {
     };
     store.put_approval(&rec).await.expect("put");
     assert_eq!(store.get_approval("apr_1").await.expect("get"), Some(rec.clone()));
-    let decided = ApprovalRecord { status: ApprovalStatus::Approved, note: Some("ok".into()), decided_at: Some(20), ..rec };
+    let decided =
+        ApprovalRecord { status: ApprovalStatus::Approved, note: Some("ok".into()), decided_at: Some(20), ..rec };
     store.put_approval(&decided).await.expect("update");
     assert_eq!(store.list_approvals().await.expect("list"), vec![decided]);
     store.delete_approval("apr_1").await.expect("delete");
@@ -194,7 +195,9 @@ pub async fn approvals_round_trip(store: &impl RunStore) {
 /// Unfinished runs are listed with their status and errors; finished ones are not.
 pub async fn pending_lists_unfinished(store: &impl RunStore, clock: &ManualClock) {
     let o = opts();
-    for (id, status) in [("p1", RunStatus::InProgress), ("p2", RunStatus::AwaitingApproval), ("p3", RunStatus::Finished)] {
+    for (id, status) in
+        [("p1", RunStatus::InProgress), ("p2", RunStatus::AwaitingApproval), ("p3", RunStatus::Finished)]
+    {
         let l = store.acquire_lease(id, "o", clock.now_ms(), &o).await.expect("lease");
         let (e1, mut cp1) = snapshot_entry(id, "x", clock.now_ms());
         cp1.status = status;

@@ -330,10 +330,14 @@ impl<K: KvBackend> JournalStore<K> {
             for (s, v) in seqs.iter().zip(values) {
                 match v {
                     Some(raw) => {
-                        let e: JournalEntry =
-                            serde_json::from_str(&raw).map_err(|e| corrupt(run_id, &format!("journal entry {s}"), e))?;
+                        let e: JournalEntry = serde_json::from_str(&raw)
+                            .map_err(|e| corrupt(run_id, &format!("journal entry {s}"), e))?;
                         if e.seq != *s {
-                            return Err(corrupt(run_id, &format!("journal entry {s}"), format!("it says seq {}", e.seq)));
+                            return Err(corrupt(
+                                run_id,
+                                &format!("journal entry {s}"),
+                                format!("it says seq {}", e.seq),
+                            ));
                         }
                         out.push((e, raw.len() as u64));
                     }
@@ -438,7 +442,8 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                     let end = values.next().flatten();
                     index = values.next().flatten().and_then(|v| serde_json::from_str::<IndexMeta>(&v).ok());
                     if let Some(end) = end {
-                        let marker: Progress = serde_json::from_str(&end).map_err(|e| corrupt(run_id, "an end marker", e))?;
+                        let marker: Progress =
+                            serde_json::from_str(&end).map_err(|e| corrupt(run_id, "an end marker", e))?;
                         progress = marker;
                         cut = progress.head.max(p.from.saturating_sub(1));
                         break;
@@ -518,8 +523,16 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             Some(back) if back.owner == owner && back.epoch == rec.epoch => {}
             _ => return Err(Error::busy(run_id, "another process took its lease at the same time")),
         }
-        let lease = Lease { run_id: run_id.to_string(), owner: owner.to_string(), epoch: rec.epoch, expires_at: rec.expires_at };
-        self.writers.borrow_mut().insert(run_id.to_string(), Writer { epoch: rec.epoch, owner: owner.to_string(), rec, index, index_at: None });
+        let lease = Lease {
+            run_id: run_id.to_string(),
+            owner: owner.to_string(),
+            epoch: rec.epoch,
+            expires_at: rec.expires_at,
+        };
+        self.writers.borrow_mut().insert(
+            run_id.to_string(),
+            Writer { epoch: rec.epoch, owner: owner.to_string(), rec, index, index_at: None },
+        );
         Ok(lease)
     }
 
@@ -601,7 +614,11 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             || (p.entries_since + 1 >= self.opts.snapshot_every
                 && p.bytes_since >= self.opts.snapshot_growth.saturating_mul(p.snap_bytes));
         let raw = if want_snapshot && !is_snapshot {
-            encode(&JournalEntry { seq: entry.seq, at: entry.at, body: EntryBody::Snapshot { state: Box::new(state.clone()) } })?
+            encode(&JournalEntry {
+                seq: entry.seq,
+                at: entry.at,
+                body: EntryBody::Snapshot { state: Box::new(state.clone()) },
+            })?
         } else {
             encode(entry)?
         };
@@ -718,7 +735,8 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                         out.push(meta.pending(run_id))
                     }
                     Some(meta) => listed.push((run_id.to_string(), meta)),
-                    None => out.push(PendingRun::corrupt(run_id, &corrupt(run_id, "the pending index entry", "bad metadata"))),
+                    None => out
+                        .push(PendingRun::corrupt(run_id, &corrupt(run_id, "the pending index entry", "bad metadata"))),
                 }
             }
             match page.cursor {

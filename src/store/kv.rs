@@ -89,12 +89,18 @@ pub fn check_put(key: &str, opts: &PutOptions) -> Result<()> {
     if let Some(m) = &opts.metadata {
         let n = serde_json::to_string(m).map(|s| s.len()).unwrap_or(usize::MAX);
         if n > MAX_METADATA_BYTES {
-            return Err(Error::new(ErrorCode::StoreFailed, format!("KV metadata is {n} bytes (max {MAX_METADATA_BYTES})")));
+            return Err(Error::new(
+                ErrorCode::StoreFailed,
+                format!("KV metadata is {n} bytes (max {MAX_METADATA_BYTES})"),
+            ));
         }
     }
     if let Some(ttl) = opts.expiration_ttl_s {
         if ttl < MIN_EXPIRATION_TTL_S {
-            return Err(Error::new(ErrorCode::StoreFailed, format!("KV expiration TTL {ttl}s is below {MIN_EXPIRATION_TTL_S}s")));
+            return Err(Error::new(
+                ErrorCode::StoreFailed,
+                format!("KV expiration TTL {ttl}s is below {MIN_EXPIRATION_TTL_S}s"),
+            ));
         }
     }
     Ok(())
@@ -103,7 +109,10 @@ pub fn check_put(key: &str, opts: &PutOptions) -> Result<()> {
 /// Checks a bulk get size.
 pub fn check_bulk(keys: &[String]) -> Result<()> {
     if keys.len() > MAX_BULK_GET {
-        return Err(Error::new(ErrorCode::StoreFailed, format!("bulk get of {} keys (max {MAX_BULK_GET})", keys.len())));
+        return Err(Error::new(
+            ErrorCode::StoreFailed,
+            format!("bulk get of {} keys (max {MAX_BULK_GET})", keys.len()),
+        ));
     }
     keys.iter().try_for_each(|k| check_key(k))
 }
@@ -274,7 +283,10 @@ mod tests {
             let page2 = kv.list("a/", page.cursor.as_deref(), 1).await.unwrap();
             assert_eq!(page2.keys[0].name, "a/2");
             assert!(page2.cursor.is_none(), "the last page has no cursor");
-            assert_eq!(kv.put(&"k".repeat(513), "v", PutOptions::default()).await.unwrap_err().code, ErrorCode::StoreFailed);
+            assert_eq!(
+                kv.put(&"k".repeat(513), "v", PutOptions::default()).await.unwrap_err().code,
+                ErrorCode::StoreFailed
+            );
             let big = PutOptions { metadata: Some(serde_json::json!("m".repeat(1100))), ..Default::default() };
             assert_eq!(kv.put("m", "v", big).await.unwrap_err().code, ErrorCode::StoreFailed);
             let ttl = PutOptions { expiration_ttl_s: Some(10), ..Default::default() };

@@ -113,7 +113,8 @@ impl RunStore for MemoryStore {
             Some(cur) => cur.epoch + 1,
             None => 1,
         };
-        let lease = Lease { run_id: run_id.to_string(), owner: owner.to_string(), epoch, expires_at: now_ms + opts.ttl_ms };
+        let lease =
+            Lease { run_id: run_id.to_string(), owner: owner.to_string(), epoch, expires_at: now_ms + opts.ttl_ms };
         inner.leases.insert(run_id.to_string(), lease.clone());
         Ok(lease)
     }
@@ -145,11 +146,16 @@ impl RunStore for MemoryStore {
         if !is_snapshot {
             // Deltas must continue the journal: a gap is a bug upstream, never written.
             let last_seq = match run.journal.last() {
-                Some(s) => serde_json::from_str::<JournalEntry>(s).map(|e| e.seq).map_err(|e| corrupt(run_id, "the last entry", e))?,
+                Some(s) => serde_json::from_str::<JournalEntry>(s)
+                    .map(|e| e.seq)
+                    .map_err(|e| corrupt(run_id, "the last entry", e))?,
                 None => 0,
             };
             if entry.seq != last_seq + 1 {
-                return Err(Error::internal(format!("run '{run_id}': entry {} does not follow entry {last_seq}", entry.seq)));
+                return Err(Error::internal(format!(
+                    "run '{run_id}': entry {} does not follow entry {last_seq}",
+                    entry.seq
+                )));
             }
         } else {
             run.journal.clear();

@@ -21,12 +21,12 @@
 //!   least `history_limit` of them (its option); pruning never breaks a load.
 
 pub mod conformance;
+pub mod faulty;
 pub mod journal;
 pub mod keys;
 pub mod kv;
-pub mod faulty;
-pub mod sim;
 pub mod memory;
+pub mod sim;
 
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, JournalEntry, RunStatus};
@@ -34,8 +34,8 @@ use crate::core::error::{ErrorInfo, Result};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-pub use kv::{KvBackend, MemoryKv};
 pub use journal::{JournalOptions, JournalStore};
+pub use kv::{KvBackend, MemoryKv};
 pub use memory::MemoryStore;
 
 /// A held lease: the owner id is the fencing token, the epoch orders owners.
@@ -151,7 +151,13 @@ pub struct HistoryEntry {
 impl HistoryEntry {
     /// The history entry of a state.
     pub fn of(cp: &Checkpoint) -> HistoryEntry {
-        HistoryEntry { seq: cp.seq, step: cp.step_index, saved_at: cp.saved_at, status: cp.status, checkpoint: cp.clone() }
+        HistoryEntry {
+            seq: cp.seq,
+            step: cp.step_index,
+            saved_at: cp.saved_at,
+            status: cp.status,
+            checkpoint: cp.clone(),
+        }
     }
 }
 

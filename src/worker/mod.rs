@@ -13,12 +13,16 @@ pub use platform::{worker_rng, FetchClient, WorkerClock, WorkerSleep, WorkersAi,
 use crate::api::{Api, ApiRequest, ApiResponse};
 use crate::config::{AgentConfig, Provider};
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::providers::{AnthropicModel, AnthropicOptions, OpenAiModel, OpenAiOptions, WorkersAiModel, WorkersAiOptions};
+use crate::providers::{
+    AnthropicModel, AnthropicOptions, OpenAiModel, OpenAiOptions, WorkersAiModel, WorkersAiOptions,
+};
 use crate::runtime::{Agent, MockModel, Model, RunResult, SweepListener};
 use crate::store::{JournalOptions, JournalStore, PendingRun};
 use crate::tools::demo::{demo_counts, demo_tools};
 use std::rc::Rc;
-use worker::{console_error, console_log, event, Context, Env, Headers, Request, Response, ScheduleContext, ScheduledEvent};
+use worker::{
+    console_error, console_log, event, Context, Env, Headers, Request, Response, ScheduleContext, ScheduledEvent,
+};
 
 const BUNDLED_CONFIG: &str = include_str!("../../steadfast.config.json");
 
@@ -59,21 +63,34 @@ fn model(env: &Env, cfg: &AgentConfig) -> Result<Rc<dyn Model>> {
         secret(env, name).ok_or_else(|| {
             Error::new(
                 ErrorCode::ConfigInvalid,
-                format!("the provider key is missing: `npx wrangler secret put {name}` (locally: {name}=... in .dev.vars)"),
+                format!(
+                    "the provider key is missing: `npx wrangler secret put {name}` (locally: {name}=... in .dev.vars)"
+                ),
             )
         })
     };
     Ok(match m.provider {
         Provider::Mock => Rc::new(MockModel::by_turn(cfg.mock_script()).with_id(m.model_id())),
         Provider::OpenAi => {
-            let mut o = OpenAiOptions { model: m.model_id().to_string(), temperature: m.temperature, max_tokens: m.max_tokens, extra: m.params.clone(), ..OpenAiOptions::default() };
+            let mut o = OpenAiOptions {
+                model: m.model_id().to_string(),
+                temperature: m.temperature,
+                max_tokens: m.max_tokens,
+                extra: m.params.clone(),
+                ..OpenAiOptions::default()
+            };
             if let Some(b) = &m.base_url {
                 o.base_url = b.clone();
             }
             Rc::new(OpenAiModel::new(FetchClient, key()?, o))
         }
         Provider::Anthropic => {
-            let mut o = AnthropicOptions { model: m.model_id().to_string(), temperature: m.temperature, extra: m.params.clone(), ..AnthropicOptions::default() };
+            let mut o = AnthropicOptions {
+                model: m.model_id().to_string(),
+                temperature: m.temperature,
+                extra: m.params.clone(),
+                ..AnthropicOptions::default()
+            };
             if let Some(b) = &m.base_url {
                 o.base_url = b.clone();
             }
@@ -84,7 +101,12 @@ fn model(env: &Env, cfg: &AgentConfig) -> Result<Rc<dyn Model>> {
         }
         Provider::WorkersAi => {
             let ai = env.ai("AI").map_err(|e| binding_error("the AI binding is missing (wrangler.toml [ai])", e))?;
-            let o = WorkersAiOptions { model: m.model_id().to_string(), temperature: m.temperature, max_tokens: m.max_tokens, extra: m.params.clone() };
+            let o = WorkersAiOptions {
+                model: m.model_id().to_string(),
+                temperature: m.temperature,
+                max_tokens: m.max_tokens,
+                extra: m.params.clone(),
+            };
             Rc::new(WorkersAiModel::new(WorkersAi(ai), o))
         }
     })
@@ -166,7 +188,9 @@ async fn conformance(env: &Env) -> Result<String> {
 pub async fn fetch(mut req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
     console_error_panic_hook::set_once();
     let api_req = read_request(&mut req).await?;
-    if api_req.path == "/__conformance" && env.var("STEADFAST_CONFORMANCE").map(|v| v.to_string()).ok().as_deref() == Some("1") {
+    if api_req.path == "/__conformance"
+        && env.var("STEADFAST_CONFORMANCE").map(|v| v.to_string()).ok().as_deref() == Some("1")
+    {
         return match conformance(&env).await {
             Ok(msg) => Response::ok(msg),
             Err(e) => Response::error(e.to_string(), 500),

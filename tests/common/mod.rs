@@ -55,7 +55,13 @@ impl Env {
         self.agent_with(model, tools, AgentOptions::default(), "")
     }
 
-    pub fn agent_with(&self, model: impl Model + 'static, tools: Vec<Rc<dyn Tool>>, options: AgentOptions, instructions: &str) -> Agent {
+    pub fn agent_with(
+        &self,
+        model: impl Model + 'static,
+        tools: Vec<Rc<dyn Tool>>,
+        options: AgentOptions,
+        instructions: &str,
+    ) -> Agent {
         let seed = {
             let mut s = self.seed.borrow_mut();
             *s += 1;

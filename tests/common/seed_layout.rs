@@ -66,7 +66,9 @@ impl<K: KvBackend> RunStore for SeedLayoutStore<K> {
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
         match self.get(&format!("cp/{run_id}")).await? {
             None => Ok(None),
-            Some(s) => serde_json::from_str(&s).map(Some).map_err(|e| Error::new(ErrorCode::CheckpointCorrupt, e.to_string())),
+            Some(s) => {
+                serde_json::from_str(&s).map(Some).map_err(|e| Error::new(ErrorCode::CheckpointCorrupt, e.to_string()))
+            }
         }
     }
 
