@@ -5,7 +5,7 @@
 //! results become `tool_result` blocks of a `user` turn, and consecutive turns of the same role are merged
 //! into one (all results of a tool turn, plus any user text that follows, form one `user` message).
 
-use super::{generated_call_id, invalid_response, join_url, merge_extra, send_once, u64_field};
+use super::{generated_call_id, invalid_response, join_url, merge_extra, u64_field};
 use crate::core::error::Result;
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::{Message, ToolCall, Usage};
@@ -232,11 +232,7 @@ impl<H: HttpClient> Model for AnthropicModel<H> {
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
         let http = build_request(&self.options, &self.api_key, request.messages, request.tools);
-        let response = send_once(&self.client, http, &self.api_key).await.map_err(|e| e.with_run(request.run_id))?;
-        parse_response(&response.body, request.step).map_err(|mut e| {
-            e.message = super::redact(&e.message, &self.api_key);
-            e.with_status(response.status).with_run(request.run_id)
-        })
+        super::round_trip(&self.client, http, &self.api_key, request.run_id, request.step, parse_response).await
     }
 }
 

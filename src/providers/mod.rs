@@ -52,6 +52,23 @@ pub(crate) fn invalid_response(provider: &str, why: &str, body: &str, secret: &s
     )
 }
 
+/// One model call over HTTP: sends `request` once and parses a 2xx body with `parse`; errors carry the run id,
+/// the HTTP status of an unreadable body, and never the key.
+pub(crate) async fn round_trip<H: HttpClient>(
+    client: &H,
+    request: HttpRequest,
+    api_key: &str,
+    run_id: &str,
+    step: u32,
+    parse: fn(&str, u32) -> Result<ModelResponse>,
+) -> Result<ModelResponse> {
+    let response = send_once(client, request, api_key).await.map_err(|e| e.with_run(run_id))?;
+    parse(&response.body, step).map_err(|mut e| {
+        e.message = redact(&e.message, api_key);
+        e.with_status(response.status).with_run(run_id)
+    })
+}
+
 /// Sends `request` once. A non-2xx answer becomes the classified provider error; a transport error passes
 /// through with its code (its message scrubbed of `secret`).
 pub(crate) async fn send_once<H: HttpClient>(client: &H, request: HttpRequest, secret: &str) -> Result<HttpResponse> {

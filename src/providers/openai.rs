@@ -1,7 +1,7 @@
 //! [`OpenAiModel`]: OpenAI-compatible chat completions (`POST {base_url}/chat/completions`) — OpenAI itself
 //! or any compatible server (OpenRouter, Groq, vLLM, Ollama, Cloudflare AI Gateway, …).
 
-use super::{invalid_response, join_url, merge_extra, openai_messages, openai_tools, parse_openai_value, send_once};
+use super::{invalid_response, join_url, merge_extra, openai_messages, openai_tools, parse_openai_value};
 use crate::core::error::Result;
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::Message;
@@ -108,11 +108,7 @@ impl<H: HttpClient> Model for OpenAiModel<H> {
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
         let http = build_request(&self.options, &self.api_key, request.messages, request.tools);
-        let response = send_once(&self.client, http, &self.api_key).await.map_err(|e| e.with_run(request.run_id))?;
-        parse_response(&response.body, request.step).map_err(|mut e| {
-            e.message = super::redact(&e.message, &self.api_key);
-            e.with_status(response.status).with_run(request.run_id)
-        })
+        super::round_trip(&self.client, http, &self.api_key, request.run_id, request.step, parse_response).await
     }
 }
 
