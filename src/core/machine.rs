@@ -794,26 +794,26 @@ impl RunMachine {
     }
 
     fn sanitize_calls(&self, calls: Vec<ToolCall>) -> Vec<ToolCall> {
-        let mut used: HashSet<String> =
-            self.cp.messages.iter().flat_map(|m| m.tool_calls().iter().map(|c| c.id.clone())).collect();
+        let stored: HashSet<&str> =
+            self.cp.messages.iter().flat_map(|m| m.tool_calls().iter().map(|c| c.id.as_str())).collect();
+        let mut fresh: HashSet<String> = HashSet::new();
         let step = self.cp.step_index;
-        calls
-            .into_iter()
-            .enumerate()
-            .map(|(i, mut c)| {
-                if c.id.is_empty() || used.contains(&c.id) {
-                    let mut k = 0;
-                    let mut id = format!("call_{step}_{i}");
-                    while used.contains(&id) {
-                        k += 1;
-                        id = format!("call_{step}_{i}_{k}");
-                    }
-                    c.id = id;
+        let mut out = Vec::with_capacity(calls.len());
+        for (i, mut c) in calls.into_iter().enumerate() {
+            let taken = |id: &str, fresh: &HashSet<String>| stored.contains(id) || fresh.contains(id);
+            if c.id.is_empty() || taken(&c.id, &fresh) {
+                let mut k = 0;
+                let mut id = format!("call_{step}_{i}");
+                while taken(&id, &fresh) {
+                    k += 1;
+                    id = format!("call_{step}_{i}_{k}");
                 }
-                used.insert(c.id.clone());
-                c
-            })
-            .collect()
+                c.id = id;
+            }
+            fresh.insert(c.id.clone());
+            out.push(c);
+        }
+        out
     }
 
     fn finish(&mut self, reason: FinishReason, note: Option<String>) {
@@ -1054,44 +1054,52 @@ impl RunMachine {
         self.waiting = Some(Wait::Commit);
     }
 
-    /// The last `loop_window` tool turns of this run each failed in full, identically.
+    /// The last `loop_window` tool turns of this run each failed in full, identically. Scans backwards and
+    /// stops after `loop_window` turns, so its cost does not grow with the transcript.
     fn loop_detected(&self) -> bool {
         let n = self.cfg.loop_window as usize;
         if n == 0 {
             return false;
         }
-        let msgs = &self.cp.messages[self.cp.input_start.min(self.cp.messages.len())..];
-        let mut sigs: Vec<String> = Vec::new();
-        let mut i = 0;
-        while i < msgs.len() {
-            let calls = msgs[i].tool_calls();
-            if calls.is_empty() {
-                i += 1;
-                continue;
+        let start = self.cp.input_start.min(self.cp.messages.len());
+        let msgs = &self.cp.messages[start..];
+        let mut first: Option<String> = None;
+        let mut seen = 0;
+        let mut end = msgs.len();
+        while seen < n {
+            // The turn before `end`: tool results back to their assistant message.
+            let mut i = end;
+            while i > 0 && matches!(msgs[i - 1], Message::Tool(_)) {
+                i -= 1;
+            }
+            if i == 0 {
+                return false;
+            }
+            let calls = msgs[i - 1].tool_calls();
+            if calls.is_empty() || end - i != calls.len() {
+                return false;
             }
             let mut sig = String::new();
-            let mut all_failed = true;
-            for (k, call) in calls.iter().enumerate() {
-                match msgs.get(i + 1 + k) {
-                    Some(Message::Tool(r)) => {
-                        all_failed &= r.is_error;
-                        sig.push_str(&call.name);
-                        sig.push('\u{1}');
-                        sig.push_str(&canonical_json(&call.args));
-                        sig.push('\u{1}');
-                        sig.push_str(&r.content);
-                        sig.push('\u{2}');
-                    }
-                    _ => all_failed = false,
+            for (call, m) in calls.iter().zip(&msgs[i..end]) {
+                let Message::Tool(r) = m else { return false };
+                if !r.is_error {
+                    return false;
                 }
+                sig.push_str(&call.name);
+                sig.push('\u{1}');
+                sig.push_str(&canonical_json(&call.args));
+                sig.push('\u{1}');
+                sig.push_str(&r.content);
+                sig.push('\u{2}');
             }
-            sigs.push(if all_failed { sig } else { String::new() });
-            i += 1 + calls.len();
+            match &first {
+                None => first = Some(sig),
+                Some(f) if *f != sig => return false,
+                Some(_) => {}
+            }
+            seen += 1;
+            end = i - 1;
         }
-        if sigs.len() < n {
-            return false;
-        }
-        let tail = &sigs[sigs.len() - n..];
-        !tail[0].is_empty() && tail.iter().all(|s| s == &tail[0])
+        true
     }
 }
