@@ -48,3 +48,6 @@ pub use crate::core::error::{Error, ErrorCode, Result};
 
 #[cfg(feature = "worker")]
 pub mod worker;
+
+#[cfg(feature = "js")]
+pub mod bindings;

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds the npm package (scripts/build.sh), type-checks a consumer of its published types, and runs its tests
+# against the built package (node --test; test/workerd.test.mjs loads it in workerd through Miniflare from the
+# repository root's node_modules).
+set -euo pipefail
+JS="$(cd "$(dirname "$0")/.." && pwd)"
+"$JS/scripts/build.sh"
+cd "$JS"
+echo "==> tsc: a consumer of the published types"
+node_modules/.bin/tsc -p test-support/types
+echo "==> node --test js/test/"
+node --test test/

@@ -1,0 +1,650 @@
+// steadfast: durable, self-healing LLM agent runs. The typed facade over the wasm core (via low_level.ts).
+//
+// Types here are hand-written mirrors of the Rust definitions (src/core, src/runtime, src/store); they are
+// not generated yet.
+import { newAgent, newKvStore, newMemoryStore, type JsAgent, type JsStore } from "./low_level.js";
+
+// ------------------------------------------------------------------------------------------------------------
+// Data types (mirrors of the Rust serde shapes).
+
+/** Any JSON value. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** A tool call asked for by the model. */
+export interface ToolCall {
+  id: string;
+  name: string;
+  args: Json;
+}
+
+/** How a tool result came to be. */
+export type ResultKind = "execution" | "validation" | "denied" | "rejected" | "not-run" | "cancelled" | "interrupted";
+
+/** A transcript message. */
+export type Message =
+  | { role: "system"; content: string }
+  | { role: "user"; content: string }
+  | { role: "assistant"; content: string; toolCalls?: ToolCall[] }
+  | { role: "tool"; toolCallId: string; name: string; content: string; isError: boolean; kind: ResultKind };
+
+/** What `send` accepts: text (one user message) or system/user messages. */
+export type Input = string | Array<{ role: "system" | "user"; content: string }>;
+
+/** Token usage. */
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+}
+
+/** A tool as the model sees it. */
+export interface ToolSpec {
+  name: string;
+  description: string;
+  inputSchema: Json;
+}
+
+/** What a model is asked. */
+export interface ModelRequest {
+  runId: string;
+  /** The step this answer will be (1-based). */
+  step: number;
+  messages: Message[];
+  tools: ToolSpec[];
+}
+
+/** A model's answer. A tool call without an id gets one. */
+export interface ModelResponse {
+  text?: string;
+  toolCalls?: Array<{ id?: string; name: string; args?: Json }>;
+  usage?: Partial<Usage>;
+  stopReason?: string;
+}
+
+/**
+ * A model provider: one attempt per call (the runtime retries). Reject with an error carrying `status` (HTTP
+ * status) and optionally `retryAfterMs` for provider failures: 429/5xx are retried, 401/403/400 are not. Any
+ * other rejection is a network error (retried).
+ */
+export interface Model {
+  /** Model id (part of the agent fingerprint). */
+  id: string;
+  generate(request: ModelRequest): Promise<ModelResponse>;
+}
+
+/** What a tool receives besides its arguments. */
+export interface ToolContext {
+  runId: string;
+  /** Unchanged when the same call runs again on resume. */
+  toolCallId: string;
+  /** For an approved call, the approval id. */
+  approvalId: string | null;
+  /** The approval id for approved calls, else the call id: send it as `Idempotency-Key`. */
+  idempotencyKey: string;
+}
+
+/** A tool definition (see `defineTool`). */
+export interface Tool<A = any> {
+  name: string;
+  description: string;
+  /** JSON Schema of the arguments, validated before the call runs. */
+  inputSchema: Json;
+  /** Whether a call needs a person's approval first. */
+  needsApproval?: boolean | ((args: A) => boolean);
+  /**
+   * Runs the call. A string is the text the model reads; other values are serialised as JSON. A thrown error
+   * becomes an error result (`"<name>: <message>"`) the model reads, unless it is a `PropagatedToolError` (or
+   * has `propagate: true`): then the run is rejected and stays resumable.
+   * Caution: a call may run again on resume (after a crash): make it idempotent with `ctx.idempotencyKey`.
+   */
+  execute(args: A, ctx: ToolContext): unknown | Promise<unknown>;
+}
+
+/** Run status. */
+export type RunStatus = "in-progress" | "awaiting-approval" | "finished";
+
+/** Why an execution ended. */
+export type FinishReason = string;
+
+/** How an execution ended. */
+export interface RunResult {
+  runId: string;
+  status: RunStatus;
+  finishReason: FinishReason | null;
+  text: string;
+  note: string | null;
+  messages: Message[];
+  steps: number;
+  usage: Usage;
+  approvalIds: string[];
+  approvalId: string | null;
+  businessState: Json | null;
+  stats: Record<string, number>;
+  /** The run's events, when `events: true` was asked for. */
+  events?: RunEvent[];
+}
+
+/** A run event (`{v, seq, runId, at, type, …}`). */
+export interface RunEvent {
+  v: number;
+  seq: number;
+  runId: string;
+  at: number;
+  type: string;
+  [field: string]: Json | undefined;
+}
+
+/** A serialised error (as stored in a checkpoint). */
+export interface ErrorInfo {
+  code: string;
+  message: string;
+  retryable: boolean;
+  [field: string]: Json | undefined;
+}
+
+/** An unfinished run. */
+export interface PendingRun {
+  runId: string;
+  status: RunStatus;
+  approvalId?: string;
+  approvalIds?: string[];
+  step: number;
+  lastError?: ErrorInfo;
+  attempts: number;
+  quarantined: boolean;
+  savedAt: number;
+}
+
+/** A stored approval. */
+export interface ApprovalRecord {
+  id: string;
+  runId: string;
+  toolCall: ToolCall;
+  batch: string[];
+  status: "pending" | "approved" | "rejected";
+  note?: string;
+  step: number;
+  createdAt: number;
+  decidedAt?: number;
+  fingerprint?: Json;
+}
+
+/** One recovery sweep tick's settings (all optional). */
+export interface SweepOptions {
+  intervalMs?: number;
+  maxBackoffMs?: number;
+  maxAttempts?: number;
+  maxRuns?: number;
+  opBudget?: number;
+  outageThreshold?: number;
+  retryWithDiagnosis?: boolean;
+}
+
+/** What one sweep tick did. */
+export interface SweepReport {
+  listed: number;
+  examined: number;
+  resumed: number;
+  recovered: string[];
+  quarantined: string[];
+  busy: number;
+  backingOff: number;
+  errors: number;
+  outage: boolean;
+  operations: number;
+  complete: boolean;
+}
+
+/** `fork` options. */
+export interface ForkOptions {
+  fromStep: number;
+  patch?: {
+    messages?: Message[];
+    businessState?: Json;
+    toolResult?: { toolCallId: string; result: string };
+    appendInput?: string;
+  };
+  newId?: string;
+}
+
+/** A created fork (resume it to run it). */
+export interface ForkResult {
+  runId: string;
+  step: number;
+  checkpoint: Checkpoint;
+}
+
+/** A stored checkpoint (main fields; see the Rust `Checkpoint`). */
+export interface Checkpoint {
+  runId: string;
+  status: RunStatus;
+  messages: Message[];
+  [field: string]: unknown;
+}
+
+/** One assistant turn of a trajectory. */
+export interface TrajectoryStep {
+  step: number;
+  text: string;
+  toolCalls: Array<{ name: string; args: Json; result: string | null; isError: boolean }>;
+}
+
+/** The comparison of two runs. */
+export interface Comparison {
+  a: TrajectoryStep[];
+  b: TrajectoryStep[];
+  divergedAt: number | null;
+  drift: { [field: string]: Json };
+}
+
+/** A past state of a run. */
+export interface HistoryEntry {
+  /** Journal position. */
+  seq: number;
+  step: number;
+  savedAt: number;
+  status: RunStatus;
+  checkpoint: Checkpoint;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Errors.
+
+/** Every failure of the runtime: a stable `STEADFAST_*` code and whether the same call may succeed later. */
+export class SteadfastError extends Error {
+  readonly code: string;
+  readonly retryable: boolean;
+  readonly runId?: string;
+  readonly approvalId?: string;
+  readonly status?: number;
+  readonly retryAfterMs?: number;
+  readonly details?: unknown;
+
+  constructor(
+    code: string,
+    message: string,
+    fields: {
+      retryable?: boolean;
+      runId?: string;
+      approvalId?: string;
+      status?: number;
+      retryAfterMs?: number;
+      details?: unknown;
+      cause?: unknown;
+    } = {},
+  ) {
+    super(message, fields.cause === undefined ? undefined : { cause: fields.cause });
+    this.name = "SteadfastError";
+    this.code = code;
+    this.retryable = fields.retryable ?? false;
+    if (fields.runId !== undefined) this.runId = fields.runId;
+    if (fields.approvalId !== undefined) this.approvalId = fields.approvalId;
+    if (fields.status !== undefined) this.status = fields.status;
+    if (fields.retryAfterMs !== undefined) this.retryAfterMs = fields.retryAfterMs;
+    if (fields.details !== undefined) this.details = fields.details;
+  }
+}
+
+/** The run waits on an approval: resolve `approvalId` before sending to `sessionId` again. */
+export class SessionAwaitingApprovalError extends SteadfastError {
+  readonly sessionId: string;
+  declare readonly approvalId: string;
+
+  constructor(message: string, sessionId: string, approvalId: string, cause?: unknown) {
+    super("STEADFAST_SESSION_AWAITING_APPROVAL", message, { runId: sessionId, approvalId, cause });
+    this.name = "SessionAwaitingApprovalError";
+    this.sessionId = sessionId;
+  }
+}
+
+/** Throw this from a tool to reject the run (it stays resumable) instead of giving the model an error result. */
+export class PropagatedToolError extends Error {
+  readonly propagate = true;
+  readonly retryable: boolean;
+
+  constructor(message: string, options: { retryable?: boolean; cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.name = "PropagatedToolError";
+    this.retryable = options.retryable ?? true;
+  }
+}
+
+function wrapError(e: unknown): unknown {
+  if (e instanceof SteadfastError) return e;
+  const err = e as { code?: unknown; message?: unknown } | null;
+  if (!err || typeof err.code !== "string" || !err.code.startsWith("STEADFAST_")) return e;
+  const f = e as { retryable?: boolean; runId?: string; approvalId?: string; status?: number; retryAfterMs?: number; details?: unknown };
+  const message = String(err.message ?? err.code);
+  if (err.code === "STEADFAST_SESSION_AWAITING_APPROVAL" && f.runId !== undefined && f.approvalId !== undefined) {
+    return new SessionAwaitingApprovalError(message, f.runId, f.approvalId, e);
+  }
+  return new SteadfastError(err.code, message, { ...f, cause: e });
+}
+
+async function call<T>(p: () => Promise<string>): Promise<T> {
+  let json: string;
+  try {
+    json = await p();
+  } catch (e) {
+    throw wrapError(e);
+  }
+  return JSON.parse(json) as T;
+}
+
+function sync<T>(f: () => T): T {
+  try {
+    return f();
+  } catch (e) {
+    throw wrapError(e);
+  }
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Stores.
+
+const HANDLE = Symbol("steadfast.store");
+
+/** A run store handle; agents created with the same handle share its runs and approvals. */
+export interface Store {
+  readonly kind: "memory" | "kv";
+  readonly [HANDLE]: JsStore;
+}
+
+/** The part of a Workers `KVNamespace` the store uses. `get(keys[])` must resolve to a `Map` (bulk get). */
+export interface KVNamespaceLike {
+  get(key: string): Promise<string | null>;
+  get(keys: string[]): Promise<Map<string, string | null>>;
+  put(key: string, value: string, options?: { metadata?: unknown; expirationTtl?: number }): Promise<void>;
+  delete(key: string): Promise<void>;
+  list(options?: { prefix?: string; cursor?: string; limit?: number }): Promise<{
+    keys: Array<{ name: string; metadata?: unknown }>;
+    list_complete: boolean;
+    cursor?: string;
+  }>;
+}
+
+/** Options of a KV store. */
+export interface KvStoreOptions {
+  /** Key prefix (default none). */
+  prefix?: string;
+  /** Past states kept per run for history and fork (default 50). */
+  historyLimit?: number;
+  /** Wait between writing a lease and reading it back (ms, default 50). */
+  settleMs?: number;
+}
+
+/** A new in-memory store (strongly consistent; lives as long as the handle). Share it between agents. */
+export function memoryStore(): Store {
+  return { kind: "memory", [HANDLE]: sync(() => newMemoryStore()) };
+}
+
+/** A durable store over a Workers KV namespace binding (`kvStore(env.RUNS)`). */
+export function kvStore(namespace: KVNamespaceLike, options: KvStoreOptions = {}): Store {
+  return { kind: "kv", [HANDLE]: sync(() => newKvStore(namespace, JSON.stringify(options))) };
+}
+
+function storeHandle(store: Store | "memory" | KVNamespaceLike | undefined): JsStore {
+  if (store === undefined) {
+    throw new SteadfastError("STEADFAST_CONFIG_INVALID", "an agent needs a store: memoryStore() or kvStore(env.BINDING)");
+  }
+  if (store === "memory") return memoryStore()[HANDLE];
+  if (typeof store === "object" && HANDLE in store) return (store as Store)[HANDLE];
+  return kvStore(store as KVNamespaceLike)[HANDLE];
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Tools and models.
+
+/** Defines a tool (identity, for typing). */
+export function defineTool<A = any>(tool: Tool<A>): Tool<A> {
+  return tool;
+}
+
+/** A scripted turn of `mockModel`: final text, tool calls, or a provider error. */
+export type MockTurn =
+  | string
+  | { text?: string; toolCalls: Array<{ name: string; args?: Json }>; usage?: Partial<Usage> }
+  | { error: { status: number; retryAfterMs?: number; message?: string } };
+
+/** A scripted model with a record of its calls. */
+export interface MockModel extends Model {
+  /** Every request so far. */
+  readonly calls: ModelRequest[];
+}
+
+/** Options of `mockModel`. */
+export interface MockModelOptions {
+  /** Model id (default `"mock"`). */
+  id?: string;
+  /**
+   * `"sequential"` (default): call n gets `script[n]`, shared by every agent using this model.
+   * `"by-turn"`: a call gets `script[k]`, k = the assistant messages already in the transcript.
+   */
+  mode?: "sequential" | "by-turn";
+}
+
+/** An HTTP-shaped provider error, as `mockModel` throws it. */
+export class ProviderHttpError extends Error {
+  readonly status: number;
+  readonly retryAfterMs?: number;
+
+  constructor(status: number, message: string, retryAfterMs?: number) {
+    super(message);
+    this.name = "ProviderHttpError";
+    this.status = status;
+    if (retryAfterMs !== undefined) this.retryAfterMs = retryAfterMs;
+  }
+}
+
+/** A model that answers from a script (offline tests and demos). */
+export function mockModel(script: MockTurn[], options: MockModelOptions = {}): MockModel {
+  const calls: ModelRequest[] = [];
+  const mode = options.mode ?? "sequential";
+  return {
+    id: options.id ?? "mock",
+    calls,
+    async generate(request: ModelRequest): Promise<ModelResponse> {
+      const index = mode === "sequential" ? calls.length : request.messages.filter((m) => m.role === "assistant").length;
+      calls.push(request);
+      const turn = script[index];
+      if (turn === undefined) {
+        throw new SteadfastError(
+          "STEADFAST_MODEL_SCRIPT_EXHAUSTED",
+          `mock model script ran out: call #${calls.length} (step ${request.step}) wants turn ${index + 1} but the script has ${script.length}`,
+          { runId: request.runId },
+        );
+      }
+      if (typeof turn === "string") return { text: turn, usage: { inputTokens: 10, outputTokens: 5 }, stopReason: "stop" };
+      if ("error" in turn) {
+        const { status, retryAfterMs, message } = turn.error;
+        throw new ProviderHttpError(status, message ?? `mock provider error ${status}`, retryAfterMs);
+      }
+      return {
+        text: turn.text ?? "",
+        toolCalls: turn.toolCalls.map((c, i) => ({ id: `call_${index}_${i}`, name: c.name, args: c.args ?? {} })),
+        usage: { inputTokens: 10, outputTokens: 5, ...turn.usage },
+        stopReason: "tool_calls",
+      };
+    },
+  };
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The agent.
+
+/** What an agent is made of. */
+export interface AgentOptions {
+  model: Model;
+  tools?: Tool[];
+  /** System prompt of new runs. */
+  instructions?: string;
+  /** `memoryStore()`, `kvStore(env.BINDING)`, `"memory"` (a new private store) or a KV namespace. */
+  store: Store | "memory" | KVNamespaceLike;
+  /** What a changed agent does on resume (default `"warn"`). */
+  onAgentDrift?: "warn" | "error" | "ignore";
+  /** Model turns per run (default 10). */
+  maxSteps?: number;
+  /** Tool calls of one turn run at once (default 8). */
+  toolConcurrency?: number;
+  /** Stop after this many identical failing tool turns in a row (default 4; 0 = off). */
+  loopWindow?: number;
+  /** The model-call retry policy (the only retry layer). */
+  retry?: { maxAttempts?: number; baseMs?: number; capMs?: number; deadlineMs?: number };
+  /** Run leases (ms). */
+  lease?: { ttlMs?: number; renewEveryMs?: number; graceMs?: number };
+}
+
+/** Options of `send`. */
+export interface SendOptions {
+  /** The run (session) id. */
+  sessionId: string;
+  /** Business state a new run starts with. */
+  businessState?: Json;
+  /** Return the run's events in `result.events`. */
+  events?: boolean;
+  /** Called with each event as it happens (a throwing callback is ignored). */
+  onEvent?: (event: RunEvent) => void;
+  /** Aborts the run: it resolves `in-progress` with finishReason `"aborted"` (resumable); calls in flight get `cancelled` results. */
+  signal?: AbortSignal;
+}
+
+/** Options of `resume` and `approvals.resolve`. */
+export interface ResumeOptions {
+  /** Return the run's events in `result.events` (resume only). */
+  events?: boolean;
+  /** Called with each event as it happens. */
+  onEvent?: (event: RunEvent) => void;
+  /** Aborts the run (resume only). */
+  signal?: AbortSignal;
+}
+
+/** A durable agent. */
+export interface Agent {
+  /** Starts, resumes or continues run `sessionId`. Throws `SessionAwaitingApprovalError` while it waits. */
+  send(input: Input, options: SendOptions): Promise<RunResult>;
+  /**
+   * `send`, as the run's events (`run.start`, `step`, `tool.start`, `tool.done`, …, `run.done` or `error`),
+   * yielded as they happen. A failed execution throws after its events; a refused one throws at once.
+   */
+  stream(input: Input, options: Omit<SendOptions, "events" | "onEvent">): AsyncIterable<RunEvent>;
+  /** Finishes an unfinished run; `null` when there is nothing to do. */
+  resume(sessionId: string, options?: ResumeOptions): Promise<RunResult | null>;
+  /** Every unfinished run. */
+  pending(): Promise<PendingRun[]>;
+  /** One recovery sweep tick (call it from a cron trigger). */
+  sweep(options?: SweepOptions): Promise<SweepReport>;
+  approvals: {
+    /** Pending approvals, oldest first. */
+    list(): Promise<ApprovalRecord[]>;
+    /** Decides an approval; the run resumes when it was the last of its pause. */
+    resolve(
+      decision: { id: string; approved: boolean; note?: string },
+      options?: Omit<ResumeOptions, "events" | "signal">,
+    ): Promise<RunResult>;
+  };
+  /** A new run from a step of another run's history (resume it to run it). */
+  fork(sessionId: string, options: ForkOptions): Promise<ForkResult>;
+  /** Compares two stored runs. */
+  compareTrajectories(a: string, b: string): Promise<Comparison>;
+  /** Deletes a run; a later send starts over. */
+  delete(sessionId: string): Promise<void>;
+  /** The run's checkpoint, or `null`. */
+  load(sessionId: string): Promise<Checkpoint | null>;
+  /** Past states of a run, newest first. */
+  history(sessionId: string, limit?: number): Promise<HistoryEntry[]>;
+  /** The agent's fingerprint (model, tools, instructions). */
+  readonly fingerprint: Json;
+}
+
+function lowLevelTool(t: Tool): object {
+  const needs = t.needsApproval;
+  return {
+    name: t.name,
+    description: t.description,
+    inputSchema: t.inputSchema,
+    needsApproval: typeof needs === "function" ? (argsJson: string) => Boolean(needs(JSON.parse(argsJson))) : Boolean(needs),
+    execute: async (argsJson: string, ctxJson: string) => t.execute(JSON.parse(argsJson), JSON.parse(ctxJson) as ToolContext),
+  };
+}
+
+function eventCallback(onEvent: ((e: RunEvent) => void) | undefined): ((json: string) => void) | null {
+  return onEvent ? (json: string) => onEvent(JSON.parse(json) as RunEvent) : null;
+}
+
+/** The events of an execution as an async iterable: yielded as they arrive, then the execution's error. */
+function streamOf(run: (onEvent: (e: RunEvent) => void) => Promise<unknown>): AsyncIterable<RunEvent> {
+  return {
+    [Symbol.asyncIterator]: async function* () {
+      const queue: RunEvent[] = [];
+      let wake: (() => void) | undefined;
+      let settled = false;
+      let failure: { error: unknown } | undefined;
+      run((e) => {
+        queue.push(e);
+        wake?.();
+      }).then(
+        () => {
+          settled = true;
+          wake?.();
+        },
+        (error: unknown) => {
+          settled = true;
+          failure = { error };
+          wake?.();
+        },
+      );
+      for (;;) {
+        while (queue.length > 0) yield queue.shift() as RunEvent;
+        if (settled) break;
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = undefined;
+      }
+      if (failure) throw failure.error;
+    },
+  };
+}
+
+/** Creates a durable agent. */
+export function createAgent(options: AgentOptions): Agent {
+  const { model, tools = [], store, ...rest } = options;
+  const lowModel = {
+    id: model.id,
+    generate: async (requestJson: string) => JSON.stringify(await model.generate(JSON.parse(requestJson) as ModelRequest)),
+  };
+  const low: JsAgent = sync(() =>
+    newAgent({ ...rest, model: lowModel, tools: tools.map(lowLevelTool) }, storeHandle(store)),
+  );
+  const fingerprint = JSON.parse(low.fingerprint()) as Json;
+  const send = (input: Input, opts: SendOptions): Promise<RunResult> =>
+    call(() =>
+      low.send(
+        opts.sessionId,
+        JSON.stringify(input),
+        JSON.stringify({ businessState: opts.businessState, events: opts.events ?? false }),
+        eventCallback(opts.onEvent),
+        opts.signal ?? null,
+      ),
+    );
+  return {
+    fingerprint,
+    send,
+    stream: (input, opts) => streamOf((onEvent) => send(input, { ...opts, onEvent })),
+    resume: (id, opts = {}) =>
+      call(() =>
+        low.resume(id, JSON.stringify({ events: opts.events ?? false }), eventCallback(opts.onEvent), opts.signal ?? null),
+      ),
+    pending: () => call(() => low.pending()),
+    sweep: (opts = {}) => call(() => low.sweep(JSON.stringify(opts))),
+    approvals: {
+      list: () => call(() => low.approvalsList()),
+      resolve: ({ id, approved, note }, opts = {}) =>
+        call(() => low.approvalsResolve(id, approved, note ?? null, eventCallback(opts.onEvent))),
+    },
+    fork: (id, opts) => call(() => low.fork(id, JSON.stringify(opts))),
+    compareTrajectories: (a, b) => call(() => low.compare(a, b)),
+    delete: async (id) => {
+      await call(() => low.delete(id));
+    },
+    load: (id) => call(() => low.load(id)),
+    history: (id, limit = 50) => call(() => low.history(id, limit)),
+  };
+}

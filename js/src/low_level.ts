@@ -1,0 +1,42 @@
+// The ONLY file that imports the wasm-bindgen output (`wasm/steadfast.js`, built with `--target web`).
+// Each runtime's entry point (src/entrypoints/*.ts) hands it the compiled module or the bytes; the typed
+// facade (index.ts) only sees the functions below.
+import { initSync, JsAgent, JsStore } from "../wasm/steadfast.js";
+
+export type { JsAgent, JsStore };
+
+let ready = false;
+
+/** Instantiates the wasm core once (a `WebAssembly.Module` under workerd, the bytes under node). */
+export function loadWasm(module: WebAssembly.Module | BufferSource): void {
+  if (ready) return;
+  initSync({ module });
+  ready = true;
+}
+
+function check(): void {
+  if (!ready) {
+    throw new Error(
+      "steadfast: the wasm core is not loaded; import the package through its entry point ('steadfast'), " +
+        "which loads it for node and workerd",
+    );
+  }
+}
+
+/** A new in-memory store handle. */
+export function newMemoryStore(): JsStore {
+  check();
+  return JsStore.memory();
+}
+
+/** A journal store over a KV namespace (`optionsJson`: JournalOptions as JSON). */
+export function newKvStore(namespace: unknown, optionsJson?: string): JsStore {
+  check();
+  return JsStore.kv(namespace, optionsJson ?? null);
+}
+
+/** A new agent over a store (`options`: the low-level options object; see src/bindings/mod.rs). */
+export function newAgent(options: object, store: JsStore): JsAgent {
+  check();
+  return new JsAgent(options, store);
+}

@@ -1,0 +1,48 @@
+// Compiled (noEmit) by scripts/test.sh: a consumer's view of the published types.
+import {
+  createAgent,
+  defineTool,
+  kvStore,
+  memoryStore,
+  mockModel,
+  SessionAwaitingApprovalError,
+  SteadfastError,
+  type KVNamespaceLike,
+  type RunResult,
+} from "steadfast";
+
+declare const env: { RUNS: KVNamespaceLike };
+
+const lookup = defineTool<{ id: string }>({
+  name: "lookup",
+  description: "Find an order",
+  inputSchema: { type: "object", properties: { id: { type: "string" } }, required: ["id"] },
+  needsApproval: (args) => args.id.startsWith("vip-"),
+  execute: async ({ id }, ctx) => ({ id, key: ctx.idempotencyKey }),
+});
+
+export async function example(): Promise<RunResult | null> {
+  const agent = createAgent({
+    model: mockModel([{ toolCalls: [{ name: "lookup", args: { id: "1" } }] }, "done"]),
+    tools: [lookup],
+    instructions: "Be brief.",
+    store: Math.random() > 0.5 ? memoryStore() : kvStore(env.RUNS, { prefix: "agents/" }),
+    onAgentDrift: "error",
+    maxSteps: 5,
+    toolConcurrency: 2,
+  });
+  try {
+    const r: RunResult = await agent.send("where is order 1?", { sessionId: "s-1", onEvent: (e) => e.seq });
+    for await (const e of agent.stream("again", { sessionId: "s-1" })) void e.type;
+    const [first] = await agent.approvals.list();
+    if (first) await agent.approvals.resolve({ id: first.id, approved: true });
+    const cmp = await agent.compareTrajectories("s-1", "s-2");
+    void cmp.divergedAt;
+    void (await agent.sweep({ maxRuns: 5 })).recovered;
+    return r;
+  } catch (e) {
+    if (e instanceof SessionAwaitingApprovalError) console.log(e.sessionId, e.approvalId);
+    else if (e instanceof SteadfastError && e.retryable) return agent.resume("s-1");
+    throw e;
+  }
+}

@@ -1,0 +1,76 @@
+// A Worker that uses the built package's workerd entry (the `workerd` export condition) over a KV binding.
+import {
+  createAgent,
+  defineTool,
+  kvStore,
+  mockModel,
+  PropagatedToolError,
+  SessionAwaitingApprovalError,
+} from "../../dist/entrypoints/workerd.js";
+
+const counts = { charges: 0, shipments: 0, shipAttempts: 0, refunds: 0 };
+const schema = { type: "object", properties: { order: { type: "number" } }, required: ["order"] };
+const tools = [
+  defineTool({ name: "charge", description: "Charge", inputSchema: schema, execute: async () => (counts.charges += 1, "charged") }),
+  defineTool({
+    name: "ship",
+    description: "Ship",
+    inputSchema: schema,
+    execute: async () => {
+      counts.shipAttempts += 1;
+      if (counts.shipAttempts === 1) throw new PropagatedToolError("died while shipping");
+      counts.shipments += 1;
+      return "shipped";
+    },
+  }),
+  defineTool({ name: "refund", description: "Refund", inputSchema: schema, needsApproval: true, execute: async () => (counts.refunds += 1, "refunded") }),
+];
+// by-turn: every request builds a new model object; the turn follows the transcript.
+const script = (name) =>
+  name === "order"
+    ? [{ toolCalls: [{ name: "charge", args: { order: 7 } }] }, { toolCalls: [{ name: "ship", args: { order: 7 } }] }, "Shipped."]
+    : [{ toolCalls: [{ name: "refund", args: { order: 7 } }] }, "Refund issued."];
+const agentFor = (env, name) =>
+  createAgent({ model: mockModel(script(name), { mode: "by-turn" }), tools, store: kvStore(env.RUNS, { settleMs: 5 }) });
+
+const json = (v, status = 200) => new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
+
+export default {
+  async fetch(request, env) {
+    const url = new URL(request.url);
+    try {
+      switch (url.pathname) {
+        case "/order": {
+          let code = null;
+          try {
+            await agentFor(env, "order").send("Charge and ship order 7", { sessionId: "order-7" });
+          } catch (e) {
+            code = e.code;
+          }
+          const resumed = await agentFor(env, "order").resume("order-7");
+          return json({ code, status: resumed.status, text: resumed.text, counts });
+        }
+        case "/refund": {
+          const r = await agentFor(env, "refund").send("Refund order 7", { sessionId: "refund-7" });
+          let refused = null;
+          try {
+            await agentFor(env, "refund").send("hurry", { sessionId: "refund-7" });
+          } catch (e) {
+            refused = { awaiting: e instanceof SessionAwaitingApprovalError, sessionId: e.sessionId, approvalId: e.approvalId };
+          }
+          return json({ status: r.status, approvalId: r.approvalId, refused });
+        }
+        case "/resolve": {
+          const agent = agentFor(env, "refund");
+          const [first] = await agent.approvals.list();
+          const r = await agent.approvals.resolve({ id: first.id, approved: true, note: "ok" });
+          return json({ status: r.status, text: r.text, counts });
+        }
+        default:
+          return json({ error: "not found" }, 404);
+      }
+    } catch (e) {
+      return json({ error: String(e), code: e.code, stack: e.stack }, 500);
+    }
+  },
+};

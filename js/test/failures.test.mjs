@@ -1,0 +1,96 @@
+// Failures: a tool that throws gives the model an error result; provider errors shaped like HTTP answers are
+// retried (429, 5xx) or not (401) by the runtime's one retry layer.
+import test from "node:test";
+import assert from "node:assert/strict";
+import { createAgent, defineTool, memoryStore, mockModel, SteadfastError } from "steadfast";
+
+test("a tool that rejects becomes an error result the model reads", async () => {
+  const lookup = defineTool({
+    name: "lookup",
+    description: "Find an order",
+    inputSchema: { type: "object", properties: { id: { type: "string" } }, required: ["id"] },
+    execute: async ({ id }) => {
+      throw new Error(`order ${id} not found`);
+    },
+  });
+  const model = mockModel([{ toolCalls: [{ name: "lookup", args: { id: "x9" } }] }, "Sorry, no such order."]);
+  const agent = createAgent({ model, tools: [lookup], store: memoryStore() });
+  const r = await agent.send("Where is order x9?", { sessionId: "lookup-1" });
+  assert.equal(r.status, "finished");
+  assert.equal(r.text, "Sorry, no such order.");
+  const seen = model.calls[1].messages.at(-1);
+  assert.equal(seen.role, "tool");
+  assert.equal(seen.isError, true);
+  assert.equal(seen.content, "Error: order x9 not found");
+  assert.equal(seen.kind, "execution");
+});
+
+test("arguments that fail the input schema are a validation result; the tool does not run", async () => {
+  let ran = 0;
+  const lookup = defineTool({
+    name: "lookup",
+    description: "Find an order",
+    inputSchema: { type: "object", properties: { id: { type: "string" } }, required: ["id"] },
+    execute: async () => {
+      ran += 1;
+      return "found";
+    },
+  });
+  const model = mockModel([{ toolCalls: [{ name: "lookup", args: { nope: 1 } }] }, "ok"]);
+  const agent = createAgent({ model, tools: [lookup], store: memoryStore() });
+  const r = await agent.send("go", { sessionId: "lookup-2" });
+  assert.equal(ran, 0);
+  assert.equal(r.messages.find((m) => m.role === "tool").kind, "validation");
+});
+
+test("a 429 from the model is retried by the runtime (Retry-After honoured)", async () => {
+  const model = mockModel([{ error: { status: 429, retryAfterMs: 10 } }, "ok after a retry"]);
+  const agent = createAgent({ model, store: memoryStore() });
+  const started = Date.now();
+  const r = await agent.send("hello", { sessionId: "retry-1", events: true });
+  assert.equal(r.text, "ok after a retry");
+  assert.equal(model.calls.length, 2);
+  assert.equal(r.stats.modelCalls, 2);
+  assert.ok(Date.now() - started >= 10, "waited at least Retry-After");
+  assert.equal(r.events.at(-1).type, "run.done");
+  assert.deepEqual(r.events.map((e) => e.seq), r.events.map((_, i) => i + 1).map((n) => r.events[0].seq + n - 1));
+});
+
+test("a 401 is terminal: not retried, not retryable", async () => {
+  const model = mockModel([{ error: { status: 401, message: "bad key" } }, "never"]);
+  const agent = createAgent({ model, store: memoryStore() });
+  await assert.rejects(agent.send("hello", { sessionId: "auth-1" }), (e) => {
+    assert.ok(e instanceof SteadfastError);
+    assert.equal(e.code, "STEADFAST_PROVIDER_AUTH");
+    assert.equal(e.retryable, false);
+    assert.equal(e.status, 401);
+    return true;
+  });
+  assert.equal(model.calls.length, 1);
+});
+
+test("a custom model whose call rejects with a plain Error is a retried network error", async () => {
+  let n = 0;
+  const model = {
+    id: "flaky",
+    async generate(req) {
+      n += 1;
+      if (n === 1) throw new TypeError("fetch failed");
+      return { text: `step ${req.step} ok`, toolCalls: [] };
+    },
+  };
+  const agent = createAgent({ model, store: memoryStore(), retry: { baseMs: 1 } });
+  const r = await agent.send("hi", { sessionId: "net-1" });
+  assert.equal(r.text, "step 1 ok");
+  assert.equal(n, 2);
+});
+
+test("bad input and bad configuration are SteadfastErrors", async () => {
+  const agent = createAgent({ model: mockModel(["x"]), store: memoryStore() });
+  await assert.rejects(agent.send("hi", { sessionId: "bad id with spaces" }), { code: "STEADFAST_SESSION_ID_INVALID" });
+  assert.throws(
+    () => createAgent({ model: mockModel([]), store: memoryStore(), tools: [{ name: "a b", description: "", inputSchema: {}, execute() {} }] }),
+    (e) => e instanceof SteadfastError && e.code === "STEADFAST_CONFIG_INVALID",
+  );
+  assert.throws(() => createAgent({ model: mockModel([]), store: memoryStore(), maxSteps: 0 }), { code: "STEADFAST_CONFIG_INVALID" });
+});

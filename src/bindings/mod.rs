@@ -1,0 +1,827 @@
+//! The npm package's low-level API (feature `js`): [`JsAgent`] and [`JsStore`], exported with wasm-bindgen.
+//!
+//! Translation only, no decisions: JS models, tools and KV namespaces become [`Model`], [`Tool`] and
+//! [`KvBackend`] implementations; the agent's methods return promises of JSON strings (values cross the
+//! boundary as JSON text, which the platform notes measured at GB/s); errors are JS `Error`s carrying the
+//! crate error's fields (`code`, `retryable`, `runId`, `approvalId`, `status`, `retryAfterMs`, `details`).
+//!
+//! # JS shapes
+//! * model: `{id: string, generate(requestJson: string): Promise<string>}`. The request is
+//!   `{runId, step, messages, tools}`; the answer is a ModelResponse `{text, toolCalls: [{id?, name, args}],
+//!   usage: {inputTokens, outputTokens}}` (a missing call id is generated). A rejection whose value has a
+//!   numeric `.status` maps through [`provider_http_error`] (`.retryAfterMs` is honoured); one with a
+//!   `STEADFAST_*` `.code` keeps that code; anything else is `STEADFAST_PROVIDER_NETWORK` (retryable).
+//! * tool: `{name, description, inputSchema, needsApproval?: boolean | (argsJson) => boolean,
+//!   execute(argsJson, ctxJson): Promise<any>}`. `ctxJson` is `{runId, toolCallId, approvalId,
+//!   idempotencyKey}`. A string result is the text the model reads; any other value is serialised as JSON. A
+//!   thrown error is an error result `"<name>: <message>"` the model reads, unless it has
+//!   `.propagate === true`: then the run is rejected with `STEADFAST_TOOL_PROPAGATED` (resumable).
+//! * KV namespace: a Workers `KVNamespace` (`get`, `put`, `delete`, `list`). Bulk reads use `get(keys[])`,
+//!   which resolves to a `Map` (one KV operation for up to 100 keys).
+//!
+//! **Caution:** tools that run again on resume must be idempotent: use `ctx.idempotencyKey`.
+
+use crate::core::classify::provider_http_error;
+use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::events::EventEnvelope;
+use crate::core::machine::ModelResponse;
+use crate::core::sweep::SweepOptions;
+use crate::core::transcript::Message;
+use crate::runtime::{
+    AbortSignal, Agent, AgentOptions, Clock, EventSink, ForkOptions, Input, Model, ModelRequest, NoListener, Resolve,
+    SendOptions, Sleep, SplitMix64, Tool, ToolContext, ToolError, ToolOutput, VecSink,
+};
+use crate::store::kv::{check_bulk, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
+use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
+use async_trait::async_trait;
+use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
+use serde::Serialize;
+use serde_json::Value;
+use std::future::Future;
+use std::rc::Rc;
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::{future_to_promise, JsFuture};
+
+// ---------------------------------------------------------------------------------------------------------
+// Small JS helpers.
+
+fn prop(obj: &JsValue, key: &str) -> JsValue {
+    if !obj.is_object() && !obj.is_function() {
+        return JsValue::UNDEFINED;
+    }
+    Reflect::get(obj, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+fn set(obj: &JsValue, key: &str, value: &JsValue) {
+    let _ = Reflect::set(obj, &JsValue::from_str(key), value);
+}
+
+fn absent(v: &JsValue) -> bool {
+    v.is_undefined() || v.is_null()
+}
+
+/// The message of a thrown JS value.
+fn js_message(e: &JsValue) -> String {
+    if let Some(s) = e.as_string() {
+        return s;
+    }
+    if let Some(s) = prop(e, "message").as_string() {
+        return s;
+    }
+    JSON::stringify(e).ok().and_then(|s| s.as_string()).unwrap_or_else(|| "unknown JS error".into())
+}
+
+/// A JS value as JSON (`undefined` is `null`).
+fn to_value(v: &JsValue, what: &str) -> Result<Value> {
+    if v.is_undefined() {
+        return Ok(Value::Null);
+    }
+    let text = JSON::stringify(v)
+        .ok()
+        .and_then(|s| s.as_string())
+        .ok_or_else(|| Error::invalid_input(format!("{what} cannot be serialised as JSON")))?;
+    serde_json::from_str(&text).map_err(|e| Error::invalid_input(format!("{what} is not valid JSON: {e}")))
+}
+
+/// A JSON value as a JS value.
+fn from_value(v: &Value) -> JsValue {
+    JSON::parse(&v.to_string()).unwrap_or(JsValue::NULL)
+}
+
+fn encode<T: Serialize>(v: &T) -> Result<String> {
+    serde_json::to_string(v).map_err(|e| Error::internal(format!("cannot encode: {e}")))
+}
+
+/// Parses an optional JSON argument (`None`, empty or `null` give the default).
+fn decode_opt<T: serde::de::DeserializeOwned + Default>(json: Option<String>, what: &str) -> Result<T> {
+    match json.as_deref().map(str::trim) {
+        None | Some("") | Some("null") | Some("undefined") => Ok(T::default()),
+        Some(s) => serde_json::from_str(s).map_err(|e| Error::invalid_input(format!("invalid {what}: {e}"))),
+    }
+}
+
+/// Awaits a value that may or may not be a promise.
+async fn settle(v: JsValue) -> std::result::Result<JsValue, JsValue> {
+    JsFuture::from(Promise::resolve(&v)).await
+}
+
+/// Calls `f` with `this` and awaits the result; a synchronous throw counts as a rejection.
+async fn call_async(f: &Function, this: &JsValue, args: &Array) -> std::result::Result<JsValue, JsValue> {
+    settle(f.apply(this, args)?).await
+}
+
+fn method(obj: &JsValue, name: &str, what: &str) -> Result<Function> {
+    prop(obj, name)
+        .dyn_into::<Function>()
+        .map_err(|_| Error::new(ErrorCode::ConfigInvalid, format!("{what} has no function `{name}`")))
+}
+
+/// The JS `Error` thrown for a crate error: `message`, and the fields `code`, `retryable`, `runId`,
+/// `approvalId`, `status`, `retryAfterMs`, `details`.
+fn js_error(e: &Error) -> JsValue {
+    let err: JsValue = js_sys::Error::new(&e.message).into();
+    set(&err, "name", &JsValue::from_str("SteadfastError"));
+    set(&err, "code", &JsValue::from_str(e.code.as_str()));
+    set(&err, "retryable", &JsValue::from_bool(e.retryable));
+    if let Some(r) = &e.run_id {
+        set(&err, "runId", &JsValue::from_str(r));
+    }
+    if let Some(a) = &e.approval_id {
+        set(&err, "approvalId", &JsValue::from_str(a));
+    }
+    if let Some(s) = e.status {
+        set(&err, "status", &JsValue::from_f64(f64::from(s)));
+    }
+    if let Some(ms) = e.retry_after_ms {
+        set(&err, "retryAfterMs", &JsValue::from_f64(ms as f64));
+    }
+    if let Some(d) = &e.details {
+        set(&err, "details", &from_value(d));
+    }
+    err
+}
+
+/// Runs a future to a promise of its JSON result (or a rejection with [`js_error`]).
+fn promise<T: Serialize>(fut: impl Future<Output = Result<T>> + 'static) -> Promise {
+    future_to_promise(async move {
+        match fut.await.and_then(|v| encode(&v)) {
+            Ok(s) => Ok(JsValue::from_str(&s)),
+            Err(e) => Err(js_error(&e)),
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Platform: clock, timer, randomness.
+
+/// `Date.now()`.
+struct JsClock;
+
+impl Clock for JsClock {
+    fn now_ms(&self) -> u64 {
+        js_sys::Date::now() as u64
+    }
+}
+
+/// A `setTimeout` promise; dropping the sleep (a race it lost) clears the timer, so a finished run leaves
+/// no timer behind to keep a JS event loop alive.
+struct JsSleep;
+
+struct Timer {
+    id: JsValue,
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        let global = js_sys::global();
+        if let Ok(clear) = prop(&global, "clearTimeout").dyn_into::<Function>() {
+            let _ = clear.call1(&global, &self.id);
+        }
+    }
+}
+
+#[async_trait(?Send)]
+impl Sleep for JsSleep {
+    async fn sleep(&self, ms: u64) {
+        let global = js_sys::global();
+        let Ok(set_timeout) = prop(&global, "setTimeout").dyn_into::<Function>() else {
+            return;
+        };
+        let mut id = JsValue::UNDEFINED;
+        let wait = Promise::new(&mut |resolve, _reject| {
+            id = set_timeout.call2(&global, &resolve, &JsValue::from_f64(ms as f64)).unwrap_or(JsValue::UNDEFINED);
+        });
+        let _timer = Timer { id };
+        let _ = JsFuture::from(wait).await;
+    }
+}
+
+/// A [`SplitMix64`] seeded from `Math.random()` and the clock (ids and jitter, not secrets).
+fn js_rng() -> SplitMix64 {
+    SplitMix64::new((js_sys::Math::random() * (u64::MAX as f64)) as u64 ^ (js_sys::Date::now() as u64).rotate_left(17))
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Model.
+
+struct JsModel {
+    id: String,
+    obj: JsValue,
+    generate: Function,
+}
+
+/// The crate error for a rejected `generate`.
+fn model_error(e: &JsValue) -> Error {
+    let message = js_message(e);
+    let retry_after = prop(e, "retryAfterMs").as_f64().filter(|m| m.is_finite() && *m >= 0.0).map(|m| m as u64);
+    if let Some(status) = prop(e, "status").as_f64().filter(|s| (100.0..=599.0).contains(s)) {
+        let err = provider_http_error(status as u16, None, &message);
+        return if retry_after.is_some() { err.with_retry_after_ms(retry_after) } else { err };
+    }
+    if let Some(code) = prop(e, "code").as_string().and_then(|c| ErrorCode::parse(&c)) {
+        let mut err = Error::new(code, message).with_retry_after_ms(retry_after);
+        if let Some(r) = prop(e, "retryable").as_bool() {
+            err.retryable = r;
+        }
+        return err;
+    }
+    Error::new(ErrorCode::ProviderNetwork, format!("the model call failed: {message}")).with_retry_after_ms(retry_after)
+}
+
+/// Parses a ModelResponse, giving tool calls without an id an empty one (the machine generates it).
+fn parse_response(text: &str) -> Result<ModelResponse> {
+    let bad = |e: String| {
+        Error::new(ErrorCode::ProviderInvalidResponse, format!("the model's answer is not a ModelResponse: {e}"))
+    };
+    let mut v: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
+    if let Some(calls) = v.get_mut("toolCalls").and_then(Value::as_array_mut) {
+        for c in calls.iter_mut() {
+            if let Some(obj) = c.as_object_mut() {
+                if !obj.get("id").is_some_and(Value::is_string) {
+                    obj.insert("id".into(), Value::String(String::new()));
+                }
+            }
+        }
+    }
+    serde_json::from_value(v).map_err(|e| bad(e.to_string()))
+}
+
+#[async_trait(?Send)]
+impl Model for JsModel {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
+        let body = serde_json::json!({
+            "runId": request.run_id,
+            "step": request.step,
+            "messages": request.messages,
+            "tools": request.tools,
+        });
+        let args = Array::of1(&JsValue::from_str(&body.to_string()));
+        let out = call_async(&self.generate, &self.obj, &args).await.map_err(|e| model_error(&e))?;
+        let text = match out.as_string() {
+            Some(s) => s,
+            None => to_value(&out, "the model's answer")
+                .map_err(|e| Error::new(ErrorCode::ProviderInvalidResponse, e.message))?
+                .to_string(),
+        };
+        parse_response(&text)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Tools.
+
+enum ApprovalRule {
+    Never,
+    Always,
+    Ask(Function),
+}
+
+struct JsTool {
+    name: String,
+    description: String,
+    schema: Value,
+    approval: ApprovalRule,
+    obj: JsValue,
+    execute: Function,
+}
+
+impl JsTool {
+    fn from_js(obj: JsValue, index: usize) -> Result<JsTool> {
+        let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
+        let name = prop(&obj, "name").as_string().ok_or_else(|| cfg(format!("tools[{index}] has no string `name`")))?;
+        let what = format!("tool '{name}'");
+        let execute = method(&obj, "execute", &what)?;
+        let description = prop(&obj, "description").as_string().unwrap_or_default();
+        let schema_js = prop(&obj, "inputSchema");
+        let schema = if absent(&schema_js) {
+            serde_json::json!({"type": "object"})
+        } else {
+            to_value(&schema_js, &format!("{what}'s inputSchema")).map_err(|e| cfg(e.message))?
+        };
+        let rule = prop(&obj, "needsApproval");
+        let approval = if let Ok(f) = rule.clone().dyn_into::<Function>() {
+            ApprovalRule::Ask(f)
+        } else if rule.as_bool() == Some(true) {
+            ApprovalRule::Always
+        } else if absent(&rule) || rule.as_bool() == Some(false) {
+            ApprovalRule::Never
+        } else {
+            return Err(cfg(format!("{what}: needsApproval must be a boolean or a function")));
+        };
+        Ok(JsTool { name, description, schema, approval, obj, execute })
+    }
+}
+
+/// What a tool's resolved value becomes.
+fn tool_output(v: &JsValue) -> std::result::Result<ToolOutput, ToolError> {
+    if absent(v) {
+        return Ok(ToolOutput::text(""));
+    }
+    if let Some(s) = v.as_string() {
+        return Ok(ToolOutput::text(s));
+    }
+    to_value(v, "the tool's result").map(ToolOutput::json).map_err(|e| ToolError::typed("TypeError", e.message))
+}
+
+/// What a tool's rejection becomes.
+fn tool_error(e: &JsValue, run_id: &str) -> ToolError {
+    let message = js_message(e);
+    if prop(e, "propagate").as_bool() == Some(true) {
+        let mut err = Error::new(ErrorCode::ToolPropagated, message).with_run(run_id);
+        if let Some(r) = prop(e, "retryable").as_bool() {
+            err.retryable = r;
+        }
+        return ToolError::Propagate(err);
+    }
+    let kind = prop(e, "name").as_string().filter(|n| !n.is_empty()).unwrap_or_else(|| "Error".into());
+    ToolError::typed(kind, message)
+}
+
+#[async_trait(?Send)]
+impl Tool for JsTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+
+    fn needs_approval(&self, args: &Value) -> bool {
+        match &self.approval {
+            ApprovalRule::Never => false,
+            ApprovalRule::Always => true,
+            // A predicate that throws asks a person (the safe side).
+            ApprovalRule::Ask(f) => {
+                f.call1(&self.obj, &JsValue::from_str(&args.to_string())).map_or(true, |v| v.is_truthy())
+            }
+        }
+    }
+
+    async fn execute(&self, args: Value, ctx: ToolContext) -> std::result::Result<ToolOutput, ToolError> {
+        let ctx_json = serde_json::json!({
+            "runId": ctx.run_id,
+            "toolCallId": ctx.tool_call_id,
+            "approvalId": ctx.approval_id,
+            "idempotencyKey": ctx.idempotency_key(),
+        });
+        let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx_json.to_string()));
+        match call_async(&self.execute, &self.obj, &js_args).await {
+            Ok(v) => tool_output(&v),
+            Err(e) => Err(tool_error(&e, &ctx.run_id)),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// KV namespace.
+
+/// The [`KvBackend`] over a JS Workers `KVNamespace` object.
+struct JsKv {
+    ns: JsValue,
+}
+
+fn kv_error(e: &JsValue) -> Error {
+    let text = js_message(e);
+    if text.contains("429") || text.contains("Too Many Requests") {
+        Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
+    } else {
+        Error::new(ErrorCode::StoreUnavailable, format!("Workers KV failed: {text}"))
+    }
+}
+
+impl JsKv {
+    async fn call(&self, name: &str, args: &Array) -> Result<JsValue> {
+        let f =
+            method(&self.ns, name, "the KV namespace").map_err(|e| Error::new(ErrorCode::StoreFailed, e.message))?;
+        call_async(&f, &self.ns, args).await.map_err(|e| kv_error(&e))
+    }
+}
+
+#[async_trait(?Send)]
+impl KvBackend for JsKv {
+    async fn get(&self, key: &str) -> Result<Option<String>> {
+        check_key(key)?;
+        Ok(self.call("get", &Array::of1(&JsValue::from_str(key))).await?.as_string())
+    }
+
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
+        check_bulk(keys)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list: Array = keys.iter().map(|k| JsValue::from_str(k)).collect();
+        let found = self.call("get", &Array::of1(&list)).await?;
+        let map = found.dyn_into::<js_sys::Map>().map_err(|_| {
+            Error::new(
+                ErrorCode::StoreFailed,
+                "the KV namespace's get(keys[]) did not return a Map (bulk get unsupported)",
+            )
+        })?;
+        Ok(keys.iter().map(|k| map.get(&JsValue::from_str(k)).as_string()).collect())
+    }
+
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
+        check_put(key, &opts)?;
+        let o = Object::new();
+        if let Some(m) = &opts.metadata {
+            set(&o, "metadata", &from_value(m));
+        }
+        if let Some(ttl) = opts.expiration_ttl_s {
+            set(&o, "expirationTtl", &JsValue::from_f64(ttl as f64));
+        }
+        self.call("put", &Array::of3(&JsValue::from_str(key), &JsValue::from_str(value), &o)).await.map(|_| ())
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        check_key(key)?;
+        self.call("delete", &Array::of1(&JsValue::from_str(key))).await.map(|_| ())
+    }
+
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<ListPage> {
+        let o = Object::new();
+        set(&o, "prefix", &JsValue::from_str(prefix));
+        set(&o, "limit", &JsValue::from_f64(limit.clamp(1, 1_000) as f64));
+        if let Some(c) = cursor {
+            set(&o, "cursor", &JsValue::from_str(c));
+        }
+        let page = self.call("list", &Array::of1(&o)).await?;
+        let keys = prop(&page, "keys");
+        if !Array::is_array(&keys) {
+            return Err(Error::new(ErrorCode::StoreUnavailable, "the KV namespace's list() answered without `keys`"));
+        }
+        let mut out = Vec::new();
+        for k in Array::from(&keys).iter() {
+            let name = prop(&k, "name")
+                .as_string()
+                .ok_or_else(|| Error::new(ErrorCode::StoreUnavailable, "a listed KV key has no name"))?;
+            let meta = prop(&k, "metadata");
+            let metadata = if absent(&meta) { None } else { to_value(&meta, "KV metadata").ok() };
+            out.push(ListKey { name, metadata });
+        }
+        let complete = prop(&page, "list_complete").as_bool().unwrap_or(true);
+        let cursor = if complete { None } else { prop(&page, "cursor").as_string().filter(|c| !c.is_empty()) };
+        Ok(ListPage { keys: out, cursor })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Exports.
+
+/// A run store that several [`JsAgent`]s can share: in memory, or a journal over a Workers KV namespace.
+#[wasm_bindgen]
+pub struct JsStore {
+    store: Rc<dyn RunStore>,
+}
+
+#[wasm_bindgen]
+impl JsStore {
+    /// A new in-memory store (strongly consistent; lives as long as this object).
+    pub fn memory() -> JsStore {
+        JsStore { store: Rc::new(MemoryStore::new()) }
+    }
+
+    /// A journal store over a Workers `KVNamespace` (`get`, `put`, `delete`, `list`; bulk `get(keys[])`).
+    /// `options_json` is `JournalOptions` as JSON (`{prefix, historyLimit, settleMs, …}`), optional.
+    pub fn kv(namespace: JsValue, options_json: Option<String>) -> std::result::Result<JsStore, JsValue> {
+        let opts: JournalOptions = decode_opt(options_json, "KV store options").map_err(|e| js_error(&e))?;
+        for m in ["get", "put", "delete", "list"] {
+            method(&namespace, m, "the KV namespace").map_err(|e| js_error(&e))?;
+        }
+        let store = JournalStore::new(JsKv { ns: namespace }, Rc::new(JsClock), Rc::new(JsSleep), opts);
+        Ok(JsStore { store: Rc::new(store) })
+    }
+
+    /// `"memory"` for a new in-memory store, or a `KVNamespace` for a journal store with default options.
+    #[wasm_bindgen(js_name = fromSpec)]
+    pub fn from_spec(spec: JsValue) -> std::result::Result<JsStore, JsValue> {
+        match spec.as_string().as_deref() {
+            Some("memory") => Ok(JsStore::memory()),
+            Some(other) => Err(js_error(&Error::new(
+                ErrorCode::ConfigInvalid,
+                format!("store {other:?} is unknown: use \"memory\" or a KV namespace"),
+            ))),
+            None => JsStore::kv(spec, None),
+        }
+    }
+}
+
+/// A durable agent over a JS model, JS tools and a [`JsStore`]. Every method returns a promise of a JSON
+/// string and rejects with a JS `Error` carrying `code`, `retryable`, `runId`, `approvalId`.
+#[wasm_bindgen]
+pub struct JsAgent {
+    agent: Agent,
+}
+
+/// `input`: a string (one user message) or an array of `{role, content}` messages (system and user only).
+fn parse_input(v: Value) -> Result<Input> {
+    match v {
+        Value::Null => Ok(Input(Vec::new())),
+        Value::String(s) if s.trim().is_empty() => Ok(Input(Vec::new())),
+        Value::String(s) => Ok(Input(vec![Message::user(s)])),
+        Value::Array(items) => {
+            let mut out = Vec::new();
+            for (i, item) in items.into_iter().enumerate() {
+                let m: Message = serde_json::from_value(item).map_err(|e| {
+                    Error::invalid_input(format!("input[{i}] is not a message ({{role, content}}): {e}"))
+                })?;
+                if matches!(m, Message::Tool(_)) || !m.tool_calls().is_empty() {
+                    return Err(Error::invalid_input(format!(
+                        "input[{i}]: only system and user messages (or stored history) may be sent"
+                    )));
+                }
+                out.push(m);
+            }
+            Ok(Input(out))
+        }
+        _ => Err(Error::invalid_input("input must be a string or an array of messages")),
+    }
+}
+
+/// Options of `send` and `resume`: `{businessState?, events?}`.
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct CallOptions {
+    #[serde(default)]
+    business_state: Option<Value>,
+    /// Return the run's events in the result (`events`).
+    #[serde(default)]
+    events: bool,
+}
+
+impl CallOptions {
+    /// The runtime options: the event sinks are a buffer (when `events`) and the JS callback `on_event`.
+    fn send_options(&self, on_event: Option<Function>) -> (SendOptions, Option<VecSink>) {
+        let sink = self.events.then(VecSink::new);
+        let mut sinks: Vec<Rc<dyn EventSink>> = Vec::new();
+        if let Some(s) = &sink {
+            sinks.push(Rc::new(s.clone()));
+        }
+        if let Some(f) = on_event {
+            sinks.push(Rc::new(JsEvents(f)));
+        }
+        let events: Option<Rc<dyn EventSink>> = match sinks.len() {
+            0 => None,
+            1 => sinks.pop(),
+            _ => Some(Rc::new(FanOut(sinks))),
+        };
+        let opts = SendOptions { business_state: self.business_state.clone(), events, ..SendOptions::default() };
+        (opts, sink)
+    }
+}
+
+/// Calls a JS function with each event's JSON, as it happens (a throwing callback is ignored).
+struct JsEvents(Function);
+
+impl EventSink for JsEvents {
+    fn emit(&self, event: &EventEnvelope) {
+        if let Ok(json) = serde_json::to_string(event) {
+            let _ = self.0.call1(&JsValue::NULL, &JsValue::from_str(&json));
+        }
+    }
+}
+
+/// Several sinks.
+struct FanOut(Vec<Rc<dyn EventSink>>);
+
+impl EventSink for FanOut {
+    fn emit(&self, event: &EventEnvelope) {
+        for s in &self.0 {
+            s.emit(event);
+        }
+    }
+}
+
+/// A JS `AbortSignal` linked to the run's [`AbortSignal`]; dropping it removes the listener.
+struct AbortLink {
+    js: JsValue,
+    listener: Closure<dyn FnMut()>,
+}
+
+impl Drop for AbortLink {
+    fn drop(&mut self) {
+        if let Ok(remove) = prop(&self.js, "removeEventListener").dyn_into::<Function>() {
+            let _ = remove.call2(&self.js, &JsValue::from_str("abort"), self.listener.as_ref().unchecked_ref());
+        }
+    }
+}
+
+/// The run's cancellation handle for an optional JS `AbortSignal` (aborted already, or on its `abort` event).
+fn link_abort(signal: Option<JsValue>) -> Result<(Option<AbortSignal>, Option<AbortLink>)> {
+    let Some(js) = signal.filter(|s| !absent(s)) else {
+        return Ok((None, None));
+    };
+    let abort = AbortSignal::new();
+    if prop(&js, "aborted").as_bool() == Some(true) {
+        abort.abort();
+        return Ok((Some(abort), None));
+    }
+    let add = method(&js, "addEventListener", "the abort signal").map_err(|e| Error::invalid_input(e.message))?;
+    let handle = abort.clone();
+    let listener = Closure::<dyn FnMut()>::new(move || handle.abort());
+    add.call2(&js, &JsValue::from_str("abort"), listener.as_ref().unchecked_ref())
+        .map_err(|e| Error::invalid_input(format!("cannot listen to the abort signal: {}", js_message(&e))))?;
+    Ok((Some(abort), Some(AbortLink { js, listener })))
+}
+
+/// A result as JSON, with `events` added when they were asked for.
+fn with_events<T: Serialize>(result: &T, sink: Option<VecSink>) -> Result<Value> {
+    let mut v = serde_json::to_value(result).map_err(|e| Error::internal(format!("cannot encode: {e}")))?;
+    if let (Some(sink), Some(obj)) = (sink, v.as_object_mut()) {
+        let events = serde_json::to_value(sink.events()).map_err(|e| Error::internal(format!("cannot encode: {e}")))?;
+        obj.insert("events".into(), events);
+    }
+    Ok(v)
+}
+
+#[wasm_bindgen]
+impl JsAgent {
+    /// Builds an agent from `{model, tools?, instructions?, maxSteps?, toolConcurrency?, onAgentDrift?,
+    /// loopWindow?, retry?, lease?}` over `store`. Throws `STEADFAST_CONFIG_INVALID` for a bad configuration.
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: JsValue, store: &JsStore) -> std::result::Result<JsAgent, JsValue> {
+        JsAgent::build(&options, store.store.clone()).map(|agent| JsAgent { agent }).map_err(|e| js_error(&e))
+    }
+
+    fn build(options: &JsValue, store: Rc<dyn RunStore>) -> Result<Agent> {
+        let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
+        if !options.is_object() {
+            return Err(cfg("agent options must be an object".into()));
+        }
+        let model_js = prop(options, "model");
+        let id = prop(&model_js, "id").as_string().ok_or_else(|| cfg("model needs a string `id`".into()))?;
+        let generate = method(&model_js, "generate", "the model")?;
+        let model = JsModel { id, obj: model_js, generate };
+
+        let mut limits = serde_json::Map::new();
+        for key in ["maxSteps", "toolConcurrency", "onAgentDrift", "loopWindow", "retry", "lease"] {
+            let v = prop(options, key);
+            if !absent(&v) {
+                limits.insert(key.into(), to_value(&v, key).map_err(|e| cfg(e.message))?);
+            }
+        }
+        let agent_options: AgentOptions =
+            serde_json::from_value(Value::Object(limits)).map_err(|e| cfg(format!("invalid agent options: {e}")))?;
+
+        let instructions = prop(options, "instructions");
+        let instructions = if absent(&instructions) {
+            String::new()
+        } else {
+            instructions.as_string().ok_or_else(|| cfg("instructions must be a string".into()))?
+        };
+
+        let mut b = Agent::builder(model)
+            .store_rc(store)
+            .clock(Rc::new(JsClock))
+            .sleep(Rc::new(JsSleep))
+            .rng(Rc::new(js_rng()))
+            .options(agent_options)
+            .instructions(instructions);
+        let tools = prop(options, "tools");
+        if !absent(&tools) {
+            if !Array::is_array(&tools) {
+                return Err(cfg("tools must be an array".into()));
+            }
+            for (i, t) in Array::from(&tools).iter().enumerate() {
+                b = b.tool(JsTool::from_js(t, i)?);
+            }
+        }
+        b.build()
+    }
+
+    /// The agent's fingerprint (JSON).
+    pub fn fingerprint(&self) -> std::result::Result<String, JsValue> {
+        encode(self.agent.fingerprint()).map_err(|e| js_error(&e))
+    }
+
+    /// Sends input (`inputJson`: a JSON string or messages array) on run `run_id`; `options_json`:
+    /// `{businessState?, events?}`; `on_event` is called with each event's JSON as it happens; `signal` (a JS
+    /// `AbortSignal`) aborts the run (it resolves `in-progress` with finish reason `aborted`, resumable). Resolves
+    /// to the RunResult JSON.
+    pub fn send(
+        &self,
+        run_id: String,
+        input_json: String,
+        options_json: Option<String>,
+        on_event: Option<Function>,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let (abort, _link) = link_abort(signal)?;
+            let input: Value = serde_json::from_str(&input_json)
+                .map_err(|e| Error::invalid_input(format!("input is not JSON: {e}")))?;
+            let input = parse_input(input)?;
+            let opts: CallOptions = decode_opt(options_json, "send options")?;
+            let (mut send_opts, sink) = opts.send_options(on_event);
+            send_opts.abort = abort;
+            let result = agent.send(&run_id, input, send_opts).await?;
+            with_events(&result, sink)
+        })
+    }
+
+    /// Finishes an unfinished run (`options_json`, `on_event` and `signal` as for `send`). Resolves to the
+    /// RunResult JSON, or `null` when there was nothing to do.
+    pub fn resume(
+        &self,
+        run_id: String,
+        options_json: Option<String>,
+        on_event: Option<Function>,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let (abort, _link) = link_abort(signal)?;
+            let opts: CallOptions = decode_opt(options_json, "resume options")?;
+            let (mut send_opts, sink) = opts.send_options(on_event);
+            send_opts.abort = abort;
+            match agent.resume(&run_id, send_opts).await? {
+                Some(result) => with_events(&result, sink),
+                None => Ok(Value::Null),
+            }
+        })
+    }
+
+    /// Pending approval records (JSON array).
+    #[wasm_bindgen(js_name = approvalsList)]
+    pub fn approvals_list(&self) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.approvals().list().await })
+    }
+
+    /// Resolves an approval; resolves to the RunResult JSON (the run resumes when it was the last one).
+    /// `on_event` is called with each event's JSON as it happens.
+    #[wasm_bindgen(js_name = approvalsResolve)]
+    pub fn approvals_resolve(
+        &self,
+        id: String,
+        approved: bool,
+        note: Option<String>,
+        on_event: Option<Function>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let (opts, _) = CallOptions::default().send_options(on_event);
+            agent.approvals().resolve_with(Resolve { id, approved, note }, opts).await
+        })
+    }
+
+    /// Every unfinished run (JSON array of PendingRun).
+    pub fn pending(&self) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.pending().await })
+    }
+
+    /// Forks a run (`options_json`: `{fromStep, patch?, newId?}`); resolves to the ForkResult JSON.
+    pub fn fork(&self, run_id: String, options_json: String) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let opts: ForkOptions = serde_json::from_str(&options_json)
+                .map_err(|e| Error::invalid_input(format!("invalid fork options: {e}")))?;
+            agent.fork(&run_id, opts).await
+        })
+    }
+
+    /// Compares two stored runs; resolves to the Comparison JSON.
+    pub fn compare(&self, a: String, b: String) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.compare(&a, &b).await })
+    }
+
+    /// One recovery sweep tick (`options_json`: SweepOptions, optional); resolves to the SweepReport JSON.
+    pub fn sweep(&self, options_json: Option<String>) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let opts: SweepOptions = decode_opt(options_json, "sweep options")?;
+            agent.sweep(&opts, &NoListener).await
+        })
+    }
+
+    /// Deletes a run; resolves to `null`.
+    pub fn delete(&self, run_id: String) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.delete(&run_id).await })
+    }
+
+    /// The run's checkpoint JSON, or `null`.
+    pub fn load(&self, run_id: String) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.load(&run_id).await })
+    }
+
+    /// Past states of a run, newest first (JSON array).
+    pub fn history(&self, run_id: String, limit: u32) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.history(&run_id, limit as usize).await })
+    }
+}
