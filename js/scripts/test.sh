@@ -10,3 +10,4 @@ echo "==> tsc: a consumer of the published types"
 node_modules/.bin/tsc -p test-support/types
 echo "==> node --test js/test/"
 node --test test/
+"$JS/scripts/pack-test.sh"

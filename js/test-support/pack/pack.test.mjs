@@ -1,0 +1,122 @@
+// Packaging test: the tarball `npm pack` makes, installed into a fresh project, with js/examples/worker.ts
+// type-checked and bundled against the INSTALLED package (esbuild, `workerd` condition) and run in workerd
+// through Miniflare (both from the repository root's node_modules). Run by scripts/pack-test.sh after build.sh.
+import test, { after, before } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, copyFileSync, mkdirSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Miniflare } from "miniflare";
+
+const js = fileURLToPath(new URL("../..", import.meta.url));
+const root = join(js, "..");
+const esbuild = join(root, "node_modules/.bin/esbuild");
+const tsc = join(js, "node_modules/.bin/tsc");
+const run = (cmd, args, cwd) => execFileSync(cmd, args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+
+const packDir = mkdtempSync(join(tmpdir(), "steadfast-pack-"));
+const project = mkdtempSync(join(tmpdir(), "steadfast-consumer-"));
+let mf;
+after(async () => {
+  await mf?.dispose();
+  rmSync(packDir, { recursive: true, force: true });
+  rmSync(project, { recursive: true, force: true });
+});
+
+let tarball;
+before(() => {
+  const out = JSON.parse(run("npm", ["pack", "--json", "--pack-destination", packDir], js));
+  tarball = join(packDir, out[0].filename);
+  writeFileSync(join(project, "package.json"), JSON.stringify({ name: "consumer", private: true, type: "module" }));
+  run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--no-package-lock", tarball], project);
+  mkdirSync(join(project, "src"));
+  copyFileSync(join(js, "examples/worker.ts"), join(project, "src/worker.ts"));
+});
+
+test("the tarball has the built package and no runtime dependencies", () => {
+  const files = JSON.parse(run("npm", ["pack", "--dry-run", "--json"], js))[0].files.map((f) => f.path);
+  for (const f of ["package.json", "README.md", "dist/index.d.ts", "dist/entrypoints/workerd.js", "dist/entrypoints/node.js", "wasm/steadfast.js", "wasm/steadfast_bg.wasm"]) {
+    assert.ok(files.includes(f), `${f} is in the tarball`);
+  }
+  const pkg = JSON.parse(readFileSync(join(project, "node_modules/steadfast/package.json"), "utf8"));
+  assert.equal(pkg.dependencies, undefined);
+  assert.equal(pkg.peerDependencies, undefined);
+  assert.deepEqual(readdirSync(join(project, "node_modules")).filter((d) => !d.startsWith(".")), ["steadfast"]);
+});
+
+test("examples/worker.ts type-checks against the installed package", () => {
+  writeFileSync(
+    join(project, "tsconfig.json"),
+    JSON.stringify({
+      compilerOptions: {
+        target: "ES2022",
+        lib: ["ES2022", "esnext.disposable", "dom"],
+        module: "ESNext",
+        moduleResolution: "Bundler",
+        customConditions: ["workerd"],
+        strict: true,
+        noEmit: true,
+        types: [],
+      },
+      files: ["src/worker.ts"],
+    }),
+  );
+  try {
+    run(tsc, ["-p", "."], project);
+  } catch (e) {
+    assert.fail(`tsc failed:\n${e.stdout}${e.stderr}`);
+  }
+});
+
+test("examples/worker.ts, bundled against the installed package, recovers a propagated failure by a cron sweep under workerd", async () => {
+  const outdir = join(project, "out");
+  run(
+    esbuild,
+    ["src/worker.ts", "--bundle", "--format=esm", "--platform=neutral", "--conditions=workerd", "--loader:.wasm=copy", `--outdir=${outdir}`, "--log-level=warning"],
+    project,
+  );
+  const wasm = readdirSync(outdir).filter((f) => f.endsWith(".wasm"));
+  assert.equal(wasm.length, 1, `one .wasm next to the bundle: ${readdirSync(outdir)}`);
+
+  mf = new Miniflare({
+    modules: true,
+    modulesRoot: outdir,
+    scriptPath: join(outdir, "worker.js"),
+    modulesRules: [
+      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
+      { type: "CompiledWasm", include: ["**/*.wasm"] },
+    ],
+    compatibilityDate: "2026-04-01",
+    kvNamespaces: ["RUNS"],
+    unsafeTriggerHandlers: true,
+    cf: false,
+  });
+  const call = async (method, path, body) => {
+    const res = await mf.dispatchFetch(`http://localhost${path}`, {
+      method,
+      ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
+    });
+    return { status: res.status, body: await res.json() };
+  };
+
+  const sent = await call("POST", "/send", { sessionId: "order-7", input: "Charge and ship order 7" });
+  assert.ok(sent.status >= 500, `send fails: ${JSON.stringify(sent)}`);
+  assert.equal(sent.body.code, "STEADFAST_TOOL_PROPAGATED", JSON.stringify(sent.body));
+
+  const pending = await call("GET", "/pending");
+  assert.equal(pending.status, 200);
+  assert.deepEqual(pending.body.map((r) => r.runId), ["order-7"]);
+  assert.equal((await call("GET", "/charges")).body.charges, 1);
+
+  const worker = await mf.getWorker();
+  const tick = await worker.scheduled({ cron: "*/5 * * * *", scheduledTime: new Date() });
+  assert.equal(tick.outcome, "ok");
+
+  const after = await call("GET", "/pending");
+  assert.equal(after.status, 200);
+  assert.deepEqual(after.body, []);
+  const charges = await call("GET", "/charges");
+  assert.deepEqual(charges, { status: 200, body: { charges: 1 } });
+});
