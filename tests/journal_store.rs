@@ -284,5 +284,4 @@ fn operation_budget_of_a_100_step_run() {
     assert!(bkvc.rate_limited > 0, "the seed layout hits the 1 write/s limit");
     // Every boundary after the first is a single entry write; total writes include the lease, index and marker.
     assert!(kvc.writes() <= boundaries + 6, "{kvc:?}");
-    let _ = clock.now_ms();
 }
