@@ -333,20 +333,42 @@ fn outage_pauses_the_sweep_probes_one_run_and_recovers() {
 
 #[test]
 fn auth_failures_are_not_an_outage() {
+    // Four runs fail with 503 (retryable), then the provider starts refusing the key (401) while the sweep
+    // resumes them: four provider failures in a row, none of which is an outage.
     let env = Env::journal_sim();
-    let down = Rc::new(Cell::new(true));
+    let status = Rc::new(Cell::new(503u16));
     let calls = Rc::new(Cell::new(0));
-    let agent = env.agent_with(flaky_model(401, down.clone(), calls), vec![], one_try(), "");
+    let (st, c) = (status.clone(), calls.clone());
+    let model = MockModel::by_turn(vec![MockTurn::func(move |_| {
+        c.set(c.get() + 1);
+        MockTurn::error(st.get())
+    })]);
+    let agent = env.agent_with(model, vec![], one_try(), "");
     for i in 0..4 {
         block_on(agent.send(&format!("run-{i}"), "go", opts())).unwrap_err();
     }
-    // Make them retryable-looking failures of the sweep itself: resume by hand fails with 401 too.
+    status.set(401);
     let l = Recorder::default();
     env.clock.advance(60_000);
-    block_on(agent.sweep(&SweepOptions::default(), &l)).unwrap();
-    assert!(l.outage.borrow().is_empty());
-    let state = block_on(agent.store().get_state("sweep")).unwrap();
-    assert!(state.is_none_or(|s| !s.contains("outage\":{")), "breaker closed");
+    let before = calls.get();
+    let report = block_on(agent.sweep(&SweepOptions::default(), &l)).unwrap();
+    assert_eq!(calls.get() - before, 4, "all four were resumed and refused");
+    assert_eq!(report.errors, 4);
+    assert!(l.outage.borrow().is_empty(), "a bad key does not open the breaker");
+    assert!(!report.outage);
+    // The same four failures as 503s do open it.
+    let env = Env::journal_sim();
+    let status = Rc::new(Cell::new(503u16));
+    let st = status.clone();
+    let model = MockModel::by_turn(vec![MockTurn::func(move |_| MockTurn::error(st.get()))]);
+    let agent = env.agent_with(model, vec![], one_try(), "");
+    for i in 0..4 {
+        block_on(agent.send(&format!("run-{i}"), "go", opts())).unwrap_err();
+    }
+    env.clock.advance(60_000);
+    let l = Recorder::default();
+    assert!(block_on(agent.sweep(&SweepOptions::default(), &l)).unwrap().outage);
+    assert_eq!(*l.outage.borrow(), vec![true]);
 }
 
 #[test]
