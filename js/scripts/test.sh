@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Builds the npm package (scripts/build.sh), type-checks a consumer of its published types, and runs its tests
+# Checks that the generated types are up to date (scripts/gen-types.sh --check), builds the npm package
+# (scripts/build.sh), type-checks a consumer of its published types, and runs its tests
 # against the built package (node --test; test/workerd.test.mjs loads it in workerd through Miniflare from the
 # repository root's node_modules).
 set -euo pipefail
 JS="$(cd "$(dirname "$0")/.." && pwd)"
+echo "==> generated types: regenerating js/src/generated/ must give no diff (scripts/gen-types.sh --check)"
+"$JS/scripts/gen-types.sh" --check
 "$JS/scripts/build.sh"
 cd "$JS"
 echo "==> tsc: a consumer of the published types"

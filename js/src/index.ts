@@ -1,31 +1,45 @@
 // steadfast: durable, self-healing LLM agent runs. The typed facade over the wasm core (via low_level.ts).
 //
-// Types here are hand-written mirrors of the Rust definitions (src/core, src/runtime, src/store); they are
-// not generated yet.
+// The types in src/generated/ are generated from the Rust definitions by ts-rs (scripts/gen-types.sh; cargo
+// feature `ts`) and re-exported here where they match the JSON the core sends. The others are hand-written
+// mirrors: ts-rs declares Rust u64 fields (token counts, times, sequence numbers) as `bigint`, while the JSON
+// the core sends (and JSON.parse reads) has numbers, so Usage, RunResult, RunStats, Checkpoint, PendingRun,
+// ApprovalRecord and the event envelope stay hand-written.
 import { newAgent, newKvStore, newMemoryStore, type JsAgent, type JsStore } from "./low_level.js";
+import type { ApprovalStatus } from "./generated/ApprovalStatus.js";
+import type { Drift } from "./generated/Drift.js";
+import type { ErrorCode } from "./generated/ErrorCode.js";
+import type { ErrorInfo } from "./generated/ErrorInfo.js";
+import type { Fingerprint } from "./generated/Fingerprint.js";
+import type { FinishReason } from "./generated/FinishReason.js";
+import type { Message } from "./generated/Message.js";
+import type { ModelChange } from "./generated/ModelChange.js";
+import type { ResultKind } from "./generated/ResultKind.js";
+import type { RunStatus } from "./generated/RunStatus.js";
+import type { ToolCall } from "./generated/ToolCall.js";
+import type { ToolResult } from "./generated/ToolResult.js";
+
+/** Generated from the Rust types (src/generated/). */
+export type {
+  ApprovalStatus,
+  Drift,
+  ErrorCode,
+  ErrorInfo,
+  Fingerprint,
+  FinishReason,
+  Message,
+  ModelChange,
+  ResultKind,
+  RunStatus,
+  ToolCall,
+  ToolResult,
+};
 
 // ------------------------------------------------------------------------------------------------------------
 // Data types (mirrors of the Rust serde shapes).
 
 /** Any JSON value. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-
-/** A tool call asked for by the model. */
-export interface ToolCall {
-  id: string;
-  name: string;
-  args: Json;
-}
-
-/** How a tool result came to be. */
-export type ResultKind = "execution" | "validation" | "denied" | "rejected" | "not-run" | "cancelled" | "interrupted";
-
-/** A transcript message. */
-export type Message =
-  | { role: "system"; content: string }
-  | { role: "user"; content: string }
-  | { role: "assistant"; content: string; toolCalls?: ToolCall[] }
-  | { role: "tool"; toolCallId: string; name: string; content: string; isError: boolean; kind: ResultKind };
 
 /** What `send` accepts: text (one user message) or system/user messages. */
 export type Input = string | Array<{ role: "system" | "user"; content: string }>;
@@ -99,12 +113,6 @@ export interface Tool<A = any> {
   execute(args: A, ctx: ToolContext): unknown | Promise<unknown>;
 }
 
-/** Run status. */
-export type RunStatus = "in-progress" | "awaiting-approval" | "finished";
-
-/** Why an execution ended. */
-export type FinishReason = string;
-
 /** How an execution ended. */
 export interface RunResult {
   runId: string;
@@ -133,14 +141,6 @@ export interface RunEvent {
   [field: string]: Json | undefined;
 }
 
-/** A serialised error (as stored in a checkpoint). */
-export interface ErrorInfo {
-  code: string;
-  message: string;
-  retryable: boolean;
-  [field: string]: Json | undefined;
-}
-
 /** An unfinished run. */
 export interface PendingRun {
   runId: string;
@@ -160,7 +160,7 @@ export interface ApprovalRecord {
   runId: string;
   toolCall: ToolCall;
   batch: string[];
-  status: "pending" | "approved" | "rejected";
+  status: ApprovalStatus;
   note?: string;
   step: number;
   createdAt: number;
@@ -235,6 +235,18 @@ export interface Comparison {
   divergedAt: number | null;
   drift: { [field: string]: Json };
 }
+
+/**
+ * What `runOnce` did with a delivery. `runId` is the run derived from the delivery id (`dlv-<id>`, or `dlv-`
+ * and a hash when the id is not a valid run id).
+ */
+export type Delivery =
+  /** The run was already finished: acknowledge the delivery; nothing ran (no model call). */
+  | { outcome: "acknowledged"; runId: string; result: RunResult; events?: RunEvent[] }
+  /** The run waits on a person: leave the delivery (do not acknowledge it); nothing ran. */
+  | { outcome: "awaiting-approval"; runId: string; approvalId: string | null; events?: RunEvent[] }
+  /** The run was started (a new delivery) or resumed (an unfinished one). */
+  | { outcome: "ran"; runId: string; result: RunResult; events?: RunEvent[] };
 
 /** A past state of a run. */
 export interface HistoryEntry {
@@ -507,6 +519,9 @@ export interface SendOptions {
   signal?: AbortSignal;
 }
 
+/** Options of `runOnce`. */
+export type RunOnceOptions = Omit<SendOptions, "sessionId">;
+
 /** Options of `resume` and `approvals.resolve`. */
 export interface ResumeOptions {
   /** Return the run's events in `result.events` (resume only). */
@@ -526,6 +541,12 @@ export interface Agent {
    * yielded as they happen. A failed execution throws after its events; a refused one throws at once.
    */
   stream(input: Input, options: Omit<SendOptions, "events" | "onEvent">): AsyncIterable<RunEvent>;
+  /**
+   * Runs a delivered job (a queue message, a webhook) once: the run id is derived from `deliveryId`. A finished
+   * run is acknowledged without a model call (a redelivery), a run waiting on a person is left, an unfinished
+   * run is resumed, and only a new delivery sends `input`.
+   */
+  runOnce(deliveryId: string, input: Input, options?: RunOnceOptions): Promise<Delivery>;
   /** Finishes an unfinished run; `null` when there is nothing to do. */
   resume(sessionId: string, options?: ResumeOptions): Promise<RunResult | null>;
   /** Every unfinished run. */
@@ -631,6 +652,16 @@ export function createAgent(options: AgentOptions): Agent {
     resume: (id, opts = {}) =>
       call(() =>
         low.resume(id, JSON.stringify({ events: opts.events ?? false }), eventCallback(opts.onEvent), opts.signal ?? null),
+      ),
+    runOnce: (deliveryId, input, opts = {}) =>
+      call(() =>
+        low.runOnce(
+          deliveryId,
+          JSON.stringify(input),
+          JSON.stringify({ businessState: opts.businessState, events: opts.events ?? false }),
+          eventCallback(opts.onEvent),
+          opts.signal ?? null,
+        ),
       ),
     pending: () => call(() => low.pending()),
     sweep: (opts = {}) => call(() => low.sweep(JSON.stringify(opts))),

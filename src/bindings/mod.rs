@@ -28,8 +28,8 @@ use crate::core::machine::ModelResponse;
 use crate::core::sweep::SweepOptions;
 use crate::core::transcript::Message;
 use crate::runtime::{
-    AbortSignal, Agent, AgentOptions, Clock, EventSink, ForkOptions, Input, Model, ModelRequest, NoListener, Resolve,
-    SendOptions, Sleep, SplitMix64, Tool, ToolContext, ToolError, ToolOutput, VecSink,
+    AbortSignal, Agent, AgentOptions, Clock, Delivery, EventSink, ForkOptions, Input, Model, ModelRequest, NoListener,
+    Resolve, RunResult, SendOptions, Sleep, SplitMix64, Tool, ToolContext, ToolError, ToolOutput, VecSink,
 };
 use crate::store::kv::{check_bulk, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
 use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
@@ -749,6 +749,60 @@ impl JsAgent {
                 Some(result) => with_events(&result, sink),
                 None => Ok(Value::Null),
             }
+        })
+    }
+
+    /// Runs a delivered job once (`Agent::run_once`): the run id is derived from `delivery_id`; a finished run
+    /// is acknowledged (no model call), a run waiting on a person is left, an unfinished one is resumed, and
+    /// only a new delivery is sent (`input_json`, `options_json`, `on_event` and `signal` as for `send`).
+    /// Resolves to the Delivery JSON with camelCase fields: `{outcome: "acknowledged" | "ran", runId, result}`
+    /// or `{outcome: "awaiting-approval", runId, approvalId}` (plus `events` when asked for).
+    #[wasm_bindgen(js_name = runOnce)]
+    pub fn run_once(
+        &self,
+        delivery_id: String,
+        input_json: String,
+        options_json: Option<String>,
+        on_event: Option<Function>,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let (abort, _link) = link_abort(signal)?;
+            let input: Value = serde_json::from_str(&input_json)
+                .map_err(|e| Error::invalid_input(format!("input is not JSON: {e}")))?;
+            let input = parse_input(input)?;
+            let opts: CallOptions = decode_opt(options_json, "runOnce options")?;
+            let (mut send_opts, sink) = opts.send_options(on_event);
+            send_opts.abort = abort;
+            let delivery = agent.run_once(&delivery_id, input, send_opts).await?;
+            let json =
+                |r: &RunResult| serde_json::to_value(r).map_err(|e| Error::internal(format!("cannot encode: {e}")));
+            let mut out = match delivery {
+                Delivery::Acknowledged { result } => serde_json::json!({
+                    "outcome": "acknowledged",
+                    "runId": result.run_id,
+                    "result": json(&result)?,
+                }),
+                Delivery::Ran { result } => serde_json::json!({
+                    "outcome": "ran",
+                    "runId": result.run_id,
+                    "result": json(&result)?,
+                }),
+                Delivery::AwaitingApproval { run_id, approval_id } => serde_json::json!({
+                    "outcome": "awaiting-approval",
+                    "runId": run_id,
+                    "approvalId": approval_id,
+                }),
+            };
+            if let Some(sink) = sink {
+                let events =
+                    serde_json::to_value(sink.events()).map_err(|e| Error::internal(format!("cannot encode: {e}")))?;
+                if let Some(obj) = out.as_object_mut() {
+                    obj.insert("events".into(), events);
+                }
+            }
+            Ok(out)
         })
     }
 

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Decision state of an approval.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "lowercase")]
 pub enum ApprovalStatus {
     /// Waiting for a person.
@@ -19,6 +20,7 @@ pub enum ApprovalStatus {
 
 /// A stored approval.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalRecord {
     /// Approval id (random; never reused).

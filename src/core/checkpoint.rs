@@ -13,6 +13,7 @@ use serde_json::Value;
 
 /// Where a run stands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "kebab-case")]
 pub enum RunStatus {
     /// Unfinished: crashed, aborted, failed, or still running somewhere.
@@ -37,6 +38,7 @@ impl RunStatus {
 
 /// Why a run ended (or paused).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "kebab-case")]
 pub enum FinishReason {
     /// The model answered without asking for tools.
@@ -53,6 +55,7 @@ pub enum FinishReason {
 
 /// A run's state at a durable boundary.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct Checkpoint {
     /// Run id.

@@ -12,6 +12,7 @@ macro_rules! codes {
     ($( $(#[$doc:meta])* $variant:ident = $text:literal, retryable = $retry:literal; )*) => {
         /// Stable error codes. The string form (`as_str`) is part of the public API.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
         pub enum ErrorCode {
             $( $(#[$doc])* #[serde(rename = $text)] $variant, )*
         }
@@ -241,6 +242,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// What a checkpoint keeps of the last failed attempt (`lastError`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct ErrorInfo {
     /// Stable code.
     pub code: ErrorCode,

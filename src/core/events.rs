@@ -13,6 +13,7 @@ pub const EVENT_SCHEMA_VERSION: u32 = 1;
 
 /// One event of a run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum Event {
     /// The run started or resumed.
@@ -120,6 +121,7 @@ pub enum Event {
 
 /// An event as delivered: `{v, seq, runId, at, type, ...}`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct EventEnvelope {
     /// Schema version.

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 /// An agent's fingerprint.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct Fingerprint {
     /// Model id.
@@ -24,6 +25,7 @@ pub struct Fingerprint {
 
 /// What changed between two fingerprints (the `agent.drift` event's payload).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct Drift {
     /// `{from, to}` when the model changed.
@@ -41,6 +43,7 @@ pub struct Drift {
 
 /// A model change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct ModelChange {
     /// Model in the checkpoint.
     pub from: String,

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 /// One tool call asked for by the model.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 pub struct ToolCall {
     /// Call id, unique within the run (the idempotency key handed to the tool).
     pub id: String,
@@ -17,6 +18,7 @@ pub struct ToolCall {
 
 /// How a tool result came to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "kebab-case")]
 pub enum ResultKind {
     /// The tool ran (successfully or not).
@@ -37,6 +39,7 @@ pub enum ResultKind {
 
 /// A tool result as recorded in the transcript.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResult {
     /// The call this answers.
@@ -54,6 +57,7 @@ pub struct ToolResult {
 
 /// A transcript message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
     /// System prompt.
@@ -111,6 +115,7 @@ impl Message {
 
 /// Token usage totals.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
     /// Prompt tokens.

@@ -114,6 +114,7 @@ impl From<Vec<Message>> for Input {
 
 /// How an execution ended.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct RunResult {
     /// Run id.

@@ -23,6 +23,7 @@ use std::task::Poll;
 
 /// What one execution did (reported on every [`super::agent::RunResult`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct RunStats {
     /// Effects performed.

@@ -72,6 +72,7 @@ impl Default for LeaseOptions {
 
 /// A run that is not finished, as [`RunStore::pending`] lists it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct PendingRun {
     /// Run id.

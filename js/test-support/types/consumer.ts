@@ -7,6 +7,10 @@ import {
   mockModel,
   SessionAwaitingApprovalError,
   SteadfastError,
+  type Delivery,
+  type ErrorCode,
+  type Message,
+  type ResultKind,
   type KVNamespaceLike,
   type RunResult,
 } from "steadfast";
@@ -20,6 +24,14 @@ const lookup = defineTool<{ id: string }>({
   needsApproval: (args) => args.id.startsWith("vip-"),
   execute: async ({ id }, ctx) => ({ id, key: ctx.idempotencyKey }),
 });
+
+// The generated types (js/src/generated/) resolve in the published package: a wrong literal is an error.
+const kind: ResultKind = "not-run";
+// @ts-expect-error not a ResultKind
+const badKind: ResultKind = "skipped";
+const code: ErrorCode = "STEADFAST_AGENT_DRIFT";
+const toolMessage: Message = { role: "tool", toolCallId: "c1", name: "lookup", content: "ok", isError: false, kind };
+void [badKind, code, toolMessage];
 
 export async function example(): Promise<RunResult | null> {
   const agent = createAgent({
@@ -39,6 +51,9 @@ export async function example(): Promise<RunResult | null> {
     const cmp = await agent.compareTrajectories("s-1", "s-2");
     void cmp.divergedAt;
     void (await agent.sweep({ maxRuns: 5 })).recovered;
+    const d: Delivery = await agent.runOnce("msg-1", "process order 1");
+    if (d.outcome === "awaiting-approval") void d.approvalId;
+    else void d.result.status;
     return r;
   } catch (e) {
     if (e instanceof SessionAwaitingApprovalError) console.log(e.sessionId, e.approvalId);
