@@ -635,6 +635,33 @@ fn link_abort(signal: Option<JsValue>) -> Result<(Option<AbortSignal>, Option<Ab
 }
 
 /// A result as JSON, with `events` added when they were asked for.
+/// What every run-starting call (`send`, `resume`, `runOnce`) needs: its options decoded, the event sink and the
+/// abort link (keep the link alive for the whole call).
+struct Prepared {
+    opts: SendOptions,
+    sink: Option<VecSink>,
+    _link: Option<AbortLink>,
+}
+
+fn prepare(
+    options_json: Option<String>,
+    on_event: Option<Function>,
+    signal: Option<JsValue>,
+    what: &str,
+) -> Result<Prepared> {
+    let (abort, link) = link_abort(signal)?;
+    let opts: CallOptions = decode_opt(options_json, what)?;
+    let (mut send_opts, sink) = opts.send_options(on_event);
+    send_opts.abort = abort;
+    Ok(Prepared { opts: send_opts, sink, _link: link })
+}
+
+fn input_of(input_json: &str) -> Result<Input> {
+    let input: Value =
+        serde_json::from_str(input_json).map_err(|e| Error::invalid_input(format!("input is not JSON: {e}")))?;
+    parse_input(input)
+}
+
 fn with_events<T: Serialize>(result: &T, sink: Option<VecSink>) -> Result<Value> {
     let mut v = serde_json::to_value(result).map_err(|e| Error::internal(format!("cannot encode: {e}")))?;
     if let (Some(sink), Some(obj)) = (sink, v.as_object_mut()) {
@@ -718,15 +745,9 @@ impl JsAgent {
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let (abort, _link) = link_abort(signal)?;
-            let input: Value = serde_json::from_str(&input_json)
-                .map_err(|e| Error::invalid_input(format!("input is not JSON: {e}")))?;
-            let input = parse_input(input)?;
-            let opts: CallOptions = decode_opt(options_json, "send options")?;
-            let (mut send_opts, sink) = opts.send_options(on_event);
-            send_opts.abort = abort;
-            let result = agent.send(&run_id, input, send_opts).await?;
-            with_events(&result, sink)
+            let p = prepare(options_json, on_event, signal, "send options")?;
+            let result = agent.send(&run_id, input_of(&input_json)?, p.opts).await?;
+            with_events(&result, p.sink)
         })
     }
 
@@ -741,12 +762,9 @@ impl JsAgent {
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let (abort, _link) = link_abort(signal)?;
-            let opts: CallOptions = decode_opt(options_json, "resume options")?;
-            let (mut send_opts, sink) = opts.send_options(on_event);
-            send_opts.abort = abort;
-            match agent.resume(&run_id, send_opts).await? {
-                Some(result) => with_events(&result, sink),
+            let p = prepare(options_json, on_event, signal, "resume options")?;
+            match agent.resume(&run_id, p.opts).await? {
+                Some(result) => with_events(&result, p.sink),
                 None => Ok(Value::Null),
             }
         })
@@ -768,14 +786,9 @@ impl JsAgent {
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let (abort, _link) = link_abort(signal)?;
-            let input: Value = serde_json::from_str(&input_json)
-                .map_err(|e| Error::invalid_input(format!("input is not JSON: {e}")))?;
-            let input = parse_input(input)?;
-            let opts: CallOptions = decode_opt(options_json, "runOnce options")?;
-            let (mut send_opts, sink) = opts.send_options(on_event);
-            send_opts.abort = abort;
-            let delivery = agent.run_once(&delivery_id, input, send_opts).await?;
+            let p = prepare(options_json, on_event, signal, "runOnce options")?;
+            let sink = p.sink.clone();
+            let delivery = agent.run_once(&delivery_id, input_of(&input_json)?, p.opts).await?;
             let json =
                 |r: &RunResult| serde_json::to_value(r).map_err(|e| Error::internal(format!("cannot encode: {e}")));
             let mut out = match delivery {

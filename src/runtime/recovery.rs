@@ -96,7 +96,7 @@ pub struct ForkResult {
 
 /// What `run_once` did with a delivery.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "kebab-case")]
+#[serde(tag = "outcome", rename_all = "kebab-case", rename_all_fields = "camelCase")]
 pub enum Delivery {
     /// The run was already finished: acknowledge the delivery, nothing ran.
     Acknowledged {
