@@ -1,38 +1,52 @@
 // steadfast: durable, self-healing LLM agent runs. The typed facade over the wasm core (via low_level.ts).
 //
 // The types in src/generated/ are generated from the Rust definitions by ts-rs (scripts/gen-types.sh; cargo
-// feature `ts`) and re-exported here where they match the JSON the core sends. The others are hand-written
-// mirrors: ts-rs declares Rust u64 fields (token counts, times, sequence numbers) as `bigint`, while the JSON
-// the core sends (and JSON.parse reads) has numbers, so Usage, RunResult, RunStats, Checkpoint, PendingRun,
-// ApprovalRecord and the event envelope stay hand-written.
+// feature `ts`) and re-exported here: the Rust u64 fields are declared `number` (`ts(type = "number")`, as the
+// JSON the core sends has numbers) and fields the core leaves out when empty are optional (`ts(optional)`).
+// The hand-written types below are the facade's own shapes (options, the model and tool interfaces, …).
 import { newAgent, newKvStore, newMemoryStore, type JsAgent, type JsStore } from "./low_level.js";
+import type { ApprovalRecord } from "./generated/ApprovalRecord.js";
 import type { ApprovalStatus } from "./generated/ApprovalStatus.js";
+import type { Checkpoint } from "./generated/Checkpoint.js";
 import type { Drift } from "./generated/Drift.js";
 import type { ErrorCode } from "./generated/ErrorCode.js";
 import type { ErrorInfo } from "./generated/ErrorInfo.js";
+import type { Event } from "./generated/Event.js";
+import type { EventEnvelope } from "./generated/EventEnvelope.js";
 import type { Fingerprint } from "./generated/Fingerprint.js";
 import type { FinishReason } from "./generated/FinishReason.js";
 import type { Message } from "./generated/Message.js";
 import type { ModelChange } from "./generated/ModelChange.js";
+import type { PendingRun } from "./generated/PendingRun.js";
 import type { ResultKind } from "./generated/ResultKind.js";
+import type { RunResult as GeneratedRunResult } from "./generated/RunResult.js";
+import type { RunStats } from "./generated/RunStats.js";
 import type { RunStatus } from "./generated/RunStatus.js";
 import type { ToolCall } from "./generated/ToolCall.js";
 import type { ToolResult } from "./generated/ToolResult.js";
+import type { Usage } from "./generated/Usage.js";
 
 /** Generated from the Rust types (src/generated/). */
 export type {
+  ApprovalRecord,
   ApprovalStatus,
+  Checkpoint,
   Drift,
   ErrorCode,
   ErrorInfo,
+  Event,
+  EventEnvelope,
   Fingerprint,
   FinishReason,
   Message,
   ModelChange,
+  PendingRun,
   ResultKind,
+  RunStats,
   RunStatus,
   ToolCall,
   ToolResult,
+  Usage,
 };
 
 // ------------------------------------------------------------------------------------------------------------
@@ -43,12 +57,6 @@ export type Json = null | boolean | number | string | Json[] | { [key: string]: 
 
 /** What `send` accepts: text (one user message) or system/user messages. */
 export type Input = string | Array<{ role: "system" | "user"; content: string }>;
-
-/** Token usage. */
-export interface Usage {
-  inputTokens: number;
-  outputTokens: number;
-}
 
 /** A tool as the model sees it. */
 export interface ToolSpec {
@@ -113,60 +121,14 @@ export interface Tool<A = any> {
   execute(args: A, ctx: ToolContext): unknown | Promise<unknown>;
 }
 
-/** How an execution ended. */
-export interface RunResult {
-  runId: string;
-  status: RunStatus;
-  finishReason: FinishReason | null;
-  text: string;
-  note: string | null;
-  messages: Message[];
-  steps: number;
-  usage: Usage;
-  approvalIds: string[];
-  approvalId: string | null;
-  businessState: Json | null;
-  stats: Record<string, number>;
+/** How an execution ended (the generated `RunResult`, plus `events` when `events: true` was asked for). */
+export type RunResult = GeneratedRunResult & {
   /** The run's events, when `events: true` was asked for. */
   events?: RunEvent[];
-}
+};
 
-/** A run event (`{v, seq, runId, at, type, …}`). */
-export interface RunEvent {
-  v: number;
-  seq: number;
-  runId: string;
-  at: number;
-  type: string;
-  [field: string]: Json | undefined;
-}
-
-/** An unfinished run. */
-export interface PendingRun {
-  runId: string;
-  status: RunStatus;
-  approvalId?: string;
-  approvalIds?: string[];
-  step: number;
-  lastError?: ErrorInfo;
-  attempts: number;
-  quarantined: boolean;
-  savedAt: number;
-}
-
-/** A stored approval. */
-export interface ApprovalRecord {
-  id: string;
-  runId: string;
-  toolCall: ToolCall;
-  batch: string[];
-  status: ApprovalStatus;
-  note?: string;
-  step: number;
-  createdAt: number;
-  decidedAt?: number;
-  fingerprint?: Json;
-}
+/** A run event (`{v, seq, runId, at, type, …}`): the generated `EventEnvelope`. */
+export type RunEvent = EventEnvelope;
 
 /** One recovery sweep tick's settings (all optional). */
 export interface SweepOptions {
@@ -211,14 +173,6 @@ export interface ForkResult {
   runId: string;
   step: number;
   checkpoint: Checkpoint;
-}
-
-/** A stored checkpoint (main fields; see the Rust `Checkpoint`). */
-export interface Checkpoint {
-  runId: string;
-  status: RunStatus;
-  messages: Message[];
-  [field: string]: unknown;
 }
 
 /** One assistant turn of a trajectory. */
@@ -483,10 +437,82 @@ export function mockModel(script: MockTurn[], options: MockModelOptions = {}): M
 // ------------------------------------------------------------------------------------------------------------
 // The agent.
 
+// ------------------------------------------------------------------------------------------------------------
+// Self-healing hooks.
+
+/** Options of `progressGuard` (all optional). */
+export interface ProgressGuardOptions {
+  /** After this many identical failures of a tool in a row, its result gets a hint (default 2). */
+  hintAfter?: number;
+  /** After this many identical failures in a row, further calls of the tool are denied (default 3). */
+  denyAfter?: number;
+  /** After this many denials, the next one stops the run with `STEADFAST_RUN_NO_PROGRESS` (default 3). */
+  maxDenials?: number;
+}
+
+/** A progress guard hook (see `progressGuard`). */
+export interface ProgressGuardHook extends ProgressGuardOptions {
+  readonly type: "progressGuard";
+}
+
+/**
+ * An output check: a tool output for which `check` returns a string becomes an error result the model reads
+ * (`"output check failed: <reason>…"`); `null`/`undefined` passes. A throwing check fails with
+ * `"check threw: <message>"`. Called synchronously.
+ */
+export type OutputCheckFn = (call: ToolCall, output: string) => string | null | undefined;
+
+/** An output check hook (see `outputCheck`). */
+export interface OutputCheckHook {
+  readonly type: "outputCheck";
+  readonly name: string;
+  readonly check: OutputCheckFn;
+}
+
+/** A hook of `createAgent({hooks})`: runs around tool calls in the Rust core, in order. */
+export type Hook = ProgressGuardHook | OutputCheckHook;
+
+/**
+ * Stops a run that keeps calling a tool that fails the same way: a hint in the result, then the tool is denied,
+ * then the run stops with `STEADFAST_RUN_NO_PROGRESS` (not retryable). Each action is a `heal.action` event.
+ * Its counters are stored in the checkpoint (a resume does not reset them).
+ */
+export function progressGuard(options: ProgressGuardOptions = {}): ProgressGuardHook {
+  const { hintAfter, denyAfter, maxDenials } = options;
+  return {
+    type: "progressGuard",
+    ...(hintAfter !== undefined && { hintAfter }),
+    ...(denyAfter !== undefined && { denyAfter }),
+    ...(maxDenials !== undefined && { maxDenials }),
+  };
+}
+
+/** Checks what a tool produced (successful results only); `name` marks the results it replaces. */
+export function outputCheck(name: string, check: OutputCheckFn): OutputCheckHook {
+  return { type: "outputCheck", name, check };
+}
+
+function lowLevelHook(h: Hook): object {
+  if (h && h.type === "outputCheck" && typeof h.check === "function") {
+    const check = h.check;
+    return {
+      type: "outputCheck",
+      name: h.name,
+      check: (callJson: string, output: string) => check(JSON.parse(callJson) as ToolCall, output),
+    };
+  }
+  return h;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// The agent (options).
+
 /** What an agent is made of. */
 export interface AgentOptions {
   model: Model;
   tools?: Tool[];
+  /** Self-healing hooks (`progressGuard()`, `outputCheck(name, fn)`), run in order around tool calls. */
+  hooks?: Hook[];
   /** System prompt of new runs. */
   instructions?: string;
   /** `memoryStore()`, `kvStore(env.BINDING)`, `"memory"` (a new private store) or a KV namespace. */
@@ -626,13 +652,13 @@ function streamOf(run: (onEvent: (e: RunEvent) => void) => Promise<unknown>): As
 
 /** Creates a durable agent. */
 export function createAgent(options: AgentOptions): Agent {
-  const { model, tools = [], store, ...rest } = options;
+  const { model, tools = [], hooks = [], store, ...rest } = options;
   const lowModel = {
     id: model.id,
     generate: async (requestJson: string) => JSON.stringify(await model.generate(JSON.parse(requestJson) as ModelRequest)),
   };
   const low: JsAgent = sync(() =>
-    newAgent({ ...rest, model: lowModel, tools: tools.map(lowLevelTool) }, storeHandle(store)),
+    newAgent({ ...rest, model: lowModel, tools: tools.map(lowLevelTool), hooks: hooks.map(lowLevelHook) }, storeHandle(store)),
   );
   const fingerprint = JSON.parse(low.fingerprint()) as Json;
   const send = (input: Input, opts: SendOptions): Promise<RunResult> =>

@@ -16,6 +16,10 @@
 //!   idempotencyKey}`. A string result is the text the model reads; any other value is serialised as JSON. A
 //!   thrown error is an error result `"<name>: <message>"` the model reads, unless it has
 //!   `.propagate === true`: then the run is rejected with `STEADFAST_TOOL_PROPAGATED` (resumable).
+//! * hook: `{type: "progressGuard", hintAfter?, denyAfter?, maxDenials?}` (a [`ProgressGuard`]) or
+//!   `{type: "outputCheck", name, check(callJson, output): string | null | undefined}` (an [`OutputCheck`]; `check`
+//!   is called synchronously with the call's JSON `{id, name, args}` and the tool's text: a string is the failure
+//!   reason, `null`/`undefined` passes, a throw is the reason `"check threw: <message>"`).
 //! * KV namespace: a Workers `KVNamespace` (`get`, `put`, `delete`, `list`). Bulk reads use `get(keys[])`,
 //!   which resolves to a `Map` (one KV operation for up to 100 keys).
 //!
@@ -28,8 +32,9 @@ use crate::core::machine::ModelResponse;
 use crate::core::sweep::SweepOptions;
 use crate::core::transcript::Message;
 use crate::runtime::{
-    AbortSignal, Agent, AgentOptions, Clock, Delivery, EventSink, ForkOptions, Input, Model, ModelRequest, NoListener,
-    Resolve, RunResult, SendOptions, Sleep, SplitMix64, Tool, ToolContext, ToolError, ToolOutput, VecSink,
+    AbortSignal, Agent, AgentBuilder, AgentOptions, Clock, Delivery, EventSink, ForkOptions, Input, Model,
+    ModelRequest, NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult, SendOptions, Sleep,
+    SplitMix64, Tool, ToolContext, ToolError, ToolOutput, VecSink,
 };
 use crate::store::kv::{check_bulk, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
 use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
@@ -270,6 +275,56 @@ impl Model for JsModel {
                 .to_string(),
         };
         parse_response(&text)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Hooks.
+
+/// What a JS output check's return value (or throw) means: a string fails with that reason, `null`/`undefined`
+/// passes.
+fn check_verdict(out: std::result::Result<JsValue, JsValue>) -> std::result::Result<(), String> {
+    match out {
+        Err(e) => Err(format!("check threw: {}", js_message(&e))),
+        Ok(v) if absent(&v) => Ok(()),
+        Ok(v) => match v.as_string() {
+            Some(reason) => Err(reason),
+            None => Err("check returned a value that is not a string (return a reason string, or null)".into()),
+        },
+    }
+}
+
+/// Adds the hook described by a JS descriptor (see the module docs) to the builder.
+fn add_hook(b: AgentBuilder, desc: &JsValue, index: usize) -> Result<AgentBuilder> {
+    let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
+    let kind = prop(desc, "type")
+        .as_string()
+        .ok_or_else(|| cfg(format!("hooks[{index}] is not a hook: use progressGuard(...) or outputCheck(name, fn)")))?;
+    match kind.as_str() {
+        "progressGuard" => {
+            let mut fields = serde_json::Map::new();
+            for key in ["hintAfter", "denyAfter", "maxDenials"] {
+                let v = prop(desc, key);
+                if !absent(&v) {
+                    fields.insert(key.into(), to_value(&v, key).map_err(|e| cfg(e.message))?);
+                }
+            }
+            let opts: ProgressGuardOptions = serde_json::from_value(Value::Object(fields))
+                .map_err(|e| cfg(format!("hooks[{index}]: invalid progressGuard options: {e}")))?;
+            Ok(b.hook(ProgressGuard::new(opts)))
+        }
+        "outputCheck" => {
+            let name = prop(desc, "name")
+                .as_string()
+                .filter(|n| !n.is_empty())
+                .ok_or_else(|| cfg(format!("hooks[{index}]: outputCheck needs a non-empty string name")))?;
+            let check = method(desc, "check", &format!("hooks[{index}] (outputCheck '{name}')"))?;
+            Ok(b.hook(OutputCheck::new(name, move |call, output| {
+                let call_json = serde_json::to_string(call).unwrap_or_else(|_| "null".into());
+                check_verdict(check.call2(&JsValue::NULL, &JsValue::from_str(&call_json), &JsValue::from_str(output)))
+            })))
+        }
+        other => Err(cfg(format!("hooks[{index}]: unknown hook type '{other}'"))),
     }
 }
 
@@ -673,7 +728,7 @@ fn with_events<T: Serialize>(result: &T, sink: Option<VecSink>) -> Result<Value>
 
 #[wasm_bindgen]
 impl JsAgent {
-    /// Builds an agent from `{model, tools?, instructions?, maxSteps?, toolConcurrency?, onAgentDrift?,
+    /// Builds an agent from `{model, tools?, hooks?, instructions?, maxSteps?, toolConcurrency?, onAgentDrift?,
     /// loopWindow?, retry?, lease?}` over `store`. Throws `STEADFAST_CONFIG_INVALID` for a bad configuration.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue, store: &JsStore) -> std::result::Result<JsAgent, JsValue> {
@@ -721,6 +776,15 @@ impl JsAgent {
             }
             for (i, t) in Array::from(&tools).iter().enumerate() {
                 b = b.tool(JsTool::from_js(t, i)?);
+            }
+        }
+        let hooks = prop(options, "hooks");
+        if !absent(&hooks) {
+            if !Array::is_array(&hooks) {
+                return Err(cfg("hooks must be an array".into()));
+            }
+            for (i, h) in Array::from(&hooks).iter().enumerate() {
+                b = add_hook(b, &h, i)?;
             }
         }
         b.build()

@@ -36,16 +36,21 @@ pub struct ApprovalRecord {
     pub status: ApprovalStatus,
     /// The reviewer's note.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub note: Option<String>,
     /// Step of the run when it paused.
     pub step: u32,
     /// When it was requested (ms since the epoch).
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub created_at: u64,
     /// When it was decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub decided_at: Option<u64>,
     /// Fingerprint of the agent that paused (the approval snapshot's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub fingerprint: Option<Fingerprint>,
 }
 

@@ -76,6 +76,7 @@ pub struct Checkpoint {
     pub usage: Usage,
     /// Opaque application state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub business_state: Option<Value>,
     /// Status.
     #[serde(default)]
@@ -85,6 +86,7 @@ pub struct Checkpoint {
     pub approval_ids: Vec<String>,
     /// The agent that wrote this checkpoint.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub fingerprint: Option<Fingerprint>,
     /// Approved calls that were marked started before they ran (at most once).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -98,12 +100,14 @@ pub struct Checkpoint {
     pub quarantined: bool,
     /// The last failed attempt, cleared by the next saved progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub last_error: Option<ErrorInfo>,
     /// Failed attempts in a row.
     #[serde(default)]
     pub attempts: u32,
     /// Why the run finished (for `finished` runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub finish_reason: Option<FinishReason>,
     /// Results recorded while an earlier call of the same turn had none yet (placed in call order later).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -113,12 +117,15 @@ pub struct Checkpoint {
     pub queued_input: Vec<Message>,
     /// Extension state (progress-guard counters and the like), kept across crashes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub ext: Option<Value>,
     /// Number of journal entries folded into this state (the next entry has `seq = self.seq + 1`).
     #[serde(default)]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub seq: u64,
     /// When the last entry was saved (ms since the epoch, by the writer's clock).
     #[serde(default)]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub saved_at: u64,
 }
 

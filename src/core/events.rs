@@ -63,6 +63,7 @@ pub enum Event {
         kind: ResultKind,
         /// The hook that replaced the tool's output, if one did.
         #[serde(rename = "replacedBy", default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "ts", ts(optional))]
         replaced_by: Option<String>,
     },
     /// Pending calls of an interrupted turn are being resumed.
@@ -107,6 +108,7 @@ pub enum Event {
         status: RunStatus,
         /// Why it ended.
         #[serde(rename = "finishReason", skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "ts", ts(optional))]
         finish_reason: Option<FinishReason>,
         /// Steps taken by the run.
         steps: u32,
@@ -127,10 +129,12 @@ pub struct EventEnvelope {
     /// Schema version.
     pub v: u32,
     /// Gapless sequence number within one execution (send / resume / resolve), from 0.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub seq: u64,
     /// Run id.
     pub run_id: String,
     /// Time (ms since the epoch).
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub at: u64,
     /// The event.
     #[serde(flatten)]

@@ -30,6 +30,7 @@ pub struct Fingerprint {
 pub struct Drift {
     /// `{from, to}` when the model changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub model: Option<ModelChange>,
     /// Tools the current agent has and the checkpoint's agent had not.
     pub tools_added: Vec<String>,

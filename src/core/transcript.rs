@@ -120,9 +120,11 @@ impl Message {
 pub struct Usage {
     /// Prompt tokens.
     #[serde(default)]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub input_tokens: u64,
     /// Completion tokens.
     #[serde(default)]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub output_tokens: u64,
 }
 

@@ -37,10 +37,13 @@ pub struct RunStats {
     /// Lease renewals.
     pub lease_renewals: usize,
     /// Store read operations of this execution (lease, load and commits; backends that count).
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub store_reads: u64,
     /// Store write operations of this execution.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub store_writes: u64,
     /// Bytes the store wrote for this execution.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub store_bytes: u64,
 }
 

@@ -81,6 +81,7 @@ pub struct PendingRun {
     pub status: RunStatus,
     /// First pending approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub approval_id: Option<String>,
     /// All pending approvals.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -89,6 +90,7 @@ pub struct PendingRun {
     pub step: u32,
     /// Last failed attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub last_error: Option<ErrorInfo>,
     /// Failed attempts in a row.
     #[serde(default)]
@@ -98,6 +100,7 @@ pub struct PendingRun {
     pub quarantined: bool,
     /// Last save time.
     #[serde(default)]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub saved_at: u64,
 }
 

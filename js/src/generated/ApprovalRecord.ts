@@ -30,7 +30,7 @@ status: ApprovalStatus,
 /**
  * The reviewer's note.
  */
-note?: string | null, 
+note?: string, 
 /**
  * Step of the run when it paused.
  */
@@ -38,12 +38,12 @@ step: number,
 /**
  * When it was requested (ms since the epoch).
  */
-createdAt: bigint, 
+createdAt: number, 
 /**
  * When it was decided.
  */
-decidedAt?: bigint | null, 
+decidedAt?: number, 
 /**
  * Fingerprint of the agent that paused (the approval snapshot's).
  */
-fingerprint?: Fingerprint | null, };
+fingerprint?: Fingerprint, };

@@ -39,7 +39,7 @@ usage: Usage,
 /**
  * Opaque application state.
  */
-businessState?: JsonValue | null, 
+businessState?: JsonValue, 
 /**
  * Status.
  */
@@ -51,7 +51,7 @@ approvalIds?: Array<string>,
 /**
  * The agent that wrote this checkpoint.
  */
-fingerprint?: Fingerprint | null, 
+fingerprint?: Fingerprint, 
 /**
  * Approved calls that were marked started before they ran (at most once).
  */
@@ -68,7 +68,7 @@ quarantined?: boolean,
 /**
  * The last failed attempt, cleared by the next saved progress.
  */
-lastError?: ErrorInfo | null, 
+lastError?: ErrorInfo, 
 /**
  * Failed attempts in a row.
  */
@@ -76,7 +76,7 @@ attempts: number,
 /**
  * Why the run finished (for `finished` runs).
  */
-finishReason?: FinishReason | null, 
+finishReason?: FinishReason, 
 /**
  * Results recorded while an earlier call of the same turn had none yet (placed in call order later).
  */
@@ -88,12 +88,12 @@ queuedInput?: Array<Message>,
 /**
  * Extension state (progress-guard counters and the like), kept across crashes.
  */
-ext?: JsonValue | null, 
+ext?: JsonValue, 
 /**
  * Number of journal entries folded into this state (the next entry has `seq = self.seq + 1`).
  */
-seq: bigint, 
+seq: number, 
 /**
  * When the last entry was saved (ms since the epoch, by the writer's clock).
  */
-savedAt: bigint, };
+savedAt: number, };

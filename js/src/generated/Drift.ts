@@ -8,7 +8,7 @@ export type Drift = {
 /**
  * `{from, to}` when the model changed.
  */
-model?: ModelChange | null, 
+model?: ModelChange, 
 /**
  * Tools the current agent has and the checkpoint's agent had not.
  */

@@ -67,7 +67,7 @@ kind: ResultKind,
 /**
  * The hook that replaced the tool's output, if one did.
  */
-replacedBy?: string | null, } | { "type": "tool.resume", 
+replacedBy?: string, } | { "type": "tool.resume", 
 /**
  * The calls without a result.
  */
@@ -107,7 +107,7 @@ status: RunStatus,
 /**
  * Why it ended.
  */
-finishReason: FinishReason | null, 
+finishReason?: FinishReason, 
 /**
  * Steps taken by the run.
  */

@@ -19,7 +19,7 @@ v: number,
 /**
  * Gapless sequence number within one execution (send / resume / resolve), from 0.
  */
-seq: bigint, 
+seq: number, 
 /**
  * Run id.
  */
@@ -27,7 +27,7 @@ runId: string,
 /**
  * Time (ms since the epoch).
  */
-at: bigint, } & ({ "type": "run.start", 
+at: number, } & ({ "type": "run.start", 
 /**
  * Whether a stored run was resumed (or continued).
  */
@@ -83,7 +83,7 @@ kind: ResultKind,
 /**
  * The hook that replaced the tool's output, if one did.
  */
-replacedBy?: string | null, } | { "type": "tool.resume", 
+replacedBy?: string, } | { "type": "tool.resume", 
 /**
  * The calls without a result.
  */
@@ -123,7 +123,7 @@ status: RunStatus,
 /**
  * Why it ended.
  */
-finishReason: FinishReason | null, 
+finishReason?: FinishReason, 
 /**
  * Steps taken by the run.
  */

@@ -17,7 +17,7 @@ status: RunStatus,
 /**
  * First pending approval.
  */
-approvalId?: string | null, 
+approvalId?: string, 
 /**
  * All pending approvals.
  */
@@ -29,7 +29,7 @@ step: number,
 /**
  * Last failed attempt.
  */
-lastError?: ErrorInfo | null, 
+lastError?: ErrorInfo, 
 /**
  * Failed attempts in a row.
  */
@@ -41,4 +41,4 @@ quarantined: boolean,
 /**
  * Last save time.
  */
-savedAt: bigint, };
+savedAt: number, };

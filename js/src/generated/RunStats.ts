@@ -27,12 +27,12 @@ leaseRenewals: number,
 /**
  * Store read operations of this execution (lease, load and commits; backends that count).
  */
-storeReads: bigint, 
+storeReads: number, 
 /**
  * Store write operations of this execution.
  */
-storeWrites: bigint, 
+storeWrites: number, 
 /**
  * Bytes the store wrote for this execution.
  */
-storeBytes: bigint, };
+storeBytes: number, };

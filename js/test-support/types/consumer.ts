@@ -5,6 +5,8 @@ import {
   kvStore,
   memoryStore,
   mockModel,
+  outputCheck,
+  progressGuard,
   SessionAwaitingApprovalError,
   SteadfastError,
   type Delivery,
@@ -37,6 +39,10 @@ export async function example(): Promise<RunResult | null> {
   const agent = createAgent({
     model: mockModel([{ toolCalls: [{ name: "lookup", args: { id: "1" } }] }, "done"]),
     tools: [lookup],
+    hooks: [
+      progressGuard({ maxDenials: 2 }),
+      outputCheck("nonEmpty", (call, output) => (output === "" ? `${call.name} returned nothing` : null)),
+    ],
     instructions: "Be brief.",
     store: Math.random() > 0.5 ? memoryStore() : kvStore(env.RUNS, { prefix: "agents/" }),
     onAgentDrift: "error",
@@ -45,6 +51,11 @@ export async function example(): Promise<RunResult | null> {
   });
   try {
     const r: RunResult = await agent.send("where is order 1?", { sessionId: "s-1", onEvent: (e) => e.seq });
+    // Generated types: u64 fields are plain numbers, left-out fields are optional.
+    const counts: number = r.usage.inputTokens + r.stats.storeReads + (r.events?.[0]?.seq ?? 0);
+    const saved: number | undefined = (await agent.pending())[0]?.savedAt;
+    const decided: number | undefined = (await agent.approvals.list())[0]?.decidedAt;
+    void [counts, saved, decided];
     for await (const e of agent.stream("again", { sessionId: "s-1" })) void e.type;
     const [first] = await agent.approvals.list();
     if (first) await agent.approvals.resolve({ id: first.id, approved: true });
