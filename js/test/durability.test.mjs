@@ -118,3 +118,52 @@ test("fork and compareTrajectories", async () => {
   await agent.delete(fork.runId);
   assert.equal(await agent.load(fork.runId), null);
 });
+
+test("the seed's recover example: the loop finishes the interrupted run, onRecovered, stop; charges === 1", async () => {
+  const { counts, tools, model } = shop();
+  const agent = createAgent({ model, tools, store: memoryStore() });
+  await agent.send("Charge and ship order 7", { sessionId: "order-7" }).catch(() => undefined); // interrupted after the charge
+  const recovered = [];
+  const errors = [];
+  const recovery = agent.recover({
+    intervalMs: 1,
+    everyMs: 5,
+    onRecovered: (runId) => {
+      recovered.push(runId);
+      void recovery.stop();
+    },
+    onError: (e) => errors.push(e),
+  });
+  await recovery.done;
+  assert.deepEqual(recovered, ["order-7"]);
+  assert.deepEqual(errors, []);
+  assert.equal(counts.charges, 1, "the completed charge step did not run again");
+  assert.equal(counts.shipments, 1);
+  assert.deepEqual(await agent.pending(), []);
+});
+
+test("recover: a throwing callback does not stop the loop; an AbortSignal does", async () => {
+  const { tools, model } = shop();
+  const agent = createAgent({ model, tools, store: memoryStore() });
+  await agent.send("Charge and ship order 7", { sessionId: "order-8" }).catch(() => undefined);
+  const controller = new AbortController();
+  const errors = [];
+  let ticks = 0;
+  const recovery = agent.recover({
+    intervalMs: 1,
+    everyMs: 5,
+    signal: controller.signal,
+    onRecovered: () => {
+      throw new Error("callback exploded");
+    },
+    onError: (e) => {
+      errors.push(e);
+      ticks += 1;
+      if (ticks === 1) setTimeout(() => controller.abort(), 20);
+    },
+  });
+  await recovery.done;
+  assert.equal(errors.length, 1);
+  assert.match(errors[0].message, /callback exploded/);
+  assert.deepEqual(await agent.pending(), [], "the run was finished although the callback threw");
+});
