@@ -927,6 +927,8 @@ impl RunMachine {
                     }
                 }
                 Some(Gate::Run) | Some(Gate::NeedsApproval { .. }) => {}
+                // Asked for already (a reconcile round ran first): gate each call once.
+                None if self.need_gate.iter().any(|c| c.id == call.id) => {}
                 None => self.need_gate.push(call),
             }
         }
