@@ -508,6 +508,11 @@ impl RunMachine {
         self.running.iter()
     }
 
+    /// Whether the machine waits for the result of this started call.
+    pub fn is_running(&self, tool_call_id: &str) -> bool {
+        self.running.contains(tool_call_id)
+    }
+
     /// The current state (what the last or next commit holds).
     pub fn checkpoint(&self) -> &Checkpoint {
         &self.cp

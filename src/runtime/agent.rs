@@ -61,6 +61,29 @@ pub struct CrashPoint {
     pub finish_in_flight: bool,
 }
 
+/// Crash injection across several executions (tests): every effect of every execution given this budget counts
+/// down `left`; the execution that performs the last one "crashes" right after it, as with [`CrashPoint`].
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct CrashBudget {
+    /// Effects still allowed; `None` once the crash happened (later executions run normally).
+    pub left: std::cell::Cell<Option<usize>>,
+    /// Let tools already in flight finish (their side effects happen, their results are lost).
+    pub finish_in_flight: bool,
+}
+
+impl CrashBudget {
+    /// A budget of `effects` effects.
+    pub fn new(effects: usize, finish_in_flight: bool) -> Rc<CrashBudget> {
+        Rc::new(CrashBudget { left: std::cell::Cell::new(Some(effects)), finish_in_flight })
+    }
+
+    /// Whether the crash happened.
+    pub fn crashed(&self) -> bool {
+        self.left.get().is_none()
+    }
+}
+
 /// Stall injection for tests: after effect number `after_effects`, the execution awaits `wait()` before
 /// anything else (a frozen process: its tools in flight are not polled, its lease is not renewed).
 #[doc(hidden)]
@@ -83,6 +106,8 @@ pub struct SendOptions {
     pub events: Option<Rc<dyn EventSink>>,
     #[doc(hidden)]
     pub crash: Option<CrashPoint>,
+    #[doc(hidden)]
+    pub crash_budget: Option<Rc<CrashBudget>>,
     #[doc(hidden)]
     pub stall: Option<StallPoint>,
 }

@@ -4,7 +4,7 @@
 //! calls at once (they keep running while a commit is written), retries model calls (the only retry layer,
 //! M15), watches the abort signal, numbers events, and can "crash" after any effect for tests.
 
-use super::agent::{Agent, SendOptions};
+use super::agent::{Agent, CrashPoint, SendOptions};
 use super::hooks::{HookContext, ToolResultDraft, Verdict};
 use super::traits::{AbortSignal, LocalFuture, ModelRequest, ToolContext, ToolError};
 use crate::core::error::{Error, ErrorCode, Result};
@@ -288,7 +288,7 @@ impl<'a> Driver<'a> {
                             Some(reason) => settled.push_back((call.id.clone(), ToolOutcome::Denied { reason })),
                             None => queue.push_back((call, approval_id)),
                         }
-                        self.fill(&mut queue, &mut in_flight);
+                        self.fill(&m, &mut queue, &mut in_flight);
                         self.after_effect(&mut in_flight).await?;
                     }
                     Effect::Pause { approvals } => {
@@ -308,14 +308,14 @@ impl<'a> Driver<'a> {
                     Err(e) => ToolOutcome::Propagate(e),
                 };
                 m.notify_tool_settled(&id, outcome);
-                self.fill(&mut queue, &mut in_flight);
+                self.fill(&m, &mut queue, &mut in_flight);
                 continue;
             }
             if in_flight.is_empty() {
                 if queue.is_empty() {
                     return Err(Error::internal("the run stalled: no effect to perform and no tool in flight"));
                 }
-                self.fill(&mut queue, &mut in_flight);
+                self.fill(&m, &mut queue, &mut in_flight);
                 continue;
             }
             if let Some(done) = self.wait_renewing(in_flight.next()).await? {
@@ -396,7 +396,13 @@ impl<'a> Driver<'a> {
                 (stall.wait)().await;
             }
         }
-        if let Some(crash) = self.opts.crash {
+        let budget_hit = self.opts.crash_budget.as_ref().and_then(|b| {
+            let left = b.left.get()?.saturating_sub(1);
+            b.left.set((left > 0).then_some(left));
+            (left == 0)
+                .then_some(CrashPoint { after_effects: self.stats.effects, finish_in_flight: b.finish_in_flight })
+        });
+        if let Some(crash) = self.opts.crash.or(budget_hit) {
             if crash.after_effects == self.stats.effects {
                 if crash.finish_in_flight {
                     while in_flight.next().await.is_some() {}
@@ -494,10 +500,15 @@ impl<'a> Driver<'a> {
         }
     }
 
-    fn fill(&mut self, queue: &mut VecDeque<(ToolCall, Option<String>)>, in_flight: &mut InFlight) {
+    /// Starts queued calls up to the concurrency limit. A call the machine no longer waits for (the attempt
+    /// failed or was aborted meanwhile) is dropped, never started.
+    fn fill(&mut self, m: &RunMachine, queue: &mut VecDeque<(ToolCall, Option<String>)>, in_flight: &mut InFlight) {
         let limit = self.agent.inner.options.tool_concurrency.max(1);
         while in_flight.len() < limit {
             let Some((call, approval_id)) = queue.pop_front() else { break };
+            if !m.is_running(&call.id) {
+                continue;
+            }
             self.stats.tool_runs += 1;
             in_flight.push(self.start_tool(call, approval_id));
         }

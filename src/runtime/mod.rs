@@ -13,7 +13,8 @@ pub mod tools;
 pub mod traits;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentOptions, Approvals, CrashPoint, Input, Resolve, RunResult, SendOptions, StallPoint,
+    Agent, AgentBuilder, AgentOptions, Approvals, CrashBudget, CrashPoint, Input, Resolve, RunResult, SendOptions,
+    StallPoint,
 };
 pub use driver::RunStats;
 pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};
