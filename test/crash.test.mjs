@@ -1,0 +1,368 @@
+// A real process crash: the built Worker (build/index.js) runs under workerd in a child process group of its
+// own, over Workers KV persisted in a directory; `kill -9` of the whole group (node + workerd) while slow
+// webhook tools are in flight; a new process on the same directory; the cron trigger fired until the run
+// finishes. The webhook endpoints are an idempotent local server on 127.0.0.1 that counts every request per
+// Idempotency-Key.
+//
+// This file is also the Worker process itself: started with STEADFAST_CRASH_KV_DIR set, it serves the Worker
+// instead of defining tests (a separate fixture under test/ would be run as a test file by `node --test test/`).
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import http from "node:http";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { spawn } from "node:child_process";
+import { fileURLToPath } from "node:url";
+
+const SELF = fileURLToPath(import.meta.url);
+const ROOT = path.resolve(path.dirname(SELF), "..");
+const KV_DIR_ENV = "STEADFAST_CRASH_KV_DIR";
+
+if (process.env[KV_DIR_ENV]) {
+  await serveWorker(process.env[KV_DIR_ENV]);
+} else {
+  defineTests();
+}
+
+// ---------- the Worker process ----------
+
+// Serves the Worker on 127.0.0.1 (a free port) with KV persisted in `kvDir`, prints `READY <url>` and runs
+// until killed (Miniflare's workerd child keeps this process alive).
+async function serveWorker(kvDir) {
+  const { Miniflare } = await import("miniflare");
+  const mf = new Miniflare({
+    modules: true,
+    scriptPath: path.join(ROOT, "build/index.js"),
+    modulesRoot: path.join(ROOT, "build"),
+    modulesRules: [
+      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
+      { type: "CompiledWasm", include: ["**/*.wasm"] },
+    ],
+    compatibilityDate: "2026-04-01",
+    kvNamespaces: ["RUNS"],
+    kvPersist: kvDir,
+    bindings: { STEADFAST_TOKEN: process.env.STEADFAST_TOKEN, STEADFAST_CONFIG: process.env.STEADFAST_CONFIG },
+    host: "127.0.0.1",
+    port: 0,
+    unsafeTriggerHandlers: true,
+    cf: false,
+    // The Worker's console (sweep reports, errors) goes to this process's output, which the test keeps.
+    handleRuntimeStdio(stdout, stderr) {
+      stdout.pipe(process.stdout);
+      stderr.pipe(process.stderr);
+    },
+  });
+  const url = await mf.ready;
+  process.stdout.write(`READY ${url.href}\n`);
+}
+
+// ---------- the test side ----------
+
+function defineTests() {
+  const TOKEN = "crash-test-token-0123456789";
+  const RUN = "order-7";
+  const workers = new Set();
+  const kvDir = fs.mkdtempSync(path.join(os.tmpdir(), "steadfast-crash-"));
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+  // Live (not zombie) processes of a process group, from /proc: [{pid, comm}].
+  function groupMembers(pgid) {
+    const out = [];
+    for (const d of fs.readdirSync("/proc")) {
+      if (!/^\d+$/.test(d)) continue;
+      let stat;
+      try {
+        stat = fs.readFileSync(`/proc/${d}/stat`, "utf8");
+      } catch {
+        continue; // exited meanwhile
+      }
+      const close = stat.lastIndexOf(")");
+      const [state, , pgrp] = stat.slice(close + 2).split(" ");
+      if (Number(pgrp) === pgid && state !== "Z") out.push({ pid: Number(d), comm: stat.slice(stat.indexOf("(") + 1, close) });
+    }
+    return out;
+  }
+
+  // Starts a Worker process (its own process group) over `kvDir`; resolves when it serves.
+  function startWorker(config) {
+    const env = { ...process.env, [KV_DIR_ENV]: kvDir, STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify(config) };
+    delete env.NODE_TEST_CONTEXT; // the child is a plain node process, not a test file of this runner
+    const child = spawn(process.execPath, [SELF], { cwd: ROOT, env, detached: true, stdio: ["ignore", "pipe", "pipe"] });
+    const w = { child, pid: child.pid, log: "", exited: new Promise((r) => child.once("exit", (code, signal) => r({ code, signal }))) };
+    workers.add(w);
+    child.stdout.setEncoding("utf8");
+    child.stderr.setEncoding("utf8");
+    child.stderr.on("data", (s) => (w.log += s));
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the Worker process did not start in 30 s:\n${w.log}`)), 30_000);
+      child.stdout.on("data", (s) => {
+        w.log += s;
+        const m = /^READY (\S+)$/m.exec(w.log);
+        if (m && !w.url) {
+          clearTimeout(timer);
+          w.url = m[1].replace(/\/$/, "");
+          resolve(w);
+        }
+      });
+      w.exited.then(({ code, signal }) => {
+        clearTimeout(timer);
+        reject(new Error(`the Worker process exited (${code ?? signal}) before serving:\n${w.log}`));
+      });
+    });
+  }
+
+  // kill -9 of the whole process group; resolves once no live process of the group is left.
+  async function killGroup(w) {
+    try {
+      process.kill(-w.pid, "SIGKILL");
+    } catch (e) {
+      if (e.code !== "ESRCH") throw e;
+    }
+    await w.exited;
+    const deadline = Date.now() + 10_000;
+    while (groupMembers(w.pid).length > 0) {
+      if (Date.now() > deadline) throw new Error(`processes left in group ${w.pid}: ${JSON.stringify(groupMembers(w.pid))}`);
+      await sleep(20);
+    }
+    workers.delete(w);
+  }
+
+  // Leave nothing running, also when a test fails or the runner exits early.
+  const killAll = () => {
+    for (const w of workers) {
+      try {
+        process.kill(-w.pid, "SIGKILL");
+      } catch {
+        // already gone
+      }
+    }
+  };
+  process.on("exit", killAll);
+
+  async function call(w, method, p, body) {
+    const init = { method, headers: { authorization: `Bearer ${TOKEN}` } };
+    if (body !== undefined) init.body = JSON.stringify(body);
+    const res = await fetch(w.url + p, init);
+    const text = await res.text();
+    let json;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = text;
+    }
+    return { status: res.status, json, text };
+  }
+
+  // The newest stored state of the run (GET /runs/{id}/history: the whole checkpoint, held results and
+  // intents included).
+  async function latest(w) {
+    const h = await call(w, "GET", `/runs/${RUN}/history?limit=1`);
+    assert.equal(h.status, 200, h.text);
+    assert.equal(h.json.length, 1, h.text);
+    return h.json[0].checkpoint;
+  }
+
+  async function until(what, fn, ms, w, every = 50) {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const v = await fn();
+      if (v) return v;
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}\n--- worker output ---\n${w?.log.slice(-4000) ?? ""}`);
+      await sleep(every);
+    }
+  }
+
+  // ----- the webhook endpoints: idempotent by Idempotency-Key, every request counted -----
+  // The first request of a tool in `hold` is never answered (the process dies waiting for it); its effect is
+  // stored all the same, and a retry with the same key gets the stored answer, as a payments API would do.
+  const requests = []; // { tool, key, callId, runId }
+  const effects = new Map(); // key -> { tool, body }
+  const hold = new Set(["ship", "stock"]);
+  const arrived = new Map([...hold].map((t) => [t, deferred()]));
+  const held = [];
+  function deferred() {
+    let resolve;
+    const promise = new Promise((r) => (resolve = r));
+    return { promise, resolve };
+  }
+  const server = http.createServer((req, res) => {
+    let raw = "";
+    req.on("data", (c) => (raw += c));
+    req.on("end", () => {
+      const tool = req.url.replace(/^\/tools\//, "");
+      const key = req.headers["idempotency-key"];
+      requests.push({ tool, key, callId: req.headers["x-steadfast-tool-call-id"], runId: req.headers["x-steadfast-run-id"] });
+      if (!key) {
+        res.writeHead(400, { "content-type": "application/json" });
+        return res.end(JSON.stringify({ error: "Idempotency-Key is required" }));
+      }
+      if (!effects.has(key)) effects.set(key, { tool, body: { tool, key, effect: effects.size + 1, args: JSON.parse(raw || "null") } });
+      if (hold.delete(tool)) {
+        held.push(res);
+        return arrived.get(tool).resolve();
+      }
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(JSON.stringify(effects.get(key).body));
+    });
+  });
+  const listening = new Promise((r) => server.listen(0, "127.0.0.1", r));
+
+  after(async () => {
+    for (const w of [...workers]) await killGroup(w);
+    server.closeAllConnections();
+    await new Promise((r) => server.close(r));
+    fs.rmSync(kvDir, { recursive: true, force: true });
+  });
+
+  test("kill -9 of workerd while slow webhooks run: a new process finishes the run, each effect once per key", { timeout: 120_000 }, async () => {
+    await listening;
+    const base = `http://127.0.0.1:${server.address().port}/tools`;
+    const webhook = (name, sideEffecting) => ({
+      name,
+      description: `${name} (test endpoint)`,
+      inputSchema: { type: "object" },
+      url: `${base}/${name}`,
+      sideEffecting,
+      timeoutMs: 30_000,
+    });
+    const LEASE = { ttlMs: 5000, renewEveryMs: 500, graceMs: 1000 };
+    const config = {
+      model: {
+        provider: "mock",
+        script: [
+          // a side-effecting and a plain call in one turn, both fast: recorded before the crash
+          { toolCalls: [{ name: "charge", args: { order: 7, cents: 4200 } }, { name: "lookup", args: { q: "address of order 7" } }] },
+          // the crash turn: a slow side effect (intent recorded, no outcome), a fast plain call (recorded,
+          // held behind the first call), a slow plain call (no result)
+          { toolCalls: [{ name: "ship", args: { order: 7 } }, { name: "quote", args: { order: 7 } }, { name: "stock", args: { sku: "A-7" } }] },
+          { text: "Order 7 is charged and shipped." },
+        ],
+      },
+      demoTools: false,
+      limits: { maxSteps: 5 },
+      lease: LEASE,
+      recovery: { intervalMs: 100 },
+      tools: [webhook("charge", true), webhook("lookup", false), webhook("ship", true), webhook("quote", false), webhook("stock", false)],
+      allowedHosts: ["127.0.0.1"],
+    };
+
+    // ----- process A: start the run, crash it mid-turn -----
+    const a = await startWorker(config);
+    const send = call(a, "POST", `/runs/${RUN}`, { input: "Charge, ship and quote order 7" }).then(
+      (r) => ({ answered: r }),
+      (e) => ({ failed: e }),
+    );
+    const waitFor = (tool) => Promise.race([arrived.get(tool).promise, send.then((r) => {
+      throw new Error(`the run ended before ${tool} arrived: ${JSON.stringify(r.answered ?? String(r.failed))}\n${a.log}`);
+    })]);
+    await waitFor("ship");
+    await waitFor("stock");
+    // Everything but the two held calls settles; wait until quote's result is durable (held behind ship).
+    const atCrash = await until("quote's result to be recorded", async () => {
+      const cp = await latest(a);
+      return cp.heldResults?.some((r) => r.name === "quote") ? cp : null;
+    }, 15_000, a);
+
+    const members = groupMembers(a.pid);
+    assert.ok(members.some((m) => m.comm.startsWith("workerd")), `workerd runs in the group: ${JSON.stringify(members)}`);
+    const killedAt = Date.now();
+    await killGroup(a);
+    const outcome = await send;
+    assert.ok(outcome.failed, `the request in flight died with the process, got ${JSON.stringify(outcome.answered)}`);
+
+    // What was recorded at the crash: turn 1 answered; in turn 2, ship's intent without an outcome, quote's
+    // result held behind it, stock nothing.
+    const turns = atCrash.messages.filter((m) => m.role === "assistant" && m.toolCalls);
+    assert.equal(turns.length, 2, JSON.stringify(atCrash.messages));
+    const [t1, t2] = turns.map((t) => Object.fromEntries(t.toolCalls.map((c) => [c.name, c.id])));
+    const recordedAtCrash = new Map(
+      [...atCrash.messages.filter((m) => m.role === "tool"), ...atCrash.heldResults].map((r) => [r.toolCallId, r]),
+    );
+    assert.deepEqual([...recordedAtCrash.keys()].sort(), [t1.charge, t1.lookup, t2.quote].sort());
+    assert.deepEqual(atCrash.intents, [t2.ship], "ship's intent is recorded, its outcome is not");
+    const inFlight = [t2.ship, t2.stock];
+
+    // ----- process B: same persisted KV; nothing recorded was lost -----
+    const b = await startWorker(config);
+    assert.deepEqual(await latest(b), atCrash, "the state recorded before kill -9 is what the new process reads");
+    const listed = await call(b, "GET", "/runs?status=in-progress");
+    assert.deepEqual(listed.json.runs.map((r) => r.runId), [RUN], listed.text);
+
+    // The dead owner renewed its lease at most renewEveryMs before the kill: until ttl + grace after that,
+    // a sweep must turn the run away and touch nothing (no tool runs, no write).
+    const cron = async () => {
+      const t = await fetch(`${b.url}/cdn-cgi/handler/scheduled?cron=*+*+*+*+*`);
+      assert.equal(t.status, 200, await t.text());
+    };
+    const liveUntil = killedAt + LEASE.ttlMs + LEASE.graceMs - LEASE.renewEveryMs - 500;
+    const requestsAtCrash = requests.length;
+    await cron();
+    const early = Date.now() < liveUntil;
+    if (early) {
+      assert.equal(requests.length, requestsAtCrash, "no tool ran while the dead owner's lease was live");
+      assert.deepEqual(await latest(b), atCrash, "a sweep turned away by a live lease writes nothing");
+    }
+
+    // Fire the cron handler until the run finishes (the dead owner's lease expires first: ttl + grace).
+    let ticks = 1;
+    const run = await until("the run to finish", async () => {
+      await cron();
+      ticks++;
+      const r = await call(b, "GET", `/runs/${RUN}`);
+      assert.equal(r.status, 200, r.text);
+      return r.json.status === "finished" ? r.json : null;
+    }, 30_000, b, 250);
+    const recoveredIn = Date.now() - killedAt;
+
+    // ----- the finished run -----
+    assert.equal(run.finishReason, "stop", JSON.stringify(run));
+    assert.equal(run.step, 3, "each model turn generated once");
+    const msgs = run.messages;
+    assert.equal(msgs.at(-1).content, "Order 7 is charged and shipped.");
+    const calls = [];
+    // A valid transcript: each tool turn is followed by exactly one result per call, in call order.
+    for (let i = 0; i < msgs.length; i++) {
+      if (msgs[i].role === "tool") assert.fail(`result without a call at ${i}: ${JSON.stringify(msgs[i])}`);
+      if (msgs[i].role !== "assistant" || !msgs[i].toolCalls) continue;
+      for (const c of msgs[i].toolCalls) {
+        const r = msgs[++i];
+        assert.equal(r?.role, "tool", `a result follows ${c.name}`);
+        assert.equal(r.toolCallId, c.id, `results in call order (${c.name})`);
+        calls.push({ call: c, result: r });
+      }
+    }
+    assert.deepEqual(calls.map((c) => c.call.name), ["charge", "lookup", "ship", "quote", "stock"]);
+    const final = await latest(b);
+    assert.deepEqual([final.heldResults ?? [], final.intents ?? []], [[], []], "nothing left held or intended");
+
+    for (const { call: c, result: r } of calls) {
+      const sent = requests.filter((q) => q.key === c.id);
+      assert.ok(sent.every((q) => q.callId === c.id && q.runId === RUN), `${c.name}: headers ${JSON.stringify(sent)}`);
+      // Its real result: the endpoint's answer for this key (no validation, interrupted or fabricated result).
+      assert.equal(r.kind, "execution", `${c.name}: ${JSON.stringify(r)}`);
+      assert.equal(r.isError, false, `${c.name}: ${JSON.stringify(r)}`);
+      assert.deepEqual(JSON.parse(r.content), effects.get(c.id)?.body, `${c.name}: the endpoint's answer`);
+      if (recordedAtCrash.has(c.id)) {
+        assert.equal(sent.length, 1, `${c.name}'s result was recorded before the crash: it never ran again`);
+        const { role: _, ...kept } = recordedAtCrash.get(c.id); // a held result has no role yet
+        assert.deepEqual(r, { role: "tool", ...kept }, `${c.name}: the recorded result is kept`);
+      } else {
+        // In flight at the crash: its first request was never answered, so its result came from running it
+        // again, once, with the same key (at most twice in all).
+        assert.ok(inFlight.includes(c.id));
+        assert.equal(sent.length, 2, `${c.name} was in flight: ran once before the crash and once after`);
+      }
+    }
+    // One effect per Idempotency-Key, one key per call, no request for anything else.
+    assert.deepEqual([...effects.keys()].sort(), calls.map((c) => c.call.id).sort());
+    assert.ok(requests.every((q) => effects.get(q.key)?.tool === q.tool), JSON.stringify(requests));
+
+    await killGroup(b);
+    assert.deepEqual(groupMembers(b.pid), [], "no process left");
+    console.log(
+      `crash test: recovered ${recoveredIn} ms after kill -9 (${ticks} cron ticks; first tick inside the dead ` +
+        `owner's lease: ${early}), ${requests.length} webhook requests, ${effects.size} effects`,
+    );
+  });
+}
