@@ -9,6 +9,7 @@ pub mod hooks;
 pub mod mock;
 pub mod platform;
 pub mod recovery;
+pub mod simtime;
 pub mod tools;
 pub mod traits;
 
@@ -22,6 +23,7 @@ pub use hooks::{Hook, HookContext, ToolResultDraft, Verdict};
 pub use mock::{MockCall, MockModel, MockTurn};
 pub use platform::{ManualClock, ManualSleep, SplitMix64};
 pub use recovery::{Delivery, ForkOptions, ForkResult, NoListener, SweepListener, SweepReport};
+pub use simtime::{SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
 pub use tools::FnTool;
 pub use traits::{
     AbortSignal, Clock, EventSink, Model, ModelRequest, Rng, Sleep, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
