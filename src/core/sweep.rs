@@ -250,10 +250,10 @@ pub fn note_attempt(
     match attempt {
         Attempt::Succeeded => {
             state.provider_failures = 0;
+            state.probe = None;
             let ended = state.outage.take().map(|_| false);
             if ended.is_some() {
                 state.last_outage_end = Some(now);
-                state.probe = None;
             }
             ended
         }

@@ -328,7 +328,7 @@ impl Agent {
                     // This run and the next ones the tick will likely act on, in one check.
                     let room = opts.max_runs.saturating_sub(report.resumed).clamp(1, MAX_BULK_GET);
                     let batch: Vec<usize> = std::iter::once(i)
-                        .chain((i + 1..runs.len()).filter(|&j| j != i && plan(opts, state, now, &cands[j]).acts()))
+                        .chain((i + 1..runs.len()).filter(|&j| plan(opts, state, now, &cands[j]).acts()))
                         .take(room)
                         .collect();
                     let listed: Vec<PendingRun> = batch.iter().map(|&j| runs[j].clone()).collect();
@@ -365,9 +365,11 @@ impl Agent {
                         }
                     }
                     Plan::Heal => {
-                        tick.done.insert(run.run_id.clone());
-                        report.resumed += 1;
-                        self.heal(run, opts, state, report, listener).await;
+                        if self.heal(run, opts, state, report, listener).await {
+                            // The new fork ran: it is not resumed again this tick if a later page lists it.
+                            tick.done.insert(format!("{}{HEAL_SUFFIX}", run.run_id));
+                            report.resumed += 1;
+                        }
                     }
                     _ => {}
                 }
@@ -567,6 +569,8 @@ impl Agent {
         self.run_leased(lease, machine, &opts, before).await.map(|_| true)
     }
 
+    /// Gives a run at the cap its diagnosis fork (or finishes what an earlier tick started); `true` when it
+    /// created and resumed the fork.
     async fn heal(
         &self,
         run: &PendingRun,
@@ -574,19 +578,20 @@ impl Agent {
         state: &mut SweepState,
         report: &mut SweepReport,
         listener: &dyn SweepListener,
-    ) {
+    ) -> bool {
         let heal_id = format!("{}{HEAL_SUFFIX}", run.run_id);
         if validate_run_id(&heal_id).is_err() {
-            return self.quarantine(run, opts, report, listener).await;
+            self.quarantine(run, opts, report, listener).await;
+            return false;
         }
         match self.store().load(&heal_id).await {
             Ok(None) => {
                 let step = match self.store().load(&run.run_id).await {
                     Ok(Some(cp)) => cp.step_index,
-                    Ok(None) => return,
+                    Ok(None) => return false,
                     Err(e) => {
                         let _ = listener.on_error(&e, Some(&run.run_id));
-                        return;
+                        return false;
                     }
                 };
                 let note = diagnosis_note(run.attempts, run.last_error.as_ref());
@@ -603,11 +608,15 @@ impl Agent {
                     cp.heal_of = Some(original);
                 };
                 match self.fork_adjusted(&run.run_id, fork, mark).await {
-                    Ok(_) => self.sweep_resume(&heal_id, Some(&run.run_id), false, opts, state, report, listener).await,
+                    Ok(_) => {
+                        self.sweep_resume(&heal_id, Some(&run.run_id), false, opts, state, report, listener).await;
+                        true
+                    }
                     Err(e) => {
                         // No history to fork from: the run is quarantined as it would be without the option.
                         let _ = listener.on_error(&e, Some(&run.run_id));
                         self.quarantine(run, opts, report, listener).await;
+                        false
                     }
                 }
             }
@@ -621,12 +630,17 @@ impl Agent {
                 }
                 // Otherwise the fork is in progress: it is swept on its own (and quarantined with the original
                 // at its cap).
+                false
             }
             // The name is taken by a run that is not this run's diagnosis fork (a user's run from before the
             // suffix was reserved): it is never touched; the run is quarantined as without the option.
-            Ok(Some(_)) => self.quarantine(run, opts, report, listener).await,
+            Ok(Some(_)) => {
+                self.quarantine(run, opts, report, listener).await;
+                false
+            }
             Err(e) => {
                 let _ = listener.on_error(&e, Some(&heal_id));
+                false
             }
         }
     }
