@@ -289,7 +289,7 @@ pub struct AgentConfig {
     #[serde(default, deserialize_with = "strict_lease")]
     pub lease: LeaseOptions,
     /// Recovery sweep settings (`intervalMs`, `maxBackoffMs`, `maxAttempts`, `maxRuns`, `opBudget`,
-    /// `outageThreshold`, `retryWithDiagnosis`).
+    /// `outageThreshold`, `retryWithDiagnosis`, `pageSize`, `maxPages`).
     #[serde(default, deserialize_with = "strict_recovery")]
     pub recovery: SweepOptions,
     /// Webhook tools.

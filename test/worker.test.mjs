@@ -317,7 +317,7 @@ test("the store conformance suite passes on the real local KV binding (WorkersKv
   const res = await mf.dispatchFetch(BASE + "/__conformance", { method: "POST" });
   const text = await res.text();
   assert.equal(res.status, 200, text);
-  assert.match(text, /store conformance on WorkersKv: ok \(10 suites\)/);
+  assert.match(text, /store conformance on WorkersKv: ok \(11 suites\)/);
   const off = await worker().dispatchFetch(BASE + "/__conformance", { method: "POST", headers: { authorization: `Bearer ${TOKEN}` } });
   assert.equal(off.status, 404, "not served without the test var");
 });

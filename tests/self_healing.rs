@@ -8,7 +8,7 @@ use serde_json::json;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use steadfast::core::checkpoint::RunStatus;
+use steadfast::core::checkpoint::{EntryBody, JournalEntry, RunStatus};
 use steadfast::core::events::Event;
 use steadfast::core::fork::{ForkPatch, ToolResultPatch};
 use steadfast::core::machine::ModelResponse;
@@ -20,7 +20,10 @@ use steadfast::runtime::{
     MockTurn, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult, SendOptions, SweepListener, Tool,
     ToolError, ToolOutput, ToolResultDraft, VecSink, Verdict,
 };
-use steadfast::store::PendingRun;
+use steadfast::runtime::{ManualClock, ManualSleep};
+use steadfast::store::kv::{KvBackend, PutOptions};
+use steadfast::store::sim::{SimKv, SimOptions};
+use steadfast::store::{JournalOptions, JournalStore, LeaseOptions, PendingRun};
 use steadfast::{Error, ErrorCode, Result};
 
 #[derive(Default)]
@@ -430,6 +433,7 @@ fn diagnosis_fork_success_deletes_the_original_and_reports_its_id() {
     assert!(block_on(agent.load("job")).unwrap().is_none(), "the original is deleted");
     let healed = block_on(agent.load("job.heal")).unwrap().unwrap();
     assert_eq!(healed.status, RunStatus::Finished);
+    assert_eq!(healed.heal_of.as_deref(), Some("job"), "the fork is marked in its own checkpoint");
     let note = healed.messages.iter().find_map(|m| match m {
         Message::User { content } if content.contains("[steadfast recovery]") => Some(content.clone()),
         _ => None,
@@ -455,6 +459,218 @@ fn diagnosis_fork_failure_quarantines_both() {
     q.sort();
     assert_eq!(q, vec!["job", "job.heal"], "both quarantined, once each");
     assert!(l.recovered.borrow().is_empty());
+    let pending = block_on(agent.pending()).unwrap();
+    let fork = pending.iter().find(|p| p.run_id == "job.heal").expect("the fork is listed");
+    assert_eq!(fork.heal_of.as_deref(), Some("job"), "the listing (index metadata) carries the marker");
+    assert!(pending.iter().find(|p| p.run_id == "job").is_some_and(|p| p.quarantined && p.heal_of.is_none()));
+}
+
+/// Copies run `from` to the id `to` through the store, as an earlier version (which let users name a run
+/// `x.heal`) would have created it: same state, no diagnosis marker.
+fn legacy_copy(env: &Env, from: &str, to: &str) {
+    let mut cp = block_on(env.store.load(from)).unwrap().expect("source run");
+    cp.run_id = to.into();
+    cp.seq = 1;
+    assert!(cp.heal_of.is_none());
+    let lease = block_on(env.store.acquire_lease(to, "own_legacy", env.clock.now_ms(), &LeaseOptions::default()))
+        .expect("lease");
+    let entry = JournalEntry { seq: 1, at: cp.saved_at, body: EntryBody::Snapshot { state: Box::new(cp.clone()) } };
+    block_on(env.store.commit(&lease, &entry, &cp)).expect("commit");
+    block_on(env.store.release_lease(&lease)).expect("release");
+}
+
+/// A model that fails with `status` on a run whose input is "fail", asks for `boom` first when the input
+/// mentions it, and otherwise answers "done"; `boom` dies while `down`.
+fn boom_agent(env: &Env, down: Rc<Cell<bool>>, status: Rc<Cell<u16>>) -> Agent {
+    let boom: Rc<dyn Tool> = Rc::new(FnTool::new("boom", "dies", json!({"type": "object"}), move |_a, _c| {
+        let down = down.get();
+        async move {
+            if down {
+                Err(ToolError::propagate("worker died"))
+            } else {
+                Ok(ToolOutput::text("ok"))
+            }
+        }
+    }));
+    let turn = move |req: &steadfast::runtime::ModelRequest<'_>| {
+        let status = status.clone();
+        let asked = req.messages.iter().any(|m| matches!(m, Message::User { content } if content.contains("boom")));
+        let answered = req.messages.iter().any(|m| matches!(m, Message::Tool(_)));
+        if req.messages.iter().any(|m| matches!(m, Message::User { content } if content == "fail")) {
+            MockTurn::error(status.get())
+        } else if asked && !answered {
+            MockTurn::tools([("boom", json!({}))])
+        } else {
+            MockTurn::text("done")
+        }
+    };
+    let turn = Rc::new(turn);
+    let turns = (0..6)
+        .map(|_| {
+            let t = turn.clone();
+            MockTurn::func(move |req| t(req))
+        })
+        .collect();
+    env.agent_with(MockModel::by_turn(turns), vec![boom], one_try(), "")
+}
+
+#[test]
+fn a_user_run_named_x_heal_that_fails_ten_times_does_not_touch_run_x() {
+    let env = Env::journal_sim();
+    let down = Rc::new(Cell::new(true));
+    let status = Rc::new(Cell::new(503));
+    let agent = boom_agent(&env, down.clone(), status.clone());
+    // Run `x` failed 10 times in a row, the last time with an error that is not retryable (a 400): the sweep
+    // leaves it alone (and never quarantines it).
+    block_on(agent.send("x", "fail", opts())).unwrap_err();
+    for _ in 0..8 {
+        block_on(agent.resume("x", opts())).unwrap_err();
+    }
+    status.set(400);
+    block_on(agent.resume("x", opts())).unwrap_err();
+    let x_before = block_on(agent.load("x")).unwrap().unwrap();
+    assert_eq!((x_before.attempts, x_before.last_error.as_ref().map(|e| e.retryable)), (10, Some(false)));
+    // A user run named `x.heal` (created before the suffix was reserved) fails 10 times through the sweep.
+    block_on(agent.send("x-src", "call boom", opts())).unwrap_err();
+    legacy_copy(&env, "x-src", "x.heal");
+    block_on(agent.delete("x-src")).unwrap();
+    let so = SweepOptions { interval_ms: 1_000, max_backoff_ms: 4_000, ..SweepOptions::default() };
+    let l = Recorder::default();
+    for _ in 0..40 {
+        env.clock.advance(5_000);
+        block_on(agent.sweep(&so, &l)).unwrap();
+    }
+    let heal = block_on(agent.load("x.heal")).unwrap().unwrap();
+    assert!(heal.quarantined && heal.attempts >= 10, "the user's x.heal is quarantined on its own: {heal:?}");
+    assert_eq!(*l.quarantined.borrow(), vec!["x.heal"], "onQuarantined for x.heal only");
+    let x_after = block_on(agent.load("x")).unwrap().expect("x is not deleted");
+    assert_eq!(x_after, x_before, "x is untouched: not quarantined, not resumed");
+    assert!(l.recovered.borrow().is_empty());
+}
+
+#[test]
+fn a_user_run_named_x_heal_that_the_sweep_finishes_does_not_delete_run_x() {
+    let env = Env::journal_sim();
+    let down = Rc::new(Cell::new(true));
+    let agent = boom_agent(&env, down.clone(), Rc::new(Cell::new(503)));
+    down.set(false);
+    let x = block_on(agent.send("x", "hello", opts())).unwrap();
+    assert_eq!(x.status, RunStatus::Finished);
+    down.set(true);
+    block_on(agent.send("x-src", "call boom", opts())).unwrap_err();
+    legacy_copy(&env, "x-src", "x.heal");
+    block_on(agent.delete("x-src")).unwrap();
+    down.set(false);
+    let l = Recorder::default();
+    for _ in 0..3 {
+        env.clock.advance(61_000);
+        block_on(agent.sweep(&SweepOptions { retry_with_diagnosis: true, ..SweepOptions::default() }, &l)).unwrap();
+    }
+    assert_eq!(*l.recovered.borrow(), vec!["x.heal"], "reported under its own id");
+    assert_eq!(block_on(agent.load("x.heal")).unwrap().unwrap().status, RunStatus::Finished);
+    let kept = block_on(agent.load("x")).unwrap().expect("x is not deleted");
+    assert_eq!(kept.last_text(), "done");
+}
+
+#[test]
+fn a_run_whose_heal_name_is_taken_by_a_user_run_is_quarantined_without_touching_that_run() {
+    let env = Env::journal_sim();
+    let down = Rc::new(Cell::new(true));
+    let agent = boom_agent(&env, down.clone(), Rc::new(Cell::new(503)));
+    // The user's finished `job.heal`, from before the suffix was reserved.
+    down.set(false);
+    block_on(agent.send("src", "hello", opts())).unwrap();
+    legacy_copy(&env, "src", "job.heal");
+    down.set(true);
+    let user_run = block_on(agent.load("job.heal")).unwrap().unwrap();
+    block_on(agent.send("job", "call boom", opts())).unwrap_err();
+    let so = SweepOptions { max_attempts: 2, retry_with_diagnosis: true, ..SweepOptions::default() };
+    let l = Recorder::default();
+    for _ in 0..6 {
+        env.clock.advance(61_000);
+        block_on(agent.sweep(&so, &l)).unwrap();
+    }
+    assert!(l.recovered.borrow().is_empty(), "a finished user run is not the job's recovery");
+    assert_eq!(*l.quarantined.borrow(), vec!["job"], "quarantined as without the option");
+    assert!(block_on(agent.load("job")).unwrap().unwrap().quarantined, "job is not deleted");
+    assert_eq!(block_on(agent.load("job.heal")).unwrap().unwrap(), user_run, "the user's run is untouched");
+}
+
+#[test]
+fn new_runs_may_not_end_with_heal_while_diagnosis_forks_stay_addressable() {
+    let env = Env::journal_sim();
+    let c = Counters::default();
+    // A model that calls `boom` (which dies) until it reads the diagnosis note; then asks for the gated `pay`.
+    let turn = |req: &steadfast::runtime::ModelRequest<'_>| {
+        let noted = req
+            .messages
+            .iter()
+            .any(|m| matches!(m, Message::User { content } if content.contains("[steadfast recovery]")));
+        let paid = req.messages.iter().any(|m| matches!(m, Message::Tool(r) if r.name == "pay"));
+        match (noted, paid) {
+            (false, _) => MockTurn::tools([("boom", json!({}))]),
+            (true, false) => MockTurn::tools([("pay", json!({}))]),
+            (true, true) => MockTurn::text("healed"),
+        }
+    };
+    let agent = env.agent_with(
+        MockModel::new((0..40).map(|_| MockTurn::func(turn)).collect()),
+        vec![dying(), gated_tool("pay", &c)],
+        one_try(),
+        "",
+    );
+    // Creating a run named `*.heal` is refused, and nothing is written.
+    let err = block_on(agent.send("x.heal", "go", opts())).unwrap_err();
+    assert_eq!(err.code, ErrorCode::SessionIdInvalid);
+    assert!(block_on(agent.load("x.heal")).unwrap().is_none());
+    assert!(block_on(agent.pending()).unwrap().is_empty());
+    // run-once maps a delivery id that would end with `.heal` to a hashed run id.
+    match block_on(agent.run_once("evt.heal", "go", opts())) {
+        Err(e) => assert_eq!(e.code, ErrorCode::ToolPropagated, "it ran (and boom died): {e:?}"),
+        Ok(d) => panic!("{d:?}"),
+    }
+    let ids: Vec<String> = block_on(agent.pending()).unwrap().into_iter().map(|p| p.run_id).collect();
+    assert_eq!(ids.len(), 1);
+    assert!(ids[0].starts_with("dlv-") && !ids[0].ends_with(".heal"), "{ids:?}");
+    block_on(agent.delete(&ids[0])).unwrap();
+    // A real diagnosis fork, end to end: created by the sweep, paused on an approval, resolved, finished.
+    block_on(agent.send("job", "go", opts())).unwrap_err();
+    let err = block_on(
+        agent.fork("job", ForkOptions { from_step: 1, new_id: Some("job.heal".into()), ..Default::default() }),
+    )
+    .unwrap_err();
+    assert_eq!(err.code, ErrorCode::SessionIdInvalid, "fork's newId may not take the suffix");
+    let so = SweepOptions { max_attempts: 2, retry_with_diagnosis: true, ..SweepOptions::default() };
+    let l = Recorder::default();
+    for _ in 0..4 {
+        env.clock.advance(61_000);
+        block_on(agent.sweep(&so, &l)).unwrap();
+    }
+    let fork = block_on(agent.load("job.heal")).unwrap().expect("the sweep created the fork");
+    assert_eq!(fork.heal_of.as_deref(), Some("job"));
+    assert_eq!(fork.status, RunStatus::AwaitingApproval);
+    assert!(!block_on(agent.history("job.heal", 10)).unwrap().is_empty(), "history is addressable");
+    let listed = block_on(agent.pending()).unwrap();
+    assert!(listed.iter().any(|p| p.run_id == "job.heal" && p.heal_of.as_deref() == Some("job")));
+    let approvals = block_on(agent.approvals().list()).unwrap();
+    assert_eq!(approvals.len(), 1);
+    assert_eq!(approvals[0].run_id, "job.heal");
+    let done = block_on(agent.approvals().resolve(Resolve { id: approvals[0].id.clone(), approved: true, note: None }))
+        .unwrap();
+    assert_eq!((done.status, done.text.as_str()), (RunStatus::Finished, "healed"));
+    assert_eq!(c.get("pay"), 1);
+    // The next tick finds the finished fork of `job`: the original is deleted and reported recovered.
+    env.clock.advance(61_000);
+    block_on(agent.sweep(&so, &l)).unwrap();
+    assert_eq!(*l.recovered.borrow(), vec!["job"]);
+    assert!(block_on(agent.load("job")).unwrap().is_none());
+    // The finished fork continues as a conversation, and can be deleted.
+    let more = block_on(agent.send("job.heal", "thanks", opts())).unwrap();
+    assert_eq!(more.status, RunStatus::Finished);
+    assert_eq!(block_on(agent.load("job.heal")).unwrap().unwrap().heal_of.as_deref(), Some("job"));
+    block_on(agent.delete("job.heal")).unwrap();
+    assert!(block_on(agent.load("job.heal")).unwrap().is_none());
+    assert!(l.quarantined.borrow().is_empty());
 }
 
 fn trip_model() -> MockModel {
@@ -930,4 +1146,453 @@ fn a_tick_over_1000_pending_runs_stays_within_its_operation_budget() {
     all.dedup();
     assert_eq!(all.len(), tick.resumed + next.resumed, "no run resumed twice");
     assert!(l.recovered.borrow().iter().any(|r| r > &tick.recovered.last().unwrap().clone()));
+}
+
+/// The journal store over a one-location SimKv, with the KV handle (to count operations and write backlogs).
+fn journal_env() -> (Env, SimKv) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = SimKv::new(Rc::new(clock.clone()), SimOptions::default());
+    let store = JournalStore::new(
+        kv.clone(),
+        Rc::new(clock.clone()),
+        Rc::new(ManualSleep::new(clock.clone())),
+        JournalOptions::default(),
+    );
+    (Env::with_store(Rc::new(store), clock), kv)
+}
+
+/// Writes copies of run `template` (ids `<prefix><i:06>`, `i` in `0..n`) straight into the KV, as if `n`
+/// runs had been left in the same state: the first `whole` copies get every key of the run (lease, journal
+/// entries, end markers) and all `n` get its pending-index entry with the same metadata. Creating 100,000
+/// runs through the agent would take minutes in debug. Origin writes show up in location 0's listing after
+/// the list lag: the caller moves the clock past it.
+fn clone_run(kv: &SimKv, template: &str, prefix: &str, n: usize, whole: usize) {
+    let origin = kv.origin();
+    let run_prefix = format!("run/{template}/");
+    let idx = format!("idx/pending/{template}");
+    let run_keys: Vec<(String, String)> = kv
+        .keys()
+        .into_iter()
+        .filter(|k| k.starts_with(&run_prefix))
+        .map(|k| {
+            let v = kv.raw(&k).unwrap();
+            (k, v)
+        })
+        .collect();
+    let idx_value = kv.raw(&idx).expect("the template is pending");
+    let idx_meta = block_on(origin.list(&idx, None, 1)).unwrap().keys[0].metadata.clone();
+    let from = format!("\"runId\":\"{template}\"");
+    for i in 0..n {
+        let id = format!("{prefix}{i:06}");
+        if i < whole {
+            let to = format!("\"runId\":\"{id}\"");
+            for (k, v) in &run_keys {
+                let key = format!("run/{id}/{}", &k[run_prefix.len()..]);
+                block_on(origin.put(&key, &v.replace(&from, &to), PutOptions::default())).unwrap();
+            }
+        }
+        let meta = PutOptions { metadata: idx_meta.clone(), ..PutOptions::default() };
+        block_on(origin.put(&format!("idx/pending/{id}"), &idx_value, meta)).unwrap();
+    }
+}
+
+#[test]
+fn a_sweep_tick_stays_under_1000_kv_operations_at_any_backlog() {
+    // Every pending run is due and the provider is back: each tick resumes as many runs as it may.
+    for n in [1_000usize, 10_000, 100_000] {
+        let (env, kv) = journal_env();
+        let down = Rc::new(Cell::new(true));
+        let agent = env.agent_with(flaky_model(503, down.clone(), Rc::new(Cell::new(0))), vec![], one_try(), "");
+        block_on(agent.send("a-template", "go", opts())).unwrap_err();
+        // Whole runs where ticks can reach them (the first 3,000 listed); index entries alone beyond.
+        clone_run(&kv, "a-template", "run-", n - 1, 3_000);
+        down.set(false);
+        env.clock.advance(61_000);
+        let so = SweepOptions::default();
+        let l = Recorder::default();
+        let mut worst = 0;
+        let mut last: Option<String> = None;
+        for tick in 0..2 {
+            let before = kv.counts().operations();
+            let r = block_on(agent.sweep(&so, &l)).unwrap();
+            let ops = kv.counts().operations() - before;
+            worst = worst.max(ops);
+            assert_eq!((r.resumed, r.recovered.len(), r.stale), (so.max_runs, so.max_runs, 0), "tick {tick}: {r:?}");
+            assert!(r.operations < 1_000, "{r:?}");
+            // The next tick starts after the last run this one examined.
+            if let Some(prev) = &last {
+                assert!(r.recovered.iter().all(|id| id > prev), "tick {tick} went back: {r:?}");
+            }
+            last = r.recovered.last().cloned();
+            env.clock.advance(60_000);
+        }
+        println!("sweep ops at {n} pending: {worst}");
+        assert!(worst < 1_000, "sweep ops at {n} pending: {worst}");
+    }
+}
+
+/// Runs in many states, sent through `agent`s over `env`: ids `r-000..`, kind by `i % 4`: 0 and 2 failed on
+/// a 503 (resumable once the provider is back), 1 paused on an approval, 3 refused a key (not retryable).
+fn mixed_backlog(env: &Env, n: usize, down: Rc<Cell<bool>>) -> (Agent, Vec<String>) {
+    let resumable = env.agent_with(flaky_model(503, down.clone(), Rc::new(Cell::new(0))), vec![], one_try(), "");
+    let c = Counters::default();
+    let gated = env.agent(
+        MockModel::by_turn(vec![MockTurn::tools([("pay", json!({}))]), MockTurn::text("paid")]),
+        vec![gated_tool("pay", &c)],
+    );
+    let bad = env.agent_with(flaky_model(401, Rc::new(Cell::new(true)), Rc::new(Cell::new(0))), vec![], one_try(), "");
+    let mut due = Vec::new();
+    for i in 0..n {
+        let id = format!("r-{i:03}");
+        match i % 4 {
+            1 => assert_eq!(block_on(gated.send(&id, "pay", opts())).unwrap().status, RunStatus::AwaitingApproval),
+            3 => assert!(block_on(bad.send(&id, "go", opts())).is_err()),
+            _ => {
+                assert!(block_on(resumable.send(&id, "go", opts())).is_err());
+                due.push(id);
+            }
+        }
+    }
+    (resumable, due)
+}
+
+#[test]
+fn ticks_continue_where_the_last_stopped_and_every_run_is_visited() {
+    for journal in [false, true] {
+        let (env, kv) = if journal {
+            let (e, kv) = journal_env();
+            (e, Some(kv))
+        } else {
+            (Env::new(), None)
+        };
+        let n = 61;
+        let down = Rc::new(Cell::new(true));
+        let (agent, due) = mixed_backlog(&env, n, down.clone());
+        down.set(false);
+        env.clock.advance(31_000);
+        // Small pages and few resumes per tick, so ticks stop mid-page and at page ends.
+        let so = SweepOptions { page_size: 7, max_pages: 2, max_runs: 3, ..SweepOptions::default() };
+        let l = Recorder::default();
+        let mut examined = 0;
+        let mut ticks = 0;
+        let mut last_seen: Option<String> = None;
+        loop {
+            env.clock.advance(2_000);
+            let before = kv.as_ref().map(|k| k.counts().operations()).unwrap_or(0);
+            let r = block_on(agent.sweep(&so, &l)).unwrap();
+            if let Some(k) = &kv {
+                assert!(k.counts().operations() - before < 100, "a small tick stays small: {r:?}");
+            }
+            assert!(r.resumed <= so.max_runs && r.listed <= so.page_size * so.max_pages, "{r:?}");
+            if let (Some(prev), Some(first)) = (&last_seen, r.recovered.first()) {
+                assert!(first > prev, "tick {ticks} continued after {prev}, not from the start: {r:?}");
+            }
+            if let Some(lr) = r.recovered.last() {
+                last_seen = Some(lr.clone());
+            }
+            examined += r.examined;
+            ticks += 1;
+            if r.complete {
+                break;
+            }
+            assert!(ticks < 100, "the pass ends");
+        }
+        assert_eq!(examined, n, "one pass examines every listed run once (journal store: {journal})");
+        assert!(ticks >= due.len() / so.max_runs, "{ticks} ticks");
+        let mut recovered = l.recovered.borrow().clone();
+        assert_eq!(recovered, due, "every due run resumed once, in listing order (journal store: {journal})");
+        recovered.dedup();
+        assert_eq!(recovered.len(), due.len());
+        // The next pass starts from the beginning and finds only the runs that wait on a person or are refused.
+        let r = block_on(agent.sweep(&so, &l)).unwrap();
+        assert_eq!(r.resumed, 0);
+        assert_eq!(block_on(agent.pending()).unwrap().len(), n - due.len());
+    }
+}
+
+#[test]
+fn a_stale_index_entry_is_dropped_without_a_resume() {
+    let (env, kv) = journal_env();
+    let calls = Rc::new(Cell::new(0));
+    let down = Rc::new(Cell::new(false));
+    let agent = env.agent_with(flaky_model(503, down.clone(), calls.clone()), vec![], one_try(), "");
+    // A run that finishes within a second of its first index write leaves its index entry behind (deleting it
+    // at once would be a second write to the key within a second: a 429).
+    block_on(agent.send("quick", "go", opts())).unwrap();
+    assert!(kv.raw("idx/pending/quick").is_some(), "the index entry outlived the run");
+    assert!(block_on(agent.pending()).unwrap().is_empty(), "the full listing checks and hides it");
+    env.clock.advance(5_000);
+    let l = Recorder::default();
+    let calls_before = calls.get();
+    let r = block_on(agent.sweep(&SweepOptions::default(), &l)).unwrap();
+    assert_eq!((r.stale, r.resumed, r.listed), (1, 0, 1), "{r:?}");
+    assert_eq!(calls.get(), calls_before, "no model call for a finished run");
+    assert!(kv.raw("idx/pending/quick").is_none(), "the stale entry is dropped");
+    assert!(l.recovered.borrow().is_empty() && l.errors.borrow().is_empty());
+    // A deleted run whose index entry survived (its delete failed at the last step) is not resumed; the entry
+    // is dropped once it is an hour old (sooner, a missing lease may be this location's stale view of a new
+    // run).
+    down.set(true);
+    block_on(agent.send("gone", "go", opts())).unwrap_err();
+    env.clock.advance(2_000);
+    block_on(kv.origin().delete("run/gone/lease")).unwrap();
+    env.clock.advance(61_000);
+    let r = block_on(agent.sweep(&SweepOptions::default(), &l)).unwrap();
+    assert_eq!((r.stale, r.resumed), (1, 0), "{r:?}");
+    assert!(kv.raw("idx/pending/gone").is_some(), "kept while young");
+    env.clock.advance(3_600_000);
+    let r = block_on(agent.sweep(&SweepOptions::default(), &l)).unwrap();
+    assert_eq!((r.stale, r.resumed), (1, 0), "{r:?}");
+    assert!(kv.raw("idx/pending/gone").is_none(), "dropped once an hour old");
+    assert!(block_on(agent.pending()).unwrap().is_empty());
+}
+
+#[test]
+fn when_every_run_reaches_the_attempt_cap_during_an_outage_the_breaker_still_probes_and_all_recover() {
+    let env = Env::journal_sim();
+    let down = Rc::new(Cell::new(true));
+    let calls = Rc::new(Cell::new(0));
+    let agent = env.agent_with(flaky_model(503, down.clone(), calls.clone()), vec![], one_try(), "");
+    for i in 0..5 {
+        block_on(agent.send(&format!("run-{i}"), "go", opts())).unwrap_err();
+    }
+    let so = SweepOptions { max_attempts: 3, ..SweepOptions::default() };
+    let l = Recorder::default();
+    // The outage opens the breaker; meanwhile people retry the runs by hand until every one is at the cap.
+    env.clock.advance(31_000);
+    assert!(block_on(agent.sweep(&so, &l)).unwrap().outage);
+    for i in 0..5 {
+        while block_on(agent.load(&format!("run-{i}"))).unwrap().unwrap().attempts < so.max_attempts {
+            block_on(agent.resume(&format!("run-{i}"), opts())).unwrap_err();
+        }
+    }
+    let pending = block_on(agent.pending()).unwrap();
+    assert!(pending.len() == 5 && pending.iter().all(|p| p.attempts >= so.max_attempts), "{pending:?}");
+    // Still down for a while: the breaker keeps probing (one run at a time) although every run is at the cap.
+    let before = calls.get();
+    for _ in 0..40 {
+        env.clock.advance(30_000);
+        let r = block_on(agent.sweep(&so, &l)).unwrap();
+        assert!(r.outage && r.quarantined.is_empty());
+    }
+    assert!(calls.get() > before, "probes went on while every run was at the cap");
+    // The provider is back: the next probe gets through, the breaker closes and every run finishes.
+    down.set(false);
+    for _ in 0..60 {
+        env.clock.advance(30_000);
+        block_on(agent.sweep(&so, &l)).unwrap();
+    }
+    assert_eq!(l.outage.borrow().last(), Some(&false), "the breaker closed");
+    let mut recovered = l.recovered.borrow().clone();
+    recovered.sort();
+    assert_eq!(recovered, (0..5).map(|i| format!("run-{i}")).collect::<Vec<_>>(), "every run finished");
+    assert!(block_on(agent.pending()).unwrap().is_empty());
+    assert!(l.quarantined.borrow().is_empty(), "none quarantined for the outage");
+}
+
+/// One generated sweep scenario (see the test below); `Err` describes the first violation.
+fn probe_scenario(seed: u64) -> std::result::Result<String, String> {
+    use steadfast::core::sweep::{probe_due, SweepState};
+    use steadfast::runtime::Rng;
+    let rng = steadfast::runtime::SplitMix64::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5eed);
+    let pick = |n: u64| rng.next_u64() % n;
+    let journal = seed % 4 == 0;
+    let env = if journal {
+        journal_env().0
+    } else {
+        let store = steadfast::store::MemoryStore::with_history_limit(4);
+        Env::with_store(Rc::new(store), ManualClock::new(1_700_000_000_000))
+    };
+    let so = SweepOptions {
+        interval_ms: 10_000,
+        max_backoff_ms: 120_000,
+        max_attempts: 2 + pick(3) as u32,
+        max_runs: 1 + pick(3) as usize,
+        outage_threshold: 2 + pick(2) as u32,
+        page_size: 1 + pick(4) as usize,
+        max_pages: 1 + pick(2) as usize,
+        ..SweepOptions::default()
+    };
+    let down = Rc::new(Cell::new(false));
+    let tool_down = Rc::new(Cell::new(true));
+    let calls = Rc::new(Cell::new(0u32));
+    let (d, n) = (down.clone(), calls.clone());
+    // Runs named `bad-*` meet a refused key; `tool-*` and `gate-*` call a tool first; others only the model.
+    let turn = Rc::new(move |req: &steadfast::runtime::ModelRequest<'_>| {
+        n.set(n.get() + 1);
+        let answered = req.messages.iter().any(|m| matches!(m, Message::Tool(_)));
+        if req.run_id.starts_with("bad") {
+            MockTurn::error(401)
+        } else if d.get() {
+            MockTurn::error(503)
+        } else if req.run_id.starts_with("tool") && !answered {
+            MockTurn::tools([("boom", json!({}))])
+        } else if req.run_id.starts_with("gate") && !answered {
+            MockTurn::tools([("pay", json!({}))])
+        } else {
+            MockTurn::text("done")
+        }
+    });
+    let turns = (0..8)
+        .map(|_| {
+            let t = turn.clone();
+            MockTurn::func(move |req| t(req))
+        })
+        .collect();
+    let td = tool_down.clone();
+    let boom: Rc<dyn Tool> = Rc::new(FnTool::new("boom", "dies", json!({"type": "object"}), move |_a, _c| {
+        let down = td.get();
+        async move {
+            if down {
+                Err(ToolError::propagate("worker died"))
+            } else {
+                Ok(ToolOutput::text("ok"))
+            }
+        }
+    }));
+    let agent =
+        env.agent_with(MockModel::by_turn(turns), vec![boom, gated_tool("pay", &Counters::default())], one_try(), "");
+    // Runs in every state: failing on a tool (provider up), paused on an approval, refused a key, then failing
+    // on the provider; some pushed further (to the cap and past it) by hand.
+    let n_runs = 2 + pick(7) as usize;
+    let mut ids = Vec::new();
+    for i in 0..n_runs {
+        let kind = ["plain", "tool", "gate", "bad", "plain", "plain", "tool"][pick(7) as usize];
+        let id = format!("{kind}-{i}");
+        if kind != "plain" {
+            let _ = block_on(agent.send(&id, "go", opts()));
+        }
+        ids.push(id);
+    }
+    down.set(true);
+    for id in &ids {
+        if id.starts_with("plain") {
+            let _ = block_on(agent.send(id, "go", opts()));
+        }
+        for _ in 0..pick(so.max_attempts as u64 - 1) {
+            if id.starts_with("plain") || id.starts_with("tool") {
+                let _ = block_on(agent.resume(id, opts()));
+            }
+        }
+    }
+    let tick_ms = 5_000 + pick(35_000);
+    let down_ticks = 8 + pick(32);
+    let tool_up_at = pick(down_ticks + 10);
+    let per_tick_scan = (so.page_size * so.max_pages) as u64;
+    let l = Recorder::default();
+    let mut missed = 0u64;
+    let mut probes = 0;
+    let mut deletions = 0;
+    let mut opened = false;
+    for t in 0..down_ticks + 60 {
+        if t == down_ticks {
+            down.set(false);
+        }
+        if t == tool_up_at {
+            tool_down.set(false);
+        }
+        env.clock.advance(tick_ms);
+        let now = env.clock.now_ms();
+        let state: SweepState = block_on(env.store.get_state("sweep"))
+            .unwrap()
+            .map(|s| serde_json::from_str(&s).unwrap())
+            .unwrap_or_default();
+        let waits = |p: &PendingRun| {
+            p.status == RunStatus::InProgress && !p.quarantined && p.last_error.as_ref().is_none_or(|e| e.retryable)
+        };
+        // Now and then a person deletes the run the breaker remembers: the listing must supply another probe.
+        let mut forgot = false;
+        if let (Some(_), Some(hint)) = (&state.outage, &state.probe) {
+            if deletions < 2 && pick(8) == 0 {
+                block_on(agent.delete(hint)).unwrap();
+                deletions += 1;
+                forgot = true;
+            }
+        }
+        // Now and then a person retries a run by hand (during an outage this pushes it toward, and past, the
+        // attempt cap).
+        if pick(3) == 0 {
+            let id = &ids[pick(ids.len() as u64) as usize];
+            if id.starts_with("plain") || id.starts_with("tool") {
+                let _ = block_on(agent.resume(id, opts()));
+            }
+        }
+        let pending = block_on(env.store.pending()).unwrap();
+        let waiting = pending.iter().filter(|p| waits(p)).count() as u64;
+        let hint_waits = state.probe.as_ref().is_some_and(|h| pending.iter().any(|p| &p.run_id == h && waits(p)));
+        let calls_before = calls.get();
+        let r = block_on(agent.sweep(&so, &l)).map_err(|e| format!("tick {t}: {e}"))?;
+        let open_before = state.outage.is_some();
+        opened |= open_before;
+        let due = probe_due(&state, now);
+        if open_before && r.outage {
+            if calls.get() - calls_before > 1 {
+                return Err(format!("tick {t}: {} model calls while the breaker was open", calls.get() - calls_before));
+            }
+            if !r.quarantined.is_empty() {
+                return Err(format!("tick {t}: quarantined {:?} during an outage", r.quarantined));
+            }
+        }
+        if open_before && !due && r.probe.is_some() {
+            return Err(format!("tick {t}: probed {:?} before the probe was due", r.probe));
+        }
+        if open_before && due && waiting > 0 {
+            if r.probe.is_some() {
+                probes += 1;
+                missed = 0;
+            } else {
+                missed += 1;
+                // With a remembered probe that still waits, every due tick probes; without one, the listing
+                // finds a waiting run within one pass.
+                let bound = if hint_waits && !forgot { 0 } else { (pending.len() as u64).div_ceil(per_tick_scan) + 1 };
+                if missed > bound {
+                    return Err(format!(
+                        "tick {t}: the breaker is open, its probe due and {waiting} run(s) wait on it, but no tick \
+                         probed for {missed} due tick(s) (bound {bound}); state {state:?}; pending {pending:?}"
+                    ));
+                }
+            }
+        }
+    }
+    // Liveness: the provider and the tool are back; no run waits any more (the breaker may stay open only
+    // when nothing waits on it: nothing to probe).
+    let left: Vec<PendingRun> = block_on(env.store.pending())
+        .unwrap()
+        .into_iter()
+        .filter(|p| {
+            p.status == RunStatus::InProgress && !p.quarantined && p.last_error.as_ref().is_none_or(|e| e.retryable)
+        })
+        .collect();
+    if !left.is_empty() {
+        return Err(format!("runs still wait at the end: {left:?}"));
+    }
+    Ok(format!("{probes} probes{}", if opened { ", opened" } else { "" }))
+}
+
+#[test]
+fn while_the_breaker_is_open_and_a_run_waits_on_it_a_due_tick_probes() {
+    let seeds: Vec<u64> = match std::env::var("STEADFAST_SWEEP_SEED") {
+        Ok(s) => vec![s.parse().expect("STEADFAST_SWEEP_SEED is a number")],
+        Err(_) => {
+            (0..std::env::var("STEADFAST_SWEEP_SEEDS").ok().and_then(|n| n.parse().ok()).unwrap_or(120)).collect()
+        }
+    };
+    let (mut probed, mut opened) = (0, 0);
+    for &seed in &seeds {
+        match probe_scenario(seed) {
+            Ok(what) => {
+                probed += what.split(' ').next().unwrap().parse::<u32>().unwrap();
+                opened += what.ends_with("opened") as usize;
+            }
+            Err(why) => panic!(
+                "seed {seed}: {why}\nreproduce: STEADFAST_SWEEP_SEED={seed} cargo test --test self_healing \
+                 while_the_breaker_is_open"
+            ),
+        }
+    }
+    println!(
+        "generated sweep scenarios: {}, with the breaker open: {opened}, probes: {probed}, violations: 0",
+        seeds.len()
+    );
+    assert!(opened * 2 > seeds.len(), "most scenarios open the breaker: {opened} of {}", seeds.len());
 }

@@ -139,6 +139,10 @@ export interface SweepOptions {
   opBudget?: number;
   outageThreshold?: number;
   retryWithDiagnosis?: boolean;
+  /** Runs per page of the pending listing (default 1,000). */
+  pageSize?: number;
+  /** Pages listed per tick (default 3); the next tick continues where this one stopped. */
+  maxPages?: number;
 }
 
 /** `recover` options: the sweep's settings, the loop's period and its callbacks. */
@@ -176,7 +180,12 @@ export interface SweepReport {
   backingOff: number;
   errors: number;
   outage: boolean;
+  /** The run resumed as the outage probe this tick, if any. */
+  probe?: string;
+  /** Listed runs found finished or deleted when checked (their stale index entries are dropped). */
+  stale: number;
   operations: number;
+  /** Whether the tick reached the end of the listing. */
   complete: boolean;
 }
 

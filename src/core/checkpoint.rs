@@ -98,6 +98,12 @@ pub struct Checkpoint {
     /// Set by the recovery sweep when the run failed `maxAttempts` times in a row; cleared by progress.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub quarantined: bool,
+    /// Set only on a diagnosis fork the recovery sweep created (M14): the id of the run it tries to heal. The
+    /// sweep decides "this run is a diagnosis fork of x" from this marker, never from a run's name. Written by
+    /// the fork's first snapshot and never changed (deltas do not carry it); a `fork` of any run clears it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub heal_of: Option<String>,
     /// The last failed attempt, cleared by the next saved progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]

@@ -1,6 +1,7 @@
 //! Run-id validation: the one function every entry point calls.
 
 use super::error::{Error, ErrorCode, Result};
+use super::sweep::HEAL_SUFFIX;
 
 /// Longest run id, in characters.
 pub const MAX_RUN_ID_LEN: usize = 200;
@@ -39,6 +40,24 @@ pub fn validate_run_id(id: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks the id of a run a user is about to create (a new run by send or run-once, a fork's `newId`): the
+/// rules of [`validate_run_id`], and not ending with `.heal`, which only the recovery sweep creates (its
+/// diagnosis forks). Existing runs with such a name stay addressable: load, resume, delete, history and
+/// approvals check ids with [`validate_run_id`] only.
+pub fn validate_new_run_id(id: &str) -> Result<()> {
+    validate_run_id(id)?;
+    if id.ends_with(HEAL_SUFFIX) {
+        return Err(Error::new(
+            ErrorCode::SessionIdInvalid,
+            format!(
+                "invalid run id {:?}: the suffix '{HEAL_SUFFIX}' is reserved for the recovery sweep's diagnosis forks",
+                crate::core::error::cap_chars(id, 60)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,5 +77,19 @@ mod tests {
             assert_eq!(err.code, ErrorCode::SessionIdInvalid, "{id:?}");
             assert!(!err.retryable);
         }
+    }
+
+    #[test]
+    fn new_runs_may_not_take_the_heal_suffix_but_existing_ones_stay_addressable() {
+        for id in ["x.heal", "a.b.heal", "dlv-job.heal"] {
+            assert!(validate_run_id(id).is_ok(), "{id} stays addressable");
+            let err = validate_new_run_id(id).unwrap_err();
+            assert_eq!(err.code, ErrorCode::SessionIdInvalid, "{id}");
+            assert!(err.message.contains("reserved"), "{}", err.message);
+        }
+        for id in ["x.healed", "heal", "x.heal.fork-1", "x-heal", "x.heal2"] {
+            assert!(validate_new_run_id(id).is_ok(), "{id}");
+        }
+        assert_eq!(validate_new_run_id("a b").unwrap_err().code, ErrorCode::SessionIdInvalid);
     }
 }

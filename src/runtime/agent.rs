@@ -8,7 +8,7 @@ use crate::core::approval::{ApprovalRecord, ApprovalStatus, Decision};
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::fingerprint::Fingerprint;
-use crate::core::ids::validate_run_id;
+use crate::core::ids::{validate_new_run_id, validate_run_id};
 use crate::core::machine::{DriftPolicy, MachineConfig, Outcome, RunMachine, Start};
 use crate::core::retry::RetryPolicy;
 use crate::core::schema::Schema;
@@ -420,7 +420,8 @@ impl Agent {
 
     /// Sends input on run `run_id`: starts it, resumes it (pending calls first, then the input), or continues
     /// a finished run as a conversation (M2). Refused with `STEADFAST_SESSION_AWAITING_APPROVAL` while it
-    /// waits on an approval, and with `STEADFAST_SESSION_BUSY` while another execution holds its lease.
+    /// waits on an approval, and with `STEADFAST_SESSION_BUSY` while another execution holds its lease. A new
+    /// run's id may not end with `.heal` (`STEADFAST_SESSION_ID_INVALID`: reserved for diagnosis forks).
     pub async fn send(&self, run_id: &str, input: impl Into<Input>, opts: SendOptions) -> Result<RunResult> {
         let input = input.into().0;
         let res = self.execute(run_id, Start::Send(input), &opts).await?;
@@ -529,6 +530,8 @@ impl Agent {
         match (&pre, &start) {
             (None, Start::Resume) => return Ok(None),
             (Some(cp), Start::Resume) if cp.status == RunStatus::Finished => return Ok(None),
+            // A send that creates a run: the id may not take a suffix only the runtime creates (`.heal`).
+            (None, Start::Send(_)) => validate_new_run_id(run_id)?,
             _ => {}
         }
         // A dry run of the start on what is stored: every refusal (awaiting approval, drift under `error`, a
@@ -546,6 +549,13 @@ impl Agent {
         if matches!(start, Start::Resume) && cp.as_ref().is_none_or(|c| c.status == RunStatus::Finished) {
             let _ = self.inner.store.release_lease(&lease).await;
             return Ok(None);
+        }
+        if let (None, Start::Send(_)) = (&cp, &start) {
+            // Deleted between the first read and the lease: this send creates the run.
+            if let Err(e) = validate_new_run_id(run_id) {
+                let _ = self.inner.store.release_lease(&lease).await;
+                return Err(e);
+            }
         }
         let machine = match RunMachine::start(self.machine_config(run_id, opts), cp, start, self.inner.clock.now_ms()) {
             Ok(m) => m,

@@ -8,12 +8,17 @@ use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::classify::is_provider_outage;
 use crate::core::error::{cap_chars, Error, ErrorCode, ErrorInfo, Result};
 use crate::core::fork::{apply_patch, default_fork_id, pick_history_step, ForkPatch};
-use crate::core::ids::validate_run_id;
+use crate::core::ids::{validate_new_run_id, validate_run_id};
 use crate::core::machine::{Outcome, RunMachine, Start};
-use crate::core::sweep::{note_attempt, order, plan, Attempt, Candidate, Plan, SweepOptions, SweepState, HEAL_SUFFIX};
+use crate::core::sweep::{
+    best_waiting, note_attempt, pick_probe, plan, probe_due, probe_rank, Attempt, Candidate, Plan, SweepOptions,
+    SweepState, HEAL_SUFFIX,
+};
 use crate::core::trajectory::{compare_checkpoints, Comparison};
+use crate::store::kv::MAX_BULK_GET;
 use crate::store::PendingRun;
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 
 /// Callbacks of the recovery sweep. Every method has a no-op default; an error returned by a callback is
 /// passed to `on_error` and never stops the sweep.
@@ -44,7 +49,7 @@ impl SweepListener for NoListener {}
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SweepReport {
-    /// Pending runs listed.
+    /// Pending runs listed this tick (the pages it read, not the whole backlog).
     pub listed: usize,
     /// Runs examined this tick.
     pub examined: usize,
@@ -62,9 +67,15 @@ pub struct SweepReport {
     pub errors: usize,
     /// Whether the outage breaker is open after the tick.
     pub outage: bool,
+    /// The run resumed as the outage probe this tick, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<String>,
+    /// Listed runs found finished or deleted when checked (their stale index entries are dropped).
+    #[serde(default)]
+    pub stale: usize,
     /// Store operations this tick used.
     pub operations: u64,
-    /// Whether every listed run was examined (else the cursor says where the next tick starts).
+    /// Whether the tick reached the end of the listing (else the next tick continues where it stopped).
     pub complete: bool,
 }
 
@@ -151,7 +162,15 @@ fn candidate(run: &PendingRun) -> Candidate<'_> {
             )
         }),
         saved_at: run.saved_at,
+        heal_of: run.heal_of.as_deref(),
     }
+}
+
+/// What one tick has done so far: whether its one probe is still free, and the runs it resumed (never two
+/// resumes of one run in a tick).
+struct Tick {
+    probe_free: bool,
+    done: HashSet<String>,
 }
 
 /// A result built from a stored checkpoint (nothing ran).
@@ -161,15 +180,21 @@ pub fn stored_result(cp: &Checkpoint) -> RunResult {
 }
 
 impl Agent {
-    /// One recovery sweep tick (M12, M13, M14): lists the pending runs and, within `max_runs` resumes and
-    /// `op_budget` store operations, resumes each `in-progress` run whose backoff has passed, quarantines runs
-    /// at the attempt cap (or gives them a diagnosis fork first), and leaves alone runs waiting for a person,
-    /// runs whose last error is not retryable and runs held by a live lease. State (breaker, cursor) lives in
+    /// One recovery sweep tick (M12, M13, M14): reads a bounded number of pages of the pending listing,
+    /// continuing where the last tick stopped, and, within `max_runs` resumes and `op_budget` store
+    /// operations, resumes each `in-progress` run whose backoff has passed, quarantines runs at the attempt cap
+    /// (or gives them a diagnosis fork first), and leaves alone runs waiting for a person, runs whose last
+    /// error is not retryable and runs held by a live lease. Only the runs it acts on are checked against the
+    /// store (a listing can be stale). While the outage breaker is open, a due probe goes first to the run
+    /// the breaker remembers, else to the best waiting run listed. State (breaker, listing cursor) lives in
     /// the store, so ticks may run in separate processes, overlap or repeat.
     pub async fn sweep(&self, opts: &SweepOptions, listener: &dyn SweepListener) -> Result<SweepReport> {
         let store = self.store().clone();
         let before = store.counters();
-        let used = || store.counters().since(&before).reads + store.counters().since(&before).writes;
+        let used = || {
+            let c = store.counters().since(&before);
+            c.reads + c.writes
+        };
         let mut report = SweepReport::default();
         let mut state: SweepState = match store.get_state("sweep").await {
             Ok(Some(s)) => serde_json::from_str(&s).unwrap_or_default(),
@@ -180,55 +205,14 @@ impl Agent {
             }
         };
         let initial = state.clone();
-        let mut runs = match store.pending().await {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = listener.on_error(&e, None);
-                return Err(e);
-            }
-        };
-        runs.sort_by(|a, b| a.run_id.cmp(&b.run_id));
-        report.listed = runs.len();
-        let ordered = order(&runs, |r| &r.run_id, state.cursor.as_deref());
-        let mut probe_free = true;
-        let mut last: Option<String> = None;
-        let mut stopped = false;
-        for run in ordered {
-            if report.resumed >= opts.max_runs || used() >= opts.op_budget {
-                stopped = true;
-                break;
-            }
-            report.examined += 1;
-            last = Some(run.run_id.clone());
-            let now = self.inner.clock.now_ms();
-            match plan(opts, &state, now, &candidate(run), probe_free) {
-                p @ (Plan::Resume | Plan::Probe) => {
-                    let probe = p == Plan::Probe;
-                    if probe {
-                        probe_free = false;
-                    }
-                    report.resumed += 1;
-                    self.sweep_resume(&run.run_id, probe, opts, &mut state, &mut report, listener).await;
-                }
-                Plan::Quarantine => {
-                    self.quarantine(run, opts, &mut report, listener).await;
-                    if let Some(original) = run.run_id.strip_suffix(HEAL_SUFFIX) {
-                        // The diagnosis fork failed too: both are quarantined.
-                        if let Some(orig) = runs.iter().find(|r| r.run_id == original) {
-                            self.quarantine(orig, opts, &mut report, listener).await;
-                        }
-                    }
-                }
-                Plan::Heal => {
-                    report.resumed += 1;
-                    self.heal(run, opts, &mut state, &mut report, listener).await;
-                }
-                Plan::Backoff { .. } => report.backing_off += 1,
-                Plan::AwaitingPerson | Plan::NotRetryable | Plan::Quarantined | Plan::Outage => {}
+        let mut tick = Tick { probe_free: true, done: HashSet::new() };
+        // A due probe goes to the run the breaker remembers, wherever the listing stands.
+        if probe_due(&state, self.inner.clock.now_ms()) {
+            if let Some(id) = state.probe.clone() {
+                self.probe_remembered(&id, opts, &mut state, &mut tick, &mut report, listener).await;
             }
         }
-        state.cursor = if stopped { last } else { None };
-        report.complete = !stopped;
+        let listed = self.sweep_pages(opts, &mut state, &mut tick, &mut report, listener, &used).await;
         report.outage = state.outage.is_some();
         if state != initial {
             if let Ok(s) = serde_json::to_string(&state) {
@@ -238,7 +222,168 @@ impl Agent {
             }
         }
         report.operations = used();
-        Ok(report)
+        listed.map(|_| report)
+    }
+
+    /// Resumes the run the breaker remembers as its probe, if it still waits on the breaker (else forgets it).
+    async fn probe_remembered(
+        &self,
+        run_id: &str,
+        opts: &SweepOptions,
+        state: &mut SweepState,
+        tick: &mut Tick,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) {
+        let run = match self.store().load(run_id).await {
+            Ok(Some(cp)) if cp.status != RunStatus::Finished => PendingRun::of(&cp),
+            Ok(_) => {
+                state.probe = None;
+                return;
+            }
+            Err(e) => {
+                let _ = listener.on_error(&e, Some(run_id));
+                state.probe = None;
+                return;
+            }
+        };
+        if probe_rank(opts, state, self.inner.clock.now_ms(), &candidate(&run)).is_none() {
+            state.probe = None;
+            return;
+        }
+        tick.probe_free = false;
+        tick.done.insert(run.run_id.clone());
+        report.resumed += 1;
+        report.probe = Some(run.run_id.clone());
+        self.sweep_resume(&run.run_id, run.heal_of.as_deref(), true, opts, state, report, listener).await;
+    }
+
+    /// The listing part of a tick: pages from `state.page`, skipping runs up to `state.cursor` on the first;
+    /// leaves both where the next tick must start. Fails only when the store cannot list at all.
+    async fn sweep_pages(
+        &self,
+        opts: &SweepOptions,
+        state: &mut SweepState,
+        tick: &mut Tick,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+        used: &dyn Fn() -> u64,
+    ) -> Result<()> {
+        let store = self.store().clone();
+        let full = |report: &SweepReport| report.resumed >= opts.max_runs || used() >= opts.op_budget;
+        let mut pages = 0;
+        loop {
+            if pages >= opts.max_pages.max(1) || full(report) {
+                return Ok(());
+            }
+            pages += 1;
+            let page = match store.pending_page(state.page.as_deref(), opts.page_size).await {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = listener.on_error(&e, None);
+                    if state.page.is_some() {
+                        // A cursor the store no longer takes (expired, or written by another version): start over.
+                        state.page = None;
+                        state.cursor = None;
+                        continue;
+                    }
+                    return Err(e);
+                }
+            };
+            report.listed += page.runs.len();
+            let skip_to = state.cursor.clone();
+            let runs: Vec<&PendingRun> =
+                page.runs.iter().filter(|r| skip_to.as_deref().is_none_or(|c| r.run_id.as_str() > c)).collect();
+            let cands: Vec<Candidate<'_>> = runs.iter().map(|r| candidate(r)).collect();
+            let now = self.inner.clock.now_ms();
+            if state.probe.is_none() {
+                if let Some(i) = best_waiting(opts, state, now, &cands) {
+                    state.probe = Some(runs[i].run_id.clone());
+                }
+            }
+            let chosen = if tick.probe_free { pick_probe(opts, state, now, &cands) } else { None };
+            // Whether each run is still pending, checked (in bulk) only for the runs the tick acts on.
+            let mut fresh: Vec<Option<bool>> = vec![None; runs.len()];
+            for (i, run) in runs.iter().enumerate() {
+                if full(report) {
+                    return Ok(());
+                }
+                report.examined += 1;
+                state.cursor = Some(run.run_id.clone());
+                if tick.done.contains(&run.run_id) {
+                    continue;
+                }
+                let now = self.inner.clock.now_ms();
+                let mut p = plan(opts, state, now, &cands[i]);
+                if p == Plan::Outage && tick.probe_free && chosen == Some(i) && probe_due(state, now) {
+                    p = Plan::Probe;
+                }
+                if !p.acts() {
+                    if let Plan::Backoff { .. } = p {
+                        report.backing_off += 1;
+                    }
+                    continue;
+                }
+                if fresh[i].is_none() {
+                    // This run and the next ones the tick will likely act on, in one check.
+                    let room = opts.max_runs.saturating_sub(report.resumed).clamp(1, MAX_BULK_GET);
+                    let batch: Vec<usize> = std::iter::once(i)
+                        .chain((i + 1..runs.len()).filter(|&j| plan(opts, state, now, &cands[j]).acts()))
+                        .take(room)
+                        .collect();
+                    let listed: Vec<PendingRun> = batch.iter().map(|&j| runs[j].clone()).collect();
+                    match store.check_pending(&listed).await {
+                        Ok(f) => batch.iter().zip(f).for_each(|(&j, ok)| fresh[j] = Some(ok)),
+                        Err(e) => {
+                            // Act anyway: a resume reads the run itself and finds nothing to do if it is gone.
+                            let _ = listener.on_error(&e, None);
+                            batch.iter().for_each(|&j| fresh[j] = Some(true));
+                        }
+                    }
+                }
+                if fresh[i] == Some(false) {
+                    report.stale += 1;
+                    continue;
+                }
+                match p {
+                    Plan::Resume | Plan::Probe => {
+                        let probe = p == Plan::Probe;
+                        if probe {
+                            tick.probe_free = false;
+                            report.probe = Some(run.run_id.clone());
+                        }
+                        tick.done.insert(run.run_id.clone());
+                        report.resumed += 1;
+                        self.sweep_resume(&run.run_id, run.heal_of.as_deref(), probe, opts, state, report, listener)
+                            .await;
+                    }
+                    Plan::Quarantine => {
+                        self.quarantine(run, opts, report, listener).await;
+                        if let Some(original) = &run.heal_of {
+                            // The diagnosis fork failed too: both are quarantined.
+                            self.quarantine_by_id(original, opts, report, listener).await;
+                        }
+                    }
+                    Plan::Heal => {
+                        if self.heal(run, opts, state, report, listener).await {
+                            // The new fork ran: it is not resumed again this tick if a later page lists it.
+                            tick.done.insert(format!("{}{HEAL_SUFFIX}", run.run_id));
+                            report.resumed += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            state.cursor = None;
+            match page.cursor {
+                Some(c) => state.page = Some(c),
+                None => {
+                    state.page = None;
+                    report.complete = true;
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// Runs sweep ticks every `interval_ms` until `stop` is aborted (for long-lived hosts; on Workers use one
@@ -264,9 +409,11 @@ impl Agent {
         ticks
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn sweep_resume(
         &self,
         run_id: &str,
+        heal_of: Option<&str>,
         probe: bool,
         opts: &SweepOptions,
         state: &mut SweepState,
@@ -275,7 +422,9 @@ impl Agent {
     ) {
         let res = self.resume(run_id, SendOptions::default()).await;
         let attempt = match &res {
-            Ok(_) => Attempt::Succeeded,
+            Ok(Some(_)) => Attempt::Succeeded,
+            // Nothing to resume (it finished or went away meanwhile): no word on the provider.
+            Ok(None) => Attempt::Other,
             Err(e) if e.code == ErrorCode::SessionBusy => {
                 report.busy += 1;
                 return;
@@ -283,14 +432,33 @@ impl Agent {
             Err(e) if is_provider_outage(e) => Attempt::ProviderDown,
             Err(_) => Attempt::Other,
         };
-        if let Some(active) = note_attempt(opts, state, self.inner.clock.now_ms(), attempt, probe) {
+        if let Some(active) = note_attempt(opts, state, self.inner.clock.now_ms(), run_id, attempt, probe) {
             if let Err(e) = listener.on_outage(active) {
                 let _ = listener.on_error(&e, None);
             }
         }
         match res {
             Ok(Some(result)) if result.status == RunStatus::Finished => {
-                self.recovered(run_id, &result, report, listener).await
+                // The listing says which run a diagnosis fork heals; the fork's own checkpoint confirms it before
+                // anything is deleted.
+                let original = match heal_of {
+                    None => None,
+                    Some(original) => match self.store().load(run_id).await {
+                        Ok(Some(cp)) if cp.heal_of.as_deref() == Some(original) => Some(original),
+                        Ok(_) => None,
+                        Err(e) => {
+                            // The original's next tick finds the finished fork and completes the recovery.
+                            let _ = listener.on_error(&e, Some(run_id));
+                            return;
+                        }
+                    },
+                };
+                self.recovered(run_id, original, &result, report, listener).await
+            }
+            Ok(None) => {
+                if state.probe.as_deref() == Some(run_id) {
+                    state.probe = None;
+                }
             }
             Ok(_) => {}
             Err(e) => {
@@ -300,14 +468,17 @@ impl Agent {
         }
     }
 
+    /// Reports a finished run; for a diagnosis fork of `original` (confirmed by the fork's marker), deletes
+    /// the original and reports its id.
     async fn recovered(
         &self,
         run_id: &str,
+        original: Option<&str>,
         result: &RunResult,
         report: &mut SweepReport,
         listener: &dyn SweepListener,
     ) {
-        let reported = match run_id.strip_suffix(HEAL_SUFFIX) {
+        let reported = match original {
             Some(original) => {
                 if let Err(e) = self.delete(original).await {
                     let _ = listener.on_error(&e, Some(original));
@@ -346,6 +517,26 @@ impl Agent {
         }
     }
 
+    /// Quarantines a run that is not in the page at hand (the original of a failed diagnosis fork).
+    async fn quarantine_by_id(
+        &self,
+        run_id: &str,
+        opts: &SweepOptions,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) {
+        match self.store().load(run_id).await {
+            Ok(Some(cp)) if cp.status != RunStatus::Finished => {
+                self.quarantine(&PendingRun::of(&cp), opts, report, listener).await
+            }
+            Ok(_) => {}
+            Err(e) => {
+                report.errors += 1;
+                let _ = listener.on_error(&e, Some(run_id));
+            }
+        }
+    }
+
     /// Marks a run quarantined under its lease; `false` when someone else did (or it progressed) already.
     async fn mark_quarantined(&self, run_id: &str, max_attempts: u32) -> Result<bool> {
         let store = self.store().clone();
@@ -378,6 +569,8 @@ impl Agent {
         self.run_leased(lease, machine, &opts, before).await.map(|_| true)
     }
 
+    /// Gives a run at the cap its diagnosis fork (or finishes what an earlier tick started); `true` when it
+    /// created and resumed the fork.
     async fn heal(
         &self,
         run: &PendingRun,
@@ -385,46 +578,69 @@ impl Agent {
         state: &mut SweepState,
         report: &mut SweepReport,
         listener: &dyn SweepListener,
-    ) {
+    ) -> bool {
         let heal_id = format!("{}{HEAL_SUFFIX}", run.run_id);
         if validate_run_id(&heal_id).is_err() {
-            return self.quarantine(run, opts, report, listener).await;
+            self.quarantine(run, opts, report, listener).await;
+            return false;
         }
         match self.store().load(&heal_id).await {
             Ok(None) => {
                 let step = match self.store().load(&run.run_id).await {
                     Ok(Some(cp)) => cp.step_index,
-                    Ok(None) => return,
+                    Ok(None) => return false,
                     Err(e) => {
                         let _ = listener.on_error(&e, Some(&run.run_id));
-                        return;
+                        return false;
                     }
                 };
                 let note = diagnosis_note(run.attempts, run.last_error.as_ref());
                 let patch = ForkPatch { append_input: Some(note), ..ForkPatch::default() };
                 let fork = ForkOptions { from_step: step, patch, new_id: Some(heal_id.clone()) };
                 // Calls of the failing turn that have no result are not run again blindly: they get a `not-run`
-                // result, and the model reads the note before deciding what to do.
+                // result, and the model reads the note before deciding what to do. The fork is marked as this
+                // run's diagnosis fork in its own checkpoint.
                 let failure = run.last_error.clone();
                 let attempts = run.attempts;
-                let close_pending = move |cp: &mut Checkpoint| close_pending_calls(cp, attempts, failure.as_ref());
-                match self.fork_adjusted(&run.run_id, fork, close_pending).await {
-                    Ok(_) => self.sweep_resume(&heal_id, false, opts, state, report, listener).await,
+                let original = run.run_id.clone();
+                let mark = move |cp: &mut Checkpoint| {
+                    close_pending_calls(cp, attempts, failure.as_ref());
+                    cp.heal_of = Some(original);
+                };
+                match self.fork_adjusted(&run.run_id, fork, mark).await {
+                    Ok(_) => {
+                        self.sweep_resume(&heal_id, Some(&run.run_id), false, opts, state, report, listener).await;
+                        true
+                    }
                     Err(e) => {
                         // No history to fork from: the run is quarantined as it would be without the option.
                         let _ = listener.on_error(&e, Some(&run.run_id));
                         self.quarantine(run, opts, report, listener).await;
+                        false
                     }
                 }
             }
-            Ok(Some(h)) if h.status == RunStatus::Finished => {
-                let result = stored_result(&h);
-                self.recovered(&heal_id, &result, report, listener).await;
+            Ok(Some(h)) if h.heal_of.as_deref() == Some(run.run_id.as_str()) => {
+                if h.status == RunStatus::Finished {
+                    let result = stored_result(&h);
+                    self.recovered(&heal_id, Some(&run.run_id), &result, report, listener).await;
+                } else if h.quarantined {
+                    // The fork was quarantined but the original was not marked yet (a tick stopped between).
+                    self.quarantine(run, opts, report, listener).await;
+                }
+                // Otherwise the fork is in progress: it is swept on its own (and quarantined with the original
+                // at its cap).
+                false
             }
-            // The fork is in progress: it is swept on its own (and quarantined with the original at its cap).
-            Ok(Some(_)) => {}
+            // The name is taken by a run that is not this run's diagnosis fork (a user's run from before the
+            // suffix was reserved): it is never touched; the run is quarantined as without the option.
+            Ok(Some(_)) => {
+                self.quarantine(run, opts, report, listener).await;
+                false
+            }
             Err(e) => {
                 let _ = listener.on_error(&e, Some(&heal_id));
+                false
             }
         }
     }
@@ -433,7 +649,12 @@ impl Agent {
     /// patched, saved as the new run's in-progress checkpoint. Resume it to run it. Refuses an existing target
     /// id (`STEADFAST_SESSION_EXISTS`) and an unknown step (`STEADFAST_CHECKPOINT_NOT_FOUND`, listing the kept
     /// steps).
+    /// A `newId` ending with `.heal` is refused (`STEADFAST_SESSION_ID_INVALID`): only the recovery sweep
+    /// creates diagnosis forks.
     pub async fn fork(&self, run_id: &str, opts: ForkOptions) -> Result<ForkResult> {
+        if let Some(id) = &opts.new_id {
+            validate_new_run_id(id)?;
+        }
         self.fork_adjusted(run_id, opts, |_| {}).await
     }
 
@@ -476,6 +697,8 @@ impl Agent {
             .with_run(&new_id));
         }
         let mut cp = apply_patch(&entry.checkpoint, &new_id, &opts.patch)?;
+        // A fork is a new run: it is a diagnosis fork only if `adjust` (the sweep) marks it so.
+        cp.heal_of = None;
         adjust(&mut cp);
         let now = self.inner.clock.now_ms();
         cp.seq = 1;
@@ -511,7 +734,15 @@ impl Agent {
         input: impl Into<super::agent::Input>,
         opts: SendOptions,
     ) -> Result<Delivery> {
-        let run_id = delivery_run_id(delivery_id);
+        let mut run_id = delivery_run_id(delivery_id);
+        let direct = format!("dlv-{delivery_id}");
+        if run_id != direct && validate_run_id(&direct).is_ok() {
+            // `dlv-<id>.heal` is reserved for diagnosis forks; a run an earlier version created there for this
+            // delivery (it has no diagnosis marker) keeps serving its redeliveries.
+            if self.load(&direct).await?.is_some_and(|cp| cp.heal_of.is_none()) {
+                run_id = direct;
+            }
+        }
         match self.load(&run_id).await? {
             Some(cp) if cp.status == RunStatus::Finished => {
                 Ok(Delivery::Acknowledged { result: Box::new(stored_result(&cp)) })
@@ -565,10 +796,11 @@ fn close_pending_calls(cp: &mut Checkpoint, attempts: u32, error: Option<&ErrorI
     cp.intents.clear();
 }
 
-/// The run id of a delivery: `dlv-<id>` when that is a valid run id, else `dlv-` and a SHA-256 of the id.
+/// The run id of a delivery: `dlv-<id>` when that is a valid id for a new run, else `dlv-` and a SHA-256 of
+/// the id (also when `dlv-<id>` would end with the reserved `.heal`).
 pub fn delivery_run_id(delivery_id: &str) -> String {
     let direct = format!("dlv-{delivery_id}");
-    if validate_run_id(&direct).is_ok() {
+    if validate_new_run_id(&direct).is_ok() {
         return direct;
     }
     format!("dlv-{}", &crate::core::fingerprint::sha256_hex(delivery_id.as_bytes())[..32])
@@ -598,5 +830,8 @@ mod tests {
         let hashed = delivery_run_id("msg/with spaces?");
         assert!(hashed.starts_with("dlv-") && validate_run_id(&hashed).is_ok());
         assert_eq!(hashed, delivery_run_id("msg/with spaces?"));
+        let reserved = delivery_run_id("job.heal");
+        assert!(reserved.starts_with("dlv-") && !reserved.ends_with(".heal"), "{reserved}");
+        assert!(validate_new_run_id(&reserved).is_ok());
     }
 }

@@ -43,6 +43,8 @@ pub async fn run_all<S: RunStore>(make: &dyn Fn(&ManualClock) -> (S, S), caps: &
     approvals_round_trip(&s).await;
     let (s, _, c) = fresh();
     pending_lists_unfinished(&s, &c).await;
+    let (s, _, c) = fresh();
+    pending_pages_list_each_unfinished_run_once(&s, &c).await;
     let (s, o, c) = fresh();
     delete_forgets_run(&s, &o, &c).await;
     let (s, _, c) = fresh();
@@ -213,6 +215,72 @@ pub async fn pending_lists_unfinished(store: &impl RunStore, clock: &ManualClock
     assert_eq!(ids, vec!["p1", "p2"]);
     assert_eq!(pending[1].status, RunStatus::AwaitingApproval);
     assert_eq!(pending[1].approval_id.as_deref(), Some("apr_x"));
+}
+
+/// Pages of the pending listing, followed by their cursors, list each unfinished run once, in run-id order,
+/// with what the sweep needs (status, the diagnosis marker); `check_pending` tells a run that finished or
+/// was deleted since it was listed.
+pub async fn pending_pages_list_each_unfinished_run_once(store: &impl RunStore, clock: &ManualClock) {
+    let o = opts();
+    let mut leases = Vec::new();
+    for (id, status) in [
+        ("q0", RunStatus::InProgress),
+        ("q1", RunStatus::InProgress),
+        ("q2", RunStatus::Finished),
+        ("q3", RunStatus::AwaitingApproval),
+        ("q4", RunStatus::InProgress),
+        ("q5", RunStatus::InProgress),
+    ] {
+        let l = store.acquire_lease(id, "o", clock.now_ms(), &o).await.expect("lease");
+        let (e1, mut cp1) = snapshot_entry(id, "x", clock.now_ms());
+        cp1.status = status;
+        if status == RunStatus::AwaitingApproval {
+            cp1.approval_ids = vec!["apr_q".into()];
+        }
+        if id == "q4" {
+            cp1.heal_of = Some("q0".into());
+        }
+        let e1 = JournalEntry { body: EntryBody::Snapshot { state: Box::new(cp1.clone()) }, ..e1 };
+        store.commit(&l, &e1, &cp1).await.expect("commit");
+        leases.push((l, cp1));
+    }
+    let mut listed = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..50 {
+        let page = store.pending_page(cursor.as_deref(), 2).await.expect("page");
+        assert!(page.runs.len() <= 2, "a page holds at most its limit: {:?}", page.runs);
+        listed.extend(page.runs);
+        match page.cursor {
+            Some(c) => cursor = Some(c),
+            None => {
+                cursor = None;
+                break;
+            }
+        }
+    }
+    assert!(cursor.is_none(), "the listing ends");
+    let ids: Vec<&str> = listed.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(ids, vec!["q0", "q1", "q3", "q4", "q5"], "each unfinished run once, in order");
+    assert_eq!(listed[2].status, RunStatus::AwaitingApproval);
+    assert_eq!(listed[3].heal_of.as_deref(), Some("q0"), "the diagnosis marker is listed");
+    assert_eq!(listed[0].heal_of, None);
+    assert_eq!(store.check_pending(&listed).await.expect("check"), vec![true; 5]);
+    // q1 finishes (its owner releases), q5 is deleted: a check of the earlier listing tells both.
+    clock.advance(2_000);
+    let (l1, cp1) = &leases[1];
+    let (e2, _) = delta_entry(cp1, Message::assistant("done", vec![]), RunStatus::Finished, clock.now_ms());
+    store
+        .commit(l1, &e2, &{
+            let mut f = cp1.clone();
+            f.apply(&e2).expect("delta");
+            f
+        })
+        .await
+        .expect("finish");
+    store.release_lease(l1).await.expect("release");
+    store.delete("q5").await.expect("delete");
+    clock.advance(2_000);
+    assert_eq!(store.check_pending(&listed).await.expect("check"), vec![true, false, true, true, false]);
 }
 
 /// Delete removes the journal and the lease.

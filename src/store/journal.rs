@@ -33,7 +33,7 @@
 
 use super::keys::Keys;
 use super::kv::{KvBackend, PutOptions, MAX_BULK_GET, MAX_LIST_LIMIT};
-use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingRun, RunStore, StoreCounters};
+use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{cap_chars, Error, ErrorCode, ErrorInfo, Result};
@@ -139,6 +139,9 @@ struct IndexMeta {
     t: u64,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     q: bool,
+    /// Diagnosis fork of (the checkpoint's `healOf` marker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    h: Option<String>,
 }
 
 impl IndexMeta {
@@ -151,12 +154,18 @@ impl IndexMeta {
             ap: cp.approval_ids.iter().take(8).cloned().collect(),
             t: cp.saved_at,
             q: cp.quarantined,
+            h: cp.heal_of.clone(),
         }
     }
 
     /// Same for the sweep's purposes (step and time aside).
     fn same(&self, other: &IndexMeta) -> bool {
-        self.s == other.s && self.a == other.a && self.e == other.e && self.ap == other.ap && self.q == other.q
+        self.s == other.s
+            && self.a == other.a
+            && self.e == other.e
+            && self.ap == other.ap
+            && self.q == other.q
+            && self.h == other.h
     }
 
     fn pending(&self, run_id: &str) -> PendingRun {
@@ -170,6 +179,7 @@ impl IndexMeta {
             attempts: self.a,
             quarantined: self.q,
             saved_at: self.t,
+            heal_of: self.h.clone(),
         }
     }
 }
@@ -193,6 +203,10 @@ pub struct JournalStore<K: KvBackend> {
     writers: RefCell<HashMap<String, Writer>>,
     counters: RefCell<StoreCounters>,
 }
+
+/// Age (ms) past which the pending-index entry of a run without a lease (deleted) is dropped: far beyond any
+/// propagation delay, so a missing lease is not this location's stale view of a new run.
+const ORPHAN_INDEX_MS: u64 = 3_600_000;
 
 fn corrupt(run_id: &str, what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::CheckpointCorrupt, format!("run '{run_id}': {what} cannot be read: {e}")).with_run(run_id)
@@ -356,7 +370,16 @@ impl<K: KvBackend> JournalStore<K> {
     }
 
     async fn mark_corrupt(&self, run_id: &str, err: &Error) {
-        let meta = IndexMeta { s: RunStatus::InProgress, st: 0, a: 0, e: Some(err.info()), ap: vec![], t: 0, q: false };
+        let meta = IndexMeta {
+            s: RunStatus::InProgress,
+            st: 0,
+            a: 0,
+            e: Some(err.info()),
+            ap: vec![],
+            t: 0,
+            q: false,
+            h: None,
+        };
         if let Ok(v) = encode(&meta) {
             let opts = PutOptions { metadata: serde_json::to_value(&meta).ok(), expiration_ttl_s: None };
             self.count(|c| c.writes += 1);
@@ -721,65 +744,88 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
     }
 
     async fn pending(&self) -> Result<Vec<PendingRun>> {
-        let prefix = self.keys.pending_prefix();
-        let mut out = Vec::new();
-        let mut listed: Vec<(String, IndexMeta)> = Vec::new();
+        let mut listed = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
-            let page = self.list(&prefix, cursor.as_deref()).await?;
-            for k in page.keys {
-                let Some(run_id) = self.keys.run_of_pending(&k.name) else { continue };
-                match k.metadata.and_then(|m| serde_json::from_value::<IndexMeta>(m).ok()) {
-                    Some(meta) if meta.s == RunStatus::Finished => {}
-                    Some(meta) if meta.e.as_ref().is_some_and(|e| e.code == ErrorCode::CheckpointCorrupt) => {
-                        out.push(meta.pending(run_id))
-                    }
-                    Some(meta) => listed.push((run_id.to_string(), meta)),
-                    None => out
-                        .push(PendingRun::corrupt(run_id, &corrupt(run_id, "the pending index entry", "bad metadata"))),
-                }
-            }
+            let page = self.pending_page(cursor.as_deref(), MAX_LIST_LIMIT).await?;
+            listed.extend(page.runs);
             match page.cursor {
                 Some(c) => cursor = Some(c),
                 None => break,
             }
         }
-        // An index entry can outlive its run's end (the delete would have been a second write within a
-        // second, or the run was deleted): the run's lease and its current segment's end marker decide.
+        let fresh = self.check_pending(&listed).await?;
+        let mut out: Vec<PendingRun> = listed.into_iter().zip(fresh).filter_map(|(r, f)| f.then_some(r)).collect();
+        out.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        Ok(out)
+    }
+
+    /// One `list` call of the pending index (a single KV operation at any backlog); entries unchecked.
+    async fn pending_page(&self, cursor: Option<&str>, limit: usize) -> Result<PendingPage> {
+        let prefix = self.keys.pending_prefix();
+        let limit = limit.clamp(1, MAX_LIST_LIMIT);
+        let page = self.read_retrying(|| self.kv.list(&prefix, cursor, limit)).await?;
+        let mut runs = Vec::with_capacity(page.keys.len());
+        for k in page.keys {
+            let Some(run_id) = self.keys.run_of_pending(&k.name) else { continue };
+            match k.metadata.and_then(|m| serde_json::from_value::<IndexMeta>(m).ok()) {
+                Some(meta) if meta.s == RunStatus::Finished => {}
+                Some(meta) => runs.push(meta.pending(run_id)),
+                None => {
+                    runs.push(PendingRun::corrupt(run_id, &corrupt(run_id, "the pending index entry", "bad metadata")))
+                }
+            }
+        }
+        Ok(PendingPage { runs, cursor: page.cursor })
+    }
+
+    /// Two bulk reads per 100 runs: the lease (a deleted run has none) and the current segment's end marker
+    /// (a finished run's owner wrote one). An index entry can outlive its run's end (its delete would have been
+    /// a second write within a second, or the run was deleted): a finished run's entry is dropped here once it
+    /// is a second old, a deleted run's once it is an hour old (before that, a missing lease may be this
+    /// location's stale view). Runs listed as corrupt are not read.
+    async fn check_pending(&self, runs: &[PendingRun]) -> Result<Vec<bool>> {
         let now = self.clock.now_ms();
-        for chunk in listed.chunks(MAX_BULK_GET) {
-            let lease_keys: Vec<String> = chunk.iter().map(|(id, _)| self.keys.lease(id)).collect();
+        let mut out = vec![true; runs.len()];
+        let listed_corrupt =
+            |r: &PendingRun| r.last_error.as_ref().is_some_and(|e| e.code == ErrorCode::CheckpointCorrupt);
+        let to_check: Vec<usize> = (0..runs.len()).filter(|&i| !listed_corrupt(&runs[i])).collect();
+        for chunk in to_check.chunks(MAX_BULK_GET) {
+            let lease_keys: Vec<String> = chunk.iter().map(|&i| self.keys.lease(&runs[i].run_id)).collect();
             let leases = self.get_many(&lease_keys).await?;
             let tags: Vec<Option<String>> = leases
                 .iter()
                 .map(|l| l.as_ref().and_then(|l| serde_json::from_str::<LeaseRecord>(l).ok()).map(|l| l.tag()))
                 .collect();
-            let marker_keys: Vec<String> =
-                chunk.iter().zip(&tags).filter_map(|((id, _), t)| t.as_ref().map(|t| self.keys.end(id, t))).collect();
-            let mut markers = self.get_many(&marker_keys).await?.into_iter();
-            for (((run_id, meta), lease), tag) in chunk.iter().zip(&leases).zip(&tags) {
-                if lease.is_none() {
-                    // Deleted (or not visible here yet): not listed, and not cleaned up from a possibly stale view.
-                    continue;
-                }
-                let ended = match (lease, tag) {
-                    (None, _) => true,
-                    (Some(_), None) => false,
+            let marker_keys: Vec<String> = chunk
+                .iter()
+                .zip(&tags)
+                .filter_map(|(&i, t)| t.as_ref().map(|t| self.keys.end(&runs[i].run_id, t)))
+                .collect();
+            let mut markers =
+                if marker_keys.is_empty() { Vec::new() } else { self.get_many(&marker_keys).await? }.into_iter();
+            for ((&i, lease), tag) in chunk.iter().zip(&leases).zip(&tags) {
+                let run = &runs[i];
+                let age = now.saturating_sub(run.saved_at);
+                let drop_after = match (lease, tag) {
+                    (None, _) => Some(ORPHAN_INDEX_MS),
+                    (Some(_), None) => None,
                     (Some(_), Some(_)) => markers
                         .next()
                         .flatten()
                         .and_then(|m| serde_json::from_str::<Progress>(&m).ok())
-                        .is_some_and(|p| p.finished),
+                        .is_some_and(|p| p.finished)
+                        .then_some(1_000),
                 };
-                if !ended {
-                    out.push(meta.pending(run_id));
-                } else if now.saturating_sub(meta.t) >= 1_000 {
-                    self.count(|c| c.writes += 1);
-                    let _ = self.kv.delete(&self.keys.pending(run_id)).await;
+                if let Some(after) = drop_after {
+                    out[i] = false;
+                    if age >= after {
+                        self.count(|c| c.writes += 1);
+                        let _ = self.kv.delete(&self.keys.pending(&run.run_id)).await;
+                    }
                 }
             }
         }
-        out.sort_by(|a, b| a.run_id.cmp(&b.run_id));
         Ok(out)
     }
 

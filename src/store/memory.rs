@@ -4,7 +4,7 @@
 //! real backend. Clones share the same data: two `Agent`s over clones of one `MemoryStore` behave like two
 //! processes over one database.
 
-use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingRun, RunStore};
+use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
@@ -217,6 +217,29 @@ impl RunStore for MemoryStore {
             }
         }
         Ok(out)
+    }
+
+    async fn pending_page(&self, cursor: Option<&str>, limit: usize) -> Result<PendingPage> {
+        use std::ops::Bound;
+        let inner = self.inner.borrow();
+        let from = match cursor {
+            Some(c) => Bound::Excluded(c.to_string()),
+            None => Bound::Unbounded,
+        };
+        let mut page = PendingPage::default();
+        let mut iter = inner.runs.range((from, Bound::Unbounded)).peekable();
+        while let Some((run_id, run)) = iter.next() {
+            match Self::fold_all(run_id, &run.journal) {
+                Ok(Some(cp)) if cp.status != RunStatus::Finished => page.runs.push(PendingRun::of(&cp)),
+                Ok(_) => {}
+                Err(e) => page.runs.push(PendingRun::corrupt(run_id, &e)),
+            }
+            if page.runs.len() >= limit.max(1) {
+                page.cursor = iter.peek().is_some().then(|| run_id.clone());
+                break;
+            }
+        }
+        Ok(page)
     }
 
     async fn put_approval(&self, record: &ApprovalRecord) -> Result<()> {

@@ -16,7 +16,13 @@
 //!   unexpired lease (expiry plus `grace_ms`, for clock skew); otherwise it starts a new epoch.
 //!   [`RunStore::renew_lease`] never takes a lease back from another owner. [`RunStore::release_lease`] ends it.
 //! * **Approvals.** Records are written before the `awaiting-approval` entry (the machine orders it).
-//! * **Listing.** [`RunStore::pending`] lists every run that is not finished, including corrupt ones.
+//! * **Listing.** [`RunStore::pending`] lists every run that is not finished, including corrupt ones (for
+//!   the API; its cost grows with the backlog). The recovery sweep lists in bounded pages instead:
+//!   [`RunStore::pending_page`] returns up to about `limit` runs after an opaque cursor, in run-id byte
+//!   order, at a cost that does not grow with the backlog (one KV `list` on the journal store). A page may be
+//!   short, even empty, before the end, and its entries may be stale (an index entry can outlive its run);
+//!   [`RunStore::check_pending`] tells which of some listed runs are still unfinished, in bulk, and lets the
+//!   backend drop the stale entries it finds. The sweep checks only the runs it will act on.
 //! * **History.** [`RunStore::history`] returns up to `limit` past states, newest first; the backend keeps at
 //!   least `history_limit` of them (its option); pruning never breaks a load.
 
@@ -102,6 +108,10 @@ pub struct PendingRun {
     #[serde(default)]
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub saved_at: u64,
+    /// For a diagnosis fork of the recovery sweep: the run it tries to heal (from its checkpoint's marker).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub heal_of: Option<String>,
 }
 
 impl PendingRun {
@@ -117,6 +127,7 @@ impl PendingRun {
             attempts: cp.attempts,
             quarantined: cp.quarantined,
             saved_at: cp.saved_at,
+            heal_of: cp.heal_of.clone(),
         }
     }
 
@@ -132,8 +143,18 @@ impl PendingRun {
             attempts: 0,
             quarantined: false,
             saved_at: 0,
+            heal_of: None,
         }
     }
+}
+
+/// One page of the pending listing ([`RunStore::pending_page`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PendingPage {
+    /// Runs as the listing has them, in run-id byte order (possibly stale: see [`RunStore::check_pending`]).
+    pub runs: Vec<PendingRun>,
+    /// Where the next page starts (opaque, store-specific); `None` after the last page.
+    pub cursor: Option<String>,
 }
 
 /// One past state of a run.
@@ -227,6 +248,32 @@ pub trait RunStore {
     async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>>;
     /// Every unfinished run.
     async fn pending(&self) -> Result<Vec<PendingRun>>;
+    /// One page of the pending listing: up to about `limit` runs after `cursor` (a page's `cursor`; `None`
+    /// starts at the beginning), in run-id byte order. Backends with an index override it so a page costs
+    /// the same at any backlog; this default filters [`RunStore::pending`] (whole-listing cost).
+    async fn pending_page(&self, cursor: Option<&str>, limit: usize) -> Result<PendingPage> {
+        let mut all = self.pending().await?;
+        all.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        let after: Vec<PendingRun> = all.into_iter().filter(|r| cursor.is_none_or(|c| r.run_id.as_str() > c)).collect();
+        let more = after.len() > limit.max(1);
+        let runs: Vec<PendingRun> = after.into_iter().take(limit.max(1)).collect();
+        let cursor = if more { runs.last().map(|r| r.run_id.clone()) } else { None };
+        Ok(PendingPage { runs, cursor })
+    }
+    /// For each of `runs` (as a page listed them), whether it is still unfinished. A run that cannot be read
+    /// counts as unfinished (the caller sees its error when it acts). Backends may drop stale index entries
+    /// they find here. This default loads each run.
+    async fn check_pending(&self, runs: &[PendingRun]) -> Result<Vec<bool>> {
+        let mut out = Vec::with_capacity(runs.len());
+        for r in runs {
+            out.push(match self.load(&r.run_id).await {
+                Ok(Some(cp)) => cp.status != RunStatus::Finished,
+                Ok(None) => false,
+                Err(_) => true,
+            });
+        }
+        Ok(out)
+    }
     /// Writes an approval record.
     async fn put_approval(&self, record: &ApprovalRecord) -> Result<()>;
     /// Reads an approval record.

@@ -66,6 +66,12 @@ intents?: Array<string>,
  */
 quarantined?: boolean, 
 /**
+ * Set only on a diagnosis fork the recovery sweep created (M14): the id of the run it tries to heal. The
+ * sweep decides "this run is a diagnosis fork of x" from this marker, never from a run's name. Written by
+ * the fork's first snapshot and never changed (deltas do not carry it); a `fork` of any run clears it.
+ */
+healOf?: string, 
+/**
  * The last failed attempt, cleared by the next saved progress.
  */
 lastError?: ErrorInfo, 

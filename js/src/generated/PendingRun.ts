@@ -41,4 +41,8 @@ quarantined: boolean,
 /**
  * Last save time.
  */
-savedAt: number, };
+savedAt: number, 
+/**
+ * For a diagnosis fork of the recovery sweep: the run it tries to heal (from its checkpoint's marker).
+ */
+healOf?: string, };
