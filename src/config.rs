@@ -227,12 +227,19 @@ pub struct Limits {
     pub tool_concurrency: usize,
     /// Stop after this many identical failing tool turns in a row (default 4; 0 = off).
     pub loop_window: u32,
+    /// Longest tool result kept, in bytes (default 262144); a longer one is cut with a marker.
+    pub max_tool_result_bytes: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         let o = AgentOptions::default();
-        Limits { max_steps: o.max_steps, tool_concurrency: o.tool_concurrency, loop_window: o.loop_window }
+        Limits {
+            max_steps: o.max_steps,
+            tool_concurrency: o.tool_concurrency,
+            loop_window: o.loop_window,
+            max_tool_result_bytes: o.max_tool_result_bytes,
+        }
     }
 }
 
@@ -359,6 +366,7 @@ impl AgentConfig {
             on_agent_drift: self.on_agent_drift,
             lease: self.lease,
             loop_window: self.limits.loop_window,
+            max_tool_result_bytes: self.limits.max_tool_result_bytes,
             ..AgentOptions::default()
         }
     }
@@ -399,6 +407,12 @@ impl AgentConfig {
         }
         if l.tool_concurrency == 0 {
             errs.push("limits.toolConcurrency must be at least 1".into());
+        }
+        if !(1_024..=crate::core::limits::MAX_TOOL_RESULT_BYTES).contains(&l.max_tool_result_bytes) {
+            errs.push(format!(
+                "limits.maxToolResultBytes must be between 1024 and {}",
+                crate::core::limits::MAX_TOOL_RESULT_BYTES
+            ));
         }
 
         let lease = &self.lease;

@@ -100,3 +100,132 @@ fn resume_after_crash_runs_the_plain_call_beside_an_unreconciled_side_effect() {
         }
     }
 }
+
+fn nested(depth: usize) -> serde_json::Value {
+    let mut v = json!(1);
+    for i in 0..depth {
+        v = if i % 2 == 0 { json!([v]) } else { json!({ "k": v }) };
+    }
+    v
+}
+
+fn envs() -> Vec<(&'static str, Env)> {
+    vec![("memory", Env::new()), ("journal", Env::journal_sim())]
+}
+
+/// A `businessState` nested ~126 levels deep used to be stored and then fail every later load with
+/// CHECKPOINT_CORRUPT. It is refused with a coded error before anything is written; the limit is 64 levels.
+#[test]
+fn deep_business_state_is_refused_before_anything_is_stored() {
+    for (label, env) in envs() {
+        let c = Counters::default();
+        let a = env.agent(MockModel::by_turn(vec![MockTurn::text("ok")]), vec![counting_tool("t", &c)]);
+        for depth in [65, 100, 126, 127] {
+            let opts = SendOptions { business_state: Some(nested(depth)), ..Default::default() };
+            let e = block_on(a.send("deep", "go", opts)).unwrap_err();
+            assert_eq!(e.code, steadfast::ErrorCode::InvalidInput, "{label} depth {depth}");
+            assert!(e.message.contains("businessState"), "{}", e.message);
+            assert!(block_on(a.load("deep")).unwrap().is_none(), "{label}: nothing stored");
+        }
+        let opts = SendOptions { business_state: Some(nested(64)), ..Default::default() };
+        let done = block_on(a.send("deep", "go", opts)).unwrap();
+        assert_eq!(done.status, RunStatus::Finished);
+        assert_eq!(block_on(a.load("deep")).unwrap().unwrap().business_state, Some(nested(64)), "{label}");
+    }
+}
+
+/// Tool arguments from the model nested deeper than the limit are not stored as they are: the call gets a
+/// `validation` result saying why, never runs, and the run stays readable.
+#[test]
+fn deeply_nested_tool_arguments_get_a_validation_result_and_the_run_stays_readable() {
+    for (label, env) in envs() {
+        let c = Counters::default();
+        let script = vec![MockTurn::tools([("t", nested(126)), ("t", json!({"ok": 1}))]), MockTurn::text("handled")];
+        let a = env.agent(MockModel::by_turn(script), vec![counting_tool("t", &c)]);
+        let done = block_on(a.send("args", "go", SendOptions::default())).unwrap();
+        assert_eq!(done.status, RunStatus::Finished, "{label}");
+        let results = results_by_name(&done.messages);
+        assert_eq!(results[0].1, ResultKind::Validation, "{label}: {results:?}");
+        assert!(results[0].2.contains("nested 126 levels"), "{}", results[0].2);
+        assert_eq!(results[1].1, ResultKind::Execution);
+        assert_eq!(c.get("t"), 1, "{label}: only the valid call ran");
+        let stored = block_on(a.load("args")).unwrap().unwrap();
+        assert_eq!(stored.messages, done.messages, "{label}: the run reads back");
+        assert!(validate_transcript(&stored.messages).is_ok());
+    }
+}
+
+/// A tool whose output carries a business state nested too deep: the model reads an error result that keeps the
+/// tool's output, the state is not stored, and the run stays readable.
+#[test]
+fn a_tool_returning_deep_business_state_gets_an_error_result_and_nothing_unreadable_is_stored() {
+    for (label, env) in envs() {
+        let deep = Rc::new(FnTool::new("deep", "returns deep state", object_schema(), |_a, _c| async {
+            Ok(ToolOutput::text("computed").with_business_state(nested(120)))
+        })) as Rc<dyn Tool>;
+        let script = vec![MockTurn::tools([("deep", json!({}))]), MockTurn::text("done")];
+        let a = env.agent(MockModel::by_turn(script), vec![deep]);
+        let done = block_on(a.send("bs", "go", SendOptions::default())).unwrap();
+        let r = &results_by_name(&done.messages)[0];
+        assert!(r.2.starts_with("InvalidBusinessState") && r.2.contains("computed"), "{label}: {r:?}");
+        let stored = block_on(a.load("bs")).unwrap().unwrap();
+        assert_eq!(stored.business_state, None, "{label}");
+    }
+}
+
+/// Forks check what their patch brings in.
+#[test]
+fn a_fork_patch_with_deep_business_state_is_refused() {
+    let env = Env::journal_sim();
+    let c = Counters::default();
+    let a = env.agent(
+        MockModel::by_turn(vec![MockTurn::tools([("t", json!({}))]), MockTurn::text("done")]),
+        vec![counting_tool("t", &c)],
+    );
+    block_on(a.send("src", "go", SendOptions::default())).unwrap();
+    let patch = steadfast::core::fork::ForkPatch { business_state: Some(nested(80)), ..Default::default() };
+    let e = block_on(a.fork("src", steadfast::runtime::ForkOptions { from_step: 1, patch, new_id: None })).unwrap_err();
+    assert_eq!(e.code, steadfast::ErrorCode::InvalidInput);
+    assert!(block_on(a.load("src.fork-1")).unwrap().is_none());
+}
+
+/// A tool result larger than `maxToolResultBytes` (default 256 KiB) is cut at a character boundary and ends with
+/// a marker the model can read; a 30 MiB result no longer makes an entry KV cannot store.
+#[test]
+fn tool_results_over_the_cap_are_truncated_with_a_marker() {
+    for (label, env) in envs() {
+        let huge = Rc::new(FnTool::new("dump", "returns a lot", object_schema(), |_a, _c| async {
+            Ok(ToolOutput::text("é".repeat(15 * 1024 * 1024)))
+        })) as Rc<dyn Tool>;
+        let script = vec![MockTurn::tools([("dump", json!({}))]), MockTurn::text("read it")];
+        let a = env.agent(MockModel::by_turn(script), vec![huge]);
+        let done = block_on(a.send("big", "go", SendOptions::default())).unwrap();
+        assert_eq!(done.status, RunStatus::Finished, "{label}");
+        let r = &results_by_name(&done.messages)[0];
+        assert!(r.2.len() <= 256 * 1024, "{label}: {}", r.2.len());
+        assert!(r.2.ends_with("only the first part is shown]"), "{label}");
+        assert!(r.2.contains(&format!("it was {} bytes", 30 * 1024 * 1024)), "{label}");
+        assert_eq!(block_on(a.load("big")).unwrap().unwrap().messages, done.messages);
+    }
+}
+
+/// An entry the store refuses for good (over KV's 25 MiB value limit) is a failed attempt: it is recorded
+/// (`lastError`, `attempts`) on the stored run, not retried by the sweep for ever.
+#[test]
+fn a_commit_refused_for_good_is_recorded_as_a_failed_attempt() {
+    for (label, env) in envs() {
+        let c = Counters::default();
+        let script = vec![MockTurn::tools([("t", json!({}))]), MockTurn::text("x".repeat(26 * 1024 * 1024))];
+        let a = env.agent(MockModel::by_turn(script), vec![counting_tool("t", &c)]);
+        let e = block_on(a.send("huge", "go", SendOptions::default())).unwrap_err();
+        assert_eq!(e.code, steadfast::ErrorCode::StoreFailed, "{label}: {e:?}");
+        let stored = block_on(a.load("huge")).unwrap().unwrap();
+        assert_eq!(stored.status, RunStatus::InProgress, "{label}");
+        assert_eq!(stored.attempts, 1, "{label}");
+        assert_eq!(stored.last_error.as_ref().map(|e| e.code), Some(steadfast::ErrorCode::StoreFailed));
+        let listed = block_on(a.pending()).unwrap();
+        let p = listed.iter().find(|p| p.run_id == "huge").expect("listed");
+        assert_eq!((p.attempts, p.last_error.as_ref().map(|e| e.retryable)), (1, Some(false)), "{label}");
+        assert_eq!(c.get("t"), 1);
+    }
+}

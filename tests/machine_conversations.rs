@@ -40,6 +40,7 @@ fn config_with(model: &str, tools: &[&str]) -> MachineConfig {
         instructions: INSTRUCTIONS.into(),
         loop_window: 4,
         business_state: None,
+        max_tool_result_bytes: 256 * 1024,
     }
 }
 
@@ -48,7 +49,7 @@ fn config() -> MachineConfig {
 }
 
 fn call(id: &str, name: &str, args: Value) -> ToolCall {
-    ToolCall { id: id.into(), name: name.into(), args }
+    ToolCall { id: id.into(), name: name.into(), args, invalid: None }
 }
 
 /// A model turn asking for `(id, tool)` calls with empty arguments.

@@ -54,6 +54,7 @@ fn config() -> MachineConfig {
         instructions: "Be thorough.".into(),
         loop_window: 0,
         business_state: None,
+        max_tool_result_bytes: 256 * 1024,
     }
 }
 
@@ -93,7 +94,12 @@ impl StepKernel {
         let calls = TOOLS
             .iter()
             .enumerate()
-            .map(|(n, name)| ToolCall { id: format!("call_{i}_{n}"), name: (*name).into(), args: json!({"i": i}) })
+            .map(|(n, name)| ToolCall {
+                id: format!("call_{i}_{n}"),
+                name: (*name).into(),
+                args: json!({"i": i}),
+                invalid: None,
+            })
             .collect();
         self.m.set_now(1_000 + 20 * i as u64);
         self.m.notify_model_response(ModelResponse {

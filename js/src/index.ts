@@ -558,6 +558,8 @@ export interface AgentOptions {
   toolConcurrency?: number;
   /** Stop after this many identical failing tool turns in a row (default 4; 0 = off). */
   loopWindow?: number;
+  /** Longest tool result kept, in bytes (default 262144); a longer one is cut and ends with a marker. */
+  maxToolResultBytes?: number;
   /** The model-call retry policy (the only retry layer). */
   retry?: { maxAttempts?: number; baseMs?: number; capMs?: number; deadlineMs?: number };
   /** Run leases (ms). */

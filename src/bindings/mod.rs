@@ -746,7 +746,8 @@ impl JsAgent {
         let model = JsModel { id, obj: model_js, generate };
 
         let mut limits = serde_json::Map::new();
-        for key in ["maxSteps", "toolConcurrency", "onAgentDrift", "loopWindow", "retry", "lease"] {
+        for key in ["maxSteps", "toolConcurrency", "onAgentDrift", "loopWindow", "maxToolResultBytes", "retry", "lease"]
+        {
             let v = prop(options, key);
             if !absent(&v) {
                 limits.insert(key.into(), to_value(&v, key).map_err(|e| cfg(e.message))?);

@@ -8,6 +8,7 @@
 
 use super::checkpoint::{Checkpoint, RunStatus};
 use super::error::{Error, ErrorCode};
+use super::limits::check_depth;
 use super::transcript::{validate_transcript, Message, ResultKind, ToolResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -66,6 +67,13 @@ pub fn apply_patch(source: &Checkpoint, new_run_id: &str, patch: &ForkPatch) -> 
     cp.intents.clear();
     cp.quarantined = false;
 
+    if let Some(state) = &patch.business_state {
+        check_depth("patch.businessState", state).map_err(|e| e.with_run(&source.run_id))?;
+    }
+    for call in patch.messages.iter().flatten().flat_map(|m| m.tool_calls()) {
+        check_depth(&format!("the arguments of tool call '{}' in patch.messages", call.id), &call.args)
+            .map_err(|e| e.with_run(&source.run_id))?;
+    }
     if let Some(messages) = &patch.messages {
         validate_transcript(messages).map_err(|why| {
             Error::invalid_input(format!("fork of run '{}': the patched transcript is invalid: {why}", source.run_id))
@@ -196,7 +204,7 @@ mod tests {
     use serde_json::json;
 
     fn call(id: &str, name: &str) -> ToolCall {
-        ToolCall { id: id.into(), name: name.into(), args: json!({"city": "Oslo"}) }
+        ToolCall { id: id.into(), name: name.into(), args: json!({"city": "Oslo"}), invalid: None }
     }
 
     fn result(id: &str, name: &str, content: &str) -> Message {

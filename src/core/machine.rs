@@ -17,6 +17,7 @@ use super::checkpoint::{Checkpoint, EntryBody, FinishReason, Header, JournalEntr
 use super::error::{cap_chars, Error, ErrorCode, Result};
 use super::events::Event;
 use super::fingerprint::{canonical_json, Fingerprint};
+use super::limits::{cap_tool_result, check_depth, json_depth, MAX_JSON_DEPTH};
 use super::transcript::{Message, ResultKind, ToolCall, ToolResult, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -57,6 +58,8 @@ pub struct MachineConfig {
     pub loop_window: u32,
     /// Business state a new run starts with.
     pub business_state: Option<Value>,
+    /// Longest tool result kept (bytes); longer ones are cut with a marker (see [`super::limits`]).
+    pub max_tool_result_bytes: usize,
 }
 
 /// How a machine is started.
@@ -70,6 +73,9 @@ pub enum Start {
     Approvals(Vec<Decision>),
     /// Mark the stored run quarantined (the recovery sweep gave up on it): one commit, nothing runs.
     Quarantine,
+    /// Record a failed attempt on the stored run (`lastError`, `attempts + 1`) when the attempt's own commit was
+    /// refused (e.g. an entry over the store's value limit): one commit, nothing runs.
+    Failed(Error),
 }
 
 /// The runtime's verdict on a tool call before it runs.
@@ -255,6 +261,16 @@ impl RunMachine {
     /// decisions that do not match the pause.
     pub fn start(cfg: MachineConfig, stored: Option<Checkpoint>, start: Start, now: u64) -> Result<RunMachine> {
         let run_id = cfg.run_id.clone();
+        // Whatever enters the checkpoint from the caller must read back (JSON depth).
+        if let Some(bs) = &cfg.business_state {
+            check_depth("businessState", bs).map_err(|e| e.with_run(&run_id))?;
+        }
+        if let Start::Send(input) = &start {
+            for call in input.iter().flat_map(|m| m.tool_calls()) {
+                check_depth(&format!("the arguments of tool call '{}' in the input", call.id), &call.args)
+                    .map_err(|e| e.with_run(&run_id))?;
+            }
+        }
         let mut m = RunMachine {
             cp: Checkpoint::new(&run_id),
             cfg,
@@ -280,7 +296,7 @@ impl RunMachine {
             pausing: Vec::new(),
             finishing: None,
         };
-        let annotate = matches!(start, Start::Quarantine);
+        let annotate = matches!(start, Start::Quarantine | Start::Failed(_));
         match stored {
             None => m.start_new(start)?,
             Some(cp) => m.start_stored(cp, start)?,
@@ -309,7 +325,7 @@ impl RunMachine {
                 )
                 .with_run(&self.cfg.run_id))
             }
-            Start::Quarantine => {
+            Start::Quarantine | Start::Failed(_) => {
                 return Err(Error::new(
                     ErrorCode::CheckpointNotFound,
                     format!("run '{}' has no checkpoint", self.cfg.run_id),
@@ -348,12 +364,27 @@ impl RunMachine {
         self.committed_fp = cp.fingerprint.clone();
         self.committed_ext = cp.ext.clone();
         self.cp = cp;
-        if let Start::Quarantine = start {
-            self.cp.quarantined = true;
-            self.dirty = true;
-            self.finishing = Some(Outcome { status: self.cp.status, finish_reason: None, note: None, error: None });
-            return Ok(());
+        match start {
+            Start::Quarantine => {
+                self.cp.quarantined = true;
+                self.dirty = true;
+                self.finishing = Some(Outcome { status: self.cp.status, finish_reason: None, note: None, error: None });
+                return Ok(());
+            }
+            Start::Failed(err) => {
+                self.cp.last_error = Some(err.info());
+                self.cp.attempts = self.cp.attempts.saturating_add(1);
+                self.dirty = true;
+                let status = self.cp.status;
+                self.finishing = Some(Outcome { status, finish_reason: None, note: None, error: Some(err) });
+                return Ok(());
+            }
+            start => self.start_stored_run(start),
         }
+    }
+
+    fn start_stored_run(&mut self, start: Start) -> Result<()> {
+        let run_id = self.cfg.run_id.clone();
         match (self.cp.status, start) {
             (RunStatus::AwaitingApproval, Start::Approvals(decisions)) => {
                 for id in &self.cp.approval_ids {
@@ -416,7 +447,7 @@ impl RunMachine {
                     self.emit(Event::ToolResume { tool_call_ids: pending.iter().map(|c| c.id.clone()).collect() });
                 }
             }
-            (_, Start::Quarantine) => {}
+            (_, Start::Quarantine | Start::Failed(_)) => {}
             (RunStatus::Finished, Start::Resume) => {
                 return Err(Error::new(
                     ErrorCode::CheckpointNotFound,
@@ -534,7 +565,17 @@ impl RunMachine {
         self.waiting = None;
         self.cp.step_index += 1;
         self.cp.usage.add(resp.usage);
-        let calls = self.sanitize_calls(resp.tool_calls);
+        let mut calls = self.sanitize_calls(resp.tool_calls);
+        for c in &mut calls {
+            let depth = json_depth(&c.args);
+            if depth > MAX_JSON_DEPTH {
+                // Stored as they are, they could not be read back: the call keeps an empty object and the reason.
+                c.args = Value::Object(Default::default());
+                c.invalid = Some(format!(
+                    "the arguments were nested {depth} levels deep; at most {MAX_JSON_DEPTH} levels are accepted"
+                ));
+            }
+        }
         self.emit(Event::Step {
             step: self.cp.step_index,
             text: resp.text.clone(),
@@ -590,8 +631,20 @@ impl RunMachine {
     fn settle(&mut self, call: &ToolCall, outcome: ToolOutcome) -> Result<()> {
         match outcome {
             ToolOutcome::Ok { content, business_state } => {
-                if let Some(bs) = business_state {
-                    self.cp.business_state = Some(bs);
+                let content = cap_tool_result(content, self.cfg.max_tool_result_bytes);
+                match business_state {
+                    Some(bs) if json_depth(&bs) > MAX_JSON_DEPTH => {
+                        let message = format!(
+                            "InvalidBusinessState: '{}' returned a businessState nested deeper than {MAX_JSON_DEPTH} \
+                             levels; it was not stored. The tool's output: {content}",
+                            call.name
+                        );
+                        let message = cap_chars(&message, MAX_ERROR_RESULT_CHARS);
+                        self.record(result(call, message, true, ResultKind::Execution));
+                        return Ok(());
+                    }
+                    Some(bs) => self.cp.business_state = Some(bs),
+                    None => {}
                 }
                 self.record(result(call, content, false, ResultKind::Execution));
             }
@@ -602,10 +655,12 @@ impl RunMachine {
                 self.record(result(call, format!("denied: {reason}"), true, ResultKind::Denied));
             }
             ToolOutcome::Replaced { content, is_error, by } => {
-                self.record_by(
-                    result(call, cap_chars(&content, MAX_ERROR_RESULT_CHARS), is_error, ResultKind::Execution),
-                    Some(by),
-                );
+                let content = if is_error {
+                    cap_chars(&content, MAX_ERROR_RESULT_CHARS)
+                } else {
+                    cap_tool_result(content, self.cfg.max_tool_result_bytes)
+                };
+                self.record_by(result(call, content, is_error, ResultKind::Execution), Some(by));
             }
             ToolOutcome::Propagate(err) => return Err(err),
         }
@@ -899,6 +954,12 @@ impl RunMachine {
                 if !self.reconciled.contains(&call.id) && !self.need_reconcile.iter().any(|c| c.id == call.id) {
                     self.need_reconcile.push(call);
                 }
+                continue;
+            }
+            if let Some(why) = &call.invalid {
+                let content =
+                    cap_chars(&format!("invalid arguments for '{}': {why}", call.name), MAX_ERROR_RESULT_CHARS);
+                self.record(result(&call, content, true, ResultKind::Validation));
                 continue;
             }
             if self.approved.contains_key(&call.id) {

@@ -9,6 +9,7 @@ pub mod events;
 pub mod fingerprint;
 pub mod fork;
 pub mod ids;
+pub mod limits;
 pub mod machine;
 pub mod retry;
 pub mod schema;

@@ -258,7 +258,7 @@ mod tests {
     use serde_json::json;
 
     fn call(id: &str, name: &str, args: Value) -> ToolCall {
-        ToolCall { id: id.into(), name: name.into(), args }
+        ToolCall { id: id.into(), name: name.into(), args, invalid: None }
     }
 
     fn result(id: &str, name: &str, content: &str) -> Message {

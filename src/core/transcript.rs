@@ -14,6 +14,11 @@ pub struct ToolCall {
     /// Arguments (JSON).
     #[serde(default)]
     pub args: Value,
+    /// Why the arguments cannot be used, when the runtime found them unusable (nested deeper than the checkpoint
+    /// accepts, …): the call is answered with a `validation` result and never runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub invalid: Option<String>,
 }
 
 /// How a tool result came to be.
@@ -191,7 +196,7 @@ mod tests {
     use serde_json::json;
 
     fn call(id: &str) -> ToolCall {
-        ToolCall { id: id.into(), name: "t".into(), args: json!({}) }
+        ToolCall { id: id.into(), name: "t".into(), args: json!({}), invalid: None }
     }
     fn res(id: &str) -> Message {
         Message::Tool(ToolResult {

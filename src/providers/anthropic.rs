@@ -187,7 +187,7 @@ pub fn parse_response(body: &str, step: u32) -> Result<ModelResponse> {
                     Some(Value::String(s)) => super::parse_arguments(s),
                     Some(other) => other.clone(),
                 };
-                tool_calls.push(ToolCall { id, name: name.to_string(), args });
+                tool_calls.push(ToolCall { id, name: name.to_string(), args, invalid: None });
             }
             _ => {}
         }
@@ -258,7 +258,7 @@ mod tests {
     }
 
     fn call(id: &str, city: &str) -> ToolCall {
-        ToolCall { id: id.into(), name: "weather".into(), args: json!({ "city": city }) }
+        ToolCall { id: id.into(), name: "weather".into(), args: json!({ "city": city }), invalid: None }
     }
 
     fn transcript() -> Vec<Message> {
@@ -414,8 +414,8 @@ mod tests {
             Message::assistant(
                 "",
                 vec![
-                    ToolCall { id: "a".into(), name: "t".into(), args: Value::Null },
-                    ToolCall { id: "b".into(), name: "t".into(), args: json!([1, 2]) },
+                    ToolCall { id: "a".into(), name: "t".into(), args: Value::Null, invalid: None },
+                    ToolCall { id: "b".into(), name: "t".into(), args: json!([1, 2]), invalid: None },
                 ],
             ),
         ];

@@ -243,7 +243,7 @@ pub(crate) fn tool_call(c: &Value, step: u32, i: usize) -> std::result::Result<T
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .unwrap_or_else(|| generated_call_id(step, i));
-    Ok(ToolCall { id, name: name.to_string(), args: arguments_value(f.get("arguments")) })
+    Ok(ToolCall { id, name: name.to_string(), args: arguments_value(f.get("arguments")), invalid: None })
 }
 
 #[cfg(test)]
@@ -312,7 +312,7 @@ mod tests {
     fn raw_arguments_go_back_as_they_came() {
         let m = vec![Message::assistant(
             "",
-            vec![ToolCall { id: "c".into(), name: "t".into(), args: json!({"_raw": "{oops"}) }],
+            vec![ToolCall { id: "c".into(), name: "t".into(), args: json!({"_raw": "{oops"}), invalid: None }],
         )];
         let v = openai_messages(&m, true);
         assert_eq!(v[0]["tool_calls"][0]["function"]["arguments"], "{oops");

@@ -130,8 +130,18 @@ mod tests {
             Message::assistant(
                 "Checking.",
                 vec![
-                    ToolCall { id: "call_a".into(), name: "weather".into(), args: json!({"city": "Paris"}) },
-                    ToolCall { id: "call_b".into(), name: "weather".into(), args: json!({"city": "Rome"}) },
+                    ToolCall {
+                        id: "call_a".into(),
+                        name: "weather".into(),
+                        args: json!({"city": "Paris"}),
+                        invalid: None,
+                    },
+                    ToolCall {
+                        id: "call_b".into(),
+                        name: "weather".into(),
+                        args: json!({"city": "Rome"}),
+                        invalid: None,
+                    },
                 ],
             ),
             Message::Tool(ToolResult {
@@ -252,8 +262,18 @@ mod tests {
             ModelResponse {
                 text: String::new(),
                 tool_calls: vec![
-                    ToolCall { id: "call_x".into(), name: "weather".into(), args: json!({"city": "Oslo"}) },
-                    ToolCall { id: "call_y".into(), name: "weather".into(), args: json!({"city": "Rome"}) },
+                    ToolCall {
+                        id: "call_x".into(),
+                        name: "weather".into(),
+                        args: json!({"city": "Oslo"}),
+                        invalid: None
+                    },
+                    ToolCall {
+                        id: "call_y".into(),
+                        name: "weather".into(),
+                        args: json!({"city": "Rome"}),
+                        invalid: None
+                    },
                 ],
                 usage: Usage { input_tokens: 120, output_tokens: 33 },
                 stop_reason: Some("tool_calls".into()),

@@ -182,8 +182,18 @@ mod tests {
             Message::assistant(
                 "",
                 vec![
-                    ToolCall { id: "call_1_0".into(), name: "weather".into(), args: json!({"city": "Paris"}) },
-                    ToolCall { id: "call_1_1".into(), name: "weather".into(), args: json!({"city": "Rome"}) },
+                    ToolCall {
+                        id: "call_1_0".into(),
+                        name: "weather".into(),
+                        args: json!({"city": "Paris"}),
+                        invalid: None,
+                    },
+                    ToolCall {
+                        id: "call_1_1".into(),
+                        name: "weather".into(),
+                        args: json!({"city": "Rome"}),
+                        invalid: None,
+                    },
                 ],
             ),
             Message::Tool(ToolResult {
@@ -258,8 +268,18 @@ mod tests {
             ModelResponse {
                 text: String::new(),
                 tool_calls: vec![
-                    ToolCall { id: "call_2_0".into(), name: "weather".into(), args: json!({"city": "Oslo"}) },
-                    ToolCall { id: "call_2_1".into(), name: "weather".into(), args: json!({"city": "Rome"}) },
+                    ToolCall {
+                        id: "call_2_0".into(),
+                        name: "weather".into(),
+                        args: json!({"city": "Oslo"}),
+                        invalid: None
+                    },
+                    ToolCall {
+                        id: "call_2_1".into(),
+                        name: "weather".into(),
+                        args: json!({"city": "Rome"}),
+                        invalid: None
+                    },
                 ],
                 usage: Usage { input_tokens: 80, output_tokens: 20 },
                 stop_reason: None,
@@ -291,7 +311,12 @@ mod tests {
         assert_eq!(r.text, "ok");
         assert_eq!(
             r.tool_calls,
-            vec![ToolCall { id: "chatcmpl-tool-1".into(), name: "weather".into(), args: json!({"city": "Nice"}) }]
+            vec![ToolCall {
+                id: "chatcmpl-tool-1".into(),
+                name: "weather".into(),
+                args: json!({"city": "Nice"}),
+                invalid: None
+            }]
         );
         assert_eq!(r.usage, Usage { input_tokens: 9, output_tokens: 4 });
         assert_eq!(r.stop_reason.as_deref(), Some("tool_calls"));

@@ -35,6 +35,9 @@ pub struct AgentOptions {
     pub lease: LeaseOptions,
     /// Stop after this many identical failing tool turns in a row (default 4; 0 = off).
     pub loop_window: u32,
+    /// Longest tool result kept, in bytes (default 256 KiB); a longer one is cut and ends with a marker the
+    /// model reads.
+    pub max_tool_result_bytes: usize,
 }
 
 impl Default for AgentOptions {
@@ -46,6 +49,7 @@ impl Default for AgentOptions {
             retry: RetryPolicy::default(),
             lease: LeaseOptions::default(),
             loop_window: 4,
+            max_tool_result_bytes: crate::core::limits::DEFAULT_MAX_TOOL_RESULT_BYTES,
         }
     }
 }
@@ -335,6 +339,10 @@ impl AgentBuilder {
         if self.options.max_steps == 0 {
             return Err(cfg("maxSteps must be at least 1".into()));
         }
+        let max_result = crate::core::limits::MAX_TOOL_RESULT_BYTES;
+        if !(1_024..=max_result).contains(&self.options.max_tool_result_bytes) {
+            return Err(cfg(format!("maxToolResultBytes must be between 1024 and {max_result}")));
+        }
         let clock = match self.clock {
             Some(c) => c,
             None => default_clock().ok_or_else(|| cfg("no clock on this platform: pass one with .clock(..)".into()))?,
@@ -471,6 +479,7 @@ impl Agent {
             instructions: self.inner.instructions.clone(),
             loop_window: self.inner.options.loop_window,
             business_state: opts.business_state.clone(),
+            max_tool_result_bytes: self.inner.options.max_tool_result_bytes,
         }
     }
 
@@ -503,6 +512,12 @@ impl Agent {
             Err(e) if e.code == ErrorCode::Crashed => Err(e),
             Err(e) => {
                 if e.code != ErrorCode::SessionBusy {
+                    if !e.retryable {
+                        // The store refused a write for good (e.g. an entry over its value limit), so nothing of
+                        // it was written: record the failed attempt on what is stored, so that `attempts` grows
+                        // and the sweep sees a run that cannot progress instead of resuming it for ever.
+                        self.record_failure(&driver.lease, &e).await;
+                    }
                     let _ = self.inner.store.release_lease(&driver.lease).await;
                 }
                 Err(e)
@@ -520,6 +535,21 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// Records a failed attempt (`lastError`, `attempts + 1`) on the stored run under `lease`. Best effort: when
+    /// this commit fails too, the original error is what the caller sees either way.
+    async fn record_failure(&self, lease: &Lease, err: &Error) {
+        let Ok(Some(cp)) = self.inner.store.load(&lease.run_id).await else { return };
+        let opts = SendOptions::default();
+        let cfg = self.machine_config(&lease.run_id, &opts);
+        let Ok(machine) = RunMachine::start(cfg, Some(cp), Start::Failed(err.clone()), self.inner.clock.now_ms())
+        else {
+            return;
+        };
+        // The outcome carries `err` again; only whether the commit was written matters here, and either way the
+        // caller reports the original error.
+        let _ = Driver::new(self, lease.clone(), &opts).drive(machine).await;
     }
 
     async fn execute(&self, run_id: &str, start: Start, opts: &SendOptions) -> Result<Option<RunResult>> {

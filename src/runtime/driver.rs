@@ -153,7 +153,16 @@ impl<'a> Driver<'a> {
         }
         if self.ext_changed {
             self.ext_changed = false;
-            m.set_ext(Some(Value::Object(self.ext.clone())));
+            let ext = Value::Object(self.ext.clone());
+            // Hook state is stored in the checkpoint: it must read back.
+            match crate::core::limits::check_depth("hook state", &ext) {
+                Ok(()) => m.set_ext(Some(ext)),
+                Err(e) if failure.is_none() => {
+                    failure =
+                        Some(Error::new(ErrorCode::HookFailed, format!("a hook's state was refused: {}", e.message)))
+                }
+                Err(_) => {}
+            }
         }
         match failure {
             Some(e) => Err(e),

@@ -277,7 +277,12 @@ impl Model for MockModel {
                 let tool_calls: Vec<ToolCall> = tool_calls
                     .into_iter()
                     .enumerate()
-                    .map(|(i, c)| ToolCall { id: format!("call_{index}_{i}"), name: c.name, args: c.args })
+                    .map(|(i, c)| ToolCall {
+                        id: format!("call_{index}_{i}"),
+                        name: c.name,
+                        args: c.args,
+                        invalid: None,
+                    })
                     .collect();
                 let stop = if tool_calls.is_empty() { "stop" } else { "tool_calls" };
                 Ok(ModelResponse { text, tool_calls, usage, stop_reason: Some(stop.into()) })

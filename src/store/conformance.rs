@@ -175,7 +175,7 @@ pub async fn approvals_round_trip(store: &impl RunStore) {
     let rec = ApprovalRecord {
         id: "apr_1".into(),
         run_id: "r".into(),
-        tool_call: ToolCall { id: "c1".into(), name: "pay".into(), args: json!({"amount": 5}) },
+        tool_call: ToolCall { id: "c1".into(), name: "pay".into(), args: json!({"amount": 5}), invalid: None },
         batch: vec!["apr_1".into()],
         status: ApprovalStatus::Pending,
         note: None,

@@ -248,7 +248,7 @@ mod tests {
     }
 
     fn call(name: &str) -> ToolCall {
-        ToolCall { id: "call_x".into(), name: name.into(), args: json!({"order": 7}) }
+        ToolCall { id: "call_x".into(), name: name.into(), args: json!({"order": 7}), invalid: None }
     }
 
     fn tool_result(name: &str, is_error: bool) -> Message {
