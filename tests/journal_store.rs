@@ -6,17 +6,22 @@ mod common;
 use common::seed_layout::{transcript_bytes, SeedLayoutStore};
 use common::*;
 use serde_json::json;
+use std::cell::Cell;
 use std::rc::Rc;
-use steadfast::core::checkpoint::RunStatus;
-use steadfast::core::transcript::validate_transcript;
+use steadfast::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
+use steadfast::core::error::ErrorInfo;
+use steadfast::core::retry::RetryPolicy;
+use steadfast::core::sweep::SweepOptions;
+use steadfast::core::transcript::{validate_transcript, Message};
 use steadfast::runtime::{
-    AgentOptions, Clock, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, SendOptions, Tool, ToolOutput,
+    AgentOptions, Clock, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, NoListener, SendOptions, Tool,
+    ToolError, ToolOutput,
 };
 use steadfast::store::conformance::{self, Capabilities};
 use steadfast::store::faulty::{FaultOptions, FaultyKv};
-use steadfast::store::kv::KvBackend;
+use steadfast::store::kv::{KvBackend, ListPage, PutOptions, MAX_VALUE_BYTES};
 use steadfast::store::sim::{SimKv, SimOptions};
-use steadfast::store::{JournalOptions, JournalStore, MemoryKv, RunStore};
+use steadfast::store::{JournalOptions, JournalStore, LeaseOptions, MemoryKv, RunStore};
 use steadfast::ErrorCode;
 
 fn journal<K: KvBackend>(kv: K, clock: &ManualClock) -> JournalStore<K> {
@@ -104,6 +109,47 @@ fn conformance_with_retryable_faults_on_every_backend() {
     block_on(conformance::many_commits_stay_foldable(&store, &clock, 60));
     let injected = store.kv().injected();
     assert!(injected.rate_limited + injected.transient + injected.acks_lost > 0, "{injected:?}");
+}
+
+/// An entry over KV's 25 MiB value limit: `STEADFAST_STORE_FAILED`, nothing written, on every backend.
+#[test]
+fn oversized_entries_are_refused_on_every_backend() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    block_on(conformance::oversized_entry_is_refused_and_writes_nothing(&journal(MemoryKv::new(), &clock), &clock));
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = sim(&clock, 1, 60_000);
+    block_on(conformance::oversized_entry_is_refused_and_writes_nothing(&journal(kv.clone(), &clock), &clock));
+    let entry2 = kv.keys().into_iter().find(|k| k.ends_with("/0000000002")).unwrap();
+    assert_eq!(kv.key_counts(&entry2).puts, 1, "the refused entry was never sent to KV");
+    let clock = ManualClock::new(1_700_000_000_000);
+    let faulty = FaultyKv::new(MemoryKv::new(), retryable_faults(5));
+    block_on(conformance::oversized_entry_is_refused_and_writes_nothing(&journal(faulty, &clock), &clock));
+}
+
+/// A snapshot is an optimisation: when the state it would hold is over KV's value limit, the entry is written
+/// as the delta it is, and the run loads (and goes on) exactly.
+#[test]
+fn a_snapshot_over_the_value_limit_falls_back_to_the_delta() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = MemoryKv::new();
+    let opts = JournalOptions { snapshot_every: 1, snapshot_growth: 0, ..JournalOptions::default() };
+    let store = JournalStore::new(kv.clone(), Rc::new(clock.clone()), Rc::new(ManualSleep::new(clock.clone())), opts);
+    let lease = block_on(store.acquire_lease("s", "o", clock.now_ms(), &LEASE)).unwrap();
+    let (e1, cp1) = conformance::snapshot_entry("s", &"a".repeat(MAX_VALUE_BYTES - 3 * 1024 * 1024), clock.now_ms());
+    block_on(store.commit(&lease, &e1, &cp1)).unwrap();
+    let mut cp = cp1;
+    for i in 0..2 {
+        clock.advance(1_000);
+        let (e, next) =
+            conformance::delta_entry(&cp, Message::user("b".repeat(3 * 1024 * 1024)), RunStatus::InProgress, i);
+        block_on(store.commit(&lease, &e, &next)).expect("a delta when the snapshot would not fit");
+        cp = next;
+    }
+    let sizes: Vec<usize> = kv.keys().iter().filter(|k| k.contains("/j/")).map(|k| kv.raw(k).unwrap().len()).collect();
+    assert_eq!(sizes.len(), 3);
+    assert!(sizes.iter().all(|n| *n <= MAX_VALUE_BYTES), "{sizes:?}");
+    assert!(sizes[1..].iter().all(|n| *n < 4 * 1024 * 1024), "snapshots due but over 25 MiB: deltas {sizes:?}");
+    assert_eq!(block_on(store.load("s")).unwrap().unwrap(), cp);
 }
 
 /// A journal entry that cannot be decoded: load fails with CHECKPOINT_CORRUPT, pending() lists the run as
@@ -284,4 +330,210 @@ fn operation_budget_of_a_100_step_run() {
     assert!(bkvc.rate_limited > 0, "the seed layout hits the 1 write/s limit");
     // Every boundary after the first is a single entry write; total writes include the lease, index and marker.
     assert!(kvc.writes() <= boundaries + 6, "{kvc:?}");
+}
+
+/// A KV whose writes to the pending index fail (transiently) while `fail_index` is set: a secondary write that
+/// fails after the journal entry is durable.
+#[derive(Clone)]
+struct IndexFailingKv {
+    inner: MemoryKv,
+    fail_index: Rc<Cell<bool>>,
+    refused: Rc<Cell<u32>>,
+}
+
+impl IndexFailingKv {
+    fn new(inner: MemoryKv) -> IndexFailingKv {
+        IndexFailingKv { inner, fail_index: Rc::new(Cell::new(false)), refused: Rc::new(Cell::new(0)) }
+    }
+    fn refuse(&self, key: &str) -> steadfast::Result<()> {
+        if self.fail_index.get() && key.contains("idx/pending/") {
+            self.refused.set(self.refused.get() + 1);
+            return Err(steadfast::Error::new(
+                ErrorCode::StoreUnavailable,
+                "KV PUT failed: 503 (injected, index only)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl KvBackend for IndexFailingKv {
+    async fn get(&self, key: &str) -> steadfast::Result<Option<String>> {
+        self.inner.get(key).await
+    }
+    async fn get_many(&self, keys: &[String]) -> steadfast::Result<Vec<Option<String>>> {
+        self.inner.get_many(keys).await
+    }
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> steadfast::Result<()> {
+        self.refuse(key)?;
+        self.inner.put(key, value, opts).await
+    }
+    async fn delete(&self, key: &str) -> steadfast::Result<()> {
+        self.refuse(key)?;
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> steadfast::Result<ListPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+}
+
+/// The delta entry from `prev` to `next` (any change of header or messages), and `next` as committed.
+fn step(prev: &Checkpoint, mut next: Checkpoint, at: u64) -> (JournalEntry, Checkpoint) {
+    next.seq = prev.seq + 1;
+    next.saved_at = at;
+    let entry = JournalEntry {
+        seq: next.seq,
+        at,
+        body: EntryBody::Delta {
+            from: prev.messages.len(),
+            messages: next.messages[prev.messages.len()..].to_vec(),
+            head: next.header().diff(&prev.header()),
+            business_state: None,
+            fingerprint: None,
+            ext: None,
+        },
+    };
+    let mut folded = prev.clone();
+    folded.apply(&entry).expect("the delta continues");
+    assert_eq!(folded, next);
+    (entry, next)
+}
+
+fn failed_attempt(prev: &Checkpoint, attempts: u32, message: &str) -> Checkpoint {
+    let mut next = prev.clone();
+    next.attempts = attempts;
+    next.last_error =
+        Some(ErrorInfo { code: ErrorCode::ProviderUnavailable, message: message.into(), retryable: true });
+    next
+}
+
+const LEASE: LeaseOptions = LeaseOptions { ttl_ms: 30_000, renew_every_ms: 10_000, grace_ms: 30_000 };
+
+/// A last error of wide characters (CJK: 3 bytes, emoji: 4) of any length up to 3,000 characters: every
+/// commit succeeds and the pending index carries each attempt (KV's metadata limit counts bytes, not
+/// characters; the index used to overflow it and the run was resumed for ever without counting).
+#[test]
+fn wide_last_errors_of_any_length_commit_and_reach_the_index() {
+    fn check<K: KvBackend>(store: &JournalStore<K>, clock: &ManualClock, lengths: &[usize]) {
+        let lease = block_on(store.acquire_lease("wide", "o", clock.now_ms(), &LEASE)).unwrap();
+        let (e1, mut cp) = conformance::snapshot_entry("wide", "go", clock.now_ms());
+        block_on(store.commit(&lease, &e1, &cp)).unwrap();
+        for (i, len) in lengths.iter().enumerate() {
+            clock.advance(1_000);
+            let wide = if i % 2 == 0 { "😀" } else { "中" };
+            let message = format!("{}{}", wide.repeat(*len), "\u{1}".repeat(i % 3));
+            let attempts = i as u32 + 1;
+            let (entry, next) = step(&cp, failed_attempt(&cp, attempts, &message), clock.now_ms());
+            block_on(store.commit(&lease, &entry, &next)).unwrap_or_else(|e| panic!("length {len}: {e}"));
+            cp = next;
+            let listed = block_on(store.pending()).unwrap();
+            assert_eq!(listed.len(), 1);
+            assert_eq!(listed[0].attempts, attempts, "length {len}: the index carries the attempt");
+            let err = listed[0].last_error.as_ref().unwrap();
+            assert_eq!(err.code, ErrorCode::ProviderUnavailable);
+            let head = err.message.trim_end_matches("… [truncated]");
+            assert!(message.starts_with(head), "length {len}: a prefix of the message");
+        }
+        assert_eq!(block_on(store.load("wide")).unwrap().unwrap(), cp);
+    }
+    let every: Vec<usize> = (0..=3_000).collect();
+    let clock = ManualClock::new(1_700_000_000_000);
+    check(&journal(MemoryKv::new(), &clock), &clock, &every);
+    let clock = ManualClock::new(1_700_000_000_000);
+    let sparse: Vec<usize> = (0..=3_000).step_by(37).collect();
+    check(&journal(sim(&clock, 1, 60_000), &clock), &clock, &sparse);
+}
+
+/// An index write that fails after the journal entry is durable: the commit is reported as done (the entry is
+/// the record), the index is repaired at the next boundary, or at release, and every attempt reaches
+/// `pending()`.
+#[test]
+fn a_failed_index_write_never_fails_a_durable_commit_and_is_repaired() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = IndexFailingKv::new(MemoryKv::new());
+    let store = journal(kv.clone(), &clock);
+    let lease = block_on(store.acquire_lease("r", "o", clock.now_ms(), &LEASE)).unwrap();
+    let (e1, mut cp) = conformance::snapshot_entry("r", "go", clock.now_ms());
+    kv.fail_index.set(true);
+    block_on(store.commit(&lease, &e1, &cp)).expect("the entry is durable: committed");
+    assert!(kv.refused.get() > 0, "the index write was refused");
+    assert_eq!(block_on(store.load("r")).unwrap().unwrap(), cp);
+    assert!(block_on(store.pending()).unwrap().is_empty(), "not indexed yet");
+    // Failed attempts while the index keeps failing: each commit succeeds.
+    for attempts in 1..=3 {
+        clock.advance(1_000);
+        let (e, next) = step(&cp, failed_attempt(&cp, attempts, "provider down"), clock.now_ms());
+        block_on(store.commit(&lease, &e, &next)).expect("committed");
+        cp = next;
+    }
+    // The index recovers: the next boundary repairs it, with the attempts so far.
+    kv.fail_index.set(false);
+    clock.advance(1_000);
+    let (e, next) = step(&cp, failed_attempt(&cp, 4, "provider down"), clock.now_ms());
+    block_on(store.commit(&lease, &e, &next)).unwrap();
+    cp = next;
+    let listed = block_on(store.pending()).unwrap();
+    assert_eq!((listed.len(), listed[0].attempts), (1, 4));
+    // Fails again for the last boundary, then release repairs it.
+    kv.fail_index.set(true);
+    clock.advance(1_000);
+    let (e, next) = step(&cp, failed_attempt(&cp, 5, "provider down"), clock.now_ms());
+    block_on(store.commit(&lease, &e, &next)).unwrap();
+    cp = next;
+    assert_eq!(block_on(store.pending()).unwrap()[0].attempts, 4, "stale while the index fails");
+    kv.fail_index.set(false);
+    block_on(store.release_lease(&lease)).unwrap();
+    assert_eq!(block_on(store.pending()).unwrap()[0].attempts, 5, "repaired at release");
+    // A finished run whose index delete fails is still dropped from the listing (and cleaned up).
+    let lease = block_on(store.acquire_lease("r", "o2", clock.now_ms(), &LEASE)).unwrap();
+    clock.advance(2_000);
+    kv.fail_index.set(true);
+    let mut done = cp.clone();
+    done.status = RunStatus::Finished;
+    done.attempts = 0;
+    done.last_error = None;
+    let (e, done) = step(&cp, done, clock.now_ms());
+    block_on(store.commit(&lease, &e, &done)).expect("finished, committed");
+    block_on(store.release_lease(&lease)).unwrap();
+    kv.fail_index.set(false);
+    clock.advance(2_000);
+    assert!(block_on(store.pending()).unwrap().is_empty());
+    assert!(kv.inner.raw("idx/pending/r").is_none(), "the stale index entry was removed");
+    assert_eq!(block_on(store.load("r")).unwrap().unwrap(), done);
+}
+
+/// The wedge, end to end: a tool dies with a long message of emoji (what a provider or a tool may well say);
+/// every failed attempt is counted in the index, so the sweep backs off and quarantines the run after the
+/// 10th, instead of resuming it every tick for ever.
+#[test]
+fn a_wide_error_message_still_counts_attempts_up_to_quarantine() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store: Rc<dyn RunStore> = Rc::new(journal(sim(&clock, 1, 60_000), &clock));
+    let env = Env::with_store(store, clock.clone());
+    let calls = Rc::new(Cell::new(0u32));
+    let agent = {
+        let calls = calls.clone();
+        let boom: Rc<dyn Tool> = Rc::new(FnTool::new("boom", "dies", json!({"type": "object"}), move |_a, _c| {
+            calls.set(calls.get() + 1);
+            async move { Err(ToolError::propagate(format!("ワーカー停止 {}", "😱".repeat(1_990)))) }
+        }));
+        let retry = RetryPolicy { max_attempts: 1, ..RetryPolicy::default() };
+        env.agent_with(
+            MockModel::by_turn(vec![MockTurn::tools([("boom", json!({}))]), MockTurn::text("done")]),
+            vec![boom],
+            AgentOptions { retry, ..AgentOptions::default() },
+            "",
+        )
+    };
+    block_on(agent.send("wide", "go", SendOptions::default())).unwrap_err();
+    assert_eq!(block_on(agent.pending()).unwrap()[0].attempts, 1);
+    let so = SweepOptions::default();
+    for _ in 0..(90 * 12) {
+        clock.advance(5_000);
+        block_on(agent.sweep(&so, &NoListener)).unwrap();
+    }
+    assert_eq!(calls.get(), 10, "ten attempts, then quarantine (not one per tick)");
+    let listed = block_on(agent.pending()).unwrap();
+    assert!(listed[0].quarantined && listed[0].attempts == 10, "{listed:?}");
 }

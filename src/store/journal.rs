@@ -32,11 +32,13 @@
 //!   bounded, then fail with `STEADFAST_STORE_RATE_LIMITED` (retryable).
 
 use super::keys::Keys;
-use super::kv::{KvBackend, PutOptions, MAX_BULK_GET, MAX_LIST_LIMIT};
+use super::kv::{
+    check_value, KvBackend, PutOptions, MAX_BULK_GET, MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_VALUE_BYTES,
+};
 use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingRun, RunStore, StoreCounters};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
-use crate::core::error::{cap_chars, Error, ErrorCode, ErrorInfo, Result};
+use crate::core::error::{Error, ErrorCode, ErrorInfo, Result};
 use crate::runtime::traits::{Clock, Sleep};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -126,7 +128,12 @@ impl LeaseRecord {
     }
 }
 
-/// The pending index entry (value and list metadata).
+/// Most approval ids an index entry names.
+const MAX_INDEX_APPROVALS: usize = 8;
+/// Most characters of an error message an index entry keeps (fewer when its bytes would not fit).
+const MAX_INDEX_MESSAGE_CHARS: usize = 300;
+
+/// The pending index entry (value and list metadata), always within KV's metadata limit ([`IndexMeta::fit`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 struct IndexMeta {
     s: RunStatus,
@@ -147,10 +154,70 @@ impl IndexMeta {
             s: cp.status,
             st: cp.step_index,
             a: cp.attempts,
-            e: cp.last_error.clone().map(|e| ErrorInfo { message: cap_chars(&e.message, 300), ..e }),
-            ap: cp.approval_ids.iter().take(8).cloned().collect(),
+            e: cp.last_error.clone(),
+            ap: cp.approval_ids.iter().take(MAX_INDEX_APPROVALS).cloned().collect(),
             t: cp.saved_at,
             q: cp.quarantined,
+        }
+        .fit()
+    }
+
+    /// Bytes of the serialised entry: what KV counts against its metadata limit.
+    fn bytes(&self) -> usize {
+        serde_json::to_string(self).map(|s| s.len()).unwrap_or(usize::MAX)
+    }
+
+    /// Shrinks the entry until its serialised JSON fits KV's metadata limit, which counts **bytes** (a character
+    /// can take 4, an escaped control character 6): the error message is cut at a character boundary (at most
+    /// [`MAX_INDEX_MESSAGE_CHARS`] characters, fewer when they are wide), as late as the bytes allow; when even
+    /// an empty message does not fit, approval ids are dropped from the end. Status, step, attempts, the error's
+    /// code and the time always fit, so a commit never writes an index entry KV would refuse.
+    fn fit(mut self) -> IndexMeta {
+        const MARK: &str = "… [truncated]";
+        let full = self.e.as_ref().map(|e| e.message.clone()).unwrap_or_default();
+        let set = |m: &mut IndexMeta, text: String| {
+            if let Some(e) = m.e.as_mut() {
+                e.message = text;
+            }
+        };
+        loop {
+            if full.chars().count() <= MAX_INDEX_MESSAGE_CHARS {
+                set(&mut self, full.clone());
+                if self.bytes() <= MAX_METADATA_BYTES {
+                    return self;
+                }
+            }
+            set(&mut self, MARK.to_string());
+            let base = self.bytes();
+            if base <= MAX_METADATA_BYTES {
+                // Each kept character adds its escaped JSON width (serde_json escapes `"`, `\` and controls).
+                let mut budget = MAX_METADATA_BYTES - base;
+                let mut end = 0;
+                for (i, c) in full.char_indices().take(MAX_INDEX_MESSAGE_CHARS) {
+                    let w = match c {
+                        '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+                        c if (c as u32) < 0x20 => 6,
+                        c => c.len_utf8(),
+                    };
+                    if w > budget {
+                        break;
+                    }
+                    budget -= w;
+                    end = i + c.len_utf8();
+                }
+                let mut head = full[..end].to_string();
+                loop {
+                    set(&mut self, format!("{head}{MARK}"));
+                    if self.bytes() <= MAX_METADATA_BYTES || head.pop().is_none() {
+                        return self;
+                    }
+                }
+            }
+            // Even an empty message does not fit: the approval ids are too long. Drop the last, try again.
+            if self.ap.pop().is_none() {
+                set(&mut self, String::new());
+                return self;
+            }
         }
     }
 
@@ -178,9 +245,51 @@ struct Writer {
     epoch: u64,
     owner: String,
     rec: LeaseRecord,
+    /// What the pending index holds for the run, as far as this writer knows (what it last wrote).
     index: Option<IndexMeta>,
     /// When this writer last wrote the index (a key is not written twice within a second).
     index_at: Option<u64>,
+    /// The last index write failed: `index` is what it should hold; repaired at the next boundary or release.
+    index_dirty: bool,
+}
+
+/// A write of the pending index.
+enum IndexOp {
+    Put(IndexMeta),
+    Delete,
+}
+
+impl Writer {
+    /// The index write a boundary with `meta` needs (and records it as what the index holds).
+    fn plan_index(&mut self, finished: bool, meta: IndexMeta, now: u64) -> Option<IndexOp> {
+        let recent = self.index_at.is_some_and(|t| now.saturating_sub(t) < 1_000);
+        if finished {
+            // Deleting an index entry this writer wrote less than a second ago would be refused (429): leave
+            // it; `pending()` sees from the segment's end marker that the run finished, and drops it.
+            let had = self.index.take().is_some() || self.index_dirty;
+            self.index_dirty = false;
+            (had && !recent).then_some(IndexOp::Delete)
+        } else if self.index.as_ref().is_none_or(|old| !old.same(&meta)) {
+            self.index = Some(meta.clone());
+            Some(IndexOp::Put(meta))
+        } else if self.index_dirty && !recent {
+            // Unchanged, but the last write failed: repair it (at most once a second).
+            self.index.clone().map(IndexOp::Put)
+        } else {
+            None
+        }
+    }
+
+    /// The repair of a failed index write, at release.
+    fn repair_index(&self) -> Option<IndexOp> {
+        if !self.index_dirty {
+            return None;
+        }
+        match &self.index {
+            Some(meta) if !self.rec.progress.finished => Some(IndexOp::Put(meta.clone())),
+            _ => Some(IndexOp::Delete),
+        }
+    }
 }
 
 /// The journal store. See the module docs.
@@ -356,7 +465,8 @@ impl<K: KvBackend> JournalStore<K> {
     }
 
     async fn mark_corrupt(&self, run_id: &str, err: &Error) {
-        let meta = IndexMeta { s: RunStatus::InProgress, st: 0, a: 0, e: Some(err.info()), ap: vec![], t: 0, q: false };
+        let meta =
+            IndexMeta { s: RunStatus::InProgress, st: 0, a: 0, e: Some(err.info()), ap: vec![], t: 0, q: false }.fit();
         if let Ok(v) = encode(&meta) {
             let opts = PutOptions { metadata: serde_json::to_value(&meta).ok(), expiration_ttl_s: None };
             self.count(|c| c.writes += 1);
@@ -368,6 +478,25 @@ impl<K: KvBackend> JournalStore<K> {
         let v = encode(meta)?;
         let opts = PutOptions { metadata: serde_json::to_value(meta).ok(), expiration_ttl_s: None };
         self.put_retrying(&self.keys.pending(run_id), &v, opts).await
+    }
+
+    /// Writes the pending index after a durable boundary. A failure is not the boundary's: it marks the index
+    /// dirty, and the writer repairs it at its next boundary or at release (the next acquirer compares what it
+    /// finds with the run's state anyway). `retry`: retry a refused delete with backoff (at release).
+    async fn write_index(&self, run_id: &str, op: IndexOp, retry: bool) {
+        let res = match &op {
+            IndexOp::Put(meta) => self.put_index(run_id, meta).await,
+            IndexOp::Delete if retry => self.delete_retrying(&self.keys.pending(run_id)).await,
+            IndexOp::Delete => {
+                self.count(|c| c.writes += 1);
+                self.kv.delete(&self.keys.pending(run_id)).await
+            }
+        };
+        let now = self.clock.now_ms();
+        if let Some(w) = self.writers.borrow_mut().get_mut(run_id) {
+            w.index_at = Some(now);
+            w.index_dirty = res.is_err();
+        }
     }
 
     fn writer_rec(&self, run_id: &str) -> Option<LeaseRecord> {
@@ -531,7 +660,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         };
         self.writers.borrow_mut().insert(
             run_id.to_string(),
-            Writer { epoch: rec.epoch, owner: owner.to_string(), rec, index, index_at: None },
+            Writer { epoch: rec.epoch, owner: owner.to_string(), rec, index, index_at: None, index_dirty: false },
         );
         Ok(lease)
     }
@@ -573,12 +702,18 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 seq += 1;
             }
             if seq > progress.pruned {
+                // Entries from `seq` on are kept, and so is every snapshot among them: a batch that stopped short
+                // of `floor` leaves deltas whose only fold start is a snapshot at or after `seq`.
                 progress.pruned = seq;
-                progress.snaps.retain(|s| *s >= floor);
+                progress.snaps.retain(|s| *s >= seq);
             }
         }
         let marker = encode(&progress)?;
         self.put_retrying(&self.keys.end(run_id, &rec.tag()), &marker, PutOptions::default()).await?;
+        let repair = self.writers.borrow().get(run_id).and_then(Writer::repair_index);
+        if let Some(op) = repair {
+            self.write_index(run_id, op, true).await;
+        }
         self.writers.borrow_mut().remove(run_id);
         for key in deletes {
             self.count(|c| c.writes += 1);
@@ -610,18 +745,36 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         }
         let p = &rec.progress;
         let is_snapshot = matches!(entry.body, EntryBody::Snapshot { .. });
-        let want_snapshot = is_snapshot
-            || (p.entries_since + 1 >= self.opts.snapshot_every
-                && p.bytes_since >= self.opts.snapshot_growth.saturating_mul(p.snap_bytes));
-        let raw = if want_snapshot && !is_snapshot {
-            encode(&JournalEntry {
-                seq: entry.seq,
-                at: entry.at,
-                body: EntryBody::Snapshot { state: Box::new(state.clone()) },
-            })?
+        let due = !is_snapshot
+            && p.entries_since + 1 >= self.opts.snapshot_every
+            && p.bytes_since >= self.opts.snapshot_growth.saturating_mul(p.snap_bytes);
+        // A snapshot is an optimisation: one over KV's value limit is not written, the entry stays a delta (and
+        // the next attempt waits another `snapshot_every` entries).
+        let snapshot = if due {
+            let state = Box::new(state.clone());
+            Some(encode(&JournalEntry { seq: entry.seq, at: entry.at, body: EntryBody::Snapshot { state } })?)
+                .filter(|raw| raw.len() <= MAX_VALUE_BYTES)
         } else {
-            encode(entry)?
+            None
         };
+        let skipped_snapshot = due && snapshot.is_none();
+        let want_snapshot = is_snapshot || snapshot.is_some();
+        let raw = match snapshot {
+            Some(raw) => raw,
+            None => encode(entry)?,
+        };
+        // An entry KV would refuse is refused here, before anything is written (not retryable: it would never
+        // fit).
+        check_value(&raw).map_err(|e| {
+            Error::new(
+                e.code,
+                format!(
+                    "run '{run_id}': journal entry {} cannot be stored: {} (the Workers KV limit)",
+                    entry.seq, e.message
+                ),
+            )
+            .with_run(run_id)
+        })?;
         let key = self.keys.entry(run_id, &rec.tag(), entry.seq);
         self.count(|c| {
             c.commits += 1;
@@ -644,30 +797,16 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 p.entries_since = 0;
             } else {
                 p.bytes_since += raw.len() as u64;
-                p.entries_since += 1;
+                p.entries_since = if skipped_snapshot { 0 } else { p.entries_since + 1 };
             }
             p.finished = finished;
-            let meta = IndexMeta::of(state);
-            if finished {
-                // Deleting an index entry this writer wrote less than a second ago would be refused (429): leave
-                // it; `pending()` sees from the segment's end marker that the run finished, and drops it.
-                let recent = w.index_at.is_some_and(|t| now.saturating_sub(t) < 1_000);
-                w.index.take().and_then(|_| (!recent).then_some(None))
-            } else if w.index.as_ref().is_none_or(|old| !old.same(&meta)) {
-                w.index = Some(meta.clone());
-                w.index_at = Some(now);
-                Some(Some(meta))
-            } else {
-                None
-            }
+            w.plan_index(finished, IndexMeta::of(state), now)
         };
-        match index_write {
-            Some(Some(meta)) => self.put_index(run_id, &meta).await?,
-            Some(None) => {
-                self.count(|c| c.writes += 1);
-                let _ = self.kv.delete(&self.keys.pending(run_id)).await;
-            }
-            None => {}
+        // The entry is durable: the commit has succeeded whatever happens to the index, a secondary record.
+        // Reporting a failed commit here would make the runtime redo a recorded step; a failed index write is
+        // repaired later instead (`write_index`).
+        if let Some(op) = index_write {
+            self.write_index(run_id, op, false).await;
         }
         Ok(())
     }
@@ -843,5 +982,97 @@ impl<K: KvBackend> JournalStore<K> {
         let writers = self.writers.borrow();
         let w = writers.get(&lease.run_id)?;
         (w.owner == lease.owner && w.epoch == lease.epoch).then(|| w.rec.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::platform::SplitMix64;
+    use crate::runtime::traits::Rng;
+
+    fn meta(message: &str, ap: Vec<String>) -> IndexMeta {
+        let e = ErrorInfo { code: ErrorCode::ProviderUnavailable, message: message.to_string(), retryable: true };
+        IndexMeta {
+            s: RunStatus::AwaitingApproval,
+            st: 4_000_000_000,
+            a: 4_000_000_000,
+            e: Some(e),
+            ap,
+            t: u64::MAX,
+            q: true,
+        }
+    }
+
+    fn kept(m: &IndexMeta) -> &str {
+        &m.e.as_ref().unwrap().message
+    }
+
+    /// Whatever the message (wide characters, escaped ones, any length), the index entry fits KV's 1,024 bytes
+    /// of metadata, keeps everything but the tail of the message, and cuts the message at a character boundary
+    /// as late as the bytes allow.
+    #[test]
+    fn index_metadata_fits_kv_bytes_for_messages_of_any_width_and_length() {
+        let ids: Vec<String> = (0..MAX_INDEX_APPROVALS).map(|i| format!("apr_{i:016x}0123abcd")).collect();
+        let rng = SplitMix64::new(7);
+        let alphabet = ['a', 'é', '中', '😀', '\u{1}', '"', '\\', '\n', '𝄞'];
+        let mut mixed = String::new();
+        for _ in 0..3_000 {
+            mixed.push(alphabet[(rng.next_u64() % alphabet.len() as u64) as usize]);
+        }
+        let mut checked = 0;
+        // Every length up to 3,000 characters for the wide classes (CJK: 3 bytes, emoji and 𝄞: 4, mixed with
+        // escapes); up to 600 (twice the character cap) for the others.
+        for (class, max) in
+            [("中", 3_000), ("😀", 3_000), ("mixed", 3_000), ("a", 600), ("é", 600), ("\u{1}", 600), ("\"", 600)]
+        {
+            for len in 0..=max {
+                let message: String =
+                    if class == "mixed" { mixed.chars().take(len).collect() } else { class.repeat(len) };
+                let fitted = meta(&message, ids.clone()).fit();
+                let n = fitted.bytes();
+                assert!(n <= MAX_METADATA_BYTES, "{class} × {len}: {n} bytes");
+                assert_eq!(fitted.ap, ids, "{class} × {len}: approval ids kept");
+                assert_eq!(
+                    (fitted.s, fitted.st, fitted.a, fitted.t, fitted.q),
+                    (RunStatus::AwaitingApproval, 4_000_000_000, 4_000_000_000, u64::MAX, true)
+                );
+                assert_eq!(fitted.e.as_ref().unwrap().code, ErrorCode::ProviderUnavailable);
+                let m = kept(&fitted);
+                if m != message {
+                    let head = m.strip_suffix("… [truncated]").unwrap_or_else(|| panic!("{class} × {len}: no marker"));
+                    assert!(message.starts_with(head), "{class} × {len}: a prefix of the message");
+                    let k = head.chars().count();
+                    assert!(k <= MAX_INDEX_MESSAGE_CHARS);
+                    if k < MAX_INDEX_MESSAGE_CHARS && k + 1 < message.chars().count() {
+                        // One character more would not fit: the cut is as late as the bytes allow.
+                        let mut longer = fitted.clone();
+                        let next: String = message.chars().take(k + 1).collect();
+                        longer.e.as_mut().unwrap().message = format!("{next}… [truncated]");
+                        assert!(longer.bytes() > MAX_METADATA_BYTES, "{class} × {len}: cut at {k} too early");
+                    }
+                } else {
+                    assert!(message.chars().count() <= MAX_INDEX_MESSAGE_CHARS);
+                }
+                checked += 1;
+            }
+        }
+        // ASCII keeps the historical 300 characters.
+        assert_eq!(kept(&meta(&"a".repeat(1_000), ids.clone()).fit()), format!("{}… [truncated]", "a".repeat(300)));
+        assert_eq!(checked, 3 * 3_001 + 4 * 601);
+    }
+
+    /// Approval ids too long to fit with the error are dropped from the end; the first ones and the code stay.
+    #[test]
+    fn index_metadata_drops_trailing_approval_ids_that_do_not_fit() {
+        let ids: Vec<String> = (0..MAX_INDEX_APPROVALS).map(|i| format!("apr_{i}_{}", "界".repeat(60))).collect();
+        let fitted = meta(&"😀".repeat(2_000), ids.clone()).fit();
+        assert!(fitted.bytes() <= MAX_METADATA_BYTES);
+        assert!(!fitted.ap.is_empty() && fitted.ap.len() < ids.len(), "{} ids", fitted.ap.len());
+        assert_eq!(fitted.ap[..], ids[..fitted.ap.len()]);
+        let huge = vec!["x".repeat(2_000)];
+        let fitted = meta("boom", huge).fit();
+        assert!(fitted.bytes() <= MAX_METADATA_BYTES && fitted.ap.is_empty());
+        assert_eq!(kept(&fitted), "boom");
     }
 }

@@ -310,7 +310,7 @@ impl KvBackend for SimKv {
     }
 
     async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
-        check_put(key, &opts)?;
+        check_put(key, value, &opts)?;
         let now = self.clock.now_ms();
         let expires = opts.expiration_ttl_s.map(|s| now.saturating_add(s.saturating_mul(1_000)));
         let entry = (value.to_string(), opts.metadata, expires);
