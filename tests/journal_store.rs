@@ -14,8 +14,8 @@ use steadfast::core::retry::RetryPolicy;
 use steadfast::core::sweep::SweepOptions;
 use steadfast::core::transcript::{validate_transcript, Message};
 use steadfast::runtime::{
-    AgentOptions, Clock, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, NoListener, SendOptions, Tool,
-    ToolError, ToolOutput,
+    AgentOptions, Clock, Delivery, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, NoListener, SendOptions,
+    Tool, ToolError, ToolOutput,
 };
 use steadfast::store::conformance::{self, Capabilities};
 use steadfast::store::faulty::{FaultOptions, FaultyKv};
@@ -536,4 +536,461 @@ fn a_wide_error_message_still_counts_attempts_up_to_quarantine() {
     assert_eq!(calls.get(), 10, "ten attempts, then quarantine (not one per tick)");
     let listed = block_on(agent.pending()).unwrap();
     assert!(listed[0].quarantined && listed[0].attempts == 10, "{listed:?}");
+}
+
+/// A model script of `steps - 1` tool turns and a final answer, then answers for follow-up messages.
+fn tool_turns(steps: usize) -> Vec<MockTurn> {
+    let mut s: Vec<MockTurn> =
+        (0..steps - 1).map(|i| MockTurn::tools([("search", json!({"i": i}))]).with_text(format!("step {i}"))).collect();
+    s.push(MockTurn::text("finished"));
+    s.extend((0..4).map(|i| MockTurn::text(format!("follow-up {i}"))));
+    s
+}
+
+fn get_run(agent: &steadfast::runtime::Agent, run_id: &str) -> (u16, serde_json::Value) {
+    let api = steadfast::api::Api::new(agent.clone(), Some("t".into()));
+    let req = steadfast::api::ApiRequest {
+        method: "GET".into(),
+        path: format!("/runs/{run_id}"),
+        headers: vec![("authorization".into(), "Bearer t".into())],
+        ..Default::default()
+    };
+    let res = block_on(api.handle(req));
+    (res.status, serde_json::from_str(&res.body).unwrap_or_default())
+}
+
+/// Runs of 1,000+ steps (2,000+ journal entries) stay readable on every store, finished and unfinished: load,
+/// `GET /runs/{id}`, history, continuing the conversation, and a `run_once` redelivery of the finished job,
+/// which is acknowledged without a model call (a finished run's release prunes old entries; the loader used
+/// to start from entries that were gone and found no run at all).
+#[test]
+fn long_runs_stay_readable_finished_and_unfinished_on_every_store() {
+    const STEPS: usize = 1_050;
+    let stores: Vec<(&str, Box<dyn Fn() -> Env>)> = vec![
+        ("MemoryStore", Box::new(Env::new)),
+        (
+            "JournalStore/MemoryKv",
+            Box::new(|| {
+                let clock = ManualClock::new(1_700_000_000_000);
+                Env::with_store(Rc::new(journal(MemoryKv::new(), &clock)), clock)
+            }),
+        ),
+        (
+            "JournalStore/SimKv",
+            Box::new(|| {
+                let clock = ManualClock::new(1_700_000_000_000);
+                Env::with_store(Rc::new(journal(sim(&clock, 1, 60_000), &clock)), clock)
+            }),
+        ),
+    ];
+    let options = AgentOptions {
+        max_steps: 5_000,
+        retry: RetryPolicy { max_attempts: 1, ..RetryPolicy::default() },
+        ..AgentOptions::default()
+    };
+    for (name, make) in stores {
+        let env = make();
+        let counters = Counters::default();
+        // Finished, delivered once by a queue.
+        let model = MockModel::by_turn(tool_turns(STEPS));
+        let agent = env.agent_with(model.clone(), vec![counting_tool("search", &counters)], options.clone(), "");
+        let delivered = match block_on(agent.run_once("job-1", "go", SendOptions::default())).unwrap() {
+            Delivery::Ran { result } => *result,
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!((delivered.status, delivered.steps as usize), (RunStatus::Finished, STEPS), "{name}");
+        let run_id = delivered.run_id.clone();
+        let calls = model.call_count();
+        assert_eq!(calls, STEPS, "{name}");
+        let loaded = block_on(agent.load(&run_id)).unwrap().unwrap_or_else(|| panic!("{name}: the finished run loads"));
+        assert_eq!(loaded.messages, delivered.messages, "{name}");
+        let (status, body) = get_run(&agent, &run_id);
+        assert_eq!((status, body["status"].as_str()), (200, Some("finished")), "{name}: GET /runs/{{id}}");
+        let history = block_on(agent.history(&run_id, 10)).unwrap();
+        assert_eq!(history.len(), 10, "{name}: history");
+        assert_eq!(history[0].checkpoint, loaded, "{name}: newest first");
+        assert!(history.windows(2).all(|w| w[0].seq == w[1].seq + 1), "{name}: consecutive states");
+        // A redelivery of the finished job: acknowledged, no model call.
+        match block_on(agent.run_once("job-1", "go", SendOptions::default())).unwrap() {
+            Delivery::Acknowledged { result } => assert_eq!(result.messages, delivered.messages, "{name}"),
+            other => panic!("{name}: redelivery {other:?}"),
+        }
+        assert_eq!(model.call_count(), calls, "{name}: no model call on a redelivery");
+        assert_eq!(counters.get("search") as usize, STEPS - 1, "{name}: every tool ran once");
+        // Continue the conversation, twice (each release prunes another batch).
+        for i in 0..2 {
+            env.clock.advance(2_000);
+            let more = block_on(agent.send(&run_id, format!("one more {i}"), SendOptions::default())).unwrap();
+            assert_eq!(more.text, format!("follow-up {i}"), "{name}");
+            let loaded = block_on(agent.load(&run_id)).unwrap().unwrap();
+            assert_eq!(loaded.messages, more.messages, "{name}");
+            assert_eq!(loaded.messages.len(), delivered.messages.len() + 2 * (i + 1), "{name}");
+            assert_eq!(block_on(agent.history(&run_id, 3)).unwrap()[0].checkpoint, loaded, "{name}");
+        }
+
+        // Unfinished: the model fails after 1,000+ steps; the run is listed, readable, and resumes to the end.
+        let down = Rc::new(Cell::new(true));
+        let script = tool_turns(STEPS);
+        let flaky = {
+            let down = down.clone();
+            MockModel::by_turn(
+                script
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        if i + 1 < STEPS {
+                            return t;
+                        }
+                        let down = down.clone();
+                        MockTurn::func(
+                            move |_| if down.get() { MockTurn::error(500) } else { MockTurn::text("finished") },
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        let agent = env.agent_with(flaky, vec![counting_tool("search", &counters)], options.clone(), "");
+        env.clock.advance(2_000);
+        block_on(agent.send("long-unfinished", "go", SendOptions::default())).unwrap_err();
+        let cp = block_on(agent.load("long-unfinished")).unwrap().unwrap();
+        assert_eq!((cp.status, cp.step_index as usize), (RunStatus::InProgress, STEPS - 1), "{name}");
+        assert_eq!(get_run(&agent, "long-unfinished").0, 200, "{name}");
+        assert_eq!(block_on(agent.history("long-unfinished", 5)).unwrap()[0].checkpoint, cp, "{name}");
+        let listed = block_on(agent.pending()).unwrap();
+        assert_eq!(listed.iter().map(|p| p.run_id.as_str()).collect::<Vec<_>>(), vec!["long-unfinished"], "{name}");
+        assert_eq!(listed[0].attempts, 1, "{name}");
+        down.set(false);
+        env.clock.advance(2_000);
+        let done = block_on(agent.resume("long-unfinished", SendOptions::default())).unwrap().unwrap();
+        assert_eq!(done.status, RunStatus::Finished, "{name}");
+        assert_eq!(block_on(agent.load("long-unfinished")).unwrap().unwrap().messages, done.messages, "{name}");
+        assert!(block_on(agent.pending()).unwrap().is_empty(), "{name}");
+    }
+}
+
+/// Runs `case(seed)` for every seed (or only `JOURNAL_SEED`, when set), naming a failing seed with a one-line
+/// reproduction.
+fn for_seeds(test: &str, seeds: std::ops::Range<u64>, case: impl Fn(u64)) {
+    let seeds: Vec<u64> = match std::env::var("JOURNAL_SEED") {
+        Ok(s) => vec![s.parse().expect("JOURNAL_SEED is a number")],
+        Err(_) => seeds.collect(),
+    };
+    for seed in seeds {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(seed))).is_err() {
+            panic!("seed {seed} failed; reproduce: JOURNAL_SEED={seed} cargo test --test journal_store {test}");
+        }
+    }
+}
+
+/// Generated: runs of random length under random journal options (history kept, snapshot spacing, prune
+/// batch), released finished or unfinished and continued by other owners several times. After every release,
+/// another process loads exactly the last committed state, `history(k)` returns the last `k` states (as many
+/// as the store keeps), and the next owner continues from it; finished runs really were pruned.
+#[test]
+fn pruned_runs_load_history_and_continue_exactly_generated() {
+    let pruned_total = Cell::new(0usize);
+    for_seeds("pruned_runs_load_history_and_continue_exactly_generated", 0..120, |seed| {
+        let rng = steadfast::runtime::SplitMix64::new(seed);
+        let pick = |n: u64| (steadfast::runtime::Rng::next_u64(&rng) % n) as usize;
+        let clock = ManualClock::new(1_700_000_000_000);
+        let opts = JournalOptions {
+            history_limit: [0, 1, 2, 5, 50][pick(5)],
+            snapshot_every: 1 + pick(40) as u64,
+            snapshot_growth: pick(4) as u64,
+            prune_batch: 1 + pick(60),
+            ..JournalOptions::default()
+        };
+        let memory = MemoryKv::new();
+        let simkv = sim(&clock, 1, 60_000);
+        let stores: Vec<Box<dyn RunStore>> = (0..2)
+            .map(|_| -> Box<dyn RunStore> {
+                let (c, s) = (Rc::new(clock.clone()), Rc::new(ManualSleep::new(clock.clone())));
+                if seed % 2 == 0 {
+                    Box::new(JournalStore::new(memory.clone(), c, s, opts.clone()))
+                } else {
+                    Box::new(JournalStore::new(simkv.clone(), c, s, opts.clone()))
+                }
+            })
+            .collect();
+        let entry_keys = || {
+            let keys = if seed % 2 == 0 { memory.keys() } else { simkv.keys() };
+            keys.iter().filter(|k| k.contains("/j/")).count()
+        };
+        let mut states: std::collections::VecDeque<Checkpoint> = Default::default();
+        let mut cp: Option<Checkpoint> = None;
+        for cycle in 0..1 + pick(4) {
+            clock.advance(2_000);
+            let writer = &stores[pick(2)];
+            let lease = block_on(writer.acquire_lease("p", &format!("o{cycle}"), clock.now_ms(), &LEASE))
+                .unwrap_or_else(|e| panic!("seed {seed} cycle {cycle}: acquire: {e}"));
+            let n = 1 + pick(150);
+            let finish = pick(3) > 0;
+            for i in 0..n {
+                clock.advance(10);
+                let status = if finish && i + 1 == n { RunStatus::Finished } else { RunStatus::InProgress };
+                let (entry, next) = match &cp {
+                    None => conformance::snapshot_entry("p", "start", clock.now_ms()),
+                    Some(prev) => {
+                        conformance::delta_entry(prev, Message::user(format!("{cycle}.{i}")), status, clock.now_ms())
+                    }
+                };
+                block_on(writer.commit(&lease, &entry, &next)).unwrap_or_else(|e| panic!("seed {seed}: commit: {e}"));
+                states.push_back(next.clone());
+                if states.len() > 60 {
+                    states.pop_front();
+                }
+                cp = Some(next);
+                if pick(50) == 0 {
+                    assert_eq!(block_on(writer.load("p")).unwrap().as_ref(), cp.as_ref(), "seed {seed}: own load");
+                }
+            }
+            block_on(writer.release_lease(&lease)).unwrap();
+            clock.advance(1_000);
+            let before = entry_keys();
+            let head = cp.as_ref().unwrap().seq as usize;
+            if finish && before < head {
+                pruned_total.set(pruned_total.get() + head - before);
+            }
+            for reader in &stores {
+                let loaded = block_on(reader.load("p")).unwrap_or_else(|e| panic!("seed {seed} cycle {cycle}: {e}"));
+                assert_eq!(loaded.as_ref(), cp.as_ref(), "seed {seed} cycle {cycle}: load after release");
+                let k = 1 + pick(opts.history_limit as u64 + 3);
+                let history = block_on(reader.history("p", k)).unwrap();
+                let want = k.min(opts.history_limit).min(head);
+                assert_eq!(history.len(), want, "seed {seed} cycle {cycle}: history({k}) of {head} states, {opts:?}");
+                for (h, expected) in history.iter().zip(states.iter().rev()) {
+                    assert_eq!(&h.checkpoint, expected, "seed {seed} cycle {cycle}: history state {}", h.seq);
+                }
+            }
+        }
+    });
+    assert!(pruned_total.get() > 1_000, "releases pruned {} entries in all", pruned_total.get());
+}
+
+/// How a gap is read in the gap tests.
+#[derive(Clone, Copy, Debug)]
+enum GapReader {
+    /// The writer itself, holding the lease (its head is exact).
+    Own,
+    /// Another process while the writer holds the lease (the lease's head is a hint).
+    Other,
+    /// Another process after the writer released (the end marker's head is exact).
+    Released,
+    /// Another process taking the lease over after the writer died (the acquire probe, then its load).
+    Takeover,
+}
+
+const GAP_READERS: [GapReader; 4] = [GapReader::Own, GapReader::Other, GapReader::Released, GapReader::Takeover];
+
+/// Writes entries `1..=n` of run `id` with `writer`, losing the writes of `lost` (acknowledged, not stored),
+/// renewing the lease after entry `renew_at` (a head hint in the lease). Returns the lease and the states.
+fn write_with_lost_entries<K: KvBackend>(
+    writer: &JournalStore<FaultyKv<K>>,
+    clock: &ManualClock,
+    id: &str,
+    n: u64,
+    lost: std::ops::RangeInclusive<u64>,
+    renew_at: Option<u64>,
+) -> (steadfast::store::Lease, Vec<Checkpoint>) {
+    let mut lease = block_on(writer.acquire_lease(id, "writer", clock.now_ms(), &LEASE)).unwrap();
+    let mut states: Vec<Checkpoint> = Vec::new();
+    for seq in 1..=n {
+        clock.advance(5);
+        let (e, next) = match states.last() {
+            None => conformance::snapshot_entry(id, "start", clock.now_ms()),
+            Some(prev) => {
+                conformance::delta_entry(prev, Message::user(format!("m{seq}")), RunStatus::InProgress, clock.now_ms())
+            }
+        };
+        let drop = if lost.contains(&seq) { 1.0 } else { 0.0 };
+        writer.kv().set_options(FaultOptions { drop_write: drop, ..FaultOptions::default() });
+        block_on(writer.commit(&lease, &e, &next)).expect("acknowledged");
+        writer.kv().set_options(FaultOptions::default());
+        states.push(next);
+        if renew_at == Some(seq) {
+            lease = block_on(writer.renew_lease(&lease, clock.now_ms(), &LEASE)).unwrap();
+        }
+    }
+    (lease, states)
+}
+
+/// Reads run `id` as `reader` says; the error of the read (load, history and, for a takeover, the acquire).
+fn read_gap<K: KvBackend>(
+    how: GapReader,
+    writer: &JournalStore<FaultyKv<K>>,
+    other: &JournalStore<FaultyKv<K>>,
+    lease: &steadfast::store::Lease,
+    clock: &ManualClock,
+    id: &str,
+) -> Vec<steadfast::Error> {
+    match how {
+        GapReader::Own => vec![block_on(writer.load(id)).unwrap_err(), block_on(writer.history(id, 5)).unwrap_err()],
+        GapReader::Other => vec![block_on(other.load(id)).unwrap_err(), block_on(other.history(id, 5)).unwrap_err()],
+        GapReader::Released => {
+            block_on(writer.release_lease(lease)).unwrap();
+            clock.advance(1_000);
+            vec![block_on(other.load(id)).unwrap_err(), block_on(other.history(id, 50)).unwrap_err()]
+        }
+        GapReader::Takeover => {
+            clock.set(lease.expires_at + LEASE.grace_ms + 1);
+            // The probe reads past the lease's head hint; a gap before the hint is the new owner's load's to find.
+            match block_on(other.acquire_lease(id, "taker", clock.now_ms(), &LEASE)) {
+                Err(e) => vec![e],
+                Ok(_) => vec![block_on(other.load(id)).unwrap_err(), block_on(other.history(id, 5)).unwrap_err()],
+            }
+        }
+    }
+}
+
+/// A lost journal write (acknowledged, never stored) in the middle of a run: every reader — the writer, another
+/// process, a reader after release, a takeover — reports `STEADFAST_CHECKPOINT_CORRUPT` naming the entry, and
+/// the listing shows the run as corrupt; no reader folds past the gap or cuts the journal there (a resume
+/// would redo the recorded steps after it on a new branch).
+#[test]
+fn a_lost_journal_write_is_reported_as_corrupt_by_every_reader() {
+    for how in GAP_READERS {
+        for backend in ["MemoryKv", "SimKv"] {
+            let clock = ManualClock::new(1_700_000_000_000);
+            let (memory, simkv) = (MemoryKv::new(), sim(&clock, 1, 60_000));
+            let run =
+                |f: &dyn Fn(&dyn Fn() -> Vec<steadfast::Error>, &dyn Fn() -> Vec<steadfast::store::PendingRun>)| {
+                    if backend == "MemoryKv" {
+                        let (w, o) = pair(
+                            FaultyKv::new(memory.clone(), FaultOptions::default()),
+                            FaultyKv::new(memory.clone(), FaultOptions::default()),
+                            &clock,
+                        );
+                        let (lease, _) = write_with_lost_entries(&w, &clock, "g", 20, 7..=7, None);
+                        f(&|| read_gap(how, &w, &o, &lease, &clock, "g"), &|| block_on(o.pending()).unwrap());
+                    } else {
+                        let (w, o) = pair(
+                            FaultyKv::new(simkv.clone(), FaultOptions::default()),
+                            FaultyKv::new(simkv.clone(), FaultOptions::default()),
+                            &clock,
+                        );
+                        let (lease, _) = write_with_lost_entries(&w, &clock, "g", 20, 7..=7, None);
+                        f(&|| read_gap(how, &w, &o, &lease, &clock, "g"), &|| block_on(o.pending()).unwrap());
+                    }
+                };
+            run(&|read, pending| {
+                for e in read() {
+                    assert_eq!((e.code, e.retryable), (ErrorCode::CheckpointCorrupt, false), "{how:?} {backend}: {e}");
+                    assert!(e.message.contains("journal entry 7") && e.message.contains("entry 8"), "{how:?}: {e}");
+                }
+                let listed = pending();
+                assert_eq!(listed.len(), 1, "{how:?} {backend}");
+                let err = listed[0].last_error.as_ref().unwrap_or_else(|| panic!("{how:?} {backend}: {listed:?}"));
+                assert_eq!(err.code, ErrorCode::CheckpointCorrupt, "{how:?} {backend}: listed as corrupt");
+            });
+        }
+    }
+}
+
+/// In another location the gap may only be KV's propagation (a cached miss, a listing that lags): until the
+/// listing shows the later entry without the missing one, the read is retryable, then it is corrupt.
+#[test]
+fn a_gap_seen_from_another_location_is_retryable_until_the_listing_confirms_it() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = sim(&clock, 2, 60_000);
+    let (w, o) = pair(
+        FaultyKv::new(kv.at(0), FaultOptions::default()),
+        FaultyKv::new(kv.at(1), FaultOptions::default()),
+        &clock,
+    );
+    write_with_lost_entries(&w, &clock, "g", 20, 7..=7, None);
+    let early = block_on(o.load("g")).unwrap_err();
+    assert_eq!((early.code, early.retryable), (ErrorCode::StoreUnavailable, true), "{early}");
+    clock.advance(61_000);
+    let late = block_on(o.load("g")).unwrap_err();
+    assert_eq!((late.code, late.retryable), (ErrorCode::CheckpointCorrupt, false), "{late}");
+}
+
+/// A journal entry deleted from the middle of a finished run (the run is read after its release, and while
+/// held): corrupt, never a shorter run.
+#[test]
+fn a_deleted_middle_entry_is_reported_as_corrupt() {
+    for released in [false, true] {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let kv = MemoryKv::new();
+        let (w, o) = pair(kv.clone(), kv.clone(), &clock);
+        let lease = block_on(w.acquire_lease("d", "w", clock.now_ms(), &LEASE)).unwrap();
+        let (e, mut cp) = conformance::snapshot_entry("d", "start", clock.now_ms());
+        block_on(w.commit(&lease, &e, &cp)).unwrap();
+        for i in 0..30 {
+            let status = if i == 29 { RunStatus::Finished } else { RunStatus::InProgress };
+            let (e, next) = conformance::delta_entry(&cp, Message::user(format!("m{i}")), status, clock.now_ms());
+            block_on(w.commit(&lease, &e, &next)).unwrap();
+            cp = next;
+        }
+        if released {
+            block_on(w.release_lease(&lease)).unwrap();
+        }
+        let middle = kv.keys().into_iter().find(|k| k.ends_with("/0000000012")).unwrap();
+        block_on(kv.delete(&middle)).unwrap();
+        for store in [&w, &o] {
+            let e = block_on(store.load("d")).unwrap_err();
+            assert_eq!(e.code, ErrorCode::CheckpointCorrupt, "released {released}: {e}");
+            assert_eq!(block_on(store.history("d", 30)).unwrap_err().code, ErrorCode::CheckpointCorrupt);
+        }
+    }
+}
+
+/// Generated: gaps of 1 to 99 lost writes anywhere in runs of up to 300 entries, with the lease's head hint
+/// before, inside or after the gap, read by every kind of reader: always `STEADFAST_CHECKPOINT_CORRUPT`. A lost
+/// tail (nothing written after it) is never corruption: the writer and readers whose head says it exists
+/// retry, others see the run as it was before it.
+#[test]
+fn gaps_anywhere_are_corrupt_for_every_reader_generated() {
+    for_seeds("gaps_anywhere_are_corrupt_for_every_reader_generated", 0..160, |seed| {
+        let rng = steadfast::runtime::SplitMix64::new(seed);
+        let pick = |n: u64| steadfast::runtime::Rng::next_u64(&rng) % n;
+        let clock = ManualClock::new(1_700_000_000_000);
+        let kv = MemoryKv::new();
+        let (w, o) = pair(
+            FaultyKv::new(kv.clone(), FaultOptions::default()),
+            FaultyKv::new(kv, FaultOptions::default()),
+            &clock,
+        );
+        let n = 3 + pick(298);
+        let tail = pick(5) == 0;
+        let first = 2 + pick(n - 2);
+        let len = if tail { n - first + 1 } else { 1 + pick(99.min(n - first)) };
+        let lost = first..=first + len - 1;
+        let renew_at = match pick(3) {
+            0 => None,
+            _ => Some(1 + pick(n)),
+        };
+        let how = GAP_READERS[pick(4) as usize];
+        let (lease, states) = write_with_lost_entries(&w, &clock, "g", n, lost.clone(), renew_at);
+        let ctx = format!("n {n}, lost {lost:?}, renewed after {renew_at:?}, {how:?}");
+        if !tail {
+            for e in read_gap(how, &w, &o, &lease, &clock, "g") {
+                assert_eq!(e.code, ErrorCode::CheckpointCorrupt, "{ctx}: {e}");
+            }
+            return;
+        }
+        // A lost tail.
+        let hint_covers = renew_at.is_some_and(|r| r >= first);
+        let before_gap = &states[first as usize - 2];
+        match how {
+            GapReader::Own => {
+                assert_eq!(block_on(w.load("g")).unwrap_err().code, ErrorCode::StoreUnavailable, "{ctx}")
+            }
+            GapReader::Other | GapReader::Released | GapReader::Takeover => {
+                if matches!(how, GapReader::Released) {
+                    block_on(w.release_lease(&lease)).unwrap();
+                } else if matches!(how, GapReader::Takeover) {
+                    clock.set(lease.expires_at + LEASE.grace_ms + 1);
+                    let taken = block_on(o.acquire_lease("g", "taker", clock.now_ms(), &LEASE)).unwrap();
+                    block_on(o.release_lease(&taken)).unwrap();
+                }
+                let loaded = block_on(o.load("g"));
+                if hint_covers || matches!(how, GapReader::Released) {
+                    assert_eq!(loaded.unwrap_err().code, ErrorCode::StoreUnavailable, "{ctx}");
+                } else {
+                    assert_eq!(loaded.unwrap().as_ref(), Some(before_gap), "{ctx}");
+                }
+            }
+        }
+    });
 }

@@ -128,6 +128,12 @@ impl LeaseRecord {
     }
 }
 
+/// How far past a missing journal entry a reader looks for a later one (one bulk get's worth).
+const GAP_PROBE: u64 = MAX_BULK_GET as u64;
+/// Most list pages read to decide whether a key is listed (a page may be empty but not the last).
+const GAP_LIST_PAGES: usize = 4;
+/// Most times a read starts over because a release pruned under it.
+const READ_RESTARTS: usize = 4;
 /// Most approval ids an index entry names.
 const MAX_INDEX_APPROVALS: usize = 8;
 /// Most characters of an error message an index entry keeps (fewer when its bytes would not fit).
@@ -416,62 +422,311 @@ impl<K: KvBackend> JournalStore<K> {
         rec.progress.snaps.iter().copied().filter(|s| *s <= at).max().unwrap_or(1).max(1)
     }
 
-    /// Reads the entries `start..` of a run's chain. Entries up to the known head must exist (a miss there
-    /// means this location does not see them yet: retryable); past it, reading stops at the first miss.
-    /// Returns the entries and the raw sizes.
-    async fn read_entries(&self, run_id: &str, rec: &LeaseRecord, start: u64) -> Result<Vec<(JournalEntry, u64)>> {
-        let known_head = rec.progress.head;
-        let mut out = Vec::new();
-        let mut seq = start;
+    /// Where a fold that must reach the state at `at` starts: the newest snapshot at or before `at` that no
+    /// release pruned, else the oldest one kept (older states are gone), else entry 1 (a run's first entry is a
+    /// snapshot).
+    fn fold_start(p: &Progress, at: u64) -> u64 {
+        let floor = p.pruned.max(1);
+        let kept = || p.snaps.iter().copied().filter(move |s| *s >= floor);
+        kept().filter(|s| *s <= at).max().or_else(|| kept().min()).unwrap_or(1)
+    }
+
+    async fn read_marker(&self, run_id: &str, tag: &str) -> Result<Option<Progress>> {
+        match self.get(&self.keys.end(run_id, tag)).await? {
+            None => Ok(None),
+            Some(m) => serde_json::from_str(&m).map(Some).map_err(|e| corrupt(run_id, "an end marker", e)),
+        }
+    }
+
+    /// Whether KV lists `key` (`None`: the listing did not say within [`GAP_LIST_PAGES`] pages).
+    async fn listed(&self, key: &str) -> Result<Option<bool>> {
+        let mut cursor: Option<String> = None;
+        for _ in 0..GAP_LIST_PAGES {
+            let page = self.list(key, cursor.as_deref()).await?;
+            if page.keys.iter().any(|k| k.name == key) {
+                return Ok(Some(true));
+            }
+            match page.cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(Some(false)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Judges a gap: journal entry `missing` is not there while a later one, `later`, is (`before`: an entry
+    /// before the missing one that this reader has read). A write that was acknowledged and lost, or an entry
+    /// deleted, is corruption (`STEADFAST_CHECKPOINT_CORRUPT`): folding past the gap, or ending the journal at
+    /// it, would drop recorded steps and make a resume redo them. But a reader may also just not see the entry
+    /// yet — a cached miss in another location, a write racing the read, a release pruning under it. KV's
+    /// listing decides: it shows keys as of one moment, and a segment's entries are written in order, so the
+    /// later entry listed without the missing one (and with the one before it, which pruning deletes first) is
+    /// a loss. Anything less certain is retryable (`STEADFAST_STORE_UNAVAILABLE`); the listing catches up within
+    /// the propagation delay. Costs a few list operations, only when a gap is seen.
+    async fn judge_gap(
+        &self,
+        run_id: &str,
+        missing: (u64, &str),
+        later: (u64, &str),
+        before: Option<&str>,
+    ) -> Result<Error> {
+        let (m, t) = (missing.0, later.0);
+        let not_yet = || {
+            Error::new(
+                ErrorCode::StoreUnavailable,
+                format!("run '{run_id}': journal entry {m} is not visible here yet while entry {t} is; retry"),
+            )
+            .with_run(run_id)
+        };
+        if self.listed(missing.1).await? != Some(false) || self.listed(later.1).await? != Some(true) {
+            return Ok(not_yet());
+        }
+        if let Some(b) = before {
+            if self.listed(b).await? != Some(true) {
+                return Ok(not_yet());
+            }
+        }
+        Ok(corrupt(
+            run_id,
+            &format!("journal entry {m}"),
+            format!("it is missing while entry {t} exists (a lost or deleted write; resuming past it would redo recorded steps)"),
+        ))
+    }
+
+    /// Reads a run's journal from the fold start `start_of(progress)` to its end; returns the entries and
+    /// their raw sizes.
+    ///
+    /// `own`: `rec` is this process's writer record, whose head is the end. Otherwise `rec` is the lease as
+    /// read from KV, whose head is a hint (written at acquire and renewal): the current segment's end marker is
+    /// read in the same bulk get as the first entries, and when the segment was released, the marker's progress
+    /// — its final head, and what the release pruned — replaces the lease's (a finished run's release deletes
+    /// old entries, possibly every one the lease's view would start from).
+    ///
+    /// A missing entry is never skipped, nor taken for the end while something follows it: past a missing
+    /// entry the reader looks [`GAP_PROBE`] entries further (within the known head, when it is exact). A later
+    /// entry there is a gap ([`JournalStore::judge_gap`]); a missing entry the head says exists, with nothing
+    /// after it, is not visible here yet (retryable); past a head hint with nothing after it, the journal ends.
+    async fn read_entries(
+        &self,
+        run_id: &str,
+        rec: &mut LeaseRecord,
+        own: bool,
+        start_of: &dyn Fn(&Progress) -> u64,
+    ) -> Result<Vec<(JournalEntry, u64)>> {
+        let mut exact = own;
+        let mut marker_read = own;
+        let mut start = start_of(&rec.progress);
+        for _ in 0..READ_RESTARTS {
+            let mut out: Vec<(JournalEntry, u64)> = Vec::new();
+            let mut seq = start;
+            let mut miss: Option<u64> = None;
+            let mut later: Option<u64> = None;
+            let mut restart = false;
+            loop {
+                let head = rec.progress.head;
+                let last = match (miss, exact) {
+                    (Some(m), true) => head.min(m + GAP_PROBE),
+                    (Some(m), false) => m + GAP_PROBE,
+                    (None, true) => head,
+                    (None, false) => u64::MAX,
+                };
+                let marker_key = (!marker_read).then(|| self.keys.end(run_id, &rec.tag()));
+                let mut keys: Vec<String> = marker_key.iter().cloned().collect();
+                let mut seqs = Vec::new();
+                let mut next = seq;
+                while keys.len() < MAX_BULK_GET && next <= last {
+                    let Some(tag) = rec.tag_for(next) else { break };
+                    keys.push(self.keys.entry(run_id, &tag, next));
+                    seqs.push(next);
+                    next += 1;
+                }
+                if seqs.is_empty() {
+                    break;
+                }
+                let mut values = self.get_many(&keys).await?.into_iter();
+                if marker_key.is_some() {
+                    marker_read = true;
+                    if let Some(raw) = values.next().flatten() {
+                        rec.progress = serde_json::from_str(&raw).map_err(|e| corrupt(run_id, "an end marker", e))?;
+                        exact = true;
+                        let from = start_of(&rec.progress);
+                        if from != start {
+                            start = from;
+                            restart = true;
+                            break;
+                        }
+                    }
+                }
+                for (s, v) in seqs.iter().zip(values) {
+                    if exact && *s > rec.progress.head {
+                        break;
+                    }
+                    match (v, miss) {
+                        (Some(raw), None) => {
+                            let e: JournalEntry = serde_json::from_str(&raw)
+                                .map_err(|e| corrupt(run_id, &format!("journal entry {s}"), e))?;
+                            if e.seq != *s {
+                                let why = format!("it says seq {}", e.seq);
+                                return Err(corrupt(run_id, &format!("journal entry {s}"), why));
+                            }
+                            out.push((e, raw.len() as u64));
+                        }
+                        (Some(_), Some(_)) => {
+                            later = Some(*s);
+                            break;
+                        }
+                        (None, None) => miss = Some(*s),
+                        (None, Some(_)) => {}
+                    }
+                }
+                if later.is_some() {
+                    break;
+                }
+                seq = next;
+            }
+            if restart {
+                continue;
+            }
+            let Some(m) = miss else { return Ok(out) };
+            let key_of = |s: u64| rec.tag_for(s).map(|tag| self.keys.entry(run_id, &tag, s)).unwrap_or_default();
+            let Some(t) = later else {
+                if m <= rec.progress.head {
+                    return Err(Error::new(
+                        ErrorCode::StoreUnavailable,
+                        format!("run '{run_id}': journal entry {m} is not visible here yet; retry"),
+                    )
+                    .with_run(run_id));
+                }
+                return Ok(out);
+            };
+            if !own {
+                // A release may have pruned under this read: its marker says so.
+                if let Some(marker) = self.read_marker(run_id, &rec.tag()).await? {
+                    if marker.pruned > m {
+                        rec.progress = marker;
+                        (exact, marker_read) = (true, true);
+                        start = start_of(&rec.progress);
+                        continue;
+                    }
+                }
+            }
+            let before = (m > start).then(|| key_of(m - 1));
+            return Err(self.judge_gap(run_id, (m, &key_of(m)), (t, &key_of(t)), before.as_deref()).await?);
+        }
+        Err(Error::new(
+            ErrorCode::StoreUnavailable,
+            format!("run '{run_id}': its journal changed under every read (pruned by releases); retry"),
+        )
+        .with_run(run_id))
+    }
+
+    /// The takeover probe of the previous lease `p`'s segment (for `acquire_lease`): its end marker and the
+    /// pending index are read with its first entries past the head hint, in one bulk get. With a marker (the
+    /// segment was released), the marker's progress is the segment's end. Without one (its owner died or is
+    /// stale) the entries past the hint are read to the first missing one and [`GAP_PROBE`] further: a later
+    /// entry there is a gap, never a place to cut the segment, which would drop recorded steps
+    /// ([`JournalStore::judge_gap`]; a corrupt run is marked in the index). `live`: the previous lease still
+    /// holds (busy unless the segment was released). Returns the progress, the cut (the last seq kept) and the
+    /// index entry.
+    async fn probe_segment(
+        &self,
+        run_id: &str,
+        p: &LeaseRecord,
+        live: bool,
+    ) -> Result<(Progress, u64, Option<IndexMeta>)> {
+        let probed = self.probe_segment_inner(run_id, p, live).await;
+        if let Err(e) = &probed {
+            if e.code == ErrorCode::CheckpointCorrupt {
+                self.mark_corrupt(run_id, e).await;
+            }
+        }
+        probed
+    }
+
+    async fn probe_segment_inner(
+        &self,
+        run_id: &str,
+        p: &LeaseRecord,
+        live: bool,
+    ) -> Result<(Progress, u64, Option<IndexMeta>)> {
+        let tag = p.tag();
+        let mut progress = p.progress.clone();
+        let mut cut = p.progress.head.max(p.from.saturating_sub(1));
+        let mut index = None;
+        let mut first = true;
+        let mut miss: Option<u64> = None;
+        let mut next = cut + 1;
         loop {
             let mut keys = Vec::new();
+            if first {
+                keys.push(self.keys.end(run_id, &tag));
+                keys.push(self.keys.pending(run_id));
+            }
             let mut seqs = Vec::new();
-            while keys.len() < MAX_BULK_GET {
-                let Some(tag) = rec.tag_for(seq + seqs.len() as u64) else { break };
-                let s = seq + seqs.len() as u64;
-                keys.push(self.keys.entry(run_id, &tag, s));
-                seqs.push(s);
+            while keys.len() < MAX_BULK_GET && miss.is_none_or(|m| next <= m + GAP_PROBE) {
+                keys.push(self.keys.entry(run_id, &tag, next));
+                seqs.push(next);
+                next += 1;
             }
-            if keys.is_empty() {
-                return Ok(out);
+            let mut values = self.get_many(&keys).await?.into_iter();
+            if first {
+                let end = values.next().flatten();
+                index = values.next().flatten().and_then(|v| serde_json::from_str::<IndexMeta>(&v).ok());
+                if let Some(end) = end {
+                    let marker: Progress =
+                        serde_json::from_str(&end).map_err(|e| corrupt(run_id, "an end marker", e))?;
+                    let cut = marker.head.max(p.from.saturating_sub(1));
+                    return Ok((marker, cut, index));
+                }
+                if live {
+                    return Err(Error::busy(run_id, "another process holds its lease"));
+                }
+                first = false;
             }
-            let values = self.get_many(&keys).await?;
-            for (s, v) in seqs.iter().zip(values) {
-                match v {
-                    Some(raw) => {
+            for (s, v) in seqs.into_iter().zip(values) {
+                match (v, miss) {
+                    (Some(raw), None) => {
                         let e: JournalEntry = serde_json::from_str(&raw)
                             .map_err(|e| corrupt(run_id, &format!("journal entry {s}"), e))?;
-                        if e.seq != *s {
+                        if e.seq != s {
                             return Err(corrupt(
                                 run_id,
                                 &format!("journal entry {s}"),
                                 format!("it says seq {}", e.seq),
                             ));
                         }
-                        out.push((e, raw.len() as u64));
+                        cut = s;
+                        progress.head = s;
+                        if matches!(e.body, EntryBody::Snapshot { .. }) {
+                            progress.snaps.push(s);
+                            progress.snap_bytes = raw.len() as u64;
+                            progress.bytes_since = 0;
+                            progress.entries_since = 0;
+                        } else {
+                            progress.bytes_since += raw.len() as u64;
+                            progress.entries_since += 1;
+                        }
                     }
-                    None if *s <= known_head => {
-                        return Err(Error::new(
-                            ErrorCode::StoreUnavailable,
-                            format!("run '{run_id}': journal entry {s} is not visible here yet; retry"),
-                        )
-                        .with_run(run_id))
+                    (Some(_), Some(m)) => {
+                        let (missing, later) = (self.keys.entry(run_id, &tag, m), self.keys.entry(run_id, &tag, s));
+                        return Err(self.judge_gap(run_id, (m, &missing), (s, &later), None).await?);
                     }
-                    None => return Ok(out),
+                    (None, None) => miss = Some(s),
+                    (None, Some(_)) => {}
                 }
             }
-            seq += seqs.len() as u64;
+            if miss.is_some_and(|m| next > m + GAP_PROBE) {
+                return Ok((progress, cut, index));
+            }
         }
     }
 
+    /// Lists the run as corrupt (so the sweep and operators see it), retrying a refused write like any write
+    /// off the hot path; the read that found the corruption fails with its own error whatever happens here.
     async fn mark_corrupt(&self, run_id: &str, err: &Error) {
         let meta =
             IndexMeta { s: RunStatus::InProgress, st: 0, a: 0, e: Some(err.info()), ap: vec![], t: 0, q: false }.fit();
-        if let Ok(v) = encode(&meta) {
-            let opts = PutOptions { metadata: serde_json::to_value(&meta).ok(), expiration_ttl_s: None };
-            self.count(|c| c.writes += 1);
-            let _ = self.kv.put(&self.keys.pending(run_id), &v, opts).await;
-        }
+        let _ = self.put_index(run_id, &meta).await;
     }
 
     async fn put_index(&self, run_id: &str, meta: &IndexMeta) -> Result<()> {
@@ -503,17 +758,40 @@ impl<K: KvBackend> JournalStore<K> {
         self.writers.borrow().get(run_id).map(|w| w.rec.clone())
     }
 
+    /// The record a reader starts from: this process's writer record (`true`: exact), else the lease in KV.
+    async fn view(&self, run_id: &str) -> Result<Option<(LeaseRecord, bool)>> {
+        match self.writer_rec(run_id) {
+            Some(r) => Ok(Some((r, true))),
+            None => Ok(self.read_lease(run_id).await?.map(|r| (r, false))),
+        }
+    }
+
     async fn load_inner(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        let rec = match self.writer_rec(run_id) {
-            Some(r) => r,
-            None => match self.read_lease(run_id).await? {
-                Some(r) => r,
-                None => return Ok(None),
-            },
-        };
-        let start = Self::snapshot_at_or_before(&rec, rec.progress.head.max(1));
-        let entries = self.read_entries(run_id, &rec, start).await?;
+        let Some((mut rec, own)) = self.view(run_id).await? else { return Ok(None) };
+        let entries = self.read_entries(run_id, &mut rec, own, &|p| Self::fold_start(p, p.head.max(1))).await?;
         Checkpoint::fold(run_id, entries.iter().map(|(e, _)| e))
+    }
+
+    async fn history_inner(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
+        let keep = limit.min(self.opts.history_limit);
+        if keep == 0 {
+            return Ok(Vec::new());
+        }
+        let Some((mut rec, own)) = self.view(run_id).await? else { return Ok(Vec::new()) };
+        let from = |p: &Progress| p.head.saturating_add(1).saturating_sub(keep as u64).max(1);
+        let entries = self.read_entries(run_id, &mut rec, own, &|p| Self::fold_start(p, from(p))).await?;
+        let mut cp = Checkpoint::new(run_id);
+        let mut out = Vec::new();
+        // Only the newest `keep` states are returned: only they are copied.
+        let skip = entries.len().saturating_sub(keep);
+        for (i, (e, _)) in entries.iter().enumerate() {
+            cp.apply(e)?;
+            if i >= skip {
+                out.push(HistoryEntry::of(&cp));
+            }
+        }
+        out.reverse();
+        Ok(out)
     }
 }
 
@@ -551,65 +829,8 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             let live = p.owner != owner && now_ms < p.expires_at.saturating_add(opts.grace_ms);
             // Probe the previous segment past its head hint, with its end marker and the index in the same read.
             let tag = p.tag();
-            let end_key = self.keys.end(run_id, &tag);
-            let mut progress = p.progress.clone();
-            let mut cut = p.progress.head.max(p.from.saturating_sub(1));
-            let mut first = true;
-            loop {
-                let mut keys = Vec::new();
-                if first {
-                    keys.push(end_key.clone());
-                    keys.push(self.keys.pending(run_id));
-                }
-                let base = cut + 1;
-                while keys.len() < MAX_BULK_GET {
-                    keys.push(self.keys.entry(run_id, &tag, base + keys.len() as u64 - if first { 2 } else { 0 }));
-                }
-                let values = self.get_many(&keys).await?;
-                let mut values = values.into_iter();
-                if first {
-                    let end = values.next().flatten();
-                    index = values.next().flatten().and_then(|v| serde_json::from_str::<IndexMeta>(&v).ok());
-                    if let Some(end) = end {
-                        let marker: Progress =
-                            serde_json::from_str(&end).map_err(|e| corrupt(run_id, "an end marker", e))?;
-                        progress = marker;
-                        cut = progress.head.max(p.from.saturating_sub(1));
-                        break;
-                    }
-                    if live {
-                        return Err(Error::busy(run_id, "another process holds its lease"));
-                    }
-                    first = false;
-                }
-                let mut all = true;
-                for v in values {
-                    match v {
-                        Some(raw) => {
-                            let e: JournalEntry = serde_json::from_str(&raw)
-                                .map_err(|e| corrupt(run_id, &format!("journal entry {}", cut + 1), e))?;
-                            cut += 1;
-                            progress.head = cut;
-                            if matches!(e.body, EntryBody::Snapshot { .. }) {
-                                progress.snaps.push(cut);
-                                progress.snap_bytes = raw.len() as u64;
-                                progress.bytes_since = 0;
-                                progress.entries_since = 0;
-                            } else {
-                                progress.bytes_since += raw.len() as u64;
-                                progress.entries_since += 1;
-                            }
-                        }
-                        None => {
-                            all = false;
-                            break;
-                        }
-                    }
-                }
-                if !all {
-                    break;
-                }
-            }
+            let (mut progress, cut, found) = self.probe_segment(run_id, p, live).await?;
+            index = found;
             rec.epoch = p.epoch + 1;
             rec.chain = p.chain.clone();
             if cut >= p.from {
@@ -835,28 +1056,13 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
     }
 
     async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
-        let keep = limit.min(self.opts.history_limit);
-        if keep == 0 {
-            return Ok(Vec::new());
+        match self.history_inner(run_id, limit).await {
+            Err(e) if e.code == ErrorCode::CheckpointCorrupt => {
+                self.mark_corrupt(run_id, &e).await;
+                Err(e)
+            }
+            other => other,
         }
-        let Some(rec) = (match self.writer_rec(run_id) {
-            Some(r) => Some(r),
-            None => self.read_lease(run_id).await?,
-        }) else {
-            return Ok(Vec::new());
-        };
-        let from = rec.progress.head.saturating_add(1).saturating_sub(keep as u64).max(1);
-        let start = Self::snapshot_at_or_before(&rec, from).max(rec.progress.pruned.min(from));
-        let entries = self.read_entries(run_id, &rec, start).await?;
-        let mut cp = Checkpoint::new(run_id);
-        let mut out = Vec::new();
-        for (e, _) in &entries {
-            cp.apply(e)?;
-            out.push(HistoryEntry::of(&cp));
-        }
-        out.reverse();
-        out.truncate(keep);
-        Ok(out)
     }
 
     async fn pending(&self) -> Result<Vec<PendingRun>> {

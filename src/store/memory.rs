@@ -208,16 +208,19 @@ impl RunStore for MemoryStore {
         let inner = self.inner.borrow();
         let Some(run) = inner.runs.get(run_id) else { return Ok(Vec::new()) };
         let entries = Self::entries(run_id, &run.journal)?;
+        // The first entry may be a compaction snapshot standing for older states: keep only `history_limit`
+        // (and copy only the states returned).
+        let keep = self.history_limit.max(1).min(limit);
+        let skip = entries.len().saturating_sub(keep);
         let mut cp = Checkpoint::new(run_id);
         let mut out = Vec::new();
-        for e in &entries {
+        for (i, e) in entries.iter().enumerate() {
             cp.apply(e)?;
-            out.push(HistoryEntry::of(&cp));
+            if i >= skip {
+                out.push(HistoryEntry::of(&cp));
+            }
         }
-        // The first entry may be a compaction snapshot standing for older states: keep only `history_limit`.
-        let keep = self.history_limit.max(1).min(limit);
         out.reverse();
-        out.truncate(keep);
         Ok(out)
     }
 
