@@ -994,3 +994,82 @@ fn gaps_anywhere_are_corrupt_for_every_reader_generated() {
         }
     });
 }
+
+/// A KV that runs `hook` just before its `at`-th bulk get (a write landing between two reads of a reader).
+struct HookKv {
+    inner: MemoryKv,
+    bulk_gets: Cell<u32>,
+    at: u32,
+    hook: Box<dyn Fn()>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl KvBackend for HookKv {
+    async fn get(&self, key: &str) -> steadfast::Result<Option<String>> {
+        self.inner.get(key).await
+    }
+    async fn get_many(&self, keys: &[String]) -> steadfast::Result<Vec<Option<String>>> {
+        self.bulk_gets.set(self.bulk_gets.get() + 1);
+        if self.bulk_gets.get() == self.at {
+            (self.hook)();
+        }
+        self.inner.get_many(keys).await
+    }
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> steadfast::Result<()> {
+        self.inner.put(key, value, opts).await
+    }
+    async fn delete(&self, key: &str) -> steadfast::Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> steadfast::Result<ListPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+}
+
+/// A reader of a run that a live writer extends between the reader's bulk gets (the missing entry and a later
+/// one both appear meanwhile) reads the journal again and returns a state the writer committed — not a gap
+/// error, not a state with a hole.
+#[test]
+fn a_reader_racing_a_live_writer_reads_a_committed_state_not_a_gap() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = MemoryKv::new();
+    let writer = journal(kv.clone(), &clock);
+    let lease = block_on(writer.acquire_lease("live", "w", clock.now_ms(), &LEASE)).unwrap();
+    let mut states = Vec::new();
+    let (e, cp) = conformance::snapshot_entry("live", "start", clock.now_ms());
+    block_on(writer.commit(&lease, &e, &cp)).unwrap();
+    states.push(cp);
+    let mut later_entries = Vec::new();
+    for seq in 2..=200u64 {
+        let prev = states.last().unwrap();
+        let (e, next) = conformance::delta_entry(prev, Message::user(format!("m{seq}")), RunStatus::InProgress, seq);
+        if seq <= 150 {
+            block_on(writer.commit(&lease, &e, &next)).unwrap();
+        } else {
+            later_entries.push((seq, serde_json::to_string(&e).unwrap()));
+        }
+        states.push(next);
+    }
+    let first = kv.keys().into_iter().find(|k| k.ends_with("/0000000001")).unwrap();
+    let prefix = first.trim_end_matches("0000000001").to_string();
+    // The reader's bulk gets: 1 (marker + entries 1-99), 2 (100-198: 151 missing), 3 (the probe further):
+    // entries 151-200 land just before the third.
+    let hook_kv = kv.clone();
+    let reader = journal(
+        HookKv {
+            inner: kv.clone(),
+            bulk_gets: Cell::new(0),
+            at: 3,
+            hook: Box::new(move || {
+                for (seq, raw) in &later_entries {
+                    hook_kv.set_raw(&format!("{prefix}{seq:010}"), raw);
+                }
+            }),
+        },
+        &clock,
+    );
+    let loaded = block_on(reader.load("live")).expect("a committed state").expect("exists");
+    assert_eq!(loaded.seq, 200, "the journal as it is now");
+    assert_eq!(loaded, states[199]);
+    assert!(reader.kv().bulk_gets.get() >= 3, "the race happened");
+}

@@ -26,8 +26,23 @@
 //!   store.
 //! * **Snapshots and history.** A new run starts with a snapshot entry; a later snapshot replaces a delta when
 //!   `snapshot_every` entries and `snapshot_growth` × the last snapshot's bytes have accumulated since the last
-//!   one, so bytes written stay O(n) and a load folds a bounded number of entries. When a finished run releases
-//!   its lease, entries older than needed for `history_limit` states are deleted (at most `prune_batch`).
+//!   one, so bytes written stay O(n) and a load folds a bounded number of entries. A snapshot over KV's value
+//!   limit is not written (the entry stays a delta). When a finished run releases its lease, entries older than
+//!   needed for `history_limit` states are deleted (at most `prune_batch`); the end marker records what was
+//!   pruned, and readers read it with the first entries (one bulk get), so pruning never makes a run
+//!   unreadable.
+//! * **Gaps are corruption, never the end.** Past a missing entry a reader looks one bulk get further; an
+//!   entry there means a write was lost (acknowledged, not stored) or deleted. Once KV's listing confirms it
+//!   (the later entry listed, the missing one not), the read fails with `STEADFAST_CHECKPOINT_CORRUPT` and the
+//!   run is listed as corrupt; until then (another location's cached miss, a lagging list) it is retryable
+//!   `STEADFAST_STORE_UNAVAILABLE`. Folding past a gap, or cutting the journal at it, would drop recorded
+//!   steps and a resume would redo them. A lost *last* entry cannot be told from the end of the journal by a
+//!   reader whose lease view ends before it.
+//! * **Limits.** An entry over KV's value limit (25 MiB) is refused with `STEADFAST_STORE_FAILED` (not
+//!   retryable) before anything is written. The index entry is capped in bytes of serialised JSON, so it always
+//!   fits KV's 1,024 bytes of metadata.
+//! * **The index is secondary.** Once a boundary's entry is written the commit has succeeded; a failed index
+//!   write marks the index dirty and is repaired at the next boundary or at release.
 //! * **429s** off the hot path (lease writes racing, approvals, the index) are retried with backoff from 1 s,
 //!   bounded, then fail with `STEADFAST_STORE_RATE_LIMITED` (retryable).
 
@@ -132,7 +147,7 @@ impl LeaseRecord {
 const GAP_PROBE: u64 = MAX_BULK_GET as u64;
 /// Most list pages read to decide whether a key is listed (a page may be empty but not the last).
 const GAP_LIST_PAGES: usize = 4;
-/// Most times a read starts over because a release pruned under it.
+/// Most times a read starts over because the journal changed under it (grew, or a release pruned it).
 const READ_RESTARTS: usize = 4;
 /// Most approval ids an index entry names.
 const MAX_INDEX_APPROVALS: usize = 8;
@@ -599,6 +614,11 @@ impl<K: KvBackend> JournalStore<K> {
                 }
                 return Ok(out);
             };
+            // The journal may have grown under this read (a live writer wrote the missing entry, then the later
+            // one, between two bulk gets): read it again.
+            if self.get(&key_of(m)).await?.is_some() {
+                continue;
+            }
             if !own {
                 // A release may have pruned under this read: its marker says so.
                 if let Some(marker) = self.read_marker(run_id, &rec.tag()).await? {
@@ -615,7 +635,7 @@ impl<K: KvBackend> JournalStore<K> {
         }
         Err(Error::new(
             ErrorCode::StoreUnavailable,
-            format!("run '{run_id}': its journal changed under every read (pruned by releases); retry"),
+            format!("run '{run_id}': its journal changed under every read (written or pruned meanwhile); retry"),
         )
         .with_run(run_id))
     }
@@ -1227,11 +1247,18 @@ mod tests {
             mixed.push(alphabet[(rng.next_u64() % alphabet.len() as u64) as usize]);
         }
         let mut checked = 0;
-        // Every length up to 3,000 characters for the wide classes (CJK: 3 bytes, emoji and 𝄞: 4, mixed with
-        // escapes); up to 600 (twice the character cap) for the others.
-        for (class, max) in
-            [("中", 3_000), ("😀", 3_000), ("mixed", 3_000), ("a", 600), ("é", 600), ("\u{1}", 600), ("\"", 600)]
-        {
+        // Every length up to 3,000 characters for the wide classes (CJK: 3 bytes, CJK extension B and emoji: 4,
+        // mixed with escapes); up to 600 (twice the character cap) for the others.
+        for (class, max) in [
+            ("中", 3_000),
+            ("𠜎", 3_000),
+            ("😀", 3_000),
+            ("mixed", 3_000),
+            ("a", 600),
+            ("é", 600),
+            ("\u{1}", 600),
+            ("\"", 600),
+        ] {
             for len in 0..=max {
                 let message: String =
                     if class == "mixed" { mixed.chars().take(len).collect() } else { class.repeat(len) };
@@ -1265,7 +1292,7 @@ mod tests {
         }
         // ASCII keeps the historical 300 characters.
         assert_eq!(kept(&meta(&"a".repeat(1_000), ids.clone()).fit()), format!("{}… [truncated]", "a".repeat(300)));
-        assert_eq!(checked, 3 * 3_001 + 4 * 601);
+        assert_eq!(checked, 4 * 3_001 + 4 * 601);
     }
 
     /// Approval ids too long to fit with the error are dropped from the end; the first ones and the code stay.
