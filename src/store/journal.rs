@@ -328,6 +328,10 @@ fn corrupt(run_id: &str, what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::CheckpointCorrupt, format!("run '{run_id}': {what} cannot be read: {e}")).with_run(run_id)
 }
 
+fn parse_marker(run_id: &str, raw: &str) -> Result<Progress> {
+    serde_json::from_str(raw).map_err(|e| corrupt(run_id, "an end marker", e))
+}
+
 fn encode<T: Serialize>(v: &T) -> Result<String> {
     serde_json::to_string(v).map_err(|e| Error::internal(format!("cannot encode: {e}")))
 }
@@ -446,13 +450,6 @@ impl<K: KvBackend> JournalStore<K> {
         kept().filter(|s| *s <= at).max().or_else(|| kept().min()).unwrap_or(1)
     }
 
-    async fn read_marker(&self, run_id: &str, tag: &str) -> Result<Option<Progress>> {
-        match self.get(&self.keys.end(run_id, tag)).await? {
-            None => Ok(None),
-            Some(m) => serde_json::from_str(&m).map(Some).map_err(|e| corrupt(run_id, "an end marker", e)),
-        }
-    }
-
     /// Whether KV lists `key` (`None`: the listing did not say within [`GAP_LIST_PAGES`] pages).
     async fn listed(&self, key: &str) -> Result<Option<bool>> {
         let mut cursor: Option<String> = None;
@@ -493,11 +490,9 @@ impl<K: KvBackend> JournalStore<K> {
             )
             .with_run(run_id)
         };
-        if self.listed(missing.1).await? != Some(false) || self.listed(later.1).await? != Some(true) {
-            return Ok(not_yet());
-        }
-        if let Some(b) = before {
-            if self.listed(b).await? != Some(true) {
+        let checks = [Some((missing.1, false)), Some((later.1, true)), before.map(|b| (b, true))];
+        for (key, want) in checks.into_iter().flatten() {
+            if self.listed(key).await? != Some(want) {
                 return Ok(not_yet());
             }
         }
@@ -562,7 +557,7 @@ impl<K: KvBackend> JournalStore<K> {
                 if marker_key.is_some() {
                     marker_read = true;
                     if let Some(raw) = values.next().flatten() {
-                        rec.progress = serde_json::from_str(&raw).map_err(|e| corrupt(run_id, "an end marker", e))?;
+                        rec.progress = parse_marker(run_id, &raw)?;
                         exact = true;
                         let from = start_of(&rec.progress);
                         if from != start {
@@ -615,19 +610,22 @@ impl<K: KvBackend> JournalStore<K> {
                 return Ok(out);
             };
             // The journal may have grown under this read (a live writer wrote the missing entry, then the later
-            // one, between two bulk gets): read it again.
-            if self.get(&key_of(m)).await?.is_some() {
+            // one, between two bulk gets): read it again. A release may have pruned under it: its marker says so.
+            let mut again = vec![key_of(m)];
+            if !own {
+                again.push(self.keys.end(run_id, &rec.tag()));
+            }
+            let mut found = self.get_many(&again).await?.into_iter();
+            if found.next().flatten().is_some() {
                 continue;
             }
-            if !own {
-                // A release may have pruned under this read: its marker says so.
-                if let Some(marker) = self.read_marker(run_id, &rec.tag()).await? {
-                    if marker.pruned > m {
-                        rec.progress = marker;
-                        (exact, marker_read) = (true, true);
-                        start = start_of(&rec.progress);
-                        continue;
-                    }
+            if let Some(raw) = found.next().flatten() {
+                let marker = parse_marker(run_id, &raw)?;
+                if marker.pruned > m {
+                    rec.progress = marker;
+                    (exact, marker_read) = (true, true);
+                    start = start_of(&rec.progress);
+                    continue;
                 }
             }
             let before = (m > start).then(|| key_of(m - 1));
@@ -693,8 +691,7 @@ impl<K: KvBackend> JournalStore<K> {
                 let end = values.next().flatten();
                 index = values.next().flatten().and_then(|v| serde_json::from_str::<IndexMeta>(&v).ok());
                 if let Some(end) = end {
-                    let marker: Progress =
-                        serde_json::from_str(&end).map_err(|e| corrupt(run_id, "an end marker", e))?;
+                    let marker = parse_marker(run_id, &end)?;
                     let cut = marker.head.max(p.from.saturating_sub(1));
                     return Ok((marker, cut, index));
                 }
