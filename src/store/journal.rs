@@ -466,41 +466,34 @@ impl<K: KvBackend> JournalStore<K> {
         Ok(None)
     }
 
-    /// Judges a gap: journal entry `missing` is not there while a later one, `later`, is (`before`: an entry
-    /// before the missing one that this reader has read). A write that was acknowledged and lost, or an entry
-    /// deleted, is corruption (`STEADFAST_CHECKPOINT_CORRUPT`): folding past the gap, or ending the journal at
-    /// it, would drop recorded steps and make a resume redo them. But a reader may also just not see the entry
-    /// yet — a cached miss in another location, a write racing the read, a release pruning under it. KV's
-    /// listing decides: it shows keys as of one moment, and a segment's entries are written in order, so the
-    /// later entry listed without the missing one (and with the one before it, which pruning deletes first) is
-    /// a loss. Anything less certain is retryable (`STEADFAST_STORE_UNAVAILABLE`); the listing catches up within
-    /// the propagation delay. Costs a few list operations, only when a gap is seen.
+    /// Judges a gap: journal entry `missing` is not there while a later record is (`later`: what it is, and its
+    /// key — a later entry, or the end marker of a segment, written after every entry before it; `before`: an
+    /// entry before the missing one that this reader has read). A write that was acknowledged and lost, or an
+    /// entry deleted, is corruption (`STEADFAST_CHECKPOINT_CORRUPT`): folding past the gap, or ending the
+    /// journal at it, would drop recorded steps and make a resume redo them. But a reader may also just not see
+    /// the entry yet — a cached miss in another location, a write racing the read, a release pruning under it.
+    /// KV's listing decides: it shows keys as of one moment, and the run's records are written in order, so the
+    /// later record listed without the missing entry (and with the entry before it, which pruning deletes first)
+    /// is a loss. Anything less certain is retryable (`STEADFAST_STORE_UNAVAILABLE`); the listing catches up
+    /// within the propagation delay. Costs a few list operations, only when a gap is seen.
     async fn judge_gap(
         &self,
         run_id: &str,
         missing: (u64, &str),
-        later: (u64, &str),
+        later: (&str, &str),
         before: Option<&str>,
     ) -> Result<Error> {
-        let (m, t) = (missing.0, later.0);
-        let not_yet = || {
-            Error::new(
-                ErrorCode::StoreUnavailable,
-                format!("run '{run_id}': journal entry {m} is not visible here yet while entry {t} is; retry"),
-            )
-            .with_run(run_id)
-        };
+        let (m, what) = (missing.0, later.0);
         let checks = [Some((missing.1, false)), Some((later.1, true)), before.map(|b| (b, true))];
         for (key, want) in checks.into_iter().flatten() {
             if self.listed(key).await? != Some(want) {
-                return Ok(not_yet());
+                let msg = format!("run '{run_id}': journal entry {m} is not visible here yet while {what} is; retry");
+                return Ok(Error::new(ErrorCode::StoreUnavailable, msg).with_run(run_id));
             }
         }
-        Ok(corrupt(
-            run_id,
-            &format!("journal entry {m}"),
-            format!("it is missing while entry {t} exists (a lost or deleted write; resuming past it would redo recorded steps)"),
-        ))
+        let why =
+            format!("it is missing while {what} exists (a lost or deleted write; resuming would redo recorded steps)");
+        Ok(corrupt(run_id, &format!("journal entry {m}"), why))
     }
 
     /// Reads a run's journal from the fold start `start_of(progress)` to its end; returns the entries and
@@ -599,15 +592,21 @@ impl<K: KvBackend> JournalStore<K> {
             }
             let Some(m) = miss else { return Ok(out) };
             let key_of = |s: u64| rec.tag_for(s).map(|tag| self.keys.entry(run_id, &tag, s)).unwrap_or_default();
-            let Some(t) = later else {
-                if m <= rec.progress.head {
+            let (what, later_key) = match later {
+                Some(t) => (format!("entry {t}"), key_of(t)),
+                // The head says the entry exists. From a segment's end marker, written after every entry of the
+                // chain, it is exact, and the marker is the later record.
+                None if m <= rec.progress.head && exact && !own => {
+                    (format!("the end marker (head {})", rec.progress.head), self.keys.end(run_id, &rec.tag()))
+                }
+                None if m <= rec.progress.head => {
                     return Err(Error::new(
                         ErrorCode::StoreUnavailable,
                         format!("run '{run_id}': journal entry {m} is not visible here yet; retry"),
                     )
                     .with_run(run_id));
                 }
-                return Ok(out);
+                None => return Ok(out),
             };
             // The journal may have grown under this read (a live writer wrote the missing entry, then the later
             // one, between two bulk gets): read it again. A release may have pruned under it: its marker says so.
@@ -629,7 +628,7 @@ impl<K: KvBackend> JournalStore<K> {
                 }
             }
             let before = (m > start).then(|| key_of(m - 1));
-            return Err(self.judge_gap(run_id, (m, &key_of(m)), (t, &key_of(t)), before.as_deref()).await?);
+            return Err(self.judge_gap(run_id, (m, &key_of(m)), (&what, &later_key), before.as_deref()).await?);
         }
         Err(Error::new(
             ErrorCode::StoreUnavailable,
@@ -726,7 +725,9 @@ impl<K: KvBackend> JournalStore<K> {
                     }
                     (Some(_), Some(m)) => {
                         let (missing, later) = (self.keys.entry(run_id, &tag, m), self.keys.entry(run_id, &tag, s));
-                        return Err(self.judge_gap(run_id, (m, &missing), (s, &later), None).await?);
+                        return Err(self
+                            .judge_gap(run_id, (m, &missing), (&format!("entry {s}"), &later), None)
+                            .await?);
                     }
                     (None, None) => miss = Some(s),
                     (None, Some(_)) => {}
