@@ -6,17 +6,22 @@ mod common;
 use common::seed_layout::{transcript_bytes, SeedLayoutStore};
 use common::*;
 use serde_json::json;
+use std::cell::Cell;
 use std::rc::Rc;
-use steadfast::core::checkpoint::RunStatus;
-use steadfast::core::transcript::validate_transcript;
+use steadfast::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
+use steadfast::core::error::ErrorInfo;
+use steadfast::core::retry::RetryPolicy;
+use steadfast::core::sweep::SweepOptions;
+use steadfast::core::transcript::{validate_transcript, Message};
 use steadfast::runtime::{
-    AgentOptions, Clock, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, SendOptions, Tool, ToolOutput,
+    AgentOptions, Clock, Delivery, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, NoListener, SendOptions,
+    Tool, ToolError, ToolOutput,
 };
 use steadfast::store::conformance::{self, Capabilities};
 use steadfast::store::faulty::{FaultOptions, FaultyKv};
-use steadfast::store::kv::KvBackend;
+use steadfast::store::kv::{KvBackend, ListPage, PutOptions, MAX_VALUE_BYTES};
 use steadfast::store::sim::{SimKv, SimOptions};
-use steadfast::store::{JournalOptions, JournalStore, MemoryKv, RunStore};
+use steadfast::store::{JournalOptions, JournalStore, LeaseOptions, MemoryKv, RunStore};
 use steadfast::ErrorCode;
 
 fn journal<K: KvBackend>(kv: K, clock: &ManualClock) -> JournalStore<K> {
@@ -104,6 +109,47 @@ fn conformance_with_retryable_faults_on_every_backend() {
     block_on(conformance::many_commits_stay_foldable(&store, &clock, 60));
     let injected = store.kv().injected();
     assert!(injected.rate_limited + injected.transient + injected.acks_lost > 0, "{injected:?}");
+}
+
+/// An entry over KV's 25 MiB value limit: `STEADFAST_STORE_FAILED`, nothing written, on every backend.
+#[test]
+fn oversized_entries_are_refused_on_every_backend() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    block_on(conformance::oversized_entry_is_refused_and_writes_nothing(&journal(MemoryKv::new(), &clock), &clock));
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = sim(&clock, 1, 60_000);
+    block_on(conformance::oversized_entry_is_refused_and_writes_nothing(&journal(kv.clone(), &clock), &clock));
+    let entry2 = kv.keys().into_iter().find(|k| k.ends_with("/0000000002")).unwrap();
+    assert_eq!(kv.key_counts(&entry2).puts, 1, "the refused entry was never sent to KV");
+    let clock = ManualClock::new(1_700_000_000_000);
+    let faulty = FaultyKv::new(MemoryKv::new(), retryable_faults(5));
+    block_on(conformance::oversized_entry_is_refused_and_writes_nothing(&journal(faulty, &clock), &clock));
+}
+
+/// A snapshot is an optimisation: when the state it would hold is over KV's value limit, the entry is written
+/// as the delta it is, and the run loads (and goes on) exactly.
+#[test]
+fn a_snapshot_over_the_value_limit_falls_back_to_the_delta() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = MemoryKv::new();
+    let opts = JournalOptions { snapshot_every: 1, snapshot_growth: 0, ..JournalOptions::default() };
+    let store = JournalStore::new(kv.clone(), Rc::new(clock.clone()), Rc::new(ManualSleep::new(clock.clone())), opts);
+    let lease = block_on(store.acquire_lease("s", "o", clock.now_ms(), &LEASE)).unwrap();
+    let (e1, cp1) = conformance::snapshot_entry("s", &"a".repeat(MAX_VALUE_BYTES - 3 * 1024 * 1024), clock.now_ms());
+    block_on(store.commit(&lease, &e1, &cp1)).unwrap();
+    let mut cp = cp1;
+    for i in 0..2 {
+        clock.advance(1_000);
+        let (e, next) =
+            conformance::delta_entry(&cp, Message::user("b".repeat(3 * 1024 * 1024)), RunStatus::InProgress, i);
+        block_on(store.commit(&lease, &e, &next)).expect("a delta when the snapshot would not fit");
+        cp = next;
+    }
+    let sizes: Vec<usize> = kv.keys().iter().filter(|k| k.contains("/j/")).map(|k| kv.raw(k).unwrap().len()).collect();
+    assert_eq!(sizes.len(), 3);
+    assert!(sizes.iter().all(|n| *n <= MAX_VALUE_BYTES), "{sizes:?}");
+    assert!(sizes[1..].iter().all(|n| *n < 4 * 1024 * 1024), "snapshots due but over 25 MiB: deltas {sizes:?}");
+    assert_eq!(block_on(store.load("s")).unwrap().unwrap(), cp);
 }
 
 /// A journal entry that cannot be decoded: load fails with CHECKPOINT_CORRUPT, pending() lists the run as
@@ -284,4 +330,750 @@ fn operation_budget_of_a_100_step_run() {
     assert!(bkvc.rate_limited > 0, "the seed layout hits the 1 write/s limit");
     // Every boundary after the first is a single entry write; total writes include the lease, index and marker.
     assert!(kvc.writes() <= boundaries + 6, "{kvc:?}");
+}
+
+/// A KV whose writes to the pending index fail (transiently) while `fail_index` is set: a secondary write that
+/// fails after the journal entry is durable.
+#[derive(Clone)]
+struct IndexFailingKv {
+    inner: MemoryKv,
+    fail_index: Rc<Cell<bool>>,
+    refused: Rc<Cell<u32>>,
+}
+
+impl IndexFailingKv {
+    fn new(inner: MemoryKv) -> IndexFailingKv {
+        IndexFailingKv { inner, fail_index: Rc::new(Cell::new(false)), refused: Rc::new(Cell::new(0)) }
+    }
+    fn refuse(&self, key: &str) -> steadfast::Result<()> {
+        if self.fail_index.get() && key.contains("idx/pending/") {
+            self.refused.set(self.refused.get() + 1);
+            return Err(steadfast::Error::new(
+                ErrorCode::StoreUnavailable,
+                "KV PUT failed: 503 (injected, index only)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl KvBackend for IndexFailingKv {
+    async fn get(&self, key: &str) -> steadfast::Result<Option<String>> {
+        self.inner.get(key).await
+    }
+    async fn get_many(&self, keys: &[String]) -> steadfast::Result<Vec<Option<String>>> {
+        self.inner.get_many(keys).await
+    }
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> steadfast::Result<()> {
+        self.refuse(key)?;
+        self.inner.put(key, value, opts).await
+    }
+    async fn delete(&self, key: &str) -> steadfast::Result<()> {
+        self.refuse(key)?;
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> steadfast::Result<ListPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+}
+
+/// The delta entry from `prev` to `next` (any change of header or messages), and `next` as committed.
+fn step(prev: &Checkpoint, mut next: Checkpoint, at: u64) -> (JournalEntry, Checkpoint) {
+    next.seq = prev.seq + 1;
+    next.saved_at = at;
+    let entry = JournalEntry {
+        seq: next.seq,
+        at,
+        body: EntryBody::Delta {
+            from: prev.messages.len(),
+            messages: next.messages[prev.messages.len()..].to_vec(),
+            head: next.header().diff(&prev.header()),
+            business_state: None,
+            fingerprint: None,
+            ext: None,
+        },
+    };
+    let mut folded = prev.clone();
+    folded.apply(&entry).expect("the delta continues");
+    assert_eq!(folded, next);
+    (entry, next)
+}
+
+fn failed_attempt(prev: &Checkpoint, attempts: u32, message: &str) -> Checkpoint {
+    let mut next = prev.clone();
+    next.attempts = attempts;
+    next.last_error =
+        Some(ErrorInfo { code: ErrorCode::ProviderUnavailable, message: message.into(), retryable: true });
+    next
+}
+
+const LEASE: LeaseOptions = LeaseOptions { ttl_ms: 30_000, renew_every_ms: 10_000, grace_ms: 30_000 };
+
+/// A last error of wide characters (CJK: 3 bytes, emoji: 4) of any length up to 3,000 characters: every
+/// commit succeeds and the pending index carries each attempt (KV's metadata limit counts bytes, not
+/// characters; the index used to overflow it and the run was resumed for ever without counting).
+#[test]
+fn wide_last_errors_of_any_length_commit_and_reach_the_index() {
+    fn check<K: KvBackend>(store: &JournalStore<K>, clock: &ManualClock, lengths: &[usize]) {
+        let lease = block_on(store.acquire_lease("wide", "o", clock.now_ms(), &LEASE)).unwrap();
+        let (e1, mut cp) = conformance::snapshot_entry("wide", "go", clock.now_ms());
+        block_on(store.commit(&lease, &e1, &cp)).unwrap();
+        for (i, len) in lengths.iter().enumerate() {
+            clock.advance(1_000);
+            let wide = if i % 2 == 0 { "😀" } else { "中" };
+            let message = format!("{}{}", wide.repeat(*len), "\u{1}".repeat(i % 3));
+            let attempts = i as u32 + 1;
+            let (entry, next) = step(&cp, failed_attempt(&cp, attempts, &message), clock.now_ms());
+            block_on(store.commit(&lease, &entry, &next)).unwrap_or_else(|e| panic!("length {len}: {e}"));
+            cp = next;
+            let listed = block_on(store.pending()).unwrap();
+            assert_eq!(listed.len(), 1);
+            assert_eq!(listed[0].attempts, attempts, "length {len}: the index carries the attempt");
+            let err = listed[0].last_error.as_ref().unwrap();
+            assert_eq!(err.code, ErrorCode::ProviderUnavailable);
+            let head = err.message.trim_end_matches("… [truncated]");
+            assert!(message.starts_with(head), "length {len}: a prefix of the message");
+        }
+        assert_eq!(block_on(store.load("wide")).unwrap().unwrap(), cp);
+    }
+    let every: Vec<usize> = (0..=3_000).collect();
+    let clock = ManualClock::new(1_700_000_000_000);
+    check(&journal(MemoryKv::new(), &clock), &clock, &every);
+    let clock = ManualClock::new(1_700_000_000_000);
+    let sparse: Vec<usize> = (0..=3_000).step_by(37).collect();
+    check(&journal(sim(&clock, 1, 60_000), &clock), &clock, &sparse);
+}
+
+/// An index write that fails after the journal entry is durable: the commit is reported as done (the entry is
+/// the record), the index is repaired at the next boundary, or at release, and every attempt reaches
+/// `pending()`.
+#[test]
+fn a_failed_index_write_never_fails_a_durable_commit_and_is_repaired() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = IndexFailingKv::new(MemoryKv::new());
+    let store = journal(kv.clone(), &clock);
+    let lease = block_on(store.acquire_lease("r", "o", clock.now_ms(), &LEASE)).unwrap();
+    let (e1, mut cp) = conformance::snapshot_entry("r", "go", clock.now_ms());
+    kv.fail_index.set(true);
+    block_on(store.commit(&lease, &e1, &cp)).expect("the entry is durable: committed");
+    assert!(kv.refused.get() > 0, "the index write was refused");
+    assert_eq!(block_on(store.load("r")).unwrap().unwrap(), cp);
+    assert!(block_on(store.pending()).unwrap().is_empty(), "not indexed yet");
+    // Failed attempts while the index keeps failing: each commit succeeds.
+    for attempts in 1..=3 {
+        clock.advance(1_000);
+        let (e, next) = step(&cp, failed_attempt(&cp, attempts, "provider down"), clock.now_ms());
+        block_on(store.commit(&lease, &e, &next)).expect("committed");
+        cp = next;
+    }
+    // The index recovers: the next boundary repairs it, with the attempts so far.
+    kv.fail_index.set(false);
+    clock.advance(1_000);
+    let (e, next) = step(&cp, failed_attempt(&cp, 4, "provider down"), clock.now_ms());
+    block_on(store.commit(&lease, &e, &next)).unwrap();
+    cp = next;
+    let listed = block_on(store.pending()).unwrap();
+    assert_eq!((listed.len(), listed[0].attempts), (1, 4));
+    // Fails again for the last boundary, then release repairs it.
+    kv.fail_index.set(true);
+    clock.advance(1_000);
+    let (e, next) = step(&cp, failed_attempt(&cp, 5, "provider down"), clock.now_ms());
+    block_on(store.commit(&lease, &e, &next)).unwrap();
+    cp = next;
+    assert_eq!(block_on(store.pending()).unwrap()[0].attempts, 4, "stale while the index fails");
+    kv.fail_index.set(false);
+    block_on(store.release_lease(&lease)).unwrap();
+    assert_eq!(block_on(store.pending()).unwrap()[0].attempts, 5, "repaired at release");
+    // A finished run whose index delete fails is still dropped from the listing (and cleaned up).
+    let lease = block_on(store.acquire_lease("r", "o2", clock.now_ms(), &LEASE)).unwrap();
+    clock.advance(2_000);
+    kv.fail_index.set(true);
+    let mut done = cp.clone();
+    done.status = RunStatus::Finished;
+    done.attempts = 0;
+    done.last_error = None;
+    let (e, done) = step(&cp, done, clock.now_ms());
+    block_on(store.commit(&lease, &e, &done)).expect("finished, committed");
+    block_on(store.release_lease(&lease)).unwrap();
+    kv.fail_index.set(false);
+    clock.advance(2_000);
+    assert!(block_on(store.pending()).unwrap().is_empty());
+    assert!(kv.inner.raw("idx/pending/r").is_none(), "the stale index entry was removed");
+    assert_eq!(block_on(store.load("r")).unwrap().unwrap(), done);
+}
+
+/// The wedge, end to end: a tool dies with a long message of emoji (what a provider or a tool may well say);
+/// every failed attempt is counted in the index, so the sweep backs off and quarantines the run after the
+/// 10th, instead of resuming it every tick for ever.
+#[test]
+fn a_wide_error_message_still_counts_attempts_up_to_quarantine() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store: Rc<dyn RunStore> = Rc::new(journal(sim(&clock, 1, 60_000), &clock));
+    let env = Env::with_store(store, clock.clone());
+    let calls = Rc::new(Cell::new(0u32));
+    let agent = {
+        let calls = calls.clone();
+        let boom: Rc<dyn Tool> = Rc::new(FnTool::new("boom", "dies", json!({"type": "object"}), move |_a, _c| {
+            calls.set(calls.get() + 1);
+            async move { Err(ToolError::propagate(format!("ワーカー停止 {}", "😱".repeat(1_990)))) }
+        }));
+        let retry = RetryPolicy { max_attempts: 1, ..RetryPolicy::default() };
+        env.agent_with(
+            MockModel::by_turn(vec![MockTurn::tools([("boom", json!({}))]), MockTurn::text("done")]),
+            vec![boom],
+            AgentOptions { retry, ..AgentOptions::default() },
+            "",
+        )
+    };
+    block_on(agent.send("wide", "go", SendOptions::default())).unwrap_err();
+    assert_eq!(block_on(agent.pending()).unwrap()[0].attempts, 1);
+    let so = SweepOptions::default();
+    for _ in 0..(90 * 12) {
+        clock.advance(5_000);
+        block_on(agent.sweep(&so, &NoListener)).unwrap();
+    }
+    assert_eq!(calls.get(), 10, "ten attempts, then quarantine (not one per tick)");
+    let listed = block_on(agent.pending()).unwrap();
+    assert!(listed[0].quarantined && listed[0].attempts == 10, "{listed:?}");
+}
+
+/// A model script of `steps - 1` tool turns and a final answer, then answers for follow-up messages.
+fn tool_turns(steps: usize) -> Vec<MockTurn> {
+    let mut s: Vec<MockTurn> =
+        (0..steps - 1).map(|i| MockTurn::tools([("search", json!({"i": i}))]).with_text(format!("step {i}"))).collect();
+    s.push(MockTurn::text("finished"));
+    s.extend((0..4).map(|i| MockTurn::text(format!("follow-up {i}"))));
+    s
+}
+
+fn get_run(agent: &steadfast::runtime::Agent, run_id: &str) -> (u16, serde_json::Value) {
+    let api = steadfast::api::Api::new(agent.clone(), Some("t".into()));
+    let req = steadfast::api::ApiRequest {
+        method: "GET".into(),
+        path: format!("/runs/{run_id}"),
+        headers: vec![("authorization".into(), "Bearer t".into())],
+        ..Default::default()
+    };
+    let res = block_on(api.handle(req));
+    (res.status, serde_json::from_str(&res.body).unwrap_or_default())
+}
+
+/// Runs of 1,000+ steps (2,000+ journal entries) stay readable on every store, finished and unfinished: load,
+/// `GET /runs/{id}`, history, continuing the conversation, and a `run_once` redelivery of the finished job,
+/// which is acknowledged without a model call (a finished run's release prunes old entries; the loader used
+/// to start from entries that were gone and found no run at all).
+#[test]
+fn long_runs_stay_readable_finished_and_unfinished_on_every_store() {
+    const STEPS: usize = 1_050;
+    let stores: Vec<(&str, Box<dyn Fn() -> Env>)> = vec![
+        ("MemoryStore", Box::new(Env::new)),
+        (
+            "JournalStore/MemoryKv",
+            Box::new(|| {
+                let clock = ManualClock::new(1_700_000_000_000);
+                Env::with_store(Rc::new(journal(MemoryKv::new(), &clock)), clock)
+            }),
+        ),
+        (
+            "JournalStore/SimKv",
+            Box::new(|| {
+                let clock = ManualClock::new(1_700_000_000_000);
+                Env::with_store(Rc::new(journal(sim(&clock, 1, 60_000), &clock)), clock)
+            }),
+        ),
+    ];
+    let options = AgentOptions {
+        max_steps: 5_000,
+        retry: RetryPolicy { max_attempts: 1, ..RetryPolicy::default() },
+        ..AgentOptions::default()
+    };
+    for (name, make) in stores {
+        let env = make();
+        let counters = Counters::default();
+        // Finished, delivered once by a queue.
+        let model = MockModel::by_turn(tool_turns(STEPS));
+        let agent = env.agent_with(model.clone(), vec![counting_tool("search", &counters)], options.clone(), "");
+        let delivered = match block_on(agent.run_once("job-1", "go", SendOptions::default())).unwrap() {
+            Delivery::Ran { result } => *result,
+            other => panic!("{name}: {other:?}"),
+        };
+        assert_eq!((delivered.status, delivered.steps as usize), (RunStatus::Finished, STEPS), "{name}");
+        let run_id = delivered.run_id.clone();
+        let calls = model.call_count();
+        assert_eq!(calls, STEPS, "{name}");
+        let loaded = block_on(agent.load(&run_id)).unwrap().unwrap_or_else(|| panic!("{name}: the finished run loads"));
+        assert_eq!(loaded.messages, delivered.messages, "{name}");
+        let (status, body) = get_run(&agent, &run_id);
+        assert_eq!((status, body["status"].as_str()), (200, Some("finished")), "{name}: GET /runs/{{id}}");
+        let history = block_on(agent.history(&run_id, 10)).unwrap();
+        assert_eq!(history.len(), 10, "{name}: history");
+        assert_eq!(history[0].checkpoint, loaded, "{name}: newest first");
+        assert!(history.windows(2).all(|w| w[0].seq == w[1].seq + 1), "{name}: consecutive states");
+        // A redelivery of the finished job: acknowledged, no model call.
+        match block_on(agent.run_once("job-1", "go", SendOptions::default())).unwrap() {
+            Delivery::Acknowledged { result } => assert_eq!(result.messages, delivered.messages, "{name}"),
+            other => panic!("{name}: redelivery {other:?}"),
+        }
+        assert_eq!(model.call_count(), calls, "{name}: no model call on a redelivery");
+        assert_eq!(counters.get("search") as usize, STEPS - 1, "{name}: every tool ran once");
+        // Continue the conversation, twice (each release prunes another batch).
+        for i in 0..2 {
+            env.clock.advance(2_000);
+            let more = block_on(agent.send(&run_id, format!("one more {i}"), SendOptions::default())).unwrap();
+            assert_eq!(more.text, format!("follow-up {i}"), "{name}");
+            let loaded = block_on(agent.load(&run_id)).unwrap().unwrap();
+            assert_eq!(loaded.messages, more.messages, "{name}");
+            assert_eq!(loaded.messages.len(), delivered.messages.len() + 2 * (i + 1), "{name}");
+            assert_eq!(block_on(agent.history(&run_id, 3)).unwrap()[0].checkpoint, loaded, "{name}");
+        }
+
+        // Unfinished: the model fails after 1,000+ steps; the run is listed, readable, and resumes to the end.
+        let down = Rc::new(Cell::new(true));
+        let script = tool_turns(STEPS);
+        let flaky = {
+            let down = down.clone();
+            MockModel::by_turn(
+                script
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, t)| {
+                        if i + 1 < STEPS {
+                            return t;
+                        }
+                        let down = down.clone();
+                        MockTurn::func(
+                            move |_| if down.get() { MockTurn::error(500) } else { MockTurn::text("finished") },
+                        )
+                    })
+                    .collect(),
+            )
+        };
+        let agent = env.agent_with(flaky, vec![counting_tool("search", &counters)], options.clone(), "");
+        env.clock.advance(2_000);
+        block_on(agent.send("long-unfinished", "go", SendOptions::default())).unwrap_err();
+        let cp = block_on(agent.load("long-unfinished")).unwrap().unwrap();
+        assert_eq!((cp.status, cp.step_index as usize), (RunStatus::InProgress, STEPS - 1), "{name}");
+        assert_eq!(get_run(&agent, "long-unfinished").0, 200, "{name}");
+        assert_eq!(block_on(agent.history("long-unfinished", 5)).unwrap()[0].checkpoint, cp, "{name}");
+        let listed = block_on(agent.pending()).unwrap();
+        assert_eq!(listed.iter().map(|p| p.run_id.as_str()).collect::<Vec<_>>(), vec!["long-unfinished"], "{name}");
+        assert_eq!(listed[0].attempts, 1, "{name}");
+        down.set(false);
+        env.clock.advance(2_000);
+        let done = block_on(agent.resume("long-unfinished", SendOptions::default())).unwrap().unwrap();
+        assert_eq!(done.status, RunStatus::Finished, "{name}");
+        assert_eq!(block_on(agent.load("long-unfinished")).unwrap().unwrap().messages, done.messages, "{name}");
+        assert!(block_on(agent.pending()).unwrap().is_empty(), "{name}");
+    }
+}
+
+/// Runs `case(seed)` for every seed (or only `JOURNAL_SEED`, when set), naming a failing seed with a one-line
+/// reproduction.
+fn for_seeds(test: &str, seeds: std::ops::Range<u64>, case: impl Fn(u64)) {
+    let seeds: Vec<u64> = match std::env::var("JOURNAL_SEED") {
+        Ok(s) => vec![s.parse().expect("JOURNAL_SEED is a number")],
+        Err(_) => seeds.collect(),
+    };
+    for seed in seeds {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(seed))).is_err() {
+            panic!("seed {seed} failed; reproduce: JOURNAL_SEED={seed} cargo test --test journal_store {test}");
+        }
+    }
+}
+
+/// Generated: runs of random length under random journal options (history kept, snapshot spacing, prune
+/// batch), released finished or unfinished and continued by other owners several times. After every release,
+/// another process loads exactly the last committed state, `history(k)` returns the last `k` states (as many
+/// as the store keeps), and the next owner continues from it; finished runs really were pruned.
+#[test]
+fn pruned_runs_load_history_and_continue_exactly_generated() {
+    let pruned_total = Cell::new(0usize);
+    for_seeds("pruned_runs_load_history_and_continue_exactly_generated", 0..120, |seed| {
+        let rng = steadfast::runtime::SplitMix64::new(seed);
+        let pick = |n: u64| (steadfast::runtime::Rng::next_u64(&rng) % n) as usize;
+        let clock = ManualClock::new(1_700_000_000_000);
+        let opts = JournalOptions {
+            history_limit: [0, 1, 2, 5, 50][pick(5)],
+            snapshot_every: 1 + pick(40) as u64,
+            snapshot_growth: pick(4) as u64,
+            prune_batch: 1 + pick(60),
+            ..JournalOptions::default()
+        };
+        let memory = MemoryKv::new();
+        let simkv = sim(&clock, 1, 60_000);
+        let stores: Vec<Box<dyn RunStore>> = (0..2)
+            .map(|_| -> Box<dyn RunStore> {
+                let (c, s) = (Rc::new(clock.clone()), Rc::new(ManualSleep::new(clock.clone())));
+                if seed % 2 == 0 {
+                    Box::new(JournalStore::new(memory.clone(), c, s, opts.clone()))
+                } else {
+                    Box::new(JournalStore::new(simkv.clone(), c, s, opts.clone()))
+                }
+            })
+            .collect();
+        let entry_keys = || {
+            let keys = if seed % 2 == 0 { memory.keys() } else { simkv.keys() };
+            keys.iter().filter(|k| k.contains("/j/")).count()
+        };
+        let mut states: std::collections::VecDeque<Checkpoint> = Default::default();
+        let mut cp: Option<Checkpoint> = None;
+        for cycle in 0..1 + pick(4) {
+            clock.advance(2_000);
+            let writer = &stores[pick(2)];
+            let lease = block_on(writer.acquire_lease("p", &format!("o{cycle}"), clock.now_ms(), &LEASE))
+                .unwrap_or_else(|e| panic!("seed {seed} cycle {cycle}: acquire: {e}"));
+            let n = 1 + pick(150);
+            let finish = pick(3) > 0;
+            for i in 0..n {
+                clock.advance(10);
+                let status = if finish && i + 1 == n { RunStatus::Finished } else { RunStatus::InProgress };
+                let (entry, next) = match &cp {
+                    None => conformance::snapshot_entry("p", "start", clock.now_ms()),
+                    Some(prev) => {
+                        conformance::delta_entry(prev, Message::user(format!("{cycle}.{i}")), status, clock.now_ms())
+                    }
+                };
+                block_on(writer.commit(&lease, &entry, &next)).unwrap_or_else(|e| panic!("seed {seed}: commit: {e}"));
+                states.push_back(next.clone());
+                if states.len() > 60 {
+                    states.pop_front();
+                }
+                cp = Some(next);
+                if pick(50) == 0 {
+                    assert_eq!(block_on(writer.load("p")).unwrap().as_ref(), cp.as_ref(), "seed {seed}: own load");
+                }
+            }
+            block_on(writer.release_lease(&lease)).unwrap();
+            clock.advance(1_000);
+            let before = entry_keys();
+            let head = cp.as_ref().unwrap().seq as usize;
+            if finish && before < head {
+                pruned_total.set(pruned_total.get() + head - before);
+            }
+            for reader in &stores {
+                let loaded = block_on(reader.load("p")).unwrap_or_else(|e| panic!("seed {seed} cycle {cycle}: {e}"));
+                assert_eq!(loaded.as_ref(), cp.as_ref(), "seed {seed} cycle {cycle}: load after release");
+                let k = 1 + pick(opts.history_limit as u64 + 3);
+                let history = block_on(reader.history("p", k)).unwrap();
+                let want = k.min(opts.history_limit).min(head);
+                assert_eq!(history.len(), want, "seed {seed} cycle {cycle}: history({k}) of {head} states, {opts:?}");
+                for (h, expected) in history.iter().zip(states.iter().rev()) {
+                    assert_eq!(&h.checkpoint, expected, "seed {seed} cycle {cycle}: history state {}", h.seq);
+                }
+            }
+        }
+    });
+    assert!(pruned_total.get() > 1_000, "releases pruned {} entries in all", pruned_total.get());
+}
+
+/// How a gap is read in the gap tests.
+#[derive(Clone, Copy, Debug)]
+enum GapReader {
+    /// The writer itself, holding the lease (its head is exact).
+    Own,
+    /// Another process while the writer holds the lease (the lease's head is a hint).
+    Other,
+    /// Another process after the writer released (the end marker's head is exact).
+    Released,
+    /// Another process taking the lease over after the writer died (the acquire probe, then its load).
+    Takeover,
+}
+
+const GAP_READERS: [GapReader; 4] = [GapReader::Own, GapReader::Other, GapReader::Released, GapReader::Takeover];
+
+/// Writes entries `1..=n` of run `id` with `writer`, losing the writes of `lost` (acknowledged, not stored),
+/// renewing the lease after entry `renew_at` (a head hint in the lease). Returns the lease and the states.
+fn write_with_lost_entries<K: KvBackend>(
+    writer: &JournalStore<FaultyKv<K>>,
+    clock: &ManualClock,
+    id: &str,
+    n: u64,
+    lost: std::ops::RangeInclusive<u64>,
+    renew_at: Option<u64>,
+) -> (steadfast::store::Lease, Vec<Checkpoint>) {
+    let mut lease = block_on(writer.acquire_lease(id, "writer", clock.now_ms(), &LEASE)).unwrap();
+    let mut states: Vec<Checkpoint> = Vec::new();
+    for seq in 1..=n {
+        clock.advance(5);
+        let (e, next) = match states.last() {
+            None => conformance::snapshot_entry(id, "start", clock.now_ms()),
+            Some(prev) => {
+                conformance::delta_entry(prev, Message::user(format!("m{seq}")), RunStatus::InProgress, clock.now_ms())
+            }
+        };
+        let drop = if lost.contains(&seq) { 1.0 } else { 0.0 };
+        writer.kv().set_options(FaultOptions { drop_write: drop, ..FaultOptions::default() });
+        block_on(writer.commit(&lease, &e, &next)).expect("acknowledged");
+        writer.kv().set_options(FaultOptions::default());
+        states.push(next);
+        if renew_at == Some(seq) {
+            lease = block_on(writer.renew_lease(&lease, clock.now_ms(), &LEASE)).unwrap();
+        }
+    }
+    (lease, states)
+}
+
+/// Reads run `id` as `reader` says; the error of the read (load, history and, for a takeover, the acquire).
+fn read_gap<K: KvBackend>(
+    how: GapReader,
+    writer: &JournalStore<FaultyKv<K>>,
+    other: &JournalStore<FaultyKv<K>>,
+    lease: &steadfast::store::Lease,
+    clock: &ManualClock,
+    id: &str,
+) -> Vec<steadfast::Error> {
+    match how {
+        GapReader::Own => vec![block_on(writer.load(id)).unwrap_err(), block_on(writer.history(id, 5)).unwrap_err()],
+        GapReader::Other => vec![block_on(other.load(id)).unwrap_err(), block_on(other.history(id, 5)).unwrap_err()],
+        GapReader::Released => {
+            block_on(writer.release_lease(lease)).unwrap();
+            clock.advance(1_000);
+            vec![block_on(other.load(id)).unwrap_err(), block_on(other.history(id, 50)).unwrap_err()]
+        }
+        GapReader::Takeover => {
+            clock.set(lease.expires_at + LEASE.grace_ms + 1);
+            // The probe reads past the lease's head hint; a gap before the hint is the new owner's load's to find.
+            match block_on(other.acquire_lease(id, "taker", clock.now_ms(), &LEASE)) {
+                Err(e) => vec![e],
+                Ok(_) => vec![block_on(other.load(id)).unwrap_err(), block_on(other.history(id, 5)).unwrap_err()],
+            }
+        }
+    }
+}
+
+/// A lost journal write (acknowledged, never stored) in the middle of a run: every reader — the writer, another
+/// process, a reader after release, a takeover — reports `STEADFAST_CHECKPOINT_CORRUPT` naming the entry, and
+/// the listing shows the run as corrupt; no reader folds past the gap or cuts the journal there (a resume
+/// would redo the recorded steps after it on a new branch).
+#[test]
+fn a_lost_journal_write_is_reported_as_corrupt_by_every_reader() {
+    for how in GAP_READERS {
+        for backend in ["MemoryKv", "SimKv"] {
+            let clock = ManualClock::new(1_700_000_000_000);
+            let (memory, simkv) = (MemoryKv::new(), sim(&clock, 1, 60_000));
+            let run =
+                |f: &dyn Fn(&dyn Fn() -> Vec<steadfast::Error>, &dyn Fn() -> Vec<steadfast::store::PendingRun>)| {
+                    if backend == "MemoryKv" {
+                        let (w, o) = pair(
+                            FaultyKv::new(memory.clone(), FaultOptions::default()),
+                            FaultyKv::new(memory.clone(), FaultOptions::default()),
+                            &clock,
+                        );
+                        let (lease, _) = write_with_lost_entries(&w, &clock, "g", 20, 7..=7, None);
+                        f(&|| read_gap(how, &w, &o, &lease, &clock, "g"), &|| block_on(o.pending()).unwrap());
+                    } else {
+                        let (w, o) = pair(
+                            FaultyKv::new(simkv.clone(), FaultOptions::default()),
+                            FaultyKv::new(simkv.clone(), FaultOptions::default()),
+                            &clock,
+                        );
+                        let (lease, _) = write_with_lost_entries(&w, &clock, "g", 20, 7..=7, None);
+                        f(&|| read_gap(how, &w, &o, &lease, &clock, "g"), &|| block_on(o.pending()).unwrap());
+                    }
+                };
+            run(&|read, pending| {
+                for e in read() {
+                    assert_eq!((e.code, e.retryable), (ErrorCode::CheckpointCorrupt, false), "{how:?} {backend}: {e}");
+                    assert!(e.message.contains("journal entry 7") && e.message.contains("entry 8"), "{how:?}: {e}");
+                }
+                let listed = pending();
+                assert_eq!(listed.len(), 1, "{how:?} {backend}");
+                let err = listed[0].last_error.as_ref().unwrap_or_else(|| panic!("{how:?} {backend}: {listed:?}"));
+                assert_eq!(err.code, ErrorCode::CheckpointCorrupt, "{how:?} {backend}: listed as corrupt");
+            });
+        }
+    }
+}
+
+/// In another location the gap may only be KV's propagation (a cached miss, a listing that lags): until the
+/// listing shows the later entry without the missing one, the read is retryable, then it is corrupt.
+#[test]
+fn a_gap_seen_from_another_location_is_retryable_until_the_listing_confirms_it() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = sim(&clock, 2, 60_000);
+    let (w, o) = pair(
+        FaultyKv::new(kv.at(0), FaultOptions::default()),
+        FaultyKv::new(kv.at(1), FaultOptions::default()),
+        &clock,
+    );
+    write_with_lost_entries(&w, &clock, "g", 20, 7..=7, None);
+    let early = block_on(o.load("g")).unwrap_err();
+    assert_eq!((early.code, early.retryable), (ErrorCode::StoreUnavailable, true), "{early}");
+    clock.advance(61_000);
+    let late = block_on(o.load("g")).unwrap_err();
+    assert_eq!((late.code, late.retryable), (ErrorCode::CheckpointCorrupt, false), "{late}");
+}
+
+/// A journal entry deleted from the middle of a finished run (the run is read after its release, and while
+/// held): corrupt, never a shorter run.
+#[test]
+fn a_deleted_middle_entry_is_reported_as_corrupt() {
+    for released in [false, true] {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let kv = MemoryKv::new();
+        let (w, o) = pair(kv.clone(), kv.clone(), &clock);
+        let lease = block_on(w.acquire_lease("d", "w", clock.now_ms(), &LEASE)).unwrap();
+        let (e, mut cp) = conformance::snapshot_entry("d", "start", clock.now_ms());
+        block_on(w.commit(&lease, &e, &cp)).unwrap();
+        for i in 0..30 {
+            let status = if i == 29 { RunStatus::Finished } else { RunStatus::InProgress };
+            let (e, next) = conformance::delta_entry(&cp, Message::user(format!("m{i}")), status, clock.now_ms());
+            block_on(w.commit(&lease, &e, &next)).unwrap();
+            cp = next;
+        }
+        if released {
+            block_on(w.release_lease(&lease)).unwrap();
+        }
+        let middle = kv.keys().into_iter().find(|k| k.ends_with("/0000000012")).unwrap();
+        block_on(kv.delete(&middle)).unwrap();
+        for store in [&w, &o] {
+            let e = block_on(store.load("d")).unwrap_err();
+            assert_eq!(e.code, ErrorCode::CheckpointCorrupt, "released {released}: {e}");
+            assert_eq!(block_on(store.history("d", 30)).unwrap_err().code, ErrorCode::CheckpointCorrupt);
+        }
+    }
+}
+
+/// Generated: gaps of 1 to 99 lost writes anywhere in runs of up to 300 entries, with the lease's head hint
+/// before, inside or after the gap, read by every kind of reader: always `STEADFAST_CHECKPOINT_CORRUPT`. A lost
+/// tail (nothing written after it) is corrupt once an end marker says the entries exist; while only the
+/// writer's own head or a lease's head hint says so, it is retryable; a reader whose view ends before it sees
+/// the run as it was before it (nothing says more was written).
+#[test]
+fn gaps_anywhere_are_corrupt_for_every_reader_generated() {
+    for_seeds("gaps_anywhere_are_corrupt_for_every_reader_generated", 0..160, |seed| {
+        let rng = steadfast::runtime::SplitMix64::new(seed);
+        let pick = |n: u64| steadfast::runtime::Rng::next_u64(&rng) % n;
+        let clock = ManualClock::new(1_700_000_000_000);
+        let kv = MemoryKv::new();
+        let (w, o) = pair(
+            FaultyKv::new(kv.clone(), FaultOptions::default()),
+            FaultyKv::new(kv, FaultOptions::default()),
+            &clock,
+        );
+        let n = 3 + pick(298);
+        let tail = pick(5) == 0;
+        let first = 2 + pick(n - 2);
+        let len = if tail { n - first + 1 } else { 1 + pick(99.min(n - first)) };
+        let lost = first..=first + len - 1;
+        let renew_at = match pick(3) {
+            0 => None,
+            _ => Some(1 + pick(n)),
+        };
+        let how = GAP_READERS[pick(4) as usize];
+        let (lease, states) = write_with_lost_entries(&w, &clock, "g", n, lost.clone(), renew_at);
+        let ctx = format!("n {n}, lost {lost:?}, renewed after {renew_at:?}, {how:?}");
+        if !tail {
+            for e in read_gap(how, &w, &o, &lease, &clock, "g") {
+                assert_eq!(e.code, ErrorCode::CheckpointCorrupt, "{ctx}: {e}");
+            }
+            return;
+        }
+        // A lost tail: corrupt once a later record says the entries exist (an end marker); retryable while only
+        // a head hint does; the end of the journal for a reader whose view ends before it.
+        let hint_covers = renew_at.is_some_and(|r| r >= first);
+        let before_gap = &states[first as usize - 2];
+        let loaded = match how {
+            GapReader::Own => block_on(w.load("g")),
+            GapReader::Other => block_on(o.load("g")),
+            GapReader::Released => {
+                block_on(w.release_lease(&lease)).unwrap();
+                block_on(o.load("g"))
+            }
+            GapReader::Takeover => {
+                clock.set(lease.expires_at + LEASE.grace_ms + 1);
+                let taken = block_on(o.acquire_lease("g", "taker", clock.now_ms(), &LEASE)).unwrap();
+                block_on(o.release_lease(&taken)).unwrap();
+                block_on(o.load("g"))
+            }
+        };
+        let code = loaded.as_ref().err().map(|e| e.code);
+        match how {
+            GapReader::Own => assert_eq!(code, Some(ErrorCode::StoreUnavailable), "{ctx}"),
+            GapReader::Other if hint_covers => assert_eq!(code, Some(ErrorCode::StoreUnavailable), "{ctx}"),
+            GapReader::Released => assert_eq!(code, Some(ErrorCode::CheckpointCorrupt), "{ctx}"),
+            GapReader::Takeover if hint_covers => assert_eq!(code, Some(ErrorCode::CheckpointCorrupt), "{ctx}"),
+            _ => assert_eq!(loaded.unwrap().as_ref(), Some(before_gap), "{ctx}"),
+        }
+    });
+}
+
+/// A KV that runs `hook` just before its `at`-th bulk get (a write landing between two reads of a reader).
+struct HookKv {
+    inner: MemoryKv,
+    bulk_gets: Cell<u32>,
+    at: u32,
+    hook: Box<dyn Fn()>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl KvBackend for HookKv {
+    async fn get(&self, key: &str) -> steadfast::Result<Option<String>> {
+        self.inner.get(key).await
+    }
+    async fn get_many(&self, keys: &[String]) -> steadfast::Result<Vec<Option<String>>> {
+        self.bulk_gets.set(self.bulk_gets.get() + 1);
+        if self.bulk_gets.get() == self.at {
+            (self.hook)();
+        }
+        self.inner.get_many(keys).await
+    }
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> steadfast::Result<()> {
+        self.inner.put(key, value, opts).await
+    }
+    async fn delete(&self, key: &str) -> steadfast::Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> steadfast::Result<ListPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+}
+
+/// A reader of a run that a live writer extends between the reader's bulk gets (the missing entry and a later
+/// one both appear meanwhile) reads the journal again and returns a state the writer committed — not a gap
+/// error, not a state with a hole.
+#[test]
+fn a_reader_racing_a_live_writer_reads_a_committed_state_not_a_gap() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = MemoryKv::new();
+    let writer = journal(kv.clone(), &clock);
+    let lease = block_on(writer.acquire_lease("live", "w", clock.now_ms(), &LEASE)).unwrap();
+    let mut states = Vec::new();
+    let (e, cp) = conformance::snapshot_entry("live", "start", clock.now_ms());
+    block_on(writer.commit(&lease, &e, &cp)).unwrap();
+    states.push(cp);
+    let mut later_entries = Vec::new();
+    for seq in 2..=200u64 {
+        let prev = states.last().unwrap();
+        let (e, next) = conformance::delta_entry(prev, Message::user(format!("m{seq}")), RunStatus::InProgress, seq);
+        if seq <= 150 {
+            block_on(writer.commit(&lease, &e, &next)).unwrap();
+        } else {
+            later_entries.push((seq, serde_json::to_string(&e).unwrap()));
+        }
+        states.push(next);
+    }
+    let first = kv.keys().into_iter().find(|k| k.ends_with("/0000000001")).unwrap();
+    let prefix = first.trim_end_matches("0000000001").to_string();
+    // The reader's bulk gets: 1 (marker + entries 1-99), 2 (100-198: 151 missing), 3 (the probe further):
+    // entries 151-200 land just before the third.
+    let hook_kv = kv.clone();
+    let reader = journal(
+        HookKv {
+            inner: kv.clone(),
+            bulk_gets: Cell::new(0),
+            at: 3,
+            hook: Box::new(move || {
+                for (seq, raw) in &later_entries {
+                    hook_kv.set_raw(&format!("{prefix}{seq:010}"), raw);
+                }
+            }),
+        },
+        &clock,
+    );
+    let loaded = block_on(reader.load("live")).expect("a committed state").expect("exists");
+    assert_eq!(loaded.seq, 200, "the journal as it is now");
+    assert_eq!(loaded, states[199]);
+    assert!(reader.kv().bulk_gets.get() >= 3, "the race happened");
 }

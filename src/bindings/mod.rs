@@ -36,7 +36,7 @@ use crate::runtime::{
     ModelRequest, NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult, SendOptions, Sleep,
     SplitMix64, Tool, ToolContext, ToolError, ToolOutput, VecSink,
 };
-use crate::store::kv::{check_bulk, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
+use crate::store::kv::{check_bulk, check_key, check_put, kv_error_code, KvBackend, ListKey, ListPage, PutOptions};
 use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
 use async_trait::async_trait;
 use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
@@ -448,10 +448,11 @@ struct JsKv {
 
 fn kv_error(e: &JsValue) -> Error {
     let text = js_message(e);
-    if text.contains("429") || text.contains("Too Many Requests") {
-        Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
-    } else {
-        Error::new(ErrorCode::StoreUnavailable, format!("Workers KV failed: {text}"))
+    match kv_error_code(&text) {
+        ErrorCode::StoreRateLimited => {
+            Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
+        }
+        code => Error::new(code, format!("Workers KV failed: {text}")),
     }
 }
 
@@ -487,7 +488,7 @@ impl KvBackend for JsKv {
     }
 
     async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
-        check_put(key, &opts)?;
+        check_put(key, value, &opts)?;
         let o = Object::new();
         if let Some(m) = &opts.metadata {
             set(&o, "metadata", &from_value(m));

@@ -98,7 +98,7 @@ mod tests {
         assert_eq!(json_depth(&json!(3)), 0);
         assert_eq!(json_depth(&json!({})), 1);
         assert_eq!(json_depth(&json!({"a": [1, {"b": 2}]})), 3);
-        for d in [0, 1, 5, 64, 65, 200, 10_000] {
+        for d in [0, 1, 5, 64, 65, 200, 1_000] {
             assert_eq!(json_depth(&nested(d)), d);
         }
     }

@@ -332,3 +332,22 @@ pub async fn many_commits_stay_foldable(store: &impl RunStore, clock: &ManualClo
     assert_eq!(loaded, cp);
     assert_eq!(loaded.messages.len() as u64, n + 1);
 }
+
+/// An entry over Workers KV's value limit (25 MiB) is refused with `STEADFAST_STORE_FAILED` (not retryable:
+/// it would never fit), nothing is written, and the run goes on from the state before it. Not part of
+/// [`run_all`] (it allocates ~100 MB, too much inside a Worker): every backend's native tests call it.
+pub async fn oversized_entry_is_refused_and_writes_nothing(store: &impl RunStore, clock: &ManualClock) {
+    let o = opts();
+    let l = store.acquire_lease("big", "o", clock.now_ms(), &o).await.expect("lease");
+    let (e1, cp1) = snapshot_entry("big", "x", clock.now_ms());
+    store.commit(&l, &e1, &cp1).await.expect("commit");
+    let huge = "r".repeat(crate::store::kv::MAX_VALUE_BYTES);
+    let (e2, cp2) = delta_entry(&cp1, Message::user(huge), RunStatus::InProgress, clock.now_ms());
+    let err = store.commit(&l, &e2, &cp2).await.expect_err("over the value limit");
+    assert_eq!((err.code, err.retryable), (ErrorCode::StoreFailed, false), "{err}");
+    assert_eq!(store.load("big").await.expect("load"), Some(cp1.clone()), "nothing was written");
+    clock.advance(1_000);
+    let (e2, cp2) = delta_entry(&cp1, Message::user("small"), RunStatus::InProgress, clock.now_ms());
+    store.commit(&l, &e2, &cp2).await.expect("the same step, within the limit");
+    assert_eq!(store.load("big").await.expect("load"), Some(cp2));
+}

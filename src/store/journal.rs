@@ -26,17 +26,34 @@
 //!   store.
 //! * **Snapshots and history.** A new run starts with a snapshot entry; a later snapshot replaces a delta when
 //!   `snapshot_every` entries and `snapshot_growth` × the last snapshot's bytes have accumulated since the last
-//!   one, so bytes written stay O(n) and a load folds a bounded number of entries. When a finished run releases
-//!   its lease, entries older than needed for `history_limit` states are deleted (at most `prune_batch`).
+//!   one, so bytes written stay O(n) and a load folds a bounded number of entries. A snapshot over KV's value
+//!   limit is not written (the entry stays a delta). When a finished run releases its lease, entries older than
+//!   needed for `history_limit` states are deleted (at most `prune_batch`); the end marker records what was
+//!   pruned, and readers read it with the first entries (one bulk get), so pruning never makes a run
+//!   unreadable.
+//! * **Gaps are corruption, never the end.** Past a missing entry a reader looks one bulk get further; an
+//!   entry there means a write was lost (acknowledged, not stored) or deleted. Once KV's listing confirms it
+//!   (the later entry listed, the missing one not), the read fails with `STEADFAST_CHECKPOINT_CORRUPT` and the
+//!   run is listed as corrupt; until then (another location's cached miss, a lagging list) it is retryable
+//!   `STEADFAST_STORE_UNAVAILABLE`. Folding past a gap, or cutting the journal at it, would drop recorded
+//!   steps and a resume would redo them. A lost *last* entry cannot be told from the end of the journal by a
+//!   reader whose lease view ends before it.
+//! * **Limits.** An entry over KV's value limit (25 MiB) is refused with `STEADFAST_STORE_FAILED` (not
+//!   retryable) before anything is written. The index entry is capped in bytes of serialised JSON, so it always
+//!   fits KV's 1,024 bytes of metadata.
+//! * **The index is secondary.** Once a boundary's entry is written the commit has succeeded; a failed index
+//!   write marks the index dirty and is repaired at the next boundary or at release.
 //! * **429s** off the hot path (lease writes racing, approvals, the index) are retried with backoff from 1 s,
 //!   bounded, then fail with `STEADFAST_STORE_RATE_LIMITED` (retryable).
 
 use super::keys::Keys;
-use super::kv::{KvBackend, PutOptions, MAX_BULK_GET, MAX_LIST_LIMIT};
+use super::kv::{
+    check_value, KvBackend, PutOptions, MAX_BULK_GET, MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_VALUE_BYTES,
+};
 use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
-use crate::core::error::{cap_chars, Error, ErrorCode, ErrorInfo, Result};
+use crate::core::error::{Error, ErrorCode, ErrorInfo, Result};
 use crate::runtime::traits::{Clock, Sleep};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -126,7 +143,18 @@ impl LeaseRecord {
     }
 }
 
-/// The pending index entry (value and list metadata).
+/// How far past a missing journal entry a reader looks for a later one (one bulk get's worth).
+const GAP_PROBE: u64 = MAX_BULK_GET as u64;
+/// Most list pages read to decide whether a key is listed (a page may be empty but not the last).
+const GAP_LIST_PAGES: usize = 4;
+/// Most times a read starts over because the journal changed under it (grew, or a release pruned it).
+const READ_RESTARTS: usize = 4;
+/// Most approval ids an index entry names.
+const MAX_INDEX_APPROVALS: usize = 8;
+/// Most characters of an error message an index entry keeps (fewer when its bytes would not fit).
+const MAX_INDEX_MESSAGE_CHARS: usize = 300;
+
+/// The pending index entry (value and list metadata), always within KV's metadata limit ([`IndexMeta::fit`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 struct IndexMeta {
     s: RunStatus,
@@ -150,11 +178,71 @@ impl IndexMeta {
             s: cp.status,
             st: cp.step_index,
             a: cp.attempts,
-            e: cp.last_error.clone().map(|e| ErrorInfo { message: cap_chars(&e.message, 300), ..e }),
-            ap: cp.approval_ids.iter().take(8).cloned().collect(),
+            e: cp.last_error.clone(),
+            ap: cp.approval_ids.iter().take(MAX_INDEX_APPROVALS).cloned().collect(),
             t: cp.saved_at,
             q: cp.quarantined,
             h: cp.heal_of.clone(),
+        }
+        .fit()
+    }
+
+    /// Bytes of the serialised entry: what KV counts against its metadata limit.
+    fn bytes(&self) -> usize {
+        serde_json::to_string(self).map(|s| s.len()).unwrap_or(usize::MAX)
+    }
+
+    /// Shrinks the entry until its serialised JSON fits KV's metadata limit, which counts **bytes** (a character
+    /// can take 4, an escaped control character 6): the error message is cut at a character boundary (at most
+    /// [`MAX_INDEX_MESSAGE_CHARS`] characters, fewer when they are wide), as late as the bytes allow; when even
+    /// an empty message does not fit, approval ids are dropped from the end. Status, step, attempts, the error's
+    /// code and the time always fit, so a commit never writes an index entry KV would refuse.
+    fn fit(mut self) -> IndexMeta {
+        const MARK: &str = "… [truncated]";
+        let full = self.e.as_ref().map(|e| e.message.clone()).unwrap_or_default();
+        let set = |m: &mut IndexMeta, text: String| {
+            if let Some(e) = m.e.as_mut() {
+                e.message = text;
+            }
+        };
+        loop {
+            if full.chars().count() <= MAX_INDEX_MESSAGE_CHARS {
+                set(&mut self, full.clone());
+                if self.bytes() <= MAX_METADATA_BYTES {
+                    return self;
+                }
+            }
+            set(&mut self, MARK.to_string());
+            let base = self.bytes();
+            if base <= MAX_METADATA_BYTES {
+                // Each kept character adds its escaped JSON width (serde_json escapes `"`, `\` and controls).
+                let mut budget = MAX_METADATA_BYTES - base;
+                let mut end = 0;
+                for (i, c) in full.char_indices().take(MAX_INDEX_MESSAGE_CHARS) {
+                    let w = match c {
+                        '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+                        c if (c as u32) < 0x20 => 6,
+                        c => c.len_utf8(),
+                    };
+                    if w > budget {
+                        break;
+                    }
+                    budget -= w;
+                    end = i + c.len_utf8();
+                }
+                let mut head = full[..end].to_string();
+                loop {
+                    set(&mut self, format!("{head}{MARK}"));
+                    if self.bytes() <= MAX_METADATA_BYTES || head.pop().is_none() {
+                        return self;
+                    }
+                }
+            }
+            // Even an empty message does not fit: the approval ids are too long. Drop the last, try again.
+            if self.ap.pop().is_none() {
+                set(&mut self, String::new());
+                return self;
+            }
         }
     }
 
@@ -188,9 +276,51 @@ struct Writer {
     epoch: u64,
     owner: String,
     rec: LeaseRecord,
+    /// What the pending index holds for the run, as far as this writer knows (what it last wrote).
     index: Option<IndexMeta>,
     /// When this writer last wrote the index (a key is not written twice within a second).
     index_at: Option<u64>,
+    /// The last index write failed: `index` is what it should hold; repaired at the next boundary or release.
+    index_dirty: bool,
+}
+
+/// A write of the pending index.
+enum IndexOp {
+    Put(IndexMeta),
+    Delete,
+}
+
+impl Writer {
+    /// The index write a boundary with `meta` needs (and records it as what the index holds).
+    fn plan_index(&mut self, finished: bool, meta: IndexMeta, now: u64) -> Option<IndexOp> {
+        let recent = self.index_at.is_some_and(|t| now.saturating_sub(t) < 1_000);
+        if finished {
+            // Deleting an index entry this writer wrote less than a second ago would be refused (429): leave
+            // it; `pending()` sees from the segment's end marker that the run finished, and drops it.
+            let had = self.index.take().is_some() || self.index_dirty;
+            self.index_dirty = false;
+            (had && !recent).then_some(IndexOp::Delete)
+        } else if self.index.as_ref().is_none_or(|old| !old.same(&meta)) {
+            self.index = Some(meta.clone());
+            Some(IndexOp::Put(meta))
+        } else if self.index_dirty && !recent {
+            // Unchanged, but the last write failed: repair it (at most once a second).
+            self.index.clone().map(IndexOp::Put)
+        } else {
+            None
+        }
+    }
+
+    /// The repair of a failed index write, at release.
+    fn repair_index(&self) -> Option<IndexOp> {
+        if !self.index_dirty {
+            return None;
+        }
+        match &self.index {
+            Some(meta) if !self.rec.progress.finished => Some(IndexOp::Put(meta.clone())),
+            _ => Some(IndexOp::Delete),
+        }
+    }
 }
 
 /// The journal store. See the module docs.
@@ -210,6 +340,10 @@ const ORPHAN_INDEX_MS: u64 = 3_600_000;
 
 fn corrupt(run_id: &str, what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::CheckpointCorrupt, format!("run '{run_id}': {what} cannot be read: {e}")).with_run(run_id)
+}
+
+fn parse_marker(run_id: &str, raw: &str) -> Result<Progress> {
+    serde_json::from_str(raw).map_err(|e| corrupt(run_id, "an end marker", e))
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<String> {
@@ -321,54 +455,306 @@ impl<K: KvBackend> JournalStore<K> {
         rec.progress.snaps.iter().copied().filter(|s| *s <= at).max().unwrap_or(1).max(1)
     }
 
-    /// Reads the entries `start..` of a run's chain. Entries up to the known head must exist (a miss there
-    /// means this location does not see them yet: retryable); past it, reading stops at the first miss.
-    /// Returns the entries and the raw sizes.
-    async fn read_entries(&self, run_id: &str, rec: &LeaseRecord, start: u64) -> Result<Vec<(JournalEntry, u64)>> {
-        let known_head = rec.progress.head;
-        let mut out = Vec::new();
-        let mut seq = start;
+    /// Where a fold that must reach the state at `at` starts: the newest snapshot at or before `at` that no
+    /// release pruned, else the oldest one kept (older states are gone), else entry 1 (a run's first entry is a
+    /// snapshot).
+    fn fold_start(p: &Progress, at: u64) -> u64 {
+        let floor = p.pruned.max(1);
+        let kept = || p.snaps.iter().copied().filter(move |s| *s >= floor);
+        kept().filter(|s| *s <= at).max().or_else(|| kept().min()).unwrap_or(1)
+    }
+
+    /// Whether KV lists `key` (`None`: the listing did not say within [`GAP_LIST_PAGES`] pages).
+    async fn listed(&self, key: &str) -> Result<Option<bool>> {
+        let mut cursor: Option<String> = None;
+        for _ in 0..GAP_LIST_PAGES {
+            let page = self.list(key, cursor.as_deref()).await?;
+            if page.keys.iter().any(|k| k.name == key) {
+                return Ok(Some(true));
+            }
+            match page.cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(Some(false)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Judges a gap: journal entry `missing` is not there while a later record is (`later`: what it is, and its
+    /// key — a later entry, or the end marker of a segment, written after every entry before it; `before`: an
+    /// entry before the missing one that this reader has read). A write that was acknowledged and lost, or an
+    /// entry deleted, is corruption (`STEADFAST_CHECKPOINT_CORRUPT`): folding past the gap, or ending the
+    /// journal at it, would drop recorded steps and make a resume redo them. But a reader may also just not see
+    /// the entry yet — a cached miss in another location, a write racing the read, a release pruning under it.
+    /// KV's listing decides: it shows keys as of one moment, and the run's records are written in order, so the
+    /// later record listed without the missing entry (and with the entry before it, which pruning deletes first)
+    /// is a loss. Anything less certain is retryable (`STEADFAST_STORE_UNAVAILABLE`); the listing catches up
+    /// within the propagation delay. Costs a few list operations, only when a gap is seen.
+    async fn judge_gap(
+        &self,
+        run_id: &str,
+        missing: (u64, &str),
+        later: (&str, &str),
+        before: Option<&str>,
+    ) -> Result<Error> {
+        let (m, what) = (missing.0, later.0);
+        let checks = [Some((missing.1, false)), Some((later.1, true)), before.map(|b| (b, true))];
+        for (key, want) in checks.into_iter().flatten() {
+            if self.listed(key).await? != Some(want) {
+                let msg = format!("run '{run_id}': journal entry {m} is not visible here yet while {what} is; retry");
+                return Ok(Error::new(ErrorCode::StoreUnavailable, msg).with_run(run_id));
+            }
+        }
+        let why =
+            format!("it is missing while {what} exists (a lost or deleted write; resuming would redo recorded steps)");
+        Ok(corrupt(run_id, &format!("journal entry {m}"), why))
+    }
+
+    /// Reads a run's journal from the fold start `start_of(progress)` to its end; returns the entries and
+    /// their raw sizes.
+    ///
+    /// `own`: `rec` is this process's writer record, whose head is the end. Otherwise `rec` is the lease as
+    /// read from KV, whose head is a hint (written at acquire and renewal): the current segment's end marker is
+    /// read in the same bulk get as the first entries, and when the segment was released, the marker's progress
+    /// — its final head, and what the release pruned — replaces the lease's (a finished run's release deletes
+    /// old entries, possibly every one the lease's view would start from).
+    ///
+    /// A missing entry is never skipped, nor taken for the end while something follows it: past a missing
+    /// entry the reader looks [`GAP_PROBE`] entries further (within the known head, when it is exact). A later
+    /// entry there is a gap ([`JournalStore::judge_gap`]); a missing entry the head says exists, with nothing
+    /// after it, is not visible here yet (retryable); past a head hint with nothing after it, the journal ends.
+    async fn read_entries(
+        &self,
+        run_id: &str,
+        rec: &mut LeaseRecord,
+        own: bool,
+        start_of: &dyn Fn(&Progress) -> u64,
+    ) -> Result<Vec<(JournalEntry, u64)>> {
+        let mut exact = own;
+        let mut marker_read = own;
+        let mut start = start_of(&rec.progress);
+        for _ in 0..READ_RESTARTS {
+            let mut out: Vec<(JournalEntry, u64)> = Vec::new();
+            let mut seq = start;
+            let mut miss: Option<u64> = None;
+            let mut later: Option<u64> = None;
+            let mut restart = false;
+            loop {
+                let head = rec.progress.head;
+                let last = match (miss, exact) {
+                    (Some(m), true) => head.min(m + GAP_PROBE),
+                    (Some(m), false) => m + GAP_PROBE,
+                    (None, true) => head,
+                    (None, false) => u64::MAX,
+                };
+                let marker_key = (!marker_read).then(|| self.keys.end(run_id, &rec.tag()));
+                let mut keys: Vec<String> = marker_key.iter().cloned().collect();
+                let mut seqs = Vec::new();
+                let mut next = seq;
+                while keys.len() < MAX_BULK_GET && next <= last {
+                    let Some(tag) = rec.tag_for(next) else { break };
+                    keys.push(self.keys.entry(run_id, &tag, next));
+                    seqs.push(next);
+                    next += 1;
+                }
+                if seqs.is_empty() {
+                    break;
+                }
+                let mut values = self.get_many(&keys).await?.into_iter();
+                if marker_key.is_some() {
+                    marker_read = true;
+                    if let Some(raw) = values.next().flatten() {
+                        rec.progress = parse_marker(run_id, &raw)?;
+                        exact = true;
+                        let from = start_of(&rec.progress);
+                        if from != start {
+                            start = from;
+                            restart = true;
+                            break;
+                        }
+                    }
+                }
+                for (s, v) in seqs.iter().zip(values) {
+                    if exact && *s > rec.progress.head {
+                        break;
+                    }
+                    match (v, miss) {
+                        (Some(raw), None) => {
+                            let e: JournalEntry = serde_json::from_str(&raw)
+                                .map_err(|e| corrupt(run_id, &format!("journal entry {s}"), e))?;
+                            if e.seq != *s {
+                                let why = format!("it says seq {}", e.seq);
+                                return Err(corrupt(run_id, &format!("journal entry {s}"), why));
+                            }
+                            out.push((e, raw.len() as u64));
+                        }
+                        (Some(_), Some(_)) => {
+                            later = Some(*s);
+                            break;
+                        }
+                        (None, None) => miss = Some(*s),
+                        (None, Some(_)) => {}
+                    }
+                }
+                if later.is_some() {
+                    break;
+                }
+                seq = next;
+            }
+            if restart {
+                continue;
+            }
+            let Some(m) = miss else { return Ok(out) };
+            let key_of = |s: u64| rec.tag_for(s).map(|tag| self.keys.entry(run_id, &tag, s)).unwrap_or_default();
+            let (what, later_key) = match later {
+                Some(t) => (format!("entry {t}"), key_of(t)),
+                // The head says the entry exists. From a segment's end marker, written after every entry of the
+                // chain, it is exact, and the marker is the later record.
+                None if m <= rec.progress.head && exact && !own => {
+                    (format!("the end marker (head {})", rec.progress.head), self.keys.end(run_id, &rec.tag()))
+                }
+                None if m <= rec.progress.head => {
+                    return Err(Error::new(
+                        ErrorCode::StoreUnavailable,
+                        format!("run '{run_id}': journal entry {m} is not visible here yet; retry"),
+                    )
+                    .with_run(run_id));
+                }
+                None => return Ok(out),
+            };
+            // The journal may have grown under this read (a live writer wrote the missing entry, then the later
+            // one, between two bulk gets): read it again. A release may have pruned under it: its marker says so.
+            let mut again = vec![key_of(m)];
+            if !own {
+                again.push(self.keys.end(run_id, &rec.tag()));
+            }
+            let mut found = self.get_many(&again).await?.into_iter();
+            if found.next().flatten().is_some() {
+                continue;
+            }
+            if let Some(raw) = found.next().flatten() {
+                let marker = parse_marker(run_id, &raw)?;
+                if marker.pruned > m {
+                    rec.progress = marker;
+                    (exact, marker_read) = (true, true);
+                    start = start_of(&rec.progress);
+                    continue;
+                }
+            }
+            let before = (m > start).then(|| key_of(m - 1));
+            return Err(self.judge_gap(run_id, (m, &key_of(m)), (&what, &later_key), before.as_deref()).await?);
+        }
+        Err(Error::new(
+            ErrorCode::StoreUnavailable,
+            format!("run '{run_id}': its journal changed under every read (written or pruned meanwhile); retry"),
+        )
+        .with_run(run_id))
+    }
+
+    /// The takeover probe of the previous lease `p`'s segment (for `acquire_lease`): its end marker and the
+    /// pending index are read with its first entries past the head hint, in one bulk get. With a marker (the
+    /// segment was released), the marker's progress is the segment's end. Without one (its owner died or is
+    /// stale) the entries past the hint are read to the first missing one and [`GAP_PROBE`] further: a later
+    /// entry there is a gap, never a place to cut the segment, which would drop recorded steps
+    /// ([`JournalStore::judge_gap`]; a corrupt run is marked in the index). `live`: the previous lease still
+    /// holds (busy unless the segment was released). Returns the progress, the cut (the last seq kept) and the
+    /// index entry.
+    async fn probe_segment(
+        &self,
+        run_id: &str,
+        p: &LeaseRecord,
+        live: bool,
+    ) -> Result<(Progress, u64, Option<IndexMeta>)> {
+        let probed = self.probe_segment_inner(run_id, p, live).await;
+        if let Err(e) = &probed {
+            if e.code == ErrorCode::CheckpointCorrupt {
+                self.mark_corrupt(run_id, e).await;
+            }
+        }
+        probed
+    }
+
+    async fn probe_segment_inner(
+        &self,
+        run_id: &str,
+        p: &LeaseRecord,
+        live: bool,
+    ) -> Result<(Progress, u64, Option<IndexMeta>)> {
+        let tag = p.tag();
+        let mut progress = p.progress.clone();
+        let mut cut = p.progress.head.max(p.from.saturating_sub(1));
+        let mut index = None;
+        let mut first = true;
+        let mut miss: Option<u64> = None;
+        let mut next = cut + 1;
         loop {
             let mut keys = Vec::new();
+            if first {
+                keys.push(self.keys.end(run_id, &tag));
+                keys.push(self.keys.pending(run_id));
+            }
             let mut seqs = Vec::new();
-            while keys.len() < MAX_BULK_GET {
-                let Some(tag) = rec.tag_for(seq + seqs.len() as u64) else { break };
-                let s = seq + seqs.len() as u64;
-                keys.push(self.keys.entry(run_id, &tag, s));
-                seqs.push(s);
+            while keys.len() < MAX_BULK_GET && miss.is_none_or(|m| next <= m + GAP_PROBE) {
+                keys.push(self.keys.entry(run_id, &tag, next));
+                seqs.push(next);
+                next += 1;
             }
-            if keys.is_empty() {
-                return Ok(out);
+            let mut values = self.get_many(&keys).await?.into_iter();
+            if first {
+                let end = values.next().flatten();
+                index = values.next().flatten().and_then(|v| serde_json::from_str::<IndexMeta>(&v).ok());
+                if let Some(end) = end {
+                    let marker = parse_marker(run_id, &end)?;
+                    let cut = marker.head.max(p.from.saturating_sub(1));
+                    return Ok((marker, cut, index));
+                }
+                if live {
+                    return Err(Error::busy(run_id, "another process holds its lease"));
+                }
+                first = false;
             }
-            let values = self.get_many(&keys).await?;
-            for (s, v) in seqs.iter().zip(values) {
-                match v {
-                    Some(raw) => {
+            for (s, v) in seqs.into_iter().zip(values) {
+                match (v, miss) {
+                    (Some(raw), None) => {
                         let e: JournalEntry = serde_json::from_str(&raw)
                             .map_err(|e| corrupt(run_id, &format!("journal entry {s}"), e))?;
-                        if e.seq != *s {
+                        if e.seq != s {
                             return Err(corrupt(
                                 run_id,
                                 &format!("journal entry {s}"),
                                 format!("it says seq {}", e.seq),
                             ));
                         }
-                        out.push((e, raw.len() as u64));
+                        cut = s;
+                        progress.head = s;
+                        if matches!(e.body, EntryBody::Snapshot { .. }) {
+                            progress.snaps.push(s);
+                            progress.snap_bytes = raw.len() as u64;
+                            progress.bytes_since = 0;
+                            progress.entries_since = 0;
+                        } else {
+                            progress.bytes_since += raw.len() as u64;
+                            progress.entries_since += 1;
+                        }
                     }
-                    None if *s <= known_head => {
-                        return Err(Error::new(
-                            ErrorCode::StoreUnavailable,
-                            format!("run '{run_id}': journal entry {s} is not visible here yet; retry"),
-                        )
-                        .with_run(run_id))
+                    (Some(_), Some(m)) => {
+                        let (missing, later) = (self.keys.entry(run_id, &tag, m), self.keys.entry(run_id, &tag, s));
+                        return Err(self
+                            .judge_gap(run_id, (m, &missing), (&format!("entry {s}"), &later), None)
+                            .await?);
                     }
-                    None => return Ok(out),
+                    (None, None) => miss = Some(s),
+                    (None, Some(_)) => {}
                 }
             }
-            seq += seqs.len() as u64;
+            if miss.is_some_and(|m| next > m + GAP_PROBE) {
+                return Ok((progress, cut, index));
+            }
         }
     }
 
+    /// Lists the run as corrupt (so the sweep and operators see it), retrying a refused write like any write
+    /// off the hot path; the read that found the corruption fails with its own error whatever happens here.
     async fn mark_corrupt(&self, run_id: &str, err: &Error) {
         let meta = IndexMeta {
             s: RunStatus::InProgress,
@@ -379,12 +765,9 @@ impl<K: KvBackend> JournalStore<K> {
             t: 0,
             q: false,
             h: None,
-        };
-        if let Ok(v) = encode(&meta) {
-            let opts = PutOptions { metadata: serde_json::to_value(&meta).ok(), expiration_ttl_s: None };
-            self.count(|c| c.writes += 1);
-            let _ = self.kv.put(&self.keys.pending(run_id), &v, opts).await;
         }
+        .fit();
+        let _ = self.put_index(run_id, &meta).await;
     }
 
     async fn put_index(&self, run_id: &str, meta: &IndexMeta) -> Result<()> {
@@ -393,21 +776,63 @@ impl<K: KvBackend> JournalStore<K> {
         self.put_retrying(&self.keys.pending(run_id), &v, opts).await
     }
 
+    /// Writes the pending index after a durable boundary. A failure is not the boundary's: it marks the index
+    /// dirty, and the writer repairs it at its next boundary or at release (the next acquirer compares what it
+    /// finds with the run's state anyway). `retry`: retry a refused delete with backoff (at release).
+    async fn write_index(&self, run_id: &str, op: IndexOp, retry: bool) {
+        let res = match &op {
+            IndexOp::Put(meta) => self.put_index(run_id, meta).await,
+            IndexOp::Delete if retry => self.delete_retrying(&self.keys.pending(run_id)).await,
+            IndexOp::Delete => {
+                self.count(|c| c.writes += 1);
+                self.kv.delete(&self.keys.pending(run_id)).await
+            }
+        };
+        let now = self.clock.now_ms();
+        if let Some(w) = self.writers.borrow_mut().get_mut(run_id) {
+            w.index_at = Some(now);
+            w.index_dirty = res.is_err();
+        }
+    }
+
     fn writer_rec(&self, run_id: &str) -> Option<LeaseRecord> {
         self.writers.borrow().get(run_id).map(|w| w.rec.clone())
     }
 
+    /// The record a reader starts from: this process's writer record (`true`: exact), else the lease in KV.
+    async fn view(&self, run_id: &str) -> Result<Option<(LeaseRecord, bool)>> {
+        match self.writer_rec(run_id) {
+            Some(r) => Ok(Some((r, true))),
+            None => Ok(self.read_lease(run_id).await?.map(|r| (r, false))),
+        }
+    }
+
     async fn load_inner(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        let rec = match self.writer_rec(run_id) {
-            Some(r) => r,
-            None => match self.read_lease(run_id).await? {
-                Some(r) => r,
-                None => return Ok(None),
-            },
-        };
-        let start = Self::snapshot_at_or_before(&rec, rec.progress.head.max(1));
-        let entries = self.read_entries(run_id, &rec, start).await?;
+        let Some((mut rec, own)) = self.view(run_id).await? else { return Ok(None) };
+        let entries = self.read_entries(run_id, &mut rec, own, &|p| Self::fold_start(p, p.head.max(1))).await?;
         Checkpoint::fold(run_id, entries.iter().map(|(e, _)| e))
+    }
+
+    async fn history_inner(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
+        let keep = limit.min(self.opts.history_limit);
+        if keep == 0 {
+            return Ok(Vec::new());
+        }
+        let Some((mut rec, own)) = self.view(run_id).await? else { return Ok(Vec::new()) };
+        let from = |p: &Progress| p.head.saturating_add(1).saturating_sub(keep as u64).max(1);
+        let entries = self.read_entries(run_id, &mut rec, own, &|p| Self::fold_start(p, from(p))).await?;
+        let mut cp = Checkpoint::new(run_id);
+        let mut out = Vec::new();
+        // Only the newest `keep` states are returned: only they are copied.
+        let skip = entries.len().saturating_sub(keep);
+        for (i, (e, _)) in entries.iter().enumerate() {
+            cp.apply(e)?;
+            if i >= skip {
+                out.push(HistoryEntry::of(&cp));
+            }
+        }
+        out.reverse();
+        Ok(out)
     }
 }
 
@@ -445,65 +870,8 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             let live = p.owner != owner && now_ms < p.expires_at.saturating_add(opts.grace_ms);
             // Probe the previous segment past its head hint, with its end marker and the index in the same read.
             let tag = p.tag();
-            let end_key = self.keys.end(run_id, &tag);
-            let mut progress = p.progress.clone();
-            let mut cut = p.progress.head.max(p.from.saturating_sub(1));
-            let mut first = true;
-            loop {
-                let mut keys = Vec::new();
-                if first {
-                    keys.push(end_key.clone());
-                    keys.push(self.keys.pending(run_id));
-                }
-                let base = cut + 1;
-                while keys.len() < MAX_BULK_GET {
-                    keys.push(self.keys.entry(run_id, &tag, base + keys.len() as u64 - if first { 2 } else { 0 }));
-                }
-                let values = self.get_many(&keys).await?;
-                let mut values = values.into_iter();
-                if first {
-                    let end = values.next().flatten();
-                    index = values.next().flatten().and_then(|v| serde_json::from_str::<IndexMeta>(&v).ok());
-                    if let Some(end) = end {
-                        let marker: Progress =
-                            serde_json::from_str(&end).map_err(|e| corrupt(run_id, "an end marker", e))?;
-                        progress = marker;
-                        cut = progress.head.max(p.from.saturating_sub(1));
-                        break;
-                    }
-                    if live {
-                        return Err(Error::busy(run_id, "another process holds its lease"));
-                    }
-                    first = false;
-                }
-                let mut all = true;
-                for v in values {
-                    match v {
-                        Some(raw) => {
-                            let e: JournalEntry = serde_json::from_str(&raw)
-                                .map_err(|e| corrupt(run_id, &format!("journal entry {}", cut + 1), e))?;
-                            cut += 1;
-                            progress.head = cut;
-                            if matches!(e.body, EntryBody::Snapshot { .. }) {
-                                progress.snaps.push(cut);
-                                progress.snap_bytes = raw.len() as u64;
-                                progress.bytes_since = 0;
-                                progress.entries_since = 0;
-                            } else {
-                                progress.bytes_since += raw.len() as u64;
-                                progress.entries_since += 1;
-                            }
-                        }
-                        None => {
-                            all = false;
-                            break;
-                        }
-                    }
-                }
-                if !all {
-                    break;
-                }
-            }
+            let (mut progress, cut, found) = self.probe_segment(run_id, p, live).await?;
+            index = found;
             rec.epoch = p.epoch + 1;
             rec.chain = p.chain.clone();
             if cut >= p.from {
@@ -554,7 +922,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         };
         self.writers.borrow_mut().insert(
             run_id.to_string(),
-            Writer { epoch: rec.epoch, owner: owner.to_string(), rec, index, index_at: None },
+            Writer { epoch: rec.epoch, owner: owner.to_string(), rec, index, index_at: None, index_dirty: false },
         );
         Ok(lease)
     }
@@ -596,12 +964,18 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 seq += 1;
             }
             if seq > progress.pruned {
+                // Entries from `seq` on are kept, and so is every snapshot among them: a batch that stopped short
+                // of `floor` leaves deltas whose only fold start is a snapshot at or after `seq`.
                 progress.pruned = seq;
-                progress.snaps.retain(|s| *s >= floor);
+                progress.snaps.retain(|s| *s >= seq);
             }
         }
         let marker = encode(&progress)?;
         self.put_retrying(&self.keys.end(run_id, &rec.tag()), &marker, PutOptions::default()).await?;
+        let repair = self.writers.borrow().get(run_id).and_then(Writer::repair_index);
+        if let Some(op) = repair {
+            self.write_index(run_id, op, true).await;
+        }
         self.writers.borrow_mut().remove(run_id);
         for key in deletes {
             self.count(|c| c.writes += 1);
@@ -633,18 +1007,36 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         }
         let p = &rec.progress;
         let is_snapshot = matches!(entry.body, EntryBody::Snapshot { .. });
-        let want_snapshot = is_snapshot
-            || (p.entries_since + 1 >= self.opts.snapshot_every
-                && p.bytes_since >= self.opts.snapshot_growth.saturating_mul(p.snap_bytes));
-        let raw = if want_snapshot && !is_snapshot {
-            encode(&JournalEntry {
-                seq: entry.seq,
-                at: entry.at,
-                body: EntryBody::Snapshot { state: Box::new(state.clone()) },
-            })?
+        let due = !is_snapshot
+            && p.entries_since + 1 >= self.opts.snapshot_every
+            && p.bytes_since >= self.opts.snapshot_growth.saturating_mul(p.snap_bytes);
+        // A snapshot is an optimisation: one over KV's value limit is not written, the entry stays a delta (and
+        // the next attempt waits another `snapshot_every` entries).
+        let snapshot = if due {
+            let state = Box::new(state.clone());
+            Some(encode(&JournalEntry { seq: entry.seq, at: entry.at, body: EntryBody::Snapshot { state } })?)
+                .filter(|raw| raw.len() <= MAX_VALUE_BYTES)
         } else {
-            encode(entry)?
+            None
         };
+        let skipped_snapshot = due && snapshot.is_none();
+        let want_snapshot = is_snapshot || snapshot.is_some();
+        let raw = match snapshot {
+            Some(raw) => raw,
+            None => encode(entry)?,
+        };
+        // An entry KV would refuse is refused here, before anything is written (not retryable: it would never
+        // fit).
+        check_value(&raw).map_err(|e| {
+            Error::new(
+                e.code,
+                format!(
+                    "run '{run_id}': journal entry {} cannot be stored: {} (the Workers KV limit)",
+                    entry.seq, e.message
+                ),
+            )
+            .with_run(run_id)
+        })?;
         let key = self.keys.entry(run_id, &rec.tag(), entry.seq);
         self.count(|c| {
             c.commits += 1;
@@ -667,30 +1059,16 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 p.entries_since = 0;
             } else {
                 p.bytes_since += raw.len() as u64;
-                p.entries_since += 1;
+                p.entries_since = if skipped_snapshot { 0 } else { p.entries_since + 1 };
             }
             p.finished = finished;
-            let meta = IndexMeta::of(state);
-            if finished {
-                // Deleting an index entry this writer wrote less than a second ago would be refused (429): leave
-                // it; `pending()` sees from the segment's end marker that the run finished, and drops it.
-                let recent = w.index_at.is_some_and(|t| now.saturating_sub(t) < 1_000);
-                w.index.take().and_then(|_| (!recent).then_some(None))
-            } else if w.index.as_ref().is_none_or(|old| !old.same(&meta)) {
-                w.index = Some(meta.clone());
-                w.index_at = Some(now);
-                Some(Some(meta))
-            } else {
-                None
-            }
+            w.plan_index(finished, IndexMeta::of(state), now)
         };
-        match index_write {
-            Some(Some(meta)) => self.put_index(run_id, &meta).await?,
-            Some(None) => {
-                self.count(|c| c.writes += 1);
-                let _ = self.kv.delete(&self.keys.pending(run_id)).await;
-            }
-            None => {}
+        // The entry is durable: the commit has succeeded whatever happens to the index, a secondary record.
+        // Reporting a failed commit here would make the runtime redo a recorded step; a failed index write is
+        // repaired later instead (`write_index`).
+        if let Some(op) = index_write {
+            self.write_index(run_id, op, false).await;
         }
         Ok(())
     }
@@ -719,28 +1097,13 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
     }
 
     async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
-        let keep = limit.min(self.opts.history_limit);
-        if keep == 0 {
-            return Ok(Vec::new());
+        match self.history_inner(run_id, limit).await {
+            Err(e) if e.code == ErrorCode::CheckpointCorrupt => {
+                self.mark_corrupt(run_id, &e).await;
+                Err(e)
+            }
+            other => other,
         }
-        let Some(rec) = (match self.writer_rec(run_id) {
-            Some(r) => Some(r),
-            None => self.read_lease(run_id).await?,
-        }) else {
-            return Ok(Vec::new());
-        };
-        let from = rec.progress.head.saturating_add(1).saturating_sub(keep as u64).max(1);
-        let start = Self::snapshot_at_or_before(&rec, from).max(rec.progress.pruned.min(from));
-        let entries = self.read_entries(run_id, &rec, start).await?;
-        let mut cp = Checkpoint::new(run_id);
-        let mut out = Vec::new();
-        for (e, _) in &entries {
-            cp.apply(e)?;
-            out.push(HistoryEntry::of(&cp));
-        }
-        out.reverse();
-        out.truncate(keep);
-        Ok(out)
     }
 
     async fn pending(&self) -> Result<Vec<PendingRun>> {
@@ -889,5 +1252,105 @@ impl<K: KvBackend> JournalStore<K> {
         let writers = self.writers.borrow();
         let w = writers.get(&lease.run_id)?;
         (w.owner == lease.owner && w.epoch == lease.epoch).then(|| w.rec.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::platform::SplitMix64;
+    use crate::runtime::traits::Rng;
+
+    fn meta(message: &str, ap: Vec<String>) -> IndexMeta {
+        let e = ErrorInfo { code: ErrorCode::ProviderUnavailable, message: message.to_string(), retryable: true };
+        IndexMeta {
+            s: RunStatus::AwaitingApproval,
+            st: 4_000_000_000,
+            a: 4_000_000_000,
+            e: Some(e),
+            ap,
+            t: u64::MAX,
+            q: true,
+            h: None,
+        }
+    }
+
+    fn kept(m: &IndexMeta) -> &str {
+        &m.e.as_ref().unwrap().message
+    }
+
+    /// Whatever the message (wide characters, escaped ones, any length), the index entry fits KV's 1,024 bytes
+    /// of metadata, keeps everything but the tail of the message, and cuts the message at a character boundary
+    /// as late as the bytes allow.
+    #[test]
+    fn index_metadata_fits_kv_bytes_for_messages_of_any_width_and_length() {
+        let ids: Vec<String> = (0..MAX_INDEX_APPROVALS).map(|i| format!("apr_{i:016x}0123abcd")).collect();
+        let rng = SplitMix64::new(7);
+        let alphabet = ['a', 'é', '中', '😀', '\u{1}', '"', '\\', '\n', '𝄞'];
+        let mut mixed = String::new();
+        for _ in 0..3_000 {
+            mixed.push(alphabet[(rng.next_u64() % alphabet.len() as u64) as usize]);
+        }
+        let mut checked = 0;
+        // Every length up to 3,000 characters for the wide classes (CJK: 3 bytes, CJK extension B and emoji: 4,
+        // mixed with escapes); up to 600 (twice the character cap) for the others.
+        for (class, max) in [
+            ("中", 3_000),
+            ("𠜎", 3_000),
+            ("😀", 3_000),
+            ("mixed", 3_000),
+            ("a", 600),
+            ("é", 600),
+            ("\u{1}", 600),
+            ("\"", 600),
+        ] {
+            for len in 0..=max {
+                let message: String =
+                    if class == "mixed" { mixed.chars().take(len).collect() } else { class.repeat(len) };
+                let fitted = meta(&message, ids.clone()).fit();
+                let n = fitted.bytes();
+                assert!(n <= MAX_METADATA_BYTES, "{class} × {len}: {n} bytes");
+                assert_eq!(fitted.ap, ids, "{class} × {len}: approval ids kept");
+                assert_eq!(
+                    (fitted.s, fitted.st, fitted.a, fitted.t, fitted.q),
+                    (RunStatus::AwaitingApproval, 4_000_000_000, 4_000_000_000, u64::MAX, true)
+                );
+                assert_eq!(fitted.e.as_ref().unwrap().code, ErrorCode::ProviderUnavailable);
+                let m = kept(&fitted);
+                if m != message {
+                    let head = m.strip_suffix("… [truncated]").unwrap_or_else(|| panic!("{class} × {len}: no marker"));
+                    assert!(message.starts_with(head), "{class} × {len}: a prefix of the message");
+                    let k = head.chars().count();
+                    assert!(k <= MAX_INDEX_MESSAGE_CHARS);
+                    if k < MAX_INDEX_MESSAGE_CHARS && k + 1 < message.chars().count() {
+                        // One character more would not fit: the cut is as late as the bytes allow.
+                        let mut longer = fitted.clone();
+                        let next: String = message.chars().take(k + 1).collect();
+                        longer.e.as_mut().unwrap().message = format!("{next}… [truncated]");
+                        assert!(longer.bytes() > MAX_METADATA_BYTES, "{class} × {len}: cut at {k} too early");
+                    }
+                } else {
+                    assert!(message.chars().count() <= MAX_INDEX_MESSAGE_CHARS);
+                }
+                checked += 1;
+            }
+        }
+        // ASCII keeps the historical 300 characters.
+        assert_eq!(kept(&meta(&"a".repeat(1_000), ids.clone()).fit()), format!("{}… [truncated]", "a".repeat(300)));
+        assert_eq!(checked, 4 * 3_001 + 4 * 601);
+    }
+
+    /// Approval ids too long to fit with the error are dropped from the end; the first ones and the code stay.
+    #[test]
+    fn index_metadata_drops_trailing_approval_ids_that_do_not_fit() {
+        let ids: Vec<String> = (0..MAX_INDEX_APPROVALS).map(|i| format!("apr_{i}_{}", "界".repeat(60))).collect();
+        let fitted = meta(&"😀".repeat(2_000), ids.clone()).fit();
+        assert!(fitted.bytes() <= MAX_METADATA_BYTES);
+        assert!(!fitted.ap.is_empty() && fitted.ap.len() < ids.len(), "{} ids", fitted.ap.len());
+        assert_eq!(fitted.ap[..], ids[..fitted.ap.len()]);
+        let huge = vec!["x".repeat(2_000)];
+        let fitted = meta("boom", huge).fit();
+        assert!(fitted.bytes() <= MAX_METADATA_BYTES && fitted.ap.is_empty());
+        assert_eq!(kept(&fitted), "boom");
     }
 }

@@ -3,12 +3,15 @@
 //!
 //! # Contract
 //! * `get_many` takes at most [`MAX_BULK_GET`] keys and counts as one operation.
-//! * `put` values are strings; `metadata` is JSON of at most [`MAX_METADATA_BYTES`] bytes, returned by
-//!   `list`; `expiration_ttl_s`, when set, is at least [`MIN_EXPIRATION_TTL_S`].
+//! * `put` values are strings of at most [`MAX_VALUE_BYTES`] bytes; `metadata` is JSON of at most
+//!   [`MAX_METADATA_BYTES`] bytes, returned by `list`; `expiration_ttl_s`, when set, is at least
+//!   [`MIN_EXPIRATION_TTL_S`]. Every backend checks a write with [`check_put`] before it changes anything.
 //! * `list` returns keys with the prefix in byte order, at most [`MAX_LIST_LIMIT`] per page, with a cursor.
 //! * Keys are at most [`MAX_KEY_BYTES`] bytes and not empty.
 //! * Errors: `STEADFAST_STORE_RATE_LIMITED` (HTTP 429: more than one write per second to a key; retryable),
-//!   `STEADFAST_STORE_UNAVAILABLE` (transient), `STEADFAST_STORE_FAILED` (permanent: bad key, too large).
+//!   `STEADFAST_STORE_UNAVAILABLE` (transient), `STEADFAST_STORE_FAILED` (permanent: bad key, too large; a
+//!   retry would fail the same way). Backends over the real binding classify its errors with
+//!   [`kv_error_code`].
 //! * Visibility is backend-specific: `MemoryKv` is strongly consistent; Workers KV (and `SimKv`) may serve a
 //!   value (or a cached miss) up to the propagation delay old in another location.
 
@@ -23,6 +26,8 @@ use std::rc::Rc;
 pub const MAX_BULK_GET: usize = 100;
 /// Most keys in one list page.
 pub const MAX_LIST_LIMIT: usize = 1_000;
+/// Largest value (25 MiB).
+pub const MAX_VALUE_BYTES: usize = 25 * 1024 * 1024;
 /// Longest key.
 pub const MAX_KEY_BYTES: usize = 512;
 /// Largest metadata (serialised JSON).
@@ -83,9 +88,22 @@ pub fn check_key(key: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks put options against the KV rules.
-pub fn check_put(key: &str, opts: &PutOptions) -> Result<()> {
+/// Checks a value against the KV size limit.
+pub fn check_value(value: &str) -> Result<()> {
+    if value.len() > MAX_VALUE_BYTES {
+        return Err(Error::new(
+            ErrorCode::StoreFailed,
+            format!("KV value is {} bytes (max {MAX_VALUE_BYTES})", value.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a put (key, value size, options) against the KV rules. Every backend calls it before writing, so
+/// a write KV would refuse fails the same way everywhere, with `STEADFAST_STORE_FAILED`, and changes nothing.
+pub fn check_put(key: &str, value: &str, opts: &PutOptions) -> Result<()> {
     check_key(key)?;
+    check_value(value)?;
     if let Some(m) = &opts.metadata {
         let n = serde_json::to_string(m).map(|s| s.len()).unwrap_or(usize::MAX);
         if n > MAX_METADATA_BYTES {
@@ -104,6 +122,42 @@ pub fn check_put(key: &str, opts: &PutOptions) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The code of an error the Workers KV binding threw, from its text. The binding reports a refused request as
+/// `KV <METHOD> failed: <status> <text>` (workerd `kv.c++`): 429 is the per-key write rate
+/// (`STEADFAST_STORE_RATE_LIMITED`); any other 4xx — 400 (bad TTL, bad cursor, illegal key), 413 (value or
+/// metadata too large), 414 (key too long) — is a request KV will never accept (`STEADFAST_STORE_FAILED`);
+/// so are the binding's own validation errors (`TypeError`s about key names, serialisation failures). Anything
+/// else (5xx, network, the per-invocation operation limit) is transient (`STEADFAST_STORE_UNAVAILABLE`).
+pub fn kv_error_code(text: &str) -> ErrorCode {
+    let status = text.find(" failed: ").and_then(|i| {
+        let rest = &text[i + " failed: ".len()..];
+        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+        (digits.len() == 3).then(|| digits.parse::<u16>().ok()).flatten()
+    });
+    match status {
+        Some(429) => ErrorCode::StoreRateLimited,
+        Some(408) => ErrorCode::StoreUnavailable,
+        Some(s) if (400..500).contains(&s) => ErrorCode::StoreFailed,
+        Some(_) => ErrorCode::StoreUnavailable,
+        None if text.contains("Too Many Requests") => ErrorCode::StoreRateLimited,
+        None if [
+            "Key name cannot be empty",
+            "is not allowed as a key name",
+            "Illegal key name",
+            "exceeds limit of",
+            "exceeds key length limit",
+            "unable to serialize",
+            "invalid kv store",
+        ]
+        .iter()
+        .any(|needle| text.contains(needle)) =>
+        {
+            ErrorCode::StoreFailed
+        }
+        None => ErrorCode::StoreUnavailable,
+    }
 }
 
 /// Checks a bulk get size.
@@ -239,7 +293,7 @@ impl KvBackend for MemoryKv {
     }
 
     async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
-        check_put(key, &opts)?;
+        check_put(key, value, &opts)?;
         let mut inner = self.0.borrow_mut();
         inner.counts.puts += 1;
         inner.counts.bytes_written += value.len() as u64;
@@ -291,6 +345,8 @@ mod tests {
             assert_eq!(kv.put("m", "v", big).await.unwrap_err().code, ErrorCode::StoreFailed);
             let ttl = PutOptions { expiration_ttl_s: Some(10), ..Default::default() };
             assert_eq!(kv.put("t", "v", ttl).await.unwrap_err().code, ErrorCode::StoreFailed);
+            let too_big = "v".repeat(MAX_VALUE_BYTES + 1);
+            assert_eq!(kv.put("big", &too_big, PutOptions::default()).await.unwrap_err().code, ErrorCode::StoreFailed);
             let many: Vec<String> = (0..101).map(|i| format!("k{i}")).collect();
             assert_eq!(kv.get_many(&many).await.unwrap_err().code, ErrorCode::StoreFailed);
             kv.delete("a/1").await.unwrap();
@@ -298,5 +354,55 @@ mod tests {
             let c = kv.counts();
             assert_eq!((c.puts, c.deletes, c.bulk_gets), (3, 1, 1));
         });
+    }
+
+    #[test]
+    fn values_over_25_mib_are_refused_permanently_and_write_nothing() {
+        futures::executor::block_on(async {
+            let kv = MemoryKv::new();
+            let mut value = "é".repeat(MAX_VALUE_BYTES / 2);
+            kv.put("at-limit", &value, PutOptions::default()).await.expect("exactly 25 MiB (bytes) fits");
+            value.push('x');
+            let err = kv.put("over", &value, PutOptions::default()).await.unwrap_err();
+            assert_eq!((err.code, err.retryable), (ErrorCode::StoreFailed, false), "{err}");
+            assert!(err.message.contains(&(MAX_VALUE_BYTES + 1).to_string()), "{err}");
+            assert_eq!(kv.get("over").await.unwrap(), None, "nothing written");
+            assert_eq!(kv.counts().puts, 1, "the refused write did not count as a write");
+            // The same check every backend calls, on its own.
+            assert!(check_put("k", &value[..MAX_VALUE_BYTES], &PutOptions::default()).is_ok());
+            assert_eq!(check_put("k", &value, &PutOptions::default()).unwrap_err().code, ErrorCode::StoreFailed);
+        });
+    }
+
+    /// The texts the Workers KV binding throws (workerd `kv.c++`, miniflare's validator): a request KV will
+    /// never accept is a permanent failure, the write rate is a 429, the rest is transient.
+    #[test]
+    fn kv_binding_errors_map_to_permanent_rate_limited_or_transient() {
+        let cases = [
+            ("js error: JsValue(Error: KV PUT failed: 413 Value length of 27262976 exceeds limit of 26214400.\n    at f)", ErrorCode::StoreFailed),
+            ("Error: KV PUT failed: 413 Metadata length of 1100 exceeds limit of 1024.", ErrorCode::StoreFailed),
+            ("Error: KV PUT failed: 414 UTF-8 encoded length of 600 exceeds key length limit of 512.", ErrorCode::StoreFailed),
+            ("Error: KV GET failed: 414 UTF-8 encoded length of 513 exceeds key length limit of 512.", ErrorCode::StoreFailed),
+            ("Error: KV PUT failed: 400 Invalid expiration_ttl of 10. Expiration TTL must be at least 60.", ErrorCode::StoreFailed),
+            ("Error: KV GET failed: 400 Invalid cursor", ErrorCode::StoreFailed),
+            ("TypeError: Key name cannot be empty.", ErrorCode::StoreFailed),
+            ("TypeError: \"..\" is not allowed as a key name.", ErrorCode::StoreFailed),
+            ("unable to serialize/deserialize: key must be a string", ErrorCode::StoreFailed),
+            ("invalid kv store: RUNS", ErrorCode::StoreFailed),
+            ("Error: KV PUT failed: 429 Too Many Requests", ErrorCode::StoreRateLimited),
+            ("KV PUT failed: 429 Too many requests.", ErrorCode::StoreRateLimited),
+            ("Too Many Requests", ErrorCode::StoreRateLimited),
+            ("Error: KV GET failed: 500 Internal Server Error", ErrorCode::StoreUnavailable),
+            ("Error: KV PUT failed: 503 Service Unavailable", ErrorCode::StoreUnavailable),
+            ("Error: KV PUT failed: 408 Request Timeout", ErrorCode::StoreUnavailable),
+            ("Error: Too many API requests by single Worker invocation.", ErrorCode::StoreUnavailable),
+            ("Error: Network connection lost.", ErrorCode::StoreUnavailable),
+            ("js error: JsValue(Error: KV GET_BULK failed: 502 Bad Gateway)", ErrorCode::StoreUnavailable),
+        ];
+        for (text, code) in cases {
+            assert_eq!(kv_error_code(text), code, "{text}");
+        }
+        // A key that happens to contain 429 or 413 is not a status.
+        assert_eq!(kv_error_code("Error: Network connection lost (key run/429/lease)"), ErrorCode::StoreUnavailable);
     }
 }

@@ -3,7 +3,12 @@
 //! Entries are kept as JSON strings, so every commit and load goes through the same (de)serialisation as a
 //! real backend. Clones share the same data: two `Agent`s over clones of one `MemoryStore` behave like two
 //! processes over one database.
+//!
+//! It refuses what Workers KV would refuse, so a program that works on it works on KV: a journal entry, an
+//! approval record or a state document over KV's value limit ([`MAX_VALUE_BYTES`], 25 MiB) fails with
+//! `STEADFAST_STORE_FAILED` (not retryable) and writes nothing.
 
+use super::kv::{check_value, MAX_VALUE_BYTES};
 use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
@@ -43,6 +48,14 @@ impl Default for MemoryStore {
 
 fn corrupt(run_id: &str, what: &str, e: impl std::fmt::Display) -> Error {
     Error::new(ErrorCode::CheckpointCorrupt, format!("run '{run_id}': {what} cannot be read: {e}")).with_run(run_id)
+}
+
+/// The error of a write over KV's value limit, naming what was written.
+fn too_large(e: &Error, what: &str) -> Error {
+    Error::new(
+        e.code,
+        format!("{what} cannot be stored: {} (the limit of Workers KV, {MAX_VALUE_BYTES} bytes)", e.message),
+    )
 }
 
 impl MemoryStore {
@@ -140,6 +153,8 @@ impl RunStore for MemoryStore {
         Self::check_lease(&inner, lease)?;
         let run_id = &lease.run_id;
         let json = serde_json::to_string(entry).map_err(|e| Error::internal(format!("cannot encode entry: {e}")))?;
+        check_value(&json)
+            .map_err(|e| too_large(&e, &format!("journal entry {}", entry.seq)).with_run(&lease.run_id))?;
         let limit = self.history_limit;
         let run = inner.runs.entry(run_id.clone()).or_default();
         let is_snapshot = matches!(entry.body, EntryBody::Snapshot { .. });
@@ -193,16 +208,19 @@ impl RunStore for MemoryStore {
         let inner = self.inner.borrow();
         let Some(run) = inner.runs.get(run_id) else { return Ok(Vec::new()) };
         let entries = Self::entries(run_id, &run.journal)?;
+        // The first entry may be a compaction snapshot standing for older states: keep only `history_limit`
+        // (and copy only the states returned).
+        let keep = self.history_limit.max(1).min(limit);
+        let skip = entries.len().saturating_sub(keep);
         let mut cp = Checkpoint::new(run_id);
         let mut out = Vec::new();
-        for e in &entries {
+        for (i, e) in entries.iter().enumerate() {
             cp.apply(e)?;
-            out.push(HistoryEntry::of(&cp));
+            if i >= skip {
+                out.push(HistoryEntry::of(&cp));
+            }
         }
-        // The first entry may be a compaction snapshot standing for older states: keep only `history_limit`.
-        let keep = self.history_limit.max(1).min(limit);
         out.reverse();
-        out.truncate(keep);
         Ok(out)
     }
 
@@ -244,6 +262,7 @@ impl RunStore for MemoryStore {
 
     async fn put_approval(&self, record: &ApprovalRecord) -> Result<()> {
         let json = serde_json::to_string(record).map_err(|e| Error::internal(e.to_string()))?;
+        check_value(&json).map_err(|e| too_large(&e, &format!("approval '{}'", record.id)))?;
         self.inner.borrow_mut().approvals.insert(record.id.clone(), json);
         Ok(())
     }
@@ -280,6 +299,7 @@ impl RunStore for MemoryStore {
     }
 
     async fn put_state(&self, name: &str, value: &str) -> Result<()> {
+        check_value(value).map_err(|e| too_large(&e, &format!("state document '{name}'")))?;
         self.inner.borrow_mut().state.insert(name.to_string(), value.to_string());
         Ok(())
     }
@@ -288,6 +308,7 @@ impl RunStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::platform::ManualClock;
     use crate::store::conformance;
 
     #[test]
@@ -302,6 +323,18 @@ mod tests {
                 &caps,
             )
             .await;
+        });
+    }
+
+    #[test]
+    fn memory_store_refuses_what_kv_would_refuse() {
+        futures::executor::block_on(async {
+            let store = MemoryStore::new();
+            conformance::oversized_entry_is_refused_and_writes_nothing(&store, &ManualClock::new(0)).await;
+            let huge = "a".repeat(MAX_VALUE_BYTES + 1);
+            let err = store.put_state("big", &huge).await.unwrap_err();
+            assert_eq!((err.code, err.retryable), (ErrorCode::StoreFailed, false));
+            assert_eq!(store.get_state("big").await.unwrap(), None);
         });
     }
 

@@ -11,7 +11,11 @@
 //!   was taken over fails with `STEADFAST_SESSION_BUSY` (*fencing*). Backends say in their docs whether fencing
 //!   is enforced atomically (`strict_fencing`) or by construction/check with a window (Workers KV).
 //! * **Load.** [`RunStore::load`] folds the journal. An entry or lease that cannot be decoded fails with
-//!   `STEADFAST_CHECKPOINT_CORRUPT` (not retryable); nothing else is lost.
+//!   `STEADFAST_CHECKPOINT_CORRUPT` (not retryable); nothing else is lost. So does a journal with a gap (an
+//!   entry missing while a later one exists: a lost or deleted write): a load never folds past a gap nor
+//!   returns the journal cut at it.
+//! * **Limits.** Every backend refuses what Workers KV would refuse — an entry, approval record or document
+//!   over 25 MiB — with `STEADFAST_STORE_FAILED` (not retryable), writing nothing.
 //! * **Leases.** [`RunStore::acquire_lease`] fails with `STEADFAST_SESSION_BUSY` while another owner holds an
 //!   unexpired lease (expiry plus `grace_ms`, for clock skew); otherwise it starts a new epoch.
 //!   [`RunStore::renew_lease`] never takes a lease back from another owner. [`RunStore::release_lease`] ends it.

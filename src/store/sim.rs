@@ -52,25 +52,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
-/// KV's largest value (25 MiB).
-pub const MAX_VALUE_BYTES: usize = 25 * 1024 * 1024;
-
 /// Workers' limit on operations (subrequests to KV and other services) in one invocation.
 pub const WORKERS_INVOCATION_LIMIT: u64 = 1_000;
-
-/// Checks a value against KV's 25 MiB limit (`STEADFAST_STORE_FAILED`, not retryable).
-///
-/// The simulator's own check: `kv::check_put` does not check values yet. When it does, this stays as a
-/// second, equal check.
-pub fn check_value_size(key: &str, value: &str) -> Result<()> {
-    if value.len() > MAX_VALUE_BYTES {
-        return Err(Error::new(
-            ErrorCode::StoreFailed,
-            format!("KV value of key {key:?} is {} bytes (max {MAX_VALUE_BYTES})", value.len()),
-        ));
-    }
-    Ok(())
-}
 
 /// Per-operation latency of a [`SimKv`] location handle: most operations take `min_ms..=max_ms` (skewed
 /// towards `min_ms`); `tail_per_mille` of them take `max_ms..=tail_max_ms`. All zero: no latency.
@@ -655,8 +638,7 @@ impl KvBackend for SimKv {
     }
 
     async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
-        check_put(key, &opts)?;
-        check_value_size(key, value)?;
+        check_put(key, value, &opts)?;
         self.begin()?;
         let loc = self.loc;
         self.timed(|inner, now| {
@@ -1013,9 +995,9 @@ mod tests {
             let e = r.unwrap_err();
             assert_eq!((e.code, e.retryable), (ErrorCode::StoreFailed, false), "{e:?}");
         };
-        let big = "x".repeat(MAX_VALUE_BYTES + 1);
+        let big = "x".repeat(crate::store::kv::MAX_VALUE_BYTES + 1);
         fails(put(&kv, "v", &big));
-        put(&kv, "v", &big[..MAX_VALUE_BYTES]).unwrap();
+        put(&kv, "v", &big[..crate::store::kv::MAX_VALUE_BYTES]).unwrap();
         fails(put(&kv, &"k".repeat(513), "v"));
         put(&kv, &"k".repeat(512), "v").unwrap();
         let meta = |n: usize| PutOptions { metadata: Some(json!("m".repeat(n - 2))), ..Default::default() };

@@ -5,7 +5,7 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::http::{HttpClient, HttpRequest, HttpResponse};
 use crate::providers::workers_ai::AiBinding;
 use crate::runtime::{Clock, Sleep, SplitMix64};
-use crate::store::kv::{check_bulk, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
+use crate::store::kv::{check_bulk, check_key, check_put, kv_error_code, KvBackend, ListKey, ListPage, PutOptions};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::time::Duration;
@@ -18,10 +18,11 @@ pub struct WorkersKv(pub KvStore);
 
 fn kv_error(e: KvError) -> Error {
     let text = e.to_string();
-    if text.contains("429") || text.contains("Too Many Requests") {
-        Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
-    } else {
-        Error::new(ErrorCode::StoreUnavailable, format!("Workers KV failed: {text}"))
+    match kv_error_code(&text) {
+        ErrorCode::StoreRateLimited => {
+            Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
+        }
+        code => Error::new(code, format!("Workers KV failed: {text}")),
     }
 }
 
@@ -42,7 +43,7 @@ impl KvBackend for WorkersKv {
     }
 
     async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
-        check_put(key, &opts)?;
+        check_put(key, value, &opts)?;
         let mut builder = self.0.put(key, value).map_err(kv_error)?;
         if let Some(m) = opts.metadata {
             builder = builder.metadata(m).map_err(kv_error)?;
