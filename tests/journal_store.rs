@@ -134,7 +134,7 @@ fn a_snapshot_over_the_value_limit_falls_back_to_the_delta() {
     let kv = MemoryKv::new();
     let opts = JournalOptions { snapshot_every: 1, snapshot_growth: 0, ..JournalOptions::default() };
     let store = JournalStore::new(kv.clone(), Rc::new(clock.clone()), Rc::new(ManualSleep::new(clock.clone())), opts);
-    let lease = block_on(store.acquire_lease("s", "o", clock.now_ms(), &LEASE)).unwrap();
+    let lease = block_on(conformance::acquired(&store, "s", "o", clock.now_ms(), &LEASE, "acquire"));
     let (e1, cp1) = conformance::snapshot_entry("s", &"a".repeat(MAX_VALUE_BYTES - 3 * 1024 * 1024), clock.now_ms());
     block_on(store.commit(&lease, &e1, &cp1)).unwrap();
     let mut cp = cp1;
@@ -181,7 +181,11 @@ fn corrupt_entries_are_reported_listed_and_discardable() {
     assert!(!pending[0].last_error.as_ref().unwrap().retryable);
     assert_eq!(pending[1].last_error.as_ref().unwrap().code, ErrorCode::ProviderBadRequest, "the other run is intact");
     block_on(agent.delete("bad")).unwrap();
-    assert!(kv.keys().iter().all(|k| !k.contains("/bad/") && !k.ends_with("/bad")), "{:?}", kv.keys());
+    // Everything of the run is gone but its lease tombstone (it expires on its own).
+    let left: Vec<String> = kv.keys().into_iter().filter(|k| k.contains("/bad/") || k.ends_with("/bad")).collect();
+    assert_eq!(left, vec!["run/bad/lease".to_string()], "{:?}", kv.keys());
+    assert!(kv.raw("run/bad/lease").unwrap().contains("\"deleted\":true"));
+    assert!(block_on(agent.load("bad")).unwrap().is_none());
     assert_eq!(block_on(agent.pending()).unwrap().len(), 1);
     assert!(block_on(agent.load("good")).unwrap().is_some());
 }
@@ -416,7 +420,7 @@ const LEASE: LeaseOptions = LeaseOptions { ttl_ms: 30_000, renew_every_ms: 10_00
 #[test]
 fn wide_last_errors_of_any_length_commit_and_reach_the_index() {
     fn check<K: KvBackend>(store: &JournalStore<K>, clock: &ManualClock, lengths: &[usize]) {
-        let lease = block_on(store.acquire_lease("wide", "o", clock.now_ms(), &LEASE)).unwrap();
+        let lease = block_on(conformance::acquired(store, "wide", "o", clock.now_ms(), &LEASE, "acquire"));
         let (e1, mut cp) = conformance::snapshot_entry("wide", "go", clock.now_ms());
         block_on(store.commit(&lease, &e1, &cp)).unwrap();
         for (i, len) in lengths.iter().enumerate() {
@@ -453,7 +457,7 @@ fn a_failed_index_write_never_fails_a_durable_commit_and_is_repaired() {
     let clock = ManualClock::new(1_700_000_000_000);
     let kv = IndexFailingKv::new(MemoryKv::new());
     let store = journal(kv.clone(), &clock);
-    let lease = block_on(store.acquire_lease("r", "o", clock.now_ms(), &LEASE)).unwrap();
+    let lease = block_on(conformance::acquired(&store, "r", "o", clock.now_ms(), &LEASE, "acquire"));
     let (e1, mut cp) = conformance::snapshot_entry("r", "go", clock.now_ms());
     kv.fail_index.set(true);
     block_on(store.commit(&lease, &e1, &cp)).expect("the entry is durable: committed");
@@ -486,7 +490,7 @@ fn a_failed_index_write_never_fails_a_durable_commit_and_is_repaired() {
     block_on(store.release_lease(&lease)).unwrap();
     assert_eq!(block_on(store.pending()).unwrap()[0].attempts, 5, "repaired at release");
     // A finished run whose index delete fails is still dropped from the listing (and cleaned up).
-    let lease = block_on(store.acquire_lease("r", "o2", clock.now_ms(), &LEASE)).unwrap();
+    let lease = block_on(conformance::acquired(&store, "r", "o2", clock.now_ms(), &LEASE, "acquire"));
     clock.advance(2_000);
     kv.fail_index.set(true);
     let mut done = cp.clone();
@@ -792,7 +796,7 @@ fn write_with_lost_entries<K: KvBackend>(
     lost: std::ops::RangeInclusive<u64>,
     renew_at: Option<u64>,
 ) -> (steadfast::store::Lease, Vec<Checkpoint>) {
-    let mut lease = block_on(writer.acquire_lease(id, "writer", clock.now_ms(), &LEASE)).unwrap();
+    let mut lease = block_on(conformance::acquired(writer, id, "writer", clock.now_ms(), &LEASE, "acquire"));
     let mut states: Vec<Checkpoint> = Vec::new();
     for seq in 1..=n {
         clock.advance(5);
@@ -913,7 +917,7 @@ fn a_deleted_middle_entry_is_reported_as_corrupt() {
         let clock = ManualClock::new(1_700_000_000_000);
         let kv = MemoryKv::new();
         let (w, o) = pair(kv.clone(), kv.clone(), &clock);
-        let lease = block_on(w.acquire_lease("d", "w", clock.now_ms(), &LEASE)).unwrap();
+        let lease = block_on(conformance::acquired(&w, "d", "w", clock.now_ms(), &LEASE, "acquire"));
         let (e, mut cp) = conformance::snapshot_entry("d", "start", clock.now_ms());
         block_on(w.commit(&lease, &e, &cp)).unwrap();
         for i in 0..30 {
@@ -983,7 +987,7 @@ fn gaps_anywhere_are_corrupt_for_every_reader_generated() {
             }
             GapReader::Takeover => {
                 clock.set(lease.expires_at + LEASE.grace_ms + 1);
-                let taken = block_on(o.acquire_lease("g", "taker", clock.now_ms(), &LEASE)).unwrap();
+                let taken = block_on(conformance::acquired(&o, "g", "taker", clock.now_ms(), &LEASE, "acquire"));
                 block_on(o.release_lease(&taken)).unwrap();
                 block_on(o.load("g"))
             }
@@ -1038,7 +1042,7 @@ fn a_reader_racing_a_live_writer_reads_a_committed_state_not_a_gap() {
     let clock = ManualClock::new(1_700_000_000_000);
     let kv = MemoryKv::new();
     let writer = journal(kv.clone(), &clock);
-    let lease = block_on(writer.acquire_lease("live", "w", clock.now_ms(), &LEASE)).unwrap();
+    let lease = block_on(conformance::acquired(&writer, "live", "w", clock.now_ms(), &LEASE, "acquire"));
     let mut states = Vec::new();
     let (e, cp) = conformance::snapshot_entry("live", "start", clock.now_ms());
     block_on(writer.commit(&lease, &e, &cp)).unwrap();

@@ -90,6 +90,11 @@ fn hostile_with_visibility_delay(seed: u64) -> SimOptions {
 fn hostile_two_locations(seed: u64) -> SimOptions {
     SimOptions { locations: 2, ..SimOptions::hostile(seed) }
 }
+/// KV slower than the settle window (1 s) now and then: 10 % of operations take up to 3 s.
+fn hostile_slow_tail(seed: u64) -> SimOptions {
+    let latency = steadfast::store::sim::Latency { min_ms: 2, max_ms: 60, tail_per_mille: 100, tail_max_ms: 3_000 };
+    SimOptions { latency, ..SimOptions::hostile(seed) }
+}
 fn hostile_without_429(seed: u64) -> SimOptions {
     SimOptions { rate_limit_per_mille: 0, ..SimOptions::hostile(seed) }
 }
@@ -131,6 +136,14 @@ const TWO_LOCATIONS_LONG_LEASE: Config = Config {
     locations: 2,
     lease: LONG_LEASE,
     sim: hostile_two_locations,
+    early_reads: true,
+    split_brain: false,
+};
+const ONE_LOCATION_SLOW_TAIL: Config = Config {
+    name: "one location, 10 % of KV operations up to 3 s (beyond the settle window)",
+    locations: 1,
+    lease: DEFAULT_LEASE,
+    sim: hostile_slow_tail,
     early_reads: true,
     split_brain: false,
 };
@@ -199,16 +212,36 @@ impl<S: RunStore> RunStore for Watched<S> {
         let r = self.inner.acquire_lease(run_id, owner, now_ms, opts).await;
         match &r {
             Ok(l) => {
+                // Not a belief yet: the runtime starts nothing irreversible before `confirm_lease`.
                 self.note(format!(
-                    "acquired epoch {} as {} until +{} s",
+                    "acquired epoch {} as {} until +{} s (unconfirmed)",
                     l.epoch,
                     l.owner,
                     (l.expires_at - T0) / 1_000
                 ));
-                self.belief.borrow_mut().lease = Some(l.clone());
             }
             Err(e) => self.note(format!("acquire failed: {}", e.code.as_str())),
         }
+        r
+    }
+    async fn confirm_lease(&self, lease: &Lease) -> Result<()> {
+        let r = self.inner.confirm_lease(lease).await;
+        match &r {
+            Ok(()) => {
+                let mut b = self.belief.borrow_mut();
+                if b.lease.as_ref().is_none_or(|l| l.owner != lease.owner) {
+                    drop(b);
+                    self.note(format!("confirmed epoch {} as {}", lease.epoch, lease.owner));
+                    b = self.belief.borrow_mut();
+                }
+                b.lease = Some(match b.lease.take() {
+                    Some(held) if held.owner == lease.owner => held,
+                    _ => lease.clone(),
+                });
+            }
+            Err(e) => self.note(format!("confirmation failed: {}", e.code.as_str())),
+        }
+        self.lost_on_busy(&r);
         r
     }
     async fn renew_lease(&self, lease: &Lease, now_ms: u64, opts: &LeaseOptions) -> Result<Lease> {
@@ -469,6 +502,8 @@ struct Trial {
     /// Tools were started by more than one replica.
     handover: bool,
     lost_boundary: bool,
+    /// Lease writes given up (too slow to prove anything) and marked void.
+    voided: u32,
 }
 
 fn reference_messages() -> Vec<Message> {
@@ -631,6 +666,7 @@ fn trial(config: &Config, seed: u64, reference: &[Message], verbose: bool) -> (T
         rerun_calls: extra(false),
         handover: replicas_starting.len() > 1,
         lost_boundary,
+        voided: world.kv.keys().iter().filter(|k| k.contains("/void/")).count() as u32,
     };
     (t, l.log.clone())
 }
@@ -648,6 +684,7 @@ struct Totals {
     handovers: u64,
     lost: u64,
     double_seeds: Vec<u64>,
+    voided: u64,
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -682,13 +719,14 @@ fn run(config: &Config, test_name: &str, default_trials: u64) -> Option<Totals> 
         s.trials_with_double += u64::from(t.doubles > 0);
         s.rerun_calls += u64::from(t.rerun_calls);
         s.handovers += u64::from(t.handover);
+        s.voided += u64::from(t.voided);
         s.lost += u64::from(t.lost_boundary);
         if t.doubles > 0 && s.double_seeds.len() < 5 {
             s.double_seeds.push(seed);
         }
     }
     println!(
-        "{}: racing trials: {}, double executions: {}, lost boundaries: {} (overlapping: {}, recorded re-run: {}, trials with a double: {} = {:.1}%; calls run again after a crash or freeze: {}; trials where two replicas ran tools: {})",
+        "{}: racing trials: {}, double executions: {}, lost boundaries: {} (overlapping: {}, recorded re-run: {}, trials with a double: {} = {:.1}%; calls run again after a crash or freeze: {}; trials where two replicas ran tools: {}; lease writes given up: {})",
         config.name,
         s.trials,
         s.doubles,
@@ -698,7 +736,8 @@ fn run(config: &Config, test_name: &str, default_trials: u64) -> Option<Totals> 
         s.trials_with_double,
         100.0 * s.trials_with_double as f64 / s.trials as f64,
         s.rerun_calls,
-        s.handovers
+        s.handovers,
+        s.voided
     );
     if let Some(seed) = s.double_seeds.first() {
         println!("  seeds with a double execution: {:?}; replay: RACING_SEED={seed} cargo test --test racing {test_name} -- --nocapture", s.double_seeds);
@@ -729,54 +768,63 @@ fn check(s: &Totals, c: Ceiling) {
     assert!(s.handovers * 20 >= s.trials, "the scenarios exercise handovers: {s:?}");
 }
 
-// Measured on the current protocol (1,500 trials): trials with a double 4.7‰, 16.7 doubles per 1,000 trials.
-// All of them are two acquirers that both read "no lease" and both read their own lease back (one acquirer's
-// read answered slowly, so it wrote after the other's read-back).
+// One location: D = 0 in every configuration (3,000 trials each measured). Before the settle window (a lease write
+// acknowledged within it of its read, confirmed by a read-back that long after it), 4.7‰ of trials had a double:
+// two acquirers that both read "no lease" and both read their own record back, one of them having written late.
 #[test]
 fn one_location_realistic() {
     if let Some(s) = run(&ONE_LOCATION, "one_location_realistic", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 10, doubles_per_1000_trials: 40 });
+        check(&s, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
     }
 }
 
-// Measured: 2.0‰ of trials, 4.7 doubles per 1,000 trials.
+// 0 measured (3,000 trials), but not a guarantee: a write that stays invisible in its own location for longer than
+// the settle window defeats the read-back (the KV docs call same-location read-your-writes "usual").
 #[test]
 fn one_location_visibility_delay() {
     if let Some(s) = run(&ONE_LOCATION_VISIBILITY, "one_location_visibility_delay", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 12, doubles_per_1000_trials: 30 });
+        check(&s, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
     }
 }
 
-// Measured: 6.0‰ of trials, 23 doubles per 1,000 trials.
 #[test]
 fn one_location_without_429() {
     if let Some(s) = run(&ONE_LOCATION_NO_429, "one_location_without_429", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 12, doubles_per_1000_trials: 50 });
+        check(&s, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
     }
 }
 
-// Measured: 70‰ of trials, 309 doubles per 1,000 trials.
+#[test]
+fn one_location_with_kv_operations_slower_than_the_settle_window() {
+    if let Some(s) = run(&ONE_LOCATION_SLOW_TAIL, "one_location_with_kv_operations_slower_than_the_settle_window", 400)
+    {
+        check(&s, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
+        assert!(s.voided > 0, "slow lease writes were given up and marked void: {s:?}");
+    }
+}
+
+// Across locations leases are best effort. Measured (2,000 trials): 27‰ of trials, 125 doubles per 1,000 trials
+// (before the settle window: 70‰, 309) — all from a replica whose location had cached the run as missing.
 #[test]
 fn two_locations_default_lease() {
     if let Some(s) = run(&TWO_LOCATIONS, "two_locations_default_lease", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 100, doubles_per_1000_trials: 450 });
+        check(&s, Ceiling { trials_with_double_per_mille: 40, doubles_per_1000_trials: 200 });
     }
 }
 
-// Measured: 15‰ of trials, 59 doubles per 1,000 trials: with a grace (30 s) below the propagation delay (60 s)
-// a lease read in the other location stays cached past the holder's renewals, and it takes over.
+// Measured (2,000 trials): 0 (before the settle window: 15‰ of trials, 59 doubles per 1,000).
 #[test]
 fn two_locations_no_read_before_the_run_exists() {
     if let Some(s) = run(&TWO_LOCATIONS_NO_EARLY_READ, "two_locations_no_read_before_the_run_exists", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 30, doubles_per_1000_trials: 120 });
+        check(&s, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
     }
 }
 
-// Measured: 69‰ of trials, 287 doubles per 1,000 trials.
+// Measured (2,000 trials): 32‰ of trials, 128 doubles per 1,000 trials (before: 69‰, 287).
 #[test]
 fn two_locations_long_lease() {
     if let Some(s) = run(&TWO_LOCATIONS_LONG_LEASE, "two_locations_long_lease", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 100, doubles_per_1000_trials: 450 });
+        check(&s, Ceiling { trials_with_double_per_mille: 45, doubles_per_1000_trials: 200 });
     }
 }
 

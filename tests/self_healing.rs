@@ -1152,12 +1152,9 @@ fn a_tick_over_1000_pending_runs_stays_within_its_operation_budget() {
 fn journal_env() -> (Env, SimKv) {
     let clock = ManualClock::new(1_700_000_000_000);
     let kv = SimKv::new(Rc::new(clock.clone()), SimOptions::default());
-    let store = JournalStore::new(
-        kv.clone(),
-        Rc::new(clock.clone()),
-        Rc::new(ManualSleep::new(clock.clone())),
-        JournalOptions::default(),
-    );
+    // A short settle window: a run that finishes within a second of its first index write must be possible.
+    let opts = JournalOptions { settle_ms: 50, ..JournalOptions::default() };
+    let store = JournalStore::new(kv.clone(), Rc::new(clock.clone()), Rc::new(ManualSleep::new(clock.clone())), opts);
     (Env::with_store(Rc::new(store), clock), kv)
 }
 
@@ -1521,6 +1518,8 @@ fn probe_scenario(seed: u64) -> std::result::Result<String, String> {
         let waiting = pending.iter().filter(|p| waits(p)).count() as u64;
         let hint_waits = state.probe.as_ref().is_some_and(|h| pending.iter().any(|p| &p.run_id == h && waits(p)));
         let calls_before = calls.get();
+        // A resume by hand takes time (the lease's settle window): the probe is due by the sweep's own clock.
+        let now = env.clock.now_ms();
         let r = block_on(agent.sweep(&so, &l)).map_err(|e| format!("tick {t}: {e}"))?;
         let open_before = state.outage.is_some();
         opened |= open_before;

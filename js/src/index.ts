@@ -367,7 +367,8 @@ export interface KvStoreOptions {
   prefix?: string;
   /** Past states kept per run for history and fork (default 50). */
   historyLimit?: number;
-  /** Wait between writing a lease and reading it back (ms, default 50). */
+  /** The lease settle window (ms, default 1000): a lease write must be acknowledged within it of the read it
+   *  follows, and is confirmed by a read-back that long after it, before any tool runs. */
   settleMs?: number;
 }
 

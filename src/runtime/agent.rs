@@ -714,7 +714,19 @@ impl Approvals<'_> {
         };
         store.put_approval(&rec).await?;
         let res = self.agent.run_leased(lease, machine, &opts, before).await;
-        if !matches!(&res, Err(e) if e.code == ErrorCode::Crashed) {
+        // The pause's records are withdrawn once the run has moved past it; after a crash, a lost lease or a
+        // failure before the decisions were committed, the run still waits on them and they stay.
+        let consumed = match &res {
+            Ok(_) => true,
+            Err(e) if e.code == ErrorCode::Crashed => false,
+            Err(_) => match store.load(&run_id).await {
+                Ok(cp) => !cp.is_some_and(|c| {
+                    c.status == RunStatus::AwaitingApproval && c.approval_ids.iter().any(|a| batch.contains(a))
+                }),
+                Err(_) => false,
+            },
+        };
+        if consumed {
             for aid in batch {
                 let _ = store.delete_approval(&aid).await;
             }

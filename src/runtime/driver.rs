@@ -62,7 +62,8 @@ pub(crate) struct Driver<'a> {
     abort: AbortSignal,
     seq: u64,
     pub(crate) stats: RunStats,
-    last_renew: u64,
+    /// When the lease is renewed next (sooner after a failed renewal).
+    next_renew_at: u64,
     /// Hook state (the checkpoint's `ext` object), and whether hooks changed it since the machine last saw it.
     ext: Map<String, Value>,
     ext_changed: bool,
@@ -88,7 +89,7 @@ impl<'a> Driver<'a> {
             abort: opts.abort.clone().unwrap_or_default(),
             seq: 0,
             stats: RunStats::default(),
-            last_renew: now,
+            next_renew_at: now.saturating_add(agent.inner.options.lease.renew_every_ms),
             ext: Map::new(),
             ext_changed: false,
             args: HashMap::new(),
@@ -297,17 +298,23 @@ impl<'a> Driver<'a> {
                             Some(reason) => settled.push_back((call.id.clone(), ToolOutcome::Denied { reason })),
                             None => queue.push_back((call, approval_id)),
                         }
-                        self.fill(&m, &mut queue, &mut in_flight);
+                        self.start_queued(&m, &mut queue, &mut in_flight).await?;
                         self.after_effect(&mut in_flight).await?;
                     }
                     Effect::Pause { approvals } => {
+                        // Approval records are shared: written only by a confirmed owner.
+                        self.ensure_lease().await?;
                         for a in &approvals {
                             self.agent.inner.store.put_approval(a).await?;
                         }
                         self.after_effect(&mut in_flight).await?;
                         m.notify_approvals_recorded();
                     }
-                    Effect::Finish(outcome) => return Ok((m, outcome)),
+                    Effect::Finish(outcome) => {
+                        // A result is reported only by a confirmed owner (a loser's journal is never read).
+                        self.ensure_lease().await?;
+                        return Ok((m, outcome));
+                    }
                 }
                 continue;
             }
@@ -317,14 +324,14 @@ impl<'a> Driver<'a> {
                     Err(e) => ToolOutcome::Propagate(e),
                 };
                 m.notify_tool_settled(&id, outcome);
-                self.fill(&m, &mut queue, &mut in_flight);
+                self.start_queued(&m, &mut queue, &mut in_flight).await?;
                 continue;
             }
             if in_flight.is_empty() {
                 if queue.is_empty() {
                     return Err(Error::internal("the run stalled: no effect to perform and no tool in flight"));
                 }
-                self.fill(&m, &mut queue, &mut in_flight);
+                self.start_queued(&m, &mut queue, &mut in_flight).await?;
                 continue;
             }
             if let Some(done) = self.wait_renewing(in_flight.next()).await? {
@@ -427,28 +434,64 @@ impl<'a> Driver<'a> {
     }
 
     async fn maybe_renew(&mut self) -> Result<()> {
-        let now = self.now();
-        if now < self.last_renew.saturating_add(self.agent.inner.options.lease.renew_every_ms) {
+        if self.now() < self.next_renew_at {
             return Ok(());
         }
-        match self.agent.inner.store.renew_lease(&self.lease, now, &self.agent.inner.options.lease).await {
+        self.renew().await
+    }
+
+    /// Renews the lease now. A lost lease is `STEADFAST_SESSION_BUSY`; a renewal that fails otherwise is tried
+    /// again a second later, until the lease would expire: then the execution stops (fail closed), since
+    /// another process may take the run over from then on.
+    async fn renew(&mut self) -> Result<()> {
+        let now = self.now();
+        let lease_opts = self.agent.inner.options.lease;
+        match self.agent.inner.store.renew_lease(&self.lease, now, &lease_opts).await {
             Ok(lease) => {
                 self.lease = lease;
-                self.last_renew = now;
+                self.next_renew_at = self.now().saturating_add(lease_opts.renew_every_ms);
                 self.stats.lease_renewals += 1;
                 Ok(())
             }
             Err(e) if e.code == ErrorCode::SessionBusy => Err(e),
-            // A transient store failure: try again at the next check; commits stay fenced regardless.
-            Err(_) => Ok(()),
+            Err(e) => {
+                let retry_at = self.now().saturating_add(1_000);
+                if retry_at.saturating_add(self.start_margin()) >= self.lease.expires_at {
+                    return Err(Error::busy(
+                        &self.lease.run_id,
+                        &format!("its lease could not be renewed before it expired ({}: {})", e.code, e.message),
+                    ));
+                }
+                self.next_renew_at = retry_at;
+                Ok(())
+            }
         }
+    }
+
+    /// How much lease time must be left to start a tool (a tool started later could outlive the lease).
+    fn start_margin(&self) -> u64 {
+        (self.agent.inner.options.lease.ttl_ms / 4).min(1_000)
+    }
+
+    /// Before anything irreversible (a tool start, an approval record, a reported result): the lease is
+    /// confirmed, and has at least the start margin left — else it is renewed first, and a renewal that fails
+    /// stops the execution.
+    async fn ensure_lease(&mut self) -> Result<()> {
+        self.agent.inner.store.confirm_lease(&self.lease).await?;
+        if self.now().saturating_add(self.start_margin()) >= self.lease.expires_at {
+            self.renew().await?;
+            if self.now().saturating_add(self.start_margin()) >= self.lease.expires_at {
+                return Err(Error::busy(&self.lease.run_id, "its lease could not be renewed in time to start a tool"));
+            }
+        }
+        Ok(())
     }
 
     /// Awaits `fut`, renewing the lease on schedule; `None` when the run was aborted first.
     async fn wait_renewing<F: Future>(&mut self, fut: F) -> Result<Option<F::Output>> {
         let mut fut = pin!(fut);
         loop {
-            let due = self.last_renew.saturating_add(self.agent.inner.options.lease.renew_every_ms);
+            let due = self.next_renew_at;
             let wait = due.saturating_sub(self.now()).max(1);
             let sleep = self.agent.inner.sleep.clone();
             let mut tick = pin!(sleep.sleep(wait));
@@ -507,6 +550,22 @@ impl<'a> Driver<'a> {
                 }
             }
         }
+    }
+
+    /// Starts queued calls up to the concurrency limit, once the lease is confirmed and has time left.
+    async fn start_queued(
+        &mut self,
+        m: &RunMachine,
+        queue: &mut VecDeque<(ToolCall, Option<String>)>,
+        in_flight: &mut InFlight,
+    ) -> Result<()> {
+        let limit = self.agent.inner.options.tool_concurrency.max(1);
+        if in_flight.len() >= limit || !queue.iter().any(|(c, _)| m.is_running(&c.id)) {
+            return Ok(());
+        }
+        self.ensure_lease().await?;
+        self.fill(m, queue, in_flight);
+        Ok(())
     }
 
     /// Starts queued calls up to the concurrency limit. A call the machine no longer waits for (the attempt

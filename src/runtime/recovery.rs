@@ -705,7 +705,11 @@ impl Agent {
         cp.saved_at = now;
         let lease = self.acquire(&new_id).await?;
         let commit = JournalEntry { seq: 1, at: now, body: EntryBody::Snapshot { state: Box::new(cp.clone()) } };
-        let written = store.commit(&lease, &commit, &cp).await;
+        // The fork exists once its first entry is written by a confirmed owner of its lease.
+        let written = match store.commit(&lease, &commit, &cp).await {
+            Ok(()) => store.confirm_lease(&lease).await,
+            Err(e) => Err(e),
+        };
         let _ = store.release_lease(&lease).await;
         written?;
         Ok(ForkResult { run_id: new_id, step: entry.step, checkpoint: cp })

@@ -57,6 +57,31 @@ fn opts() -> LeaseOptions {
     LeaseOptions { ttl_ms: 30_000, renew_every_ms: 10_000, grace_ms: 30_000 }
 }
 
+/// Acquires a lease and confirms it, as the runtime does before anything irreversible (a tool run, an approval
+/// record, a reported result).
+pub async fn acquired<S: RunStore + ?Sized>(
+    store: &S,
+    run_id: &str,
+    owner: &str,
+    now_ms: u64,
+    opts: &LeaseOptions,
+    what: &str,
+) -> super::Lease {
+    // A retryable refusal (an injected 429 reads as another writer's) is retried, as a caller would.
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        match store.acquire_lease(run_id, owner, now_ms, opts).await {
+            Ok(lease) => {
+                store.confirm_lease(&lease).await.expect(what);
+                return lease;
+            }
+            Err(e) if e.retryable && tries < 5 => {}
+            Err(e) => panic!("{what}: {e:?}"),
+        }
+    }
+}
+
 /// A snapshot entry for a fresh run.
 pub fn snapshot_entry(run_id: &str, text: &str, at: u64) -> (JournalEntry, Checkpoint) {
     let mut cp = Checkpoint::new(run_id);
@@ -93,7 +118,7 @@ pub fn delta_entry(prev: &Checkpoint, msg: Message, status: RunStatus, at: u64) 
 /// Commit a snapshot and deltas; load folds them exactly.
 pub async fn commit_and_fold(store: &impl RunStore, clock: &ManualClock) {
     let t = clock.now_ms();
-    let lease = store.acquire_lease("r1", "o1", t, &opts()).await.expect("acquire");
+    let lease = acquired(store, "r1", "o1", t, &opts(), "acquire").await;
     let (e1, cp1) = snapshot_entry("r1", "hello", t);
     store.commit(&lease, &e1, &cp1).await.expect("commit snapshot");
     let (e2, cp2) = delta_entry(&cp1, Message::assistant("hi", vec![]), RunStatus::Finished, t + 1);
@@ -112,7 +137,7 @@ pub async fn missing_run_loads_none(store: &impl RunStore) {
 /// A live lease refuses another owner with BUSY; after expiry + grace it is taken over with a new epoch.
 pub async fn lease_busy_then_takeover_after_expiry<S: RunStore>(store: &S, other: &S, clock: &ManualClock) {
     let o = opts();
-    let a = store.acquire_lease("r", "a", clock.now_ms(), &o).await.expect("a acquires");
+    let a = acquired(store, "r", "a", clock.now_ms(), &o, "a acquires").await;
     clock.advance(10_000);
     let err = other.acquire_lease("r", "b", clock.now_ms(), &o).await.expect_err("b is refused");
     assert_eq!(err.code, ErrorCode::SessionBusy);
@@ -120,24 +145,24 @@ pub async fn lease_busy_then_takeover_after_expiry<S: RunStore>(store: &S, other
     let err = other.acquire_lease("r", "b", clock.now_ms(), &o).await.expect_err("still in grace");
     assert_eq!(err.code, ErrorCode::SessionBusy);
     clock.set(a.expires_at + o.grace_ms);
-    let b = other.acquire_lease("r", "b", clock.now_ms(), &o).await.expect("b takes over");
+    let b = acquired(other, "r", "b", clock.now_ms(), &o, "b takes over").await;
     assert!(b.epoch > a.epoch);
     clock.advance(2_000);
     other.release_lease(&b).await.expect("release");
     clock.advance(2_000);
-    let c = store.acquire_lease("r", "c", clock.now_ms(), &o).await.expect("released lease is free");
+    let c = acquired(store, "r", "c", clock.now_ms(), &o, "released lease is free").await;
     assert!(c.epoch > b.epoch);
 }
 
 /// Renewal extends the holder's lease and never takes a lease back from another owner.
 pub async fn renew_never_takes_back<S: RunStore>(store: &S, other: &S, clock: &ManualClock) {
     let o = opts();
-    let a = store.acquire_lease("r", "a", clock.now_ms(), &o).await.expect("acquire");
+    let a = acquired(store, "r", "a", clock.now_ms(), &o, "acquire").await;
     clock.advance(5_000);
     let a2 = store.renew_lease(&a, clock.now_ms(), &o).await.expect("renew");
     assert_eq!(a2.expires_at, clock.now_ms() + o.ttl_ms);
     clock.set(a2.expires_at + o.grace_ms);
-    let b = other.acquire_lease("r", "b", clock.now_ms(), &o).await.expect("takeover");
+    let b = acquired(other, "r", "b", clock.now_ms(), &o, "takeover").await;
     clock.advance(2_000);
     let err = store.renew_lease(&a2, clock.now_ms(), &o).await.expect_err("a cannot renew");
     assert_eq!(err.code, ErrorCode::SessionBusy);
@@ -152,11 +177,11 @@ pub async fn renew_never_takes_back<S: RunStore>(store: &S, other: &S, clock: &M
 /// or its write lands where no reader looks.
 pub async fn stale_writer_is_fenced<S: RunStore>(store: &S, other: &S, clock: &ManualClock, caps: &Capabilities) {
     let o = opts();
-    let a = store.acquire_lease("f", "a", clock.now_ms(), &o).await.expect("a");
+    let a = acquired(store, "f", "a", clock.now_ms(), &o, "a").await;
     let (e1, cp1) = snapshot_entry("f", "start", clock.now_ms());
     store.commit(&a, &e1, &cp1).await.expect("a commits");
     clock.set(a.expires_at + o.grace_ms);
-    let b = other.acquire_lease("f", "b", clock.now_ms(), &o).await.expect("b takes over");
+    let b = acquired(other, "f", "b", clock.now_ms(), &o, "b takes over").await;
     let (e2b, cp2b) = delta_entry(&cp1, Message::assistant("from b", vec![]), RunStatus::InProgress, clock.now_ms());
     other.commit(&b, &e2b, &cp2b).await.expect("b commits");
     let (e2a, cp2a) = delta_entry(&cp1, Message::assistant("zombie a", vec![]), RunStatus::Finished, clock.now_ms());
@@ -200,7 +225,7 @@ pub async fn pending_lists_unfinished(store: &impl RunStore, clock: &ManualClock
     for (id, status) in
         [("p1", RunStatus::InProgress), ("p2", RunStatus::AwaitingApproval), ("p3", RunStatus::Finished)]
     {
-        let l = store.acquire_lease(id, "o", clock.now_ms(), &o).await.expect("lease");
+        let l = acquired(store, id, "o", clock.now_ms(), &o, "lease").await;
         let (e1, mut cp1) = snapshot_entry(id, "x", clock.now_ms());
         cp1.status = status;
         if status == RunStatus::AwaitingApproval {
@@ -231,7 +256,7 @@ pub async fn pending_pages_list_each_unfinished_run_once(store: &impl RunStore, 
         ("q4", RunStatus::InProgress),
         ("q5", RunStatus::InProgress),
     ] {
-        let l = store.acquire_lease(id, "o", clock.now_ms(), &o).await.expect("lease");
+        let l = acquired(store, id, "o", clock.now_ms(), &o, "lease").await;
         let (e1, mut cp1) = snapshot_entry(id, "x", clock.now_ms());
         cp1.status = status;
         if status == RunStatus::AwaitingApproval {
@@ -286,14 +311,14 @@ pub async fn pending_pages_list_each_unfinished_run_once(store: &impl RunStore, 
 /// Delete removes the journal and the lease.
 pub async fn delete_forgets_run<S: RunStore>(store: &S, other: &S, clock: &ManualClock) {
     let o = opts();
-    let l = store.acquire_lease("d", "o", clock.now_ms(), &o).await.expect("lease");
+    let l = acquired(store, "d", "o", clock.now_ms(), &o, "lease").await;
     let (e1, cp1) = snapshot_entry("d", "x", clock.now_ms());
     store.commit(&l, &e1, &cp1).await.expect("commit");
     clock.advance(1_000);
     store.delete("d").await.expect("delete");
     assert!(store.load("d").await.expect("load").is_none());
     clock.advance(1_000);
-    let l2 = other.acquire_lease("d", "other", clock.now_ms(), &o).await.expect("free after delete");
+    let l2 = acquired(other, "d", "other", clock.now_ms(), &o, "free after delete").await;
     let (e1, cp1) = snapshot_entry("d", "again", clock.now_ms());
     other.commit(&l2, &e1, &cp1).await.expect("restart");
     assert_eq!(other.load("d").await.expect("load").expect("exists").messages, cp1.messages);
@@ -302,7 +327,7 @@ pub async fn delete_forgets_run<S: RunStore>(store: &S, other: &S, clock: &Manua
 /// History returns past states newest first.
 pub async fn history_newest_first(store: &impl RunStore, clock: &ManualClock) {
     let o = opts();
-    let l = store.acquire_lease("h", "o", clock.now_ms(), &o).await.expect("lease");
+    let l = acquired(store, "h", "o", clock.now_ms(), &o, "lease").await;
     let (e1, mut cp) = snapshot_entry("h", "x", clock.now_ms());
     store.commit(&l, &e1, &cp).await.expect("commit");
     for i in 0..3 {
@@ -320,7 +345,7 @@ pub async fn history_newest_first(store: &impl RunStore, clock: &ManualClock) {
 /// Many commits (past any compaction point) keep loading exactly.
 pub async fn many_commits_stay_foldable(store: &impl RunStore, clock: &ManualClock, n: u64) {
     let o = opts();
-    let l = store.acquire_lease("many", "o", clock.now_ms(), &o).await.expect("lease");
+    let l = acquired(store, "many", "o", clock.now_ms(), &o, "lease").await;
     let (e1, mut cp) = snapshot_entry("many", "x", clock.now_ms());
     store.commit(&l, &e1, &cp).await.expect("commit");
     for i in 0..n {
@@ -338,7 +363,7 @@ pub async fn many_commits_stay_foldable(store: &impl RunStore, clock: &ManualClo
 /// [`run_all`] (it allocates ~100 MB, too much inside a Worker): every backend's native tests call it.
 pub async fn oversized_entry_is_refused_and_writes_nothing(store: &impl RunStore, clock: &ManualClock) {
     let o = opts();
-    let l = store.acquire_lease("big", "o", clock.now_ms(), &o).await.expect("lease");
+    let l = acquired(store, "big", "o", clock.now_ms(), &o, "lease").await;
     let (e1, cp1) = snapshot_entry("big", "x", clock.now_ms());
     store.commit(&l, &e1, &cp1).await.expect("commit");
     let huge = "r".repeat(crate::store::kv::MAX_VALUE_BYTES);

@@ -17,13 +17,24 @@
 //!   or at its next commit once its lease has expired by its own clock (then the commit re-reads the lease).
 //!   `strict_fencing` is **false**: between a takeover and the stale writer's next check, its commits succeed
 //!   (and are ignored).
-//! * **Leases are best effort across locations.** Acquire reads the lease, writes a new one, waits `settle_ms`,
-//!   reads it back. In one location this excludes a second owner; across locations a reader may see a stale
-//!   lease for up to the propagation delay (60 s or more), so two owners can run at once. Their segments never
-//!   collide and the final transcript stays valid, but a tool may run twice. A takeover reads every entry the
-//!   previous owner wrote only if `grace_ms` ≥ the propagation delay: on production KV across locations use
-//!   `ttl_ms` and `grace_ms` well above 60 s. For strict single-writer guarantees use a strongly consistent
-//!   store.
+//! * **Leases: the settle window `S` (`settle_ms`).** KV has no compare-and-swap and the 429 is a rate limit,
+//!   not a lock, so exclusion rests on time. An acquirer reads the lease, writes its own record, and gives up
+//!   (`STEADFAST_SESSION_BUSY`) unless the write was acknowledged within `S` of the read's start; it is
+//!   *confirmed* only when a read-back at least `S` after that acknowledgement returns its record
+//!   ([`RunStore::confirm_lease`], done by the runtime before any tool runs, any approval is recorded or any
+//!   result is reported; journal entries written before it land in its own segment, where no reader looks
+//!   unless it wins, and the shared index waits for it). Why that excludes a second owner: a racing acquirer
+//!   that read the lease before this record landed wrote within `S` of its read, so before this owner's
+//!   read-back, which then sees it (last write wins) and refuses. An acquirer that gave up may still have its
+//!   record land; it writes a *void* marker, and the confirmed owner restores its own record at its next
+//!   renewal. Renewals re-read the lease before every write (retries included), never run past the lease's
+//!   expiry (fail closed) and give up a write acknowledged after it.
+//! * **What that rests on.** Reads in the writing location see the latest write (KV: "usually, not
+//!   guaranteed"). Across locations a reader may see a stale lease, or a cached miss, for the propagation delay
+//!   (60 s or more), so two owners can run at once there; their segments never collide and the final
+//!   transcript stays valid, but a tool may run twice. A takeover reads every entry the previous owner wrote only
+//!   if `grace_ms` ≥ the propagation delay: across locations use `ttl_ms` and `grace_ms` well above 60 s. For
+//!   strict single-writer guarantees use a strongly consistent store.
 //! * **Snapshots and history.** A new run starts with a snapshot entry; a later snapshot replaces a delta when
 //!   `snapshot_every` entries and `snapshot_growth` × the last snapshot's bytes have accumulated since the last
 //!   one, so bytes written stay O(n) and a load folds a bounded number of entries. A snapshot over KV's value
@@ -62,6 +73,10 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::rc::Rc;
 
+/// How far back (by this process's clock) a lease record's own write may lie and still explain a 429 on the
+/// lease key: KV's one second, plus clock skew between processes.
+const LEASE_429_SKEW_MS: u64 = 3_000;
+
 /// Options of the journal store.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -70,7 +85,10 @@ pub struct JournalOptions {
     pub prefix: String,
     /// Past states kept for history and fork (default 50; 0 keeps none).
     pub history_limit: usize,
-    /// Wait between writing a lease and reading it back (default 50 ms).
+    /// The settle window `S` (default 1,000 ms): a lease write must be acknowledged within `S` of the read it
+    /// follows, and is confirmed by a read-back `S` after it (see the module docs). A trade: larger tolerates
+    /// slower KV operations, smaller confirms sooner (the wait overlaps the first model call; a resume that
+    /// starts with pending tool calls pays it). Within one process (no racing acquirer) any value is safe.
     pub settle_ms: u64,
     /// Entries between snapshots, at least (default 500).
     pub snapshot_every: u64,
@@ -87,7 +105,7 @@ impl Default for JournalOptions {
         JournalOptions {
             prefix: String::new(),
             history_limit: 50,
-            settle_ms: 50,
+            settle_ms: 1_000,
             snapshot_every: 500,
             snapshot_growth: 3,
             write_retries: 4,
@@ -128,7 +146,18 @@ struct LeaseRecord {
     from: u64,
     #[serde(default)]
     progress: Progress,
+    /// When this record was written (the writer's clock): tells whether a 429 on the lease key is explained by
+    /// this record's own write.
+    #[serde(default)]
+    written_at: u64,
+    /// A deleted run's tombstone (it expires after [`TOMBSTONE_TTL_S`]): the run does not exist. Kept instead of
+    /// deleting the key, so that an acquirer whose write gets a 429 sees what explains it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    deleted: bool,
 }
+
+/// How long a deleted run's lease tombstone lives.
+const TOMBSTONE_TTL_S: u64 = 86_400;
 
 impl LeaseRecord {
     fn tag(&self) -> String {
@@ -280,8 +309,13 @@ struct Writer {
     index: Option<IndexMeta>,
     /// When this writer last wrote the index (a key is not written twice within a second).
     index_at: Option<u64>,
-    /// The last index write failed: `index` is what it should hold; repaired at the next boundary or release.
+    /// The last index write failed (or was deferred until the lease was confirmed): `index` is what it should
+    /// hold; written at the next boundary, at confirmation or at release.
     index_dirty: bool,
+    /// Earliest time of the read-back that confirms the lease (its write's acknowledgement + `settle_ms`).
+    confirm_at: u64,
+    /// The read-back saw this writer's record: it owns the lease.
+    confirmed: bool,
 }
 
 /// A write of the pending index.
@@ -795,6 +829,17 @@ impl<K: KvBackend> JournalStore<K> {
         }
     }
 
+    /// Marks an acquisition's lease record as given up (best effort: one write to a write-once key).
+    async fn void(&self, run_id: &str, tag: &str) {
+        self.count(|c| c.writes += 1);
+        let _ = self.kv.put(&self.keys.void(run_id, tag), "1", PutOptions::default()).await;
+    }
+
+    /// Whether the acquisition with `tag` gave its lease up.
+    async fn is_void(&self, run_id: &str, tag: &str) -> Result<bool> {
+        Ok(self.get(&self.keys.void(run_id, tag)).await?.is_some())
+    }
+
     fn writer_rec(&self, run_id: &str) -> Option<LeaseRecord> {
         self.writers.borrow().get(run_id).map(|w| w.rec.clone())
     }
@@ -803,7 +848,7 @@ impl<K: KvBackend> JournalStore<K> {
     async fn view(&self, run_id: &str) -> Result<Option<(LeaseRecord, bool)>> {
         match self.writer_rec(run_id) {
             Some(r) => Ok(Some((r, true))),
-            None => Ok(self.read_lease(run_id).await?.map(|r| (r, false))),
+            None => Ok(self.read_lease(run_id).await?.filter(|r| !r.deleted).map(|r| (r, false))),
         }
     }
 
@@ -850,13 +895,17 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
 
     async fn acquire_lease(&self, run_id: &str, owner: &str, now_ms: u64, opts: &LeaseOptions) -> Result<Lease> {
         self.keys.check_run(run_id, owner)?;
-        let prev = match self.read_lease(run_id).await {
+        let window = self.opts.settle_ms;
+        let mut read_at = self.clock.now_ms();
+        // `seen` is the record as read (a deleted run's tombstone included); `prev` the run's live record.
+        let seen = match self.read_lease(run_id).await {
             Ok(p) => p,
             Err(e) => {
                 self.mark_corrupt(run_id, &e).await;
                 return Err(e);
             }
         };
+        let prev = seen.clone().filter(|r| !r.deleted);
         let mut rec = LeaseRecord {
             owner: owner.to_string(),
             epoch: 1,
@@ -864,6 +913,8 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             chain: Vec::new(),
             from: 1,
             progress: Progress::default(),
+            written_at: 0,
+            deleted: false,
         };
         let mut index = None;
         if let Some(p) = &prev {
@@ -882,66 +933,174 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             progress.finished = false;
             rec.progress = progress;
         }
-        let value = encode(&rec)?;
-        let lease_key = self.keys.lease(run_id);
-        let mut delay = 1_000;
+        // The read that decided "free" must be recent when the write goes out: after a long probe, read again.
+        if prev.is_some() && self.clock.now_ms().saturating_sub(read_at) > window / 2 {
+            read_at = self.clock.now_ms();
+            if self.read_lease(run_id).await? != seen {
+                return Err(Error::busy(run_id, "its lease changed while it was being read"));
+            }
+        }
+        let too_slow = "writing its lease took longer than the settle window; try again";
         let mut attempt = 0;
-        loop {
+        let acked = loop {
+            if self.clock.now_ms().saturating_sub(read_at) > window {
+                return Err(Error::busy(run_id, "reading its lease took longer than the settle window; try again"));
+            }
+            rec.written_at = self.clock.now_ms();
+            let value = encode(&rec)?;
             self.count(|c| {
                 c.writes += 1;
                 c.bytes_written += value.len() as u64
             });
-            match self.kv.put(&lease_key, &value, PutOptions::default()).await {
-                Ok(()) => break,
+            let written = self.kv.put(&self.keys.lease(run_id), &value, PutOptions::default()).await;
+            let done = self.clock.now_ms();
+            match written {
+                Ok(()) if done.saturating_sub(read_at) <= window => break done,
+                Ok(()) => {
+                    // Its write may land after another acquirer's read-back, so its read-back would prove nothing.
+                    self.void(run_id, &rec.tag()).await;
+                    return Err(Error::busy(run_id, too_slow));
+                }
                 Err(e) if e.retryable && attempt < self.opts.write_retries => {
-                    // Someone may have written the lease this second: wait, and give up if they hold it now.
-                    self.count(|c| c.write_retries += 1);
+                    // A 429 (someone wrote this lease within the second: another acquirer, or this process when
+                    // an earlier attempt's acknowledgement was lost) or a transient failure: look before writing
+                    // again.
                     attempt += 1;
-                    self.sleep.sleep(delay).await;
-                    delay *= 2;
-                    if let Some(cur) = self.read_lease(run_id).await? {
-                        let changed = prev.as_ref() != Some(&cur);
-                        if changed && cur.owner != owner {
-                            return Err(Error::busy(run_id, "another process took its lease first"));
+                    self.count(|c| c.write_retries += 1);
+                    let rate_limited = e.code == ErrorCode::StoreRateLimited;
+                    self.sleep.sleep(if rate_limited { 1_000 } else { 200 }).await;
+                    let read_again = self.clock.now_ms();
+                    // Across locations this read may show an old record while another acquirer's write is what
+                    // the 429 was about: an old record explains a 429 only if it was itself written within the
+                    // second (give or take clock skew).
+                    let explains_429 = |cur: &Option<LeaseRecord>| {
+                        cur.as_ref().is_some_and(|c| c.written_at.saturating_add(LEASE_429_SKEW_MS) >= done)
+                    };
+                    match self.read_lease(run_id).await? {
+                        // An earlier attempt landed (its acknowledgement was lost) no later than it answered.
+                        Some(cur) if cur == rec && done.saturating_sub(read_at) <= window => break done,
+                        Some(cur) if cur == rec => {
+                            self.void(run_id, &rec.tag()).await;
+                            return Err(Error::busy(run_id, too_slow));
                         }
+                        // Still what it decided on, and that explains the failure: decide again on this read.
+                        cur if cur == seen && (!rate_limited || explains_429(&cur)) => read_at = read_again,
+                        _ => return Err(Error::busy(run_id, "another process wrote its lease at the same time")),
                     }
                 }
-                Err(e) => return Err(e),
+                Err(e) => {
+                    if e.retryable {
+                        // The write may have landed: give the record up, so a confirmed owner may restore its own.
+                        self.void(run_id, &rec.tag()).await;
+                    }
+                    return Err(e);
+                }
             }
-        }
-        self.sleep.sleep(self.opts.settle_ms).await;
-        match self.read_lease(run_id).await? {
-            Some(back) if back.owner == owner && back.epoch == rec.epoch => {}
-            _ => return Err(Error::busy(run_id, "another process took its lease at the same time")),
-        }
+        };
         let lease = Lease {
             run_id: run_id.to_string(),
             owner: owner.to_string(),
             epoch: rec.epoch,
             expires_at: rec.expires_at,
         };
-        self.writers.borrow_mut().insert(
-            run_id.to_string(),
-            Writer { epoch: rec.epoch, owner: owner.to_string(), rec, index, index_at: None, index_dirty: false },
-        );
+        let writer = Writer {
+            epoch: rec.epoch,
+            owner: owner.to_string(),
+            rec,
+            index,
+            index_at: None,
+            index_dirty: false,
+            confirm_at: acked.saturating_add(window),
+            confirmed: false,
+        };
+        self.writers.borrow_mut().insert(run_id.to_string(), writer);
         Ok(lease)
     }
 
-    async fn renew_lease(&self, lease: &Lease, now_ms: u64, opts: &LeaseOptions) -> Result<Lease> {
-        let Some(mut rec) = self.writer_of(lease) else {
-            return Err(Error::busy(&lease.run_id, "this process does not hold its lease"));
+    async fn confirm_lease(&self, lease: &Lease) -> Result<()> {
+        let run_id = &lease.run_id;
+        let confirm_at = match self.writers.borrow().get(run_id) {
+            Some(w) if w.owner == lease.owner && w.epoch == lease.epoch => (!w.confirmed).then_some(w.confirm_at),
+            _ => return Err(Error::busy(run_id, "this process no longer holds its lease")),
         };
-        match self.read_lease(&lease.run_id).await? {
-            Some(cur) if cur.owner == lease.owner && cur.epoch == lease.epoch => {}
+        let Some(confirm_at) = confirm_at else { return Ok(()) };
+        let now = self.clock.now_ms();
+        if now < confirm_at {
+            self.sleep.sleep(confirm_at - now).await;
+        }
+        match self.read_lease(run_id).await? {
+            Some(back) if back.owner == lease.owner && back.epoch == lease.epoch => {}
             _ => {
-                self.writers.borrow_mut().remove(&lease.run_id);
-                return Err(Error::busy(&lease.run_id, "another process took over its lease"));
+                self.writers.borrow_mut().remove(run_id);
+                return Err(Error::busy(run_id, "another process took its lease at the same time"));
             }
         }
-        rec.expires_at = now_ms.saturating_add(opts.ttl_ms);
-        let value = encode(&rec)?;
-        self.put_retrying(&self.keys.lease(&lease.run_id), &value, PutOptions::default()).await?;
-        if let Some(w) = self.writers.borrow_mut().get_mut(&lease.run_id) {
+        let deferred = {
+            let mut writers = self.writers.borrow_mut();
+            let Some(w) = writers.get_mut(run_id) else { return Err(Error::busy(run_id, "lease lost")) };
+            w.confirmed = true;
+            w.repair_index()
+        };
+        if let Some(op) = deferred {
+            self.write_index(run_id, op, false).await;
+        }
+        Ok(())
+    }
+
+    async fn renew_lease(&self, lease: &Lease, _now_ms: u64, opts: &LeaseOptions) -> Result<Lease> {
+        let run_id = &lease.run_id;
+        // Only a confirmed owner renews (a renewal before the read-back could overwrite a racing acquirer's
+        // confirmed record).
+        self.confirm_lease(lease).await?;
+        let Some(mut rec) = self.writer_of(lease) else {
+            return Err(Error::busy(run_id, "this process does not hold its lease"));
+        };
+        let expires_at = rec.expires_at;
+        let lost = |why: &str| {
+            self.writers.borrow_mut().remove(run_id);
+            Err(Error::busy(run_id, why))
+        };
+        let mut delay = 1_000;
+        loop {
+            // Fail closed: past its expiry (by this process's clock) another process may have taken over.
+            let started = self.clock.now_ms();
+            if started >= expires_at {
+                return lost("its lease expired before it could be renewed");
+            }
+            // Re-read before every write, retries included: never overwrite another owner's record.
+            match self.read_lease(run_id).await? {
+                Some(cur) if cur.owner == lease.owner && cur.epoch == lease.epoch => {}
+                Some(cur) if cur.epoch == lease.epoch && self.is_void(run_id, &cur.tag()).await? => {
+                    // An acquirer that raced this owner's acquisition wrote its record too late and gave it up:
+                    // restore this owner's record.
+                }
+                _ => return lost("another process took over its lease"),
+            }
+            rec.expires_at = self.clock.now_ms().saturating_add(opts.ttl_ms);
+            rec.written_at = self.clock.now_ms();
+            let value = encode(&rec)?;
+            self.count(|c| {
+                c.writes += 1;
+                c.bytes_written += value.len() as u64
+            });
+            let written = self.kv.put(&self.keys.lease(run_id), &value, PutOptions::default()).await;
+            let acked = self.clock.now_ms();
+            match written {
+                // A renewal that landed after the old expiry may have overwritten a takeover: give it up.
+                Ok(()) if acked >= expires_at => {
+                    self.void(run_id, &rec.tag()).await;
+                    return lost("renewing its lease took until after it expired");
+                }
+                Ok(()) => break,
+                Err(e) if e.retryable && acked.saturating_add(delay) < expires_at => {
+                    self.count(|c| c.write_retries += 1);
+                    self.sleep.sleep(delay).await;
+                    delay = delay.saturating_mul(2);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let Some(w) = self.writers.borrow_mut().get_mut(run_id) {
             w.rec.expires_at = rec.expires_at;
         }
         Ok(Lease { expires_at: rec.expires_at, ..lease.clone() })
@@ -972,7 +1131,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         }
         let marker = encode(&progress)?;
         self.put_retrying(&self.keys.end(run_id, &rec.tag()), &marker, PutOptions::default()).await?;
-        let repair = self.writers.borrow().get(run_id).and_then(Writer::repair_index);
+        let repair = self.writers.borrow().get(run_id).filter(|w| w.confirmed).and_then(Writer::repair_index);
         if let Some(op) = repair {
             self.write_index(run_id, op, true).await;
         }
@@ -1062,7 +1221,19 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 p.entries_since = if skipped_snapshot { 0 } else { p.entries_since + 1 };
             }
             p.finished = finished;
-            w.plan_index(finished, IndexMeta::of(state), now)
+            let unlisted = w.index.is_none();
+            let op = w.plan_index(finished, IndexMeta::of(state), now);
+            match op {
+                Some(op) if w.confirmed => Some(op),
+                // A run nobody lists yet (a new run) is listed at once, so a crash before the confirmation
+                // leaves it recoverable; changes and deletes of a shared entry wait for the confirmation.
+                Some(IndexOp::Put(meta)) if unlisted => Some(IndexOp::Put(meta)),
+                Some(_) => {
+                    w.index_dirty = true;
+                    None
+                }
+                None => None,
+            }
         };
         // The entry is durable: the commit has succeeded whatever happens to the index, a secondary record.
         // Reporting a failed commit here would make the runtime redo a recorded step; a failed index write is
@@ -1091,8 +1262,20 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 None => break,
             }
         }
-        // The lease last: without it no reader follows the (possibly half-deleted) chain.
-        self.delete_retrying(&lease_key).await?;
+        // The lease last: without it no reader follows the (possibly half-deleted) chain. A tombstone rather than
+        // a delete (see `LeaseRecord::deleted`); it expires on its own.
+        let tombstone = LeaseRecord {
+            owner: String::new(),
+            epoch: 0,
+            expires_at: 0,
+            chain: Vec::new(),
+            from: 0,
+            progress: Progress::default(),
+            written_at: self.clock.now_ms(),
+            deleted: true,
+        };
+        let ttl = PutOptions { metadata: None, expiration_ttl_s: Some(TOMBSTONE_TTL_S) };
+        self.put_retrying(&lease_key, &encode(&tombstone)?, ttl).await?;
         self.delete_retrying(&self.keys.pending(run_id)).await
     }
 
@@ -1156,10 +1339,17 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         for chunk in to_check.chunks(MAX_BULK_GET) {
             let lease_keys: Vec<String> = chunk.iter().map(|&i| self.keys.lease(&runs[i].run_id)).collect();
             let leases = self.get_many(&lease_keys).await?;
-            let tags: Vec<Option<String>> = leases
+            // A deleted run's tombstone counts as no lease.
+            let records: Vec<Option<Result<LeaseRecord, ()>>> = leases
                 .iter()
-                .map(|l| l.as_ref().and_then(|l| serde_json::from_str::<LeaseRecord>(l).ok()).map(|l| l.tag()))
+                .map(|l| match l.as_ref().map(|l| serde_json::from_str::<LeaseRecord>(l).map_err(|_| ())) {
+                    Some(Ok(rec)) if rec.deleted => None,
+                    other => other,
+                })
                 .collect();
+            let leases: Vec<Option<()>> = records.iter().map(|r| r.as_ref().map(|_| ())).collect();
+            let tags: Vec<Option<String>> =
+                records.iter().map(|r| r.as_ref().and_then(|r| r.as_ref().ok()).map(|l| l.tag())).collect();
             let marker_keys: Vec<String> = chunk
                 .iter()
                 .zip(&tags)

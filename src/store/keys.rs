@@ -4,6 +4,7 @@
 //! <prefix>run/<id>/lease                     lease record: owner, epoch, expiry, segment chain (acquire/renew)
 //! <prefix>run/<id>/j/<tag>/<seq:010>         one journal entry, written once by the segment's owner
 //! <prefix>run/<id>/end/<tag>                 end marker of a segment: its owner released the lease (write-once)
+//! <prefix>run/<id>/void/<tag>                that acquisition gave its lease up after writing it (write-once)
 //! <prefix>idx/pending/<id>                   exists while the run is unfinished; value = list metadata
 //! <prefix>approval/<approval id>             approval record
 //! <prefix>state/<name>                       runtime state (the sweep's breaker and cursor)
@@ -48,6 +49,12 @@ impl Keys {
     /// A segment's end marker.
     pub fn end(&self, run_id: &str, tag: &str) -> String {
         format!("{}run/{run_id}/end/{tag}", self.prefix)
+    }
+
+    /// A void marker: the acquisition with this tag gave its lease up after writing it (its record, if it
+    /// landed, holds no owner).
+    pub fn void(&self, run_id: &str, tag: &str) -> String {
+        format!("{}run/{run_id}/void/{tag}", self.prefix)
     }
 
     /// Prefix of the pending index.

@@ -240,6 +240,13 @@ pub trait RunStore {
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>>;
     /// Takes the run's lease for `owner`, or fails with `STEADFAST_SESSION_BUSY`.
     async fn acquire_lease(&self, run_id: &str, owner: &str, now_ms: u64, opts: &LeaseOptions) -> Result<Lease>;
+    /// Confirms a lease from `acquire_lease` before anything irreversible is done under it: a tool runs, an
+    /// approval is recorded, a result is reported. Backends whose acquisition is atomic confirm at once (the
+    /// default); on Workers KV this waits out the settle window and reads the lease back. Fails with
+    /// `STEADFAST_SESSION_BUSY` when another owner won the lease. Idempotent.
+    async fn confirm_lease(&self, _lease: &Lease) -> Result<()> {
+        Ok(())
+    }
     /// Extends a held lease; fails with `STEADFAST_SESSION_BUSY` when it was taken over.
     async fn renew_lease(&self, lease: &Lease, now_ms: u64, opts: &LeaseOptions) -> Result<Lease>;
     /// Ends a held lease (no-op when it was taken over).
