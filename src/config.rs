@@ -853,7 +853,7 @@ mod tests {
     #[async_trait(?Send)]
     impl HttpClient for NoHttp {
         async fn send(&self, _request: HttpRequest) -> Result<HttpResponse> {
-            Ok(HttpResponse { status: 200, headers: vec![], body: "{}".into() })
+            Ok(HttpResponse { status: 200, headers: vec![], body: "{}".into(), truncated: false })
         }
     }
 
