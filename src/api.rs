@@ -332,6 +332,11 @@ pub trait Host {
     /// The next chunk of the request body, `None` at its end. Called only for an admitted request.
     async fn body_chunk(&mut self) -> Result<Option<Vec<u8>>>;
 
+    /// Tells the platform that the body will not be read (the request was answered from its head, or has no
+    /// body to read): the shell cancels the body stream without reading it, so the client gets the answer
+    /// instead of a reset upload. Default: nothing to do.
+    fn discard_body(&mut self) {}
+
     /// Reads the configuration and builds the API over the agent, with `token` as its bearer token. Called
     /// only for an admitted request whose body was read within the limit.
     async fn api(&mut self, token: Option<String>) -> Result<Api>;
@@ -365,8 +370,13 @@ async fn read_body(host: &mut dyn Host) -> Result<Vec<u8>> {
 /// [`MAX_BODY_BYTES`] while reading, then build the API ([`Host::api`]: configuration and agent) and route.
 /// `head` is the request without its body. Never panics; every failure is a coded JSON error.
 pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn Host) -> ApiResponse {
+    let admitted = admit(&head, token.as_deref(), host.conformance_route());
+    let m = head.method.to_ascii_uppercase();
+    if !matches!(admitted, Ok(Admission::Serve)) || m == "GET" || m == "HEAD" {
+        host.discard_body();
+    }
     let result = async {
-        match admit(&head, token.as_deref(), host.conformance_route())? {
+        match admitted? {
             Admission::Respond(r) => Ok(r),
             Admission::Conformance => {
                 let report = host.conformance().await?;
@@ -377,7 +387,6 @@ pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn H
                 })
             }
             Admission::Serve => {
-                let m = head.method.to_ascii_uppercase();
                 head.body = if m == "GET" || m == "HEAD" { Vec::new() } else { read_body(host).await? };
                 let api = host.api(token.clone()).await?;
                 Ok(api.handle(head).await)

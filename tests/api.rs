@@ -255,6 +255,7 @@ struct FakeHost {
     offset: usize,
     chunks_read: usize,
     bytes_read: usize,
+    discarded: bool,
     builds: usize,
     agent: Option<Agent>,
     conformance_route: bool,
@@ -270,6 +271,7 @@ impl FakeHost {
             offset: 0,
             chunks_read: 0,
             bytes_read: 0,
+            discarded: false,
             builds: 0,
             agent,
             conformance_route: false,
@@ -293,6 +295,11 @@ impl Host for FakeHost {
         self.chunks_read += 1;
         self.bytes_read += c.len();
         Ok(Some(c))
+    }
+
+    fn discard_body(&mut self) {
+        assert_eq!(self.chunks_read, 0, "a body is discarded only before any of it is read");
+        self.discarded = true;
     }
 
     async fn api(&mut self, token: Option<String>) -> Result<Api> {
@@ -389,6 +396,7 @@ fn unauthenticated_requests_never_read_the_body_or_build_the_agent() {
         let repro = format!("case {i}: {method} {path} {headers:?} body {} bytes", body.len());
         assert_eq!((r.status, code_of(&r).as_str()), expected, "{repro}: {}", r.body);
         assert_eq!((host.chunks_read, host.builds, host.conformance_runs), (0, 0, 0), "{repro}");
+        assert!(host.discarded, "{repro}: the unread body is cancelled");
     }
     println!("unauthenticated requests: {n}, body reads: 0, agents built: 0");
 }

@@ -19,7 +19,8 @@
 //! * **The URL's path and query are secret** (webhook tokens and signatures live there): no message this tool
 //!   builds — results, configuration errors, `Debug` — shows more than the origin (`scheme://host:port`).
 //!   Text that comes from elsewhere (a transport's error, the excerpt of an error response) passes through
-//!   [`ParsedUrl::redact`] first.
+//!   [`ParsedUrl::redact`] first. A 2xx body is the tool's output and is kept as the endpoint sent it
+//!   (redacting it would also cut legitimate URLs out of the data).
 
 use crate::core::error::{cap_chars, Error, ErrorCode, Result};
 use crate::core::schema::Schema;

@@ -191,6 +191,13 @@ impl Host for WorkerHost<'_> {
         }
     }
 
+    fn discard_body(&mut self) {
+        // Dropping the stream cancels it (wasm-streams' IntoStream cancels on drop): nothing is read.
+        if self.body.is_none() {
+            drop(self.req.stream());
+        }
+    }
+
     async fn api(&mut self, token: Option<String>) -> Result<Api> {
         let env = self.env;
         let cfg = config(env)?;
