@@ -341,7 +341,7 @@ fn pick<'a, T>(rng: &SplitMix64, items: &'a [T]) -> &'a T {
 /// read and no agent is built.
 #[test]
 fn unauthenticated_requests_never_read_the_body_or_build_the_agent() {
-    let rng = SplitMix64::new(0x5eed_a11);
+    let rng = SplitMix64::new(0x05ee_da11);
     let paths = [
         "/runs",
         "/runs/a",
@@ -380,15 +380,15 @@ fn unauthenticated_requests_never_read_the_body_or_build_the_agent() {
         if let Some(a) = pick(&rng, &auths) {
             headers.push(("authorization".to_string(), a.clone()));
         }
-        let oversized = rng.next_u64() % 3 == 0;
+        let oversized = rng.next_u64().is_multiple_of(3);
         let body: Vec<u8> = if oversized { vec![b'x'; MAX_BODY_BYTES + 10] } else { pick(&rng, &bodies).to_vec() };
-        if rng.next_u64() % 2 == 0 {
+        if rng.next_u64().is_multiple_of(2) {
             headers.push(("content-length".into(), body.len().to_string()));
         }
-        let no_token_configured = rng.next_u64() % 4 == 0;
+        let no_token_configured = rng.next_u64().is_multiple_of(4);
         let mut host = FakeHost::new(None, &body);
         host.endless = oversized;
-        host.conformance_route = rng.next_u64() % 2 == 0;
+        host.conformance_route = rng.next_u64().is_multiple_of(2);
         let token = if no_token_configured { None } else { Some(TOKEN.to_string()) };
         let r = block_on(serve(head(method, path, headers.clone()), token, &mut host));
         let expected =
