@@ -1,6 +1,16 @@
-//! The JSON HTTP API (M19), independent of the platform: the Worker shell turns a `worker::Request` into an
-//! [`ApiRequest`], calls [`Api::handle`], and turns the [`ApiResponse`] back. Every decision (routing, auth,
-//! limits, error mapping) is made here, so it is tested natively.
+//! The JSON HTTP API (M19), independent of the platform: the Worker shell hands [`serve`] the request's head
+//! and a [`Host`] (its body stream and a way to build the agent), and turns the [`ApiResponse`] back. Every
+//! decision (routing, auth, limits, the order of checks, error mapping) is made here, so it is tested
+//! natively.
+//!
+//! **Order of a request** ([`serve`]): the head alone decides first ([`admit`]: `/health`, then the bearer
+//! token, then a declared `Content-Length` over [`MAX_BODY_BYTES`]); only an authorized request has its body
+//! read (capped while reading) and only then is the configuration read and the agent built. An
+//! unauthenticated caller therefore never makes the Worker parse a body, read its configuration or build an
+//! agent, and learns nothing about either.
+//!
+//! **Paths.** Every segment counts: an empty id segment (`/runs//resume`, `/runs/`, `/approvals/`,
+//! `/compare//b`) is `STEADFAST_SESSION_ID_INVALID`, never skipped.
 //!
 //! Routes (all but `/health` need `Authorization: Bearer <token>`):
 //!
@@ -18,6 +28,8 @@
 //! | GET | `/approvals` | pending approvals |
 //! | POST | `/approvals/{id}` | `{approved, note?}` resolve |
 //! | POST | `/deliveries/{deliveryId}` | `{input}` run a delivered job once |
+//! | POST | `/__conformance` | the store conformance suite on the real KV binding: only in builds with the cargo
+//! feature `conformance` (tests), and only with the token |
 
 use crate::core::checkpoint::RunStatus;
 use crate::core::error::{Error, ErrorCode, Result};
@@ -26,6 +38,7 @@ use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
 use crate::core::transcript::Message;
 use crate::runtime::{Agent, ForkOptions, Input, Resolve, SendOptions, VecSink};
+use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::rc::Rc;
@@ -207,6 +220,183 @@ fn parse_input(v: Option<Value>) -> Result<Input> {
     }
 }
 
+/// The path's segments, every one kept: `/runs/a/resume` → `["runs", "a", "resume"]`, `/runs//resume` →
+/// `["runs", "", "resume"]`, `/runs/` → `["runs", ""]`, `/` → `[]`. One leading slash is dropped.
+fn segments(path: &str) -> Vec<&str> {
+    match path.strip_prefix('/').unwrap_or(path) {
+        "" => Vec::new(),
+        p => p.split('/').collect(),
+    }
+}
+
+/// An id segment of the path must not be empty: `STEADFAST_SESSION_ID_INVALID`, never a skipped segment.
+fn non_empty_segment(kind: &str, id: &str) -> Result<()> {
+    if id.is_empty() {
+        return Err(Error::new(
+            ErrorCode::SessionIdInvalid,
+            format!("the {kind} id in the path is empty (a segment between two '/' is missing)"),
+        ));
+    }
+    Ok(())
+}
+
+/// A run id segment: not empty, and a valid run id.
+fn run_id_segment(id: &str) -> Result<()> {
+    non_empty_segment("run", id)?;
+    validate_run_id(id)
+}
+
+/// The credentials of an `Authorization: Bearer <token>` header. The scheme is case-insensitive (RFC 9110
+/// §11.1: `Bearer`, `bearer`, `BEARER`), separated from the token by one or more spaces; the token is returned
+/// as sent, without the surrounding spaces. `None` for any other scheme or a missing token.
+pub fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, rest) = header.trim_start_matches(' ').split_once(' ')?;
+    let token = rest.trim_matches(' ');
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Checks the request's bearer token against `token` (constant time). Fails closed: no token configured →
+/// `STEADFAST_AUTH_NOT_CONFIGURED` (503, saying how to set one); a missing, malformed or wrong token →
+/// `STEADFAST_UNAUTHORIZED` (401).
+pub fn authorize(req: &ApiRequest, token: Option<&str>) -> Result<()> {
+    let Some(token) = token.filter(|t| !t.is_empty()) else {
+        return Err(Error::new(
+            ErrorCode::AuthNotConfigured,
+            "no API token is configured: set one with `npx wrangler secret put STEADFAST_TOKEN` (locally: \
+             STEADFAST_TOKEN=... in .dev.vars)",
+        ));
+    };
+    let given = req.header("authorization").and_then(bearer_token).unwrap_or("");
+    if !constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        return Err(Error::new(
+            ErrorCode::Unauthorized,
+            "missing or wrong bearer token (Authorization: Bearer <token>)",
+        ));
+    }
+    Ok(())
+}
+
+fn payload_too_large() -> Error {
+    Error::new(ErrorCode::PayloadTooLarge, format!("the body is over {MAX_BODY_BYTES} bytes"))
+}
+
+/// What a request may do, decided from its head alone (method, path, headers), before its body is read, the
+/// configuration parsed or the agent built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Answer with this at once (`/health`: no token, no body, no configuration).
+    Respond(ApiResponse),
+    /// Authorized: read the body, build the agent, serve the route.
+    Serve,
+    /// Authorized: run the store conformance suite (only when the shell serves that route).
+    Conformance,
+}
+
+/// Decides what a request may do from its head: `/health` is answered at once (no token needed); every other
+/// route needs the bearer token ([`authorize`]); then a declared `Content-Length` over [`MAX_BODY_BYTES`] is
+/// `STEADFAST_PAYLOAD_TOO_LARGE` (413) and an unreadable one `STEADFAST_INVALID_INPUT`, before a byte of the
+/// body is read. `POST /__conformance` is [`Admission::Conformance`] only when `conformance_route` (a build with
+/// the `conformance` feature); otherwise it is an ordinary unknown route.
+pub fn admit(req: &ApiRequest, token: Option<&str>, conformance_route: bool) -> Result<Admission> {
+    let parts = segments(&req.path);
+    let m = req.method.to_ascii_uppercase();
+    if parts == ["health"] {
+        return match m.as_str() {
+            "GET" | "HEAD" => Ok(Admission::Respond(ApiResponse::ok(
+                &json!({"ok": true, "service": "steadfast", "version": env!("CARGO_PKG_VERSION")}),
+            ))),
+            _ => Err(Error::new(ErrorCode::MethodNotAllowed, "use GET /health")),
+        };
+    }
+    authorize(req, token)?;
+    if let Some(len) = req.header("content-length") {
+        let len: u64 = len.trim().parse().map_err(|_| bad(format!("Content-Length {len:?} is not a number")))?;
+        if len > MAX_BODY_BYTES as u64 {
+            return Err(payload_too_large());
+        }
+    }
+    if conformance_route && parts == ["__conformance"] {
+        return match m.as_str() {
+            "POST" => Ok(Admission::Conformance),
+            _ => Err(Error::new(ErrorCode::MethodNotAllowed, "use POST /__conformance")),
+        };
+    }
+    Ok(Admission::Serve)
+}
+
+/// What [`serve`] needs from the platform shell: the request body as a stream of chunks, a way to build the API
+/// (read the configuration, build the agent) and, in test builds, the store conformance suite. The shell
+/// translates; [`serve`] decides when each is called.
+#[async_trait(?Send)]
+pub trait Host {
+    /// The next chunk of the request body, `None` at its end. Called only for an admitted request.
+    async fn body_chunk(&mut self) -> Result<Option<Vec<u8>>>;
+
+    /// Tells the platform that the body will not be read (the request was answered from its head, or has no
+    /// body to read): the shell cancels the body stream without reading it, so the client gets the answer
+    /// instead of a reset upload. Default: nothing to do.
+    fn discard_body(&mut self) {}
+
+    /// Reads the configuration and builds the API over the agent, with `token` as its bearer token. Called
+    /// only for an admitted request whose body was read within the limit.
+    async fn api(&mut self, token: Option<String>) -> Result<Api>;
+
+    /// Whether this build serves `POST /__conformance` (the cargo feature `conformance`; never in a release).
+    fn conformance_route(&self) -> bool {
+        false
+    }
+
+    /// Runs the store conformance suite over the real KV binding (called only when [`Host::conformance_route`]
+    /// and the token matched).
+    async fn conformance(&mut self) -> Result<String> {
+        Err(Error::new(ErrorCode::RouteNotFound, "no route /__conformance in this build"))
+    }
+}
+
+/// Reads the body from `host`, refusing it as soon as it passes [`MAX_BODY_BYTES`] (the rest is not read).
+async fn read_body(host: &mut dyn Host) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = host.body_chunk().await? {
+        if body.len() + chunk.len() > MAX_BODY_BYTES {
+            return Err(payload_too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Serves one request in the order that keeps unauthenticated callers away from everything else: [`admit`]
+/// the head (health, token, declared size), then read the body (`GET`/`HEAD`: none) capped at
+/// [`MAX_BODY_BYTES`] while reading, then build the API ([`Host::api`]: configuration and agent) and route.
+/// `head` is the request without its body. Never panics; every failure is a coded JSON error.
+pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn Host) -> ApiResponse {
+    let admitted = admit(&head, token.as_deref(), host.conformance_route());
+    let m = head.method.to_ascii_uppercase();
+    if !matches!(admitted, Ok(Admission::Serve)) || m == "GET" || m == "HEAD" {
+        host.discard_body();
+    }
+    let result = async {
+        match admitted? {
+            Admission::Respond(r) => Ok(r),
+            Admission::Conformance => {
+                let report = host.conformance().await?;
+                Ok(ApiResponse {
+                    status: 200,
+                    headers: vec![("content-type".into(), "text/plain".into())],
+                    body: report,
+                })
+            }
+            Admission::Serve => {
+                head.body = if m == "GET" || m == "HEAD" { Vec::new() } else { read_body(host).await? };
+                let api = host.api(token.clone()).await?;
+                Ok(api.handle(head).await)
+            }
+        }
+    }
+    .await;
+    result.unwrap_or_else(|e| ApiResponse::error(&e))
+}
+
 impl Api {
     /// An API over `agent`; `token` is the bearer token (`None` refuses every route but `/health`).
     pub fn new(agent: Agent, token: Option<String>) -> Api {
@@ -224,47 +414,31 @@ impl Api {
         &self.agent
     }
 
-    /// Handles one request. Never panics; every failure is a coded JSON error.
+    /// Handles one request whose body has been read: [`admit`] (health, auth, size), then the route. Never
+    /// panics; every failure is a coded JSON error. (The Worker goes through [`serve`], which admits the
+    /// request before reading its body; this checks again.)
     pub async fn handle(&self, req: ApiRequest) -> ApiResponse {
-        match self.route(&req).await {
-            Ok(r) => r,
+        let admitted = admit(&req, self.token.as_deref(), false).and_then(|a| {
+            if req.body.len() > MAX_BODY_BYTES {
+                Err(payload_too_large())
+            } else {
+                Ok(a)
+            }
+        });
+        match admitted {
+            Ok(Admission::Respond(r)) => r,
+            Ok(Admission::Serve) | Ok(Admission::Conformance) => match self.route(&req).await {
+                Ok(r) => r,
+                Err(e) => ApiResponse::error(&e),
+            },
             Err(e) => ApiResponse::error(&e),
         }
     }
 
-    fn authorize(&self, req: &ApiRequest) -> Result<()> {
-        let Some(token) = &self.token else {
-            return Err(Error::new(
-                ErrorCode::AuthNotConfigured,
-                "no API token is configured: set one with `npx wrangler secret put STEADFAST_TOKEN` (locally: \
-                 STEADFAST_TOKEN=... in .dev.vars)",
-            ));
-        };
-        let given = req.header("authorization").and_then(|h| h.strip_prefix("Bearer ")).unwrap_or("");
-        if !constant_time_eq(given.trim().as_bytes(), token.as_bytes()) {
-            return Err(Error::new(
-                ErrorCode::Unauthorized,
-                "missing or wrong bearer token (Authorization: Bearer <token>)",
-            ));
-        }
-        Ok(())
-    }
-
+    /// Routes an admitted request.
     async fn route(&self, req: &ApiRequest) -> Result<ApiResponse> {
-        let parts: Vec<&str> = req.path.trim_matches('/').split('/').filter(|p| !p.is_empty()).collect();
+        let parts = segments(&req.path);
         let m = req.method.to_ascii_uppercase();
-        if parts == ["health"] {
-            return match m.as_str() {
-                "GET" | "HEAD" => Ok(ApiResponse::ok(
-                    &json!({"ok": true, "service": "steadfast", "version": env!("CARGO_PKG_VERSION")}),
-                )),
-                _ => Err(Error::new(ErrorCode::MethodNotAllowed, "use GET /health")),
-            };
-        }
-        self.authorize(req)?;
-        if req.body.len() > MAX_BODY_BYTES {
-            return Err(Error::new(ErrorCode::PayloadTooLarge, format!("the body is over {MAX_BODY_BYTES} bytes")));
-        }
         let not_allowed =
             || Err(Error::new(ErrorCode::MethodNotAllowed, format!("{m} is not allowed on {}", req.path)));
         match parts.as_slice() {
@@ -273,7 +447,7 @@ impl Api {
                 _ => not_allowed(),
             },
             ["runs", id] => {
-                validate_run_id(id)?;
+                run_id_segment(id)?;
                 match m.as_str() {
                     "POST" => self.send(req, id).await,
                     "GET" => self.get_run(id).await,
@@ -285,7 +459,7 @@ impl Api {
                 }
             }
             ["runs", id, "resume"] => {
-                validate_run_id(id)?;
+                run_id_segment(id)?;
                 if m != "POST" {
                     return not_allowed();
                 }
@@ -296,7 +470,7 @@ impl Api {
                 }
             }
             ["runs", id, "history"] => {
-                validate_run_id(id)?;
+                run_id_segment(id)?;
                 if m != "GET" {
                     return not_allowed();
                 }
@@ -307,7 +481,7 @@ impl Api {
                 Ok(ApiResponse::ok(&self.agent.history(id, limit).await?))
             }
             ["runs", id, "fork"] => {
-                validate_run_id(id)?;
+                run_id_segment(id)?;
                 if m != "POST" {
                     return not_allowed();
                 }
@@ -322,8 +496,8 @@ impl Api {
                 Ok(ApiResponse::json(201, &serde_json::to_value(&fork).unwrap_or(Value::Null)))
             }
             ["compare", a, b] => {
-                validate_run_id(a)?;
-                validate_run_id(b)?;
+                run_id_segment(a)?;
+                run_id_segment(b)?;
                 if m != "GET" {
                     return not_allowed();
                 }
@@ -338,14 +512,12 @@ impl Api {
                 _ => not_allowed(),
             },
             ["approvals", id] => {
+                non_empty_segment("approval", id)?;
+                if id.len() > 100 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                    return Err(bad("invalid approval id"));
+                }
                 if m != "POST" {
                     return not_allowed();
-                }
-                if id.is_empty()
-                    || id.len() > 100
-                    || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-                {
-                    return Err(bad("invalid approval id"));
                 }
                 let body: ResolveBody = parse_body(&req.body, false)?.ok_or_else(|| bad("empty body"))?;
                 let r = self
@@ -356,11 +528,12 @@ impl Api {
                 Ok(ApiResponse::ok(&r))
             }
             ["deliveries", id] => {
+                non_empty_segment("delivery", id)?;
+                if id.len() > 180 {
+                    return Err(bad("invalid delivery id"));
+                }
                 if m != "POST" {
                     return not_allowed();
-                }
-                if id.is_empty() || id.len() > 180 {
-                    return Err(bad("invalid delivery id"));
                 }
                 let body: SendBody = parse_body(&req.body, false)?.ok_or_else(|| bad("empty body"))?;
                 let input = parse_input(body.input)?;
@@ -460,6 +633,88 @@ mod tests {
         assert!(!constant_time_eq(b"secret", b"secret2"));
         assert!(!constant_time_eq(b"", b"x"));
         assert!(constant_time_eq(b"", b""));
+    }
+
+    fn head(method: &str, path: &str, headers: &[(&str, &str)]) -> ApiRequest {
+        ApiRequest {
+            method: method.into(),
+            path: path.into(),
+            headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..ApiRequest::default()
+        }
+    }
+
+    #[test]
+    fn path_segments_keep_empty_ones() {
+        assert_eq!(segments("/runs/a/resume"), ["runs", "a", "resume"]);
+        assert_eq!(segments("/runs//resume"), ["runs", "", "resume"]);
+        assert_eq!(segments("/runs/"), ["runs", ""]);
+        assert_eq!(segments("/compare//b"), ["compare", "", "b"]);
+        assert_eq!(segments("/approvals/"), ["approvals", ""]);
+        assert_eq!(segments("//runs"), ["", "runs"]);
+        assert_eq!(segments("/"), Vec::<&str>::new());
+        assert_eq!(segments(""), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_the_token_exact() {
+        // Every upper/lower-case spelling of "bearer" (64 of them), with one or more spaces.
+        for mask in 0u32..64 {
+            let scheme: String = "bearer"
+                .chars()
+                .enumerate()
+                .map(|(i, c)| if mask & (1 << i) != 0 { c.to_ascii_uppercase() } else { c })
+                .collect();
+            for sep in [" ", "  "] {
+                let header = format!("{scheme}{sep}tok-EN_1");
+                assert_eq!(bearer_token(&header), Some("tok-EN_1"), "{header:?}");
+                let req = head("GET", "/runs", &[("Authorization", &header)]);
+                assert!(authorize(&req, Some("tok-EN_1")).is_ok(), "{header:?}");
+                assert_eq!(authorize(&req, Some("tok-en_1")).unwrap_err().code, ErrorCode::Unauthorized);
+            }
+        }
+        for header in ["Basic tok", "Bearertok", "Bearer", "Bearer ", "tok", "Token tok", "Bearer\ttok"] {
+            assert_eq!(bearer_token(header), None, "{header:?}");
+        }
+    }
+
+    #[test]
+    fn admission_is_decided_by_the_head_in_order() {
+        let auth = [("authorization", "Bearer t0k")];
+        // Health: no token needed, none configured.
+        assert!(
+            matches!(admit(&head("GET", "/health", &[]), None, false), Ok(Admission::Respond(r)) if r.status == 200)
+        );
+        assert_eq!(admit(&head("POST", "/health", &[]), None, false).unwrap_err().code, ErrorCode::MethodNotAllowed);
+        // Fail closed: no token configured, whatever the request says.
+        for path in ["/runs", "/runs/a", "/nope", "/__conformance"] {
+            let e = admit(&head("POST", path, &auth), None, true).unwrap_err();
+            assert_eq!(e.code, ErrorCode::AuthNotConfigured, "{path}");
+            assert_eq!(status_of(&e), 503);
+        }
+        // The token comes before the declared size and before the route.
+        let big = (MAX_BODY_BYTES + 1).to_string();
+        let e = admit(&head("POST", "/runs/a", &[("content-length", &big)]), Some("t0k"), false).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unauthorized);
+        let e = admit(&head("POST", "/__conformance", &[]), Some("t0k"), true).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unauthorized);
+        // Authorized: the declared size is checked before reading.
+        let e = admit(&head("POST", "/runs/a", &[auth[0], ("content-length", &big)]), Some("t0k"), false).unwrap_err();
+        assert_eq!((e.code, status_of(&e)), (ErrorCode::PayloadTooLarge, 413));
+        let e = admit(&head("POST", "/runs/a", &[auth[0], ("content-length", "ten")]), Some("t0k"), false).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidInput);
+        let max = MAX_BODY_BYTES.to_string();
+        assert_eq!(
+            admit(&head("POST", "/runs/a", &[auth[0], ("content-length", &max)]), Some("t0k"), false),
+            Ok(Admission::Serve)
+        );
+        // The conformance route exists only when the shell serves it.
+        assert_eq!(admit(&head("POST", "/__conformance", &auth), Some("t0k"), true), Ok(Admission::Conformance));
+        assert_eq!(admit(&head("POST", "/__conformance", &auth), Some("t0k"), false), Ok(Admission::Serve));
+        assert_eq!(
+            admit(&head("GET", "/__conformance", &auth), Some("t0k"), true).unwrap_err().code,
+            ErrorCode::MethodNotAllowed
+        );
     }
 
     #[test]

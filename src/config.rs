@@ -311,6 +311,13 @@ pub struct AgentConfig {
     /// Past states kept per run for history and fork (default 50).
     #[serde(default = "default_history_limit")]
     pub history_limit: usize,
+    /// The KV lease settle window in ms (default 1000; see `JournalOptions::settle_ms`).
+    #[serde(default = "default_settle_ms")]
+    pub settle_ms: u64,
+}
+
+fn default_settle_ms() -> u64 {
+    crate::store::JournalOptions::default().settle_ms
 }
 
 impl Default for AgentConfig {
@@ -326,6 +333,7 @@ impl Default for AgentConfig {
             allowed_hosts: Vec::new(),
             demo_tools: None,
             history_limit: DEFAULT_HISTORY_LIMIT,
+            settle_ms: default_settle_ms(),
         }
     }
 }
@@ -407,6 +415,9 @@ impl AgentConfig {
         }
         if l.tool_concurrency == 0 {
             errs.push("limits.toolConcurrency must be at least 1".into());
+        }
+        if !(1..=60_000).contains(&self.settle_ms) {
+            errs.push("settleMs must be between 1 and 60000".into());
         }
         if !(1_024..=crate::core::limits::MAX_TOOL_RESULT_BYTES).contains(&l.max_tool_result_bytes) {
             errs.push(format!(
@@ -867,7 +878,7 @@ mod tests {
     #[async_trait(?Send)]
     impl HttpClient for NoHttp {
         async fn send(&self, _request: HttpRequest) -> Result<HttpResponse> {
-            Ok(HttpResponse { status: 200, headers: vec![], body: "{}".into() })
+            Ok(HttpResponse { status: 200, headers: vec![], body: "{}".into(), truncated: false })
         }
     }
 

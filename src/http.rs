@@ -2,6 +2,16 @@
 //! code against it; the platform shells supply the transport (`worker::Fetch` in the Worker, the host's
 //! `fetch` in the npm package, a scripted fake in tests). The client makes exactly one attempt: retries
 //! belong to the runtime's model-call layer (M15).
+//!
+//! # Contract (for every transport)
+//! * **The timeout covers the whole exchange**: connecting, the status and headers, *and* the body. A server
+//!   that answers its headers at once and then trickles the body for ever gets a
+//!   `STEADFAST_PROVIDER_TIMEOUT` error after about `timeout_ms`, and the transport abandons the request.
+//! * **The response cap is enforced while reading**: with `max_response_bytes > 0` the transport stops
+//!   reading (and cancels the rest) as soon as the body passes the cap, returns the first
+//!   `max_response_bytes` bytes and sets [`HttpResponse::truncated`]; it never buffers a whole oversized
+//!   body. [`CappedBody`] is the collector transports use for this.
+//! * Redirects are not followed (a 3xx is an answer).
 
 use crate::core::error::Result;
 use async_trait::async_trait;
@@ -17,8 +27,11 @@ pub struct HttpRequest {
     pub headers: Vec<(String, String)>,
     /// Body (UTF-8).
     pub body: Option<String>,
-    /// Give up after this many milliseconds (0 = the platform's default).
+    /// Give up after this many milliseconds, counting until the last byte of the body (0 = the platform's
+    /// default).
     pub timeout_ms: u64,
+    /// Read at most this many bytes of the response body (0 = no cap): see the module's contract.
+    pub max_response_bytes: usize,
 }
 
 /// An HTTP response.
@@ -28,8 +41,10 @@ pub struct HttpResponse {
     pub status: u16,
     /// Headers (names lower-case).
     pub headers: Vec<(String, String)>,
-    /// Body (UTF-8, possibly truncated by the transport to its response cap).
+    /// Body (UTF-8; invalid sequences replaced), at most the request's `max_response_bytes` bytes.
     pub body: String,
+    /// The transport stopped reading at `max_response_bytes`: the real body was longer.
+    pub truncated: bool,
 }
 
 impl HttpResponse {
@@ -45,4 +60,115 @@ impl HttpResponse {
 pub trait HttpClient {
     /// One attempt.
     async fn send(&self, request: HttpRequest) -> Result<HttpResponse>;
+}
+
+/// Collects a response body while it is read, up to a cap: a transport feeds it chunks and stops reading
+/// as soon as [`CappedBody::push`] returns `false`. Platform independent, so the capping rule is tested
+/// natively.
+#[derive(Debug, Default)]
+pub struct CappedBody {
+    max: usize,
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+impl CappedBody {
+    /// A collector keeping at most `max` bytes (0 = no cap).
+    pub fn new(max: usize) -> CappedBody {
+        CappedBody { max, bytes: Vec::new(), truncated: false }
+    }
+
+    /// Adds a chunk. Returns `false` once the body has passed the cap: the transport must stop reading (the
+    /// bytes past the cap are dropped and the body is marked truncated).
+    pub fn push(&mut self, chunk: &[u8]) -> bool {
+        if self.truncated {
+            return false;
+        }
+        if self.max == 0 || self.bytes.len() + chunk.len() <= self.max {
+            self.bytes.extend_from_slice(chunk);
+            return true;
+        }
+        let room = self.max - self.bytes.len();
+        self.bytes.extend_from_slice(&chunk[..room]);
+        self.truncated = true;
+        false
+    }
+
+    /// Bytes kept so far.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether nothing was kept.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// The body as text and whether it was cut. A cut that split a UTF-8 sequence drops the partial
+    /// character; other invalid bytes become U+FFFD.
+    pub fn finish(self) -> (String, bool) {
+        let mut bytes = self.bytes;
+        if self.truncated {
+            if let Err(e) = std::str::from_utf8(&bytes) {
+                if e.error_len().is_none() {
+                    bytes.truncate(e.valid_up_to());
+                }
+            }
+        }
+        let text = match String::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        };
+        (text, self.truncated)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::{Rng, SplitMix64};
+
+    #[test]
+    fn capped_body_keeps_exactly_the_cap_and_stops_past_it() {
+        // Generated bodies, caps and chunkings: the result is the body's first `cap` bytes (minus a split
+        // character), `truncated` exactly when the body is longer, and no chunk is asked for after the
+        // first `false`.
+        let rng = SplitMix64::new(7);
+        for case in 0..2_000 {
+            let len = (rng.next_u64() % 300) as usize;
+            let body: String = (0..len).map(|i| if (i + case) % 7 == 0 { 'é' } else { 'a' }).collect();
+            let bytes = body.as_bytes();
+            let cap = (rng.next_u64() % 320) as usize;
+            let mut c = CappedBody::new(cap);
+            let mut offset = 0;
+            let mut stopped = false;
+            while offset < bytes.len() {
+                let n = 1 + (rng.next_u64() % 64) as usize;
+                let end = (offset + n).min(bytes.len());
+                let more = c.push(&bytes[offset..end]);
+                offset = end;
+                if !more {
+                    stopped = true;
+                    break;
+                }
+            }
+            let over = cap != 0 && bytes.len() > cap;
+            assert_eq!(stopped, over, "case {case}: len {} cap {cap}", bytes.len());
+            assert!(c.len() <= if cap == 0 { bytes.len() } else { cap });
+            let (text, truncated) = c.finish();
+            assert_eq!(truncated, over, "case {case}");
+            if over {
+                assert!(body.starts_with(&text) && text.len() + 1 >= cap && text.len() <= cap, "case {case}");
+            } else {
+                assert_eq!(text, body, "case {case}");
+            }
+        }
+    }
+
+    #[test]
+    fn capped_body_replaces_invalid_bytes() {
+        let mut c = CappedBody::new(0);
+        assert!(c.push(b"ok \xff done"));
+        assert_eq!(c.finish(), ("ok \u{fffd} done".to_string(), false));
+    }
 }

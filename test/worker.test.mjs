@@ -4,20 +4,24 @@
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
+import fs from "node:fs";
 import { Miniflare } from "miniflare";
 
 const TOKEN = "test-token-0123456789";
 const BASE = "http://localhost";
 const instances = [];
 
-function worker({ config, token = TOKEN, kvPersist, bindings = {} } = {}) {
+// `build`: "build" (the release Worker) or "build-conformance" (the test-only Worker with the feature
+// `conformance`, built by `./scripts/build-worker --conformance`).
+function worker({ config, token = TOKEN, kvPersist, bindings = {}, build = "build" } = {}) {
   const b = { ...bindings };
   if (token) b.STEADFAST_TOKEN = token;
   if (config) b.STEADFAST_CONFIG = JSON.stringify(config);
+  assert.ok(fs.existsSync(`${build}/index.js`), `${build}/index.js is missing: run ./scripts/build-worker${build === "build" ? "" : " --conformance"}`);
   const mf = new Miniflare({
     modules: true,
-    scriptPath: "build/index.js",
-    modulesRoot: "build",
+    scriptPath: `${build}/index.js`,
+    modulesRoot: build,
     modulesRules: [
       { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
       { type: "CompiledWasm", include: ["**/*.wasm"] },
@@ -100,7 +104,27 @@ const fastRecovery = { intervalMs: 1 };
 
 // ---------- a local HTTP server speaking OpenAI, Anthropic and webhook-tool wire formats ----------
 function startServer() {
-  const state = { openai: [], anthropic: [], requests: [], tool: [], toolMode: "ok" };
+  const state = { openai: [], anthropic: [], requests: [], tool: [], toolMode: "ok", streams: {} };
+  // Answers headers at once, then a body that never ends: `trickle` one byte every 50 ms, `flood` 64 KiB
+  // chunks as fast as the reader takes them. Records bytes sent and when the client closed the connection.
+  const endless = (name, res, chunk, everyMs) => {
+    const s = (state.streams[name] = { bytes: 0, closedAt: null, startedAt: Date.now() });
+    res.writeHead(200, { "content-type": "text/plain" });
+    let timer = null;
+    const pump = () => {
+      if (s.closedAt) return;
+      s.bytes += chunk.length;
+      const more = res.write(chunk);
+      if (everyMs) timer = setTimeout(pump, everyMs);
+      else if (more) setImmediate(pump);
+      else res.once("drain", pump);
+    };
+    res.on("close", () => {
+      s.closedAt = Date.now();
+      clearTimeout(timer);
+    });
+    pump();
+  };
   const server = http.createServer((req, res) => {
     let body = "";
     req.on("data", (c) => (body += c));
@@ -118,6 +142,12 @@ function startServer() {
       }
       if (req.url.startsWith("/tools/")) {
         state.tool.push(entry);
+        if (req.url === "/tools/trickle") return endless("trickle", res, "x", 50);
+        if (req.url === "/tools/flood") return endless("flood", res, "y".repeat(65536), 0);
+        if (req.url.startsWith("/tools/secret/")) {
+          res.writeHead(404, { "content-type": "text/plain" });
+          return res.end(`Cannot POST ${req.url}`);
+        }
         if (req.url === "/tools/slow") return setTimeout(() => reply(200, { ok: true }), 700);
         if (state.toolMode === "fail") return reply(503, { error: "tool backend down" });
         return reply(200, { found: entry.body });
@@ -145,6 +175,10 @@ test("health, auth and fail-closed without a token", async () => {
   assert.equal((await h.json()).ok, true);
   assert.equal((await call(mf, "GET", "/runs", undefined, { authorization: "Bearer wrong" })).status, 401);
   assert.equal((await call(mf, "GET", "/runs")).status, 200);
+  for (const scheme of ["bearer", "BEARER", "bEaReR"]) {
+    assert.equal((await call(mf, "GET", "/runs", undefined, { authorization: `${scheme} ${TOKEN}` })).status, 200, scheme);
+  }
+  assert.equal((await call(mf, "GET", "/runs", undefined, { authorization: `Bearer ${TOKEN.toUpperCase()}` })).status, 401);
   const open = worker({ token: null });
   const r = await call(open, "GET", "/runs");
   assert.equal(r.status, 503);
@@ -164,6 +198,15 @@ test("bad requests get coded 4xx and leave KV unchanged", async () => {
     ["POST", "/approvals/apr_unknown", { approved: true }, 404, "STEADFAST_APPROVAL_NOT_FOUND"],
     ["POST", "/runs/keep", { input: "more" }, 409, "STEADFAST_SESSION_AWAITING_APPROVAL"],
     ["GET", "/nope", undefined, 404, "STEADFAST_ROUTE_NOT_FOUND"],
+    ["POST", "/runs//resume", { input: "x" }, 400, "STEADFAST_SESSION_ID_INVALID"],
+    ["GET", "/runs/", undefined, 400, "STEADFAST_SESSION_ID_INVALID"],
+    ["POST", "/runs/", { input: "x" }, 400, "STEADFAST_SESSION_ID_INVALID"],
+    ["GET", "/runs//history", undefined, 400, "STEADFAST_SESSION_ID_INVALID"],
+    ["POST", "/runs//fork", { fromStep: 1 }, 400, "STEADFAST_SESSION_ID_INVALID"],
+    ["POST", "/approvals/", { approved: true }, 400, "STEADFAST_SESSION_ID_INVALID"],
+    ["GET", "/compare//keep", undefined, 400, "STEADFAST_SESSION_ID_INVALID"],
+    ["GET", "/compare/keep/", undefined, 400, "STEADFAST_SESSION_ID_INVALID"],
+    ["POST", "/deliveries/", { input: "x" }, 400, "STEADFAST_SESSION_ID_INVALID"],
   ];
   for (const [method, p, body, status, code] of cases) {
     const before = await kvListing(mf);
@@ -172,6 +215,108 @@ test("bad requests get coded 4xx and leave KV unchanged", async () => {
     assert.equal(r.json.error.code, code);
     assert.deepEqual(await kvListing(mf), before, `${method} ${p} changed KV`);
   }
+  assert.equal((await call(mf, "GET", "/runs/resume")).status, 404, "POST /runs//resume started no run named resume");
+});
+
+// POSTs straight to the Worker's socket on a fresh connection (no shared pool: an upload the Worker resets
+// cannot disturb later requests), with either a fixed `body` (sent with its Content-Length) or an endless
+// chunked body written until the answer comes. With `expectContinue` the body waits for the server's
+// "100 Continue" (workerd never sends one, so only an answer given without reading the body arrives).
+// Resolves with the answer and the bytes written. A Worker that answers before reading a large upload may
+// have the connection reset under it before the answer is parsed: that is retried (up to 5 times); the
+// answer, when it comes, is what a test checks.
+async function rawPost(mf, path, headers, body, { expectContinue = false } = {}) {
+  const url = new URL(path, await mf.ready);
+  const once = () => new Promise((resolve, reject) => {
+    const h = { ...headers };
+    if (body !== undefined) h["content-length"] = Buffer.byteLength(body);
+    if (expectContinue) h.expect = "100-continue";
+    const req = http.request(url, { method: "POST", headers: h, agent: false });
+    let sent = 0;
+    let answered = false;
+    req.on("response", (res) => {
+      answered = true;
+      let text = "";
+      res.setEncoding("utf8");
+      res.on("data", (c) => (text += c));
+      res.on("end", () => {
+        req.destroy();
+        resolve({ status: res.statusCode, text, sent });
+      });
+    });
+    req.on("error", (e) => answered || reject(e));
+    if (expectContinue) {
+      req.flushHeaders();
+      req.on("continue", () => reject(new Error("workerd asked for the body (100 Continue)")));
+      return;
+    }
+    if (body !== undefined) {
+      sent = Buffer.byteLength(body);
+      req.end(body);
+      return;
+    }
+    const chunk = Buffer.alloc(65536, "z");
+    const pump = () => {
+      while (!answered && !req.destroyed) {
+        sent += chunk.length;
+        if (!req.write(chunk)) return req.once("drain", pump);
+      }
+    };
+    pump();
+  });
+  let last;
+  for (let i = 0; i < 5; i++) {
+    try {
+      return await once();
+    } catch (e) {
+      last = e;
+    }
+  }
+  throw last;
+}
+
+test("an unauthenticated request never reaches the body or the configuration: 401 despite a broken STEADFAST_CONFIG and a bad body", { timeout: 60000 }, async () => {
+  const broken = worker({ bindings: { STEADFAST_CONFIG: "{ this is not json" } });
+  const requests = [["POST", "/runs/a", "{not json"], ["POST", "/runs/a", "\u0000\uffff"], ["POST", "/runs//resume", "{"],
+    ["PUT", "/runs/a", "{"], ["GET", "/runs", undefined], ["POST", "/__conformance", undefined]];
+  for (const authorization of [undefined, "Bearer wrong", `Basic ${TOKEN}`, TOKEN, `Bearer${TOKEN}`]) {
+    const headers = authorization ? { authorization } : {};
+    for (const [method, p, body] of requests) {
+      const res = await broken.dispatchFetch(BASE + p, { method, body, headers });
+      const text = await res.text();
+      assert.equal(res.status, 401, `${authorization} ${method} ${p}: ${text.slice(0, 200)}`);
+      assert.equal(JSON.parse(text).error.code, "STEADFAST_UNAUTHORIZED");
+    }
+    // A body announced with "Expect: 100-continue" and never sent: the answer comes without a byte of it
+    // (reading the body before checking the token would wait for it for ever).
+    const r = await rawPost(broken, "/runs/a", headers, undefined, { expectContinue: true });
+    assert.equal(r.status, 401, r.text);
+    assert.equal(r.sent, 0);
+  }
+  // With the token the request gets as far as the configuration, which really is broken.
+  const r = await call(broken, "POST", "/runs/a", { input: "x" });
+  assert.equal(r.json.error.code, "STEADFAST_CONFIG_INVALID", r.text);
+  // No token configured: refused as such, still before the configuration.
+  const open = worker({ token: null, bindings: { STEADFAST_CONFIG: "{ this is not json" } });
+  const o = await call(open, "POST", "/runs/a", "{not json");
+  assert.equal(o.status, 503);
+  assert.equal(o.json.error.code, "STEADFAST_AUTH_NOT_CONFIGURED");
+  // Health needs neither.
+  assert.equal((await open.dispatchFetch(BASE + "/health")).status, 200);
+});
+
+test("a request body over 1 MiB is refused while it is read: declared or streamed without a length", { timeout: 60000 }, async () => {
+  const mf = worker();
+  const auth = { authorization: `Bearer ${TOKEN}` };
+  const declared = await rawPost(mf, "/runs/big", auth, "x".repeat(1024 * 1024 + 1));
+  assert.equal(declared.status, 413, declared.text);
+  // An endless chunked body: the Worker answers 413 after reading just past the cap (reading it all first
+  // would never answer); the client gets to send a bounded amount (the cap plus transport buffers).
+  const r = await rawPost(mf, "/runs/big", auth);
+  assert.equal(r.status, 413, r.text);
+  assert.equal(JSON.parse(r.text).error.code, "STEADFAST_PAYLOAD_TOO_LARGE");
+  assert.ok(r.sent < 64 * 1024 * 1024, `the client got to send ${r.sent} bytes`);
+  assert.deepEqual(await kvListing(mf), []);
 });
 
 test("a run interrupted like a dying process is finished by the cron sweep, the charge counted once", async () => {
@@ -300,6 +445,73 @@ test("webhook tools: allowlist refusal, stable Idempotency-Key across a resume, 
   assert.match(result.content, /HTTP 503/);
 });
 
+const oneCall = (tool) => ({ tools: [tool], allowedHosts: ["127.0.0.1"],
+  model: { provider: "mock", script: [{ toolCalls: [{ name: tool.name, args: { q: "x" } }] }, { text: "done" }] } });
+
+async function waitFor(check, ms = 3000) {
+  const end = Date.now() + ms;
+  while (!check() && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+  return check();
+}
+
+test("webhook timeout covers the body: a server that trickles its body for ever gets a TimeoutError result within about the timeout", { timeout: 30000 }, async () => {
+  const mf = worker({ config: oneCall({ ...lookupTool(`http://127.0.0.1:${srv.port}/tools/trickle`), timeoutMs: 800 }) });
+  const t0 = Date.now();
+  const r = await call(mf, "POST", "/runs/trickle-1", { input: "x" });
+  const elapsed = Date.now() - t0;
+  assert.equal(r.status, 200, r.text);
+  const result = r.json.messages.find((m) => m.role === "tool");
+  assert.equal(result.isError, true);
+  assert.match(result.content, /^TimeoutError: POST http:\/\/127\.0\.0\.1:\d+ failed: no complete answer within 800 ms$/);
+  const s = srv.state.streams.trickle;
+  assert.ok(s.bytes > 1, "the server had answered headers and started the body");
+  assert.ok(elapsed < 800 + 2500, `the run answered after ${elapsed} ms`);
+  assert.ok(await waitFor(() => s.closedAt), "the Worker closed the connection");
+  assert.ok(s.closedAt - s.startedAt < 800 + 1500, `closed ${s.closedAt - s.startedAt} ms after the headers`);
+});
+
+test("webhook response cap is enforced while reading: an endless body is cut at maxResponseBytes and the connection closed", { timeout: 30000 }, async () => {
+  const mf = worker({ config: oneCall({ ...lookupTool(`http://127.0.0.1:${srv.port}/tools/flood`), timeoutMs: 20000, maxResponseBytes: 1000 }) });
+  const t0 = Date.now();
+  const r = await call(mf, "POST", "/runs/flood-1", { input: "x" });
+  const elapsed = Date.now() - t0;
+  assert.equal(r.status, 200, r.text);
+  const result = r.json.messages.find((m) => m.role === "tool");
+  assert.ok(!result.isError, result.content);
+  assert.equal(result.content, "y".repeat(1000) + "… [truncated: the first 1000 bytes of a longer response]");
+  assert.ok(elapsed < 5000, `answered after ${elapsed} ms (well before the 20 s timeout)`);
+  const s = srv.state.streams.flood;
+  assert.ok(await waitFor(() => s.closedAt), "the Worker closed the connection");
+  assert.ok(s.bytes < 64 * 1024 * 1024, `the server got to send ${s.bytes} bytes`);
+});
+
+test("webhook URL secrets (path, query) never reach results, events, the transcript or errors: only the host", async () => {
+  const secrets = ["T0KEN9f8e7d6c5b4a", "S1GNATURE42zz", "/tools/secret", "CL0SEDsecret77", "QUERYSECRET9", "/hooks/"];
+  const tools = [
+    { ...lookupTool(`http://127.0.0.1:${srv.port}/tools/secret/T0KEN9f8e7d6c5b4a?sig=S1GNATURE42zz`), name: "notify" },
+    { ...lookupTool("http://127.0.0.1:1/hooks/CL0SEDsecret77?k=QUERYSECRET9"), name: "closed" },
+  ];
+  const config = { tools, allowedHosts: ["127.0.0.1"], model: { provider: "mock", script: [
+    { toolCalls: [{ name: "notify", args: {} }, { name: "closed", args: {} }] }, { text: "both failed" }] } };
+  const mf = worker({ config });
+  const sse = await call(mf, "POST", "/runs/sec-1", { input: "x" }, { accept: "text/event-stream" });
+  assert.equal(sse.status, 200, sse.text);
+  const run = await call(mf, "GET", "/runs/sec-1");
+  const results = run.json.messages.filter((m) => m.role === "tool");
+  assert.equal(results.length, 2);
+  assert.match(results[0].content, /^HttpError: HTTP 404: Cannot POST \[redacted\]/);
+  assert.match(results[1].content, /^NetworkError: POST http:\/\/127\.0\.0\.1:1 failed: /);
+  const history = await call(mf, "GET", "/runs/sec-1/history");
+  // A configuration error that names a bad webhook URL shows no path either.
+  const bad = worker({ config: { tools: [lookupTool(`http://127.0.0.1:99999/hooks/CL0SEDsecret77?k=QUERYSECRET9`)], allowedHosts: ["127.0.0.1"] } });
+  const e = await call(bad, "POST", "/runs/sec-2", { input: "x" });
+  assert.equal(e.json.error.code, "STEADFAST_CONFIG_INVALID", e.text);
+  for (const [what, text] of [["events", sse.text], ["transcript", run.text], ["history", history.text], ["config error", e.text],
+    ["KV", JSON.stringify(await kvListing(mf))]]) {
+    for (const secret of secrets) assert.ok(!text.includes(secret), `${what} contains ${secret}`);
+  }
+});
+
 test("SSE: events in order with gapless seq, ending with run.done", async () => {
   const mf = worker({ config: { recovery: fastRecovery } });
   const r = await call(mf, "POST", "/runs/sse-1", { input: "refund order 7" }, { accept: "text/event-stream" });
@@ -312,12 +524,26 @@ test("SSE: events in order with gapless seq, ending with run.done", async () => 
   assert.ok(events.some((e) => e.type === "approval.requested"));
 });
 
-test("the store conformance suite passes on the real local KV binding (WorkersKv)", async () => {
+test("/__conformance does not exist in the release build", async () => {
   const mf = worker({ bindings: { STEADFAST_CONFORMANCE: "1" } });
-  const res = await mf.dispatchFetch(BASE + "/__conformance", { method: "POST" });
-  const text = await res.text();
-  assert.equal(res.status, 200, text);
-  assert.match(text, /store conformance on WorkersKv: ok \(11 suites\)/);
-  const off = await worker().dispatchFetch(BASE + "/__conformance", { method: "POST", headers: { authorization: `Bearer ${TOKEN}` } });
-  assert.equal(off.status, 404, "not served without the test var");
+  for (const method of ["POST", "GET"]) {
+    const r = await call(mf, method, "/__conformance");
+    assert.equal(r.status, 404, r.text);
+    assert.equal(r.json.error.code, "STEADFAST_ROUTE_NOT_FOUND");
+  }
+  assert.deepEqual(await kvListing(mf), [], "nothing ran");
+});
+
+test("the test build's /__conformance needs the token, then passes the store suite on the real local KV binding", async () => {
+  const mf = worker({ build: "build-conformance" });
+  for (const headers of [{}, { authorization: "Bearer wrong" }, { authorization: `Basic ${TOKEN}` }]) {
+    const res = await mf.dispatchFetch(BASE + "/__conformance", { method: "POST", headers });
+    assert.equal(res.status, 401, await res.text());
+  }
+  assert.deepEqual(await kvListing(mf), [], "nothing ran without the token");
+  const open = worker({ build: "build-conformance", token: null });
+  assert.equal((await call(open, "POST", "/__conformance")).status, 503);
+  const r = await call(mf, "POST", "/__conformance");
+  assert.equal(r.status, 200, r.text);
+  assert.match(r.text, /store conformance on WorkersKv: ok \(10 suites\)/);
 });

@@ -1,13 +1,16 @@
 //! The HTTP API, natively: every route's happy path, a table of bad requests (no 5xx, KV unchanged),
-//! auth, SSE.
+//! auth, SSE, empty id segments, and the order in which [`serve`] checks a request (token, then body, then
+//! configuration and agent) over generated requests.
 
 mod common;
 
+use async_trait::async_trait;
 use common::*;
 use serde_json::{json, Value};
 use std::rc::Rc;
-use steadfast::api::{Api, ApiRequest, ApiResponse, MAX_BODY_BYTES};
-use steadfast::runtime::{MockModel, MockTurn};
+use steadfast::api::{serve, Api, ApiRequest, ApiResponse, Host, MAX_BODY_BYTES};
+use steadfast::core::error::{Error, ErrorCode, Result};
+use steadfast::runtime::{Agent, MockModel, MockTurn, Rng, SplitMix64};
 use steadfast::store::{JournalOptions, JournalStore, MemoryKv};
 
 const TOKEN: &str = "s3cret-token";
@@ -240,4 +243,290 @@ fn sse_streams_events_in_order_ending_with_run_done() {
     assert_eq!(events.first().unwrap()["type"], "run.start");
     assert_eq!(events.last().unwrap()["type"], "run.done");
     assert!(events.iter().any(|e| e["type"] == "tool.done"));
+}
+
+/// A platform shell for [`serve`] that records what it was asked to do: body chunks read, APIs built (a
+/// broken configuration when it has no agent), conformance runs.
+struct FakeHost {
+    /// The body, handed out in chunks of `chunk` bytes; `endless` repeats it for ever.
+    body: Vec<u8>,
+    chunk: usize,
+    endless: bool,
+    offset: usize,
+    chunks_read: usize,
+    bytes_read: usize,
+    discarded: bool,
+    builds: usize,
+    agent: Option<Agent>,
+    conformance_route: bool,
+    conformance_runs: usize,
+}
+
+impl FakeHost {
+    fn new(agent: Option<Agent>, body: &[u8]) -> FakeHost {
+        FakeHost {
+            body: body.to_vec(),
+            chunk: 4096,
+            endless: false,
+            offset: 0,
+            chunks_read: 0,
+            bytes_read: 0,
+            discarded: false,
+            builds: 0,
+            agent,
+            conformance_route: false,
+            conformance_runs: 0,
+        }
+    }
+}
+
+#[async_trait(?Send)]
+impl Host for FakeHost {
+    async fn body_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        if self.endless && self.offset >= self.body.len() {
+            self.offset = 0;
+        }
+        if self.offset >= self.body.len() {
+            return Ok(None);
+        }
+        let end = (self.offset + self.chunk).min(self.body.len());
+        let c = self.body[self.offset..end].to_vec();
+        self.offset = end;
+        self.chunks_read += 1;
+        self.bytes_read += c.len();
+        Ok(Some(c))
+    }
+
+    fn discard_body(&mut self) {
+        assert_eq!(self.chunks_read, 0, "a body is discarded only before any of it is read");
+        self.discarded = true;
+    }
+
+    async fn api(&mut self, token: Option<String>) -> Result<Api> {
+        self.builds += 1;
+        match &self.agent {
+            Some(a) => Ok(Api::new(a.clone(), token)),
+            None => Err(Error::new(ErrorCode::ConfigInvalid, "STEADFAST_CONFIG is not valid JSON (broken on purpose)")),
+        }
+    }
+
+    fn conformance_route(&self) -> bool {
+        self.conformance_route
+    }
+
+    async fn conformance(&mut self) -> Result<String> {
+        self.conformance_runs += 1;
+        Ok("store conformance: ok".into())
+    }
+}
+
+fn head(method: &str, path: &str, headers: Vec<(String, String)>) -> ApiRequest {
+    ApiRequest { method: method.into(), path: path.into(), headers, ..ApiRequest::default() }
+}
+
+fn code_of(r: &ApiResponse) -> String {
+    serde_json::from_str::<Value>(&r.body)
+        .ok()
+        .and_then(|v| v["error"]["code"].as_str().map(String::from))
+        .unwrap_or_default()
+}
+
+fn pick<'a, T>(rng: &SplitMix64, items: &'a [T]) -> &'a T {
+    &items[(rng.next_u64() % items.len() as u64) as usize]
+}
+
+/// Generated requests that do not carry the right token (none, another scheme, a wrong or nearly-right token,
+/// the token in another case), with invalid JSON or oversized bodies, on every route, against a host whose
+/// configuration is broken: every one is 401 (503 when no token is configured), and not one body chunk is
+/// read and no agent is built.
+#[test]
+fn unauthenticated_requests_never_read_the_body_or_build_the_agent() {
+    let rng = SplitMix64::new(0x05ee_da11);
+    let paths = [
+        "/runs",
+        "/runs/a",
+        "/runs//resume",
+        "/runs/a/resume",
+        "/runs/a/history",
+        "/runs/a/fork",
+        "/compare/a/b",
+        "/approvals",
+        "/approvals/apr_1",
+        "/deliveries/d1",
+        "/demo/counts",
+        "/__conformance",
+        "/nope",
+        "/",
+    ];
+    let methods = ["POST", "GET", "PUT", "DELETE", "PATCH"];
+    let near = format!("{}x", &TOKEN[..TOKEN.len() - 1]);
+    let auths: Vec<Option<String>> = vec![
+        None,
+        Some(String::new()),
+        Some(format!("Basic {TOKEN}")),
+        Some(format!("Bearer{TOKEN}")),
+        Some("Bearer nope".into()),
+        Some(format!("bearer {near}")),
+        Some(format!("BEARER {}", TOKEN.to_ascii_uppercase())),
+        Some(format!("Bearer {TOKEN}{TOKEN}")),
+        Some(TOKEN.to_string()),
+    ];
+    let bodies: [&[u8]; 4] = [b"{not json", b"{\"input\": 42}", b"\xff\xfe", b""];
+    let n = 600;
+    for i in 0..n {
+        let method = *pick(&rng, &methods);
+        let path = *pick(&rng, &paths);
+        let mut headers = Vec::new();
+        if let Some(a) = pick(&rng, &auths) {
+            headers.push(("authorization".to_string(), a.clone()));
+        }
+        let oversized = rng.next_u64().is_multiple_of(3);
+        let body: Vec<u8> = if oversized { vec![b'x'; MAX_BODY_BYTES + 10] } else { pick(&rng, &bodies).to_vec() };
+        if rng.next_u64().is_multiple_of(2) {
+            headers.push(("content-length".into(), body.len().to_string()));
+        }
+        let no_token_configured = rng.next_u64().is_multiple_of(4);
+        let mut host = FakeHost::new(None, &body);
+        host.endless = oversized;
+        host.conformance_route = rng.next_u64().is_multiple_of(2);
+        let token = if no_token_configured { None } else { Some(TOKEN.to_string()) };
+        let r = block_on(serve(head(method, path, headers.clone()), token, &mut host));
+        let expected =
+            if no_token_configured { (503, "STEADFAST_AUTH_NOT_CONFIGURED") } else { (401, "STEADFAST_UNAUTHORIZED") };
+        let repro = format!("case {i}: {method} {path} {headers:?} body {} bytes", body.len());
+        assert_eq!((r.status, code_of(&r).as_str()), expected, "{repro}: {}", r.body);
+        assert_eq!((host.chunks_read, host.builds, host.conformance_runs), (0, 0, 0), "{repro}");
+        assert!(host.discarded, "{repro}: the unread body is cancelled");
+    }
+    println!("unauthenticated requests: {n}, body reads: 0, agents built: 0");
+}
+
+/// With the right token the order continues: the body is read, then the configuration (here broken) is
+/// reached; the same request without the token never got that far.
+#[test]
+fn authorized_request_reads_the_body_then_builds_the_agent() {
+    for scheme in ["Bearer", "bearer", "BEARER", "bEaReR"] {
+        let auth = vec![("authorization".to_string(), format!("{scheme} {TOKEN}"))];
+        let mut host = FakeHost::new(None, b"{not json");
+        let r = block_on(serve(head("POST", "/runs/a", auth.clone()), Some(TOKEN.into()), &mut host));
+        assert_eq!((r.status, code_of(&r).as_str()), (500, "STEADFAST_CONFIG_INVALID"), "{scheme}: {}", r.body);
+        assert_eq!((host.chunks_read, host.builds), (1, 1));
+
+        let f = fixture();
+        let mut host = FakeHost::new(Some(f.api.agent().clone()), b"{not json");
+        let r = block_on(serve(head("POST", "/runs/a", auth.clone()), Some(TOKEN.into()), &mut host));
+        assert_eq!((r.status, code_of(&r).as_str()), (400, "STEADFAST_INVALID_INPUT"), "{}", r.body);
+        let mut host = FakeHost::new(Some(f.api.agent().clone()), br#"{"input": "Charge order 7"}"#);
+        host.chunk = 3;
+        let r = block_on(serve(head("POST", "/runs/a", auth), Some(TOKEN.into()), &mut host));
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(f.counters.get("charge"), 1);
+    }
+}
+
+/// Health is answered from the head: no token, no configuration, no agent.
+#[test]
+fn health_needs_neither_token_nor_configuration() {
+    for token in [None, Some(TOKEN.to_string())] {
+        let mut host = FakeHost::new(None, b"");
+        let r = block_on(serve(head("GET", "/health", vec![]), token, &mut host));
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!((host.chunks_read, host.builds), (0, 0));
+    }
+}
+
+/// A body over the limit is refused while it is read (an endless body stops being read just past the cap;
+/// a declared Content-Length over it is refused before the first chunk), and the agent is never built.
+#[test]
+fn oversized_body_is_refused_while_reading() {
+    let f = fixture();
+    let auth = ("authorization".to_string(), format!("Bearer {TOKEN}"));
+    for chunk in [1usize, 1000, 4096, 65_536, MAX_BODY_BYTES + 1] {
+        let mut host = FakeHost::new(Some(f.api.agent().clone()), &[b'x'; 65_536]);
+        host.endless = true;
+        host.chunk = chunk;
+        let r = block_on(serve(head("POST", "/runs/a", vec![auth.clone()]), Some(TOKEN.into()), &mut host));
+        assert_eq!((r.status, code_of(&r).as_str()), (413, "STEADFAST_PAYLOAD_TOO_LARGE"), "chunk {chunk}");
+        assert!(host.bytes_read <= MAX_BODY_BYTES + chunk.min(65_536), "read {} bytes", host.bytes_read);
+        assert!(host.bytes_read > MAX_BODY_BYTES - chunk.min(65_536));
+        assert_eq!(host.builds, 0);
+    }
+    let declared = ("content-length".to_string(), (MAX_BODY_BYTES + 1).to_string());
+    let mut host = FakeHost::new(Some(f.api.agent().clone()), b"{}");
+    let r = block_on(serve(head("POST", "/runs/a", vec![auth.clone(), declared]), Some(TOKEN.into()), &mut host));
+    assert_eq!(r.status, 413);
+    assert_eq!((host.chunks_read, host.builds), (0, 0));
+    // Exactly at the limit is fine (the body is then read and parsed).
+    let body = format!(r#"{{"input": "{}"}}"#, "y".repeat(MAX_BODY_BYTES - 13));
+    assert_eq!(body.len(), MAX_BODY_BYTES);
+    let mut host = FakeHost::new(Some(f.api.agent().clone()), body.as_bytes());
+    let r = block_on(serve(head("POST", "/runs/at-limit", vec![auth]), Some(TOKEN.into()), &mut host));
+    assert_ne!(r.status, 413, "{}", &r.body[..r.body.len().min(300)]);
+    assert_eq!(host.builds, 1);
+}
+
+/// Every route that takes an id, with each id segment emptied in turn and every method: always
+/// `STEADFAST_SESSION_ID_INVALID` (400), and nothing is stored (`POST /runs//resume` used to start a run
+/// named `resume`).
+#[test]
+fn empty_id_segment_is_session_id_invalid_on_every_route() {
+    let f = fixture();
+    assert_eq!(call(&f, req("POST", "/runs/keep", r#"{"input": "Charge order 7"}"#)).0, 200);
+    let charges = f.counters.get("charge");
+    let templates = [
+        "/runs/{}",
+        "/runs/{}/resume",
+        "/runs/{}/history",
+        "/runs/{}/fork",
+        "/compare/{}/keep",
+        "/compare/keep/{}",
+        "/compare/{}/{}",
+        "/approvals/{}",
+        "/deliveries/{}",
+    ];
+    let bodies = ["", r#"{"input": "resume"}"#, r#"{"fromStep": 1}"#, r#"{"approved": true}"#];
+    let mut cases = 0;
+    for t in templates {
+        let path = t.replace("{}", "");
+        for method in ["GET", "POST", "PUT", "DELETE"] {
+            for body in bodies {
+                let before = snapshot(&f.kv);
+                let (s, v) = call(&f, req(method, &path, body));
+                assert_eq!(
+                    (s, v["error"]["code"].as_str()),
+                    (400, Some("STEADFAST_SESSION_ID_INVALID")),
+                    "{method} {path}: {v}"
+                );
+                assert_eq!(snapshot(&f.kv), before, "{method} {path} changed KV");
+                cases += 1;
+            }
+        }
+    }
+    assert_eq!(f.counters.get("charge"), charges);
+    for id in ["resume", "history", "fork"] {
+        assert_eq!(call(&f, req("GET", &format!("/runs/{id}"), "")).0, 404, "no run named {id}");
+    }
+    println!("empty id segments: {cases} requests, all 400 STEADFAST_SESSION_ID_INVALID");
+}
+
+/// The conformance route exists only when the shell serves it, and then only with the token.
+#[test]
+fn conformance_route_needs_the_feature_and_the_token() {
+    let f = fixture();
+    let auth = vec![("authorization".to_string(), format!("Bearer {TOKEN}"))];
+    let mut host = FakeHost::new(Some(f.api.agent().clone()), b"");
+    host.conformance_route = true;
+    let r = block_on(serve(head("POST", "/__conformance", vec![]), Some(TOKEN.into()), &mut host));
+    assert_eq!(r.status, 401);
+    let r = block_on(serve(head("POST", "/__conformance", vec![]), None, &mut host));
+    assert_eq!(r.status, 503);
+    assert_eq!(host.conformance_runs, 0);
+    let r = block_on(serve(head("POST", "/__conformance", auth.clone()), Some(TOKEN.into()), &mut host));
+    assert_eq!((r.status, r.body.as_str()), (200, "store conformance: ok"));
+    assert_eq!((host.conformance_runs, host.builds), (1, 0));
+
+    let mut host = FakeHost::new(Some(f.api.agent().clone()), b"");
+    let r = block_on(serve(head("POST", "/__conformance", auth), Some(TOKEN.into()), &mut host));
+    assert_eq!((r.status, code_of(&r).as_str()), (404, "STEADFAST_ROUTE_NOT_FOUND"));
+    assert_eq!(host.conformance_runs, 0);
 }

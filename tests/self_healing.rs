@@ -1489,7 +1489,6 @@ fn probe_scenario(seed: u64) -> std::result::Result<String, String> {
             tool_down.set(false);
         }
         env.clock.advance(tick_ms);
-        let now = env.clock.now_ms();
         let state: SweepState = block_on(env.store.get_state("sweep"))
             .unwrap()
             .map(|s| serde_json::from_str(&s).unwrap())

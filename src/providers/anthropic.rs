@@ -150,6 +150,7 @@ pub fn build_request(
         ],
         body: Some(Value::Object(body).to_string()),
         timeout_ms: options.timeout_ms,
+        max_response_bytes: 0,
     }
 }
 

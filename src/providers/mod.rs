@@ -276,6 +276,7 @@ pub(crate) mod fake {
                 status,
                 headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
                 body: body.to_string(),
+                truncated: false,
             })])
         }
 

@@ -69,6 +69,7 @@ pub fn build_request(options: &OpenAiOptions, api_key: &str, messages: &[Message
         headers,
         body: Some(Value::Object(body).to_string()),
         timeout_ms: options.timeout_ms,
+        max_response_bytes: 0,
     }
 }
 

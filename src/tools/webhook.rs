@@ -10,10 +10,17 @@
 //!   approved call, else the tool call id, which is unchanged when the same call re-runs on resume), plus
 //!   `X-Steadfast-Run-Id`, `X-Steadfast-Tool-Call-Id` and, for approved calls, `X-Steadfast-Approval-Id`.
 //! * **Results.** The arguments are the JSON body (`GET` sends no body). The response body is capped at
-//!   `maxResponseBytes`. A 2xx answer is the tool's output (JSON kept as JSON, anything else as text); any
-//!   other status is an `HttpError` result the model reads, and a transport failure a `NetworkError` result —
-//!   neither fails the run. Redirects are not followed by this tool: the transport must not follow them
-//!   either (a redirect could leave the allow-listed host), so a 3xx is an `HttpError` result.
+//!   `maxResponseBytes` while it is read (the transport stops reading past the cap, see [`crate::http`]), and
+//!   `timeoutMs` covers the whole response, headers and body. A 2xx answer is the tool's output (JSON kept as
+//!   JSON, anything else as text; a cut body is text with a `[truncated: …]` marker); any other status is an
+//!   `HttpError` result the model reads, a timeout a `TimeoutError` result and any other transport failure a
+//!   `NetworkError` result — none fails the run. Redirects are not followed by this tool: the transport must
+//!   not follow them either (a redirect could leave the allow-listed host), so a 3xx is an `HttpError` result.
+//! * **The URL's path and query are secret** (webhook tokens and signatures live there): no message this tool
+//!   builds — results, configuration errors, `Debug` — shows more than the origin (`scheme://host:port`).
+//!   Text that comes from elsewhere (a transport's error, the excerpt of an error response) passes through
+//!   [`ParsedUrl::redact`] first. A 2xx body is the tool's output and is kept as the endpoint sent it
+//!   (redacting it would also cut legitimate URLs out of the data).
 
 use crate::core::error::{cap_chars, Error, ErrorCode, Result};
 use crate::core::schema::Schema;
@@ -186,7 +193,8 @@ pub struct ParsedUrl {
 impl ParsedUrl {
     /// Parses and checks a URL. Fails with `STEADFAST_CONFIG_INVALID` naming what is wrong.
     pub fn parse(url: &str) -> Result<ParsedUrl> {
-        let bad = |why: &str| config_err(format!("url {:?} {why}", cap_chars(url, 200)));
+        // The URL itself is never quoted: its path and query may hold a secret.
+        let bad = |why: &str| config_err(format!("url {why}"));
         if url.is_empty() {
             return Err(config_err("url is empty"));
         }
@@ -220,13 +228,66 @@ impl ParsedUrl {
         Ok(ParsedUrl { scheme, host, port, path })
     }
 
-    /// The URL re-assembled from the checked parts (this is where requests go).
+    /// The URL re-assembled from the checked parts (this is where requests go). Secret: never put it in a
+    /// message; show [`ParsedUrl::origin`].
     pub fn as_url(&self) -> String {
+        format!("{}{}", self.origin(), self.path)
+    }
+
+    /// `scheme://host[:port]`: the only part of the URL that messages show.
+    pub fn origin(&self) -> String {
         match self.port {
-            Some(p) => format!("{}://{}:{p}{}", self.scheme, self.host, self.path),
-            None => format!("{}://{}{}", self.scheme, self.host, self.path),
+            Some(p) => format!("{}://{}:{p}", self.scheme, self.host),
+            None => format!("{}://{}", self.scheme, self.host),
         }
     }
+
+    /// `text` with this URL's path and query removed: every URL in it (`scheme://…`) is cut to its origin,
+    /// and this URL's path, query, path-with-query, and each path segment or query value that could be a
+    /// token (8+ characters with a digit, or 16+ characters; query values from 4 characters) become
+    /// `[redacted]`, wherever they appear.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = strip_url_paths(text);
+        let (path, query) = match self.path.split_once('?') {
+            Some((p, q)) => (p, q),
+            None => (self.path.as_str(), ""),
+        };
+        let mut secrets: Vec<&str> = vec![self.path.as_str(), path, query];
+        secrets.extend(path.split('/').filter(|seg| {
+            let n = seg.chars().count();
+            n >= 16 || (n >= 8 && seg.chars().any(|c| c.is_ascii_digit()))
+        }));
+        secrets
+            .extend(query.split('&').filter_map(|pair| pair.split_once('=').map(|(_, v)| v)).filter(|v| v.len() >= 4));
+        secrets.retain(|s| s.len() > 1);
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        for secret in secrets {
+            if out.contains(secret) {
+                out = out.replace(secret, "[redacted]");
+            }
+        }
+        out
+    }
+}
+
+/// Cuts every `scheme://authority/path?query` in `text` down to `scheme://authority/…`.
+fn strip_url_paths(text: &str) -> String {
+    let ends_url = |c: char| c.is_whitespace() || "\"'<>`(){}[]|\\^".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let after = &rest[i + 3..];
+        let authority_len = after.find(|c: char| ends_url(c) || "/?#".contains(c)).unwrap_or(after.len());
+        let url_len = after.find(ends_url).unwrap_or(after.len());
+        out.push_str(&rest[..i + 3 + authority_len]);
+        if url_len > authority_len {
+            out.push_str("/…");
+        }
+        rest = &after[url_len.max(authority_len)..];
+    }
+    out.push_str(rest);
+    out
 }
 
 fn split_host_port(authority: &str) -> std::result::Result<(String, Option<u16>), String> {
@@ -376,7 +437,7 @@ impl<H: HttpClient + ?Sized> std::fmt::Debug for WebhookTool<H> {
         f.debug_struct("WebhookTool")
             .field("name", &self.config.name)
             .field("method", &self.method)
-            .field("url", &self.url.as_url())
+            .field("origin", &self.url.origin())
             .finish()
     }
 }
@@ -422,20 +483,26 @@ impl<H: HttpClient + ?Sized> WebhookTool<H> {
             headers,
             body,
             timeout_ms: self.config.timeout_ms,
+            max_response_bytes: self.config.max_response_bytes,
         }
     }
 }
 
-/// Caps `s` at `max` bytes on a char boundary, marking the cut. Returns the text and whether it was cut.
-fn cap_bytes(s: &str, max: usize) -> (String, bool) {
-    if s.len() <= max {
+/// Caps `s` at `max` bytes on a char boundary, marking the cut; `cut_by_transport` says the transport already
+/// stopped reading at the cap (the full length is then unknown). Returns the text and whether it was cut.
+fn cap_bytes(s: &str, max: usize, cut_by_transport: bool) -> (String, bool) {
+    if s.len() <= max && !cut_by_transport {
         return (s.to_string(), false);
     }
-    let mut idx = max;
+    let mut idx = max.min(s.len());
     while idx > 0 && !s.is_char_boundary(idx) {
         idx -= 1;
     }
-    (format!("{}… [truncated: {} of {} bytes]", &s[..idx], idx, s.len()), true)
+    if cut_by_transport {
+        (format!("{}… [truncated: the first {idx} bytes of a longer response]", &s[..idx]), true)
+    } else {
+        (format!("{}… [truncated: {} of {} bytes]", &s[..idx], idx, s.len()), true)
+    }
 }
 
 #[async_trait(?Send)]
@@ -469,17 +536,19 @@ impl<H: HttpClient + ?Sized> Tool for WebhookTool<H> {
             ));
         }
         let request = self.request(&args, &ctx);
-        let (method, url) = (request.method.clone(), request.url.clone());
         let response = match self.http.send(request).await {
             Ok(r) => r,
             Err(e) => {
-                return Err(ToolError::typed("NetworkError", format!("{method} {url} failed: {}", e.message)));
+                let kind = if e.code == ErrorCode::ProviderTimeout { "TimeoutError" } else { "NetworkError" };
+                let message = format!("{} {} failed: {}", self.method, self.url.origin(), self.url.redact(&e.message));
+                return Err(ToolError::typed(kind, message));
             }
         };
-        let (body, truncated) = cap_bytes(&response.body, self.config.max_response_bytes);
+        let (body, truncated) = cap_bytes(&response.body, self.config.max_response_bytes, response.truncated);
         let status = response.status;
         if !(200..300).contains(&status) {
-            let excerpt = cap_chars(&body, ERROR_EXCERPT_CHARS);
+            // Redact a generous prefix, then cut: a secret cannot straddle the cut.
+            let excerpt = cap_chars(&self.url.redact(&cap_chars(&body, 4 * ERROR_EXCERPT_CHARS)), ERROR_EXCERPT_CHARS);
             let message =
                 if excerpt.is_empty() { format!("HTTP {status}") } else { format!("HTTP {status}: {excerpt}") };
             return Err(ToolError::typed("HttpError", message));
@@ -516,7 +585,7 @@ mod tests {
             Rc::new(FakeHttp { responses: RefCell::new(responses.into()), requests: Default::default() })
         }
         fn ok(status: u16, body: &str) -> Result<HttpResponse> {
-            Ok(HttpResponse { status, headers: vec![], body: body.into() })
+            Ok(HttpResponse { status, headers: vec![], body: body.into(), truncated: false })
         }
         fn requests(&self) -> Vec<HttpRequest> {
             self.requests.borrow().clone()
@@ -573,6 +642,7 @@ mod tests {
         assert_eq!(r.method, "POST");
         assert_eq!(r.url, "https://api.example.com/v1/tickets?x=1");
         assert_eq!(r.timeout_ms, 2_500);
+        assert_eq!(r.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES, "the transport caps while reading");
         assert_eq!(serde_json::from_str::<Value>(r.body.as_deref().unwrap()).unwrap(), json!({"title": "broken"}));
         assert_eq!(header(r, "content-type"), Some("application/json"));
         assert_eq!(header(r, "idempotency-key"), Some("call_0_0"));
@@ -722,8 +792,11 @@ mod tests {
     }
 
     #[test]
-    fn transport_failure_is_a_network_error_result() {
-        let http = FakeHttp::with(vec![Err(Error::new(ErrorCode::ProviderTimeout, "timed out after 10000 ms"))]);
+    fn transport_failure_is_a_network_or_timeout_error_result() {
+        let http = FakeHttp::with(vec![
+            Err(Error::new(ErrorCode::ProviderTimeout, "no complete answer within 10000 ms")),
+            Err(Error::new(ErrorCode::ProviderNetwork, "connection refused")),
+        ]);
         let tool = WebhookTool::new(
             WebhookToolConfig::new("t", "https://api.example.com/"),
             &allow(&["api.example.com"]),
@@ -731,8 +804,109 @@ mod tests {
         )
         .unwrap();
         let (kind, message) = failed(block_on(tool.execute(json!({}), ctx("c1", None))));
+        assert_eq!(kind, "TimeoutError");
+        assert_eq!(message, "POST https://api.example.com failed: no complete answer within 10000 ms");
+        let (kind, message) = failed(block_on(tool.execute(json!({}), ctx("c2", None))));
         assert_eq!(kind, "NetworkError");
-        assert!(message.contains("timed out"), "{message}");
+        assert!(message.contains("connection refused"), "{message}");
+    }
+
+    #[test]
+    fn body_cut_by_the_transport_is_marked_and_kept_as_text() {
+        let http = FakeHttp::with(vec![Ok(HttpResponse {
+            status: 200,
+            headers: vec![],
+            body: "{\"a\": [1, 2".into(),
+            truncated: true,
+        })]);
+        let mut cfg = WebhookToolConfig::new("t", "https://api.example.com/");
+        cfg.max_response_bytes = 11;
+        let tool = WebhookTool::new(cfg, &allow(&["api.example.com"]), http).unwrap();
+        let out = block_on(tool.execute(json!({}), ctx("c1", None))).unwrap();
+        assert_eq!(out.content, "{\"a\": [1, 2… [truncated: the first 11 bytes of a longer response]");
+    }
+
+    /// A random token-like string (letters and digits) from `rng`.
+    fn token(rng: &crate::runtime::SplitMix64, len: usize) -> String {
+        use crate::runtime::Rng;
+        const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+        let mut t: String = (0..len).map(|_| ALPHABET[(rng.next_u64() % 62) as usize] as char).collect();
+        t.replace_range(0..1, "7"); // at least one digit
+        t
+    }
+
+    #[test]
+    fn messages_never_show_the_url_path_or_query() {
+        // Generated webhook URLs with secrets in the path and the query; transports and servers that echo the
+        // URL, the path, the query or a single token in their error text; non-2xx bodies that quote them; bad
+        // configurations naming them. No message contains a secret; each names the host.
+        use crate::runtime::SplitMix64;
+        let rng = SplitMix64::new(0x0bad_5eed);
+        let mut checked = 0;
+        for case in 0..300 {
+            let (seg, sig) = (token(&rng, 8 + case % 30), token(&rng, 4 + case % 20));
+            let path = format!("/hooks/T0{case}/{seg}");
+            let query = if case % 3 == 0 { String::new() } else { format!("?sig={sig}&v=1") };
+            let url = format!("https://hooks.example.com{path}{query}");
+            let secrets: Vec<String> =
+                if query.is_empty() { vec![seg.clone()] } else { vec![seg.clone(), sig.clone()] };
+            let echoes = [
+                format!("TypeError: fetch failed for {url}"),
+                format!("Fetch API cannot load: \"{url}\"."),
+                format!("connect ECONNREFUSED while requesting {path}{query}"),
+                format!("token {seg} rejected"),
+                format!("bad signature{}", if query.is_empty() { String::new() } else { format!(" {sig}") }),
+            ];
+            let mut replies: Vec<Result<HttpResponse>> =
+                echoes.iter().map(|m| Err(Error::new(ErrorCode::ProviderNetwork, m.clone()))).collect();
+            replies.push(FakeHttp::ok(404, &format!("Cannot POST {path}{query}")));
+            replies.push(FakeHttp::ok(401, &format!("{{\"error\": \"invalid token\", \"url\": \"{url}\"}}")));
+            replies.push(FakeHttp::ok(500, &format!("{} {seg}", "x".repeat(1_990))));
+            let n = replies.len();
+            let http = FakeHttp::with(replies);
+            let tool =
+                WebhookTool::new(WebhookToolConfig::new("t", &url), &allow(&["hooks.example.com"]), http).unwrap();
+            let mut messages = vec![format!("{tool:?}")];
+            for i in 0..n {
+                let (_, m) = failed(block_on(tool.execute(json!({}), ctx(&format!("c{i}"), None))));
+                assert!(m.contains("hooks.example.com") || m.starts_with("HTTP "), "case {case}: {m}");
+                messages.push(m);
+            }
+            for bad in [
+                url.replace("hooks.example.com", "hooks.example.com:99999"),
+                url.replace("hooks.example.com", "evil.example.net"),
+                url.replace("https://", "ftp://"),
+                format!("{url} "),
+            ] {
+                let e = WebhookTool::new(
+                    WebhookToolConfig::new("t", &bad),
+                    &allow(&["hooks.example.com"]),
+                    FakeHttp::with(vec![]),
+                )
+                .unwrap_err();
+                messages.push(e.message);
+            }
+            for m in &messages {
+                for secret in secrets.iter().chain([&path]) {
+                    assert!(!m.contains(secret.as_str()), "case {case}: {secret:?} in {m:?}");
+                }
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 300 * 13);
+    }
+
+    #[test]
+    fn redact_cuts_urls_to_their_origin() {
+        let u = ParsedUrl::parse("https://api.example.com:8443/v1/hooks/abc123def?key=s3cr3t").unwrap();
+        assert_eq!(u.origin(), "https://api.example.com:8443");
+        assert_eq!(
+            u.redact("GET https://api.example.com:8443/v1/hooks/abc123def?key=s3cr3t failed (see http://other.net/x)"),
+            "GET https://api.example.com:8443/… failed (see http://other.net/…)"
+        );
+        assert_eq!(u.redact("no route /v1/hooks/abc123def"), "no route [redacted]");
+        assert_eq!(u.redact("key s3cr3t"), "key [redacted]");
+        assert_eq!(u.redact("plain text, v1, hooks"), "plain text, v1, hooks", "short path words stay");
     }
 
     #[test]

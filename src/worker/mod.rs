@@ -5,12 +5,16 @@
 //! Bindings: `RUNS` (Workers KV, required), `AI` (Workers AI, for `"provider": "workers-ai"`). Secrets:
 //! `STEADFAST_TOKEN` (the API's bearer token) and the provider key named by `model.apiKeySecret`. The agent
 //! comes from `STEADFAST_CONFIG` (a var) or the bundled `steadfast.config.json`.
+//!
+//! A request goes through [`crate::api::serve`], which decides the order: the token is checked from the
+//! request's head before the body is read or the configuration parsed. With the cargo feature `conformance`
+//! (test builds only, never a release) the shell also serves `POST /__conformance`, behind the same token.
 
 mod platform;
 
 pub use platform::{worker_rng, FetchClient, WorkerClock, WorkerSleep, WorkersAi, WorkersKv};
 
-use crate::api::{Api, ApiRequest, ApiResponse};
+use crate::api::{serve, Api, ApiRequest, ApiResponse, Host};
 use crate::config::{AgentConfig, Provider};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::providers::{
@@ -19,9 +23,12 @@ use crate::providers::{
 use crate::runtime::{Agent, MockModel, Model, RunResult, SweepListener};
 use crate::store::{JournalOptions, JournalStore, PendingRun};
 use crate::tools::demo::{demo_counts, demo_tools};
+use async_trait::async_trait;
+use futures::StreamExt;
 use std::rc::Rc;
 use worker::{
-    console_error, console_log, event, Context, Env, Headers, Request, Response, ScheduleContext, ScheduledEvent,
+    console_error, console_log, event, ByteStream, Context, Env, Headers, Request, Response, ScheduleContext,
+    ScheduledEvent,
 };
 
 const BUNDLED_CONFIG: &str = include_str!("../../steadfast.config.json");
@@ -120,7 +127,7 @@ fn build_agent(env: &Env, cfg: &AgentConfig) -> Result<Agent> {
         kv.clone(),
         clock.clone(),
         sleep.clone(),
-        JournalOptions { history_limit: cfg.history_limit, ..JournalOptions::default() },
+        JournalOptions { history_limit: cfg.history_limit, settle_ms: cfg.settle_ms, ..JournalOptions::default() },
     );
     let mut b = Agent::builder_rc(model(env, cfg)?)
         .store(store)
@@ -140,13 +147,13 @@ fn build_agent(env: &Env, cfg: &AgentConfig) -> Result<Agent> {
     b.build()
 }
 
-async fn read_request(req: &mut Request) -> worker::Result<ApiRequest> {
+/// The request's head (method, path, query, headers): everything but the body, which [`serve`] reads later
+/// through [`WorkerHost`] once the request is admitted.
+fn request_head(req: &Request) -> worker::Result<ApiRequest> {
     let url = req.url()?;
     let query = url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
     let headers = req.headers().entries().collect();
-    let method = req.method().to_string();
-    let body = if method == "GET" || method == "HEAD" { Vec::new() } else { req.bytes().await.unwrap_or_default() };
-    Ok(ApiRequest { method, path: url.path().to_string(), query, headers, body })
+    Ok(ApiRequest { method: req.method().to_string(), path: url.path().to_string(), query, headers, body: Vec::new() })
 }
 
 fn to_response(r: ApiResponse) -> worker::Result<Response> {
@@ -157,9 +164,70 @@ fn to_response(r: ApiResponse) -> worker::Result<Response> {
     Ok(Response::ok(r.body)?.with_status(r.status).with_headers(headers))
 }
 
+/// One request's access to the platform, for [`serve`]: the body stream and the bindings.
+struct WorkerHost<'a> {
+    req: Request,
+    body: Option<ByteStream>,
+    env: &'a Env,
+}
+
+#[async_trait(?Send)]
+impl Host for WorkerHost<'_> {
+    async fn body_chunk(&mut self) -> Result<Option<Vec<u8>>> {
+        if self.body.is_none() {
+            match self.req.stream() {
+                Ok(s) => self.body = Some(s),
+                // A request without a body.
+                Err(_) => return Ok(None),
+            }
+        }
+        match self.body.as_mut() {
+            Some(s) => s
+                .next()
+                .await
+                .transpose()
+                .map_err(|e| Error::invalid_input(format!("reading the request body failed: {e}"))),
+            None => Ok(None),
+        }
+    }
+
+    fn discard_body(&mut self) {
+        // Dropping the stream cancels it (wasm-streams' IntoStream cancels on drop): nothing is read.
+        if self.body.is_none() {
+            drop(self.req.stream());
+        }
+    }
+
+    async fn api(&mut self, token: Option<String>) -> Result<Api> {
+        let env = self.env;
+        let cfg = config(env)?;
+        let agent = build_agent(env, &cfg)?;
+        let mut api = Api::new(agent, token);
+        if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(env)) {
+            api = api.with_demo_counts(Rc::new(move || {
+                let kv = kv.clone();
+                Box::pin(async move { demo_counts(&kv).await.map(|c| serde_json::to_value(c).unwrap_or_default()) })
+            }));
+        }
+        Ok(api)
+    }
+
+    #[cfg(feature = "conformance")]
+    fn conformance_route(&self) -> bool {
+        true
+    }
+
+    #[cfg(feature = "conformance")]
+    async fn conformance(&mut self) -> Result<String> {
+        conformance(self.env).await
+    }
+}
+
 /// Runs the store conformance suite on the journal store over this Worker's real KV binding (each suite
-/// function under its own key prefix). Test plumbing: served only when the var `STEADFAST_CONFORMANCE` is
-/// `"1"`. A violated rule aborts the Worker (the suite asserts), so only a completed run answers 200.
+/// function under its own key prefix). Test plumbing, compiled only with the cargo feature `conformance` and
+/// served only with the bearer token. A violated rule aborts the Worker (the suite asserts), so only a
+/// completed run answers 200.
+#[cfg(feature = "conformance")]
 async fn conformance(env: &Env) -> Result<String> {
     use crate::runtime::{ManualClock, ManualSleep};
     use crate::store::conformance::{run_all, Capabilities};
@@ -183,33 +251,15 @@ async fn conformance(env: &Env) -> Result<String> {
     Ok(format!("store conformance on WorkersKv: ok ({} suites)", n.get()))
 }
 
-/// The HTTP entry.
+/// The HTTP entry: translates the request and hands it to [`serve`] (which checks the token before the body
+/// is read or the agent built).
 #[event(fetch)]
-pub async fn fetch(mut req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
+pub async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
     console_error_panic_hook::set_once();
-    let api_req = read_request(&mut req).await?;
-    if api_req.path == "/__conformance"
-        && env.var("STEADFAST_CONFORMANCE").map(|v| v.to_string()).ok().as_deref() == Some("1")
-    {
-        return match conformance(&env).await {
-            Ok(msg) => Response::ok(msg),
-            Err(e) => Response::error(e.to_string(), 500),
-        };
-    }
-    let resp = match config(&env).and_then(|cfg| build_agent(&env, &cfg).map(|agent| (cfg, agent))) {
-        Err(e) => ApiResponse::error(&e),
-        Ok((cfg, agent)) => {
-            let mut api = Api::new(agent, secret(&env, "STEADFAST_TOKEN"));
-            if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(&env)) {
-                api = api.with_demo_counts(Rc::new(move || {
-                    let kv = kv.clone();
-                    Box::pin(async move { demo_counts(&kv).await.map(|c| serde_json::to_value(c).unwrap_or_default()) })
-                }));
-            }
-            api.handle(api_req).await
-        }
-    };
-    to_response(resp)
+    let head = request_head(&req)?;
+    let token = secret(&env, "STEADFAST_TOKEN");
+    let mut host = WorkerHost { req, body: None, env: &env };
+    to_response(serve(head, token, &mut host).await)
 }
 
 /// Logs what the sweep does (cron output is the Worker's log).

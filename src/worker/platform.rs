@@ -2,11 +2,12 @@
 //! randomness and the Workers AI binding. Translation only: no decisions.
 
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::http::{HttpClient, HttpRequest, HttpResponse};
+use crate::http::{CappedBody, HttpClient, HttpRequest, HttpResponse};
 use crate::providers::workers_ai::AiBinding;
 use crate::runtime::{Clock, Sleep, SplitMix64};
 use crate::store::kv::{check_bulk, check_key, check_put, kv_error_code, KvBackend, ListKey, ListPage, PutOptions};
 use async_trait::async_trait;
+use futures::StreamExt;
 use serde_json::Value;
 use std::time::Duration;
 use worker::kv::{KvError, KvStore};
@@ -97,7 +98,12 @@ pub fn worker_rng() -> SplitMix64 {
     SplitMix64::new((js_sys::Math::random() * (u64::MAX as f64)) as u64 ^ (js_sys::Date::now() as u64).rotate_left(17))
 }
 
-/// [`HttpClient`] over the Workers `fetch`, with a timeout (abort) and one attempt.
+/// Timeout when a request gives none (`timeout_ms: 0`).
+const DEFAULT_TIMEOUT_MS: u64 = 60_000;
+
+/// [`HttpClient`] over the Workers `fetch`, one attempt, keeping the [`crate::http`] contract: one timer for
+/// the whole exchange (headers and body), the body read as a stream into a [`CappedBody`] that stops at the
+/// request's cap, and the fetch aborted when either ends it.
 pub struct FetchClient;
 
 #[async_trait(?Send)]
@@ -117,22 +123,37 @@ impl HttpClient for FetchClient {
         let request = Request::new_with_init(&req.url, &init).map_err(|e| net("bad request", e))?;
         let controller = AbortController::default();
         let signal = controller.signal();
-        let fetch = Fetch::Request(request);
-        let send = fetch.send_with_signal(&signal);
-        let timeout = Delay::from(Duration::from_millis(if req.timeout_ms == 0 { 60_000 } else { req.timeout_ms }));
-        futures::pin_mut!(send);
+        let exchange = async {
+            let mut resp =
+                Fetch::Request(request).send_with_signal(&signal).await.map_err(|e| net("fetch failed", e))?;
+            let status = resp.status_code();
+            let headers = resp.headers().entries().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
+            let mut body = CappedBody::new(req.max_response_bytes);
+            // A response without a body (204, HEAD) has no stream.
+            if let Ok(mut stream) = resp.stream() {
+                while let Some(chunk) = stream.next().await {
+                    if !body.push(&chunk.map_err(|e| net("reading the body failed", e))?) {
+                        break;
+                    }
+                }
+            }
+            let (body, truncated) = body.finish();
+            Ok(HttpResponse { status, headers, body, truncated })
+        };
+        let limit_ms = if req.timeout_ms == 0 { DEFAULT_TIMEOUT_MS } else { req.timeout_ms };
+        let timeout = Delay::from(Duration::from_millis(limit_ms));
+        futures::pin_mut!(exchange);
         futures::pin_mut!(timeout);
-        let mut resp = match futures::future::select(send, timeout).await {
-            futures::future::Either::Left((r, _)) => r.map_err(|e| net("fetch failed", e))?,
+        let result = match futures::future::select(exchange, timeout).await {
+            futures::future::Either::Left((r, _)) => r,
             futures::future::Either::Right(_) => {
-                controller.abort();
-                return Err(Error::new(ErrorCode::ProviderTimeout, format!("no answer within {} ms", req.timeout_ms)));
+                Err(Error::new(ErrorCode::ProviderTimeout, format!("no complete answer within {limit_ms} ms")))
             }
         };
-        let status = resp.status_code();
-        let headers = resp.headers().entries().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
-        let body = resp.text().await.map_err(|e| net("reading the body failed", e))?;
-        Ok(HttpResponse { status, headers, body })
+        // Ends whatever is still open: a body cut at the cap, or an exchange past the timeout (after a
+        // complete answer it does nothing).
+        controller.abort();
+        result
     }
 }
 
