@@ -416,8 +416,12 @@ impl AgentConfig {
         if l.tool_concurrency == 0 {
             errs.push("limits.toolConcurrency must be at least 1".into());
         }
-        if !(1..=60_000).contains(&self.settle_ms) {
-            errs.push("settleMs must be between 1 and 60000".into());
+        if self.settle_ms == 0 || self.settle_ms >= self.lease.ttl_ms / 2 {
+            errs.push(format!(
+                "settleMs ({}) must be at least 1 and below half of lease.ttlMs ({}): a lease is confirmed a settle \
+                 window after it was written",
+                self.settle_ms, self.lease.ttl_ms
+            ));
         }
         if !(1_024..=crate::core::limits::MAX_TOOL_RESULT_BYTES).contains(&l.max_tool_result_bytes) {
             errs.push(format!(

@@ -545,5 +545,5 @@ test("the test build's /__conformance needs the token, then passes the store sui
   assert.equal((await call(open, "POST", "/__conformance")).status, 503);
   const r = await call(mf, "POST", "/__conformance");
   assert.equal(r.status, 200, r.text);
-  assert.match(r.text, /store conformance on WorkersKv: ok \(10 suites\)/);
+  assert.match(r.text, /store conformance on WorkersKv: ok \(11 suites\)/);
 });

@@ -829,6 +829,19 @@ impl<K: KvBackend> JournalStore<K> {
         }
     }
 
+    /// One write of a lease record, stamped with the time it was sent; returns the write's outcome and the time
+    /// it was answered (the acknowledgement, for the settle window).
+    async fn put_lease(&self, run_id: &str, rec: &mut LeaseRecord) -> Result<(Result<()>, u64)> {
+        rec.written_at = self.clock.now_ms();
+        let value = encode(rec)?;
+        self.count(|c| {
+            c.writes += 1;
+            c.bytes_written += value.len() as u64
+        });
+        let written = self.kv.put(&self.keys.lease(run_id), &value, PutOptions::default()).await;
+        Ok((written, self.clock.now_ms()))
+    }
+
     /// Marks an acquisition's lease record as given up (best effort: one write to a write-once key).
     async fn void(&self, run_id: &str, tag: &str) {
         self.count(|c| c.writes += 1);
@@ -943,19 +956,12 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         let too_slow = "writing its lease took longer than the settle window; try again";
         let mut attempt = 0;
         let acked = loop {
-            if self.clock.now_ms().saturating_sub(read_at) > window {
+            if self.clock.now_ms().saturating_sub(read_at) >= window {
                 return Err(Error::busy(run_id, "reading its lease took longer than the settle window; try again"));
             }
-            rec.written_at = self.clock.now_ms();
-            let value = encode(&rec)?;
-            self.count(|c| {
-                c.writes += 1;
-                c.bytes_written += value.len() as u64
-            });
-            let written = self.kv.put(&self.keys.lease(run_id), &value, PutOptions::default()).await;
-            let done = self.clock.now_ms();
+            let (written, done) = self.put_lease(run_id, &mut rec).await?;
             match written {
-                Ok(()) if done.saturating_sub(read_at) <= window => break done,
+                Ok(()) if done.saturating_sub(read_at) < window => break done,
                 Ok(()) => {
                     // Its write may land after another acquirer's read-back, so its read-back would prove nothing.
                     self.void(run_id, &rec.tag()).await;
@@ -978,7 +984,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                     };
                     match self.read_lease(run_id).await? {
                         // An earlier attempt landed (its acknowledgement was lost) no later than it answered.
-                        Some(cur) if cur == rec && done.saturating_sub(read_at) <= window => break done,
+                        Some(cur) if cur == rec && done.saturating_sub(read_at) < window => break done,
                         Some(cur) if cur == rec => {
                             self.void(run_id, &rec.tag()).await;
                             return Err(Error::busy(run_id, too_slow));
@@ -1077,14 +1083,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 _ => return lost("another process took over its lease"),
             }
             rec.expires_at = self.clock.now_ms().saturating_add(opts.ttl_ms);
-            rec.written_at = self.clock.now_ms();
-            let value = encode(&rec)?;
-            self.count(|c| {
-                c.writes += 1;
-                c.bytes_written += value.len() as u64
-            });
-            let written = self.kv.put(&self.keys.lease(run_id), &value, PutOptions::default()).await;
-            let acked = self.clock.now_ms();
+            let (written, acked) = self.put_lease(run_id, &mut rec).await?;
             match written {
                 // A renewal that landed after the old expiry may have overwritten a takeover: give it up.
                 Ok(()) if acked >= expires_at => {

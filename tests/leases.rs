@@ -1,0 +1,270 @@
+//! Leases on the journal store (Workers KV), pinned by regression tests named after what once went wrong. The
+//! racing tests (tests/racing.rs) measure the same over thousands of generated trials; these show each rule in
+//! one exact interleaving.
+
+mod common;
+
+use async_trait::async_trait;
+use common::*;
+use serde_json::json;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use steadfast::core::checkpoint::RunStatus;
+use steadfast::runtime::traits::LocalFuture;
+use steadfast::runtime::{
+    AgentOptions, Clock, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, SendOptions, SimExecutor, SimTime,
+    Sleep, StallPoint, Tool, ToolOutput,
+};
+use steadfast::store::kv::{KvBackend, ListPage, PutOptions};
+use steadfast::store::{JournalOptions, JournalStore, LeaseOptions, MemoryKv, RunStore};
+use steadfast::{Error, ErrorCode, Result};
+
+const T0: u64 = 1_700_000_000_000;
+const LEASE: LeaseOptions = LeaseOptions { ttl_ms: 30_000, renew_every_ms: 10_000, grace_ms: 30_000 };
+
+fn owner_of(kv: &MemoryKv, run: &str) -> String {
+    let raw = kv.raw(&format!("run/{run}/lease")).expect("a lease record");
+    serde_json::from_str::<serde_json::Value>(&raw).unwrap()["owner"].as_str().unwrap().to_string()
+}
+
+type Hook = Box<dyn FnOnce() -> LocalFuture<'static, ()>>;
+
+/// A KV over `inner` with faults on the lease key only (each off by default): the next lease write first runs
+/// `hook` (another process acting at that instant), then is refused with a 429, as KV refuses a second write to
+/// a key within a second; lease reads observe the value at once but answer `read_delay` later; lease writes fail
+/// while `writes_fail` is set.
+#[derive(Clone, Default)]
+struct LeaseFaults {
+    inner: MemoryKv,
+    hook: Rc<RefCell<Option<Hook>>>,
+    read_delay: Option<(SimTime, u64)>,
+    writes_fail: Rc<Cell<bool>>,
+}
+
+#[async_trait(?Send)]
+impl KvBackend for LeaseFaults {
+    async fn get(&self, key: &str) -> Result<Option<String>> {
+        let v = self.inner.get(key).await;
+        if let (true, Some((time, delay))) = (key.ends_with("/lease"), &self.read_delay) {
+            time.sleep(*delay).await;
+        }
+        v
+    }
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
+        self.inner.get_many(keys).await
+    }
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
+        if key.ends_with("/lease") {
+            if self.writes_fail.get() {
+                return Err(Error::new(ErrorCode::StoreUnavailable, "KV PUT failed: 503 Service Unavailable"));
+            }
+            let hook = self.hook.borrow_mut().take();
+            if let Some(hook) = hook {
+                hook().await;
+                return Err(
+                    Error::new(ErrorCode::StoreRateLimited, "KV PUT failed: 429 Too Many Requests").with_status(429)
+                );
+            }
+        }
+        self.inner.put(key, value, opts).await
+    }
+    async fn delete(&self, key: &str) -> Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<ListPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+}
+
+/// A renewal whose write meets a 429 because another process took the lease over in that second (its clock
+/// runs ahead: it saw the lease expired) re-reads the lease before writing again, finds the new owner, and
+/// stops: it never overwrites the new owner's record. (It used to retry the same write blindly.)
+#[test]
+fn a_renewal_that_meets_a_429_rereads_and_never_overwrites_a_new_owner() {
+    let clock = ManualClock::new(T0);
+    let kv = MemoryKv::new();
+    let hook = Rc::new(RefCell::new(None));
+    let a = JournalStore::new(
+        LeaseFaults { inner: kv.clone(), hook: hook.clone(), ..LeaseFaults::default() },
+        Rc::new(clock.clone()),
+        Rc::new(ManualSleep::new(clock.clone())),
+        JournalOptions::default(),
+    );
+    let lease = block_on(steadfast::store::conformance::acquired(&a, "r", "a", clock.now_ms(), &LEASE, "a"));
+    clock.advance(2_000);
+    // Process b's clock is 70 s ahead: by it, a's lease expired (plus grace) long ago.
+    let b_clock = ManualClock::new(clock.now_ms() + 70_000);
+    let b = Rc::new(JournalStore::new(
+        kv.clone(),
+        Rc::new(b_clock.clone()),
+        Rc::new(ManualSleep::new(b_clock.clone())),
+        JournalOptions::default(),
+    ));
+    let taken = Rc::new(Cell::new(false));
+    let (b2, t2) = (b.clone(), taken.clone());
+    *hook.borrow_mut() = Some(Box::new(move || {
+        Box::pin(async move {
+            let now = b_clock.now_ms();
+            steadfast::store::conformance::acquired(&*b2, "r", "b", now, &LEASE, "b takes over").await;
+            t2.set(true);
+        }) as LocalFuture<'static, ()>
+    }));
+    let err = block_on(a.renew_lease(&lease, clock.now_ms(), &LEASE)).unwrap_err();
+    assert!(taken.get(), "b took over while a's renewal was being written");
+    assert_eq!(err.code, ErrorCode::SessionBusy, "{err:?}");
+    assert_eq!(owner_of(&kv, "r"), "b", "the new owner's record stands");
+    // And a stays out.
+    assert_eq!(block_on(a.renew_lease(&lease, clock.now_ms(), &LEASE)).unwrap_err().code, ErrorCode::SessionBusy);
+}
+
+/// Two acquirers race for a new run; one's lease read observes "no lease" early but answers late. Whatever the
+/// delay and whoever starts first, at most one of them is confirmed. (With a fixed 50 ms read-back and no bound
+/// on the read→write time, the late one wrote after the other had read its own record back, and both owned
+/// the run.)
+#[test]
+fn an_acquirer_whose_lease_read_answers_late_does_not_also_own_the_run() {
+    let mut both = Vec::new();
+    let mut one = 0;
+    for delay in (0..=3_000).step_by(50) {
+        for b_starts_after in [0, 5, 20, 100, 400, 900] {
+            let exec = SimExecutor::new(T0, delay ^ b_starts_after);
+            let time = exec.time();
+            let kv = MemoryKv::new();
+            let slow =
+                LeaseFaults { inner: kv.clone(), read_delay: Some((time.clone(), delay)), ..LeaseFaults::default() };
+            let a = Rc::new(JournalStore::new(
+                slow,
+                Rc::new(time.clone()),
+                Rc::new(time.clone()),
+                JournalOptions::default(),
+            ));
+            let b = Rc::new(JournalStore::new(
+                kv.clone(),
+                Rc::new(time.clone()),
+                Rc::new(time.clone()),
+                JournalOptions::default(),
+            ));
+            let race = |store: Rc<dyn RunStore>, owner: &'static str, wait: u64| {
+                let time = time.clone();
+                exec.spawn(async move {
+                    time.sleep(wait).await;
+                    let lease = store.acquire_lease("r", owner, time.now_ms(), &LEASE).await?;
+                    store.confirm_lease(&lease).await
+                })
+            };
+            let ta = race(a, "a", 0);
+            let tb = race(b, "b", b_starts_after);
+            exec.run();
+            let (ra, rb) = (ta.try_take().unwrap(), tb.try_take().unwrap());
+            match (ra.is_ok(), rb.is_ok()) {
+                (true, true) => both.push((delay, b_starts_after)),
+                (true, false) | (false, true) => one += 1,
+                (false, false) => {}
+            }
+            for r in [ra, rb] {
+                if let Err(e) = r {
+                    assert_eq!(e.code, ErrorCode::SessionBusy, "delay {delay}: {e:?}");
+                }
+            }
+        }
+    }
+    assert!(both.is_empty(), "both acquirers owned the run at (read delay, b's start): {both:?}");
+    assert!(one > 200, "most races have a winner: {one}");
+}
+
+fn slow_step_tool(sleep: Rc<dyn Sleep>, ran: Rc<RefCell<Vec<String>>>) -> Rc<dyn Tool> {
+    Rc::new(FnTool::new("step", "a slow step", object_schema(), move |_args, ctx| {
+        let (sleep, ran) = (sleep.clone(), ran.clone());
+        async move {
+            ran.borrow_mut().push(ctx.tool_call_id.clone());
+            sleep.sleep(5_000).await;
+            Ok(ToolOutput::text("stepped"))
+        }
+    }))
+}
+
+/// A process that froze past its lease's expiry (another process took the run over meanwhile) wakes up with a
+/// queued tool call: it checks its lease before starting it, finds it lost, and stops. The call runs once, by
+/// the new owner. (Queued calls used to start without a look at the lease.)
+#[test]
+fn a_frozen_process_does_not_start_queued_tools_after_its_lease_expired() {
+    let env = Env::journal_sim();
+    let ran = Rc::new(RefCell::new(Vec::new()));
+    let sleep: Rc<dyn Sleep> = Rc::new(env.sleep.clone());
+    let script =
+        || vec![MockTurn::tools([("step", json!({"n": 1})), ("step", json!({"n": 2}))]), MockTurn::text("done")];
+    let serial = AgentOptions { tool_concurrency: 1, ..AgentOptions::default() };
+    let a = env.agent_with(
+        MockModel::by_turn(script()),
+        vec![slow_step_tool(sleep.clone(), ran.clone())],
+        serial.clone(),
+        "",
+    );
+    let b = env.agent_with(MockModel::by_turn(script()), vec![slow_step_tool(sleep, ran.clone())], serial, "");
+    // Effects of a: run.start, commit, model, step, gate, commit, tool.start(call 1), run(call 1), tool.start
+    // (call 2), run(call 2: queued behind call 1). It freezes right after queueing call 2, for 100 s.
+    let (env2, b2) = (env.clone(), b.clone());
+    let wait = Rc::new(move || -> LocalFuture<'static, ()> {
+        let (env, b) = (env2.clone(), b2.clone());
+        Box::pin(async move {
+            env.clock.advance(100_000);
+            // Meanwhile another process finishes the run.
+            let done = b.resume("frozen", SendOptions::default()).await.unwrap().unwrap();
+            assert_eq!(done.status, RunStatus::Finished);
+        })
+    });
+    let opts = SendOptions { stall: Some(StallPoint { after_effects: 10, wait }), ..SendOptions::default() };
+    let err = block_on(a.send("frozen", "go", opts)).unwrap_err();
+    assert_eq!(err.code, ErrorCode::SessionBusy, "{err:?}");
+    let ran = ran.borrow().clone();
+    let second = ran.iter().filter(|id| id.as_str() == "call_0_1").count();
+    assert_eq!(second, 1, "the queued call ran once, by the new owner: {ran:?}");
+    let cp = block_on(b.load("frozen")).unwrap().unwrap();
+    assert_eq!(cp.status, RunStatus::Finished);
+}
+
+/// Renewals that keep failing (the store refuses them) stop the execution before its lease runs out — fail
+/// closed — instead of being ignored while tools keep starting under an expired lease.
+#[test]
+fn renewals_that_keep_failing_stop_the_run_before_its_lease_expires() {
+    let clock = ManualClock::new(T0);
+    let kv = LeaseFaults::default();
+    let failing = kv.writes_fail.clone();
+    let store = JournalStore::new(
+        kv,
+        Rc::new(clock.clone()),
+        Rc::new(ManualSleep::new(clock.clone())),
+        JournalOptions::default(),
+    );
+    let env = Env::with_store(Rc::new(store), clock.clone());
+    let ran = Rc::new(RefCell::new(Vec::new()));
+    let started_at = Rc::new(RefCell::new(Vec::new()));
+    let (f2, c2, s2, r2) = (failing.clone(), clock.clone(), env.sleep.clone(), ran.clone());
+    let at2 = started_at.clone();
+    let tool = Rc::new(FnTool::new("work", "long work", object_schema(), move |_a, ctx| {
+        let (f, c, s, r, at) = (f2.clone(), c2.clone(), s2.clone(), r2.clone(), at2.clone());
+        async move {
+            r.borrow_mut().push(ctx.tool_call_id.clone());
+            at.borrow_mut().push(c.now_ms());
+            // From now on the store refuses lease writes.
+            f.set(true);
+            s.sleep(20_000).await;
+            Ok(ToolOutput::text("worked"))
+        }
+    })) as Rc<dyn Tool>;
+    let script = vec![
+        MockTurn::tools([("work", json!({"n": 1})), ("work", json!({"n": 2})), ("work", json!({"n": 3}))]),
+        MockTurn::text("done"),
+    ];
+    let serial = AgentOptions { tool_concurrency: 1, ..AgentOptions::default() };
+    let a = env.agent_with(MockModel::by_turn(script), vec![tool], serial, "");
+    let err = block_on(a.send("renewals", "go", SendOptions::default())).unwrap_err();
+    assert_eq!(err.code, ErrorCode::SessionBusy, "{err:?}");
+    assert!(err.message.contains("renewed"), "{}", err.message);
+    // Every tool started with at least the start margin of lease left; none after the lease could have expired.
+    let lease_end = T0 + 1_000 + LEASE.ttl_ms; // acquired, then confirmed a settle window later
+    for t in started_at.borrow().iter() {
+        assert!(*t + 1_000 <= lease_end + 1_000, "a tool started at +{} ms", t - T0);
+    }
+    assert!(ran.borrow().len() < 3, "the run stopped before starting every call: {:?}", ran.borrow());
+}
