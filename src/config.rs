@@ -416,7 +416,8 @@ impl AgentConfig {
         if l.tool_concurrency == 0 {
             errs.push("limits.toolConcurrency must be at least 1".into());
         }
-        if self.settle_ms == 0 || self.settle_ms >= self.lease.ttl_ms / 2 {
+        let lease_valid = self.lease.renew_every_ms > 0 && self.lease.renew_every_ms < self.lease.ttl_ms;
+        if self.settle_ms == 0 || (lease_valid && self.settle_ms >= self.lease.ttl_ms / 2) {
             errs.push(format!(
                 "settleMs ({}) must be at least 1 and below half of lease.ttlMs ({}): a lease is confirmed a settle \
                  window after it was written",
