@@ -88,11 +88,11 @@ test("the recovery sweep finishes the interrupted run", async () => {
 test("on a KV namespace, a second agent object (another replica) resumes the run", async () => {
   const kv = new FakeKv();
   const { counts, tools, model } = shop();
-  const a = createAgent({ model, tools, store: kvStore(kv, { settleMs: 1 }) });
+  const a = createAgent({ model, tools, store: kvStore(kv, { settleMs: 50 }) });
   await assert.rejects(a.send("Charge and ship order 7", { sessionId: "order-7" }), { code: "STEADFAST_TOOL_PROPAGATED" });
   assert.ok(kv.keys().some((k) => k.startsWith("run/order-7/j/")), "journal entries are in KV");
 
-  const b = createAgent({ model, tools, store: kvStore(kv, { settleMs: 1 }) });
+  const b = createAgent({ model, tools, store: kvStore(kv, { settleMs: 50 }) });
   assert.deepEqual((await b.pending()).map((p) => p.runId), ["order-7"]);
   const result = await b.resume("order-7");
   assert.equal(result.status, "finished");

@@ -551,6 +551,7 @@ impl JsStore {
     /// `options_json` is `JournalOptions` as JSON (`{prefix, historyLimit, settleMs, …}`), optional.
     pub fn kv(namespace: JsValue, options_json: Option<String>) -> std::result::Result<JsStore, JsValue> {
         let opts: JournalOptions = decode_opt(options_json, "KV store options").map_err(|e| js_error(&e))?;
+        opts.validate().map_err(|e| js_error(&e))?;
         for m in ["get", "put", "delete", "list"] {
             method(&namespace, m, "the KV namespace").map_err(|e| js_error(&e))?;
         }

@@ -100,6 +100,17 @@ pub struct JournalOptions {
     pub prune_batch: usize,
 }
 
+impl JournalOptions {
+    /// Fails with `STEADFAST_CONFIG_INVALID` for options no store can work with (a settle window of 0 gives
+    /// every lease up).
+    pub fn validate(&self) -> Result<()> {
+        if self.settle_ms == 0 {
+            return Err(Error::new(ErrorCode::ConfigInvalid, "settleMs must be at least 1 (default 1000)"));
+        }
+        Ok(())
+    }
+}
+
 impl Default for JournalOptions {
     fn default() -> Self {
         JournalOptions {

@@ -16,4 +16,9 @@ name: string,
 /**
  * Arguments (JSON).
  */
-args: JsonValue, };
+args: JsonValue, 
+/**
+ * Why the arguments cannot be used, when the runtime found them unusable (nested deeper than the checkpoint
+ * accepts, …): the call is answered with a `validation` result and never runs.
+ */
+invalid?: string, };

@@ -31,7 +31,7 @@ const script = (name) =>
     ? [{ toolCalls: [{ name: "charge", args: { order: 7 } }] }, { toolCalls: [{ name: "ship", args: { order: 7 } }] }, "Shipped."]
     : [{ toolCalls: [{ name: "refund", args: { order: 7 } }] }, "Refund issued."];
 const agentFor = (env, name) =>
-  createAgent({ model: mockModel(script(name), { mode: "by-turn" }), tools, store: kvStore(env.RUNS, { settleMs: 5 }) });
+  createAgent({ model: mockModel(script(name), { mode: "by-turn" }), tools, store: kvStore(env.RUNS, { settleMs: 50 }) });
 
 const json = (v, status = 200) => new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
 
