@@ -71,6 +71,19 @@ fn one_try() -> AgentOptions {
 }
 
 /// A model that fails with `status` while `down` is set, else answers "ok".
+/// `n` runs (`run-0`…) on the journal store that each failed once with a 503 (the provider is down); the
+/// model answers again once `down` is cleared; `calls` counts model calls.
+fn runs_failing_in_an_outage(n: usize) -> (Env, Agent, Rc<Cell<bool>>, Rc<Cell<u32>>) {
+    let env = Env::journal_sim();
+    let down = Rc::new(Cell::new(true));
+    let calls = Rc::new(Cell::new(0));
+    let agent = env.agent_with(flaky_model(503, down.clone(), calls.clone()), vec![], one_try(), "");
+    for i in 0..n {
+        block_on(agent.send(&format!("run-{i}"), "go", opts())).unwrap_err();
+    }
+    (env, agent, down, calls)
+}
+
 fn flaky_model(status: u16, down: Rc<Cell<bool>>, calls: Rc<Cell<u32>>) -> MockModel {
     MockModel::by_turn(vec![MockTurn::func(move |_| {
         calls.set(calls.get() + 1);
@@ -284,13 +297,7 @@ fn two_overlapping_sweeps_resume_a_run_once() {
 
 #[test]
 fn outage_pauses_the_sweep_probes_one_run_and_recovers() {
-    let env = Env::journal_sim();
-    let down = Rc::new(Cell::new(true));
-    let calls = Rc::new(Cell::new(0));
-    let agent = env.agent_with(flaky_model(503, down.clone(), calls.clone()), vec![], one_try(), "");
-    for i in 0..5 {
-        block_on(agent.send(&format!("run-{i}"), "go", opts())).unwrap_err();
-    }
+    let (env, agent, down, calls) = runs_failing_in_an_outage(5);
     let so = SweepOptions { max_attempts: 3, ..SweepOptions::default() };
     let l = Recorder::default();
     env.clock.advance(31_000);
@@ -1346,13 +1353,7 @@ fn a_stale_index_entry_is_dropped_without_a_resume() {
 
 #[test]
 fn when_every_run_reaches_the_attempt_cap_during_an_outage_the_breaker_still_probes_and_all_recover() {
-    let env = Env::journal_sim();
-    let down = Rc::new(Cell::new(true));
-    let calls = Rc::new(Cell::new(0));
-    let agent = env.agent_with(flaky_model(503, down.clone(), calls.clone()), vec![], one_try(), "");
-    for i in 0..5 {
-        block_on(agent.send(&format!("run-{i}"), "go", opts())).unwrap_err();
-    }
+    let (env, agent, down, calls) = runs_failing_in_an_outage(5);
     let so = SweepOptions { max_attempts: 3, ..SweepOptions::default() };
     let l = Recorder::default();
     // The outage opens the breaker; meanwhile people retry the runs by hand until every one is at the cap.
