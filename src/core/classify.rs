@@ -37,16 +37,9 @@ pub fn classify(err: &Error) -> FailureClass {
     }
 }
 
-/// Whether an error counts toward a provider outage (M13): transient provider failures do; a bad API key,
-/// a refused request or a store problem do not.
+/// Whether an error counts toward a provider outage (M13): the codes table says ([`ErrorCode::is_outage`]).
 pub fn is_provider_outage(err: &Error) -> bool {
-    matches!(
-        err.code,
-        ErrorCode::ProviderRateLimited
-            | ErrorCode::ProviderUnavailable
-            | ErrorCode::ProviderTimeout
-            | ErrorCode::ProviderNetwork
-    )
+    err.code.is_outage()
 }
 
 /// Builds the error for a provider's HTTP answer with a non-2xx `status`. `retry_after` is the raw

@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 macro_rules! codes {
-    ($( $(#[$doc:meta])* $variant:ident = $text:literal, retryable = $retry:literal; )*) => {
+    ($( $(#[$doc:meta])* $variant:ident = $text:literal, retryable = $retry:literal, status = $status:literal,
+        outage = $outage:literal; )*) => {
         /// Stable error codes. The string form (`as_str`) is part of the public API.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
         #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
@@ -31,6 +32,17 @@ macro_rules! codes {
                 match self { $(ErrorCode::$variant => $retry,)* }
             }
 
+            /// The HTTP status the API answers an error with this code with.
+            pub fn http_status(self) -> u16 {
+                match self { $(ErrorCode::$variant => $status,)* }
+            }
+
+            /// Whether a failure with this code counts toward a provider outage (M13): transient provider
+            /// failures do; a bad API key, a refused request or a store problem do not.
+            pub fn is_outage(self) -> bool {
+                match self { $(ErrorCode::$variant => $outage,)* }
+            }
+
             /// Parses a stable string back into a code.
             pub fn parse(s: &str) -> Option<ErrorCode> {
                 match s { $($text => Some(ErrorCode::$variant),)* _ => None }
@@ -41,77 +53,77 @@ macro_rules! codes {
 
 codes! {
     /// Another process holds the run's lease, or this process lost it (fencing).
-    SessionBusy = "STEADFAST_SESSION_BUSY", retryable = true;
+    SessionBusy = "STEADFAST_SESSION_BUSY", retryable = true, status = 409, outage = false;
     /// The run waits on an approval; resolve it first.
-    SessionAwaitingApproval = "STEADFAST_SESSION_AWAITING_APPROVAL", retryable = false;
+    SessionAwaitingApproval = "STEADFAST_SESSION_AWAITING_APPROVAL", retryable = false, status = 409, outage = false;
     /// The run id breaks the id rules.
-    SessionIdInvalid = "STEADFAST_SESSION_ID_INVALID", retryable = false;
+    SessionIdInvalid = "STEADFAST_SESSION_ID_INVALID", retryable = false, status = 400, outage = false;
     /// The approval's run was deleted or replaced; the approval was withdrawn.
-    ApprovalOrphaned = "STEADFAST_APPROVAL_ORPHANED", retryable = false;
+    ApprovalOrphaned = "STEADFAST_APPROVAL_ORPHANED", retryable = false, status = 410, outage = false;
     /// No approval with that id.
-    ApprovalNotFound = "STEADFAST_APPROVAL_NOT_FOUND", retryable = false;
+    ApprovalNotFound = "STEADFAST_APPROVAL_NOT_FOUND", retryable = false, status = 404, outage = false;
     /// The approval was already decided the other way.
-    ApprovalAlreadyDecided = "STEADFAST_APPROVAL_ALREADY_DECIDED", retryable = false;
+    ApprovalAlreadyDecided = "STEADFAST_APPROVAL_ALREADY_DECIDED", retryable = false, status = 409, outage = false;
     /// The agent changed since the checkpoint was written and `onAgentDrift` is `error`.
-    AgentDrift = "STEADFAST_AGENT_DRIFT", retryable = false;
+    AgentDrift = "STEADFAST_AGENT_DRIFT", retryable = false, status = 409, outage = false;
     /// A pending tool call names a tool the agent no longer has.
-    ResumeToolMissing = "STEADFAST_RESUME_TOOL_MISSING", retryable = false;
+    ResumeToolMissing = "STEADFAST_RESUME_TOOL_MISSING", retryable = false, status = 409, outage = false;
     /// No checkpoint (or history entry) for that run / step.
-    CheckpointNotFound = "STEADFAST_CHECKPOINT_NOT_FOUND", retryable = false;
+    CheckpointNotFound = "STEADFAST_CHECKPOINT_NOT_FOUND", retryable = false, status = 404, outage = false;
     /// A stored checkpoint, journal entry or lease cannot be decoded.
-    CheckpointCorrupt = "STEADFAST_CHECKPOINT_CORRUPT", retryable = false;
+    CheckpointCorrupt = "STEADFAST_CHECKPOINT_CORRUPT", retryable = false, status = 409, outage = false;
     /// A run already exists under the requested id (fork target).
-    SessionExists = "STEADFAST_SESSION_EXISTS", retryable = false;
+    SessionExists = "STEADFAST_SESSION_EXISTS", retryable = false, status = 409, outage = false;
     /// The progress guard stopped a run that kept failing the same way.
-    RunNoProgress = "STEADFAST_RUN_NO_PROGRESS", retryable = false;
+    RunNoProgress = "STEADFAST_RUN_NO_PROGRESS", retryable = false, status = 422, outage = false;
     /// The run was aborted through its cancellation handle.
-    Aborted = "STEADFAST_ABORTED", retryable = false;
+    Aborted = "STEADFAST_ABORTED", retryable = false, status = 409, outage = false;
     /// Bad input from the caller (empty input, wrong shape, …).
-    InvalidInput = "STEADFAST_INVALID_INPUT", retryable = false;
+    InvalidInput = "STEADFAST_INVALID_INPUT", retryable = false, status = 400, outage = false;
     /// Bad configuration (agent options, tool definitions, schemas).
-    ConfigInvalid = "STEADFAST_CONFIG_INVALID", retryable = false;
+    ConfigInvalid = "STEADFAST_CONFIG_INVALID", retryable = false, status = 500, outage = false;
     /// The provider rate-limited the call (HTTP 429).
-    ProviderRateLimited = "STEADFAST_PROVIDER_RATE_LIMITED", retryable = true;
+    ProviderRateLimited = "STEADFAST_PROVIDER_RATE_LIMITED", retryable = true, status = 502, outage = true;
     /// The provider is overloaded or failing (HTTP 5xx, 529).
-    ProviderUnavailable = "STEADFAST_PROVIDER_UNAVAILABLE", retryable = true;
+    ProviderUnavailable = "STEADFAST_PROVIDER_UNAVAILABLE", retryable = true, status = 502, outage = true;
     /// The provider call timed out.
-    ProviderTimeout = "STEADFAST_PROVIDER_TIMEOUT", retryable = true;
+    ProviderTimeout = "STEADFAST_PROVIDER_TIMEOUT", retryable = true, status = 502, outage = true;
     /// The connection to the provider failed or dropped.
-    ProviderNetwork = "STEADFAST_PROVIDER_NETWORK", retryable = true;
+    ProviderNetwork = "STEADFAST_PROVIDER_NETWORK", retryable = true, status = 502, outage = true;
     /// The provider refused the credentials (HTTP 401/403). Not an outage.
-    ProviderAuth = "STEADFAST_PROVIDER_AUTH", retryable = false;
+    ProviderAuth = "STEADFAST_PROVIDER_AUTH", retryable = false, status = 502, outage = false;
     /// The provider refused the request (HTTP 400/404/422, context too long, …).
-    ProviderBadRequest = "STEADFAST_PROVIDER_BAD_REQUEST", retryable = false;
+    ProviderBadRequest = "STEADFAST_PROVIDER_BAD_REQUEST", retryable = false, status = 502, outage = false;
     /// The provider answered something we cannot read.
-    ProviderInvalidResponse = "STEADFAST_PROVIDER_INVALID_RESPONSE", retryable = true;
+    ProviderInvalidResponse = "STEADFAST_PROVIDER_INVALID_RESPONSE", retryable = true, status = 502, outage = false;
     /// A spending / quota budget is exhausted (HTTP 402, insufficient quota).
-    BudgetExhausted = "STEADFAST_BUDGET_EXHAUSTED", retryable = false;
+    BudgetExhausted = "STEADFAST_BUDGET_EXHAUSTED", retryable = false, status = 502, outage = false;
     /// A tool raised a propagating error: the run is rejected (the checkpoint stays resumable).
-    ToolPropagated = "STEADFAST_TOOL_PROPAGATED", retryable = true;
+    ToolPropagated = "STEADFAST_TOOL_PROPAGATED", retryable = true, status = 502, outage = false;
     /// A hook threw.
-    HookFailed = "STEADFAST_HOOK_FAILED", retryable = true;
+    HookFailed = "STEADFAST_HOOK_FAILED", retryable = true, status = 500, outage = false;
     /// The store rate-limited a write (Workers KV 429).
-    StoreRateLimited = "STEADFAST_STORE_RATE_LIMITED", retryable = true;
+    StoreRateLimited = "STEADFAST_STORE_RATE_LIMITED", retryable = true, status = 503, outage = false;
     /// The store is unreachable or timed out.
-    StoreUnavailable = "STEADFAST_STORE_UNAVAILABLE", retryable = true;
+    StoreUnavailable = "STEADFAST_STORE_UNAVAILABLE", retryable = true, status = 503, outage = false;
     /// The store refused an operation permanently (value too large, bad key, …).
-    StoreFailed = "STEADFAST_STORE_FAILED", retryable = false;
+    StoreFailed = "STEADFAST_STORE_FAILED", retryable = false, status = 500, outage = false;
     /// The scripted mock model has no turn left for this call.
-    ModelScriptExhausted = "STEADFAST_MODEL_SCRIPT_EXHAUSTED", retryable = false;
+    ModelScriptExhausted = "STEADFAST_MODEL_SCRIPT_EXHAUSTED", retryable = false, status = 502, outage = false;
     /// A process died in the middle of a run (used by crash injection in tests).
-    Crashed = "STEADFAST_CRASHED", retryable = true;
+    Crashed = "STEADFAST_CRASHED", retryable = true, status = 500, outage = false;
     /// The request has no valid bearer token (HTTP API).
-    Unauthorized = "STEADFAST_UNAUTHORIZED", retryable = false;
+    Unauthorized = "STEADFAST_UNAUTHORIZED", retryable = false, status = 401, outage = false;
     /// No API token is configured: the API refuses every request but `/health` (fail closed).
-    AuthNotConfigured = "STEADFAST_AUTH_NOT_CONFIGURED", retryable = false;
+    AuthNotConfigured = "STEADFAST_AUTH_NOT_CONFIGURED", retryable = false, status = 503, outage = false;
     /// No such route (HTTP API).
-    RouteNotFound = "STEADFAST_ROUTE_NOT_FOUND", retryable = false;
+    RouteNotFound = "STEADFAST_ROUTE_NOT_FOUND", retryable = false, status = 404, outage = false;
     /// The route exists but not with this method (HTTP API).
-    MethodNotAllowed = "STEADFAST_METHOD_NOT_ALLOWED", retryable = false;
+    MethodNotAllowed = "STEADFAST_METHOD_NOT_ALLOWED", retryable = false, status = 405, outage = false;
     /// The request body is larger than the API accepts (1 MiB).
-    PayloadTooLarge = "STEADFAST_PAYLOAD_TOO_LARGE", retryable = false;
+    PayloadTooLarge = "STEADFAST_PAYLOAD_TOO_LARGE", retryable = false, status = 413, outage = false;
     /// A bug: an invariant of the run state machine did not hold.
-    Internal = "STEADFAST_INTERNAL", retryable = false;
+    Internal = "STEADFAST_INTERNAL", retryable = false, status = 500, outage = false;
 }
 
 impl fmt::Display for ErrorCode {
