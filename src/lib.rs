@@ -37,6 +37,7 @@
 
 pub mod api;
 pub mod config;
+pub mod contract;
 pub mod core;
 pub mod http;
 pub mod providers;

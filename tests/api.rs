@@ -203,6 +203,33 @@ fn bad_requests_get_coded_4xx_and_change_nothing() {
     assert!(v["error"]["approvalId"].is_string(), "the 409 names the approval: {v}");
 }
 
+/// serde reads a struct from a JSON array too (fields by position): `["Charge order 7"]` would start a run and
+/// `[true]` approve a call. A body is a JSON object or it is refused, on every route that takes one.
+#[test]
+fn a_body_that_is_not_a_json_object_is_refused_and_changes_nothing() {
+    let f = fixture();
+    let (_, v) = call(&f, req("POST", "/runs/keep", r#"{"input": "refund order 7"}"#));
+    let approval = v["approvalId"].as_str().unwrap().to_string();
+    let cases = [
+        ("POST", "/runs/a".to_string(), r#"["Charge order 7"]"#),
+        ("POST", "/runs/a".to_string(), "[]"),
+        ("POST", "/runs/a".to_string(), r#""Charge order 7""#),
+        ("POST", format!("/approvals/{approval}"), "[true]"),
+        ("POST", format!("/approvals/{approval}"), "[true, \"ok\"]"),
+        ("POST", "/runs/keep/fork".to_string(), "[1]"),
+        ("POST", "/deliveries/d-1".to_string(), r#"["Charge order 7"]"#),
+        ("POST", "/runs/keep/resume".to_string(), "[]"),
+    ];
+    for (method, path, body) in cases {
+        let before = snapshot(&f.kv);
+        let (s, v) = call(&f, req(method, &path, body));
+        assert_eq!((s, v["error"]["code"].clone()), (400, json!("STEADFAST_INVALID_INPUT")), "{path} {body}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("JSON object"), "{path} {body}: {v}");
+        assert_eq!(snapshot(&f.kv), before, "{path} {body}: KV changed");
+    }
+    assert_eq!((f.counters.get("charge"), f.counters.get("refund")), (0, 0));
+}
+
 #[test]
 fn no_token_configured_fails_closed_with_instructions() {
     let f = fixture();

@@ -654,6 +654,11 @@ function lowLevelTool(t: Tool): object {
   };
 }
 
+/** The send document the core reads (`{input, businessState?}`, the HTTP API's body of `POST /runs/{id}`). */
+function sendRequest(input: Input, businessState: Json | undefined): string {
+  return JSON.stringify({ input, businessState });
+}
+
 function eventCallback(onEvent: ((e: RunEvent) => void) | undefined): ((json: string) => void) | null {
   return onEvent ? (json: string) => onEvent(JSON.parse(json) as RunEvent) : null;
 }
@@ -763,8 +768,8 @@ export function createAgent(options: AgentOptions): Agent {
     call(() =>
       low.send(
         opts.sessionId,
-        JSON.stringify(input),
-        JSON.stringify({ businessState: opts.businessState, events: opts.events ?? false }),
+        sendRequest(input, opts.businessState),
+        JSON.stringify({ events: opts.events ?? false }),
         eventCallback(opts.onEvent),
         opts.signal ?? null,
       ),
@@ -781,8 +786,8 @@ export function createAgent(options: AgentOptions): Agent {
       call(() =>
         low.runOnce(
           deliveryId,
-          JSON.stringify(input),
-          JSON.stringify({ businessState: opts.businessState, events: opts.events ?? false }),
+          sendRequest(input, opts.businessState),
+          JSON.stringify({ events: opts.events ?? false }),
           eventCallback(opts.onEvent),
           opts.signal ?? null,
         ),

@@ -12,8 +12,8 @@
 //!   numeric `.status` maps through [`provider_http_error`] (`.retryAfterMs` is honoured); one with a
 //!   `STEADFAST_*` `.code` keeps that code; anything else is `STEADFAST_PROVIDER_NETWORK` (retryable).
 //! * tool: `{name, description, inputSchema, needsApproval?: boolean | (argsJson) => boolean,
-//!   execute(argsJson, ctxJson): Promise<any>}`. `ctxJson` is `{runId, toolCallId, approvalId,
-//!   idempotencyKey}`. A string result is the text the model reads; any other value is serialised as JSON. A
+//!   execute(argsJson, ctxJson): Promise<any>}`. `ctxJson` is a [`ToolCallContext`] (`{runId, toolCallId,
+//!   approvalId, idempotencyKey}`). A string result is the text the model reads; any other value is serialised as JSON. A
 //!   thrown error is an error result `"<name>: <message>"` the model reads, unless it has
 //!   `.propagate === true`: then the run is rejected with `STEADFAST_TOOL_PROPAGATED` (resumable).
 //! * hook: `{type: "progressGuard", hintAfter?, denyAfter?, maxDenials?}` (a [`ProgressGuard`]) or
@@ -25,12 +25,12 @@
 //!
 //! **Caution:** tools that run again on resume must be idempotent: use `ctx.idempotencyKey`.
 
+use crate::contract::{SendRequest, ToolCallContext};
 use crate::core::classify::provider_http_error;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::machine::ModelResponse;
 use crate::core::sweep::SweepOptions;
-use crate::core::transcript::Message;
 use crate::runtime::{
     AbortSignal, Agent, AgentBuilder, AgentOptions, Clock, Delivery, EventSink, ForkOptions, Input, Model,
     ModelRequest, NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult, SendOptions, Sleep,
@@ -424,13 +424,8 @@ impl Tool for JsTool {
     }
 
     async fn execute(&self, args: Value, ctx: ToolContext) -> std::result::Result<ToolOutput, ToolError> {
-        let ctx_json = serde_json::json!({
-            "runId": ctx.run_id,
-            "toolCallId": ctx.tool_call_id,
-            "approvalId": ctx.approval_id,
-            "idempotencyKey": ctx.idempotency_key(),
-        });
-        let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx_json.to_string()));
+        let ctx_json = encode(&ToolCallContext::from(&ctx)).map_err(|e| ToolError::typed("TypeError", e.message))?;
+        let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx_json));
         match call_async(&self.execute, &self.obj, &js_args).await {
             Ok(v) => tool_output(&v),
             Err(e) => Err(tool_error(&e, &ctx.run_id)),
@@ -580,37 +575,10 @@ pub struct JsAgent {
     agent: Agent,
 }
 
-/// `input`: a string (one user message) or an array of `{role, content}` messages (system and user only).
-fn parse_input(v: Value) -> Result<Input> {
-    match v {
-        Value::Null => Ok(Input(Vec::new())),
-        Value::String(s) if s.trim().is_empty() => Ok(Input(Vec::new())),
-        Value::String(s) => Ok(Input(vec![Message::user(s)])),
-        Value::Array(items) => {
-            let mut out = Vec::new();
-            for (i, item) in items.into_iter().enumerate() {
-                let m: Message = serde_json::from_value(item).map_err(|e| {
-                    Error::invalid_input(format!("input[{i}] is not a message ({{role, content}}): {e}"))
-                })?;
-                if matches!(m, Message::Tool(_)) || !m.tool_calls().is_empty() {
-                    return Err(Error::invalid_input(format!(
-                        "input[{i}]: only system and user messages (or stored history) may be sent"
-                    )));
-                }
-                out.push(m);
-            }
-            Ok(Input(out))
-        }
-        _ => Err(Error::invalid_input("input must be a string or an array of messages")),
-    }
-}
-
-/// Options of `send` and `resume`: `{businessState?, events?}`.
+/// What the npm package asks of a run-starting call besides its input: `{events?}`.
 #[derive(serde::Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CallOptions {
-    #[serde(default)]
-    business_state: Option<Value>,
     /// Return the run's events in the result (`events`).
     #[serde(default)]
     events: bool,
@@ -632,8 +600,7 @@ impl CallOptions {
             1 => sinks.pop(),
             _ => Some(Rc::new(FanOut(sinks))),
         };
-        let opts = SendOptions { business_state: self.business_state.clone(), events, ..SendOptions::default() };
-        (opts, sink)
+        (SendOptions { events, ..SendOptions::default() }, sink)
     }
 }
 
@@ -713,10 +680,12 @@ fn prepare(
     Ok(Prepared { opts: send_opts, sink, _link: link })
 }
 
-fn input_of(input_json: &str) -> Result<Input> {
-    let input: Value =
-        serde_json::from_str(input_json).map_err(|e| Error::invalid_input(format!("input is not JSON: {e}")))?;
-    parse_input(input)
+/// A send document ([`SendRequest`]: `{input, businessState?}`): the runtime input, with the business state
+/// put into `opts`.
+fn request_of(request_json: &str, opts: &mut SendOptions) -> Result<Input> {
+    let (input, business_state) = SendRequest::from_json(request_json)?.into_parts()?;
+    opts.business_state = business_state;
+    Ok(input)
 }
 
 fn with_events<T: Serialize>(result: &T, sink: Option<VecSink>) -> Result<Value> {
@@ -798,22 +767,23 @@ impl JsAgent {
         encode(self.agent.fingerprint()).map_err(|e| js_error(&e))
     }
 
-    /// Sends input (`inputJson`: a JSON string or messages array) on run `run_id`; `options_json`:
-    /// `{businessState?, events?}`; `on_event` is called with each event's JSON as it happens; `signal` (a JS
-    /// `AbortSignal`) aborts the run (it resolves `in-progress` with finish reason `aborted`, resumable). Resolves
-    /// to the RunResult JSON.
+    /// Sends on run `run_id`: `request_json` is the send document ([`SendRequest`]: `{input, businessState?}`,
+    /// as the HTTP API takes it); `options_json`: `{events?}`; `on_event` is called with each event's JSON as it
+    /// happens; `signal` (a JS `AbortSignal`) aborts the run (it resolves `in-progress` with finish reason
+    /// `aborted`, resumable). Resolves to the RunResult JSON.
     pub fn send(
         &self,
         run_id: String,
-        input_json: String,
+        request_json: String,
         options_json: Option<String>,
         on_event: Option<Function>,
         signal: Option<JsValue>,
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let p = prepare(options_json, on_event, signal, "send options")?;
-            let result = agent.send(&run_id, input_of(&input_json)?, p.opts).await?;
+            let mut p = prepare(options_json, on_event, signal, "send options")?;
+            let input = request_of(&request_json, &mut p.opts)?;
+            let result = agent.send(&run_id, input, p.opts).await?;
             with_events(&result, p.sink)
         })
     }
@@ -839,23 +809,24 @@ impl JsAgent {
 
     /// Runs a delivered job once (`Agent::run_once`): the run id is derived from `delivery_id`; a finished run
     /// is acknowledged (no model call), a run waiting on a person is left, an unfinished one is resumed, and
-    /// only a new delivery is sent (`input_json`, `options_json`, `on_event` and `signal` as for `send`).
+    /// only a new delivery is sent (`request_json`, `options_json`, `on_event` and `signal` as for `send`).
     /// Resolves to the Delivery JSON with camelCase fields: `{outcome: "acknowledged" | "ran", runId, result}`
     /// or `{outcome: "awaiting-approval", runId, approvalId}` (plus `events` when asked for).
     #[wasm_bindgen(js_name = runOnce)]
     pub fn run_once(
         &self,
         delivery_id: String,
-        input_json: String,
+        request_json: String,
         options_json: Option<String>,
         on_event: Option<Function>,
         signal: Option<JsValue>,
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let p = prepare(options_json, on_event, signal, "runOnce options")?;
+            let mut p = prepare(options_json, on_event, signal, "runOnce options")?;
+            let input = request_of(&request_json, &mut p.opts)?;
             let sink = p.sink.clone();
-            let delivery = agent.run_once(&delivery_id, input_of(&input_json)?, p.opts).await?;
+            let delivery = agent.run_once(&delivery_id, input, p.opts).await?;
             let json =
                 |r: &RunResult| serde_json::to_value(r).map_err(|e| Error::internal(format!("cannot encode: {e}")));
             let mut out = match delivery {
