@@ -32,9 +32,9 @@ use crate::core::events::EventEnvelope;
 use crate::core::machine::ModelResponse;
 use crate::core::sweep::SweepOptions;
 use crate::runtime::{
-    AbortSignal, Agent, AgentBuilder, AgentOptions, Clock, Delivery, EventSink, ForkOptions, Input, Model,
-    ModelRequest, NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult, SendOptions, Sleep,
-    SplitMix64, Tool, ToolContext, ToolError, ToolOutput, VecSink,
+    AbortSignal, Agent, AgentBuilder, AgentOptions, Clock, EventSink, ForkOptions, Input, Model, ModelRequest,
+    NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, SendOptions, Sleep, SplitMix64, Tool,
+    ToolContext, ToolError, ToolOutput, VecSink,
 };
 use crate::store::kv::{check_bulk, check_key, check_put, kv_error_code, KvBackend, ListKey, ListPage, PutOptions};
 use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
@@ -658,7 +658,6 @@ fn link_abort(signal: Option<JsValue>) -> Result<(Option<AbortSignal>, Option<Ab
     Ok((Some(abort), Some(AbortLink { js, listener })))
 }
 
-/// A result as JSON, with `events` added when they were asked for.
 /// What every run-starting call (`send`, `resume`, `runOnce`) needs: its options decoded, the event sink and the
 /// abort link (keep the link alive for the whole call).
 struct Prepared {
@@ -688,6 +687,7 @@ fn request_of(request_json: &str, opts: &mut SendOptions) -> Result<Input> {
     Ok(input)
 }
 
+/// A result as JSON, with `events` added when they were asked for.
 fn with_events<T: Serialize>(result: &T, sink: Option<VecSink>) -> Result<Value> {
     let mut v = serde_json::to_value(result).map_err(|e| Error::internal(format!("cannot encode: {e}")))?;
     if let (Some(sink), Some(obj)) = (sink, v.as_object_mut()) {
@@ -810,8 +810,9 @@ impl JsAgent {
     /// Runs a delivered job once (`Agent::run_once`): the run id is derived from `delivery_id`; a finished run
     /// is acknowledged (no model call), a run waiting on a person is left, an unfinished one is resumed, and
     /// only a new delivery is sent (`request_json`, `options_json`, `on_event` and `signal` as for `send`).
-    /// Resolves to the Delivery JSON with camelCase fields: `{outcome: "acknowledged" | "ran", runId, result}`
-    /// or `{outcome: "awaiting-approval", runId, approvalId}` (plus `events` when asked for).
+    /// Resolves to the [`crate::runtime::Delivery`] JSON, the shape `POST /deliveries/{id}` answers with: `{outcome:
+    /// "acknowledged" | "ran", runId, result}` or `{outcome: "awaiting-approval", runId, approvalId}` (plus
+    /// `events` when asked for).
     #[wasm_bindgen(js_name = runOnce)]
     pub fn run_once(
         &self,
@@ -825,35 +826,8 @@ impl JsAgent {
         promise(async move {
             let mut p = prepare(options_json, on_event, signal, "runOnce options")?;
             let input = request_of(&request_json, &mut p.opts)?;
-            let sink = p.sink.clone();
             let delivery = agent.run_once(&delivery_id, input, p.opts).await?;
-            let json =
-                |r: &RunResult| serde_json::to_value(r).map_err(|e| Error::internal(format!("cannot encode: {e}")));
-            let mut out = match delivery {
-                Delivery::Acknowledged { result } => serde_json::json!({
-                    "outcome": "acknowledged",
-                    "runId": result.run_id,
-                    "result": json(&result)?,
-                }),
-                Delivery::Ran { result } => serde_json::json!({
-                    "outcome": "ran",
-                    "runId": result.run_id,
-                    "result": json(&result)?,
-                }),
-                Delivery::AwaitingApproval { run_id, approval_id } => serde_json::json!({
-                    "outcome": "awaiting-approval",
-                    "runId": run_id,
-                    "approvalId": approval_id,
-                }),
-            };
-            if let Some(sink) = sink {
-                let events =
-                    serde_json::to_value(sink.events()).map_err(|e| Error::internal(format!("cannot encode: {e}")))?;
-                if let Some(obj) = out.as_object_mut() {
-                    obj.insert("events".into(), events);
-                }
-            }
-            Ok(out)
+            with_events(&delivery, p.sink)
         })
     }
 
