@@ -1,13 +1,18 @@
 // steadfast: durable, self-healing LLM agent runs. The typed facade over the wasm core (via low_level.ts).
 //
-// The types in src/generated/ are generated from the Rust definitions by ts-rs (scripts/gen-types.sh; cargo
-// feature `ts`) and re-exported here: the Rust u64 fields are declared `number` (`ts(type = "number")`, as the
-// JSON the core sends has numbers) and fields the core leaves out when empty are optional (`ts(optional)`).
-// The hand-written types below are the facade's own shapes (options, the model and tool interfaces, …).
+// Every data type the core sends or reads is generated from its Rust definition by ts-rs (src/generated/,
+// scripts/gen-types.sh; cargo feature `ts`; the test command fails when they are stale) and re-exported here:
+// the Rust 64-bit integers are `number` (the JSON the core sends has numbers) and fields the core leaves out
+// when empty are optional. Option types whose every field has a default are the generated type made
+// `Partial`. Written in TS: the facade's own shapes, which carry JS functions (agent options, tools, hooks,
+// the model interface, callbacks), and two inputs that the core reads more leniently than its own types
+// (`Input`, `ModelResponse`).
 import { newAgent, newKvStore, newMemoryStore, type JsAgent, type JsStore } from "./low_level.js";
 import type { ApprovalRecord } from "./generated/ApprovalRecord.js";
 import type { ApprovalStatus } from "./generated/ApprovalStatus.js";
 import type { Checkpoint } from "./generated/Checkpoint.js";
+import type { Comparison } from "./generated/Comparison.js";
+import type { Delivery as GeneratedDelivery } from "./generated/Delivery.js";
 import type { Drift } from "./generated/Drift.js";
 import type { ErrorCode } from "./generated/ErrorCode.js";
 import type { ErrorInfo } from "./generated/ErrorInfo.js";
@@ -15,22 +20,37 @@ import type { Event } from "./generated/Event.js";
 import type { EventEnvelope } from "./generated/EventEnvelope.js";
 import type { Fingerprint } from "./generated/Fingerprint.js";
 import type { FinishReason } from "./generated/FinishReason.js";
+import type { ForkOptions } from "./generated/ForkOptions.js";
+import type { ForkResult } from "./generated/ForkResult.js";
+import type { HistoryEntry } from "./generated/HistoryEntry.js";
+import type { JournalOptions } from "./generated/JournalOptions.js";
+import type { LeaseOptions } from "./generated/LeaseOptions.js";
 import type { Message } from "./generated/Message.js";
 import type { ModelChange } from "./generated/ModelChange.js";
+import type { ModelRequest } from "./generated/ModelRequest.js";
 import type { PendingRun } from "./generated/PendingRun.js";
+import type { ProgressGuardOptions as GeneratedProgressGuardOptions } from "./generated/ProgressGuardOptions.js";
 import type { ResultKind } from "./generated/ResultKind.js";
+import type { RetryPolicy } from "./generated/RetryPolicy.js";
 import type { RunResult as GeneratedRunResult } from "./generated/RunResult.js";
 import type { RunStats } from "./generated/RunStats.js";
 import type { RunStatus } from "./generated/RunStatus.js";
+import type { SweepOptions as GeneratedSweepOptions } from "./generated/SweepOptions.js";
+import type { SweepReport } from "./generated/SweepReport.js";
 import type { ToolCall } from "./generated/ToolCall.js";
+import type { ToolContext } from "./generated/ToolContext.js";
 import type { ToolResult } from "./generated/ToolResult.js";
+import type { ToolSpec } from "./generated/ToolSpec.js";
+import type { TrajectoryStep } from "./generated/TrajectoryStep.js";
 import type { Usage } from "./generated/Usage.js";
+import type { JsonValue } from "./generated/serde_json/JsonValue.js";
 
 /** Generated from the Rust types (src/generated/). */
 export type {
   ApprovalRecord,
   ApprovalStatus,
   Checkpoint,
+  Comparison,
   Drift,
   ErrorCode,
   ErrorInfo,
@@ -38,43 +58,41 @@ export type {
   EventEnvelope,
   Fingerprint,
   FinishReason,
+  ForkOptions,
+  ForkResult,
+  HistoryEntry,
   Message,
   ModelChange,
+  ModelRequest,
   PendingRun,
   ResultKind,
   RunStats,
   RunStatus,
+  SweepReport,
   ToolCall,
+  ToolContext,
   ToolResult,
+  ToolSpec,
+  TrajectoryStep,
   Usage,
 };
 
 // ------------------------------------------------------------------------------------------------------------
-// Data types (mirrors of the Rust serde shapes).
+// Data types: the generated ones, completed.
 
-/** Any JSON value. */
-export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+/** Any JSON value (the generated `serde_json::Value`). */
+export type Json = JsonValue;
 
-/** What `send` accepts: text (one user message) or system/user messages. */
+/**
+ * What `send` accepts: text (one user message) or system/user messages (the `input` of the send document,
+ * read by the core's `parse_input`: stored history without tool calls may be re-sent too).
+ */
 export type Input = string | Array<{ role: "system" | "user"; content: string }>;
 
-/** A tool as the model sees it. */
-export interface ToolSpec {
-  name: string;
-  description: string;
-  inputSchema: Json;
-}
-
-/** What a model is asked. */
-export interface ModelRequest {
-  runId: string;
-  /** The step this answer will be (1-based). */
-  step: number;
-  messages: Message[];
-  tools: ToolSpec[];
-}
-
-/** A model's answer. A tool call without an id gets one. */
+/**
+ * A model's answer. A tool call without an id gets one. Written in TS: the core reads it more leniently than its
+ * own `ModelResponse` (every field optional, ids generated).
+ */
 export interface ModelResponse {
   text?: string;
   toolCalls?: Array<{ id?: string; name: string; args?: Json }>;
@@ -91,17 +109,6 @@ export interface Model {
   /** Model id (part of the agent fingerprint). */
   id: string;
   generate(request: ModelRequest): Promise<ModelResponse>;
-}
-
-/** What a tool receives besides its arguments. */
-export interface ToolContext {
-  runId: string;
-  /** Unchanged when the same call runs again on resume. */
-  toolCallId: string;
-  /** For an approved call, the approval id. */
-  approvalId: string | null;
-  /** The approval id for approved calls, else the call id: send it as `Idempotency-Key`. */
-  idempotencyKey: string;
 }
 
 /** A tool definition (see `defineTool`). */
@@ -130,20 +137,8 @@ export type RunResult = GeneratedRunResult & {
 /** A run event (`{v, seq, runId, at, type, …}`): the generated `EventEnvelope`. */
 export type RunEvent = EventEnvelope;
 
-/** One recovery sweep tick's settings (all optional). */
-export interface SweepOptions {
-  intervalMs?: number;
-  maxBackoffMs?: number;
-  maxAttempts?: number;
-  maxRuns?: number;
-  opBudget?: number;
-  outageThreshold?: number;
-  retryWithDiagnosis?: boolean;
-  /** Runs per page of the pending listing (default 1,000). */
-  pageSize?: number;
-  /** Pages listed per tick (default 3); the next tick continues where this one stopped. */
-  maxPages?: number;
-}
+/** One recovery sweep tick's settings (every field optional: the generated `SweepOptions` has defaults). */
+export type SweepOptions = Partial<GeneratedSweepOptions>;
 
 /** `recover` options: the sweep's settings, the loop's period and its callbacks. */
 export interface RecoverOptions extends SweepOptions {
@@ -169,81 +164,17 @@ export interface Recovery {
   done: Promise<void>;
 }
 
-/** What one sweep tick did. */
-export interface SweepReport {
-  listed: number;
-  examined: number;
-  resumed: number;
-  recovered: string[];
-  quarantined: string[];
-  busy: number;
-  backingOff: number;
-  errors: number;
-  outage: boolean;
-  /** The run resumed as the outage probe this tick, if any. */
-  probe?: string;
-  /** Listed runs found finished or deleted when checked (their stale index entries are dropped). */
-  stale: number;
-  operations: number;
-  /** Whether the tick reached the end of the listing. */
-  complete: boolean;
-}
-
-/** `fork` options. */
-export interface ForkOptions {
-  fromStep: number;
-  patch?: {
-    messages?: Message[];
-    businessState?: Json;
-    toolResult?: { toolCallId: string; result: string };
-    appendInput?: string;
-  };
-  newId?: string;
-}
-
-/** A created fork (resume it to run it). */
-export interface ForkResult {
-  runId: string;
-  step: number;
-  checkpoint: Checkpoint;
-}
-
-/** One assistant turn of a trajectory. */
-export interface TrajectoryStep {
-  step: number;
-  text: string;
-  toolCalls: Array<{ name: string; args: Json; result: string | null; isError: boolean }>;
-}
-
-/** The comparison of two runs. */
-export interface Comparison {
-  a: TrajectoryStep[];
-  b: TrajectoryStep[];
-  divergedAt: number | null;
-  drift: { [field: string]: Json };
-}
-
 /**
- * What `runOnce` did with a delivery. `runId` is the run derived from the delivery id (`dlv-<id>`, or `dlv-`
- * and a hash when the id is not a valid run id).
+ * What `runOnce` did with a delivery (the generated `Delivery`, the shape `POST /deliveries/{id}` answers with,
+ * plus `events` when `events: true` was asked for). `runId` is the run derived from the delivery id (`dlv-<id>`,
+ * or `dlv-` and a hash when the id is not a valid run id). `acknowledged`: the run was already finished,
+ * nothing ran (acknowledge the delivery); `awaiting-approval`: the run waits on a person, nothing ran (leave the
+ * delivery); `ran`: the run was started (a new delivery) or resumed (an unfinished one).
  */
-export type Delivery =
-  /** The run was already finished: acknowledge the delivery; nothing ran (no model call). */
-  | { outcome: "acknowledged"; runId: string; result: RunResult; events?: RunEvent[] }
-  /** The run waits on a person: leave the delivery (do not acknowledge it); nothing ran. */
-  | { outcome: "awaiting-approval"; runId: string; approvalId: string | null; events?: RunEvent[] }
-  /** The run was started (a new delivery) or resumed (an unfinished one). */
-  | { outcome: "ran"; runId: string; result: RunResult; events?: RunEvent[] };
-
-/** A past state of a run. */
-export interface HistoryEntry {
-  /** Journal position. */
-  seq: number;
-  step: number;
-  savedAt: number;
-  status: RunStatus;
-  checkpoint: Checkpoint;
-}
+export type Delivery = GeneratedDelivery & {
+  /** The run's events, when `events: true` was asked for. */
+  events?: RunEvent[];
+};
 
 // ------------------------------------------------------------------------------------------------------------
 // Errors.
@@ -361,16 +292,12 @@ export interface KVNamespaceLike {
   }>;
 }
 
-/** Options of a KV store. */
-export interface KvStoreOptions {
-  /** Key prefix (default none). */
-  prefix?: string;
-  /** Past states kept per run for history and fork (default 50). */
-  historyLimit?: number;
-  /** The lease settle window (ms, default 1000): a lease write must be acknowledged within it of the read it
-   *  follows, and is confirmed by a read-back that long after it, before any tool runs. */
-  settleMs?: number;
-}
+/**
+ * Options of a KV store: the generated `JournalOptions`' `prefix` (default none), `historyLimit` (past states
+ * kept per run for history and fork, default 50) and `settleMs` (the lease settle window, default 1000 ms), all
+ * optional.
+ */
+export type KvStoreOptions = Partial<Pick<JournalOptions, "prefix" | "historyLimit" | "settleMs">>;
 
 /** A new in-memory store (strongly consistent; lives as long as the handle). Share it between agents. */
 export function memoryStore(): Store {
@@ -474,15 +401,8 @@ export function mockModel(script: MockTurn[], options: MockModelOptions = {}): M
 // ------------------------------------------------------------------------------------------------------------
 // Self-healing hooks.
 
-/** Options of `progressGuard` (all optional). */
-export interface ProgressGuardOptions {
-  /** After this many identical failures of a tool in a row, its result gets a hint (default 2). */
-  hintAfter?: number;
-  /** After this many identical failures in a row, further calls of the tool are denied (default 3). */
-  denyAfter?: number;
-  /** After this many denials, the next one stops the run with `STEADFAST_RUN_NO_PROGRESS` (default 3). */
-  maxDenials?: number;
-}
+/** Options of `progressGuard` (every field optional: the generated `ProgressGuardOptions` has defaults). */
+export type ProgressGuardOptions = Partial<GeneratedProgressGuardOptions>;
 
 /** A progress guard hook (see `progressGuard`). */
 export interface ProgressGuardHook extends ProgressGuardOptions {
@@ -562,9 +482,9 @@ export interface AgentOptions {
   /** Longest tool result kept, in bytes (default 262144); a longer one is cut and ends with a marker. */
   maxToolResultBytes?: number;
   /** The model-call retry policy (the only retry layer). */
-  retry?: { maxAttempts?: number; baseMs?: number; capMs?: number; deadlineMs?: number };
+  retry?: Partial<RetryPolicy>;
   /** Run leases (ms). */
-  lease?: { ttlMs?: number; renewEveryMs?: number; graceMs?: number };
+  lease?: Partial<LeaseOptions>;
 }
 
 /** Options of `send`. */
@@ -640,7 +560,7 @@ export interface Agent {
   /** Past states of a run, newest first. */
   history(sessionId: string, limit?: number): Promise<HistoryEntry[]>;
   /** The agent's fingerprint (model, tools, instructions). */
-  readonly fingerprint: Json;
+  readonly fingerprint: Fingerprint;
 }
 
 function lowLevelTool(t: Tool): object {
@@ -763,7 +683,7 @@ export function createAgent(options: AgentOptions): Agent {
   const low: JsAgent = sync(() =>
     newAgent({ ...rest, model: lowModel, tools: tools.map(lowLevelTool), hooks: hooks.map(lowLevelHook) }, storeHandle(store)),
   );
-  const fingerprint = JSON.parse(low.fingerprint()) as Json;
+  const fingerprint = JSON.parse(low.fingerprint()) as Fingerprint;
   const send = (input: Input, opts: SendOptions): Promise<RunResult> =>
     call(() =>
       low.send(

@@ -260,13 +260,8 @@ impl Model for JsModel {
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
-        let body = serde_json::json!({
-            "runId": request.run_id,
-            "step": request.step,
-            "messages": request.messages,
-            "tools": request.tools,
-        });
-        let args = Array::of1(&JsValue::from_str(&body.to_string()));
+        let body = encode(&request)?;
+        let args = Array::of1(&JsValue::from_str(&body));
         let out = call_async(&self.generate, &self.obj, &args).await.map_err(|e| model_error(&e))?;
         let text = match out.as_string() {
             Some(s) => s,
