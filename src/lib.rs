@@ -47,6 +47,9 @@ pub mod tools;
 
 pub use crate::core::error::{Error, ErrorCode, Result};
 
+#[cfg(any(feature = "worker", feature = "js"))]
+pub mod wasm_shared;
+
 #[cfg(feature = "worker")]
 pub mod worker;
 

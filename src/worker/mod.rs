@@ -12,7 +12,7 @@
 
 mod platform;
 
-pub use platform::{worker_rng, FetchClient, WorkerClock, WorkerSleep, WorkersAi, WorkersKv};
+pub use platform::{FetchClient, WorkersAi};
 
 use crate::api::{serve, Api, ApiRequest, ApiResponse, Host};
 use crate::config::AgentConfig;
@@ -21,6 +21,7 @@ use crate::providers::ModelPlatform;
 use crate::runtime::{Agent, RunResult, SweepListener};
 use crate::store::{JournalOptions, JournalStore, PendingRun};
 use crate::tools::demo::{demo_counts, demo_tools};
+use crate::wasm_shared::{js_message, js_rng, JsClock, JsSleep, WorkersKv};
 use async_trait::async_trait;
 use futures::StreamExt;
 use std::rc::Rc;
@@ -51,14 +52,18 @@ fn secret(env: &Env, name: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-fn binding_error(what: &str, e: worker::Error) -> Error {
-    Error::new(ErrorCode::ConfigInvalid, format!("{what}: {e}"))
-}
-
 fn runs_kv(env: &Env) -> Result<WorkersKv> {
-    env.kv("RUNS")
-        .map(WorkersKv)
-        .map_err(|e| binding_error("the KV binding RUNS is missing (wrangler.toml [[kv_namespaces]])", e))
+    let missing = |why: String| {
+        Error::new(
+            ErrorCode::ConfigInvalid,
+            format!("the KV binding RUNS is missing (wrangler.toml [[kv_namespaces]]): {why}"),
+        )
+    };
+    let ns = js_sys::Reflect::get(env, &"RUNS".into()).map_err(|e| missing(js_message(&e)))?;
+    if ns.is_undefined() {
+        return Err(missing("Binding `RUNS` is undefined.".into()));
+    }
+    WorkersKv::new(ns).map_err(|e| missing(e.message))
 }
 
 /// What the Worker supplies to build the configured model ([`AgentConfig::model`] decides which and how): `fetch`,
@@ -84,8 +89,8 @@ impl ModelPlatform for WorkerPlatform<'_> {
 
 fn build_agent(env: &Env, cfg: &AgentConfig) -> Result<Agent> {
     let kv = runs_kv(env)?;
-    let clock = Rc::new(WorkerClock);
-    let sleep = Rc::new(WorkerSleep);
+    let clock = Rc::new(JsClock);
+    let sleep = Rc::new(JsSleep);
     let store = JournalStore::new(
         kv.clone(),
         clock.clone(),
@@ -96,7 +101,7 @@ fn build_agent(env: &Env, cfg: &AgentConfig) -> Result<Agent> {
         .store(store)
         .clock(clock)
         .sleep(sleep)
-        .rng(Rc::new(worker_rng()))
+        .rng(Rc::new(js_rng()))
         .options(cfg.agent_options())
         .instructions(cfg.instructions.clone());
     if cfg.demo_tools_enabled() {
