@@ -17,9 +17,9 @@
 //! | method | path | does |
 //! |---|---|---|
 //! | GET | `/health` | liveness |
-//! | POST | `/runs/{id}` | `{input, businessState?}` start or continue a run (SSE with `Accept: text/event-stream`) |
+//! | POST | `/runs/{id}` | [`SendRequest`] `{input, businessState?}`: start or continue a run → RunResult (SSE with `Accept: text/event-stream`) |
 //! | POST | `/runs/{id}/resume` | finish an unfinished run |
-//! | GET | `/runs/{id}` | checkpoint: status, transcript, approvals, lastError, attempts, fingerprint |
+//! | GET | `/runs/{id}` | the run's state: a [`RunView`] |
 //! | DELETE | `/runs/{id}` | delete the run |
 //! | GET | `/runs?status=…` | unfinished runs |
 //! | GET | `/runs/{id}/history?limit=` | past states, newest first |
@@ -27,17 +27,17 @@
 //! | GET | `/compare/{a}/{b}` | compare two runs |
 //! | GET | `/approvals` | pending approvals |
 //! | POST | `/approvals/{id}` | `{approved, note?}` resolve |
-//! | POST | `/deliveries/{deliveryId}` | `{input}` run a delivered job once |
+//! | POST | `/deliveries/{deliveryId}` | [`SendRequest`]: run a delivered job once → [`crate::runtime::Delivery`] |
 //! | POST | `/__conformance` | the store conformance suite on the real KV binding: only in builds with the cargo
 //! feature `conformance` (tests), and only with the token |
 
+use crate::contract::{body_from_json, RunView, SendRequest};
 use crate::core::checkpoint::RunStatus;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
-use crate::core::transcript::Message;
-use crate::runtime::{Agent, ForkOptions, Input, Resolve, SendOptions, VecSink};
+use crate::runtime::{Agent, ForkOptions, Resolve, SendOptions, VecSink};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -159,15 +159,6 @@ pub struct Api {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct SendBody {
-    #[serde(default)]
-    input: Option<Value>,
-    #[serde(default)]
-    business_state: Option<Value>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ResolveBody {
     approved: bool,
     #[serde(default)]
@@ -193,31 +184,7 @@ fn parse_body<T: for<'de> Deserialize<'de>>(body: &[u8], allow_empty: bool) -> R
         return if allow_empty { Ok(None) } else { Err(bad("the request needs a JSON body")) };
     }
     let text = std::str::from_utf8(body).map_err(|_| bad("the body is not UTF-8"))?;
-    serde_json::from_str(text).map(Some).map_err(|e| bad(format!("invalid JSON body: {e}")))
-}
-
-/// `input`: a string (one user message) or an array of `{role, content}` messages.
-fn parse_input(v: Option<Value>) -> Result<Input> {
-    match v {
-        None | Some(Value::Null) => Ok(Input(Vec::new())),
-        Some(Value::String(s)) if s.trim().is_empty() => Ok(Input(Vec::new())),
-        Some(Value::String(s)) => Ok(Input(vec![Message::user(s)])),
-        Some(Value::Array(items)) => {
-            let mut out = Vec::new();
-            for (i, item) in items.into_iter().enumerate() {
-                let m: Message = serde_json::from_value(item)
-                    .map_err(|e| bad(format!("input[{i}] is not a message ({{role, content}}): {e}")))?;
-                if matches!(m, Message::Tool(_)) || !m.tool_calls().is_empty() {
-                    return Err(bad(format!(
-                        "input[{i}]: only system and user messages (or stored history) may be sent"
-                    )));
-                }
-                out.push(m);
-            }
-            Ok(Input(out))
-        }
-        Some(_) => Err(bad("`input` must be a string or an array of messages")),
-    }
+    body_from_json(text).map(Some)
 }
 
 /// The path's segments, every one kept: `/runs/a/resume` → `["runs", "a", "resume"]`, `/runs//resume` →
@@ -535,9 +502,9 @@ impl Api {
                 if m != "POST" {
                     return not_allowed();
                 }
-                let body: SendBody = parse_body(&req.body, false)?.ok_or_else(|| bad("empty body"))?;
-                let input = parse_input(body.input)?;
-                let opts = SendOptions { business_state: body.business_state, ..SendOptions::default() };
+                let body: SendRequest = parse_body(&req.body, false)?.ok_or_else(|| bad("empty body"))?;
+                let (input, business_state) = body.into_parts()?;
+                let opts = SendOptions { business_state, ..SendOptions::default() };
                 Ok(ApiResponse::ok(&self.agent.run_once(id, input, opts).await?))
             }
             _ => Err(Error::new(ErrorCode::RouteNotFound, format!("no route {m} {}", req.path))),
@@ -545,11 +512,8 @@ impl Api {
     }
 
     async fn send(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
-        let body: Option<SendBody> = parse_body(&req.body, true)?;
-        let (input, business_state) = match body {
-            Some(b) => (parse_input(b.input)?, b.business_state),
-            None => (Input(Vec::new()), None),
-        };
+        let body: SendRequest = parse_body(&req.body, true)?.unwrap_or_default();
+        let (input, business_state) = body.into_parts()?;
         let sse = req.header("accept").is_some_and(|a| a.contains("text/event-stream"));
         let sink = VecSink::new();
         let opts = SendOptions {
@@ -581,21 +545,7 @@ impl Api {
         let cp = self.agent.load(id).await?.ok_or_else(|| {
             Error::new(ErrorCode::CheckpointNotFound, format!("run '{id}' has no checkpoint")).with_run(id)
         })?;
-        Ok(ApiResponse::ok(&json!({
-            "runId": cp.run_id,
-            "status": cp.status,
-            "finishReason": cp.finish_reason,
-            "step": cp.step_index,
-            "usage": cp.usage,
-            "messages": cp.messages,
-            "approvalIds": cp.approval_ids,
-            "lastError": cp.last_error,
-            "attempts": cp.attempts,
-            "quarantined": cp.quarantined,
-            "fingerprint": cp.fingerprint,
-            "businessState": cp.business_state,
-            "savedAt": cp.saved_at,
-        })))
+        Ok(ApiResponse::ok(&RunView::from(cp)))
     }
 
     async fn list_runs(&self, req: &ApiRequest) -> Result<ApiResponse> {

@@ -22,9 +22,13 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::DriftPolicy;
 use crate::core::sweep::SweepOptions;
 use crate::http::HttpClient;
+use crate::providers::{
+    AnthropicModel, AnthropicOptions, ModelPlatform, OpenAiModel, OpenAiOptions, WorkersAiModel, WorkersAiOptions,
+};
 use crate::runtime::agent::AgentOptions;
 use crate::runtime::mock::{MockError, MockTurn};
 use crate::runtime::traits::Tool;
+use crate::runtime::{MockModel, Model};
 use crate::store::LeaseOptions;
 use crate::tools::demo::{demo_script, DEMO_TOOL_NAMES};
 use crate::tools::webhook::{Allowlist, ParsedUrl, WebhookTool, WebhookToolConfig};
@@ -215,6 +219,50 @@ impl ModelConfig {
     pub fn api_key_secret_name(&self) -> Option<&str> {
         self.api_key_secret.as_deref().or(self.provider.default_api_key_secret())
     }
+
+    /// The OpenAI provider's options: model id, temperature, `maxTokens`, extra `params`, `baseUrl` (else the
+    /// provider's own).
+    pub fn openai_options(&self) -> OpenAiOptions {
+        let mut o = OpenAiOptions {
+            model: self.model_id().to_string(),
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            extra: self.params.clone(),
+            ..OpenAiOptions::default()
+        };
+        if let Some(b) = &self.base_url {
+            o.base_url = b.clone();
+        }
+        o
+    }
+
+    /// The Anthropic provider's options: model id, temperature, extra `params`, `baseUrl` and `maxTokens`
+    /// (else the provider's defaults; the API requires a token cap).
+    pub fn anthropic_options(&self) -> AnthropicOptions {
+        let mut o = AnthropicOptions {
+            model: self.model_id().to_string(),
+            temperature: self.temperature,
+            extra: self.params.clone(),
+            ..AnthropicOptions::default()
+        };
+        if let Some(b) = &self.base_url {
+            o.base_url = b.clone();
+        }
+        if let Some(t) = self.max_tokens {
+            o.max_tokens = t;
+        }
+        o
+    }
+
+    /// The Workers AI provider's options: model id, temperature, `maxTokens`, extra `params`.
+    pub fn workers_ai_options(&self) -> WorkersAiOptions {
+        WorkersAiOptions {
+            model: self.model_id().to_string(),
+            temperature: self.temperature,
+            max_tokens: self.max_tokens,
+            extra: self.params.clone(),
+        }
+    }
 }
 
 /// Run limits.
@@ -377,6 +425,38 @@ impl AgentConfig {
             max_tool_result_bytes: self.limits.max_tool_result_bytes,
             ..AgentOptions::default()
         }
+    }
+
+    /// The configured model, built from what `platform` supplies: `mock` is the scripted [`MockModel`]
+    /// (answering by turn from [`AgentConfig::mock_script`]); `openai` and `anthropic` send through the
+    /// platform's HTTP client with the key from the secret [`ModelConfig::api_key_secret_name`] names;
+    /// `workers-ai` runs on the platform's AI binding. A missing key or binding is `STEADFAST_CONFIG_INVALID`
+    /// saying how to provide it.
+    pub fn model<P: ModelPlatform>(&self, platform: &P) -> Result<Rc<dyn Model>> {
+        let m = &self.model;
+        Ok(match m.provider {
+            Provider::Mock => Rc::new(MockModel::by_turn(self.mock_script()).with_id(m.model_id())),
+            Provider::OpenAi => Rc::new(OpenAiModel::new(platform.http(), self.api_key(platform)?, m.openai_options())),
+            Provider::Anthropic => {
+                Rc::new(AnthropicModel::new(platform.http(), self.api_key(platform)?, m.anthropic_options()))
+            }
+            Provider::WorkersAi => {
+                let ai = platform
+                    .workers_ai()
+                    .map_err(|why| config_err(format!("the AI binding is missing (wrangler.toml [ai]): {why}")))?;
+                Rc::new(WorkersAiModel::new(ai, m.workers_ai_options()))
+            }
+        })
+    }
+
+    /// The provider's API key from the platform's secrets.
+    fn api_key<P: ModelPlatform>(&self, platform: &P) -> Result<String> {
+        let name = self.model.api_key_secret_name().unwrap_or("API_KEY");
+        platform.secret(name).filter(|k| !k.is_empty()).ok_or_else(|| {
+            config_err(format!(
+                "the provider key is missing: `npx wrangler secret put {name}` (locally: {name}=... in .dev.vars)"
+            ))
+        })
     }
 
     /// The mock model's script (for `MockModel::by_turn`): `model.script`, else [`demo_script`].
@@ -904,5 +984,159 @@ mod tests {
         assert_eq!(json_path_at(r#"{"a": 1}"#, 9, 9), "");
         assert_eq!(json_path_at("{\"é\": {\"x", 1, 100), "[\"é\"].x");
         assert_eq!(json_path_at("\"unterminated", 1, 5), "");
+    }
+
+    /// The platform of the provider-selection tests: a recording HTTP client that answers every request with
+    /// `reply`, a table of secrets, and an AI binding when `ai` is set.
+    struct TestPlatform {
+        http: crate::providers::fake::FakeHttp,
+        secrets: Vec<(String, String)>,
+        ai: Option<FakeAi>,
+    }
+
+    #[derive(Clone, Default)]
+    struct FakeAi(Rc<std::cell::RefCell<Vec<(String, Value)>>>);
+
+    #[async_trait(?Send)]
+    impl crate::providers::AiBinding for FakeAi {
+        async fn run(&self, model: &str, input: Value) -> Result<Value> {
+            self.0.borrow_mut().push((model.to_string(), input));
+            Ok(json!({"response": "ok"}))
+        }
+    }
+
+    impl ModelPlatform for TestPlatform {
+        type Http = crate::providers::fake::FakeHttp;
+        type Ai = FakeAi;
+        fn http(&self) -> Self::Http {
+            self.http.clone()
+        }
+        fn secret(&self, name: &str) -> Option<String> {
+            self.secrets.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).filter(|v| !v.is_empty())
+        }
+        fn workers_ai(&self) -> std::result::Result<FakeAi, String> {
+            self.ai.clone().ok_or_else(|| "Binding `AI` is undefined.".to_string())
+        }
+    }
+
+    /// Which provider a configuration builds, with which options and key, over generated model sections and
+    /// platforms: the model id, the request the provider sends (URL, key header, body fields: model,
+    /// temperature, token cap, extra params that cannot replace the model), the binding call, and the
+    /// configuration error (naming the secret or the binding) when the platform lacks what the provider needs,
+    /// in which case nothing is sent. `STEADFAST_CONFIG_SEED=<n>` replays one case.
+    #[test]
+    fn the_configured_provider_is_built_with_its_options_for_generated_configs() {
+        use crate::runtime::{Rng, SplitMix64};
+        let seeds: Vec<u64> = match std::env::var("STEADFAST_CONFIG_SEED").ok().and_then(|s| s.parse().ok()) {
+            Some(seed) => vec![seed],
+            None => (0..600).collect(),
+        };
+        for seed in seeds {
+            let rng = SplitMix64::new(seed);
+            let pick = |n: u64| (rng.next_u64() % n) as usize;
+            let repro = format!("STEADFAST_CONFIG_SEED={seed} cargo test --lib config::tests::the_configured_provider");
+            let provider = [Provider::Mock, Provider::OpenAi, Provider::Anthropic, Provider::WorkersAi][pick(4)];
+            let model = (provider != Provider::Mock || pick(2) == 0).then(|| format!("model-{}", pick(100)));
+            let mut params = Map::new();
+            if pick(2) == 0 {
+                params.insert("top_p".into(), json!(0.5));
+            }
+            if pick(3) == 0 {
+                params.insert("model".into(), json!("not-the-model"));
+            }
+            let cfg = AgentConfig {
+                model: ModelConfig {
+                    provider,
+                    model: model.clone(),
+                    base_url: [None, Some("https://gw.example.com/v1"), Some("http://127.0.0.1:8080/")][pick(3)]
+                        .map(String::from),
+                    api_key_secret: (pick(2) == 0).then(|| "MY_KEY".to_string()),
+                    max_tokens: (pick(2) == 0).then(|| 1 + pick(4000) as u32),
+                    temperature: (pick(2) == 0).then(|| pick(20) as f64 / 10.0),
+                    params: params.clone(),
+                    script: None,
+                },
+                ..AgentConfig::default()
+            };
+            let key_name = cfg.model.api_key_secret_name().unwrap_or("API_KEY").to_string();
+            let mut secrets = Vec::new();
+            for name in ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "MY_KEY"] {
+                match pick(3) {
+                    0 => {}
+                    1 => secrets.push((name.to_string(), String::new())),
+                    _ => secrets.push((name.to_string(), format!("key-of-{name}"))),
+                }
+            }
+            let has_key = secrets.iter().any(|(k, v)| *k == key_name && !v.is_empty());
+            let reply = match provider {
+                Provider::Anthropic => r#"{"content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}"#,
+                _ => r#"{"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}]}"#,
+            };
+            let platform = TestPlatform {
+                http: crate::providers::fake::FakeHttp::reply(200, &[], reply),
+                secrets,
+                ai: (pick(2) == 0).then(FakeAi::default),
+            };
+            let ai_calls = platform.ai.clone().map(|a| a.0).unwrap_or_default();
+            let built = cfg.model(&platform);
+            let needs_key = matches!(provider, Provider::OpenAi | Provider::Anthropic);
+            if (needs_key && !has_key) || (provider == Provider::WorkersAi && platform.ai.is_none()) {
+                let e = built.err().unwrap_or_else(|| panic!("a model without what it needs; {repro}"));
+                assert_eq!(e.code, ErrorCode::ConfigInvalid, "{repro}");
+                let names = if needs_key { format!("secret put {key_name}") } else { "AI binding is missing".into() };
+                assert!(e.message.contains(&names), "{:?} should say {names:?}; {repro}", e.message);
+                assert!(platform.http.requests().is_empty(), "{repro}");
+                continue;
+            }
+            let built = built.unwrap_or_else(|e| panic!("{e}; {repro}"));
+            let id = model.clone().unwrap_or_else(|| "mock".into());
+            assert_eq!(built.id(), id, "{repro}");
+            let messages = [Message::user("hi")];
+            let answer =
+                block_on(built.generate(ModelRequest { run_id: "r", messages: &messages, tools: &[], step: 1 }))
+                    .unwrap_or_else(|e| panic!("{e}; {repro}"));
+            let requests = platform.http.requests();
+            match provider {
+                Provider::Mock => {
+                    assert_eq!(answer.tool_calls[0].name, "charge", "the demo script; {repro}");
+                    assert!(requests.is_empty() && ai_calls.borrow().is_empty(), "{repro}");
+                }
+                Provider::WorkersAi => {
+                    assert!(requests.is_empty(), "{repro}");
+                    let calls = ai_calls.borrow();
+                    assert_eq!((calls.len(), calls[0].0.as_str()), (1, id.as_str()), "{repro}");
+                    let input = &calls[0].1;
+                    assert_eq!(
+                        input.get("max_tokens").and_then(Value::as_u64),
+                        cfg.model.max_tokens.map(u64::from),
+                        "{repro}"
+                    );
+                    assert_eq!(input.get("temperature").and_then(Value::as_f64), cfg.model.temperature, "{repro}");
+                    assert_eq!(input.get("top_p"), params.get("top_p"), "{repro}");
+                }
+                Provider::OpenAi | Provider::Anthropic => {
+                    assert_eq!((answer.text.as_str(), requests.len()), ("ok", 1), "{repro}");
+                    let r = &requests[0];
+                    let key = format!("key-of-{key_name}");
+                    let (default_base, path, header, value) = if provider == Provider::OpenAi {
+                        ("https://api.openai.com/v1", "chat/completions", "authorization", format!("Bearer {key}"))
+                    } else {
+                        ("https://api.anthropic.com", "v1/messages", "x-api-key", key)
+                    };
+                    let base = cfg.model.base_url.as_deref().unwrap_or(default_base).trim_end_matches('/');
+                    assert_eq!(r.url, format!("{base}/{path}"), "{repro}");
+                    assert!(r.headers.iter().any(|(k, v)| k == header && *v == value), "{:?}; {repro}", r.headers);
+                    let body: Value = serde_json::from_str(r.body.as_deref().unwrap_or("")).unwrap();
+                    assert_eq!(body["model"], json!(id), "params never replace the model; {repro}");
+                    assert_eq!(body.get("temperature").and_then(Value::as_f64), cfg.model.temperature, "{repro}");
+                    let cap = match provider {
+                        Provider::Anthropic => Some(u64::from(cfg.model.max_tokens.unwrap_or(1024))),
+                        _ => cfg.model.max_tokens.map(u64::from),
+                    };
+                    assert_eq!(body.get("max_tokens").and_then(Value::as_u64), cap, "{repro}");
+                    assert_eq!(body.get("top_p"), params.get("top_p"), "{repro}");
+                }
+            }
+        }
     }
 }

@@ -11,6 +11,9 @@
 //!   [`runtime::Tool`]s and a [`store::RunStore`], holds the run's lease, retries model calls (the only retry
 //!   layer), runs tools concurrently, handles abort.
 //! * [`store`] — the [`store::RunStore`] contract, its conformance suite and backends.
+//! * Front doors: [`api`] (the HTTP API, platform independent) and [`contract`] (the JSON both shells speak,
+//!   defined once); the shells `worker` (feature `worker`) and `bindings` (feature `js`) share
+//!   `wasm_shared` and only translate.
 //!
 //! ## `?Send`, decided once
 //! Cloudflare Workers (and wasm in general) are single-threaded, and JS values are not `Send`. Every async
@@ -37,6 +40,7 @@
 
 pub mod api;
 pub mod config;
+pub mod contract;
 pub mod core;
 pub mod http;
 pub mod providers;
@@ -45,6 +49,9 @@ pub mod store;
 pub mod tools;
 
 pub use crate::core::error::{Error, ErrorCode, Result};
+
+#[cfg(any(feature = "worker", feature = "js"))]
+pub mod wasm_shared;
 
 #[cfg(feature = "worker")]
 pub mod worker;

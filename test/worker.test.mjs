@@ -218,6 +218,38 @@ test("bad requests get coded 4xx and leave KV unchanged", async () => {
   assert.equal((await call(mf, "GET", "/runs/resume")).status, 404, "POST /runs//resume started no run named resume");
 });
 
+test("the Worker answers in the shapes both shells share: the run view, deliveries naming their run, JSON-object bodies only", async () => {
+  const mf = worker({ config: { recovery: fastRecovery } });
+  const keys = (o) => Object.keys(o).sort();
+  const refund = { input: "please refund order 7" };
+  // A delivery: every outcome carries runId (the npm package's runOnce resolves the same shape).
+  const ran = await call(mf, "POST", "/deliveries/evt-1", refund);
+  assert.equal(ran.status, 200, ran.text);
+  assert.deepEqual([ran.json.outcome, ran.json.runId, keys(ran.json)], ["ran", "dlv-evt-1", ["outcome", "result", "runId"]]);
+  assert.equal(ran.json.result.status, "awaiting-approval");
+  const waiting = await call(mf, "POST", "/deliveries/evt-1", refund);
+  assert.deepEqual([waiting.json.outcome, waiting.json.runId, keys(waiting.json)], ["awaiting-approval", "dlv-evt-1", ["approvalId", "outcome", "runId"]]);
+  // The run view: exactly these fields, absent values as null.
+  const view = await call(mf, "GET", "/runs/dlv-evt-1");
+  assert.equal(view.status, 200, view.text);
+  assert.deepEqual(keys(view.json), [
+    "approvalIds", "attempts", "businessState", "fingerprint", "finishReason", "lastError", "messages", "quarantined",
+    "runId", "savedAt", "status", "step", "usage",
+  ]);
+  assert.deepEqual([view.json.status, view.json.approvalIds, view.json.lastError, view.json.businessState], ["awaiting-approval", [waiting.json.approvalId], null, null]);
+  // A body that is a JSON array is refused, not read as the struct's fields by position.
+  const before = await kvListing(mf);
+  for (const [p, body] of [["/runs/a", '["Charge order 7"]'], [`/approvals/${waiting.json.approvalId}`, "[true]"], ["/deliveries/evt-3", '["x"]']]) {
+    const r = await call(mf, "POST", p, body);
+    assert.deepEqual([r.status, r.json.error?.code], [400, "STEADFAST_INVALID_INPUT"], `${p} ${body}: ${r.text}`);
+  }
+  assert.deepEqual(await kvListing(mf), before, "refused bodies changed KV");
+  const approved = await call(mf, "POST", `/approvals/${waiting.json.approvalId}`, { approved: true });
+  assert.equal(approved.json.status, "finished", approved.text);
+  const acked = await call(mf, "POST", "/deliveries/evt-1", refund);
+  assert.deepEqual([acked.json.outcome, acked.json.runId, acked.json.result.text], ["acknowledged", "dlv-evt-1", "Refund issued."]);
+});
+
 // POSTs straight to the Worker's socket on a fresh connection (no shared pool: an upload the Worker resets
 // cannot disturb later requests), with either a fixed `body` (sent with its Content-Length) or an endless
 // chunked body written until the answer comes. With `expectContinue` the body waits for the server's

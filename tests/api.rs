@@ -118,18 +118,30 @@ fn every_route_happy_path() {
     assert_eq!((s, v["status"].clone()), (200, json!("finished")), "{v}");
     assert_eq!(f.counters.get("refund"), 1);
 
-    // Deliveries run once.
+    // Deliveries run once; every outcome names the run (the npm package's runOnce answers the same shape).
+    let keys = |v: &Value| {
+        v.as_object().map(|o| o.keys().map(String::as_str).collect::<Vec<_>>().join(",")).unwrap_or_default()
+    };
     let (s, v) = call(&f, req("POST", "/deliveries/evt-1", r#"{"input": "Charge order 8"}"#));
+    assert_eq!((s, v["outcome"].clone(), v["runId"].clone()), (200, json!("ran"), json!("dlv-evt-1")), "{v}");
+    assert_eq!((keys(&v), v["result"]["runId"].clone()), ("outcome,result,runId".to_string(), json!("dlv-evt-1")));
+    let (s, v) = call(&f, req("POST", "/deliveries/evt-1", r#"{"input": "Charge order 8"}"#));
+    assert_eq!((s, v["outcome"].clone(), v["runId"].clone()), (200, json!("acknowledged"), json!("dlv-evt-1")));
+    assert_eq!((keys(&v), v["result"]["text"].clone()), ("outcome,result,runId".to_string(), json!("Done.")));
+    let (s, v) = call(&f, req("POST", "/deliveries/evt-2", r#"{"input": "refund order 7"}"#));
     assert_eq!((s, v["outcome"].clone()), (200, json!("ran")), "{v}");
-    let (s, v) = call(&f, req("POST", "/deliveries/evt-1", r#"{"input": "Charge order 8"}"#));
-    assert_eq!((s, v["outcome"].clone()), (200, json!("acknowledged")));
+    let (s, v) = call(&f, req("POST", "/deliveries/evt-2", r#"{"input": "refund order 7"}"#));
+    assert_eq!((s, v["outcome"].clone(), v["runId"].clone()), (200, json!("awaiting-approval"), json!("dlv-evt-2")));
+    assert_eq!(keys(&v), "approvalId,outcome,runId", "{v}");
+    assert!(v["approvalId"].as_str().is_some_and(|a| a.starts_with("ap")), "{v}");
 
     let (s, _) = call(&f, req("DELETE", "/runs/order-7", ""));
     assert_eq!(s, 200);
     let (s, v) = call(&f, req("GET", "/runs/order-7", ""));
     assert_eq!((s, v["error"]["code"].clone()), (404, json!("STEADFAST_CHECKPOINT_NOT_FOUND")));
     let (s, v) = call(&f, req("GET", "/runs", ""));
-    assert_eq!((s, v["runs"].as_array().unwrap().len()), (200, 0));
+    let unfinished: Vec<&str> = v["runs"].as_array().unwrap().iter().filter_map(|r| r["runId"].as_str()).collect();
+    assert_eq!((s, unfinished), (200, vec!["dlv-evt-2"]), "only the delivery waiting on a person is unfinished");
 }
 
 #[test]
@@ -201,6 +213,33 @@ fn bad_requests_get_coded_4xx_and_change_nothing() {
     }
     let (_, v) = call(&f, req("POST", "/runs/keep", r#"{"input": "more"}"#));
     assert!(v["error"]["approvalId"].is_string(), "the 409 names the approval: {v}");
+}
+
+/// serde reads a struct from a JSON array too (fields by position): `["Charge order 7"]` would start a run and
+/// `[true]` approve a call. A body is a JSON object or it is refused, on every route that takes one.
+#[test]
+fn a_body_that_is_not_a_json_object_is_refused_and_changes_nothing() {
+    let f = fixture();
+    let (_, v) = call(&f, req("POST", "/runs/keep", r#"{"input": "refund order 7"}"#));
+    let approval = v["approvalId"].as_str().unwrap().to_string();
+    let cases = [
+        ("POST", "/runs/a".to_string(), r#"["Charge order 7"]"#),
+        ("POST", "/runs/a".to_string(), "[]"),
+        ("POST", "/runs/a".to_string(), r#""Charge order 7""#),
+        ("POST", format!("/approvals/{approval}"), "[true]"),
+        ("POST", format!("/approvals/{approval}"), "[true, \"ok\"]"),
+        ("POST", "/runs/keep/fork".to_string(), "[1]"),
+        ("POST", "/deliveries/d-1".to_string(), r#"["Charge order 7"]"#),
+        ("POST", "/runs/keep/resume".to_string(), "[]"),
+    ];
+    for (method, path, body) in cases {
+        let before = snapshot(&f.kv);
+        let (s, v) = call(&f, req(method, &path, body));
+        assert_eq!((s, v["error"]["code"].clone()), (400, json!("STEADFAST_INVALID_INPUT")), "{path} {body}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("JSON object"), "{path} {body}: {v}");
+        assert_eq!(snapshot(&f.kv), before, "{path} {body}: KV changed");
+    }
+    assert_eq!((f.counters.get("charge"), f.counters.get("refund")), (0, 0));
 }
 
 #[test]

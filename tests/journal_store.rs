@@ -599,7 +599,7 @@ fn long_runs_stay_readable_finished_and_unfinished_on_every_store() {
         let model = MockModel::by_turn(tool_turns(STEPS));
         let agent = env.agent_with(model.clone(), vec![counting_tool("search", &counters)], options.clone(), "");
         let delivered = match block_on(agent.run_once("job-1", "go", SendOptions::default())).unwrap() {
-            Delivery::Ran { result } => *result,
+            Delivery::Ran { result, .. } => *result,
             other => panic!("{name}: {other:?}"),
         };
         assert_eq!((delivered.status, delivered.steps as usize), (RunStatus::Finished, STEPS), "{name}");
@@ -616,7 +616,7 @@ fn long_runs_stay_readable_finished_and_unfinished_on_every_store() {
         assert!(history.windows(2).all(|w| w[0].seq == w[1].seq + 1), "{name}: consecutive states");
         // A redelivery of the finished job: acknowledged, no model call.
         match block_on(agent.run_once("job-1", "go", SendOptions::default())).unwrap() {
-            Delivery::Acknowledged { result } => assert_eq!(result.messages, delivered.messages, "{name}"),
+            Delivery::Acknowledged { result, .. } => assert_eq!(result.messages, delivered.messages, "{name}"),
             other => panic!("{name}: redelivery {other:?}"),
         }
         assert_eq!(model.call_count(), calls, "{name}: no model call on a redelivery");

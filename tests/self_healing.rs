@@ -1071,7 +1071,7 @@ fn run_once_acknowledges_redeliveries_without_model_calls() {
     env.clock.advance(5_000);
     let again = block_on(agent.run_once("evt_1", "ship order 1", opts())).unwrap();
     match again {
-        Delivery::Acknowledged { result } => assert_eq!(result.text, "shipped"),
+        Delivery::Acknowledged { result, .. } => assert_eq!(result.text, "shipped"),
         other => panic!("{other:?}"),
     }
     assert_eq!(model.call_count(), calls, "zero extra model calls");
@@ -1095,7 +1095,7 @@ fn run_once_acknowledges_redeliveries_without_model_calls() {
     ))
     .unwrap();
     match r {
-        Delivery::Ran { result } => assert_eq!(result.text, "shipped 3"),
+        Delivery::Ran { result, .. } => assert_eq!(result.text, "shipped 3"),
         other => panic!("{other:?}"),
     }
 }

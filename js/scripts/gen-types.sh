@@ -11,8 +11,9 @@ DEST="$JS/src/generated"
 
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-# Relative imports end in `.js` (module NodeNext).
-(cd "$ROOT" && TS_RS_EXPORT_DIR="$TMP/out" TS_RS_IMPORT_EXTENSION=js \
+# Relative imports end in `.js` (module NodeNext). Rust's 64-bit integers are `number`: the core sends them as
+# JSON numbers (counts, milliseconds, journal positions; all far below 2^53), never as strings.
+(cd "$ROOT" && TS_RS_EXPORT_DIR="$TMP/out" TS_RS_IMPORT_EXTENSION=js TS_RS_LARGE_INT=number \
   cargo test --locked --quiet --lib --features ts export_bindings >"$TMP/cargo.log" 2>&1) || {
   cat "$TMP/cargo.log" >&2
   exit 1

@@ -12,8 +12,8 @@
 //!   numeric `.status` maps through [`provider_http_error`] (`.retryAfterMs` is honoured); one with a
 //!   `STEADFAST_*` `.code` keeps that code; anything else is `STEADFAST_PROVIDER_NETWORK` (retryable).
 //! * tool: `{name, description, inputSchema, needsApproval?: boolean | (argsJson) => boolean,
-//!   execute(argsJson, ctxJson): Promise<any>}`. `ctxJson` is `{runId, toolCallId, approvalId,
-//!   idempotencyKey}`. A string result is the text the model reads; any other value is serialised as JSON. A
+//!   execute(argsJson, ctxJson): Promise<any>}`. `ctxJson` is a [`ToolCallContext`] (`{runId, toolCallId,
+//!   approvalId, idempotencyKey}`). A string result is the text the model reads; any other value is serialised as JSON. A
 //!   thrown error is an error result `"<name>: <message>"` the model reads, unless it has
 //!   `.propagate === true`: then the run is rejected with `STEADFAST_TOOL_PROPAGATED` (resumable).
 //! * hook: `{type: "progressGuard", hintAfter?, denyAfter?, maxDenials?}` (a [`ProgressGuard`]) or
@@ -25,21 +25,23 @@
 //!
 //! **Caution:** tools that run again on resume must be idempotent: use `ctx.idempotencyKey`.
 
+use crate::contract::{SendRequest, ToolCallContext};
 use crate::core::classify::provider_http_error;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::machine::ModelResponse;
 use crate::core::sweep::SweepOptions;
-use crate::core::transcript::Message;
 use crate::runtime::{
-    AbortSignal, Agent, AgentBuilder, AgentOptions, Clock, Delivery, EventSink, ForkOptions, Input, Model,
-    ModelRequest, NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult, SendOptions, Sleep,
-    SplitMix64, Tool, ToolContext, ToolError, ToolOutput, VecSink,
+    AbortSignal, Agent, AgentBuilder, AgentOptions, EventSink, ForkOptions, Input, Model, ModelRequest, NoListener,
+    OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, SendOptions, Tool, ToolContext, ToolError, ToolOutput,
+    VecSink,
 };
-use crate::store::kv::{check_bulk, check_key, check_put, kv_error_code, KvBackend, ListKey, ListPage, PutOptions};
 use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
+use crate::wasm_shared::{
+    absent, call_async, from_value, js_message, js_rng, method, prop, set, to_value, JsClock, JsSleep, WorkersKv,
+};
 use async_trait::async_trait;
-use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
+use js_sys::{Array, Function, Promise};
 use serde::Serialize;
 use serde_json::Value;
 use std::future::Future;
@@ -47,53 +49,10 @@ use std::rc::Rc;
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
-use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use wasm_bindgen_futures::future_to_promise;
 
 // ---------------------------------------------------------------------------------------------------------
-// Small JS helpers.
-
-fn prop(obj: &JsValue, key: &str) -> JsValue {
-    if !obj.is_object() && !obj.is_function() {
-        return JsValue::UNDEFINED;
-    }
-    Reflect::get(obj, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
-}
-
-fn set(obj: &JsValue, key: &str, value: &JsValue) {
-    let _ = Reflect::set(obj, &JsValue::from_str(key), value);
-}
-
-fn absent(v: &JsValue) -> bool {
-    v.is_undefined() || v.is_null()
-}
-
-/// The message of a thrown JS value.
-fn js_message(e: &JsValue) -> String {
-    if let Some(s) = e.as_string() {
-        return s;
-    }
-    if let Some(s) = prop(e, "message").as_string() {
-        return s;
-    }
-    JSON::stringify(e).ok().and_then(|s| s.as_string()).unwrap_or_else(|| "unknown JS error".into())
-}
-
-/// A JS value as JSON (`undefined` is `null`).
-fn to_value(v: &JsValue, what: &str) -> Result<Value> {
-    if v.is_undefined() {
-        return Ok(Value::Null);
-    }
-    let text = JSON::stringify(v)
-        .ok()
-        .and_then(|s| s.as_string())
-        .ok_or_else(|| Error::invalid_input(format!("{what} cannot be serialised as JSON")))?;
-    serde_json::from_str(&text).map_err(|e| Error::invalid_input(format!("{what} is not valid JSON: {e}")))
-}
-
-/// A JSON value as a JS value.
-fn from_value(v: &Value) -> JsValue {
-    JSON::parse(&v.to_string()).unwrap_or(JsValue::NULL)
-}
+// Small helpers (the JS ones are in crate::wasm_shared).
 
 fn encode<T: Serialize>(v: &T) -> Result<String> {
     serde_json::to_string(v).map_err(|e| Error::internal(format!("cannot encode: {e}")))
@@ -105,22 +64,6 @@ fn decode_opt<T: serde::de::DeserializeOwned + Default>(json: Option<String>, wh
         None | Some("") | Some("null") | Some("undefined") => Ok(T::default()),
         Some(s) => serde_json::from_str(s).map_err(|e| Error::invalid_input(format!("invalid {what}: {e}"))),
     }
-}
-
-/// Awaits a value that may or may not be a promise.
-async fn settle(v: JsValue) -> std::result::Result<JsValue, JsValue> {
-    JsFuture::from(Promise::resolve(&v)).await
-}
-
-/// Calls `f` with `this` and awaits the result; a synchronous throw counts as a rejection.
-async fn call_async(f: &Function, this: &JsValue, args: &Array) -> std::result::Result<JsValue, JsValue> {
-    settle(f.apply(this, args)?).await
-}
-
-fn method(obj: &JsValue, name: &str, what: &str) -> Result<Function> {
-    prop(obj, name)
-        .dyn_into::<Function>()
-        .map_err(|_| Error::new(ErrorCode::ConfigInvalid, format!("{what} has no function `{name}`")))
 }
 
 /// The JS `Error` thrown for a crate error: `message`, and the fields `code`, `retryable`, `runId`,
@@ -156,56 +99,6 @@ fn promise<T: Serialize>(fut: impl Future<Output = Result<T>> + 'static) -> Prom
             Err(e) => Err(js_error(&e)),
         }
     })
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Platform: clock, timer, randomness.
-
-/// `Date.now()`.
-struct JsClock;
-
-impl Clock for JsClock {
-    fn now_ms(&self) -> u64 {
-        js_sys::Date::now() as u64
-    }
-}
-
-/// A `setTimeout` promise; dropping the sleep (a race it lost) clears the timer, so a finished run leaves
-/// no timer behind to keep a JS event loop alive.
-struct JsSleep;
-
-struct Timer {
-    id: JsValue,
-}
-
-impl Drop for Timer {
-    fn drop(&mut self) {
-        let global = js_sys::global();
-        if let Ok(clear) = prop(&global, "clearTimeout").dyn_into::<Function>() {
-            let _ = clear.call1(&global, &self.id);
-        }
-    }
-}
-
-#[async_trait(?Send)]
-impl Sleep for JsSleep {
-    async fn sleep(&self, ms: u64) {
-        let global = js_sys::global();
-        let Ok(set_timeout) = prop(&global, "setTimeout").dyn_into::<Function>() else {
-            return;
-        };
-        let mut id = JsValue::UNDEFINED;
-        let wait = Promise::new(&mut |resolve, _reject| {
-            id = set_timeout.call2(&global, &resolve, &JsValue::from_f64(ms as f64)).unwrap_or(JsValue::UNDEFINED);
-        });
-        let _timer = Timer { id };
-        let _ = JsFuture::from(wait).await;
-    }
-}
-
-/// A [`SplitMix64`] seeded from `Math.random()` and the clock (ids and jitter, not secrets).
-fn js_rng() -> SplitMix64 {
-    SplitMix64::new((js_sys::Math::random() * (u64::MAX as f64)) as u64 ^ (js_sys::Date::now() as u64).rotate_left(17))
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -260,13 +153,8 @@ impl Model for JsModel {
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
-        let body = serde_json::json!({
-            "runId": request.run_id,
-            "step": request.step,
-            "messages": request.messages,
-            "tools": request.tools,
-        });
-        let args = Array::of1(&JsValue::from_str(&body.to_string()));
+        let body = encode(&request)?;
+        let args = Array::of1(&JsValue::from_str(&body));
         let out = call_async(&self.generate, &self.obj, &args).await.map_err(|e| model_error(&e))?;
         let text = match out.as_string() {
             Some(s) => s,
@@ -424,110 +312,12 @@ impl Tool for JsTool {
     }
 
     async fn execute(&self, args: Value, ctx: ToolContext) -> std::result::Result<ToolOutput, ToolError> {
-        let ctx_json = serde_json::json!({
-            "runId": ctx.run_id,
-            "toolCallId": ctx.tool_call_id,
-            "approvalId": ctx.approval_id,
-            "idempotencyKey": ctx.idempotency_key(),
-        });
-        let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx_json.to_string()));
+        let ctx_json = encode(&ToolCallContext::from(&ctx)).map_err(|e| ToolError::typed("TypeError", e.message))?;
+        let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx_json));
         match call_async(&self.execute, &self.obj, &js_args).await {
             Ok(v) => tool_output(&v),
             Err(e) => Err(tool_error(&e, &ctx.run_id)),
         }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// KV namespace.
-
-/// The [`KvBackend`] over a JS Workers `KVNamespace` object.
-struct JsKv {
-    ns: JsValue,
-}
-
-fn kv_error(e: &JsValue) -> Error {
-    let text = js_message(e);
-    match kv_error_code(&text) {
-        ErrorCode::StoreRateLimited => {
-            Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
-        }
-        code => Error::new(code, format!("Workers KV failed: {text}")),
-    }
-}
-
-impl JsKv {
-    async fn call(&self, name: &str, args: &Array) -> Result<JsValue> {
-        let f =
-            method(&self.ns, name, "the KV namespace").map_err(|e| Error::new(ErrorCode::StoreFailed, e.message))?;
-        call_async(&f, &self.ns, args).await.map_err(|e| kv_error(&e))
-    }
-}
-
-#[async_trait(?Send)]
-impl KvBackend for JsKv {
-    async fn get(&self, key: &str) -> Result<Option<String>> {
-        check_key(key)?;
-        Ok(self.call("get", &Array::of1(&JsValue::from_str(key))).await?.as_string())
-    }
-
-    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
-        check_bulk(keys)?;
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let list: Array = keys.iter().map(|k| JsValue::from_str(k)).collect();
-        let found = self.call("get", &Array::of1(&list)).await?;
-        let map = found.dyn_into::<js_sys::Map>().map_err(|_| {
-            Error::new(
-                ErrorCode::StoreFailed,
-                "the KV namespace's get(keys[]) did not return a Map (bulk get unsupported)",
-            )
-        })?;
-        Ok(keys.iter().map(|k| map.get(&JsValue::from_str(k)).as_string()).collect())
-    }
-
-    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
-        check_put(key, value, &opts)?;
-        let o = Object::new();
-        if let Some(m) = &opts.metadata {
-            set(&o, "metadata", &from_value(m));
-        }
-        if let Some(ttl) = opts.expiration_ttl_s {
-            set(&o, "expirationTtl", &JsValue::from_f64(ttl as f64));
-        }
-        self.call("put", &Array::of3(&JsValue::from_str(key), &JsValue::from_str(value), &o)).await.map(|_| ())
-    }
-
-    async fn delete(&self, key: &str) -> Result<()> {
-        check_key(key)?;
-        self.call("delete", &Array::of1(&JsValue::from_str(key))).await.map(|_| ())
-    }
-
-    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<ListPage> {
-        let o = Object::new();
-        set(&o, "prefix", &JsValue::from_str(prefix));
-        set(&o, "limit", &JsValue::from_f64(limit.clamp(1, 1_000) as f64));
-        if let Some(c) = cursor {
-            set(&o, "cursor", &JsValue::from_str(c));
-        }
-        let page = self.call("list", &Array::of1(&o)).await?;
-        let keys = prop(&page, "keys");
-        if !Array::is_array(&keys) {
-            return Err(Error::new(ErrorCode::StoreUnavailable, "the KV namespace's list() answered without `keys`"));
-        }
-        let mut out = Vec::new();
-        for k in Array::from(&keys).iter() {
-            let name = prop(&k, "name")
-                .as_string()
-                .ok_or_else(|| Error::new(ErrorCode::StoreUnavailable, "a listed KV key has no name"))?;
-            let meta = prop(&k, "metadata");
-            let metadata = if absent(&meta) { None } else { to_value(&meta, "KV metadata").ok() };
-            out.push(ListKey { name, metadata });
-        }
-        let complete = prop(&page, "list_complete").as_bool().unwrap_or(true);
-        let cursor = if complete { None } else { prop(&page, "cursor").as_string().filter(|c| !c.is_empty()) };
-        Ok(ListPage { keys: out, cursor })
     }
 }
 
@@ -552,10 +342,8 @@ impl JsStore {
     pub fn kv(namespace: JsValue, options_json: Option<String>) -> std::result::Result<JsStore, JsValue> {
         let opts: JournalOptions = decode_opt(options_json, "KV store options").map_err(|e| js_error(&e))?;
         opts.validate().map_err(|e| js_error(&e))?;
-        for m in ["get", "put", "delete", "list"] {
-            method(&namespace, m, "the KV namespace").map_err(|e| js_error(&e))?;
-        }
-        let store = JournalStore::new(JsKv { ns: namespace }, Rc::new(JsClock), Rc::new(JsSleep), opts);
+        let kv = WorkersKv::new(namespace).map_err(|e| js_error(&e))?;
+        let store = JournalStore::new(kv, Rc::new(JsClock), Rc::new(JsSleep), opts);
         Ok(JsStore { store: Rc::new(store) })
     }
 
@@ -580,37 +368,10 @@ pub struct JsAgent {
     agent: Agent,
 }
 
-/// `input`: a string (one user message) or an array of `{role, content}` messages (system and user only).
-fn parse_input(v: Value) -> Result<Input> {
-    match v {
-        Value::Null => Ok(Input(Vec::new())),
-        Value::String(s) if s.trim().is_empty() => Ok(Input(Vec::new())),
-        Value::String(s) => Ok(Input(vec![Message::user(s)])),
-        Value::Array(items) => {
-            let mut out = Vec::new();
-            for (i, item) in items.into_iter().enumerate() {
-                let m: Message = serde_json::from_value(item).map_err(|e| {
-                    Error::invalid_input(format!("input[{i}] is not a message ({{role, content}}): {e}"))
-                })?;
-                if matches!(m, Message::Tool(_)) || !m.tool_calls().is_empty() {
-                    return Err(Error::invalid_input(format!(
-                        "input[{i}]: only system and user messages (or stored history) may be sent"
-                    )));
-                }
-                out.push(m);
-            }
-            Ok(Input(out))
-        }
-        _ => Err(Error::invalid_input("input must be a string or an array of messages")),
-    }
-}
-
-/// Options of `send` and `resume`: `{businessState?, events?}`.
+/// What the npm package asks of a run-starting call besides its input: `{events?}`.
 #[derive(serde::Deserialize, Default)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct CallOptions {
-    #[serde(default)]
-    business_state: Option<Value>,
     /// Return the run's events in the result (`events`).
     #[serde(default)]
     events: bool,
@@ -632,8 +393,7 @@ impl CallOptions {
             1 => sinks.pop(),
             _ => Some(Rc::new(FanOut(sinks))),
         };
-        let opts = SendOptions { business_state: self.business_state.clone(), events, ..SendOptions::default() };
-        (opts, sink)
+        (SendOptions { events, ..SendOptions::default() }, sink)
     }
 }
 
@@ -691,7 +451,6 @@ fn link_abort(signal: Option<JsValue>) -> Result<(Option<AbortSignal>, Option<Ab
     Ok((Some(abort), Some(AbortLink { js, listener })))
 }
 
-/// A result as JSON, with `events` added when they were asked for.
 /// What every run-starting call (`send`, `resume`, `runOnce`) needs: its options decoded, the event sink and the
 /// abort link (keep the link alive for the whole call).
 struct Prepared {
@@ -713,12 +472,15 @@ fn prepare(
     Ok(Prepared { opts: send_opts, sink, _link: link })
 }
 
-fn input_of(input_json: &str) -> Result<Input> {
-    let input: Value =
-        serde_json::from_str(input_json).map_err(|e| Error::invalid_input(format!("input is not JSON: {e}")))?;
-    parse_input(input)
+/// A send document ([`SendRequest`]: `{input, businessState?}`): the runtime input, with the business state
+/// put into `opts`.
+fn request_of(request_json: &str, opts: &mut SendOptions) -> Result<Input> {
+    let (input, business_state) = SendRequest::from_json(request_json)?.into_parts()?;
+    opts.business_state = business_state;
+    Ok(input)
 }
 
+/// A result as JSON, with `events` added when they were asked for.
 fn with_events<T: Serialize>(result: &T, sink: Option<VecSink>) -> Result<Value> {
     let mut v = serde_json::to_value(result).map_err(|e| Error::internal(format!("cannot encode: {e}")))?;
     if let (Some(sink), Some(obj)) = (sink, v.as_object_mut()) {
@@ -798,22 +560,23 @@ impl JsAgent {
         encode(self.agent.fingerprint()).map_err(|e| js_error(&e))
     }
 
-    /// Sends input (`inputJson`: a JSON string or messages array) on run `run_id`; `options_json`:
-    /// `{businessState?, events?}`; `on_event` is called with each event's JSON as it happens; `signal` (a JS
-    /// `AbortSignal`) aborts the run (it resolves `in-progress` with finish reason `aborted`, resumable). Resolves
-    /// to the RunResult JSON.
+    /// Sends on run `run_id`: `request_json` is the send document ([`SendRequest`]: `{input, businessState?}`,
+    /// as the HTTP API takes it); `options_json`: `{events?}`; `on_event` is called with each event's JSON as it
+    /// happens; `signal` (a JS `AbortSignal`) aborts the run (it resolves `in-progress` with finish reason
+    /// `aborted`, resumable). Resolves to the RunResult JSON.
     pub fn send(
         &self,
         run_id: String,
-        input_json: String,
+        request_json: String,
         options_json: Option<String>,
         on_event: Option<Function>,
         signal: Option<JsValue>,
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let p = prepare(options_json, on_event, signal, "send options")?;
-            let result = agent.send(&run_id, input_of(&input_json)?, p.opts).await?;
+            let mut p = prepare(options_json, on_event, signal, "send options")?;
+            let input = request_of(&request_json, &mut p.opts)?;
+            let result = agent.send(&run_id, input, p.opts).await?;
             with_events(&result, p.sink)
         })
     }
@@ -839,50 +602,25 @@ impl JsAgent {
 
     /// Runs a delivered job once (`Agent::run_once`): the run id is derived from `delivery_id`; a finished run
     /// is acknowledged (no model call), a run waiting on a person is left, an unfinished one is resumed, and
-    /// only a new delivery is sent (`input_json`, `options_json`, `on_event` and `signal` as for `send`).
-    /// Resolves to the Delivery JSON with camelCase fields: `{outcome: "acknowledged" | "ran", runId, result}`
-    /// or `{outcome: "awaiting-approval", runId, approvalId}` (plus `events` when asked for).
+    /// only a new delivery is sent (`request_json`, `options_json`, `on_event` and `signal` as for `send`).
+    /// Resolves to the [`crate::runtime::Delivery`] JSON, the shape `POST /deliveries/{id}` answers with: `{outcome:
+    /// "acknowledged" | "ran", runId, result}` or `{outcome: "awaiting-approval", runId, approvalId}` (plus
+    /// `events` when asked for).
     #[wasm_bindgen(js_name = runOnce)]
     pub fn run_once(
         &self,
         delivery_id: String,
-        input_json: String,
+        request_json: String,
         options_json: Option<String>,
         on_event: Option<Function>,
         signal: Option<JsValue>,
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let p = prepare(options_json, on_event, signal, "runOnce options")?;
-            let sink = p.sink.clone();
-            let delivery = agent.run_once(&delivery_id, input_of(&input_json)?, p.opts).await?;
-            let json =
-                |r: &RunResult| serde_json::to_value(r).map_err(|e| Error::internal(format!("cannot encode: {e}")));
-            let mut out = match delivery {
-                Delivery::Acknowledged { result } => serde_json::json!({
-                    "outcome": "acknowledged",
-                    "runId": result.run_id,
-                    "result": json(&result)?,
-                }),
-                Delivery::Ran { result } => serde_json::json!({
-                    "outcome": "ran",
-                    "runId": result.run_id,
-                    "result": json(&result)?,
-                }),
-                Delivery::AwaitingApproval { run_id, approval_id } => serde_json::json!({
-                    "outcome": "awaiting-approval",
-                    "runId": run_id,
-                    "approvalId": approval_id,
-                }),
-            };
-            if let Some(sink) = sink {
-                let events =
-                    serde_json::to_value(sink.events()).map_err(|e| Error::internal(format!("cannot encode: {e}")))?;
-                if let Some(obj) = out.as_object_mut() {
-                    obj.insert("events".into(), events);
-                }
-            }
-            Ok(out)
+            let mut p = prepare(options_json, on_event, signal, "runOnce options")?;
+            let input = request_of(&request_json, &mut p.opts)?;
+            let delivery = agent.run_once(&delivery_id, input, p.opts).await?;
+            with_events(&delivery, p.sink)
         })
     }
 

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 /// Replaces (or records) one tool call's result.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolResultPatch {
     /// The call whose result is replaced.
@@ -27,6 +28,7 @@ pub struct ToolResultPatch {
 /// What a fork changes in the source checkpoint. Applied in field order: `messages`, `business_state`,
 /// `tool_result`, `append_input`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct ForkPatch {
     /// Replaces the whole transcript (held results and queued input are dropped with it).

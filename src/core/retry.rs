@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Retry settings for model calls.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase", default)]
 pub struct RetryPolicy {
     /// Total attempts, the first included (1 = no retry).

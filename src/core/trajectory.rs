@@ -12,6 +12,7 @@ use std::collections::HashMap;
 
 /// One tool call of a step, with the result that answered it.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export, rename = "TrajectoryCall"))]
 #[serde(rename_all = "camelCase")]
 pub struct StepCall {
     /// Tool name.
@@ -29,6 +30,7 @@ pub struct StepCall {
 
 /// One assistant turn of a run.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export, rename = "TrajectoryStep"))]
 #[serde(rename_all = "camelCase")]
 pub struct Step {
     /// 1-based step number (the n-th assistant message of the transcript).
@@ -42,6 +44,7 @@ pub struct Step {
 
 /// The tool-name sequences of one step differ.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolOrderDiff {
     /// 1-based step number.
@@ -54,6 +57,7 @@ pub struct ToolOrderDiff {
 
 /// The same tool at the same position of the same step was called with different arguments.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct ArgumentDiff {
     /// 1-based step number.
@@ -70,6 +74,7 @@ pub struct ArgumentDiff {
 
 /// The runs took a different number of steps.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct CountDiff {
     /// Steps of run `a`.
@@ -80,6 +85,7 @@ pub struct CountDiff {
 
 /// The runs ended for different reasons.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct FinishDiff {
     /// Finish reason of run `a`.
@@ -90,6 +96,7 @@ pub struct FinishDiff {
 
 /// The differences between two runs.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export, rename = "TrajectoryDrift"))]
 #[serde(rename_all = "camelCase")]
 pub struct Drift {
     /// Steps (common to both runs) whose tool-name sequences differ.
@@ -118,6 +125,7 @@ impl Drift {
 
 /// The result of comparing two runs.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct Comparison {
     /// Steps of run `a`.

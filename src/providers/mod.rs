@@ -9,6 +9,10 @@
 //! [`crate::core::classify::provider_http_error`] (non-2xx answers), passed through (transport errors, already
 //! `STEADFAST_PROVIDER_NETWORK` / `STEADFAST_PROVIDER_TIMEOUT`) or reported as
 //! `STEADFAST_PROVIDER_INVALID_RESPONSE` (a 2xx body that cannot be read). API keys never appear in an error.
+//!
+//! Which provider a configured agent uses, with which options, is decided by
+//! [`crate::config::AgentConfig::model`] (platform independent, tested natively); a shell only answers the
+//! [`ModelPlatform`] questions (its HTTP client, its secrets, its Workers AI binding).
 
 pub mod anthropic;
 pub mod openai;
@@ -25,6 +29,22 @@ use crate::core::transcript::{Message, ToolCall, Usage};
 use crate::http::{HttpClient, HttpRequest, HttpResponse};
 use crate::runtime::traits::ToolSpec;
 use serde_json::{json, Map, Value};
+
+/// What a platform supplies to build a configured model: nothing here decides anything (which provider, its
+/// options, which secret holds the key, the errors when something is missing: see
+/// [`crate::config::AgentConfig::model`]).
+pub trait ModelPlatform {
+    /// The HTTP client provider calls go through.
+    type Http: HttpClient + 'static;
+    /// The Workers AI binding.
+    type Ai: AiBinding + 'static;
+    /// An HTTP client (one attempt per request; the runtime retries).
+    fn http(&self) -> Self::Http;
+    /// The secret (or plain variable) named `name`; `None` when it is not set or empty.
+    fn secret(&self, name: &str) -> Option<String>;
+    /// The Workers AI binding, or why the platform has none.
+    fn workers_ai(&self) -> std::result::Result<Self::Ai, String>;
+}
 
 /// Longest excerpt of a provider's body kept in an error (characters).
 const EXCERPT_CHARS: usize = 200;

@@ -47,6 +47,7 @@ impl SweepListener for NoListener {}
 
 /// What one sweep tick did.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct SweepReport {
     /// Pending runs listed this tick (the pages it read, not the whole backlog).
@@ -69,6 +70,7 @@ pub struct SweepReport {
     pub outage: bool,
     /// The run resumed as the outage probe this tick, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub probe: Option<String>,
     /// Listed runs found finished or deleted when checked (their stale index entries are dropped).
     #[serde(default)]
@@ -81,20 +83,24 @@ pub struct SweepReport {
 
 /// `fork` options.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct ForkOptions {
     /// The step to fork from (the newest kept history entry of that step).
     pub from_step: u32,
     /// Changes to the forked checkpoint.
     #[serde(default)]
+    #[cfg_attr(feature = "ts", ts(optional = nullable))]
     pub patch: ForkPatch,
     /// Id of the new run (default `<id>.fork-<n>`, the first free n).
     #[serde(default)]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub new_id: Option<String>,
 }
 
 /// A created fork.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct ForkResult {
     /// The new run's id.
@@ -105,12 +111,17 @@ pub struct ForkResult {
     pub checkpoint: Checkpoint,
 }
 
-/// What `run_once` did with a delivery.
+/// What `run_once` did with a delivery: one JSON shape for both shells (the HTTP API's
+/// `POST /deliveries/{id}` and the npm package's `runOnce`), `{"outcome", "runId", …}` with the run id derived
+/// from the delivery id in every outcome.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(tag = "outcome", rename_all = "kebab-case", rename_all_fields = "camelCase")]
 pub enum Delivery {
     /// The run was already finished: acknowledge the delivery, nothing ran.
     Acknowledged {
+        /// Run id.
+        run_id: String,
         /// The stored result.
         result: Box<RunResult>,
     },
@@ -123,6 +134,8 @@ pub enum Delivery {
     },
     /// The run was started or resumed.
     Ran {
+        /// Run id.
+        run_id: String,
         /// Its result.
         result: Box<RunResult>,
     },
@@ -749,19 +762,22 @@ impl Agent {
         }
         match self.load(&run_id).await? {
             Some(cp) if cp.status == RunStatus::Finished => {
-                Ok(Delivery::Acknowledged { result: Box::new(stored_result(&cp)) })
+                Ok(Delivery::Acknowledged { run_id, result: Box::new(stored_result(&cp)) })
             }
             Some(cp) if cp.status == RunStatus::AwaitingApproval => {
                 Ok(Delivery::AwaitingApproval { run_id, approval_id: cp.approval_ids.first().cloned() })
             }
             Some(_) => match self.resume(&run_id, opts).await? {
-                Some(result) => Ok(Delivery::Ran { result: Box::new(result) }),
+                Some(result) => Ok(Delivery::Ran { run_id, result: Box::new(result) }),
                 None => {
                     let cp = self.load(&run_id).await?.ok_or_else(|| Error::internal("delivery run vanished"))?;
-                    Ok(Delivery::Acknowledged { result: Box::new(stored_result(&cp)) })
+                    Ok(Delivery::Acknowledged { run_id, result: Box::new(stored_result(&cp)) })
                 }
             },
-            None => Ok(Delivery::Ran { result: Box::new(self.send(&run_id, input, opts).await?) }),
+            None => {
+                let result = self.send(&run_id, input, opts).await?;
+                Ok(Delivery::Ran { run_id, result: Box::new(result) })
+            }
         }
     }
 }

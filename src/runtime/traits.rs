@@ -16,6 +16,7 @@ use std::task::{Context, Poll, Waker};
 
 /// A tool as the model sees it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct ToolSpec {
     /// Name.
@@ -26,8 +27,10 @@ pub struct ToolSpec {
     pub input_schema: Value,
 }
 
-/// What a model is asked.
-#[derive(Clone, Copy, Debug)]
+/// What a model is asked (the npm package hands a JS model this, as JSON).
+#[derive(Clone, Copy, Debug, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
 pub struct ModelRequest<'a> {
     /// Run id.
     pub run_id: &'a str,

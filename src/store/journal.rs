@@ -79,6 +79,7 @@ const LEASE_429_SKEW_MS: u64 = 3_000;
 
 /// Options of the journal store.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase", default)]
 pub struct JournalOptions {
     /// Key prefix (default empty).

@@ -64,6 +64,7 @@ pub struct Lease {
 
 /// Lease timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase", default)]
 pub struct LeaseOptions {
     /// Lease length (default 30 s). On Workers KV across locations use well above 60 s.
@@ -163,6 +164,7 @@ pub struct PendingPage {
 
 /// One past state of a run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryEntry {
     /// Journal position.

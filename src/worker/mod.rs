@@ -12,17 +12,16 @@
 
 mod platform;
 
-pub use platform::{worker_rng, FetchClient, WorkerClock, WorkerSleep, WorkersAi, WorkersKv};
+pub use platform::{FetchClient, WorkersAi};
 
 use crate::api::{serve, Api, ApiRequest, ApiResponse, Host};
-use crate::config::{AgentConfig, Provider};
+use crate::config::AgentConfig;
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::providers::{
-    AnthropicModel, AnthropicOptions, OpenAiModel, OpenAiOptions, WorkersAiModel, WorkersAiOptions,
-};
-use crate::runtime::{Agent, MockModel, Model, RunResult, SweepListener};
+use crate::providers::ModelPlatform;
+use crate::runtime::{Agent, RunResult, SweepListener};
 use crate::store::{JournalOptions, JournalStore, PendingRun};
 use crate::tools::demo::{demo_counts, demo_tools};
+use crate::wasm_shared::{js_message, js_rng, JsClock, JsSleep, WorkersKv};
 use async_trait::async_trait;
 use futures::StreamExt;
 use std::rc::Rc;
@@ -53,87 +52,56 @@ fn secret(env: &Env, name: &str) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-fn binding_error(what: &str, e: worker::Error) -> Error {
-    Error::new(ErrorCode::ConfigInvalid, format!("{what}: {e}"))
-}
-
 fn runs_kv(env: &Env) -> Result<WorkersKv> {
-    env.kv("RUNS")
-        .map(WorkersKv)
-        .map_err(|e| binding_error("the KV binding RUNS is missing (wrangler.toml [[kv_namespaces]])", e))
+    let missing = |why: String| {
+        Error::new(
+            ErrorCode::ConfigInvalid,
+            format!("the KV binding RUNS is missing (wrangler.toml [[kv_namespaces]]): {why}"),
+        )
+    };
+    let ns = js_sys::Reflect::get(env, &"RUNS".into()).map_err(|e| missing(js_message(&e)))?;
+    if ns.is_undefined() {
+        return Err(missing("Binding `RUNS` is undefined.".into()));
+    }
+    WorkersKv::new(ns).map_err(|e| missing(e.message))
 }
 
-fn model(env: &Env, cfg: &AgentConfig) -> Result<Rc<dyn Model>> {
-    let m = &cfg.model;
-    let key = || {
-        let name = m.api_key_secret_name().unwrap_or("API_KEY");
-        secret(env, name).ok_or_else(|| {
-            Error::new(
-                ErrorCode::ConfigInvalid,
-                format!(
-                    "the provider key is missing: `npx wrangler secret put {name}` (locally: {name}=... in .dev.vars)"
-                ),
-            )
-        })
-    };
-    Ok(match m.provider {
-        Provider::Mock => Rc::new(MockModel::by_turn(cfg.mock_script()).with_id(m.model_id())),
-        Provider::OpenAi => {
-            let mut o = OpenAiOptions {
-                model: m.model_id().to_string(),
-                temperature: m.temperature,
-                max_tokens: m.max_tokens,
-                extra: m.params.clone(),
-                ..OpenAiOptions::default()
-            };
-            if let Some(b) = &m.base_url {
-                o.base_url = b.clone();
-            }
-            Rc::new(OpenAiModel::new(FetchClient, key()?, o))
-        }
-        Provider::Anthropic => {
-            let mut o = AnthropicOptions {
-                model: m.model_id().to_string(),
-                temperature: m.temperature,
-                extra: m.params.clone(),
-                ..AnthropicOptions::default()
-            };
-            if let Some(b) = &m.base_url {
-                o.base_url = b.clone();
-            }
-            if let Some(t) = m.max_tokens {
-                o.max_tokens = t;
-            }
-            Rc::new(AnthropicModel::new(FetchClient, key()?, o))
-        }
-        Provider::WorkersAi => {
-            let ai = env.ai("AI").map_err(|e| binding_error("the AI binding is missing (wrangler.toml [ai])", e))?;
-            let o = WorkersAiOptions {
-                model: m.model_id().to_string(),
-                temperature: m.temperature,
-                max_tokens: m.max_tokens,
-                extra: m.params.clone(),
-            };
-            Rc::new(WorkersAiModel::new(WorkersAi(ai), o))
-        }
-    })
+/// What the Worker supplies to build the configured model ([`AgentConfig::model`] decides which and how): `fetch`,
+/// its secrets and vars, and the `AI` binding.
+struct WorkerPlatform<'a>(&'a Env);
+
+impl ModelPlatform for WorkerPlatform<'_> {
+    type Http = FetchClient;
+    type Ai = WorkersAi;
+
+    fn http(&self) -> FetchClient {
+        FetchClient
+    }
+
+    fn secret(&self, name: &str) -> Option<String> {
+        secret(self.0, name)
+    }
+
+    fn workers_ai(&self) -> std::result::Result<WorkersAi, String> {
+        self.0.ai("AI").map(WorkersAi).map_err(|e| e.to_string())
+    }
 }
 
 fn build_agent(env: &Env, cfg: &AgentConfig) -> Result<Agent> {
     let kv = runs_kv(env)?;
-    let clock = Rc::new(WorkerClock);
-    let sleep = Rc::new(WorkerSleep);
+    let clock = Rc::new(JsClock);
+    let sleep = Rc::new(JsSleep);
     let store = JournalStore::new(
         kv.clone(),
         clock.clone(),
         sleep.clone(),
         JournalOptions { history_limit: cfg.history_limit, settle_ms: cfg.settle_ms, ..JournalOptions::default() },
     );
-    let mut b = Agent::builder_rc(model(env, cfg)?)
+    let mut b = Agent::builder_rc(cfg.model(&WorkerPlatform(env))?)
         .store(store)
         .clock(clock)
         .sleep(sleep)
-        .rng(Rc::new(worker_rng()))
+        .rng(Rc::new(js_rng()))
         .options(cfg.agent_options())
         .instructions(cfg.instructions.clone());
     if cfg.demo_tools_enabled() {

@@ -1,102 +1,16 @@
-//! The Worker's implementations of the runtime's platform traits: Workers KV, `fetch`, the clock, timers,
-//! randomness and the Workers AI binding. Translation only: no decisions.
+//! The Worker's own implementations of platform traits: `fetch` and the Workers AI binding (Workers KV, the
+//! clock, timers and randomness are shared with the npm package's bindings: [`crate::wasm_shared`]).
+//! Translation only: no decisions.
 
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::http::{CappedBody, HttpClient, HttpRequest, HttpResponse};
 use crate::providers::workers_ai::AiBinding;
-use crate::runtime::{Clock, Sleep, SplitMix64};
-use crate::store::kv::{check_bulk, check_key, check_put, kv_error_code, KvBackend, ListKey, ListPage, PutOptions};
+use crate::runtime::Sleep;
+use crate::wasm_shared::JsSleep;
 use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::Value;
-use std::time::Duration;
-use worker::kv::{KvError, KvStore};
-use worker::{AbortController, Delay, Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
-
-/// The [`KvBackend`] over a Workers KV namespace binding.
-#[derive(Clone)]
-pub struct WorkersKv(pub KvStore);
-
-fn kv_error(e: KvError) -> Error {
-    let text = e.to_string();
-    match kv_error_code(&text) {
-        ErrorCode::StoreRateLimited => {
-            Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
-        }
-        code => Error::new(code, format!("Workers KV failed: {text}")),
-    }
-}
-
-#[async_trait(?Send)]
-impl KvBackend for WorkersKv {
-    async fn get(&self, key: &str) -> Result<Option<String>> {
-        check_key(key)?;
-        self.0.get(key).text().await.map_err(kv_error)
-    }
-
-    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
-        check_bulk(keys)?;
-        if keys.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut found = self.0.get_bulk(keys).text().await.map_err(kv_error)?;
-        Ok(keys.iter().map(|k| found.remove(k).flatten()).collect())
-    }
-
-    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
-        check_put(key, value, &opts)?;
-        let mut builder = self.0.put(key, value).map_err(kv_error)?;
-        if let Some(m) = opts.metadata {
-            builder = builder.metadata(m).map_err(kv_error)?;
-        }
-        if let Some(ttl) = opts.expiration_ttl_s {
-            builder = builder.expiration_ttl(ttl);
-        }
-        builder.execute().await.map_err(kv_error)
-    }
-
-    async fn delete(&self, key: &str) -> Result<()> {
-        check_key(key)?;
-        self.0.delete(key).await.map_err(kv_error)
-    }
-
-    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<ListPage> {
-        let mut b = self.0.list().prefix(prefix.to_string()).limit(limit.clamp(1, 1_000) as u64);
-        if let Some(c) = cursor {
-            b = b.cursor(c.to_string());
-        }
-        let page = b.execute().await.map_err(kv_error)?;
-        Ok(ListPage {
-            keys: page.keys.into_iter().map(|k| ListKey { name: k.name, metadata: k.metadata }).collect(),
-            cursor: if page.list_complete { None } else { page.cursor },
-        })
-    }
-}
-
-/// `Date.now()`.
-pub struct WorkerClock;
-
-impl Clock for WorkerClock {
-    fn now_ms(&self) -> u64 {
-        js_sys::Date::now() as u64
-    }
-}
-
-/// `setTimeout`.
-pub struct WorkerSleep;
-
-#[async_trait(?Send)]
-impl Sleep for WorkerSleep {
-    async fn sleep(&self, ms: u64) {
-        Delay::from(Duration::from_millis(ms)).await;
-    }
-}
-
-/// A [`SplitMix64`] stream seeded from `Math.random()` and the clock (ids and jitter, not secrets). Build it
-/// inside a handler: Workers forbid randomness at module scope.
-pub fn worker_rng() -> SplitMix64 {
-    SplitMix64::new((js_sys::Math::random() * (u64::MAX as f64)) as u64 ^ (js_sys::Date::now() as u64).rotate_left(17))
-}
+use worker::{AbortController, Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
 
 /// Timeout when a request gives none (`timeout_ms: 0`).
 const DEFAULT_TIMEOUT_MS: u64 = 60_000;
@@ -141,7 +55,7 @@ impl HttpClient for FetchClient {
             Ok(HttpResponse { status, headers, body, truncated })
         };
         let limit_ms = if req.timeout_ms == 0 { DEFAULT_TIMEOUT_MS } else { req.timeout_ms };
-        let timeout = Delay::from(Duration::from_millis(limit_ms));
+        let timeout = JsSleep.sleep(limit_ms);
         futures::pin_mut!(exchange);
         futures::pin_mut!(timeout);
         let result = match futures::future::select(exchange, timeout).await {

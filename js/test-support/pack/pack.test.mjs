@@ -7,8 +7,9 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, copyFileSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { Miniflare } from "miniflare";
+import ts from "typescript";
 
 const js = fileURLToPath(new URL("../..", import.meta.url));
 const root = join(js, "..");
@@ -44,6 +45,39 @@ test("the tarball has the built package and no runtime dependencies", () => {
   assert.equal(pkg.dependencies, undefined);
   assert.equal(pkg.peerDependencies, undefined);
   assert.deepEqual(readdirSync(join(project, "node_modules")).filter((d) => !d.startsWith(".")), ["steadfast"]);
+});
+
+// The package's public surface: every name `import ... from "steadfast"` offers, and whether it is a value (a
+// function or class) or a type only. A change here is a change for every user: update the list deliberately.
+const PUBLIC_EXPORTS = {
+  values: [
+    "PropagatedToolError", "ProviderHttpError", "SessionAwaitingApprovalError", "SteadfastError", "createAgent",
+    "defineTool", "kvStore", "memoryStore", "mockModel", "outputCheck", "progressGuard",
+  ],
+  types: [
+    "Agent", "AgentOptions", "ApprovalRecord", "ApprovalStatus", "Checkpoint", "Comparison", "Delivery", "Drift",
+    "ErrorCode", "ErrorInfo", "Event", "EventEnvelope", "Fingerprint", "FinishReason", "ForkOptions", "ForkResult",
+    "HistoryEntry", "Hook", "Input", "Json", "KVNamespaceLike", "KvStoreOptions", "Message", "MockModel",
+    "MockModelOptions", "MockTurn", "Model", "ModelChange", "ModelRequest", "ModelResponse", "OutputCheckFn",
+    "OutputCheckHook", "PendingRun", "ProgressGuardHook", "ProgressGuardOptions", "RecoverOptions", "Recovery",
+    "ResultKind", "ResumeOptions", "RunEvent", "RunOnceOptions", "RunResult", "RunStats", "RunStatus", "SendOptions",
+    "Store", "SweepOptions", "SweepReport", "Tool", "ToolCall", "ToolContext", "ToolResult", "ToolSpec",
+    "TrajectoryStep", "Usage",
+  ],
+};
+
+test("the installed package exports exactly the public names (values at run time, types in index.d.ts)", async () => {
+  const installed = join(project, "node_modules/steadfast");
+  const mod = await import(pathToFileURL(join(installed, "dist/entrypoints/node.js")).href);
+  assert.deepEqual(Object.keys(mod).sort(), [...PUBLIC_EXPORTS.values].sort(), "run-time exports");
+
+  const dts = join(installed, "dist/index.d.ts");
+  const program = ts.createProgram([dts], { module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, noEmit: true });
+  const checker = program.getTypeChecker();
+  const exported = checker.getExportsOfModule(checker.getSymbolAtLocation(program.getSourceFile(dts)));
+  const isValue = (s) => ((s.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(s) : s).flags & ts.SymbolFlags.Value) !== 0;
+  assert.deepEqual(exported.filter(isValue).map((s) => s.name).sort(), [...PUBLIC_EXPORTS.values].sort(), "value exports of index.d.ts");
+  assert.deepEqual(exported.filter((s) => !isValue(s)).map((s) => s.name).sort(), [...PUBLIC_EXPORTS.types].sort(), "type-only exports of index.d.ts");
 });
 
 test("examples/worker.ts type-checks against the installed package", () => {

@@ -11,6 +11,9 @@ import {
   SteadfastError,
   type Delivery,
   type ErrorCode,
+  type ForkOptions,
+  type HistoryEntry,
+  type SweepReport,
   type Message,
   type ResultKind,
   type KVNamespaceLike,
@@ -65,6 +68,20 @@ export async function example(): Promise<RunResult | null> {
     const d: Delivery = await agent.runOnce("msg-1", "process order 1");
     if (d.outcome === "awaiting-approval") void d.approvalId;
     else void d.result.status;
+    // Every delivery outcome names its run; `events` comes on top of the generated shape.
+    const runOf: string = d.runId;
+    const eventCount: number = d.events?.length ?? 0;
+    // @ts-expect-error not an outcome
+    const badOutcome: Delivery["outcome"] = "skipped";
+    // The generated trajectory, fork, history and sweep types.
+    const stepsApart: number | undefined = cmp.drift.stepCount ? cmp.drift.stepCount.a - cmp.drift.stepCount.b : undefined;
+    const fork: ForkOptions = { fromStep: 1, patch: { appendInput: "again", toolResult: { toolCallId: "c1", result: { ok: true } } } };
+    const forked = await agent.fork("s-1", fork);
+    const history: HistoryEntry[] = await agent.history(forked.runId, 5);
+    const savedAt: number | undefined = history[0]?.savedAt;
+    const report: SweepReport = await agent.sweep({ maxRuns: 1, pageSize: 10 });
+    const hash: string = agent.fingerprint.hash;
+    void [runOf, eventCount, badOutcome, stepsApart, savedAt, report.probe, hash];
     return r;
   } catch (e) {
     if (e instanceof SessionAwaitingApprovalError) console.log(e.sessionId, e.approvalId);

@@ -1,0 +1,228 @@
+// The agent: `createAgent` and what it returns, over the wasm core (via low_level.ts).
+import { newAgent, type JsAgent } from "./low_level.js";
+import { call, sync } from "./errors.js";
+import { lowLevelHook, type Hook } from "./hooks.js";
+import type { LeaseOptions } from "./generated/LeaseOptions.js";
+import type { RetryPolicy } from "./generated/RetryPolicy.js";
+import type { Model } from "./model.js";
+import { recoveryLoop, type RecoverOptions, type Recovery, type SweepOptions } from "./recovery.js";
+import { storeHandle, type KVNamespaceLike, type Store } from "./stores.js";
+import { lowLevelTool, type Tool } from "./tools.js";
+import type {
+  ApprovalRecord,
+  Checkpoint,
+  Comparison,
+  Delivery,
+  Fingerprint,
+  ForkOptions,
+  ForkResult,
+  HistoryEntry,
+  Input,
+  Json,
+  ModelRequest,
+  PendingRun,
+  RunEvent,
+  RunResult,
+  SweepReport,
+} from "./types.js";
+
+/** What an agent is made of. */
+export interface AgentOptions {
+  model: Model;
+  tools?: Tool[];
+  /** Self-healing hooks (`progressGuard()`, `outputCheck(name, fn)`), run in order around tool calls. */
+  hooks?: Hook[];
+  /** System prompt of new runs. */
+  instructions?: string;
+  /** `memoryStore()`, `kvStore(env.BINDING)`, `"memory"` (a new private store) or a KV namespace. */
+  store: Store | "memory" | KVNamespaceLike;
+  /** What a changed agent does on resume (default `"warn"`). */
+  onAgentDrift?: "warn" | "error" | "ignore";
+  /** Model turns per run (default 10). */
+  maxSteps?: number;
+  /** Tool calls of one turn run at once (default 8). */
+  toolConcurrency?: number;
+  /** Stop after this many identical failing tool turns in a row (default 4; 0 = off). */
+  loopWindow?: number;
+  /** Longest tool result kept, in bytes (default 262144); a longer one is cut and ends with a marker. */
+  maxToolResultBytes?: number;
+  /** The model-call retry policy (the only retry layer). */
+  retry?: Partial<RetryPolicy>;
+  /** Run leases (ms). */
+  lease?: Partial<LeaseOptions>;
+}
+
+/** Options of `send`. */
+export interface SendOptions {
+  /** The run (session) id. */
+  sessionId: string;
+  /** Business state a new run starts with. */
+  businessState?: Json;
+  /** Return the run's events in `result.events`. */
+  events?: boolean;
+  /** Called with each event as it happens (a throwing callback is ignored). */
+  onEvent?: (event: RunEvent) => void;
+  /** Aborts the run: it resolves `in-progress` with finishReason `"aborted"` (resumable); calls in flight get `cancelled` results. */
+  signal?: AbortSignal;
+}
+
+/** Options of `runOnce`. */
+export type RunOnceOptions = Omit<SendOptions, "sessionId">;
+
+/** Options of `resume` and `approvals.resolve`. */
+export interface ResumeOptions {
+  /** Return the run's events in `result.events` (resume only). */
+  events?: boolean;
+  /** Called with each event as it happens. */
+  onEvent?: (event: RunEvent) => void;
+  /** Aborts the run (resume only). */
+  signal?: AbortSignal;
+}
+
+/** A durable agent. */
+export interface Agent {
+  /** Starts, resumes or continues run `sessionId`. Throws `SessionAwaitingApprovalError` while it waits. */
+  send(input: Input, options: SendOptions): Promise<RunResult>;
+  /**
+   * `send`, as the run's events (`run.start`, `step`, `tool.start`, `tool.done`, …, `run.done` or `error`),
+   * yielded as they happen. A failed execution throws after its events; a refused one throws at once.
+   */
+  stream(input: Input, options: Omit<SendOptions, "events" | "onEvent">): AsyncIterable<RunEvent>;
+  /**
+   * Runs a delivered job (a queue message, a webhook) once: the run id is derived from `deliveryId`. A finished
+   * run is acknowledged without a model call (a redelivery), a run waiting on a person is left, an unfinished
+   * run is resumed, and only a new delivery sends `input`.
+   */
+  runOnce(deliveryId: string, input: Input, options?: RunOnceOptions): Promise<Delivery>;
+  /** Finishes an unfinished run; `null` when there is nothing to do. */
+  resume(sessionId: string, options?: ResumeOptions): Promise<RunResult | null>;
+  /** Every unfinished run. */
+  pending(): Promise<PendingRun[]>;
+  /** One recovery sweep tick (call it from a cron trigger). */
+  sweep(options?: SweepOptions): Promise<SweepReport>;
+  /**
+   * Runs sweep ticks every `everyMs` until stopped (for long-lived hosts such as Node; on Workers call `sweep`
+   * from the `scheduled` handler instead). A throwing callback does not stop the loop.
+   */
+  recover(options?: RecoverOptions): Recovery;
+  approvals: {
+    /** Pending approvals, oldest first. */
+    list(): Promise<ApprovalRecord[]>;
+    /** Decides an approval; the run resumes when it was the last of its pause. */
+    resolve(
+      decision: { id: string; approved: boolean; note?: string },
+      options?: Omit<ResumeOptions, "events" | "signal">,
+    ): Promise<RunResult>;
+  };
+  /** A new run from a step of another run's history (resume it to run it). */
+  fork(sessionId: string, options: ForkOptions): Promise<ForkResult>;
+  /** Compares two stored runs. */
+  compareTrajectories(a: string, b: string): Promise<Comparison>;
+  /** Deletes a run; a later send starts over. */
+  delete(sessionId: string): Promise<void>;
+  /** The run's checkpoint, or `null`. */
+  load(sessionId: string): Promise<Checkpoint | null>;
+  /** Past states of a run, newest first. */
+  history(sessionId: string, limit?: number): Promise<HistoryEntry[]>;
+  /** The agent's fingerprint (model, tools, instructions). */
+  readonly fingerprint: Fingerprint;
+}
+
+/** The send document the core reads (`{input, businessState?}`, the HTTP API's body of `POST /runs/{id}`). */
+function sendRequest(input: Input, businessState: Json | undefined): string {
+  return JSON.stringify({ input, businessState });
+}
+
+function eventCallback(onEvent: ((e: RunEvent) => void) | undefined): ((json: string) => void) | null {
+  return onEvent ? (json: string) => onEvent(JSON.parse(json) as RunEvent) : null;
+}
+
+/** The events of an execution as an async iterable: yielded as they arrive, then the execution's error. */
+function streamOf(run: (onEvent: (e: RunEvent) => void) => Promise<unknown>): AsyncIterable<RunEvent> {
+  return {
+    [Symbol.asyncIterator]: async function* () {
+      const queue: RunEvent[] = [];
+      let wake: (() => void) | undefined;
+      let settled = false;
+      let failure: { error: unknown } | undefined;
+      run((e) => {
+        queue.push(e);
+        wake?.();
+      }).then(
+        () => {
+          settled = true;
+          wake?.();
+        },
+        (error: unknown) => {
+          settled = true;
+          failure = { error };
+          wake?.();
+        },
+      );
+      for (;;) {
+        while (queue.length > 0) yield queue.shift() as RunEvent;
+        if (settled) break;
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = undefined;
+      }
+      if (failure) throw failure.error;
+    },
+  };
+}
+
+/** Creates a durable agent. */
+export function createAgent(options: AgentOptions): Agent {
+  const { model, tools = [], hooks = [], store, ...rest } = options;
+  const lowModel = {
+    id: model.id,
+    generate: async (requestJson: string) => JSON.stringify(await model.generate(JSON.parse(requestJson) as ModelRequest)),
+  };
+  const low: JsAgent = sync(() =>
+    newAgent({ ...rest, model: lowModel, tools: tools.map(lowLevelTool), hooks: hooks.map(lowLevelHook) }, storeHandle(store)),
+  );
+  const fingerprint = JSON.parse(low.fingerprint()) as Fingerprint;
+  const send = (input: Input, opts: SendOptions): Promise<RunResult> =>
+    call(() =>
+      low.send(
+        opts.sessionId,
+        sendRequest(input, opts.businessState),
+        JSON.stringify({ events: opts.events ?? false }),
+        eventCallback(opts.onEvent),
+        opts.signal ?? null,
+      ),
+    );
+  return {
+    fingerprint,
+    send,
+    stream: (input, opts) => streamOf((onEvent) => send(input, { ...opts, onEvent })),
+    resume: (id, opts = {}) =>
+      call(() =>
+        low.resume(id, JSON.stringify({ events: opts.events ?? false }), eventCallback(opts.onEvent), opts.signal ?? null),
+      ),
+    runOnce: (deliveryId, input, opts = {}) =>
+      call(() =>
+        low.runOnce(
+          deliveryId,
+          sendRequest(input, opts.businessState),
+          JSON.stringify({ events: opts.events ?? false }),
+          eventCallback(opts.onEvent),
+          opts.signal ?? null,
+        ),
+      ),
+    pending: () => call(() => low.pending()),
+    sweep: (opts = {}) => call(() => low.sweep(JSON.stringify(opts))),
+    recover: (opts = {}) => recoveryLoop((o) => call(() => low.sweep(JSON.stringify(o))), opts),
+    approvals: {
+      list: () => call(() => low.approvalsList()),
+      resolve: ({ id, approved, note }, opts = {}) =>
+        call(() => low.approvalsResolve(id, approved, note ?? null, eventCallback(opts.onEvent))),
+    },
+    fork: (id, opts) => call(() => low.fork(id, JSON.stringify(opts))),
+    compareTrajectories: (a, b) => call(() => low.compare(a, b)),
+    delete: async (id) => {
+      await call(() => low.delete(id));
+    },
+    load: (id) => call(() => low.load(id)),
+    history: (id, limit = 50) => call(() => low.history(id, limit)),
+  };
+}

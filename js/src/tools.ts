@@ -1,0 +1,36 @@
+// Tools: what a JS tool is, and how the core calls it (arguments and context as JSON).
+import type { Json, ToolContext } from "./types.js";
+
+/** A tool definition (see `defineTool`). */
+export interface Tool<A = any> {
+  name: string;
+  description: string;
+  /** JSON Schema of the arguments, validated before the call runs. */
+  inputSchema: Json;
+  /** Whether a call needs a person's approval first. */
+  needsApproval?: boolean | ((args: A) => boolean);
+  /**
+   * Runs the call. A string is the text the model reads; other values are serialised as JSON. A thrown error
+   * becomes an error result (`"<name>: <message>"`) the model reads, unless it is a `PropagatedToolError` (or
+   * has `propagate: true`): then the run is rejected and stays resumable.
+   * Caution: a call may run again on resume (after a crash): make it idempotent with `ctx.idempotencyKey`.
+   */
+  execute(args: A, ctx: ToolContext): unknown | Promise<unknown>;
+}
+
+/** Defines a tool (identity, for typing). */
+export function defineTool<A = any>(tool: Tool<A>): Tool<A> {
+  return tool;
+}
+
+/** The low-level tool object the core calls: JSON in, the tool's value out. */
+export function lowLevelTool(t: Tool): object {
+  const needs = t.needsApproval;
+  return {
+    name: t.name,
+    description: t.description,
+    inputSchema: t.inputSchema,
+    needsApproval: typeof needs === "function" ? (argsJson: string) => Boolean(needs(JSON.parse(argsJson))) : Boolean(needs),
+    execute: async (argsJson: string, ctxJson: string) => t.execute(JSON.parse(argsJson), JSON.parse(ctxJson) as ToolContext),
+  };
+}

@@ -1,0 +1,97 @@
+// The data types: every one the core sends or reads is generated from its Rust definition by ts-rs
+// (src/generated/, scripts/gen-types.sh; cargo feature `ts`) and re-exported here, completed where the package
+// adds to it (`events` on results) or reads more leniently (`Input`).
+import type { ApprovalRecord } from "./generated/ApprovalRecord.js";
+import type { ApprovalStatus } from "./generated/ApprovalStatus.js";
+import type { Checkpoint } from "./generated/Checkpoint.js";
+import type { Comparison } from "./generated/Comparison.js";
+import type { Delivery as GeneratedDelivery } from "./generated/Delivery.js";
+import type { Drift } from "./generated/Drift.js";
+import type { ErrorCode } from "./generated/ErrorCode.js";
+import type { ErrorInfo } from "./generated/ErrorInfo.js";
+import type { Event } from "./generated/Event.js";
+import type { EventEnvelope } from "./generated/EventEnvelope.js";
+import type { Fingerprint } from "./generated/Fingerprint.js";
+import type { FinishReason } from "./generated/FinishReason.js";
+import type { ForkOptions } from "./generated/ForkOptions.js";
+import type { ForkResult } from "./generated/ForkResult.js";
+import type { HistoryEntry } from "./generated/HistoryEntry.js";
+import type { Message } from "./generated/Message.js";
+import type { ModelChange } from "./generated/ModelChange.js";
+import type { ModelRequest } from "./generated/ModelRequest.js";
+import type { PendingRun } from "./generated/PendingRun.js";
+import type { ResultKind } from "./generated/ResultKind.js";
+import type { RunResult as GeneratedRunResult } from "./generated/RunResult.js";
+import type { RunStats } from "./generated/RunStats.js";
+import type { RunStatus } from "./generated/RunStatus.js";
+import type { SweepReport } from "./generated/SweepReport.js";
+import type { ToolCall } from "./generated/ToolCall.js";
+import type { ToolContext } from "./generated/ToolContext.js";
+import type { ToolResult } from "./generated/ToolResult.js";
+import type { ToolSpec } from "./generated/ToolSpec.js";
+import type { TrajectoryStep } from "./generated/TrajectoryStep.js";
+import type { Usage } from "./generated/Usage.js";
+import type { JsonValue } from "./generated/serde_json/JsonValue.js";
+
+
+/** Generated from the Rust types (src/generated/). */
+export type {
+  ApprovalRecord,
+  ApprovalStatus,
+  Checkpoint,
+  Comparison,
+  Drift,
+  ErrorCode,
+  ErrorInfo,
+  Event,
+  EventEnvelope,
+  Fingerprint,
+  FinishReason,
+  ForkOptions,
+  ForkResult,
+  HistoryEntry,
+  Message,
+  ModelChange,
+  ModelRequest,
+  PendingRun,
+  ResultKind,
+  RunStats,
+  RunStatus,
+  SweepReport,
+  ToolCall,
+  ToolContext,
+  ToolResult,
+  ToolSpec,
+  TrajectoryStep,
+  Usage,
+};
+
+/** Any JSON value (the generated `serde_json::Value`). */
+export type Json = JsonValue;
+
+/**
+ * What `send` accepts: text (one user message) or system/user messages (the `input` of the send document,
+ * read by the core's `parse_input`: stored history without tool calls may be re-sent too).
+ */
+export type Input = string | Array<{ role: "system" | "user"; content: string }>;
+
+/** How an execution ended (the generated `RunResult`, plus `events` when `events: true` was asked for). */
+export type RunResult = GeneratedRunResult & {
+  /** The run's events, when `events: true` was asked for. */
+  events?: RunEvent[];
+};
+
+/** A run event (`{v, seq, runId, at, type, …}`): the generated `EventEnvelope`. */
+export type RunEvent = EventEnvelope;
+
+/**
+ * What `runOnce` did with a delivery (the generated `Delivery`, the shape `POST /deliveries/{id}` answers with,
+ * plus `events` when `events: true` was asked for). `runId` is the run derived from the delivery id (`dlv-<id>`,
+ * or `dlv-` and a hash when the id is not a valid run id). `acknowledged`: the run was already finished,
+ * nothing ran (acknowledge the delivery); `awaiting-approval`: the run waits on a person, nothing ran (leave the
+ * delivery); `ran`: the run was started (a new delivery) or resumed (an unfinished one).
+ */
+export type Delivery = GeneratedDelivery & {
+  /** The run's events, when `events: true` was asked for. */
+  events?: RunEvent[];
+};

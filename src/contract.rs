@@ -1,0 +1,401 @@
+//! The JSON contract of both shells, defined once: what the HTTP API ([`crate::api`], served by the Worker)
+//! and the npm package (`src/bindings/` under `js/`) accept and return. Each shape below is the one both
+//! speak; a shell only moves it across its boundary. The TypeScript declarations of these shapes (and of the
+//! runtime's results they carry) are generated from the Rust definitions by ts-rs (cargo feature `ts`,
+//! `js/scripts/gen-types.sh`), so the npm package's types cannot drift from what the core sends.
+//!
+//! * **A send** ([`SendRequest`]): `{"input": "text" | [messages], "businessState"?}` — the body of
+//!   `POST /runs/{id}` and `POST /deliveries/{id}`, and the document the npm package's `agent.send(input,
+//!   {sessionId, businessState})` and `agent.runOnce(deliveryId, input, {businessState})` hand the bindings.
+//!   [`parse_input`] is the one reading of `input`.
+//! * **An execution's result**: [`crate::runtime::RunResult`] (send, resume, approvals), the same JSON from
+//!   both shells (the npm package adds `events` when asked for).
+//! * **A delivered job's result**: [`crate::runtime::Delivery`], one shape for both shells:
+//!   `{"outcome": "ran" | "acknowledged", "runId", "result"}` or `{"outcome": "awaiting-approval", "runId",
+//!   "approvalId"}` (`runId` in every outcome; the npm package adds `events` when asked for).
+//! * **A run as `GET /runs/{id}` shows it**: [`RunView`].
+//! * **What a JS tool is told about its call**: [`ToolCallContext`].
+
+use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
+use crate::core::error::{Error, ErrorInfo, Result};
+use crate::core::fingerprint::Fingerprint;
+use crate::core::transcript::{Message, Usage};
+use crate::runtime::{Input, ToolContext};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A send: the body of `POST /runs/{id}` and `POST /deliveries/{id}`, and what the npm package's `send` and
+/// `runOnce` pass to the bindings. Unknown fields are refused (`STEADFAST_INVALID_INPUT`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SendRequest {
+    /// Text (one user message) or an array of `{role, content}` messages; absent, `null` or blank text sends
+    /// nothing (an unfinished run just resumes). See [`parse_input`].
+    #[serde(default)]
+    pub input: Option<Value>,
+    /// Business state a new run starts with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub business_state: Option<Value>,
+}
+
+impl SendRequest {
+    /// Parses a send document (see [`body_from_json`]).
+    pub fn from_json(text: &str) -> Result<SendRequest> {
+        body_from_json(text)
+    }
+
+    /// The runtime input and the business state.
+    pub fn into_parts(self) -> Result<(Input, Option<Value>)> {
+        Ok((parse_input(self.input)?, self.business_state))
+    }
+}
+
+/// Reads a JSON request body into `T`. The body must be a JSON object: serde would also read a struct from a
+/// JSON array (its fields by position, so `["text"]` would be a send and `[true]` an approval), which no
+/// client means. `STEADFAST_INVALID_INPUT` naming the problem otherwise.
+pub fn body_from_json<T: DeserializeOwned>(text: &str) -> Result<T> {
+    if !text.trim_start().starts_with('{') {
+        return Err(Error::invalid_input("the body must be a JSON object ({...})"));
+    }
+    serde_json::from_str(text).map_err(|e| Error::invalid_input(format!("invalid JSON body: {e}")))
+}
+
+/// Reads a send's `input`: a string is one user message (blank: none); an array holds messages, of which
+/// only system and user messages, or stored history without tool calls, may be sent (a tool result or an
+/// assistant turn with tool calls is refused, naming its index); absent or `null` is no input. Anything else
+/// is `STEADFAST_INVALID_INPUT`.
+pub fn parse_input(v: Option<Value>) -> Result<Input> {
+    match v {
+        None | Some(Value::Null) => Ok(Input(Vec::new())),
+        Some(Value::String(s)) if s.trim().is_empty() => Ok(Input(Vec::new())),
+        Some(Value::String(s)) => Ok(Input(vec![Message::user(s)])),
+        Some(Value::Array(items)) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.into_iter().enumerate() {
+                let m: Message = serde_json::from_value(item).map_err(|e| {
+                    Error::invalid_input(format!("input[{i}] is not a message ({{role, content}}): {e}"))
+                })?;
+                if matches!(m, Message::Tool(_)) || !m.tool_calls().is_empty() {
+                    return Err(Error::invalid_input(format!(
+                        "input[{i}]: only system and user messages (or stored history) may be sent"
+                    )));
+                }
+                out.push(m);
+            }
+            Ok(Input(out))
+        }
+        Some(_) => Err(Error::invalid_input("`input` must be a string or an array of messages")),
+    }
+}
+
+/// A run as `GET /runs/{id}` shows it: its latest state, without the runtime's bookkeeping (journal
+/// position, held results, queued input, intents, extension state).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct RunView {
+    /// Run id.
+    pub run_id: String,
+    /// `in-progress`, `awaiting-approval` or `finished`.
+    pub status: RunStatus,
+    /// Why it finished or paused (`null` while in progress).
+    pub finish_reason: Option<FinishReason>,
+    /// Model turns the current run took.
+    pub step: u32,
+    /// Token usage of the current run.
+    pub usage: Usage,
+    /// The whole transcript.
+    pub messages: Vec<Message>,
+    /// Pending approvals (empty unless `awaiting-approval`).
+    pub approval_ids: Vec<String>,
+    /// The last failed attempt (`null` once progress was saved after it).
+    pub last_error: Option<ErrorInfo>,
+    /// Failed attempts in a row.
+    pub attempts: u32,
+    /// Whether the recovery sweep gave up on it (still resumable by hand).
+    pub quarantined: bool,
+    /// The agent that wrote the state (`null` for states written before fingerprints).
+    pub fingerprint: Option<Fingerprint>,
+    /// Business state (`null` when none).
+    pub business_state: Option<Value>,
+    /// When the state was saved (ms since the epoch, by the writer's clock).
+    pub saved_at: u64,
+}
+
+impl From<Checkpoint> for RunView {
+    fn from(cp: Checkpoint) -> RunView {
+        RunView {
+            run_id: cp.run_id,
+            status: cp.status,
+            finish_reason: cp.finish_reason,
+            step: cp.step_index,
+            usage: cp.usage,
+            messages: cp.messages,
+            approval_ids: cp.approval_ids,
+            last_error: cp.last_error,
+            attempts: cp.attempts,
+            quarantined: cp.quarantined,
+            fingerprint: cp.fingerprint,
+            business_state: cp.business_state,
+            saved_at: cp.saved_at,
+        }
+    }
+}
+
+/// What a JS tool's `execute(args, ctx)` receives as `ctx` (the npm package's `ToolContext`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export, rename = "ToolContext"))]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallContext {
+    /// Run id.
+    pub run_id: String,
+    /// The call id: unchanged when the same call runs again on resume.
+    pub tool_call_id: String,
+    /// For an approved call, the approval id.
+    pub approval_id: Option<String>,
+    /// The approval id for approved calls, else the call id: send it as `Idempotency-Key`.
+    pub idempotency_key: String,
+}
+
+impl From<&ToolContext> for ToolCallContext {
+    fn from(ctx: &ToolContext) -> ToolCallContext {
+        ToolCallContext {
+            run_id: ctx.run_id.clone(),
+            tool_call_id: ctx.tool_call_id.clone(),
+            approval_id: ctx.approval_id.clone(),
+            idempotency_key: ctx.idempotency_key().to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::error::ErrorCode;
+    use crate::core::transcript::{ResultKind, ToolCall, ToolResult};
+    use crate::runtime::{Rng, SplitMix64};
+    use serde_json::json;
+
+    /// Seeded cases per property; `STEADFAST_CONTRACT_SEED=<n>` replays one.
+    const CASES: u64 = 2_000;
+
+    fn seeds() -> Vec<u64> {
+        match std::env::var("STEADFAST_CONTRACT_SEED").ok().and_then(|s| s.parse().ok()) {
+            Some(seed) => vec![seed],
+            None => (0..CASES).collect(),
+        }
+    }
+
+    fn pick(rng: &SplitMix64, n: u64) -> u64 {
+        rng.next_u64() % n
+    }
+
+    fn text(rng: &SplitMix64) -> String {
+        ["", " ", "\n\t", "hi", "Charge order 7", "ünïcödé ✓", "{\"input\": 1}"][pick(rng, 7) as usize].to_string()
+    }
+
+    /// What an input item is, and what the contract says of it.
+    enum Item {
+        Sendable(Message),
+        Refused(Value),
+        NotAMessage(Value),
+    }
+
+    fn item(rng: &SplitMix64) -> Item {
+        let call = |i: u64| ToolCall { id: format!("c{i}"), name: "t".into(), args: json!({"i": i}), invalid: None };
+        match pick(rng, 8) {
+            0 => Item::Sendable(Message::system(text(rng))),
+            1 | 2 => Item::Sendable(Message::user(text(rng))),
+            3 => Item::Sendable(Message::assistant(text(rng), vec![])),
+            4 => {
+                Item::Refused(serde_json::to_value(Message::assistant(text(rng), vec![call(rng.next_u64())])).unwrap())
+            }
+            5 => Item::Refused(
+                serde_json::to_value(Message::Tool(ToolResult {
+                    tool_call_id: "c1".into(),
+                    name: "t".into(),
+                    content: text(rng),
+                    is_error: false,
+                    kind: ResultKind::Execution,
+                }))
+                .unwrap(),
+            ),
+            6 => Item::NotAMessage(
+                [json!(1), json!("user"), json!({"role": "robot", "content": "x"}), json!({})][pick(rng, 4) as usize]
+                    .clone(),
+            ),
+            _ => Item::NotAMessage(json!({"role": "user"})),
+        }
+    }
+
+    /// Every generated `input` is read the way the contract says: text is one user message (blank: none),
+    /// arrays keep their sendable messages in order and are refused at the first item that is not a message
+    /// or may not be sent (naming its index), absent and `null` are no input, anything else is refused. Every
+    /// refusal is `STEADFAST_INVALID_INPUT`.
+    #[test]
+    fn input_is_read_the_same_way_for_every_generated_case() {
+        for seed in seeds() {
+            let rng = SplitMix64::new(seed);
+            let repro = format!("STEADFAST_CONTRACT_SEED={seed} cargo test --lib contract::tests::input_is_read");
+            let (value, expected): (Option<Value>, std::result::Result<Vec<Message>, String>) = match pick(&rng, 6) {
+                0 => (None, Ok(vec![])),
+                1 => (Some(Value::Null), Ok(vec![])),
+                2 => {
+                    let t = text(&rng);
+                    let want = if t.trim().is_empty() { vec![] } else { vec![Message::user(t.clone())] };
+                    (Some(Value::String(t)), Ok(want))
+                }
+                3 => (
+                    Some(
+                        [json!(7), json!(true), json!({"role": "user", "content": "x"})][pick(&rng, 3) as usize]
+                            .clone(),
+                    ),
+                    Err("must be a string or an array".into()),
+                ),
+                _ => {
+                    let n = pick(&rng, 6);
+                    let mut values = Vec::new();
+                    let mut expected: std::result::Result<Vec<Message>, String> = Ok(vec![]);
+                    for i in 0..n {
+                        match item(&rng) {
+                            Item::Sendable(m) => {
+                                values.push(serde_json::to_value(&m).unwrap());
+                                if let Ok(ms) = &mut expected {
+                                    ms.push(m);
+                                }
+                            }
+                            Item::Refused(v) => {
+                                values.push(v);
+                                if expected.is_ok() {
+                                    expected = Err(format!("input[{i}]: only system and user messages"));
+                                }
+                            }
+                            Item::NotAMessage(v) => {
+                                values.push(v);
+                                if expected.is_ok() {
+                                    expected = Err(format!("input[{i}] is not a message"));
+                                }
+                            }
+                        }
+                    }
+                    (Some(Value::Array(values)), expected)
+                }
+            };
+            let shown = format!("{value:?}");
+            match (parse_input(value.clone()), expected) {
+                (Ok(Input(got)), Ok(want)) => assert_eq!(got, want, "{shown}; {repro}"),
+                (Err(e), Err(want)) => {
+                    assert_eq!(e.code, ErrorCode::InvalidInput, "{shown}; {repro}");
+                    assert!(e.message.contains(&want), "{:?} should say {want:?}; {shown}; {repro}", e.message);
+                }
+                (got, want) => panic!("{shown}: got {got:?}, want {want:?}; {repro}"),
+            }
+            // The document form reads the same.
+            let doc = match &value {
+                Some(v) => json!({ "input": v }).to_string(),
+                None => "{}".into(),
+            };
+            let via_doc = SendRequest::from_json(&doc).and_then(SendRequest::into_parts).map(|(i, _)| i);
+            assert_eq!(via_doc.map_err(|e| e.code), parse_input(value).map_err(|e| e.code), "{doc}; {repro}");
+        }
+    }
+
+    #[test]
+    fn a_send_document_refuses_unknown_fields_and_keeps_business_state() {
+        let (input, state) =
+            SendRequest::from_json(r#"{"input": "hi", "businessState": {"order": 7}}"#).unwrap().into_parts().unwrap();
+        assert_eq!((input.0, state), (vec![Message::user("hi")], Some(json!({"order": 7}))));
+        for bad in [r#"{"inputs": "hi"}"#, r#"{"input": "hi", "sessionId": "a"}"#, "[]", "\"hi\"", "{"] {
+            assert_eq!(SendRequest::from_json(bad).unwrap_err().code, ErrorCode::InvalidInput, "{bad}");
+        }
+    }
+
+    /// The view `GET /runs/{id}` returned before it was a type, as the oracle for generated checkpoints.
+    fn hand_built_view(cp: &Checkpoint) -> Value {
+        json!({
+            "runId": cp.run_id,
+            "status": cp.status,
+            "finishReason": cp.finish_reason,
+            "step": cp.step_index,
+            "usage": cp.usage,
+            "messages": cp.messages,
+            "approvalIds": cp.approval_ids,
+            "lastError": cp.last_error,
+            "attempts": cp.attempts,
+            "quarantined": cp.quarantined,
+            "fingerprint": cp.fingerprint,
+            "businessState": cp.business_state,
+            "savedAt": cp.saved_at,
+        })
+    }
+
+    fn checkpoint(rng: &SplitMix64) -> Checkpoint {
+        let maybe = |p: u64| pick(rng, p) == 0;
+        let status = [RunStatus::InProgress, RunStatus::AwaitingApproval, RunStatus::Finished][pick(rng, 3) as usize];
+        let reasons = [
+            FinishReason::Stop,
+            FinishReason::MaxSteps,
+            FinishReason::LoopDetected,
+            FinishReason::AwaitingApproval,
+            FinishReason::Aborted,
+        ];
+        Checkpoint {
+            run_id: format!("run-{}", rng.next_u64() % 1000),
+            messages: (0..pick(rng, 4)).map(|i| Message::user(format!("m{i}"))).collect(),
+            step_index: pick(rng, 20) as u32,
+            usage: Usage { input_tokens: rng.next_u64() % 10_000, output_tokens: rng.next_u64() % 10_000 },
+            business_state: maybe(2).then(|| json!({"n": rng.next_u64() % 100})),
+            status,
+            approval_ids: (0..pick(rng, 3)).map(|i| format!("ap_{i}")).collect(),
+            fingerprint: maybe(2).then(|| Fingerprint {
+                model: "mock".into(),
+                tools: [("t".to_string(), "abcd".to_string())].into(),
+                instructions: "ef01".into(),
+                hash: format!("{:016x}", rng.next_u64()),
+            }),
+            started_tool_call_ids: vec!["c9".into()],
+            quarantined: maybe(3),
+            last_error: maybe(2).then(|| ErrorInfo {
+                code: ErrorCode::ProviderUnavailable,
+                message: "503".into(),
+                retryable: true,
+            }),
+            attempts: pick(rng, 12) as u32,
+            finish_reason: maybe(2).then(|| reasons[pick(rng, 5) as usize]),
+            ext: maybe(2).then(|| json!({"progressGuard": {}})),
+            seq: rng.next_u64() % 1_000,
+            saved_at: 1_700_000_000_000 + rng.next_u64() % 1_000_000,
+            ..Checkpoint::default()
+        }
+    }
+
+    /// The typed run view serialises exactly as the hand-built JSON it replaced (same keys, `null` for an
+    /// absent optional field), over generated checkpoints, and reads back to itself.
+    #[test]
+    fn the_run_view_keeps_the_json_it_had_for_generated_checkpoints() {
+        for seed in seeds() {
+            let cp = checkpoint(&SplitMix64::new(seed));
+            let repro = format!("STEADFAST_CONTRACT_SEED={seed} cargo test --lib contract::tests::the_run_view");
+            let view = RunView::from(cp.clone());
+            let json = serde_json::to_value(&view).unwrap();
+            assert_eq!(json, hand_built_view(&cp), "{repro}");
+            assert_eq!(serde_json::from_value::<RunView>(json).unwrap(), view, "{repro}");
+        }
+    }
+
+    #[test]
+    fn a_tool_is_told_its_idempotency_key() {
+        let ctx = |approval: Option<&str>| ToolContext {
+            run_id: "r".into(),
+            tool_call_id: "call_1".into(),
+            approval_id: approval.map(String::from),
+            abort: crate::runtime::AbortSignal::new(),
+        };
+        assert_eq!(
+            serde_json::to_value(ToolCallContext::from(&ctx(None))).unwrap(),
+            json!({"runId": "r", "toolCallId": "call_1", "approvalId": null, "idempotencyKey": "call_1"})
+        );
+        assert_eq!(ToolCallContext::from(&ctx(Some("ap_1"))).idempotency_key, "ap_1");
+    }
+}

@@ -1,0 +1,242 @@
+//! What both wasm shells need, once (compiled with the cargo feature `worker` or `js`): the JS helpers, the
+//! platform's clock (`Date.now()`), timer (`setTimeout`, cleared when the sleep is dropped) and randomness,
+//! and [`WorkersKv`], the [`KvBackend`] over a Workers KV namespace object with its error mapping. The Worker
+//! shell (`src/worker/`) and the npm package's bindings (`src/bindings/`) both use these; translation only, no
+//! decisions.
+
+use crate::core::error::{Error, ErrorCode, Result};
+use crate::runtime::{Clock, Sleep, SplitMix64};
+use crate::store::kv::{check_bulk, check_key, check_put, kv_error_code, KvBackend, ListKey, ListPage, PutOptions};
+use async_trait::async_trait;
+use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
+use serde_json::Value;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+
+// ---------------------------------------------------------------------------------------------------------
+// JS helpers.
+
+/// `obj[key]` (`undefined` when `obj` is not an object or a function).
+pub(crate) fn prop(obj: &JsValue, key: &str) -> JsValue {
+    if !obj.is_object() && !obj.is_function() {
+        return JsValue::UNDEFINED;
+    }
+    Reflect::get(obj, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+}
+
+/// `obj[key] = value`.
+pub(crate) fn set(obj: &JsValue, key: &str, value: &JsValue) {
+    // Deliberately ignored: setting a property fails only on a frozen object or a throwing proxy setter, and
+    // every object this crate sets properties on is one it created.
+    let _ = Reflect::set(obj, &JsValue::from_str(key), value);
+}
+
+/// `undefined` or `null`.
+pub(crate) fn absent(v: &JsValue) -> bool {
+    v.is_undefined() || v.is_null()
+}
+
+/// The message of a thrown JS value.
+pub(crate) fn js_message(e: &JsValue) -> String {
+    if let Some(s) = e.as_string() {
+        return s;
+    }
+    if let Some(s) = prop(e, "message").as_string() {
+        return s;
+    }
+    JSON::stringify(e).ok().and_then(|s| s.as_string()).unwrap_or_else(|| "unknown JS error".into())
+}
+
+/// A JS value as JSON (`undefined` is `null`).
+pub(crate) fn to_value(v: &JsValue, what: &str) -> Result<Value> {
+    if v.is_undefined() {
+        return Ok(Value::Null);
+    }
+    let text = JSON::stringify(v)
+        .ok()
+        .and_then(|s| s.as_string())
+        .ok_or_else(|| Error::invalid_input(format!("{what} cannot be serialised as JSON")))?;
+    serde_json::from_str(&text).map_err(|e| Error::invalid_input(format!("{what} is not valid JSON: {e}")))
+}
+
+/// A JSON value as a JS value.
+pub(crate) fn from_value(v: &Value) -> JsValue {
+    JSON::parse(&v.to_string()).unwrap_or(JsValue::NULL)
+}
+
+/// Awaits a value that may or may not be a promise.
+pub(crate) async fn settle(v: JsValue) -> std::result::Result<JsValue, JsValue> {
+    JsFuture::from(Promise::resolve(&v)).await
+}
+
+/// Calls `f` with `this` and awaits the result; a synchronous throw counts as a rejection.
+pub(crate) async fn call_async(f: &Function, this: &JsValue, args: &Array) -> std::result::Result<JsValue, JsValue> {
+    settle(f.apply(this, args)?).await
+}
+
+/// `obj[name]` as a function (`STEADFAST_CONFIG_INVALID` naming `what` when it is not one).
+pub(crate) fn method(obj: &JsValue, name: &str, what: &str) -> Result<Function> {
+    prop(obj, name)
+        .dyn_into::<Function>()
+        .map_err(|_| Error::new(ErrorCode::ConfigInvalid, format!("{what} has no function `{name}`")))
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Platform: clock, timer, randomness.
+
+/// `Date.now()`.
+pub struct JsClock;
+
+impl Clock for JsClock {
+    fn now_ms(&self) -> u64 {
+        js_sys::Date::now() as u64
+    }
+}
+
+/// A `setTimeout` promise; dropping the sleep (a race it lost) clears the timer, so a finished run leaves
+/// no timer behind to keep a JS event loop alive.
+pub struct JsSleep;
+
+struct Timer {
+    id: JsValue,
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        let global = js_sys::global();
+        if let Ok(clear) = prop(&global, "clearTimeout").dyn_into::<Function>() {
+            // Deliberately ignored: clearTimeout does not throw for an id it does not know (a timer that fired).
+            let _ = clear.call1(&global, &self.id);
+        }
+    }
+}
+
+#[async_trait(?Send)]
+impl Sleep for JsSleep {
+    async fn sleep(&self, ms: u64) {
+        let global = js_sys::global();
+        let Ok(set_timeout) = prop(&global, "setTimeout").dyn_into::<Function>() else {
+            return;
+        };
+        let mut id = JsValue::UNDEFINED;
+        let wait = Promise::new(&mut |resolve, _reject| {
+            id = set_timeout.call2(&global, &resolve, &JsValue::from_f64(ms as f64)).unwrap_or(JsValue::UNDEFINED);
+        });
+        let _timer = Timer { id };
+        // Deliberately ignored: the promise only ever resolves (the timer has no failure to report).
+        let _ = JsFuture::from(wait).await;
+    }
+}
+
+/// A [`SplitMix64`] seeded from `Math.random()` and the clock (ids and jitter, not secrets). Build it inside a
+/// handler: Workers forbid randomness at module scope.
+pub fn js_rng() -> SplitMix64 {
+    SplitMix64::new((js_sys::Math::random() * (u64::MAX as f64)) as u64 ^ (js_sys::Date::now() as u64).rotate_left(17))
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Workers KV.
+
+/// The crate error for a failed KV call.
+fn kv_error(e: &JsValue) -> Error {
+    let text = js_message(e);
+    match kv_error_code(&text) {
+        ErrorCode::StoreRateLimited => {
+            Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
+        }
+        code => Error::new(code, format!("Workers KV failed: {text}")),
+    }
+}
+
+/// The [`KvBackend`] over a Workers `KVNamespace` object (a Worker's binding, or one a JS caller hands the npm
+/// package): `get`, bulk `get(keys[])` (a `Map`, one KV operation for up to 100 keys), `put` (with metadata
+/// and TTL), `delete`, `list`. A failure's message is classified by [`kv_error_code`].
+#[derive(Clone)]
+pub struct WorkersKv {
+    ns: JsValue,
+}
+
+impl WorkersKv {
+    /// The backend over `namespace`, which must have the functions `get`, `put`, `delete` and `list`
+    /// (`STEADFAST_CONFIG_INVALID` naming the missing one).
+    pub fn new(namespace: JsValue) -> Result<WorkersKv> {
+        for m in ["get", "put", "delete", "list"] {
+            method(&namespace, m, "the KV namespace")?;
+        }
+        Ok(WorkersKv { ns: namespace })
+    }
+
+    async fn call(&self, name: &str, args: &Array) -> Result<JsValue> {
+        let f =
+            method(&self.ns, name, "the KV namespace").map_err(|e| Error::new(ErrorCode::StoreFailed, e.message))?;
+        call_async(&f, &self.ns, args).await.map_err(|e| kv_error(&e))
+    }
+}
+
+#[async_trait(?Send)]
+impl KvBackend for WorkersKv {
+    async fn get(&self, key: &str) -> Result<Option<String>> {
+        check_key(key)?;
+        Ok(self.call("get", &Array::of1(&JsValue::from_str(key))).await?.as_string())
+    }
+
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
+        check_bulk(keys)?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let list: Array = keys.iter().map(|k| JsValue::from_str(k)).collect();
+        let found = self.call("get", &Array::of1(&list)).await?;
+        let map = found.dyn_into::<js_sys::Map>().map_err(|_| {
+            Error::new(
+                ErrorCode::StoreFailed,
+                "the KV namespace's get(keys[]) did not return a Map (bulk get unsupported)",
+            )
+        })?;
+        Ok(keys.iter().map(|k| map.get(&JsValue::from_str(k)).as_string()).collect())
+    }
+
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
+        check_put(key, value, &opts)?;
+        let o = Object::new();
+        if let Some(m) = &opts.metadata {
+            set(&o, "metadata", &from_value(m));
+        }
+        if let Some(ttl) = opts.expiration_ttl_s {
+            set(&o, "expirationTtl", &JsValue::from_f64(ttl as f64));
+        }
+        self.call("put", &Array::of3(&JsValue::from_str(key), &JsValue::from_str(value), &o)).await.map(|_| ())
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        check_key(key)?;
+        self.call("delete", &Array::of1(&JsValue::from_str(key))).await.map(|_| ())
+    }
+
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<ListPage> {
+        let o = Object::new();
+        set(&o, "prefix", &JsValue::from_str(prefix));
+        set(&o, "limit", &JsValue::from_f64(limit.clamp(1, 1_000) as f64));
+        if let Some(c) = cursor {
+            set(&o, "cursor", &JsValue::from_str(c));
+        }
+        let page = self.call("list", &Array::of1(&o)).await?;
+        let keys = prop(&page, "keys");
+        if !Array::is_array(&keys) {
+            return Err(Error::new(ErrorCode::StoreUnavailable, "the KV namespace's list() answered without `keys`"));
+        }
+        let mut out = Vec::new();
+        for k in Array::from(&keys).iter() {
+            let name = prop(&k, "name")
+                .as_string()
+                .ok_or_else(|| Error::new(ErrorCode::StoreUnavailable, "a listed KV key has no name"))?;
+            let meta = prop(&k, "metadata");
+            let metadata = if absent(&meta) { None } else { to_value(&meta, "KV metadata").ok() };
+            out.push(ListKey { name, metadata });
+        }
+        let complete = prop(&page, "list_complete").as_bool().unwrap_or(true);
+        let cursor = if complete { None } else { prop(&page, "cursor").as_string().filter(|c| !c.is_empty()) };
+        Ok(ListPage { keys: out, cursor })
+    }
+}
