@@ -103,36 +103,7 @@ impl ApiResponse {
 
 /// The HTTP status of an error.
 pub fn status_of(e: &Error) -> u16 {
-    use ErrorCode::*;
-    match e.code {
-        SessionIdInvalid | InvalidInput => 400,
-        Unauthorized => 401,
-        ApprovalNotFound | CheckpointNotFound | RouteNotFound => 404,
-        MethodNotAllowed => 405,
-        SessionBusy
-        | SessionAwaitingApproval
-        | ApprovalAlreadyDecided
-        | SessionExists
-        | AgentDrift
-        | ResumeToolMissing
-        | CheckpointCorrupt
-        | Aborted => 409,
-        ApprovalOrphaned => 410,
-        PayloadTooLarge => 413,
-        RunNoProgress => 422,
-        ProviderRateLimited
-        | ProviderUnavailable
-        | ProviderTimeout
-        | ProviderNetwork
-        | ProviderAuth
-        | ProviderBadRequest
-        | ProviderInvalidResponse
-        | BudgetExhausted
-        | ToolPropagated
-        | ModelScriptExhausted => 502,
-        AuthNotConfigured | StoreRateLimited | StoreUnavailable => 503,
-        _ => 500,
-    }
+    e.code.http_status()
 }
 
 /// Compares two byte strings in time that depends only on their lengths.

@@ -165,15 +165,7 @@ fn candidate(run: &PendingRun) -> Candidate<'_> {
         last_error: run.last_error.as_ref().map(|e| e.code),
         retryable: run.last_error.as_ref().is_none_or(|e| e.retryable),
         quarantined: run.quarantined,
-        outage_error: run.last_error.as_ref().is_some_and(|e| {
-            matches!(
-                e.code,
-                ErrorCode::ProviderRateLimited
-                    | ErrorCode::ProviderUnavailable
-                    | ErrorCode::ProviderTimeout
-                    | ErrorCode::ProviderNetwork
-            )
-        }),
+        outage_error: run.last_error.as_ref().is_some_and(|e| e.code.is_outage()),
         saved_at: run.saved_at,
         heal_of: run.heal_of.as_deref(),
     }
