@@ -5,7 +5,7 @@
 use super::{
     invalid_response, merge_extra, openai_messages, openai_tools, openai_usage, parse_openai_value, tool_call,
 };
-use crate::core::error::Result;
+use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::Message;
 use crate::runtime::traits::{Model, ModelRequest, ToolSpec};
@@ -53,6 +53,18 @@ impl Default for WorkersAiOptions {
             extra: Map::new(),
         }
     }
+}
+
+/// The error for a failed call of the Workers AI binding, from the binding's error text: "429" or "capacity"
+/// is a rate limit, anything else the service failing (both retryable; never an auth error: the binding has no
+/// key).
+pub fn binding_error(text: &str) -> Error {
+    let code = if text.contains("429") || text.to_ascii_lowercase().contains("capacity") {
+        ErrorCode::ProviderRateLimited
+    } else {
+        ErrorCode::ProviderUnavailable
+    };
+    Error::new(code, format!("Workers AI failed: {text}"))
 }
 
 /// Builds the binding input: `{messages: [...OpenAI-style...], tools: [...OpenAI-style...]}` (tools omitted
@@ -368,5 +380,14 @@ mod tests {
             build_input(m.options(), &[Message::user("x")], &[]),
             json!({"temperature": 0.1, "messages": [{"role": "user", "content": "x"}]})
         );
+    }
+
+    #[test]
+    fn binding_errors_are_rate_limits_or_outages_never_terminal() {
+        assert_eq!(binding_error("AiError: 429 Too Many Requests").code, ErrorCode::ProviderRateLimited);
+        assert_eq!(binding_error("AiError: Capacity temporarily exceeded").code, ErrorCode::ProviderRateLimited);
+        let other = binding_error("AiError: 5007: internal");
+        assert_eq!(other.code, ErrorCode::ProviderUnavailable);
+        assert!(other.retryable && other.message.starts_with("Workers AI failed"));
     }
 }

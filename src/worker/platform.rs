@@ -77,14 +77,9 @@ pub struct WorkersAi(pub worker::Ai);
 #[async_trait(?Send)]
 impl AiBinding for WorkersAi {
     async fn run(&self, model: &str, input: Value) -> Result<Value> {
-        self.0.run::<Value, Value>(model, input).await.map_err(|e| {
-            let text = e.to_string();
-            let code = if text.contains("429") || text.to_ascii_lowercase().contains("capacity") {
-                ErrorCode::ProviderRateLimited
-            } else {
-                ErrorCode::ProviderUnavailable
-            };
-            Error::new(code, format!("Workers AI failed: {text}"))
-        })
+        self.0
+            .run::<Value, Value>(model, input)
+            .await
+            .map_err(|e| crate::providers::workers_ai::binding_error(&e.to_string()))
     }
 }
