@@ -11,6 +11,8 @@
 //!   [`runtime::Tool`]s and a [`store::RunStore`], holds the run's lease, retries model calls (the only retry
 //!   layer), runs tools concurrently, handles abort.
 //! * [`store`] — the [`store::RunStore`] contract, its conformance suite and backends.
+//! * [`time`] and [`rng`] — leaves both the store and the runtime import: [`time::Clock`], [`time::Sleep`],
+//!   [`rng::Rng`], their manual and simulated versions. The store never imports the runtime.
 //!
 //! ## `?Send`, decided once
 //! Cloudflare Workers (and wasm in general) are single-threaded, and JS values are not `Send`. Every async
@@ -40,8 +42,10 @@ pub mod config;
 pub mod core;
 pub mod http;
 pub mod providers;
+pub mod rng;
 pub mod runtime;
 pub mod store;
+pub mod time;
 pub mod tools;
 
 pub use crate::core::error::{Error, ErrorCode, Result};

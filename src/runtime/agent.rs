@@ -2,8 +2,7 @@
 
 use super::driver::{Driver, RunStats};
 use super::hooks::Hook;
-use super::platform::SplitMix64;
-use super::traits::{AbortSignal, Clock, EventSink, Model, Rng, Sleep, Tool, ToolSpec};
+use super::traits::{AbortSignal, EventSink, Model, Tool, ToolSpec};
 use crate::core::approval::{ApprovalRecord, ApprovalStatus, Decision};
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
@@ -13,7 +12,9 @@ use crate::core::machine::{DriftPolicy, MachineConfig, Outcome, RunMachine, Star
 use crate::core::retry::RetryPolicy;
 use crate::core::schema::Schema;
 use crate::core::transcript::{Message, Usage};
+use crate::rng::{Rng, SplitMix64};
 use crate::store::{HistoryEntry, Lease, LeaseOptions, PendingRun, RunStore, StoreCounters};
+use crate::time::{Clock, Sleep};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -380,7 +381,7 @@ impl AgentBuilder {
 
 #[cfg(not(target_arch = "wasm32"))]
 fn default_clock() -> Option<Rc<dyn Clock>> {
-    Some(Rc::new(super::platform::SystemClock))
+    Some(Rc::new(crate::time::SystemClock))
 }
 #[cfg(target_arch = "wasm32")]
 fn default_clock() -> Option<Rc<dyn Clock>> {
@@ -388,7 +389,7 @@ fn default_clock() -> Option<Rc<dyn Clock>> {
 }
 #[cfg(not(target_arch = "wasm32"))]
 fn default_sleep() -> Option<Rc<dyn Sleep>> {
-    Some(Rc::new(super::platform::ThreadSleep))
+    Some(Rc::new(crate::time::ThreadSleep))
 }
 #[cfg(target_arch = "wasm32")]
 fn default_sleep() -> Option<Rc<dyn Sleep>> {

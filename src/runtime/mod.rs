@@ -7,12 +7,13 @@ mod driver;
 pub mod heal;
 pub mod hooks;
 pub mod mock;
-pub mod platform;
 pub mod recovery;
-pub mod simtime;
 pub mod tools;
 pub mod traits;
 
+pub use crate::rng::{Rng, SplitMix64};
+pub use crate::time::{Clock, ManualClock, ManualSleep, Sleep};
+pub use crate::time::{SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
 pub use agent::{
     Agent, AgentBuilder, AgentOptions, Approvals, CrashBudget, CrashPoint, Input, Resolve, RunResult, SendOptions,
     StallPoint,
@@ -21,11 +22,8 @@ pub use driver::RunStats;
 pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};
 pub use hooks::{Hook, HookContext, ToolResultDraft, Verdict};
 pub use mock::{MockCall, MockModel, MockTurn};
-pub use platform::{ManualClock, ManualSleep, SplitMix64};
 pub use recovery::{Delivery, ForkOptions, ForkResult, NoListener, SweepListener, SweepReport};
-pub use simtime::{SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
 pub use tools::FnTool;
 pub use traits::{
-    AbortSignal, Clock, EventSink, Model, ModelRequest, Rng, Sleep, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
-    VecSink,
+    AbortSignal, EventSink, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, VecSink,
 };

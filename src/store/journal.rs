@@ -65,7 +65,7 @@ use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, Pend
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, ErrorInfo, Result};
-use crate::runtime::traits::{Clock, Sleep};
+use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
@@ -1458,8 +1458,7 @@ impl<K: KvBackend> JournalStore<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::platform::SplitMix64;
-    use crate::runtime::traits::Rng;
+    use crate::rng::{Rng, SplitMix64};
 
     fn meta(message: &str, ap: Vec<String>) -> IndexMeta {
         let e = ErrorInfo { code: ErrorCode::ProviderUnavailable, message: message.to_string(), retryable: true };
