@@ -3,7 +3,7 @@
 use super::driver::{Driver, RunStats};
 use super::hooks::Hook;
 use super::traits::{AbortSignal, EventSink, Model, Tool, ToolSpec};
-use crate::core::approval::{ApprovalRecord, ApprovalStatus, Decision};
+use crate::core::approval::{awaits, awaits_any, decide, plan_resolution, ApprovalRecord, ApprovalStatus, Resolution};
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::fingerprint::Fingerprint;
@@ -624,68 +624,40 @@ impl Approvals<'_> {
         let inner = &self.agent.inner;
         let store = &inner.store;
         let before = store.counters();
-        let Some(mut rec) = store.get_approval(&decision.id).await? else {
+        let Some(stored) = store.get_approval(&decision.id).await? else {
             return Err(Error::new(ErrorCode::ApprovalNotFound, format!("no approval '{}'", decision.id))
                 .with_approval(&decision.id));
         };
-        let wanted = if decision.approved { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
-        if rec.status != ApprovalStatus::Pending && rec.status != wanted {
-            return Err(Error::new(
-                ErrorCode::ApprovalAlreadyDecided,
-                format!("approval '{}' was already {:?}", rec.id, rec.status).to_lowercase(),
-            )
-            .with_approval(&rec.id)
-            .with_run(&rec.run_id));
-        }
+        let mut rec = decide(&stored, decision.approved, decision.note.clone())?;
         let run_id = rec.run_id.clone();
-        let orphaned = |cp: &Option<Checkpoint>| !matches!(cp, Some(c) if c.status == RunStatus::AwaitingApproval && c.approval_ids.contains(&decision.id));
+        let orphaned = |cp: &Option<Checkpoint>| !awaits(cp.as_ref(), &decision.id);
         let pre = store.load(&run_id).await?;
         if orphaned(&pre) {
             store.delete_approval(&decision.id).await?;
             return Err(orphan_error(&run_id, &decision.id));
         }
         let pre = pre.unwrap_or_default();
-        rec.status = wanted;
-        rec.note = decision.note.clone();
         rec.decided_at = Some(inner.clock.now_ms());
-        let mut decisions = Vec::new();
-        let mut still_pending = Vec::new();
-        for aid in &pre.approval_ids {
-            if aid == &rec.id {
-                decisions.push(Decision {
-                    approval_id: rec.id.clone(),
-                    tool_call_id: rec.tool_call.id.clone(),
-                    approved: decision.approved,
-                    note: decision.note.clone(),
-                });
-                continue;
-            }
-            match store.get_approval(aid).await? {
-                Some(r) if r.status == ApprovalStatus::Pending => still_pending.push(aid.clone()),
-                Some(r) => decisions.push(Decision {
-                    approval_id: r.id.clone(),
-                    tool_call_id: r.tool_call.id.clone(),
-                    approved: r.status == ApprovalStatus::Approved,
-                    note: r.note.clone(),
-                }),
-                // A sibling record is gone: the machine refuses the resume (STEADFAST_APPROVAL_NOT_FOUND) rather
-                // than guess a decision for a call nobody approved.
-                None => {}
-            }
+        let mut siblings = Vec::new();
+        for aid in pre.approval_ids.iter().filter(|a| **a != rec.id) {
+            siblings.extend(store.get_approval(aid).await?);
         }
-        if !still_pending.is_empty() {
-            store.put_approval(&rec).await?;
-            let outcome = Outcome {
-                status: RunStatus::AwaitingApproval,
-                finish_reason: Some(FinishReason::AwaitingApproval),
-                note: None,
-                error: None,
-            };
-            let mut res = RunResult::of(&pre, &outcome, RunStats::default());
-            res.approval_ids = still_pending;
-            res.approval_id = res.approval_ids.first().cloned();
-            return Ok(res);
-        }
+        let decisions = match plan_resolution(&pre.approval_ids, &rec, &siblings) {
+            Resolution::Resume { decisions } => decisions,
+            Resolution::Wait { still_pending } => {
+                store.put_approval(&rec).await?;
+                let outcome = Outcome {
+                    status: RunStatus::AwaitingApproval,
+                    finish_reason: Some(FinishReason::AwaitingApproval),
+                    note: None,
+                    error: None,
+                };
+                let mut res = RunResult::of(&pre, &outcome, RunStats::default());
+                res.approval_ids = still_pending;
+                res.approval_id = res.approval_ids.first().cloned();
+                return Ok(res);
+            }
+        };
         let lease = self.agent.acquire(&run_id).await?;
         let cp = match store.load(&run_id).await {
             Ok(cp) if !orphaned(&cp) => cp,
@@ -721,9 +693,7 @@ impl Approvals<'_> {
             Ok(_) => true,
             Err(e) if e.code == ErrorCode::Crashed => false,
             Err(_) => match store.load(&run_id).await {
-                Ok(cp) => !cp.is_some_and(|c| {
-                    c.status == RunStatus::AwaitingApproval && c.approval_ids.iter().any(|a| batch.contains(a))
-                }),
+                Ok(cp) => !awaits_any(cp.as_ref(), &batch),
                 Err(_) => false,
             },
         };
