@@ -140,12 +140,11 @@ pub fn plan_resolution(batch: &[String], decided: &ApprovalRecord, siblings: &[A
     let mut still_pending = Vec::new();
     for id in batch {
         let record = if *id == decided.id { Some(decided) } else { siblings.iter().find(|r| r.id == *id) };
-        match record {
-            Some(r) => match Decision::of(r) {
+        if let Some(r) = record {
+            match Decision::of(r) {
                 Some(d) => decisions.push(d),
                 None => still_pending.push(id.clone()),
-            },
-            None => {}
+            }
         }
     }
     if still_pending.is_empty() {
