@@ -1,6 +1,6 @@
 //! [`Agent`]: the public runtime API (`send`, `resume`, `approvals`, `delete`, `pending`, …). An agent is a
-//! handle on its [`Deps`], built once by [`AgentBuilder::build`]; each execution runs under the lease helper
-//! ([`super::lease`]) and the driver.
+//! handle on its dependencies (model, tools, hooks, store, clock, timer, random source, options), built once by
+//! [`AgentBuilder::build`]; each execution runs under the runtime's one lease helper and its driver.
 
 use super::approvals::Approvals;
 use super::deps::{Deps, RegisteredTool};
