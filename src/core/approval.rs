@@ -91,7 +91,7 @@ impl Decision {
 /// Applies a person's decision to a stored record (status and note; the caller stamps `decided_at` when it
 /// writes the record). Deciding it again the same way is allowed (a retried request: the record is decided
 /// anew); the other way fails with `STEADFAST_APPROVAL_ALREADY_DECIDED`.
-pub fn decide(record: &ApprovalRecord, approved: bool, note: Option<String>) -> Result<ApprovalRecord> {
+pub fn decide(mut record: ApprovalRecord, approved: bool, note: Option<String>) -> Result<ApprovalRecord> {
     let wanted = if approved { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
     if record.status != ApprovalStatus::Pending && record.status != wanted {
         return Err(Error::new(
@@ -101,7 +101,9 @@ pub fn decide(record: &ApprovalRecord, approved: bool, note: Option<String>) -> 
         .with_approval(&record.id)
         .with_run(&record.run_id));
     }
-    Ok(ApprovalRecord { status: wanted, note, ..record.clone() })
+    record.status = wanted;
+    record.note = note;
+    Ok(record)
 }
 
 /// Whether `run` is paused on approval `approval_id` (else a decision on it is orphaned: its run was deleted,
@@ -182,10 +184,10 @@ mod tests {
     #[test]
     fn deciding_sets_status_and_note_and_refuses_the_opposite_decision() {
         let pending = record("a", ApprovalStatus::Pending);
-        let yes = decide(&pending, true, Some("ok".into())).unwrap();
+        let yes = decide(pending, true, Some("ok".into())).unwrap();
         assert_eq!((yes.status, yes.note.as_deref()), (ApprovalStatus::Approved, Some("ok")));
-        assert_eq!(decide(&yes, true, None).unwrap().note, None, "the same decision again is allowed");
-        let no = decide(&yes, false, None).unwrap_err();
+        assert_eq!(decide(yes.clone(), true, None).unwrap().note, None, "the same decision again is allowed");
+        let no = decide(yes, false, None).unwrap_err();
         assert_eq!(no.code, ErrorCode::ApprovalAlreadyDecided);
         assert_eq!(no.message, "approval 'a' was already approved");
         assert_eq!((no.run_id.as_deref(), no.approval_id.as_deref()), (Some("run"), Some("a")));
@@ -193,7 +195,7 @@ mod tests {
 
     #[test]
     fn the_last_decision_of_a_pause_resumes_with_every_decision_in_pause_order() {
-        let decided = decide(&record("b", ApprovalStatus::Pending), false, Some("too much".into())).unwrap();
+        let decided = decide(record("b", ApprovalStatus::Pending), false, Some("too much".into())).unwrap();
         let siblings = [record("c", ApprovalStatus::Approved), record("a", ApprovalStatus::Rejected)];
         let Resolution::Resume { decisions } = plan_resolution(&ids(&["a", "b", "c"]), &decided, &siblings) else {
             panic!("every approval is decided")
@@ -214,7 +216,7 @@ mod tests {
 
     #[test]
     fn a_pending_sibling_keeps_the_run_waiting_and_a_missing_one_gets_no_decision() {
-        let decided = decide(&record("a", ApprovalStatus::Pending), true, None).unwrap();
+        let decided = decide(record("a", ApprovalStatus::Pending), true, None).unwrap();
         let siblings = [record("b", ApprovalStatus::Pending), record("c", ApprovalStatus::Approved)];
         assert_eq!(
             plan_resolution(&ids(&["a", "b", "c"]), &decided, &siblings),
@@ -251,7 +253,7 @@ mod tests {
                 .filter(|&(i, &s)| i != me && s != 3)
                 .map(|(i, &s)| record(&batch[i], status(s)))
                 .collect();
-            let decided = decide(&record(&batch[me], ApprovalStatus::Pending), approve, None).unwrap();
+            let decided = decide(record(&batch[me], ApprovalStatus::Pending), approve, None).unwrap();
             let pending: Vec<String> =
                 siblings.iter().filter(|r| r.status == ApprovalStatus::Pending).map(|r| r.id.clone()).collect();
             match plan_resolution(&batch, &decided, &siblings) {

@@ -13,8 +13,9 @@
 //! with the run (nothing lives in memory between cron ticks, and tests measure 30 s, 60 s, 120 s …), and the
 //! store's retries are spaced by KV's one-write-per-second rule, not by a crowd of clients to spread out.
 //!
-//! A backoff is a value: [`Backoff::delay`] gives the `n`-th delay, and [`Backoff::delays`] iterates them
-//! (`take(n)` bounds the tries). Randomness comes in as a uniform unit in [0, 1) drawn by the caller from an
+//! A backoff is a value: [`Backoff::window`] and [`Backoff::delay`] give the `n`-th window and delay (callers
+//! that count their tries, as the store and the sweep do, ask for the one they need), and [`Backoff::delays`]
+//! iterates them (`take(n)` bounds the tries). Randomness comes in as a uniform unit in [0, 1) drawn by the caller from an
 //! injected source, so the core stays free of I/O and a test fixes every delay.
 
 /// How each delay is drawn from its window.
@@ -60,9 +61,13 @@ impl Backoff {
     }
 
     /// The `n`-th window (0-based): `min(cap_ms, base_ms · factor^n)`, saturating.
+    #[inline(never)]
     pub fn window(&self, n: u32) -> u64 {
-        let growth = (self.factor as u64).saturating_pow(n.min(MAX_STEPS));
-        self.base_ms.saturating_mul(growth).min(self.cap_ms)
+        let mut w = self.base_ms.min(self.cap_ms);
+        for _ in 0..n.min(MAX_STEPS) {
+            w = w.saturating_mul(self.factor as u64).min(self.cap_ms);
+        }
+        w
     }
 
     /// The `n`-th delay (0-based). `unit` (uniform in [0, 1), from an injected source) is used only under
@@ -79,14 +84,6 @@ impl Backoff {
     /// with a unit from `unit`; without jitter `unit` is never called.
     pub fn delays<U: FnMut() -> f64>(self, unit: U) -> Delays<U> {
         Delays { backoff: self, n: 0, unit }
-    }
-
-    /// [`Backoff::delays`] of a backoff without jitter (under full jitter, every delay is its whole window).
-    pub fn fixed_delays(self) -> Delays<fn() -> f64> {
-        fn whole() -> f64 {
-            1.0
-        }
-        self.delays(whole)
     }
 }
 
@@ -120,13 +117,13 @@ mod tests {
     #[test]
     fn exponential_doubles_then_caps() {
         let b = Backoff::exponential(30_000, 900_000);
-        let d: Vec<u64> = b.fixed_delays().take(7).collect();
+        let d: Vec<u64> = b.delays(|| 0.0).take(7).collect();
         assert_eq!(d, vec![30_000, 60_000, 120_000, 240_000, 480_000, 900_000, 900_000]);
     }
 
     #[test]
     fn constant_never_grows() {
-        let d: Vec<u64> = Backoff::constant(1_000).fixed_delays().take(4).collect();
+        let d: Vec<u64> = Backoff::constant(1_000).delays(|| 0.0).take(4).collect();
         assert_eq!(d, vec![1_000; 4]);
         assert_eq!(Backoff::constant(200).window(u32::MAX), 200);
     }
@@ -169,6 +166,15 @@ mod tests {
             prop_assert!(b.window(n) <= b.window(n + 1));
             let j = b.full_jitter();
             prop_assert!(j.delay(n, unit) <= b.window(n));
+        }
+
+        /// Over generated backoffs, every window is exactly `min(cap, base · factor^n)` (computed wide), for
+        /// growth up to 40 steps.
+        #[test]
+        fn a_window_is_the_capped_power(base in 0u64..u64::MAX, cap in 0u64..u64::MAX, factor in 0u32..5, n in 0u32..=40) {
+            let b = Backoff { base_ms: base, cap_ms: cap, factor, jitter: Jitter::None };
+            let exact = (base as u128).saturating_mul((factor as u128).saturating_pow(n)).min(cap as u128);
+            prop_assert_eq!(b.window(n) as u128, exact);
         }
     }
 }

@@ -58,7 +58,7 @@ impl Approvals<'_> {
             return Err(Error::new(ErrorCode::ApprovalNotFound, format!("no approval '{}'", decision.id))
                 .with_approval(&decision.id));
         };
-        let mut rec = decide(&stored, decision.approved, decision.note.clone())?;
+        let mut rec = decide(stored, decision.approved, decision.note.clone())?;
         let run_id = rec.run_id.clone();
         let orphaned = |cp: &Option<Checkpoint>| !awaits(cp.as_ref(), &decision.id);
         let pre = store.load(&run_id).await?;
@@ -70,7 +70,9 @@ impl Approvals<'_> {
         rec.decided_at = Some(deps.now());
         let mut siblings = Vec::new();
         for aid in pre.approval_ids.iter().filter(|a| **a != rec.id) {
-            siblings.extend(store.get_approval(aid).await?);
+            if let Some(r) = store.get_approval(aid).await? {
+                siblings.push(r);
+            }
         }
         let decisions = match plan_resolution(&pre.approval_ids, &rec, &siblings) {
             Resolution::Resume { decisions } => decisions,

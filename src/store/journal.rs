@@ -95,7 +95,7 @@ use std::rc::Rc;
 /// Reads that fail transiently: 200, 400, 800 ms (`READ_RETRIES` retries).
 const READ_BACKOFF: Backoff = Backoff::exponential(200, u64::MAX);
 /// Retries of a read that fails transiently.
-const READ_RETRIES: usize = 3;
+const READ_RETRIES: u32 = 3;
 /// Writes off the hot path and lease renewals: 1 s, 2 s, 4 s … (`write_retries` retries; a renewal stops at its
 /// lease's expiry).
 const WRITE_BACKOFF: Backoff = Backoff::exponential(1_000, u64::MAX);
@@ -460,14 +460,14 @@ impl<K: KvBackend> JournalStore<K> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let mut delays = READ_BACKOFF.fixed_delays().take(READ_RETRIES);
+        let mut retries = 0;
         loop {
             self.count(|c| c.reads += 1);
             match op().await {
-                Err(e) if e.code == ErrorCode::StoreUnavailable => match delays.next() {
-                    Some(delay) => self.sleep.sleep(delay).await,
-                    None => return Err(e),
-                },
+                Err(e) if e.code == ErrorCode::StoreUnavailable && retries < READ_RETRIES => {
+                    self.sleep.sleep(READ_BACKOFF.window(retries)).await;
+                    retries += 1;
+                }
                 other => return other,
             }
         }
@@ -492,18 +492,16 @@ impl<K: KvBackend> JournalStore<K> {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<()>>,
     {
-        let mut delays = WRITE_BACKOFF.fixed_delays().take(self.opts.write_retries as usize);
+        let mut retries = 0;
         loop {
             self.count(|c| c.writes += 1);
             match op().await {
                 Ok(()) => return Ok(()),
-                Err(e) if e.retryable => match delays.next() {
-                    Some(delay) => {
-                        self.count(|c| c.write_retries += 1);
-                        self.sleep.sleep(delay).await;
-                    }
-                    None => return Err(e),
-                },
+                Err(e) if e.retryable && retries < self.opts.write_retries => {
+                    self.count(|c| c.write_retries += 1);
+                    self.sleep.sleep(WRITE_BACKOFF.window(retries)).await;
+                    retries += 1;
+                }
                 Err(e) => return Err(e),
             }
         }
