@@ -313,7 +313,7 @@ impl Agent {
         // nothing in the store.
         RunMachine::start(deps.machine_config(run_id, opts), pre, start.clone(), deps.now())?;
         let driven = deps
-            .with_loaded(run_id, async |lease, cp| {
+            .with_lease(run_id, true, async |lease, cp| {
                 if matches!(start, Start::Resume) && cp.as_ref().is_none_or(|c| c.status == RunStatus::Finished) {
                     return Ok(None);
                 }

@@ -93,7 +93,7 @@ impl Approvals<'_> {
         // The pause the run was driven past (set once the decision is written and the run is about to resume).
         let mut driven_past: Option<Vec<String>> = None;
         let leased = deps
-            .with_loaded(&run_id, async |lease, cp| {
+            .with_lease(&run_id, true, async |lease, cp| {
                 if orphaned(&cp) {
                     return Ok(Leased::Orphaned);
                 }
@@ -107,7 +107,7 @@ impl Approvals<'_> {
                 )?;
                 store.put_approval(&rec).await?;
                 driven_past = Some(batch);
-                deps.drive(lease, machine, &opts).await.map(|d| Leased::Driven(Box::new(d)))
+                deps.drive(lease, machine, &opts).await.map(Leased::Driven)
             })
             .await;
         let res = match leased {

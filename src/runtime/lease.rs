@@ -1,6 +1,6 @@
 //! The lease helper: every operation that writes a run under its lease — an execution (`send`, `resume`, a
 //! resolved approval), a quarantine mark, a fork's first entry, a recorded failure — goes through
-//! [`Deps::with_lease`] (or [`Deps::with_loaded`], which reads the run first), so "acquire → load → run →
+//! [`Deps::with_lease`], so "acquire → load → run →
 //! release" is written once, and every way out of the body is decided in one place:
 //!
 //! | the body ends with | the lease is |
@@ -29,15 +29,20 @@ impl Deps {
         self.store.acquire_lease(run_id, &owner, self.now(), &self.options.lease).await
     }
 
-    /// Acquires `run_id`'s lease, runs `body` under it, and releases it on every way out except a simulated
-    /// crash and a lost lease (see the module docs). An acquisition that fails runs nothing.
+    /// Acquires `run_id`'s lease, loads the run when `load` is set (`None`: no such run, or not loaded), runs
+    /// `body` under the lease, and releases it on every way out except a simulated crash and a lost lease (see
+    /// the module docs). An acquisition that fails runs nothing; a load that fails releases the lease.
     pub(crate) async fn with_lease<T>(
         &self,
         run_id: &str,
-        body: impl AsyncFnOnce(&mut Lease) -> Result<T>,
+        load: bool,
+        body: impl AsyncFnOnce(&mut Lease, Option<Checkpoint>) -> Result<T>,
     ) -> Result<T> {
         let mut lease = self.acquire(run_id).await?;
-        let res = body(&mut lease).await;
+        let res = match if load { self.store.load(run_id).await } else { Ok(None) } {
+            Ok(cp) => body(&mut lease, cp).await,
+            Err(e) => Err(e),
+        };
         match &res {
             Err(e) if e.code == ErrorCode::Crashed || e.code == ErrorCode::SessionBusy => {}
             _ => {
@@ -49,29 +54,20 @@ impl Deps {
         res
     }
 
-    /// [`Deps::with_lease`], with the run as stored once the lease is held (`None`: no such run). A load that
-    /// fails releases the lease.
-    pub(crate) async fn with_loaded<T>(
-        &self,
-        run_id: &str,
-        body: impl AsyncFnOnce(&mut Lease, Option<Checkpoint>) -> Result<T>,
-    ) -> Result<T> {
-        self.with_lease(run_id, async |lease| {
-            let cp = self.store.load(run_id).await?;
-            body(lease, cp).await
-        })
-        .await
-    }
-
     /// Drives a started machine to its verdict under the held `lease` (renewed as it goes). A failure the
     /// store refused for good is recorded on the run first (see [`Deps::record_failure`]); a crash or a lost
     /// lease records nothing.
-    pub(crate) async fn drive(&self, lease: &mut Lease, machine: RunMachine, opts: &SendOptions) -> Result<Driven> {
+    pub(crate) async fn drive(
+        &self,
+        lease: &mut Lease,
+        machine: RunMachine,
+        opts: &SendOptions,
+    ) -> Result<Box<Driven>> {
         let mut driver = Driver::new(self, lease.clone(), opts);
         let res = driver.drive(machine).await;
         *lease = driver.lease.clone();
         match res {
-            Ok((machine, outcome)) => Ok(Driven { machine, outcome, stats: driver.stats }),
+            Ok((machine, outcome)) => Ok(Box::new(Driven { machine, outcome, stats: driver.stats })),
             Err(e) => {
                 if e.code != ErrorCode::Crashed && e.code != ErrorCode::SessionBusy && !e.retryable {
                     // The store refused a write for good (e.g. an entry over its value limit), so nothing of it

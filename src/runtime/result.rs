@@ -94,7 +94,7 @@ pub(crate) struct Driven {
 impl Driven {
     /// The result of the execution, once its lease is released: `store` is what the store did since the
     /// execution started (the release included). A verdict with an error (the run attempt failed) is that error.
-    pub(crate) fn report(self, store: StoreCounters) -> Result<RunResult> {
+    pub(crate) fn report(self: Box<Self>, store: StoreCounters) -> Result<RunResult> {
         let mut stats = self.stats;
         stats.store_reads = store.reads;
         stats.store_writes = store.writes;

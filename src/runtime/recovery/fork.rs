@@ -97,7 +97,7 @@ impl Agent {
         let commit = JournalEntry { seq: 1, at: now, body: EntryBody::Snapshot { state: Box::new(cp.clone()) } };
         // The fork exists once its first entry is written by a confirmed owner of its lease.
         self.deps
-            .with_lease(&new_id, async |lease| {
+            .with_lease(&new_id, false, async |lease, _| {
                 store.commit(lease, &commit, &cp).await?;
                 store.confirm_lease(lease).await
             })

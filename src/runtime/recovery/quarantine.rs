@@ -60,7 +60,7 @@ impl Agent {
         let before = deps.store.counters();
         let opts = SendOptions::default();
         let driven = deps
-            .with_loaded(run_id, async |lease, cp| {
+            .with_lease(run_id, true, async |lease, cp| {
                 let cp = match cp {
                     Some(cp)
                         if !cp.quarantined && cp.attempts >= max_attempts && cp.status == RunStatus::InProgress =>
