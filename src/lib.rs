@@ -14,6 +14,8 @@
 //! * Front doors: [`api`] (the HTTP API, platform independent) and [`contract`] (the JSON both shells speak,
 //!   defined once); the shells `worker` (feature `worker`) and `bindings` (feature `js`) share
 //!   `wasm_shared` and only translate.
+//! * [`time`] and [`rng`] — leaves both the store and the runtime import: [`time::Clock`], [`time::Sleep`],
+//!   [`rng::Rng`], their manual and simulated versions. The store never imports the runtime.
 //!
 //! ## `?Send`, decided once
 //! Cloudflare Workers (and wasm in general) are single-threaded, and JS values are not `Send`. Every async
@@ -44,8 +46,10 @@ pub mod contract;
 pub mod core;
 pub mod http;
 pub mod providers;
+pub mod rng;
 pub mod runtime;
 pub mod store;
+pub mod time;
 pub mod tools;
 
 pub use crate::core::error::{Error, ErrorCode, Result};

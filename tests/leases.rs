@@ -268,3 +268,179 @@ fn renewals_that_keep_failing_stop_the_run_before_its_lease_expires() {
     }
     assert!(ran.borrow().len() < 3, "the run stopped before starting every call: {:?}", ran.borrow());
 }
+
+/// A [`MemoryStore`] whose `fail_at`-th operation (lease operations aside: acquiring, confirming, renewing and
+/// releasing are never failed) is refused for good with `STEADFAST_STORE_FAILED`, once.
+#[derive(Clone, Default)]
+struct FailOnce {
+    inner: steadfast::store::MemoryStore,
+    ops: Rc<Cell<u64>>,
+    fail_at: Rc<Cell<Option<u64>>>,
+    fired: Rc<Cell<bool>>,
+}
+
+impl FailOnce {
+    fn op(&self, what: &str) -> Result<()> {
+        let n = self.ops.get();
+        self.ops.set(n + 1);
+        if self.fail_at.get() == Some(n) {
+            self.fired.set(true);
+            return Err(Error::new(ErrorCode::StoreFailed, format!("injected: {what} #{n} refused")));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait(?Send)]
+impl RunStore for FailOnce {
+    async fn load(&self, run_id: &str) -> Result<Option<steadfast::core::checkpoint::Checkpoint>> {
+        self.op("load")?;
+        self.inner.load(run_id).await
+    }
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        now_ms: u64,
+        opts: &LeaseOptions,
+    ) -> Result<steadfast::store::Lease> {
+        self.inner.acquire_lease(run_id, owner, now_ms, opts).await
+    }
+    async fn confirm_lease(&self, lease: &steadfast::store::Lease) -> Result<()> {
+        self.inner.confirm_lease(lease).await
+    }
+    async fn renew_lease(
+        &self,
+        lease: &steadfast::store::Lease,
+        now_ms: u64,
+        opts: &LeaseOptions,
+    ) -> Result<steadfast::store::Lease> {
+        self.inner.renew_lease(lease, now_ms, opts).await
+    }
+    async fn release_lease(&self, lease: &steadfast::store::Lease) -> Result<()> {
+        self.inner.release_lease(lease).await
+    }
+    async fn commit(
+        &self,
+        lease: &steadfast::store::Lease,
+        entry: &steadfast::core::checkpoint::JournalEntry,
+        state: &steadfast::core::checkpoint::Checkpoint,
+    ) -> Result<()> {
+        self.op("commit")?;
+        self.inner.commit(lease, entry, state).await
+    }
+    async fn delete(&self, run_id: &str) -> Result<()> {
+        self.op("delete")?;
+        self.inner.delete(run_id).await
+    }
+    async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<steadfast::store::HistoryEntry>> {
+        self.op("history")?;
+        self.inner.history(run_id, limit).await
+    }
+    async fn pending(&self) -> Result<Vec<steadfast::store::PendingRun>> {
+        self.op("pending")?;
+        self.inner.pending().await
+    }
+    async fn pending_page(&self, cursor: Option<&str>, limit: usize) -> Result<steadfast::store::PendingPage> {
+        self.op("pending_page")?;
+        self.inner.pending_page(cursor, limit).await
+    }
+    async fn check_pending(&self, runs: &[steadfast::store::PendingRun]) -> Result<Vec<bool>> {
+        self.op("check_pending")?;
+        self.inner.check_pending(runs).await
+    }
+    async fn put_approval(&self, record: &steadfast::core::approval::ApprovalRecord) -> Result<()> {
+        self.op("put_approval")?;
+        self.inner.put_approval(record).await
+    }
+    async fn get_approval(&self, id: &str) -> Result<Option<steadfast::core::approval::ApprovalRecord>> {
+        self.op("get_approval")?;
+        self.inner.get_approval(id).await
+    }
+    async fn list_approvals(&self) -> Result<Vec<steadfast::core::approval::ApprovalRecord>> {
+        self.op("list_approvals")?;
+        self.inner.list_approvals().await
+    }
+    async fn delete_approval(&self, id: &str) -> Result<()> {
+        self.op("delete_approval")?;
+        self.inner.delete_approval(id).await
+    }
+    async fn get_state(&self, name: &str) -> Result<Option<String>> {
+        self.op("get_state")?;
+        self.inner.get_state(name).await
+    }
+    async fn put_state(&self, name: &str, value: &str) -> Result<()> {
+        self.op("put_state")?;
+        self.inner.put_state(name, value).await
+    }
+}
+
+/// Whatever store operation of a run's life fails for good — a load, a commit, an approval record written
+/// when the last decision of a pause resumes the run, a fork's first entry — the operation that met it leaves
+/// the run's lease free: another process can take the run at that very instant, and the run still finishes
+/// by retrying. Generated over every operation index of the story (send → pause on two approvals → two
+/// decisions → the paid calls run → finish → fork). (A failed approval write on the resuming decision used to
+/// return with the lease still held, so the run was busy for its whole ttl.)
+#[test]
+fn a_store_failure_anywhere_in_a_leased_operation_leaves_the_lease_free() {
+    let mut fired = 0;
+    for fail_at in 0..200u64 {
+        let clock = ManualClock::new(T0);
+        let store = FailOnce::default();
+        store.fail_at.set(Some(fail_at));
+        let env = Env::with_store(Rc::new(store.clone()), clock.clone());
+        let pay = Rc::new(
+            FnTool::new("pay", "pays", object_schema(), |_a, _ctx| async { Ok(ToolOutput::text("paid")) })
+                .needs_approval(true),
+        ) as Rc<dyn Tool>;
+        let script =
+            vec![MockTurn::tools([("pay", json!({"n": 1})), ("pay", json!({"n": 2}))]), MockTurn::text("done")];
+        let a = env.agent(MockModel::by_turn(script), vec![pay]);
+        let repro = format!("fail_at = {fail_at}");
+        // Each failed operation must leave `run`'s lease free (no lease at all is free too).
+        let lease_free = |run: &str, what: &str, e: &Error| {
+            let probe = block_on(store.inner.acquire_lease(run, "probe", clock.now_ms(), &LeaseOptions::default()))
+                .unwrap_or_else(|busy| panic!("{repro}: after {what} failed ({e:?}) the lease stayed held: {busy:?}"));
+            block_on(store.inner.release_lease(&probe)).unwrap();
+        };
+        let mut finished = false;
+        for _ in 0..30 {
+            let cp = block_on(store.inner.load("r")).unwrap();
+            let (what, res) = match cp.as_ref().map(|c| c.status) {
+                None => ("send", block_on(a.send("r", "go", SendOptions::default())).map(|_| ())),
+                Some(RunStatus::AwaitingApproval) => {
+                    let pending = block_on(store.inner.list_approvals()).unwrap();
+                    let next = pending.iter().find(|p| p.status == steadfast::core::approval::ApprovalStatus::Pending);
+                    let id = next.map(|p| p.id.clone()).unwrap_or_else(|| cp.as_ref().unwrap().approval_ids[0].clone());
+                    let decision = steadfast::runtime::Resolve { id, approved: true, note: None };
+                    ("resolve", block_on(a.approvals().resolve(decision)).map(|_| ()))
+                }
+                Some(RunStatus::InProgress) => ("resume", block_on(a.resume("r", SendOptions::default())).map(|_| ())),
+                Some(RunStatus::Finished) => {
+                    finished = true;
+                    break;
+                }
+            };
+            if let Err(e) = res {
+                lease_free("r", what, &e);
+            }
+        }
+        assert!(finished, "{repro}: the run never finished");
+        let fork =
+            steadfast::runtime::ForkOptions { from_step: 1, new_id: Some("r-fork".into()), ..Default::default() };
+        for _ in 0..3 {
+            match block_on(a.fork("r", fork.clone())) {
+                Ok(_) => break,
+                Err(e) if e.code == ErrorCode::SessionExists => break,
+                Err(e) => lease_free("r-fork", "fork", &e),
+            }
+        }
+        assert!(block_on(store.inner.load("r-fork")).unwrap().is_some(), "{repro}: the fork was never written");
+        if !store.fired.get() {
+            assert!(fired > 20, "the story has more than 20 operations to fail ({fired} did)");
+            return;
+        }
+        fired += 1;
+    }
+    panic!("the story should end within 200 operations");
+}

@@ -1,7 +1,8 @@
 //! The pure core: no I/O, no clock, no platform crate. Types, the run state machine, fingerprints,
-//! classification, the retry policy and tool-argument validation.
+//! classification, the one backoff, the retry policy and tool-argument validation.
 
 pub mod approval;
+pub mod backoff;
 pub mod checkpoint;
 pub mod classify;
 pub mod error;

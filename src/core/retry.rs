@@ -1,6 +1,8 @@
-//! The retry policy as pure data (M15): capped exponential backoff with full jitter, Retry-After honoured,
-//! bounded by an attempt cap and a deadline. The runtime's model-call layer is the only caller.
+//! The retry policy as pure data (M15): the crate's one [`Backoff`] (capped, doubling) with full jitter,
+//! Retry-After honoured, bounded by an attempt cap and a deadline. The runtime's model-call layer is the only
+//! caller.
 
+use super::backoff::Backoff;
 use super::error::Error;
 use serde::{Deserialize, Serialize};
 
@@ -41,8 +43,7 @@ impl RetryPolicy {
         if !err.retryable || attempt >= self.max_attempts {
             return NextRetry::GiveUp;
         }
-        let window = self.backoff_window(attempt);
-        let jittered = (unit.clamp(0.0, 1.0) * window as f64).floor() as u64;
+        let jittered = self.backoff().delay(attempt, unit);
         let delay = jittered.max(err.retry_after_ms.unwrap_or(0));
         if elapsed_ms.saturating_add(delay) > self.deadline_ms {
             return NextRetry::GiveUp;
@@ -50,10 +51,15 @@ impl RetryPolicy {
         NextRetry::After(delay)
     }
 
+    /// The backoff of model calls: doubling from `base_ms`, capped at `cap_ms`, full jitter. Failed attempt
+    /// `attempt` (1-based) waits its `attempt`-th delay (so the first retry's window is `2 · base_ms`).
+    pub fn backoff(&self) -> Backoff {
+        Backoff::exponential(self.base_ms, self.cap_ms).full_jitter()
+    }
+
     /// The upper bound of the jitter window after failed attempt `attempt`: `min(cap, base·2^attempt)`.
     pub fn backoff_window(&self, attempt: u32) -> u64 {
-        let exp = 1u64.checked_shl(attempt.min(40)).unwrap_or(u64::MAX);
-        self.base_ms.saturating_mul(exp).min(self.cap_ms)
+        self.backoff().window(attempt)
     }
 }
 

@@ -2,6 +2,7 @@
 //! state kept in the store, and the time. Nothing lives in memory between ticks: on Workers each cron
 //! invocation is a separate, short process, and ticks may overlap or repeat.
 
+use super::backoff::Backoff;
 use super::checkpoint::RunStatus;
 use super::error::ErrorCode;
 use serde::{Deserialize, Serialize};
@@ -140,13 +141,21 @@ impl Plan {
 /// The suffix of diagnosis forks (reserved: users cannot create runs with it).
 pub const HEAL_SUFFIX: &str = ".heal";
 
-/// How long a run that failed `attempts` times in a row waits.
-pub fn backoff_ms(opts: &SweepOptions, attempts: u32) -> u64 {
-    if attempts == 0 {
-        return 0;
+impl SweepOptions {
+    /// The sweep's backoff: doubling from `interval_ms`, capped at `max_backoff_ms`, without jitter (every
+    /// delay is recomputed from counts stored with the run, so ticks in separate processes agree).
+    pub fn backoff(&self) -> Backoff {
+        Backoff::exponential(self.interval_ms, self.max_backoff_ms)
     }
-    let exp = 1u64.checked_shl(attempts.saturating_sub(1).min(40)).unwrap_or(u64::MAX);
-    opts.interval_ms.saturating_mul(exp).min(opts.max_backoff_ms)
+}
+
+/// How long a run that failed `attempts` times in a row waits: nothing before its first failure, then the
+/// sweep's backoff from its first delay (`interval × 2^(attempts-1)`).
+pub fn backoff_ms(opts: &SweepOptions, attempts: u32) -> u64 {
+    match attempts {
+        0 => 0,
+        n => opts.backoff().window(n - 1),
+    }
 }
 
 /// The decision for one run, the outage probe aside: while the breaker is open every run that could run
@@ -231,9 +240,10 @@ pub enum Attempt {
     Other,
 }
 
-/// The wait before the probe after `probes` failed ones.
+/// The wait before the probe after `probes` failed ones: the sweep's backoff one step past the failed
+/// probes (`interval × 2^probes`), growing for at most 20 failed probes.
 fn probe_wait(opts: &SweepOptions, probes: u32) -> u64 {
-    opts.interval_ms.saturating_mul(1u64 << probes.min(20)).min(opts.max_backoff_ms)
+    opts.backoff().window(probes.min(20))
 }
 
 /// Updates the breaker after a resume; returns `Some(true)` when an outage starts, `Some(false)` when it ends.

@@ -1,120 +1,27 @@
-//! [`Agent`]: the public runtime API (`send`, `resume`, `approvals`, `delete`, `pending`, …).
+//! [`Agent`]: the public runtime API (`send`, `resume`, `approvals`, `delete`, `pending`, …). An agent is a
+//! handle on its dependencies (model, tools, hooks, store, clock, timer, random source, options), built once by
+//! [`AgentBuilder::build`]; each execution runs under the runtime's one lease helper and its driver.
 
-use super::driver::{Driver, RunStats};
+use super::approvals::Approvals;
+use super::deps::{Deps, RegisteredTool};
 use super::hooks::Hook;
-use super::platform::SplitMix64;
-use super::traits::{AbortSignal, Clock, EventSink, Model, Rng, Sleep, Tool, ToolSpec};
-use crate::core::approval::{ApprovalRecord, ApprovalStatus, Decision};
-use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
+use super::traits::{Model, Tool, ToolSpec};
+use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::fingerprint::Fingerprint;
 use crate::core::ids::{validate_new_run_id, validate_run_id};
-use crate::core::machine::{DriftPolicy, MachineConfig, Outcome, RunMachine, Start};
-use crate::core::retry::RetryPolicy;
+use crate::core::machine::{RunMachine, Start};
 use crate::core::schema::Schema;
-use crate::core::transcript::{Message, Usage};
-use crate::store::{HistoryEntry, Lease, LeaseOptions, PendingRun, RunStore, StoreCounters};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use crate::core::transcript::Message;
+use crate::rng::{Rng, SplitMix64};
+use crate::store::{HistoryEntry, PendingRun, RunStore};
+use crate::time::{Clock, Sleep};
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
-/// Agent limits and policies.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", default)]
-pub struct AgentOptions {
-    /// Model turns per run (default 10).
-    pub max_steps: u32,
-    /// Tool calls of one turn run at once (default 8).
-    pub tool_concurrency: usize,
-    /// What a changed agent does on resume (default `warn`).
-    pub on_agent_drift: DriftPolicy,
-    /// The model-call retry layer (the only one).
-    pub retry: RetryPolicy,
-    /// Run leases.
-    pub lease: LeaseOptions,
-    /// Stop after this many identical failing tool turns in a row (default 4; 0 = off).
-    pub loop_window: u32,
-    /// Longest tool result kept, in bytes (default 256 KiB); a longer one is cut and ends with a marker the
-    /// model reads.
-    pub max_tool_result_bytes: usize,
-}
-
-impl Default for AgentOptions {
-    fn default() -> Self {
-        AgentOptions {
-            max_steps: 10,
-            tool_concurrency: 8,
-            on_agent_drift: DriftPolicy::Warn,
-            retry: RetryPolicy::default(),
-            lease: LeaseOptions::default(),
-            loop_window: 4,
-            max_tool_result_bytes: crate::core::limits::DEFAULT_MAX_TOOL_RESULT_BYTES,
-        }
-    }
-}
-
-/// Crash injection for tests: stop the execution right after effect number `after_effects` was performed,
-/// as if the process died (the lease is not released).
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CrashPoint {
-    /// Effects performed before the crash.
-    pub after_effects: usize,
-    /// Let tools already in flight finish (their side effects happen, their results are lost).
-    pub finish_in_flight: bool,
-}
-
-/// Crash injection across several executions (tests): every effect of every execution given this budget counts
-/// down `left`; the execution that performs the last one "crashes" right after it, as with [`CrashPoint`].
-#[doc(hidden)]
-#[derive(Debug)]
-pub struct CrashBudget {
-    /// Effects still allowed; `None` once the crash happened (later executions run normally).
-    pub left: std::cell::Cell<Option<usize>>,
-    /// Let tools already in flight finish (their side effects happen, their results are lost).
-    pub finish_in_flight: bool,
-}
-
-impl CrashBudget {
-    /// A budget of `effects` effects.
-    pub fn new(effects: usize, finish_in_flight: bool) -> Rc<CrashBudget> {
-        Rc::new(CrashBudget { left: std::cell::Cell::new(Some(effects)), finish_in_flight })
-    }
-
-    /// Whether the crash happened.
-    pub fn crashed(&self) -> bool {
-        self.left.get().is_none()
-    }
-}
-
-/// Stall injection for tests: after effect number `after_effects`, the execution awaits `wait()` before
-/// anything else (a frozen process: its tools in flight are not polled, its lease is not renewed).
-#[doc(hidden)]
-#[derive(Clone)]
-pub struct StallPoint {
-    /// Effects performed before the stall.
-    pub after_effects: usize,
-    /// The stall: resolves when the process "wakes up".
-    pub wait: Rc<dyn Fn() -> super::traits::LocalFuture<'static, ()>>,
-}
-
-/// Per-call options of `send`, `resume` and `resolve`.
-#[derive(Clone, Default)]
-pub struct SendOptions {
-    /// Business state a new run starts with.
-    pub business_state: Option<Value>,
-    /// Cancellation handle.
-    pub abort: Option<AbortSignal>,
-    /// Event receiver.
-    pub events: Option<Rc<dyn EventSink>>,
-    #[doc(hidden)]
-    pub crash: Option<CrashPoint>,
-    #[doc(hidden)]
-    pub crash_budget: Option<Rc<CrashBudget>>,
-    #[doc(hidden)]
-    pub stall: Option<StallPoint>,
-}
+pub use super::approvals::Resolve;
+pub use super::options::{AgentOptions, CrashBudget, CrashPoint, SendOptions, StallPoint};
+pub use super::result::RunResult;
 
 /// Input for `send`: text, one message or several.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -141,91 +48,10 @@ impl From<Vec<Message>> for Input {
     }
 }
 
-/// How an execution ended.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase")]
-pub struct RunResult {
-    /// Run id.
-    pub run_id: String,
-    /// Status after this execution.
-    pub status: RunStatus,
-    /// Why it ended.
-    pub finish_reason: Option<FinishReason>,
-    /// The last assistant text.
-    pub text: String,
-    /// Explanation of a budget stop.
-    pub note: Option<String>,
-    /// The whole transcript.
-    pub messages: Vec<Message>,
-    /// Steps of the current run.
-    pub steps: u32,
-    /// Usage of the current run.
-    pub usage: Usage,
-    /// Pending approvals.
-    pub approval_ids: Vec<String>,
-    /// First pending approval.
-    pub approval_id: Option<String>,
-    /// Business state.
-    pub business_state: Option<Value>,
-    /// What this execution did.
-    pub stats: RunStats,
-}
-
-impl RunResult {
-    pub(crate) fn of(cp: &Checkpoint, outcome: &Outcome, stats: RunStats) -> RunResult {
-        RunResult {
-            run_id: cp.run_id.clone(),
-            status: outcome.status,
-            finish_reason: outcome.finish_reason,
-            text: cp.last_text(),
-            note: outcome.note.clone(),
-            messages: cp.messages.clone(),
-            steps: cp.step_index,
-            usage: cp.usage,
-            approval_ids: cp.approval_ids.clone(),
-            approval_id: cp.approval_ids.first().cloned(),
-            business_state: cp.business_state.clone(),
-            stats,
-        }
-    }
-}
-
-/// A decision on an approval.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Resolve {
-    /// Approval id.
-    pub id: String,
-    /// Approve (run the call) or reject (the model gets the note).
-    pub approved: bool,
-    /// Reviewer's note.
-    #[serde(default)]
-    pub note: Option<String>,
-}
-
-pub(crate) struct RegisteredTool {
-    pub(crate) tool: Rc<dyn Tool>,
-    pub(crate) schema: Schema,
-}
-
-pub(crate) struct AgentInner {
-    pub(crate) hooks: Vec<Rc<dyn Hook>>,
-    pub(crate) model: Rc<dyn Model>,
-    pub(crate) tools: Vec<RegisteredTool>,
-    pub(crate) specs: Vec<ToolSpec>,
-    pub(crate) instructions: String,
-    pub(crate) store: Rc<dyn RunStore>,
-    pub(crate) options: AgentOptions,
-    pub(crate) clock: Rc<dyn Clock>,
-    pub(crate) sleep: Rc<dyn Sleep>,
-    pub(crate) rng: Rc<dyn Rng>,
-    pub(crate) fingerprint: Fingerprint,
-}
-
 /// A durable agent: a model, tools, instructions and a store.
 #[derive(Clone)]
 pub struct Agent {
-    pub(crate) inner: Rc<AgentInner>,
+    pub(crate) deps: Rc<Deps>,
 }
 
 /// Builds an [`Agent`].
@@ -361,7 +187,7 @@ impl AgentBuilder {
             &self.instructions,
         );
         Ok(Agent {
-            inner: Rc::new(AgentInner {
+            deps: Rc::new(Deps {
                 hooks: self.hooks,
                 model: self.model,
                 tools,
@@ -380,7 +206,7 @@ impl AgentBuilder {
 
 #[cfg(not(target_arch = "wasm32"))]
 fn default_clock() -> Option<Rc<dyn Clock>> {
-    Some(Rc::new(super::platform::SystemClock))
+    Some(Rc::new(crate::time::SystemClock))
 }
 #[cfg(target_arch = "wasm32")]
 fn default_clock() -> Option<Rc<dyn Clock>> {
@@ -388,7 +214,7 @@ fn default_clock() -> Option<Rc<dyn Clock>> {
 }
 #[cfg(not(target_arch = "wasm32"))]
 fn default_sleep() -> Option<Rc<dyn Sleep>> {
-    Some(Rc::new(super::platform::ThreadSleep))
+    Some(Rc::new(crate::time::ThreadSleep))
 }
 #[cfg(target_arch = "wasm32")]
 fn default_sleep() -> Option<Rc<dyn Sleep>> {
@@ -418,12 +244,12 @@ impl Agent {
 
     /// The agent's fingerprint.
     pub fn fingerprint(&self) -> &Fingerprint {
-        &self.inner.fingerprint
+        &self.deps.fingerprint
     }
 
     /// The store.
     pub fn store(&self) -> &Rc<dyn RunStore> {
-        &self.inner.store
+        &self.deps.store
     }
 
     /// Sends input on run `run_id`: starts it, resumes it (pending calls first, then the input), or continues
@@ -443,120 +269,38 @@ impl Agent {
 
     /// The approvals API.
     pub fn approvals(&self) -> Approvals<'_> {
-        Approvals { agent: self }
+        Approvals::new(&self.deps)
     }
 
     /// Deletes a run (its checkpoint, history and lease). A later send starts it over.
     pub async fn delete(&self, run_id: &str) -> Result<()> {
         validate_run_id(run_id)?;
-        self.inner.store.delete(run_id).await
+        self.deps.store.delete(run_id).await
     }
 
     /// The run's current checkpoint.
     pub async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
         validate_run_id(run_id)?;
-        self.inner.store.load(run_id).await
+        self.deps.store.load(run_id).await
     }
 
     /// Every unfinished run (M11).
     pub async fn pending(&self) -> Result<Vec<PendingRun>> {
-        self.inner.store.pending().await
+        self.deps.store.pending().await
     }
 
     /// Past states of a run, newest first.
     pub async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
         validate_run_id(run_id)?;
-        self.inner.store.history(run_id, limit).await
-    }
-
-    pub(crate) fn machine_config(&self, run_id: &str, opts: &SendOptions) -> MachineConfig {
-        MachineConfig {
-            run_id: run_id.to_string(),
-            max_steps: self.inner.options.max_steps,
-            on_agent_drift: self.inner.options.on_agent_drift,
-            fingerprint: self.inner.fingerprint.clone(),
-            tool_names: self.inner.tools.iter().map(|t| t.tool.name().to_string()).collect(),
-            instructions: self.inner.instructions.clone(),
-            loop_window: self.inner.options.loop_window,
-            business_state: opts.business_state.clone(),
-            max_tool_result_bytes: self.inner.options.max_tool_result_bytes,
-        }
-    }
-
-    pub(crate) fn new_id(&self, prefix: &str) -> String {
-        format!("{prefix}_{:016x}{:08x}", self.inner.rng.next_u64(), self.inner.rng.next_u64() as u32)
-    }
-
-    /// The registered tool named `name`.
-    pub(crate) fn tool(&self, name: &str) -> Option<&RegisteredTool> {
-        self.inner.tools.iter().find(|t| t.tool.name() == name)
-    }
-
-    pub(crate) async fn acquire(&self, run_id: &str) -> Result<Lease> {
-        let owner = self.new_id("own");
-        let now = self.inner.clock.now_ms();
-        self.inner.store.acquire_lease(run_id, &owner, now, &self.inner.options.lease).await
-    }
-
-    /// Runs a started machine under a lease, releasing the lease unless the process "crashed".
-    pub(crate) async fn run_leased(
-        &self,
-        lease: Lease,
-        machine: RunMachine,
-        opts: &SendOptions,
-        before: StoreCounters,
-    ) -> Result<RunResult> {
-        let mut driver = Driver::new(self, lease, opts);
-        let outcome = driver.drive(machine).await;
-        match outcome {
-            Err(e) if e.code == ErrorCode::Crashed => Err(e),
-            Err(e) => {
-                if e.code != ErrorCode::SessionBusy {
-                    if !e.retryable {
-                        // The store refused a write for good (e.g. an entry over its value limit), so nothing of
-                        // it was written: record the failed attempt on what is stored, so that `attempts` grows
-                        // and the sweep sees a run that cannot progress instead of resuming it for ever.
-                        self.record_failure(&driver.lease, &e).await;
-                    }
-                    let _ = self.inner.store.release_lease(&driver.lease).await;
-                }
-                Err(e)
-            }
-            Ok((machine, outcome)) => {
-                let _ = self.inner.store.release_lease(&driver.lease).await;
-                let used = self.inner.store.counters().since(&before);
-                let mut stats = driver.stats;
-                stats.store_reads = used.reads;
-                stats.store_writes = used.writes;
-                stats.store_bytes = used.bytes_written;
-                match outcome.error {
-                    Some(e) => Err(e),
-                    None => Ok(RunResult::of(machine.checkpoint(), &outcome, stats)),
-                }
-            }
-        }
-    }
-
-    /// Records a failed attempt (`lastError`, `attempts + 1`) on the stored run under `lease`. Best effort: when
-    /// this commit fails too, the original error is what the caller sees either way.
-    async fn record_failure(&self, lease: &Lease, err: &Error) {
-        let Ok(Some(cp)) = self.inner.store.load(&lease.run_id).await else { return };
-        let opts = SendOptions::default();
-        let cfg = self.machine_config(&lease.run_id, &opts);
-        let Ok(machine) = RunMachine::start(cfg, Some(cp), Start::Failed(err.clone()), self.inner.clock.now_ms())
-        else {
-            return;
-        };
-        // The outcome carries `err` again; only whether the commit was written matters here, and either way the
-        // caller reports the original error.
-        let _ = Driver::new(self, lease.clone(), &opts).drive(machine).await;
+        self.deps.store.history(run_id, limit).await
     }
 
     async fn execute(&self, run_id: &str, start: Start, opts: &SendOptions) -> Result<Option<RunResult>> {
         validate_run_id(run_id)?;
-        let before = self.inner.store.counters();
+        let deps = &self.deps;
+        let before = deps.store.counters();
         // Refusals that need no lease (and so write nothing).
-        let pre = self.inner.store.load(run_id).await?;
+        let pre = deps.store.load(run_id).await?;
         match (&pre, &start) {
             (None, Start::Resume) => return Ok(None),
             (Some(cp), Start::Resume) if cp.status == RunStatus::Finished => return Ok(None),
@@ -567,179 +311,20 @@ impl Agent {
         // A dry run of the start on what is stored: every refusal (awaiting approval, drift under `error`, a
         // missing tool, empty input) happens here, before the lease is written, so a refused request changes
         // nothing in the store.
-        RunMachine::start(self.machine_config(run_id, opts), pre, start.clone(), self.inner.clock.now_ms())?;
-        let lease = self.acquire(run_id).await?;
-        let cp = match self.inner.store.load(run_id).await {
-            Ok(cp) => cp,
-            Err(e) => {
-                let _ = self.inner.store.release_lease(&lease).await;
-                return Err(e);
-            }
-        };
-        if matches!(start, Start::Resume) && cp.as_ref().is_none_or(|c| c.status == RunStatus::Finished) {
-            let _ = self.inner.store.release_lease(&lease).await;
-            return Ok(None);
-        }
-        if let (None, Start::Send(_)) = (&cp, &start) {
-            // Deleted between the first read and the lease: this send creates the run.
-            if let Err(e) = validate_new_run_id(run_id) {
-                let _ = self.inner.store.release_lease(&lease).await;
-                return Err(e);
-            }
-        }
-        let machine = match RunMachine::start(self.machine_config(run_id, opts), cp, start, self.inner.clock.now_ms()) {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = self.inner.store.release_lease(&lease).await;
-                return Err(e);
-            }
-        };
-        self.run_leased(lease, machine, opts, before).await.map(Some)
+        RunMachine::start(deps.machine_config(run_id, opts), pre, start.clone(), deps.now())?;
+        let driven = deps
+            .with_lease(run_id, true, async |lease, cp| {
+                if matches!(start, Start::Resume) && cp.as_ref().is_none_or(|c| c.status == RunStatus::Finished) {
+                    return Ok(None);
+                }
+                if let (None, Start::Send(_)) = (&cp, &start) {
+                    // Deleted between the first read and the lease: this send creates the run.
+                    validate_new_run_id(run_id)?;
+                }
+                let machine = RunMachine::start(deps.machine_config(run_id, opts), cp, start, deps.now())?;
+                deps.drive(lease, machine, opts).await.map(Some)
+            })
+            .await?;
+        driven.map(|d| d.report(deps.store.counters().since(&before))).transpose()
     }
-}
-
-/// The approvals API of an agent.
-pub struct Approvals<'a> {
-    agent: &'a Agent,
-}
-
-impl Approvals<'_> {
-    /// Pending approval records, oldest first.
-    pub async fn list(&self) -> Result<Vec<ApprovalRecord>> {
-        let all = self.agent.inner.store.list_approvals().await?;
-        Ok(all.into_iter().filter(|a| a.status == ApprovalStatus::Pending).collect())
-    }
-
-    /// Resolves an approval (see [`Approvals::resolve_with`]).
-    pub async fn resolve(&self, decision: Resolve) -> Result<RunResult> {
-        self.resolve_with(decision, SendOptions::default()).await
-    }
-
-    /// Records a decision. When it was the last pending approval of the pause, the run resumes: each paused
-    /// call gets its result (the tool's, if approved — it runs at most once — or a rejection with the note),
-    /// the turn's remaining calls run (and may pause again), then the model is called. A stale approval (its
-    /// run deleted or replaced) fails with `STEADFAST_APPROVAL_ORPHANED` and is withdrawn.
-    pub async fn resolve_with(&self, decision: Resolve, opts: SendOptions) -> Result<RunResult> {
-        let inner = &self.agent.inner;
-        let store = &inner.store;
-        let before = store.counters();
-        let Some(mut rec) = store.get_approval(&decision.id).await? else {
-            return Err(Error::new(ErrorCode::ApprovalNotFound, format!("no approval '{}'", decision.id))
-                .with_approval(&decision.id));
-        };
-        let wanted = if decision.approved { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
-        if rec.status != ApprovalStatus::Pending && rec.status != wanted {
-            return Err(Error::new(
-                ErrorCode::ApprovalAlreadyDecided,
-                format!("approval '{}' was already {:?}", rec.id, rec.status).to_lowercase(),
-            )
-            .with_approval(&rec.id)
-            .with_run(&rec.run_id));
-        }
-        let run_id = rec.run_id.clone();
-        let orphaned = |cp: &Option<Checkpoint>| !matches!(cp, Some(c) if c.status == RunStatus::AwaitingApproval && c.approval_ids.contains(&decision.id));
-        let pre = store.load(&run_id).await?;
-        if orphaned(&pre) {
-            store.delete_approval(&decision.id).await?;
-            return Err(orphan_error(&run_id, &decision.id));
-        }
-        let pre = pre.unwrap_or_default();
-        rec.status = wanted;
-        rec.note = decision.note.clone();
-        rec.decided_at = Some(inner.clock.now_ms());
-        let mut decisions = Vec::new();
-        let mut still_pending = Vec::new();
-        for aid in &pre.approval_ids {
-            if aid == &rec.id {
-                decisions.push(Decision {
-                    approval_id: rec.id.clone(),
-                    tool_call_id: rec.tool_call.id.clone(),
-                    approved: decision.approved,
-                    note: decision.note.clone(),
-                });
-                continue;
-            }
-            match store.get_approval(aid).await? {
-                Some(r) if r.status == ApprovalStatus::Pending => still_pending.push(aid.clone()),
-                Some(r) => decisions.push(Decision {
-                    approval_id: r.id.clone(),
-                    tool_call_id: r.tool_call.id.clone(),
-                    approved: r.status == ApprovalStatus::Approved,
-                    note: r.note.clone(),
-                }),
-                // A sibling record is gone: the machine refuses the resume (STEADFAST_APPROVAL_NOT_FOUND) rather
-                // than guess a decision for a call nobody approved.
-                None => {}
-            }
-        }
-        if !still_pending.is_empty() {
-            store.put_approval(&rec).await?;
-            let outcome = Outcome {
-                status: RunStatus::AwaitingApproval,
-                finish_reason: Some(FinishReason::AwaitingApproval),
-                note: None,
-                error: None,
-            };
-            let mut res = RunResult::of(&pre, &outcome, RunStats::default());
-            res.approval_ids = still_pending;
-            res.approval_id = res.approval_ids.first().cloned();
-            return Ok(res);
-        }
-        let lease = self.agent.acquire(&run_id).await?;
-        let cp = match store.load(&run_id).await {
-            Ok(cp) if !orphaned(&cp) => cp,
-            Ok(_) => {
-                let _ = store.release_lease(&lease).await;
-                store.delete_approval(&decision.id).await?;
-                return Err(orphan_error(&run_id, &decision.id));
-            }
-            Err(e) => {
-                let _ = store.release_lease(&lease).await;
-                return Err(e);
-            }
-        };
-        let batch = cp.as_ref().map(|c| c.approval_ids.clone()).unwrap_or_default();
-        let machine = match RunMachine::start(
-            self.agent.machine_config(&run_id, &opts),
-            cp,
-            Start::Approvals(decisions),
-            inner.clock.now_ms(),
-        ) {
-            Ok(m) => m,
-            Err(e) => {
-                // Nothing decided is written: the approval stays pending for the right agent.
-                let _ = store.release_lease(&lease).await;
-                return Err(e);
-            }
-        };
-        store.put_approval(&rec).await?;
-        let res = self.agent.run_leased(lease, machine, &opts, before).await;
-        // The pause's records are withdrawn once the run has moved past it; after a crash, a lost lease or a
-        // failure before the decisions were committed, the run still waits on them and they stay.
-        let consumed = match &res {
-            Ok(_) => true,
-            Err(e) if e.code == ErrorCode::Crashed => false,
-            Err(_) => match store.load(&run_id).await {
-                Ok(cp) => !cp.is_some_and(|c| {
-                    c.status == RunStatus::AwaitingApproval && c.approval_ids.iter().any(|a| batch.contains(a))
-                }),
-                Err(_) => false,
-            },
-        };
-        if consumed {
-            for aid in batch {
-                let _ = store.delete_approval(&aid).await;
-            }
-        }
-        res
-    }
-}
-
-fn orphan_error(run_id: &str, approval_id: &str) -> Error {
-    Error::new(
-        ErrorCode::ApprovalOrphaned,
-        format!("approval '{approval_id}' belongs to run '{run_id}', which was deleted or replaced; it was withdrawn"),
-    )
-    .with_run(run_id)
-    .with_approval(approval_id)
 }

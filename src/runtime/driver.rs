@@ -1,11 +1,13 @@
-//! The driver: performs a [`RunMachine`]'s effects against the agent's model, tools and store.
+//! The driver: performs a [`RunMachine`]'s effects against the model, tools and store it is given ([`Deps`]).
 //!
 //! It is the one place that awaits. It renews the lease while it waits, runs up to `tool_concurrency` tool
 //! calls at once (they keep running while a commit is written), retries model calls (the only retry layer,
 //! M15), watches the abort signal, numbers events, and can "crash" after any effect for tests.
 
-use super::agent::{Agent, CrashPoint, SendOptions};
+use super::deps::Deps;
 use super::hooks::{HookContext, ToolResultDraft, Verdict};
+use super::options::{CrashPoint, SendOptions};
+use super::result::RunStats;
 use super::traits::{AbortSignal, LocalFuture, ModelRequest, ToolContext, ToolError};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::{Event, EventEnvelope, EVENT_SCHEMA_VERSION};
@@ -14,38 +16,11 @@ use crate::core::retry::NextRetry;
 use crate::core::transcript::{Message, ToolCall};
 use crate::store::Lease;
 use futures::stream::{FuturesUnordered, StreamExt};
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::pin;
 use std::task::Poll;
-
-/// What one execution did (reported on every [`super::agent::RunResult`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase")]
-pub struct RunStats {
-    /// Effects performed.
-    pub effects: usize,
-    /// Journal entries written.
-    pub commits: usize,
-    /// Model calls made (retries included).
-    pub model_calls: usize,
-    /// Tool executions started.
-    pub tool_runs: usize,
-    /// Lease renewals.
-    pub lease_renewals: usize,
-    /// Store read operations of this execution (lease, load and commits; backends that count).
-    #[cfg_attr(feature = "ts", ts(type = "number"))]
-    pub store_reads: u64,
-    /// Store write operations of this execution.
-    #[cfg_attr(feature = "ts", ts(type = "number"))]
-    pub store_writes: u64,
-    /// Bytes the store wrote for this execution.
-    #[cfg_attr(feature = "ts", ts(type = "number"))]
-    pub store_bytes: u64,
-}
 
 type InFlight = FuturesUnordered<LocalFuture<'static, (String, ToolOutcome)>>;
 
@@ -56,7 +31,7 @@ enum Race<T> {
 }
 
 pub(crate) struct Driver<'a> {
-    agent: &'a Agent,
+    deps: &'a Deps,
     pub(crate) lease: Lease,
     opts: &'a SendOptions,
     abort: AbortSignal,
@@ -80,16 +55,16 @@ enum HookPoint<'c> {
 }
 
 impl<'a> Driver<'a> {
-    pub(crate) fn new(agent: &'a Agent, lease: Lease, opts: &'a SendOptions) -> Driver<'a> {
-        let now = agent.inner.clock.now_ms();
+    pub(crate) fn new(deps: &'a Deps, lease: Lease, opts: &'a SendOptions) -> Driver<'a> {
+        let now = deps.now();
         Driver {
-            agent,
+            deps,
             lease,
             opts,
             abort: opts.abort.clone().unwrap_or_default(),
             seq: 0,
             stats: RunStats::default(),
-            next_renew_at: now.saturating_add(agent.inner.options.lease.renew_every_ms),
+            next_renew_at: now.saturating_add(deps.options.lease.renew_every_ms),
             ext: Map::new(),
             ext_changed: false,
             args: HashMap::new(),
@@ -99,14 +74,14 @@ impl<'a> Driver<'a> {
     /// Runs every hook at one point, in order. Returns the deny reason of the first hook that denies (before
     /// a tool call), or the name of the last hook that changed the tool result (after one).
     async fn hooks(&mut self, m: &mut RunMachine, mut point: HookPoint<'_>) -> Result<Option<String>> {
-        let agent: &'a Agent = self.agent;
-        if agent.inner.hooks.is_empty() {
+        let deps: &'a Deps = self.deps;
+        if deps.hooks.is_empty() {
             return Ok(None);
         }
         let mut events = Vec::new();
         let mut outcome = None;
         let mut failure = None;
-        for hook in &agent.inner.hooks {
+        for hook in &deps.hooks {
             let mut ctx = HookContext {
                 run_id: &self.lease.run_id,
                 step: m.checkpoint().step_index,
@@ -173,8 +148,8 @@ impl<'a> Driver<'a> {
 
     /// The gate of one call: unknown tool, invalid arguments, hooks (deny / rewrite), approval, intent.
     async fn gate(&mut self, m: &mut RunMachine, call: &ToolCall) -> Result<Gate> {
-        let agent: &'a Agent = self.agent;
-        let Some(t) = agent.tool(&call.name) else { return Ok(Gate::UnknownTool) };
+        let deps: &'a Deps = self.deps;
+        let Some(t) = deps.tool(&call.name) else { return Ok(Gate::UnknownTool) };
         if let Err(errors) = t.schema.validate(&call.args) {
             return Ok(Gate::Invalid { message: errors.join("; ") });
         }
@@ -186,13 +161,13 @@ impl<'a> Driver<'a> {
             self.args.insert(call.id.clone(), rewritten.args.clone());
         }
         if t.tool.needs_approval(&rewritten.args) {
-            return Ok(Gate::NeedsApproval { approval_id: agent.new_id("apr") });
+            return Ok(Gate::NeedsApproval { approval_id: deps.new_id("apr") });
         }
         Ok(if t.tool.side_effecting() { Gate::RunWithIntent } else { Gate::Run })
     }
 
     fn now(&self) -> u64 {
-        self.agent.inner.clock.now_ms()
+        self.deps.now()
     }
 
     /// Drives the machine to its `Finish`. `Err` means the execution stopped without a verdict: a crash
@@ -223,7 +198,7 @@ impl<'a> Driver<'a> {
                         self.after_effect(&mut in_flight).await?;
                     }
                     Effect::Commit(entry) => {
-                        let store = self.agent.inner.store.clone();
+                        let store = self.deps.store.clone();
                         let lease = self.lease.clone();
                         let commit = store.commit(&lease, &entry, m.checkpoint());
                         race_with_tools(commit, &mut in_flight, &mut settled).await?;
@@ -305,7 +280,7 @@ impl<'a> Driver<'a> {
                         // Approval records are shared: written only by a confirmed owner.
                         self.ensure_lease().await?;
                         for a in &approvals {
-                            self.agent.inner.store.put_approval(a).await?;
+                            self.deps.store.put_approval(a).await?;
                         }
                         self.after_effect(&mut in_flight).await?;
                         m.notify_approvals_recorded();
@@ -344,7 +319,7 @@ impl<'a> Driver<'a> {
 
     /// `after_tool` hooks on a settled call; a changed result becomes `Replaced`.
     async fn after_tool(&mut self, m: &mut RunMachine, id: &str, outcome: ToolOutcome) -> Result<ToolOutcome> {
-        if self.agent.inner.hooks.is_empty() {
+        if self.deps.hooks.is_empty() {
             return Ok(outcome);
         }
         let Some(call) = m.pending_calls().into_iter().find(|c| c.id == id) else { return Ok(outcome) };
@@ -363,7 +338,7 @@ impl<'a> Driver<'a> {
     async fn reconcile(&mut self, calls: &[ToolCall]) -> Result<Vec<(String, Option<ToolOutcome>)>> {
         let mut out = Vec::new();
         for call in calls {
-            let Some(t) = self.agent.tool(&call.name) else {
+            let Some(t) = self.deps.tool(&call.name) else {
                 out.push((call.id.clone(), None));
                 continue;
             };
@@ -445,8 +420,8 @@ impl<'a> Driver<'a> {
     /// another process may take the run over from then on.
     async fn renew(&mut self) -> Result<()> {
         let now = self.now();
-        let lease_opts = self.agent.inner.options.lease;
-        match self.agent.inner.store.renew_lease(&self.lease, now, &lease_opts).await {
+        let lease_opts = self.deps.options.lease;
+        match self.deps.store.renew_lease(&self.lease, now, &lease_opts).await {
             Ok(lease) => {
                 self.lease = lease;
                 self.next_renew_at = self.now().saturating_add(lease_opts.renew_every_ms);
@@ -470,14 +445,14 @@ impl<'a> Driver<'a> {
 
     /// How much lease time must be left to start a tool (a tool started later could outlive the lease).
     fn start_margin(&self) -> u64 {
-        (self.agent.inner.options.lease.ttl_ms / 4).min(1_000)
+        (self.deps.options.lease.ttl_ms / 4).min(1_000)
     }
 
     /// Before anything irreversible (a tool start, an approval record, a reported result): the lease is
     /// confirmed, and has at least the start margin left — else it is renewed first, and a renewal that fails
     /// stops the execution.
     async fn ensure_lease(&mut self) -> Result<()> {
-        self.agent.inner.store.confirm_lease(&self.lease).await?;
+        self.deps.store.confirm_lease(&self.lease).await?;
         if self.now().saturating_add(self.start_margin()) >= self.lease.expires_at {
             self.renew().await?;
             if self.now().saturating_add(self.start_margin()) >= self.lease.expires_at {
@@ -493,7 +468,7 @@ impl<'a> Driver<'a> {
         loop {
             let due = self.next_renew_at;
             let wait = due.saturating_sub(self.now()).max(1);
-            let sleep = self.agent.inner.sleep.clone();
+            let sleep = self.deps.sleep.clone();
             let mut tick = pin!(sleep.sleep(wait));
             let abort = self.abort.clone();
             let race = futures::future::poll_fn(|cx| {
@@ -519,8 +494,8 @@ impl<'a> Driver<'a> {
 
     /// One model turn through the retry layer. `Ok(None)` when aborted.
     async fn call_model(&mut self, m: &RunMachine, step: u32) -> Result<Option<ModelResponse>> {
-        let agent: &'a Agent = self.agent;
-        let policy = agent.inner.options.retry;
+        let deps: &'a Deps = self.deps;
+        let policy = deps.options.retry;
         let started = self.now();
         let mut attempt = 0;
         loop {
@@ -529,10 +504,10 @@ impl<'a> Driver<'a> {
             let request = ModelRequest {
                 run_id: &self.lease.run_id.clone(),
                 messages: &m.checkpoint().messages,
-                tools: &agent.inner.specs,
+                tools: &deps.specs,
                 step,
             };
-            let model = agent.inner.model.clone();
+            let model = deps.model.clone();
             let answer = self.wait_renewing(model.generate(request)).await?;
             let err = match answer {
                 None => return Ok(None),
@@ -540,10 +515,10 @@ impl<'a> Driver<'a> {
                 Some(Err(e)) => e,
             };
             let elapsed = self.now().saturating_sub(started);
-            match policy.next_retry(attempt, elapsed, &err, agent.inner.rng.unit()) {
+            match policy.next_retry(attempt, elapsed, &err, deps.rng.unit()) {
                 NextRetry::GiveUp => return Err(err),
                 NextRetry::After(ms) => {
-                    let sleep = agent.inner.sleep.clone();
+                    let sleep = deps.sleep.clone();
                     if self.wait_renewing(sleep.sleep(ms)).await?.is_none() {
                         return Ok(None);
                     }
@@ -559,7 +534,7 @@ impl<'a> Driver<'a> {
         queue: &mut VecDeque<(ToolCall, Option<String>)>,
         in_flight: &mut InFlight,
     ) -> Result<()> {
-        let limit = self.agent.inner.options.tool_concurrency.max(1);
+        let limit = self.deps.options.tool_concurrency.max(1);
         if in_flight.len() >= limit || !queue.iter().any(|(c, _)| m.is_running(&c.id)) {
             return Ok(());
         }
@@ -571,7 +546,7 @@ impl<'a> Driver<'a> {
     /// Starts queued calls up to the concurrency limit. A call the machine no longer waits for (the attempt
     /// failed or was aborted meanwhile) is dropped, never started.
     fn fill(&mut self, m: &RunMachine, queue: &mut VecDeque<(ToolCall, Option<String>)>, in_flight: &mut InFlight) {
-        let limit = self.agent.inner.options.tool_concurrency.max(1);
+        let limit = self.deps.options.tool_concurrency.max(1);
         while in_flight.len() < limit {
             let Some((call, approval_id)) = queue.pop_front() else { break };
             if !m.is_running(&call.id) {
@@ -583,7 +558,7 @@ impl<'a> Driver<'a> {
     }
 
     fn start_tool(&self, call: ToolCall, approval_id: Option<String>) -> LocalFuture<'static, (String, ToolOutcome)> {
-        let tool = self.agent.inner.tools.iter().find(|t| t.tool.name() == call.name).map(|t| t.tool.clone());
+        let tool = self.deps.tools.iter().find(|t| t.tool.name() == call.name).map(|t| t.tool.clone());
         let ctx = ToolContext {
             run_id: self.lease.run_id.clone(),
             tool_call_id: call.id.clone(),

@@ -1,10 +1,13 @@
-//! The small traits the runtime is generic over: [`Model`], [`Tool`], [`Clock`], [`Sleep`], [`Rng`],
-//! [`EventSink`], plus the cancellation handle [`AbortSignal`].
+//! The small traits the runtime is generic over: [`Model`], [`Tool`], [`EventSink`], plus the cancellation
+//! handle [`AbortSignal`]. [`Clock`], [`Sleep`] and [`Rng`] live in the leaf modules [`crate::time`] and
+//! [`crate::rng`] (the store uses them too); they are re-exported here.
 
 use crate::core::error::{cap_chars, Error, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::Message;
+pub use crate::rng::Rng;
+pub use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -166,29 +169,6 @@ pub trait Tool {
     /// `Ok(None)` runs it again. `key` is the call's idempotency key. The default says "unknown: run again".
     async fn reconcile(&self, _args: &Value, _key: &str) -> Result<Option<ToolOutput>, ToolError> {
         Ok(None)
-    }
-}
-
-/// Wall clock.
-pub trait Clock {
-    /// Milliseconds since the Unix epoch.
-    fn now_ms(&self) -> u64;
-}
-
-/// Timer.
-#[async_trait(?Send)]
-pub trait Sleep {
-    /// Resolves after `ms` milliseconds.
-    async fn sleep(&self, ms: u64);
-}
-
-/// Random source (approval ids, owner ids, jitter).
-pub trait Rng {
-    /// 64 random bits.
-    fn next_u64(&self) -> u64;
-    /// Uniform in [0, 1).
-    fn unit(&self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 

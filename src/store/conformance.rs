@@ -9,8 +9,7 @@ use crate::core::approval::{ApprovalRecord, ApprovalStatus};
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::ErrorCode;
 use crate::core::transcript::{Message, ToolCall};
-use crate::runtime::platform::ManualClock;
-use crate::runtime::traits::Clock;
+use crate::time::{Clock, ManualClock};
 use serde_json::json;
 
 /// What a backend can promise.

@@ -12,8 +12,7 @@
 
 use super::kv::{KvBackend, ListPage, PutOptions};
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::runtime::platform::SplitMix64;
-use crate::runtime::traits::Rng;
+use crate::rng::{Rng, SplitMix64};
 use async_trait::async_trait;
 use std::cell::{Cell, RefCell};
 

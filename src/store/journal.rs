@@ -56,6 +56,24 @@
 //!   write marks the index dirty and is repaired at the next boundary or at release.
 //! * **429s** off the hot path (lease writes racing, approvals, the index) are retried with backoff from 1 s,
 //!   bounded, then fail with `STEADFAST_STORE_RATE_LIMITED` (retryable).
+//!
+//! # Retries: a deliberate second layer
+//! The runtime's model-call retry (M15) is the only layer that retries *model calls*. This store keeps a
+//! second, separate layer for *KV operations*, on purpose: KV refuses a second write to a key within a second
+//! (429) and fails transiently now and then, and those refusals come from KV's rules, not from the run — a
+//! caller could only wait and try the same operation again. Handling them here keeps them off the runtime (a
+//! lease write racing its own lost acknowledgement, an approval, the index) and bounded:
+//! * reads failing with `STEADFAST_STORE_UNAVAILABLE`: 3 retries, 200 / 400 / 800 ms (`READ_BACKOFF`);
+//! * writes off the hot path (approvals, the index, end markers, deletes): `write_retries` retries, doubling
+//!   from 1 s (`WRITE_BACKOFF`); lease renewals use the same delays, and stop at the lease's expiry;
+//! * lease writes while acquiring: 1 s after a 429, 200 ms after a transient failure, never growing
+//!   (`LEASE_RATE_LIMITED`, `LEASE_TRANSIENT`): the acquirer reads the lease again before every write and
+//!   must finish within its settle window.
+//!
+//! Every delay is a [`Backoff`] (the crate's one definition, in core), without jitter: KV's limit is one write
+//! per second per key, not a crowd of clients to spread out, and fixed delays keep the store's timings
+//! reproducible in tests. The hot path (a boundary's journal entry) is never retried here: a failed commit goes
+//! back to the runtime, which decides.
 
 use super::keys::Keys;
 use super::kv::{
@@ -63,15 +81,28 @@ use super::kv::{
 };
 use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters};
 use crate::core::approval::ApprovalRecord;
+use crate::core::backoff::Backoff;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, ErrorInfo, Result};
-use crate::runtime::traits::{Clock, Sleep};
+use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
 use std::rc::Rc;
+
+/// Reads that fail transiently: 200, 400, 800 ms (`READ_RETRIES` retries).
+const READ_BACKOFF: Backoff = Backoff::exponential(200, u64::MAX);
+/// Retries of a read that fails transiently.
+const READ_RETRIES: u32 = 3;
+/// Writes off the hot path and lease renewals: 1 s, 2 s, 4 s … (`write_retries` retries; a renewal stops at its
+/// lease's expiry).
+const WRITE_BACKOFF: Backoff = Backoff::exponential(1_000, u64::MAX);
+/// A lease write refused with 429 while acquiring: KV's one second per key, every time.
+const LEASE_RATE_LIMITED: Backoff = Backoff::constant(1_000);
+/// A lease write that failed transiently while acquiring: a short look again, every time.
+const LEASE_TRANSIENT: Backoff = Backoff::constant(200);
 
 /// How far back (by this process's clock) a lease record's own write may lie and still explain a 429 on the
 /// lease key: KV's one second, plus clock skew between processes.
@@ -424,21 +455,19 @@ impl<K: KvBackend> JournalStore<K> {
         f(&mut self.counters.borrow_mut());
     }
 
-    /// A read, retried (from 200 ms, at most 3 times) when the backend fails transiently.
+    /// A read, retried (`READ_BACKOFF`, at most `READ_RETRIES` times) when the backend fails transiently.
     async fn read_retrying<T, F, Fut>(&self, mut op: F) -> Result<T>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let mut delay = 200;
-        let mut attempt = 0;
+        let mut retries = 0;
         loop {
             self.count(|c| c.reads += 1);
             match op().await {
-                Err(e) if e.code == ErrorCode::StoreUnavailable && attempt < 3 => {
-                    attempt += 1;
-                    self.sleep.sleep(delay).await;
-                    delay *= 2;
+                Err(e) if e.code == ErrorCode::StoreUnavailable && retries < READ_RETRIES => {
+                    self.sleep.sleep(READ_BACKOFF.window(retries)).await;
+                    retries += 1;
                 }
                 other => return other,
             }
@@ -457,23 +486,22 @@ impl<K: KvBackend> JournalStore<K> {
         self.read_retrying(|| self.kv.list(prefix, cursor, MAX_LIST_LIMIT)).await
     }
 
-    /// A write off the hot path: retried with backoff from 1 s on 429 and transient failures.
+    /// A write off the hot path: retried (`WRITE_BACKOFF`, at most `write_retries` times) on 429 and
+    /// transient failures.
     async fn write_retrying<F, Fut>(&self, mut op: F) -> Result<()>
     where
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<()>>,
     {
-        let mut delay = 1_000;
-        let mut attempt = 0;
+        let mut retries = 0;
         loop {
             self.count(|c| c.writes += 1);
             match op().await {
                 Ok(()) => return Ok(()),
-                Err(e) if e.retryable && attempt < self.opts.write_retries => {
+                Err(e) if e.retryable && retries < self.opts.write_retries => {
                     self.count(|c| c.write_retries += 1);
-                    attempt += 1;
-                    self.sleep.sleep(delay).await;
-                    delay = delay.saturating_mul(2);
+                    self.sleep.sleep(WRITE_BACKOFF.window(retries)).await;
+                    retries += 1;
                 }
                 Err(e) => return Err(e),
             }
@@ -986,7 +1014,8 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                     attempt += 1;
                     self.count(|c| c.write_retries += 1);
                     let rate_limited = e.code == ErrorCode::StoreRateLimited;
-                    self.sleep.sleep(if rate_limited { 1_000 } else { 200 }).await;
+                    let backoff = if rate_limited { LEASE_RATE_LIMITED } else { LEASE_TRANSIENT };
+                    self.sleep.sleep(backoff.window(attempt - 1)).await;
                     let read_again = self.clock.now_ms();
                     // Across locations this read may show an old record while another acquirer's write is what
                     // the 429 was about: an old record explains a 429 only if it was itself written within the
@@ -1078,8 +1107,9 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             self.writers.borrow_mut().remove(run_id);
             Err(Error::busy(run_id, why))
         };
-        let mut delay = 1_000;
+        let mut retries = 0;
         loop {
+            let delay = WRITE_BACKOFF.window(retries);
             // Fail closed: past its expiry (by this process's clock) another process may have taken over.
             let started = self.clock.now_ms();
             if started >= expires_at {
@@ -1106,7 +1136,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 Err(e) if e.retryable && acked.saturating_add(delay) < expires_at => {
                     self.count(|c| c.write_retries += 1);
                     self.sleep.sleep(delay).await;
-                    delay = delay.saturating_mul(2);
+                    retries += 1;
                 }
                 Err(e) => return Err(e),
             }
@@ -1459,8 +1489,7 @@ impl<K: KvBackend> JournalStore<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::platform::SplitMix64;
-    use crate::runtime::traits::Rng;
+    use crate::rng::{Rng, SplitMix64};
 
     fn meta(message: &str, ap: Vec<String>) -> IndexMeta {
         let e = ErrorInfo { code: ErrorCode::ProviderUnavailable, message: message.to_string(), retryable: true };

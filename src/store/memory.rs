@@ -308,8 +308,8 @@ impl RunStore for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::platform::ManualClock;
     use crate::store::conformance;
+    use crate::time::ManualClock;
 
     #[test]
     fn memory_store_conforms() {
@@ -342,7 +342,7 @@ mod tests {
     fn compaction_keeps_loads_and_history_bounded() {
         futures::executor::block_on(async {
             let store = MemoryStore::with_history_limit(3);
-            conformance::many_commits_stay_foldable(&store, &crate::runtime::platform::ManualClock::new(0), 40).await;
+            conformance::many_commits_stay_foldable(&store, &crate::time::ManualClock::new(0), 40).await;
             let run = store.inner.borrow().runs.get("many").map(|r| r.journal.len()).unwrap();
             assert!(run <= 3 + 1 + (3 + 1) + 2, "journal kept {run} entries");
         });

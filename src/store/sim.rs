@@ -40,12 +40,12 @@
 //!
 //! Every random choice (latencies, effect points, visibility delays, 429s, page sizes, cursor tokens) comes
 //! from one generator seeded with `seed`; under a deterministic scheduler such as
-//! [`crate::runtime::SimExecutor`] a run repeats exactly per seed.
+//! [`crate::time::SimExecutor`] a run repeats exactly per seed.
 
 use super::kv::{check_bulk, check_key, check_put, KvBackend, KvCounts, ListKey, ListPage, PutOptions, MAX_LIST_LIMIT};
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::runtime::platform::SplitMix64;
-use crate::runtime::traits::{Clock, Rng, Sleep};
+use crate::rng::{Rng, SplitMix64};
+use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
 use serde_json::Value;
 use std::cell::{Cell, RefCell};
@@ -411,7 +411,7 @@ impl SimKv {
     }
 
     /// A new empty KV whose operations take time on `timer` (use the timer of a
-    /// [`crate::runtime::SimExecutor`], whose clock is `clock`); the handle is location 0.
+    /// [`crate::time::SimExecutor`], whose clock is `clock`); the handle is location 0.
     pub fn with_timer(clock: Rc<dyn Clock>, timer: Rc<dyn Sleep>, opts: SimOptions) -> SimKv {
         SimKv::build(clock, Some(timer), opts)
     }
@@ -669,7 +669,7 @@ impl KvBackend for SimKv {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::platform::ManualClock;
+    use crate::time::ManualClock;
     use futures::executor::block_on;
     use serde_json::json;
 
@@ -823,7 +823,7 @@ mod tests {
 
     // --- The hostile knobs -------------------------------------------------------------------------------
 
-    use crate::runtime::SimExecutor;
+    use crate::time::SimExecutor;
 
     /// A KV on a simulated-time executor.
     fn timed(opts: SimOptions) -> (SimExecutor, SimKv) {
@@ -1112,7 +1112,7 @@ mod tests {
                     JournalStore::new(
                         kv,
                         Rc::new(clock.clone()),
-                        Rc::new(crate::runtime::ManualSleep::new(clock.clone())),
+                        Rc::new(crate::time::ManualSleep::new(clock.clone())),
                         JournalOptions::default(),
                     )
                 };

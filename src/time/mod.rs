@@ -1,32 +1,32 @@
-//! Default and test implementations of [`Clock`], [`Sleep`] and [`Rng`].
+//! Time, injected: the [`Clock`] and [`Sleep`] traits, their test versions ([`ManualClock`], [`ManualSleep`]),
+//! the native defaults ([`SystemClock`], [`ThreadSleep`]) and simulated time ([`SimTime`], [`SimExecutor`]).
+//!
+//! A leaf module: it imports nothing of the crate but [`crate::rng`]. The store (lease expiry, retry spacing,
+//! the KV simulator) and the runtime (leases, model-call backoff, the sweep) both take a clock and a timer as
+//! values, so tests control time and neither layer depends on the other for it.
 //!
 //! Platform defaults that touch the OS ([`SystemClock`], [`ThreadSleep`]) exist on native targets only; on
 //! wasm the shells (Worker, JS bindings) pass their own.
 
-use super::traits::{Clock, Rng, Sleep};
+pub mod sim;
+
+pub use sim::{SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
+
 use async_trait::async_trait;
 use std::cell::Cell;
 use std::rc::Rc;
 
-/// SplitMix64: small, fast, good enough for ids and jitter (not for secrets).
-#[derive(Debug)]
-pub struct SplitMix64(Cell<u64>);
-
-impl SplitMix64 {
-    /// Seeded generator.
-    pub fn new(seed: u64) -> SplitMix64 {
-        SplitMix64(Cell::new(seed))
-    }
+/// Wall clock.
+pub trait Clock {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
 }
 
-impl Rng for SplitMix64 {
-    fn next_u64(&self) -> u64 {
-        let mut z = self.0.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
-        self.0.set(z);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
+/// Timer.
+#[async_trait(?Send)]
+pub trait Sleep {
+    /// Resolves after `ms` milliseconds.
+    async fn sleep(&self, ms: u64);
 }
 
 /// A clock tests move by hand. Clones share the time.
@@ -122,8 +122,11 @@ impl Sleep for ThreadSleep {
         let (tx, rx) = futures::channel::oneshot::channel::<()>();
         std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_millis(ms));
+            // Deliberately ignored: the receiver is gone when the sleep was dropped, and then nobody waits.
             let _ = tx.send(());
         });
+        // Deliberately ignored: `Canceled` means the timer thread ended without sending (it panicked); the
+        // sleep ends either way rather than hang.
         let _ = rx.await;
     }
 }
@@ -131,18 +134,6 @@ impl Sleep for ThreadSleep {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn splitmix_is_deterministic_and_unit_in_range() {
-        let a = SplitMix64::new(7);
-        let b = SplitMix64::new(7);
-        for _ in 0..100 {
-            assert_eq!(a.next_u64(), b.next_u64());
-            let u = a.unit();
-            assert!((0.0..1.0).contains(&u));
-            b.next_u64();
-        }
-    }
 
     #[test]
     fn manual_sleep_advances_clock() {

@@ -17,7 +17,7 @@
 //! interleaving, the same timestamps and the same results. Nothing here touches the OS clock or threads.
 //!
 //! ```
-//! use steadfast::runtime::{Clock, SimExecutor, Sleep};
+//! use steadfast::time::{Clock, SimExecutor, Sleep};
 //!
 //! let exec = SimExecutor::new(1_000, 7);
 //! let (t1, t2) = (exec.time(), exec.time());
@@ -28,8 +28,8 @@
 //! assert_eq!((slow.try_take(), fast.try_take()), (Some(1_300), Some(1_100)));
 //! ```
 
-use super::platform::SplitMix64;
-use super::traits::{Clock, LocalFuture, Rng, Sleep};
+use super::{Clock, Sleep};
+use crate::rng::{Rng, SplitMix64};
 use async_trait::async_trait;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, VecDeque};
@@ -39,6 +39,9 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
+
+/// A boxed task future.
+type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
 /// Orders timers: due time, then a seeded tie-breaker, then registration order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,0 +1,68 @@
+//! [`Deps`]: everything an execution needs — model, tools, hooks, store, clock, timer, random source and
+//! options — built once by [`super::AgentBuilder::build`] and passed by value (behind an `Rc`) to the driver,
+//! the lease helper and the recovery operations. Nothing below the [`super::Agent`] reaches into it.
+
+use super::hooks::Hook;
+use super::options::{AgentOptions, SendOptions};
+use super::traits::{Model, Tool, ToolSpec};
+use crate::core::fingerprint::Fingerprint;
+use crate::core::machine::MachineConfig;
+use crate::core::schema::Schema;
+use crate::rng::Rng;
+use crate::store::RunStore;
+use crate::time::{Clock, Sleep};
+use std::rc::Rc;
+
+/// A tool with its compiled argument schema.
+pub(crate) struct RegisteredTool {
+    pub(crate) tool: Rc<dyn Tool>,
+    pub(crate) schema: Schema,
+}
+
+/// What an agent's executions depend on (see the module docs).
+pub(crate) struct Deps {
+    pub(crate) model: Rc<dyn Model>,
+    pub(crate) tools: Vec<RegisteredTool>,
+    /// The tools as the model sees them (same order as `tools`).
+    pub(crate) specs: Vec<ToolSpec>,
+    pub(crate) hooks: Vec<Rc<dyn Hook>>,
+    pub(crate) instructions: String,
+    pub(crate) fingerprint: Fingerprint,
+    pub(crate) store: Rc<dyn RunStore>,
+    pub(crate) clock: Rc<dyn Clock>,
+    pub(crate) sleep: Rc<dyn Sleep>,
+    pub(crate) rng: Rc<dyn Rng>,
+    pub(crate) options: AgentOptions,
+}
+
+impl Deps {
+    /// The time now.
+    pub(crate) fn now(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// A fresh random id (`<prefix>_<24 hex digits>`).
+    pub(crate) fn new_id(&self, prefix: &str) -> String {
+        format!("{prefix}_{:016x}{:08x}", self.rng.next_u64(), self.rng.next_u64() as u32)
+    }
+
+    /// The registered tool named `name`.
+    pub(crate) fn tool(&self, name: &str) -> Option<&RegisteredTool> {
+        self.tools.iter().find(|t| t.tool.name() == name)
+    }
+
+    /// The run state machine's configuration for run `run_id`.
+    pub(crate) fn machine_config(&self, run_id: &str, opts: &SendOptions) -> MachineConfig {
+        MachineConfig {
+            run_id: run_id.to_string(),
+            max_steps: self.options.max_steps,
+            on_agent_drift: self.options.on_agent_drift,
+            fingerprint: self.fingerprint.clone(),
+            tool_names: self.tools.iter().map(|t| t.tool.name().to_string()).collect(),
+            instructions: self.instructions.clone(),
+            loop_window: self.options.loop_window,
+            business_state: opts.business_state.clone(),
+            max_tool_result_bytes: self.options.max_tool_result_bytes,
+        }
+    }
+}

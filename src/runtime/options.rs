@@ -1,0 +1,107 @@
+//! Options: the agent's limits and policies ([`AgentOptions`], fixed when it is built) and the per-call
+//! options of `send`, `resume` and `resolve` ([`SendOptions`], with the tests' crash and stall injection).
+
+use super::traits::{AbortSignal, EventSink, LocalFuture};
+use crate::core::machine::DriftPolicy;
+use crate::core::retry::RetryPolicy;
+use crate::store::LeaseOptions;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::rc::Rc;
+
+/// Agent limits and policies.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct AgentOptions {
+    /// Model turns per run (default 10).
+    pub max_steps: u32,
+    /// Tool calls of one turn run at once (default 8).
+    pub tool_concurrency: usize,
+    /// What a changed agent does on resume (default `warn`).
+    pub on_agent_drift: DriftPolicy,
+    /// The model-call retry layer (the only one).
+    pub retry: RetryPolicy,
+    /// Run leases.
+    pub lease: LeaseOptions,
+    /// Stop after this many identical failing tool turns in a row (default 4; 0 = off).
+    pub loop_window: u32,
+    /// Longest tool result kept, in bytes (default 256 KiB); a longer one is cut and ends with a marker the
+    /// model reads.
+    pub max_tool_result_bytes: usize,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            max_steps: 10,
+            tool_concurrency: 8,
+            on_agent_drift: DriftPolicy::Warn,
+            retry: RetryPolicy::default(),
+            lease: LeaseOptions::default(),
+            loop_window: 4,
+            max_tool_result_bytes: crate::core::limits::DEFAULT_MAX_TOOL_RESULT_BYTES,
+        }
+    }
+}
+
+/// Crash injection for tests: stop the execution right after effect number `after_effects` was performed,
+/// as if the process died (the lease is not released).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CrashPoint {
+    /// Effects performed before the crash.
+    pub after_effects: usize,
+    /// Let tools already in flight finish (their side effects happen, their results are lost).
+    pub finish_in_flight: bool,
+}
+
+/// Crash injection across several executions (tests): every effect of every execution given this budget counts
+/// down `left`; the execution that performs the last one "crashes" right after it, as with [`CrashPoint`].
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct CrashBudget {
+    /// Effects still allowed; `None` once the crash happened (later executions run normally).
+    pub left: std::cell::Cell<Option<usize>>,
+    /// Let tools already in flight finish (their side effects happen, their results are lost).
+    pub finish_in_flight: bool,
+}
+
+impl CrashBudget {
+    /// A budget of `effects` effects.
+    pub fn new(effects: usize, finish_in_flight: bool) -> Rc<CrashBudget> {
+        Rc::new(CrashBudget { left: std::cell::Cell::new(Some(effects)), finish_in_flight })
+    }
+
+    /// Whether the crash happened.
+    pub fn crashed(&self) -> bool {
+        self.left.get().is_none()
+    }
+}
+
+/// Stall injection for tests: after effect number `after_effects`, the execution awaits `wait()` before
+/// anything else (a frozen process: its tools in flight are not polled, its lease is not renewed).
+#[doc(hidden)]
+#[derive(Clone)]
+pub struct StallPoint {
+    /// Effects performed before the stall.
+    pub after_effects: usize,
+    /// The stall: resolves when the process "wakes up".
+    pub wait: Rc<dyn Fn() -> LocalFuture<'static, ()>>,
+}
+
+/// Per-call options of `send`, `resume` and `resolve`.
+#[derive(Clone, Default)]
+pub struct SendOptions {
+    /// Business state a new run starts with.
+    pub business_state: Option<Value>,
+    /// Cancellation handle.
+    pub abort: Option<AbortSignal>,
+    /// Event receiver.
+    pub events: Option<Rc<dyn EventSink>>,
+    #[doc(hidden)]
+    pub crash: Option<CrashPoint>,
+    #[doc(hidden)]
+    pub crash_budget: Option<Rc<CrashBudget>>,
+    #[doc(hidden)]
+    pub stall: Option<StallPoint>,
+}

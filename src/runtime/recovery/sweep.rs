@@ -1,0 +1,414 @@
+//! The recovery sweep (M12, M13, M14): [`Agent::sweep`] for one cron tick, [`Agent::recover`] for a loop.
+//! What to do with each listed run is decided in core ([`crate::core::sweep`]); this module lists, checks,
+//! resumes and keeps the breaker and the listing cursor in the store.
+
+use crate::core::checkpoint::RunStatus;
+use crate::core::classify::is_provider_outage;
+use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::sweep::{
+    best_waiting, note_attempt, pick_probe, plan, probe_due, probe_rank, Attempt, Candidate, Plan, SweepOptions,
+    SweepState, HEAL_SUFFIX,
+};
+use crate::runtime::agent::{Agent, RunResult, SendOptions};
+use crate::runtime::traits::AbortSignal;
+use crate::store::kv::MAX_BULK_GET;
+use crate::store::PendingRun;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+
+/// Callbacks of the recovery sweep. Every method has a no-op default; an error returned by a callback is
+/// passed to `on_error` and never stops the sweep.
+pub trait SweepListener {
+    /// A run was finished by the sweep (for a diagnosis fork: the original's id).
+    fn on_recovered(&self, _run_id: &str, _result: &RunResult) -> Result<()> {
+        Ok(())
+    }
+    /// A run reached the attempt cap and will not be resumed by the sweep again (called once per run).
+    fn on_quarantined(&self, _run: &PendingRun) -> Result<()> {
+        Ok(())
+    }
+    /// The provider-outage breaker opened (`true`) or closed (`false`).
+    fn on_outage(&self, _active: bool) -> Result<()> {
+        Ok(())
+    }
+    /// The sweep could not list the store (`run_id` `None`) or a resume failed.
+    fn on_error(&self, _error: &Error, _run_id: Option<&str>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A listener that ignores everything.
+pub struct NoListener;
+impl SweepListener for NoListener {}
+
+/// What one sweep tick did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct SweepReport {
+    /// Pending runs listed this tick (the pages it read, not the whole backlog).
+    pub listed: usize,
+    /// Runs examined this tick.
+    pub examined: usize,
+    /// Resumes started.
+    pub resumed: usize,
+    /// Runs finished (ids as reported to `on_recovered`).
+    pub recovered: Vec<String>,
+    /// Runs quarantined this tick.
+    pub quarantined: Vec<String>,
+    /// Runs turned away by a live lease (tried next tick).
+    pub busy: usize,
+    /// Runs waiting for their backoff.
+    pub backing_off: usize,
+    /// Resumes that failed.
+    pub errors: usize,
+    /// Whether the outage breaker is open after the tick.
+    pub outage: bool,
+    /// The run resumed as the outage probe this tick, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub probe: Option<String>,
+    /// Listed runs found finished or deleted when checked (their stale index entries are dropped).
+    #[serde(default)]
+    pub stale: usize,
+    /// Store operations this tick used.
+    pub operations: u64,
+    /// Whether the tick reached the end of the listing (else the next tick continues where it stopped).
+    pub complete: bool,
+}
+
+fn candidate(run: &PendingRun) -> Candidate<'_> {
+    Candidate {
+        run_id: &run.run_id,
+        status: run.status,
+        attempts: run.attempts,
+        last_error: run.last_error.as_ref().map(|e| e.code),
+        retryable: run.last_error.as_ref().is_none_or(|e| e.retryable),
+        quarantined: run.quarantined,
+        outage_error: run.last_error.as_ref().is_some_and(|e| e.code.is_outage()),
+        saved_at: run.saved_at,
+        heal_of: run.heal_of.as_deref(),
+    }
+}
+
+/// What one tick has done so far: whether its one probe is still free, and the runs it resumed (never two
+/// resumes of one run in a tick).
+struct Tick {
+    probe_free: bool,
+    done: HashSet<String>,
+}
+
+impl Agent {
+    /// One recovery sweep tick (M12, M13, M14): reads a bounded number of pages of the pending listing,
+    /// continuing where the last tick stopped, and, within `max_runs` resumes and `op_budget` store
+    /// operations, resumes each `in-progress` run whose backoff has passed, quarantines runs at the attempt cap
+    /// (or gives them a diagnosis fork first), and leaves alone runs waiting for a person, runs whose last
+    /// error is not retryable and runs held by a live lease. Only the runs it acts on are checked against the
+    /// store (a listing can be stale). While the outage breaker is open, a due probe goes first to the run
+    /// the breaker remembers, else to the best waiting run listed. State (breaker, listing cursor) lives in
+    /// the store, so ticks may run in separate processes, overlap or repeat.
+    pub async fn sweep(&self, opts: &SweepOptions, listener: &dyn SweepListener) -> Result<SweepReport> {
+        let store = self.store().clone();
+        let before = store.counters();
+        let used = || {
+            let c = store.counters().since(&before);
+            c.reads + c.writes
+        };
+        let mut report = SweepReport::default();
+        let mut state: SweepState = match store.get_state("sweep").await {
+            Ok(Some(s)) => serde_json::from_str(&s).unwrap_or_default(),
+            Ok(None) => SweepState::default(),
+            Err(e) => {
+                let _ = listener.on_error(&e, None);
+                return Err(e);
+            }
+        };
+        let initial = state.clone();
+        let mut tick = Tick { probe_free: true, done: HashSet::new() };
+        // A due probe goes to the run the breaker remembers, wherever the listing stands.
+        if probe_due(&state, self.deps.now()) {
+            if let Some(id) = state.probe.clone() {
+                self.probe_remembered(&id, opts, &mut state, &mut tick, &mut report, listener).await;
+            }
+        }
+        let listed = self.sweep_pages(opts, &mut state, &mut tick, &mut report, listener, &used).await;
+        report.outage = state.outage.is_some();
+        if state != initial {
+            if let Ok(s) = serde_json::to_string(&state) {
+                if let Err(e) = store.put_state("sweep", &s).await {
+                    let _ = listener.on_error(&e, None);
+                }
+            }
+        }
+        report.operations = used();
+        listed.map(|_| report)
+    }
+
+    /// Resumes the run the breaker remembers as its probe, if it still waits on the breaker (else forgets it).
+    async fn probe_remembered(
+        &self,
+        run_id: &str,
+        opts: &SweepOptions,
+        state: &mut SweepState,
+        tick: &mut Tick,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) {
+        let run = match self.store().load(run_id).await {
+            Ok(Some(cp)) if cp.status != RunStatus::Finished => PendingRun::of(&cp),
+            Ok(_) => {
+                state.probe = None;
+                return;
+            }
+            Err(e) => {
+                let _ = listener.on_error(&e, Some(run_id));
+                state.probe = None;
+                return;
+            }
+        };
+        if probe_rank(opts, state, self.deps.now(), &candidate(&run)).is_none() {
+            state.probe = None;
+            return;
+        }
+        tick.probe_free = false;
+        tick.done.insert(run.run_id.clone());
+        report.resumed += 1;
+        report.probe = Some(run.run_id.clone());
+        self.sweep_resume(&run.run_id, run.heal_of.as_deref(), true, opts, state, report, listener).await;
+    }
+
+    /// The listing part of a tick: pages from `state.page`, skipping runs up to `state.cursor` on the first;
+    /// leaves both where the next tick must start. Fails only when the store cannot list at all.
+    async fn sweep_pages(
+        &self,
+        opts: &SweepOptions,
+        state: &mut SweepState,
+        tick: &mut Tick,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+        used: &dyn Fn() -> u64,
+    ) -> Result<()> {
+        let store = self.store().clone();
+        let full = |report: &SweepReport| report.resumed >= opts.max_runs || used() >= opts.op_budget;
+        let mut pages = 0;
+        loop {
+            if pages >= opts.max_pages.max(1) || full(report) {
+                return Ok(());
+            }
+            pages += 1;
+            let page = match store.pending_page(state.page.as_deref(), opts.page_size).await {
+                Ok(p) => p,
+                Err(e) => {
+                    let _ = listener.on_error(&e, None);
+                    if state.page.is_some() {
+                        // A cursor the store no longer takes (expired, or written by another version): start over.
+                        state.page = None;
+                        state.cursor = None;
+                        continue;
+                    }
+                    return Err(e);
+                }
+            };
+            report.listed += page.runs.len();
+            let skip_to = state.cursor.clone();
+            let runs: Vec<&PendingRun> =
+                page.runs.iter().filter(|r| skip_to.as_deref().is_none_or(|c| r.run_id.as_str() > c)).collect();
+            let cands: Vec<Candidate<'_>> = runs.iter().map(|r| candidate(r)).collect();
+            let now = self.deps.now();
+            if state.probe.is_none() {
+                if let Some(i) = best_waiting(opts, state, now, &cands) {
+                    state.probe = Some(runs[i].run_id.clone());
+                }
+            }
+            let chosen = if tick.probe_free { pick_probe(opts, state, now, &cands) } else { None };
+            // Whether each run is still pending, checked (in bulk) only for the runs the tick acts on.
+            let mut fresh: Vec<Option<bool>> = vec![None; runs.len()];
+            for (i, run) in runs.iter().enumerate() {
+                if full(report) {
+                    return Ok(());
+                }
+                report.examined += 1;
+                state.cursor = Some(run.run_id.clone());
+                if tick.done.contains(&run.run_id) {
+                    continue;
+                }
+                let now = self.deps.now();
+                let mut p = plan(opts, state, now, &cands[i]);
+                if p == Plan::Outage && tick.probe_free && chosen == Some(i) && probe_due(state, now) {
+                    p = Plan::Probe;
+                }
+                if !p.acts() {
+                    if let Plan::Backoff { .. } = p {
+                        report.backing_off += 1;
+                    }
+                    continue;
+                }
+                if fresh[i].is_none() {
+                    // This run and the next ones the tick will likely act on, in one check.
+                    let room = opts.max_runs.saturating_sub(report.resumed).clamp(1, MAX_BULK_GET);
+                    let batch: Vec<usize> = std::iter::once(i)
+                        .chain((i + 1..runs.len()).filter(|&j| plan(opts, state, now, &cands[j]).acts()))
+                        .take(room)
+                        .collect();
+                    let listed: Vec<PendingRun> = batch.iter().map(|&j| runs[j].clone()).collect();
+                    match store.check_pending(&listed).await {
+                        Ok(f) => batch.iter().zip(f).for_each(|(&j, ok)| fresh[j] = Some(ok)),
+                        Err(e) => {
+                            // Act anyway: a resume reads the run itself and finds nothing to do if it is gone.
+                            let _ = listener.on_error(&e, None);
+                            batch.iter().for_each(|&j| fresh[j] = Some(true));
+                        }
+                    }
+                }
+                if fresh[i] == Some(false) {
+                    report.stale += 1;
+                    continue;
+                }
+                match p {
+                    Plan::Resume | Plan::Probe => {
+                        let probe = p == Plan::Probe;
+                        if probe {
+                            tick.probe_free = false;
+                            report.probe = Some(run.run_id.clone());
+                        }
+                        tick.done.insert(run.run_id.clone());
+                        report.resumed += 1;
+                        self.sweep_resume(&run.run_id, run.heal_of.as_deref(), probe, opts, state, report, listener)
+                            .await;
+                    }
+                    Plan::Quarantine => {
+                        self.quarantine(run, opts, report, listener).await;
+                        if let Some(original) = &run.heal_of {
+                            // The diagnosis fork failed too: both are quarantined.
+                            self.quarantine_by_id(original, opts, report, listener).await;
+                        }
+                    }
+                    Plan::Heal => {
+                        if self.heal(run, opts, state, report, listener).await {
+                            // The new fork ran: it is not resumed again this tick if a later page lists it.
+                            tick.done.insert(format!("{}{HEAL_SUFFIX}", run.run_id));
+                            report.resumed += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            state.cursor = None;
+            match page.cursor {
+                Some(c) => state.page = Some(c),
+                None => {
+                    state.page = None;
+                    report.complete = true;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Runs sweep ticks every `interval_ms` until `stop` is aborted (for long-lived hosts; on Workers use one
+    /// `sweep` per cron invocation). Returns the number of ticks.
+    pub async fn recover(
+        &self,
+        opts: &SweepOptions,
+        interval_ms: u64,
+        listener: &dyn SweepListener,
+        stop: &AbortSignal,
+    ) -> u64 {
+        let mut ticks = 0;
+        while !stop.is_aborted() {
+            let _ = self.sweep(opts, listener).await;
+            ticks += 1;
+            let sleep = self.deps.sleep.clone();
+            let nap = sleep.sleep(interval_ms.max(1));
+            futures::pin_mut!(nap);
+            let aborted = stop.aborted();
+            futures::pin_mut!(aborted);
+            futures::future::select(nap, aborted).await;
+        }
+        ticks
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn sweep_resume(
+        &self,
+        run_id: &str,
+        heal_of: Option<&str>,
+        probe: bool,
+        opts: &SweepOptions,
+        state: &mut SweepState,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) {
+        let res = self.resume(run_id, SendOptions::default()).await;
+        let attempt = match &res {
+            Ok(Some(_)) => Attempt::Succeeded,
+            // Nothing to resume (it finished or went away meanwhile): no word on the provider.
+            Ok(None) => Attempt::Other,
+            Err(e) if e.code == ErrorCode::SessionBusy => {
+                report.busy += 1;
+                return;
+            }
+            Err(e) if is_provider_outage(e) => Attempt::ProviderDown,
+            Err(_) => Attempt::Other,
+        };
+        if let Some(active) = note_attempt(opts, state, self.deps.now(), run_id, attempt, probe) {
+            if let Err(e) = listener.on_outage(active) {
+                let _ = listener.on_error(&e, None);
+            }
+        }
+        match res {
+            Ok(Some(result)) if result.status == RunStatus::Finished => {
+                // The listing says which run a diagnosis fork heals; the fork's own checkpoint confirms it before
+                // anything is deleted.
+                let original = match heal_of {
+                    None => None,
+                    Some(original) => match self.store().load(run_id).await {
+                        Ok(Some(cp)) if cp.heal_of.as_deref() == Some(original) => Some(original),
+                        Ok(_) => None,
+                        Err(e) => {
+                            // The original's next tick finds the finished fork and completes the recovery.
+                            let _ = listener.on_error(&e, Some(run_id));
+                            return;
+                        }
+                    },
+                };
+                self.recovered(run_id, original, &result, report, listener).await
+            }
+            Ok(None) => {
+                if state.probe.as_deref() == Some(run_id) {
+                    state.probe = None;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                report.errors += 1;
+                let _ = listener.on_error(&e, Some(run_id));
+            }
+        }
+    }
+
+    /// Reports a finished run; for a diagnosis fork of `original` (confirmed by the fork's marker), deletes
+    /// the original and reports its id.
+    pub(super) async fn recovered(
+        &self,
+        run_id: &str,
+        original: Option<&str>,
+        result: &RunResult,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) {
+        let reported = match original {
+            Some(original) => {
+                if let Err(e) = self.delete(original).await {
+                    let _ = listener.on_error(&e, Some(original));
+                }
+                original
+            }
+            None => run_id,
+        };
+        report.recovered.push(reported.to_string());
+        if let Err(e) = listener.on_recovered(reported, result) {
+            let _ = listener.on_error(&e, Some(reported));
+        }
+    }
+}

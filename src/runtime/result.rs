@@ -1,0 +1,107 @@
+//! What an execution reports: [`RunResult`] (the run after it, and [`RunStats`], what it did).
+
+use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
+use crate::core::error::Result;
+use crate::core::machine::{Outcome, RunMachine};
+use crate::core::transcript::{Message, Usage};
+use crate::store::StoreCounters;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// How an execution ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct RunResult {
+    /// Run id.
+    pub run_id: String,
+    /// Status after this execution.
+    pub status: RunStatus,
+    /// Why it ended.
+    pub finish_reason: Option<FinishReason>,
+    /// The last assistant text.
+    pub text: String,
+    /// Explanation of a budget stop.
+    pub note: Option<String>,
+    /// The whole transcript.
+    pub messages: Vec<Message>,
+    /// Steps of the current run.
+    pub steps: u32,
+    /// Usage of the current run.
+    pub usage: Usage,
+    /// Pending approvals.
+    pub approval_ids: Vec<String>,
+    /// First pending approval.
+    pub approval_id: Option<String>,
+    /// Business state.
+    pub business_state: Option<Value>,
+    /// What this execution did.
+    pub stats: RunStats,
+}
+
+impl RunResult {
+    pub(crate) fn of(cp: &Checkpoint, outcome: &Outcome, stats: RunStats) -> RunResult {
+        RunResult {
+            run_id: cp.run_id.clone(),
+            status: outcome.status,
+            finish_reason: outcome.finish_reason,
+            text: cp.last_text(),
+            note: outcome.note.clone(),
+            messages: cp.messages.clone(),
+            steps: cp.step_index,
+            usage: cp.usage,
+            approval_ids: cp.approval_ids.clone(),
+            approval_id: cp.approval_ids.first().cloned(),
+            business_state: cp.business_state.clone(),
+            stats,
+        }
+    }
+}
+
+/// What one execution did (reported on every [`RunResult`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct RunStats {
+    /// Effects performed.
+    pub effects: usize,
+    /// Journal entries written.
+    pub commits: usize,
+    /// Model calls made (retries included).
+    pub model_calls: usize,
+    /// Tool executions started.
+    pub tool_runs: usize,
+    /// Lease renewals.
+    pub lease_renewals: usize,
+    /// Store read operations of this execution (lease, load and commits; backends that count).
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub store_reads: u64,
+    /// Store write operations of this execution.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub store_writes: u64,
+    /// Bytes the store wrote for this execution.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub store_bytes: u64,
+}
+
+/// A machine driven to its verdict under a lease (see [`super::lease`]), before it is reported.
+pub(crate) struct Driven {
+    pub(crate) machine: RunMachine,
+    pub(crate) outcome: Outcome,
+    pub(crate) stats: RunStats,
+}
+
+impl Driven {
+    /// The result of the execution, once its lease is released: `store` is what the store did since the
+    /// execution started (the release included). A verdict with an error (the run attempt failed) is that error.
+    pub(crate) fn report(self: Box<Self>, store: StoreCounters) -> Result<RunResult> {
+        let mut stats = self.stats;
+        stats.store_reads = store.reads;
+        stats.store_writes = store.writes;
+        stats.store_bytes = store.bytes_written;
+        match self.outcome.error {
+            Some(e) => Err(e),
+            None => Ok(RunResult::of(self.machine.checkpoint(), &self.outcome, stats)),
+        }
+    }
+}
