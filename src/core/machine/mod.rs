@@ -11,7 +11,23 @@
 //!  start ─► [Gate?] ─► Commit ─► RunTool… ─► (settle ─► Commit)… ─► [Pause ─► Commit ─► Finish]
 //!                                                                  └► CallModel ─► response ─► …
 //! ```
+//!
+//! # The module
+//!
+//! - `types`: what goes in and out ([`MachineConfig`], [`Start`], [`Effect`], [`Gate`], [`ToolOutcome`],
+//!   [`ModelResponse`], [`Outcome`], [`DriftPolicy`]);
+//! - `start`: [`RunMachine::start`], with the checks that refuse before any effect;
+//! - `notify`: the runtime's answers and signals (`notify_*`);
+//! - `step`: what happens between two answers: state changes that need no I/O, the commit, then the effects
+//!   that need the committed state;
+//! - `calls`: the one state of each tool call of the current turn (states and transitions are drawn there).
+//!
+//! The machine itself is in one of three phases (active; ending: the outcome is decided and being committed;
+//! done: `Finish` was handed out) and waits for at most one answer at a time ([`Effect::Commit`],
+//! [`Effect::CallModel`], [`Effect::Gate`], [`Effect::Reconcile`] or [`Effect::Pause`]); tool calls are the only
+//! effects that may be outstanding several at a time, and their states say which ones are.
 
+mod calls;
 mod notify;
 mod start;
 mod step;
@@ -21,48 +37,62 @@ pub use types::{
     DriftPolicy, Effect, Gate, MachineConfig, ModelResponse, Outcome, Start, ToolOutcome, MAX_ERROR_RESULT_CHARS,
 };
 
-use crate::core::approval::Decision;
-use crate::core::checkpoint::{Checkpoint, Header};
-use crate::core::fingerprint::Fingerprint;
+use crate::core::checkpoint::{Checkpoint, FinishReason};
 use crate::core::transcript::ToolCall;
+use calls::TurnCalls;
 use serde_json::Value;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+use step::Committed;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The one answer the machine waits for (none while tools run and nothing else is outstanding).
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Wait {
+    /// `notify_committed`.
     Commit,
+    /// `notify_model_response` or `notify_model_failed`.
     Model,
+    /// `notify_gated`, for the calls in `AwaitingGate`.
     Gate,
-    Approvals,
+    /// `notify_reconciled`, for the calls in `AwaitingReconcile`.
     Reconcile,
+    /// `notify_approvals_recorded`; then the run pauses on this batch of approval ids.
+    Approvals { batch: Vec<String> },
+}
+
+/// Where the execution stands.
+#[derive(Clone, Debug, PartialEq)]
+enum Phase {
+    /// Working: each step runs transitions and actions.
+    Active,
+    /// The outcome is decided; what is left is committing the state, then handing out `Finish`.
+    Ending(Outcome),
+    /// `Finish` was handed out. `cut_short` when an abort or a failure decided the outcome.
+    Done { cut_short: bool },
+}
+
+/// Whether an abort or a failure decided this outcome (rather than the run finishing or pausing).
+fn cut_short(outcome: &Outcome) -> bool {
+    outcome.error.is_some() || outcome.finish_reason == Some(FinishReason::Aborted)
 }
 
 /// The run state machine.
 #[derive(Debug)]
 pub struct RunMachine {
     cfg: MachineConfig,
+    /// The current state (what the last or next commit holds).
     cp: Checkpoint,
     now: u64,
     effects: VecDeque<Effect>,
+    phase: Phase,
     waiting: Option<Wait>,
-    done: bool,
+    /// The calls of the current turn, one state each.
+    calls: TurnCalls,
+    /// What the journal holds already.
+    committed: Committed,
+    /// `cp` moved past what the journal holds: the next step commits.
     dirty: bool,
+    /// The next commit is a snapshot (the first entry of a new run).
     snapshot_next: bool,
-    committed_len: usize,
-    committed_head: Header,
-    committed_business: Option<Value>,
-    committed_fp: Option<Fingerprint>,
-    committed_ext: Option<Value>,
-    gated: HashMap<String, Gate>,
-    need_gate: Vec<ToolCall>,
-    need_reconcile: Vec<ToolCall>,
-    reconciled: HashSet<String>,
-    running: HashSet<String>,
-    approved: HashMap<String, String>,
-    launched: HashSet<String>,
-    decisions: Option<Vec<Decision>>,
-    pausing: Vec<String>,
-    finishing: Option<Outcome>,
 }
 
 impl RunMachine {
@@ -78,17 +108,17 @@ impl RunMachine {
 
     /// Whether the execution is over (a `Finish` was handed out).
     pub fn is_done(&self) -> bool {
-        self.done && self.effects.is_empty()
+        matches!(self.phase, Phase::Done { .. }) && self.effects.is_empty()
     }
 
-    /// Ids of the tool calls started and not settled.
+    /// Ids of the tool calls started and not settled, in call order.
     pub fn running(&self) -> impl Iterator<Item = &String> {
-        self.running.iter()
+        self.calls.running()
     }
 
     /// Whether the machine waits for the result of this started call.
     pub fn is_running(&self, tool_call_id: &str) -> bool {
-        self.running.contains(tool_call_id)
+        self.calls.state(tool_call_id) == Some(&calls::CallState::Running)
     }
 
     /// The current state (what the last or next commit holds).

@@ -1,7 +1,8 @@
 //! The runtime's answers and signals: `notify_*`.
 
+use super::calls::CallState;
 use super::step::result;
-use super::{Gate, ModelResponse, Outcome, RunMachine, ToolOutcome, Wait, MAX_ERROR_RESULT_CHARS};
+use super::{Gate, ModelResponse, Outcome, Phase, RunMachine, ToolOutcome, Wait, MAX_ERROR_RESULT_CHARS};
 use crate::core::checkpoint::{FinishReason, RunStatus};
 use crate::core::error::{cap_chars, Error, Result};
 use crate::core::events::Event;
@@ -21,7 +22,7 @@ impl RunMachine {
 
     /// The model answered.
     pub fn notify_model_response(&mut self, resp: ModelResponse) {
-        if self.waiting != Some(Wait::Model) || self.done {
+        if self.waiting != Some(Wait::Model) || matches!(self.phase, Phase::Done { .. }) {
             return;
         }
         self.waiting = None;
@@ -45,10 +46,8 @@ impl RunMachine {
             usage: resp.usage,
         });
         self.cp.messages.push(Message::Assistant { content: resp.text, tool_calls: calls });
-        self.gated.clear();
-        self.approved.clear();
-        self.launched.clear();
         self.progress();
+        self.enter_turn(None);
         self.advance();
     }
 
@@ -66,20 +65,51 @@ impl RunMachine {
             return;
         }
         self.waiting = None;
-        let asked = std::mem::take(&mut self.need_gate);
         let mut decisions: HashMap<String, Gate> = decisions.into_iter().collect();
-        for call in asked {
+        for call in self.calls.calls_where(|s| *s == CallState::AwaitingGate) {
             let gate =
                 decisions.remove(&call.id).unwrap_or(Gate::Invalid { message: "no gate decision was made".into() });
-            self.gated.insert(call.id, gate);
+            self.apply_verdict(&call, gate);
         }
         self.advance();
+    }
+
+    /// A call's gate verdict: it is cleared to run (with its intent recorded first for a side-effecting tool),
+    /// waits for a reviewer, or is answered at once.
+    fn apply_verdict(&mut self, call: &ToolCall, gate: Gate) {
+        match gate {
+            Gate::Run => {
+                self.calls.set(&call.id, CallState::Ready { approval_id: None });
+            }
+            Gate::RunWithIntent => {
+                if !self.cp.intents.contains(&call.id) {
+                    self.cp.intents.push(call.id.clone());
+                    self.progress();
+                }
+                self.calls.set(&call.id, CallState::Ready { approval_id: None });
+            }
+            Gate::NeedsApproval { approval_id } => {
+                self.calls.set(&call.id, CallState::AwaitingApproval { approval_id });
+            }
+            Gate::Invalid { message } => self.record(result(
+                call,
+                cap_chars(&format!("invalid arguments for '{}': {message}", call.name), MAX_ERROR_RESULT_CHARS),
+                true,
+                ResultKind::Validation,
+            )),
+            Gate::UnknownTool => {
+                let names: Vec<&str> = self.cfg.tool_names.iter().map(String::as_str).collect();
+                let content = format!("unknown tool '{}'. Available tools: {}", call.name, names.join(", "));
+                self.record(result(call, content, true, ResultKind::Validation));
+            }
+            Gate::Denied { reason } => self.record(result(call, format!("denied: {reason}"), true, ResultKind::Denied)),
+        }
     }
 
     /// A tool call settled. Results are recorded in call order: an early finisher is held (durably) until
     /// every earlier call of the turn has a result.
     pub fn notify_tool_settled(&mut self, tool_call_id: &str, outcome: ToolOutcome) {
-        if !self.running.remove(tool_call_id) || self.done {
+        if !self.is_running(tool_call_id) {
             return;
         }
         let Some(call) = self.pending_calls().into_iter().find(|c| c.id == tool_call_id) else { return };
@@ -136,10 +166,8 @@ impl RunMachine {
             return;
         }
         self.waiting = None;
-        let asked = std::mem::take(&mut self.need_reconcile);
         let mut answers: HashMap<String, Option<ToolOutcome>> = answers.into_iter().collect();
-        for call in asked {
-            self.reconciled.insert(call.id.clone());
+        for call in self.calls.calls_where(|s| *s == CallState::AwaitingReconcile) {
             match answers.remove(&call.id).flatten() {
                 Some(outcome) => {
                     if let Err(err) = self.settle(&call, outcome) {
@@ -147,9 +175,9 @@ impl RunMachine {
                         return;
                     }
                 }
+                // Its intent is still recorded: it runs again as it is.
                 None => {
-                    self.gated.insert(call.id.clone(), Gate::RunWithIntent);
-                    self.launched.insert(call.id.clone());
+                    self.calls.set(&call.id, CallState::Ready { approval_id: None });
                 }
             }
         }
@@ -158,21 +186,19 @@ impl RunMachine {
 
     /// The approval records of the last `Pause` were written.
     pub fn notify_approvals_recorded(&mut self) {
-        if self.waiting != Some(Wait::Approvals) {
+        let Some(Wait::Approvals { batch }) = self.waiting.take_if(|w| matches!(w, Wait::Approvals { .. })) else {
             return;
-        }
-        self.waiting = None;
-        if self.finishing.is_some() {
+        };
+        if self.phase != Phase::Active {
             // An abort or failure arrived while the records were written: it wins; the pause is not taken.
-            self.pausing.clear();
             self.advance();
             return;
         }
         self.cp.status = RunStatus::AwaitingApproval;
-        self.cp.approval_ids = std::mem::take(&mut self.pausing);
+        self.cp.approval_ids = batch;
         self.cp.finish_reason = None;
         self.progress();
-        self.finishing = Some(Outcome {
+        self.phase = Phase::Ending(Outcome {
             status: RunStatus::AwaitingApproval,
             finish_reason: Some(FinishReason::AwaitingApproval),
             note: None,
@@ -184,16 +210,13 @@ impl RunMachine {
     /// The run was aborted: every call without a result gets a `cancelled` result, the state is committed
     /// (`in-progress`, resumable) and the execution finishes.
     pub fn notify_abort(&mut self) {
-        if self.done || self.finishing.is_some() {
+        if self.phase != Phase::Active {
             return;
         }
-        if matches!(self.waiting, Some(Wait::Model) | Some(Wait::Gate) | Some(Wait::Reconcile)) {
+        if matches!(self.waiting, Some(Wait::Model | Wait::Gate | Wait::Reconcile)) {
             self.waiting = None;
-            self.need_gate.clear();
-            self.need_reconcile.clear();
         }
-        self.pausing.clear();
-        for call in self.pending_calls() {
+        for call in self.calls.calls_where(CallState::is_open) {
             self.record(result(
                 &call,
                 "cancelled: the run was aborted before this call finished".into(),
@@ -201,9 +224,8 @@ impl RunMachine {
                 ResultKind::Cancelled,
             ));
         }
-        self.running.clear();
         self.dirty = true;
-        self.finishing = Some(Outcome {
+        self.phase = Phase::Ending(Outcome {
             status: RunStatus::InProgress,
             finish_reason: Some(FinishReason::Aborted),
             note: None,

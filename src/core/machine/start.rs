@@ -1,14 +1,17 @@
 //! Starting an execution: a new run, or a stored one (resume, continue, decisions on a pause, quarantine, a
 //! failed attempt), with the checks that refuse before any effect.
 
-use super::{DriftPolicy, MachineConfig, Outcome, RunMachine, Start};
-use crate::core::checkpoint::{Checkpoint, Header, RunStatus};
+use super::calls::TurnCalls;
+use super::step::Committed;
+use super::{DriftPolicy, MachineConfig, Outcome, Phase, RunMachine, Start};
+use crate::core::approval::Decision;
+use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::Event;
 use crate::core::limits::check_depth;
 use crate::core::transcript::{Message, ToolCall, Usage};
 use serde_json::Value;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 
 fn non_system(input: &[Message]) -> Vec<Message> {
     input.iter().filter(|m| !m.is_system()).cloned().collect()
@@ -35,39 +38,32 @@ impl RunMachine {
             cfg,
             now,
             effects: VecDeque::new(),
+            phase: Phase::Active,
             waiting: None,
-            done: false,
+            calls: TurnCalls::default(),
+            committed: Committed::default(),
             dirty: false,
             snapshot_next: false,
-            committed_len: 0,
-            committed_head: Header::default(),
-            committed_business: None,
-            committed_fp: None,
-            committed_ext: None,
-            gated: HashMap::new(),
-            need_gate: Vec::new(),
-            need_reconcile: Vec::new(),
-            reconciled: HashSet::new(),
-            running: HashSet::new(),
-            approved: HashMap::new(),
-            launched: HashSet::new(),
-            decisions: None,
-            pausing: Vec::new(),
-            finishing: None,
         };
         let annotate = matches!(start, Start::Quarantine | Start::Failed(_));
-        match stored {
-            None => m.start_new(start)?,
+        let decisions = match stored {
+            None => {
+                m.start_new(start)?;
+                None
+            }
             Some(cp) => m.start_stored(cp, start)?,
-        }
+        };
         if !annotate {
             m.cp.fingerprint = Some(m.cfg.fingerprint.clone());
+        }
+        if m.phase == Phase::Active {
+            m.enter_turn(decisions);
         }
         m.advance();
         Ok(m)
     }
 
-    pub(super) fn start_new(&mut self, start: Start) -> Result<()> {
+    fn start_new(&mut self, start: Start) -> Result<()> {
         let input = match start {
             Start::Send(input) => input,
             Start::Resume => {
@@ -108,7 +104,8 @@ impl RunMachine {
         Ok(())
     }
 
-    pub(super) fn start_stored(&mut self, cp: Checkpoint, start: Start) -> Result<()> {
+    /// Loads the stored checkpoint and applies `start`; returns the decisions of a resolved pause.
+    fn start_stored(&mut self, cp: Checkpoint, start: Start) -> Result<Option<Vec<Decision>>> {
         let run_id = self.cfg.run_id.clone();
         if cp.run_id != run_id {
             return Err(Error::new(
@@ -117,32 +114,29 @@ impl RunMachine {
             )
             .with_run(&run_id));
         }
-        self.committed_len = cp.messages.len();
-        self.committed_head = cp.header();
-        self.committed_business = cp.business_state.clone();
-        self.committed_fp = cp.fingerprint.clone();
-        self.committed_ext = cp.ext.clone();
+        self.committed = Committed::of(&cp);
         self.cp = cp;
         match start {
             Start::Quarantine => {
                 self.cp.quarantined = true;
                 self.dirty = true;
-                self.finishing = Some(Outcome { status: self.cp.status, finish_reason: None, note: None, error: None });
-                return Ok(());
+                let status = self.cp.status;
+                self.phase = Phase::Ending(Outcome { status, finish_reason: None, note: None, error: None });
+                Ok(None)
             }
             Start::Failed(err) => {
                 self.cp.last_error = Some(err.info());
                 self.cp.attempts = self.cp.attempts.saturating_add(1);
                 self.dirty = true;
                 let status = self.cp.status;
-                self.finishing = Some(Outcome { status, finish_reason: None, note: None, error: Some(err) });
-                return Ok(());
+                self.phase = Phase::Ending(Outcome { status, finish_reason: None, note: None, error: Some(err) });
+                Ok(None)
             }
             start => self.start_stored_run(start),
         }
     }
 
-    pub(super) fn start_stored_run(&mut self, start: Start) -> Result<()> {
+    fn start_stored_run(&mut self, start: Start) -> Result<Option<Vec<Decision>>> {
         let run_id = self.cfg.run_id.clone();
         match (self.cp.status, start) {
             (RunStatus::AwaitingApproval, Start::Approvals(decisions)) => {
@@ -163,8 +157,8 @@ impl RunMachine {
                         self.check_tool_exists(call)?;
                     }
                 }
-                self.decisions = Some(decisions);
                 self.emit(Event::RunStart { resumed: true, step: self.cp.step_index });
+                return Ok(Some(decisions));
             }
             (RunStatus::AwaitingApproval, _) => {
                 let approval = self.cp.approval_ids.first().cloned().unwrap_or_default();
@@ -238,10 +232,10 @@ impl RunMachine {
                 self.emit(Event::RunStart { resumed: true, step: 0 });
             }
         }
-        Ok(())
+        Ok(None)
     }
 
-    pub(super) fn check_drift(&mut self) -> Result<()> {
+    fn check_drift(&mut self) -> Result<()> {
         let Some(saved) = self.cp.fingerprint.clone() else { return Ok(()) };
         let drift = self.cfg.fingerprint.drift_from(&saved);
         if drift.is_empty() {
@@ -262,7 +256,7 @@ impl RunMachine {
         }
     }
 
-    pub(super) fn check_tool_exists(&self, call: &ToolCall) -> Result<()> {
+    fn check_tool_exists(&self, call: &ToolCall) -> Result<()> {
         if self.cfg.tool_names.contains(&call.name) {
             return Ok(());
         }

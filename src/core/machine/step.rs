@@ -1,23 +1,56 @@
-//! One step: state changes that need no I/O (transitions), then the effects that need the committed state
-//! (actions), with the commit that comes between them.
+//! One step, run after every answer: state changes that need no I/O (transitions), the commit that makes them
+//! durable, then the effects that need the committed state (actions).
 
-use super::{Effect, Gate, Outcome, RunMachine, Wait, MAX_ERROR_RESULT_CHARS};
-use crate::core::approval::{ApprovalRecord, ApprovalStatus};
-use crate::core::checkpoint::{EntryBody, FinishReason, JournalEntry, RunStatus};
+use super::calls::{CallState, TurnCalls};
+use super::{cut_short, Effect, Outcome, Phase, RunMachine, Wait, MAX_ERROR_RESULT_CHARS};
+use crate::core::approval::{ApprovalRecord, ApprovalStatus, Decision};
+use crate::core::checkpoint::{Checkpoint, EntryBody, FinishReason, Header, JournalEntry, RunStatus};
 use crate::core::error::{cap_chars, Error};
 use crate::core::events::Event;
-use crate::core::fingerprint::canonical_json;
+use crate::core::fingerprint::{canonical_json, Fingerprint};
 use crate::core::transcript::{Message, ResultKind, ToolCall, ToolResult};
-use serde_json::json;
+use serde_json::{json, Value};
 use std::collections::HashSet;
 
 pub(super) fn result(call: &ToolCall, content: String, is_error: bool, kind: ResultKind) -> ToolResult {
     ToolResult { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error, kind }
 }
 
-impl RunMachine {
-    // ----- internals -----
+/// What the journal holds already: the next entry is the delta from it.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Committed {
+    len: usize,
+    head: Header,
+    business_state: Option<Value>,
+    fingerprint: Option<Fingerprint>,
+    ext: Option<Value>,
+}
 
+impl Committed {
+    pub(super) fn of(cp: &Checkpoint) -> Committed {
+        Committed {
+            len: cp.messages.len(),
+            head: cp.header(),
+            business_state: cp.business_state.clone(),
+            fingerprint: cp.fingerprint.clone(),
+            ext: cp.ext.clone(),
+        }
+    }
+
+    /// The entry body that brings the journal from `self` to `cp`.
+    fn delta(&self, cp: &Checkpoint) -> EntryBody {
+        EntryBody::Delta {
+            from: self.len,
+            messages: cp.messages[self.len..].to_vec(),
+            head: cp.header().diff(&self.head),
+            business_state: (cp.business_state != self.business_state).then(|| cp.business_state.clone()),
+            fingerprint: if cp.fingerprint != self.fingerprint { cp.fingerprint.clone() } else { None },
+            ext: (cp.ext != self.ext).then(|| cp.ext.clone()),
+        }
+    }
+}
+
+impl RunMachine {
     pub(super) fn emit(&mut self, e: Event) {
         self.effects.push_back(Effect::Emit(e));
     }
@@ -30,21 +63,25 @@ impl RunMachine {
         self.cp.quarantined = false;
     }
 
+    /// The attempt failed: record `lastError` and `attempts`, and end with the error. Calls that run are
+    /// abandoned (what they return is not recorded); a wait for the model, a gate verdict or a reconcile answer
+    /// ends. The first verdict wins: nothing happens once the outcome is decided.
     pub(super) fn fail(&mut self, err: Error) {
-        if self.done || self.finishing.is_some() {
+        if self.phase != Phase::Active {
             return;
         }
-        self.running.clear();
-        self.need_gate.clear();
-        self.need_reconcile.clear();
-        if matches!(self.waiting, Some(Wait::Gate) | Some(Wait::Reconcile)) {
+        for id in self.calls.running().cloned().collect::<Vec<_>>() {
+            self.calls.set(&id, CallState::Abandoned);
+        }
+        if matches!(self.waiting, Some(Wait::Model | Wait::Gate | Wait::Reconcile)) {
             self.waiting = None;
         }
         self.cp.last_error = Some(err.info());
         self.cp.attempts = self.cp.attempts.saturating_add(1);
         self.dirty = true;
         self.emit(Event::Error { error: err.info() });
-        self.finishing = Some(Outcome { status: self.cp.status, finish_reason: None, note: None, error: Some(err) });
+        let status = self.cp.status;
+        self.phase = Phase::Ending(Outcome { status, finish_reason: None, note: None, error: Some(err) });
         self.advance();
     }
 
@@ -68,9 +105,10 @@ impl RunMachine {
         self.record_by(r, None);
     }
 
+    /// Records a call's result: placed after its turn when every earlier call has one, held (durably) until then.
+    /// The call becomes `Recorded`; a call that is not open changes nothing.
     pub(super) fn record_by(&mut self, r: ToolResult, replaced_by: Option<String>) {
-        let pending = self.pending_calls();
-        if !pending.iter().any(|c| c.id == r.tool_call_id) {
+        if !self.calls.set(&r.tool_call_id, CallState::Recorded) {
             return;
         }
         self.emit(Event::ToolDone {
@@ -120,22 +158,83 @@ impl RunMachine {
         self.cp.status = RunStatus::Finished;
         self.cp.finish_reason = Some(reason);
         self.progress();
-        self.finishing = Some(Outcome { status: RunStatus::Finished, finish_reason: Some(reason), note, error: None });
+        let outcome = Outcome { status: RunStatus::Finished, finish_reason: Some(reason), note, error: None };
+        self.phase = Phase::Ending(outcome);
+    }
+
+    /// Enters the current turn: every call without a result gets its state, from the decisions on a resolved
+    /// pause (`decisions`) and from what an earlier execution left in the checkpoint. Rejections are recorded
+    /// first, then each call is classified in call order: a start mark without a result is an interrupted call,
+    /// an intent without an outcome is reconciled, invalid arguments are answered, an approved call gets its
+    /// start mark, every other call is gated.
+    pub(super) fn enter_turn(&mut self, decisions: Option<Vec<Decision>>) {
+        let resolved = decisions.is_some();
+        let pending = self.pending_calls();
+        let decisions = decisions.unwrap_or_default();
+        let decision = |id: &str| decisions.iter().find(|d| d.tool_call_id == id);
+        self.calls = TurnCalls::enter(
+            pending
+                .iter()
+                .map(|c| (c.clone(), decision(&c.id).filter(|d| d.approved).map(|d| d.approval_id.clone())))
+                .collect(),
+        );
+        if resolved {
+            for call in &pending {
+                let Some(d) = decision(&call.id) else { continue };
+                if !d.approved {
+                    let content = json!({
+                        "error": "rejected",
+                        "message": format!("A reviewer rejected this call to '{}'; it did not run.", call.name),
+                        "note": d.note,
+                    });
+                    self.record(result(call, content.to_string(), true, ResultKind::Rejected));
+                }
+            }
+            self.cp.status = RunStatus::InProgress;
+            self.cp.approval_ids.clear();
+            self.progress();
+        }
+        for slot in self.calls.slots().to_vec() {
+            let CallState::Entered { approval_id } = slot.state else { continue };
+            let call = slot.call;
+            if self.cp.started_tool_call_ids.contains(&call.id) {
+                let content = format!(
+                    "interrupted: the process stopped while '{}' was running; it may or may not have taken effect. \
+                     It was not run again.",
+                    call.name
+                );
+                self.record(result(&call, content, true, ResultKind::Interrupted));
+            } else if self.cp.intents.contains(&call.id) {
+                self.calls.set(&call.id, CallState::AwaitingReconcile);
+            } else if let Some(why) = &call.invalid {
+                let content =
+                    cap_chars(&format!("invalid arguments for '{}': {why}", call.name), MAX_ERROR_RESULT_CHARS);
+                self.record(result(&call, content, true, ResultKind::Validation));
+            } else if let Some(approval_id) = approval_id {
+                self.cp.started_tool_call_ids.push(call.id.clone());
+                self.progress();
+                self.calls.set(&call.id, CallState::Ready { approval_id: Some(approval_id) });
+            } else {
+                self.calls.set(&call.id, CallState::AwaitingGate);
+            }
+        }
     }
 
     pub(super) fn advance(&mut self) {
-        if self.done || self.waiting.is_some() {
+        if matches!(self.phase, Phase::Done { .. }) || self.waiting.is_some() {
             return;
         }
-        if self.finishing.is_none() {
+        if self.phase == Phase::Active {
             self.transitions();
-            if !self.need_reconcile.is_empty() {
-                self.effects.push_back(Effect::Reconcile { calls: self.need_reconcile.clone() });
+            let calls = self.calls.calls_where(|s| *s == CallState::AwaitingReconcile);
+            if !calls.is_empty() {
+                self.effects.push_back(Effect::Reconcile { calls });
                 self.waiting = Some(Wait::Reconcile);
                 return;
             }
-            if !self.need_gate.is_empty() {
-                self.effects.push_back(Effect::Gate { calls: self.need_gate.clone() });
+            let calls = self.calls.calls_where(|s| *s == CallState::AwaitingGate);
+            if !calls.is_empty() {
+                self.effects.push_back(Effect::Gate { calls });
                 self.waiting = Some(Wait::Gate);
                 return;
             }
@@ -144,105 +243,23 @@ impl RunMachine {
             self.commit();
             return;
         }
-        if let Some(outcome) = self.finishing.take() {
+        if let Phase::Ending(outcome) = &self.phase {
+            let outcome = outcome.clone();
             self.emit(Event::RunDone {
                 status: outcome.status,
                 finish_reason: outcome.finish_reason,
                 steps: self.cp.step_index,
             });
+            self.phase = Phase::Done { cut_short: cut_short(&outcome) };
             self.effects.push_back(Effect::Finish(outcome));
-            self.done = true;
             return;
         }
         self.actions();
     }
 
-    /// State changes that need no I/O: decisions, interrupted calls, gate verdicts, queued input, finishing.
+    /// State changes that need no I/O once every call of the turn has its result: queued input, finishing.
     pub(super) fn transitions(&mut self) {
-        if let Some(decisions) = self.decisions.take() {
-            for call in self.pending_calls() {
-                let Some(d) = decisions.iter().find(|d| d.tool_call_id == call.id) else { continue };
-                if d.approved {
-                    self.approved.insert(call.id.clone(), d.approval_id.clone());
-                } else {
-                    let content = json!({
-                        "error": "rejected",
-                        "message": format!("A reviewer rejected this call to '{}'; it did not run.", call.name),
-                        "note": d.note,
-                    });
-                    self.record(result(&call, content.to_string(), true, ResultKind::Rejected));
-                }
-            }
-            self.cp.status = RunStatus::InProgress;
-            self.cp.approval_ids.clear();
-            self.progress();
-        }
-        for call in self.pending_calls() {
-            if self.running.contains(&call.id) {
-                continue;
-            }
-            if self.cp.started_tool_call_ids.contains(&call.id) && !self.launched.contains(&call.id) {
-                let content = format!(
-                    "interrupted: the process stopped while '{}' was running; it may or may not have taken effect. \
-                     It was not run again.",
-                    call.name
-                );
-                self.record(result(&call, content, true, ResultKind::Interrupted));
-                continue;
-            }
-            if self.cp.intents.contains(&call.id) && !self.launched.contains(&call.id) {
-                if !self.reconciled.contains(&call.id) && !self.need_reconcile.iter().any(|c| c.id == call.id) {
-                    self.need_reconcile.push(call);
-                }
-                continue;
-            }
-            if let Some(why) = &call.invalid {
-                let content =
-                    cap_chars(&format!("invalid arguments for '{}': {why}", call.name), MAX_ERROR_RESULT_CHARS);
-                self.record(result(&call, content, true, ResultKind::Validation));
-                continue;
-            }
-            if self.approved.contains_key(&call.id) {
-                if !self.cp.started_tool_call_ids.contains(&call.id) {
-                    self.cp.started_tool_call_ids.push(call.id.clone());
-                    self.launched.insert(call.id.clone());
-                    self.progress();
-                }
-                continue;
-            }
-            match self.gated.get(&call.id).cloned() {
-                Some(Gate::Invalid { message }) => self.record(result(
-                    &call,
-                    cap_chars(&format!("invalid arguments for '{}': {message}", call.name), MAX_ERROR_RESULT_CHARS),
-                    true,
-                    ResultKind::Validation,
-                )),
-                Some(Gate::UnknownTool) => {
-                    let names: Vec<&str> = self.cfg.tool_names.iter().map(String::as_str).collect();
-                    let content = format!("unknown tool '{}'. Available tools: {}", call.name, names.join(", "));
-                    self.record(result(&call, content, true, ResultKind::Validation));
-                }
-                Some(Gate::Denied { reason }) => {
-                    self.record(result(&call, format!("denied: {reason}"), true, ResultKind::Denied))
-                }
-                Some(Gate::RunWithIntent) => {
-                    if !self.cp.intents.contains(&call.id) {
-                        self.cp.intents.push(call.id.clone());
-                        self.launched.insert(call.id.clone());
-                        self.progress();
-                    }
-                }
-                Some(Gate::Run) | Some(Gate::NeedsApproval { .. }) => {}
-                // Asked for already (a reconcile round ran first): gate each call once.
-                None if self.need_gate.iter().any(|c| c.id == call.id) => {}
-                None => self.need_gate.push(call),
-            }
-        }
-        if !self.need_gate.is_empty()
-            || !self.need_reconcile.is_empty()
-            || !self.pending_calls().is_empty()
-            || self.cp.status != RunStatus::InProgress
-        {
+        if self.calls.any(CallState::is_open) || self.cp.status != RunStatus::InProgress {
             return;
         }
         if !self.cp.queued_input.is_empty() {
@@ -274,33 +291,22 @@ impl RunMachine {
         }
     }
 
-    /// Effects that need the committed state: run tools, pause, call the model.
+    /// Effects that need the committed state: run the calls cleared to run, pause, call the model.
     pub(super) fn actions(&mut self) {
-        let pending = self.pending_calls();
-        if pending.is_empty() {
+        if !self.calls.any(CallState::is_open) {
             self.effects.push_back(Effect::CallModel { step: self.cp.step_index + 1 });
             self.waiting = Some(Wait::Model);
             return;
         }
         let mut to_pause = Vec::new();
-        for call in pending {
-            if self.running.contains(&call.id) {
-                continue;
-            }
-            if let Some(approval_id) = self.approved.get(&call.id).cloned() {
-                if self.launched.contains(&call.id) {
-                    self.launch(call, Some(approval_id));
-                }
-                continue;
-            }
-            match self.gated.get(&call.id) {
-                Some(Gate::Run) => self.launch(call, None),
-                Some(Gate::RunWithIntent) if self.launched.contains(&call.id) => self.launch(call, None),
-                Some(Gate::NeedsApproval { approval_id }) => to_pause.push((call, approval_id.clone())),
+        for slot in self.calls.slots().to_vec() {
+            match slot.state {
+                CallState::Ready { approval_id } => self.launch(slot.call, approval_id),
+                CallState::AwaitingApproval { approval_id } => to_pause.push((slot.call, approval_id)),
                 _ => {}
             }
         }
-        if !self.running.is_empty() {
+        if self.calls.any(|s| *s == CallState::Running) {
             return;
         }
         if to_pause.is_empty() {
@@ -324,38 +330,25 @@ impl RunMachine {
                 fingerprint: Some(self.cfg.fingerprint.clone()),
             });
         }
-        self.pausing = batch;
         self.effects.push_back(Effect::Pause { approvals });
-        self.waiting = Some(Wait::Approvals);
+        self.waiting = Some(Wait::Approvals { batch });
     }
 
-    pub(super) fn launch(&mut self, call: ToolCall, approval_id: Option<String>) {
-        self.running.insert(call.id.clone());
+    fn launch(&mut self, call: ToolCall, approval_id: Option<String>) {
+        self.calls.set(&call.id, CallState::Running);
         self.emit(Event::ToolStart { tool_call_id: call.id.clone(), name: call.name.clone(), args: call.args.clone() });
         self.effects.push_back(Effect::RunTool { call, approval_id });
     }
 
-    pub(super) fn commit(&mut self) {
+    fn commit(&mut self) {
         self.cp.seq += 1;
         self.cp.saved_at = self.now;
         let body = if self.snapshot_next {
             EntryBody::Snapshot { state: Box::new(self.cp.clone()) }
         } else {
-            EntryBody::Delta {
-                from: self.committed_len,
-                messages: self.cp.messages[self.committed_len..].to_vec(),
-                head: self.cp.header().diff(&self.committed_head),
-                business_state: (self.cp.business_state != self.committed_business)
-                    .then(|| self.cp.business_state.clone()),
-                fingerprint: if self.cp.fingerprint != self.committed_fp { self.cp.fingerprint.clone() } else { None },
-                ext: (self.cp.ext != self.committed_ext).then(|| self.cp.ext.clone()),
-            }
+            self.committed.delta(&self.cp)
         };
-        self.committed_head = self.cp.header();
-        self.committed_len = self.cp.messages.len();
-        self.committed_business = self.cp.business_state.clone();
-        self.committed_fp = self.cp.fingerprint.clone();
-        self.committed_ext = self.cp.ext.clone();
+        self.committed = Committed::of(&self.cp);
         self.snapshot_next = false;
         self.dirty = false;
         self.effects.push_back(Effect::Commit(JournalEntry { seq: self.cp.seq, at: self.now, body }));

@@ -1,0 +1,139 @@
+//! One state per tool call of the current turn.
+//!
+//! When a turn is entered (the model asked for tools, or an execution starts over a turn with calls that have
+//! no result), each call without a result gets a slot holding exactly one [`CallState`]. Every fact the machine
+//! keeps about a call in this execution lives in that one value: whether it waits for a gate verdict or for a
+//! reconcile answer, whether it is cleared to run (and with which approval id), whether it runs, whether it has
+//! its result. What an earlier execution left behind is read from the checkpoint once, when the turn is entered
+//! (a start mark without a result: interrupted; an intent without an outcome: reconcile), so a mark this
+//! execution writes is never mistaken for a leftover.
+//!
+//! ```text
+//!  entered ──┬─ start mark left by an earlier execution ─────────────────────────────► Recorded (interrupted)
+//!            ├─ intent left, outcome unknown ──► AwaitingReconcile ─┬─ it happened ──► Recorded
+//!            │                                                      └─ it did not ───► Ready
+//!            ├─ invalid arguments ───────────────────────────────────────────────────► Recorded (validation)
+//!            ├─ rejected by a reviewer ──────────────────────────────────────────────► Recorded (rejected)
+//!            ├─ approved by a reviewer (start mark written) ─────────────────────────► Ready (approval id)
+//!            └─ otherwise ──► AwaitingGate ─┬─ Run ─────────────────────────────────► Ready
+//!                                           ├─ RunWithIntent (intent written) ──────► Ready
+//!                                           ├─ NeedsApproval ───────────────────────► AwaitingApproval ─► pause
+//!                                           └─ Invalid / UnknownTool / Denied ──────► Recorded
+//!  Ready ── state committed, RunTool handed out ──► Running ── settled ──► Recorded
+//!  abort: every call without a result ──► Recorded (cancelled)      failure: Running ──► Abandoned
+//! ```
+//!
+//! The gate and reconcile effects list the calls in `AwaitingGate` / `AwaitingReconcile`, so a call is asked
+//! about once: only a call just entered can reach those states, and [`TurnCalls::set`] refuses any transition
+//! not drawn above.
+
+use crate::core::transcript::ToolCall;
+
+/// Where one tool call of the current turn stands in this execution.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum CallState {
+    /// Just entered, not classified yet (exists only while the turn is entered); `approval_id` when a reviewer
+    /// approved it.
+    Entered { approval_id: Option<String> },
+    /// Waits for the runtime's gate verdict (`Effect::Gate`, answered by `notify_gated`).
+    AwaitingGate,
+    /// An earlier execution recorded its intent but not its outcome: waits for the tool's answer
+    /// (`Effect::Reconcile`, answered by `notify_reconciled`).
+    AwaitingReconcile,
+    /// Cleared to run. The mark it needs (a start mark for an approved call, an intent for a side-effecting one)
+    /// is already in the state; it runs once that state is committed.
+    Ready { approval_id: Option<String> },
+    /// Waits for a reviewer: part of the next pause.
+    AwaitingApproval { approval_id: String },
+    /// `Effect::RunTool` was handed out; waits for `notify_tool_settled`.
+    Running,
+    /// Its result is in the checkpoint (placed, or held until every earlier call has one).
+    Recorded,
+    /// It was running when the attempt failed: what it returns is not recorded. The next execution decides from
+    /// the durable marks (a start mark: interrupted; an intent: reconcile; none: it runs again).
+    Abandoned,
+}
+
+impl CallState {
+    /// Whether `self` may become `next`: the transitions drawn in the module docs.
+    fn allows(&self, next: &CallState) -> bool {
+        use CallState::*;
+        matches!(
+            (self, next),
+            (Entered { .. }, AwaitingGate | AwaitingReconcile | Ready { .. } | Recorded)
+                | (AwaitingGate, Ready { approval_id: None } | AwaitingApproval { .. } | Recorded)
+                | (AwaitingReconcile, Ready { approval_id: None } | Recorded)
+                | (Ready { .. }, Running | Recorded)
+                | (AwaitingApproval { .. }, Recorded)
+                | (Running, Recorded | Abandoned)
+        )
+    }
+
+    /// Whether the call still has no result.
+    pub(super) fn is_open(&self) -> bool {
+        !matches!(self, CallState::Recorded)
+    }
+}
+
+/// A call of the current turn and its state.
+#[derive(Clone, Debug)]
+pub(super) struct Slot {
+    pub(super) call: ToolCall,
+    pub(super) state: CallState,
+}
+
+/// The calls of the current turn that had no result when the turn was entered, in call order, each with its one
+/// state. (Calls an earlier execution answered are not here: they are in the transcript.)
+#[derive(Clone, Debug, Default)]
+pub(super) struct TurnCalls {
+    slots: Vec<Slot>,
+}
+
+impl TurnCalls {
+    /// A turn whose calls all start `Entered`, each with the approval id a reviewer gave it (if any).
+    pub(super) fn enter(calls: Vec<(ToolCall, Option<String>)>) -> TurnCalls {
+        let slots =
+            calls.into_iter().map(|(call, approval_id)| Slot { call, state: CallState::Entered { approval_id } });
+        TurnCalls { slots: slots.collect() }
+    }
+
+    /// The slots, in call order.
+    pub(super) fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
+    /// The state of call `id`, if it is a call of this turn that was open when the turn was entered.
+    pub(super) fn state(&self, id: &str) -> Option<&CallState> {
+        self.slots.iter().find(|s| s.call.id == id).map(|s| &s.state)
+    }
+
+    /// Moves call `id` to `next`. Returns false, changing nothing, when `id` is not a slot of this turn or the
+    /// move is not a transition of the diagram (a bug in the machine: debug builds stop on it).
+    pub(super) fn set(&mut self, id: &str, next: CallState) -> bool {
+        let Some(slot) = self.slots.iter_mut().find(|s| s.call.id == id) else {
+            debug_assert!(false, "call '{id}' is not a call of the current turn");
+            return false;
+        };
+        if !slot.state.allows(&next) {
+            debug_assert!(false, "call '{id}' cannot go from {:?} to {next:?}", slot.state);
+            return false;
+        }
+        slot.state = next;
+        true
+    }
+
+    /// The calls whose state matches, in call order.
+    pub(super) fn calls_where(&self, pred: impl Fn(&CallState) -> bool) -> Vec<ToolCall> {
+        self.slots.iter().filter(|s| pred(&s.state)).map(|s| s.call.clone()).collect()
+    }
+
+    /// Whether any call's state matches.
+    pub(super) fn any(&self, pred: impl Fn(&CallState) -> bool) -> bool {
+        self.slots.iter().any(|s| pred(&s.state))
+    }
+
+    /// Ids of the running calls.
+    pub(super) fn running(&self) -> impl Iterator<Item = &String> {
+        self.slots.iter().filter(|s| s.state == CallState::Running).map(|s| &s.call.id)
+    }
+}
