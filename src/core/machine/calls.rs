@@ -1,31 +1,7 @@
 //! One state per tool call of the current turn.
 //!
-//! When a turn is entered (the model asked for tools, or an execution starts over a turn with calls that have
-//! no result), each call without a result gets a slot holding exactly one [`CallState`]. Every fact the machine
-//! keeps about a call in this execution lives in that one value: whether it waits for a gate verdict or for a
-//! reconcile answer, whether it is cleared to run (and with which approval id), whether it runs, whether it has
-//! its result. What an earlier execution left behind is read from the checkpoint once, when the turn is entered
-//! (a start mark without a result: interrupted; an intent without an outcome: reconcile), so a mark this
-//! execution writes is never mistaken for a leftover.
-//!
-//! ```text
-//!  entered ──┬─ start mark left by an earlier execution ─────────────────────────────► Recorded (interrupted)
-//!            ├─ intent left, outcome unknown ──► AwaitingReconcile ─┬─ it happened ──► Recorded
-//!            │                                                      └─ it did not ───► Ready
-//!            ├─ invalid arguments ───────────────────────────────────────────────────► Recorded (validation)
-//!            ├─ rejected by a reviewer ──────────────────────────────────────────────► Recorded (rejected)
-//!            ├─ approved by a reviewer (start mark written) ─────────────────────────► Ready (approval id)
-//!            └─ otherwise ──► AwaitingGate ─┬─ Run ─────────────────────────────────► Ready
-//!                                           ├─ RunWithIntent (intent written) ──────► Ready
-//!                                           ├─ NeedsApproval ───────────────────────► AwaitingApproval ─► pause
-//!                                           └─ Invalid / UnknownTool / Denied ──────► Recorded
-//!  Ready ── state committed, RunTool handed out ──► Running ── settled ──► Recorded
-//!  abort: every call without a result ──► Recorded (cancelled)      failure: Running ──► Abandoned
-//! ```
-//!
-//! The gate and reconcile effects list the calls in `AwaitingGate` / `AwaitingReconcile`, so a call is asked
-//! about once: only a call just entered can reach those states, and [`TurnCalls::set`] refuses any transition
-//! not drawn above.
+//! The states and their transitions are drawn in the docs of [`crate::core::machine`]; [`CallState::allows`] is
+//! the same drawing as code, and [`TurnCalls::set`] refuses any move it does not allow.
 
 use crate::core::transcript::ToolCall;
 
@@ -72,6 +48,20 @@ impl CallState {
     /// Whether the call still has no result.
     pub(super) fn is_open(&self) -> bool {
         !matches!(self, CallState::Recorded)
+    }
+
+    /// For error messages.
+    pub(super) fn describe(&self) -> &'static str {
+        match self {
+            CallState::Entered { .. } => "just entered",
+            CallState::AwaitingGate => "waiting for its gate verdict",
+            CallState::AwaitingReconcile => "waiting for its reconcile answer",
+            CallState::Ready { .. } => "cleared to run but not started",
+            CallState::AwaitingApproval { .. } => "waiting for a reviewer",
+            CallState::Running => "running",
+            CallState::Recorded => "recorded (it has its result)",
+            CallState::Abandoned => "abandoned (the attempt failed while it ran)",
+        }
     }
 }
 
@@ -125,6 +115,11 @@ impl TurnCalls {
     /// The calls whose state matches, in call order.
     pub(super) fn calls_where(&self, pred: impl Fn(&CallState) -> bool) -> Vec<ToolCall> {
         self.slots.iter().filter(|s| pred(&s.state)).map(|s| s.call.clone()).collect()
+    }
+
+    /// Call `id`, if it is a call of this turn that was open when the turn was entered.
+    pub(super) fn call(&self, id: &str) -> Option<&ToolCall> {
+        self.slots.iter().find(|s| s.call.id == id).map(|s| &s.call)
     }
 
     /// Whether any call's state matches.

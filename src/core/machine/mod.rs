@@ -12,20 +12,55 @@
 //!                                                                  └► CallModel ─► response ─► …
 //! ```
 //!
+//! # One state per tool call
+//!
+//! When a turn is entered (the model asked for tools, or an execution starts over a turn with calls that have
+//! no result), each call without a result gets a slot holding exactly one `CallState`. Every fact the machine
+//! keeps about a call in this execution lives in that one value: whether it waits for a gate verdict or for a
+//! reconcile answer, whether it is cleared to run (and with which approval id), whether it runs, whether it has
+//! its result. What an earlier execution left behind is read from the checkpoint once, when the turn is entered
+//! (a start mark without a result: interrupted; an intent without an outcome: reconcile), so a mark this
+//! execution writes is never mistaken for a leftover.
+//!
+//! ```text
+//!  entered ──┬─ start mark left by an earlier execution ─────────────────────────────► Recorded (interrupted)
+//!            ├─ intent left, outcome unknown ──► AwaitingReconcile ─┬─ it happened ──► Recorded
+//!            │                                                      └─ it did not ───► Ready
+//!            ├─ invalid arguments ───────────────────────────────────────────────────► Recorded (validation)
+//!            ├─ rejected by a reviewer ──────────────────────────────────────────────► Recorded (rejected)
+//!            ├─ approved by a reviewer (start mark written) ─────────────────────────► Ready (approval id)
+//!            └─ otherwise ──► AwaitingGate ─┬─ Run ─────────────────────────────────► Ready
+//!                                           ├─ RunWithIntent (intent written) ──────► Ready
+//!                                           ├─ NeedsApproval ───────────────────────► AwaitingApproval ─► pause
+//!                                           └─ Invalid / UnknownTool / Denied ──────► Recorded
+//!  Ready ── state committed, RunTool handed out ──► Running ── settled ──► Recorded
+//!  abort: every call without a result ──► Recorded (cancelled)      failure: Running ──► Abandoned
+//! ```
+//!
+//! The gate and reconcile effects list the calls in `AwaitingGate` / `AwaitingReconcile`, so a call is asked
+//! about once: only a call just entered can reach those states, and a move not drawn above is refused.
+//!
+//! # Answers and signals
+//!
+//! The machine is in one of three phases (active; ending: the outcome is decided and its commit is being
+//! written; done: `Finish` was handed out) and waits for at most one answer at a time (to a [`Effect::Commit`],
+//! [`Effect::CallModel`], [`Effect::Gate`], [`Effect::Reconcile`] or [`Effect::Pause`]); tool calls are the only
+//! effects outstanding several at a time, and their states say which. An answer the machine does not wait for
+//! (a commit nobody handed out, a verdict for a call not asked about, a result for a call that is not running)
+//! is refused with `STEADFAST_INTERNAL` saying what the machine waits for, and changes nothing; the runtime
+//! fails the attempt on it. The one tolerance: once an abort or a failure decided the outcome, late answers to
+//! the model call, gate, reconcile and tool calls handed out before are accepted and ignored (each `notify_*`
+//! says so). `notify_abort` and `notify_failed` are signals, valid in every state; the first verdict wins.
+//!
 //! # The module
 //!
 //! - `types`: what goes in and out ([`MachineConfig`], [`Start`], [`Effect`], [`Gate`], [`ToolOutcome`],
 //!   [`ModelResponse`], [`Outcome`], [`DriftPolicy`]);
 //! - `start`: [`RunMachine::start`], with the checks that refuse before any effect;
 //! - `notify`: the runtime's answers and signals (`notify_*`);
-//! - `step`: what happens between two answers: state changes that need no I/O, the commit, then the effects
-//!   that need the committed state;
-//! - `calls`: the one state of each tool call of the current turn (states and transitions are drawn there).
-//!
-//! The machine itself is in one of three phases (active; ending: the outcome is decided and being committed;
-//! done: `Finish` was handed out) and waits for at most one answer at a time ([`Effect::Commit`],
-//! [`Effect::CallModel`], [`Effect::Gate`], [`Effect::Reconcile`] or [`Effect::Pause`]); tool calls are the only
-//! effects that may be outstanding several at a time, and their states say which ones are.
+//! - `step`: what happens after each answer: state changes that need no I/O, the commit, then the effects that
+//!   need the committed state;
+//! - `calls`: the one state of each tool call of the current turn.
 
 mod calls;
 mod notify;

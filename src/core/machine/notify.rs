@@ -1,10 +1,18 @@
 //! The runtime's answers and signals: `notify_*`.
+//!
+//! An answer is accepted only in the state the effect it answers left the machine in; any other is refused with
+//! `STEADFAST_INTERNAL` and changes nothing. Tolerated (each method says which case applies to it): once an abort
+//! or a failure decided the outcome, late answers to the model call, gate, reconcile and tool calls handed out
+//! before are accepted and ignored: the runtime may still deliver them (a tool settles after the abort, an effect
+//! queued before the abort is performed). Commits and approval records stay awaited through an abort or a
+//! failure, so they are never tolerated out of turn. The signals (`notify_abort`, `notify_failed`) are valid in
+//! every state: the first verdict wins.
 
 use super::calls::CallState;
 use super::step::result;
-use super::{Gate, ModelResponse, Outcome, Phase, RunMachine, ToolOutcome, Wait, MAX_ERROR_RESULT_CHARS};
+use super::{cut_short, Gate, ModelResponse, Outcome, Phase, RunMachine, ToolOutcome, Wait, MAX_ERROR_RESULT_CHARS};
 use crate::core::checkpoint::{FinishReason, RunStatus};
-use crate::core::error::{cap_chars, Error, Result};
+use crate::core::error::{cap_chars, Error, ErrorCode, Result};
 use crate::core::events::Event;
 use crate::core::limits::{cap_tool_result, json_depth, MAX_JSON_DEPTH};
 use crate::core::transcript::{Message, ResultKind, ToolCall};
@@ -12,18 +20,31 @@ use serde_json::Value;
 use std::collections::HashMap;
 
 impl RunMachine {
-    /// The last `Commit` was written.
-    pub fn notify_committed(&mut self) {
-        if self.waiting == Some(Wait::Commit) {
-            self.waiting = None;
+    /// The last [`Effect::Commit`](super::Effect::Commit) was written.
+    ///
+    /// # Errors
+    /// `STEADFAST_INTERNAL` when the machine does not wait for a commit; nothing changes. (A commit that records
+    /// an abort or a failure is awaited like any other.)
+    pub fn notify_committed(&mut self) -> Result<()> {
+        if self.waiting != Some(Wait::Commit) {
+            return Err(self.refuse("notify_committed", "a written commit"));
         }
+        self.waiting = None;
         self.advance();
+        Ok(())
     }
 
-    /// The model answered.
-    pub fn notify_model_response(&mut self, resp: ModelResponse) {
-        if self.waiting != Some(Wait::Model) || matches!(self.phase, Phase::Done { .. }) {
-            return;
+    /// The model answered the last [`Effect::CallModel`](super::Effect::CallModel).
+    ///
+    /// # Errors
+    /// `STEADFAST_INTERNAL` when the machine does not wait for the model; nothing changes. Tolerated: after an
+    /// abort or a failure, a late answer is accepted and ignored (a recorded model turn is never replaced).
+    pub fn notify_model_response(&mut self, resp: ModelResponse) -> Result<()> {
+        if self.cut_short() {
+            return Ok(());
+        }
+        if self.waiting != Some(Wait::Model) {
+            return Err(self.refuse("notify_model_response", "a model answer"));
         }
         self.waiting = None;
         self.cp.step_index += 1;
@@ -49,20 +70,41 @@ impl RunMachine {
         self.progress();
         self.enter_turn(None);
         self.advance();
+        Ok(())
     }
 
     /// The model call failed for good (after the runtime's retries): the attempt is rejected.
-    pub fn notify_model_failed(&mut self, err: Error) {
-        if self.waiting == Some(Wait::Model) {
-            self.waiting = None;
+    ///
+    /// # Errors
+    /// `STEADFAST_INTERNAL` when the machine does not wait for the model; nothing changes (the runtime turns it
+    /// into a failed attempt all the same). Tolerated: after an abort or a failure, it is accepted and ignored.
+    pub fn notify_model_failed(&mut self, err: Error) -> Result<()> {
+        if self.cut_short() {
+            return Ok(());
         }
+        if self.waiting != Some(Wait::Model) {
+            return Err(self.refuse("notify_model_failed", "a model answer"));
+        }
+        self.waiting = None;
         self.fail(err);
+        Ok(())
     }
 
-    /// Gate decisions for the calls of the last `Gate` effect.
-    pub fn notify_gated(&mut self, decisions: Vec<(String, Gate)>) {
+    /// Gate verdicts for the calls of the last [`Effect::Gate`](super::Effect::Gate). A call left without a
+    /// verdict gets a `validation` result.
+    ///
+    /// # Errors
+    /// `STEADFAST_INTERNAL` when the machine does not wait for gate verdicts, or a verdict names a call it did
+    /// not ask about; nothing changes. Tolerated: after an abort or a failure, verdicts are accepted and ignored.
+    pub fn notify_gated(&mut self, decisions: Vec<(String, Gate)>) -> Result<()> {
+        if self.cut_short() {
+            return Ok(());
+        }
         if self.waiting != Some(Wait::Gate) {
-            return;
+            return Err(self.refuse("notify_gated", "gate verdicts"));
+        }
+        if let Some((id, _)) = decisions.iter().find(|(id, _)| self.calls.state(id) != Some(&CallState::AwaitingGate)) {
+            return Err(self.refuse_call("notify_gated", "a gate verdict", id, "asked about at the gate"));
         }
         self.waiting = None;
         let mut decisions: HashMap<String, Gate> = decisions.into_iter().collect();
@@ -72,6 +114,7 @@ impl RunMachine {
             self.apply_verdict(&call, gate);
         }
         self.advance();
+        Ok(())
     }
 
     /// A call's gate verdict: it is cleared to run (with its intent recorded first for a side-effecting tool),
@@ -106,18 +149,28 @@ impl RunMachine {
         }
     }
 
-    /// A tool call settled. Results are recorded in call order: an early finisher is held (durably) until
-    /// every earlier call of the turn has a result.
-    pub fn notify_tool_settled(&mut self, tool_call_id: &str, outcome: ToolOutcome) {
-        if !self.is_running(tool_call_id) {
-            return;
+    /// A tool call started by [`Effect::RunTool`](super::Effect::RunTool) settled. Results are recorded in call
+    /// order: an early finisher is held (durably) until every earlier call of the turn has a result. A
+    /// [`ToolOutcome::Propagate`] fails the attempt.
+    ///
+    /// # Errors
+    /// `STEADFAST_INTERNAL` when the call is not running (never started, settled already, not a call of this
+    /// turn); nothing changes. Tolerated: after an abort (its result is `cancelled` already) or a failure (what it
+    /// returns is not recorded), a call that was running may still settle: accepted and ignored.
+    pub fn notify_tool_settled(&mut self, tool_call_id: &str, outcome: ToolOutcome) -> Result<()> {
+        if self.cut_short() {
+            return Ok(());
         }
-        let Some(call) = self.pending_calls().into_iter().find(|c| c.id == tool_call_id) else { return };
+        let call = match (self.calls.state(tool_call_id), self.calls.call(tool_call_id)) {
+            (Some(CallState::Running), Some(call)) => call.clone(),
+            _ => return Err(self.refuse_call("notify_tool_settled", "a settled tool call", tool_call_id, "running")),
+        };
         if let Err(err) = self.settle(&call, outcome) {
             self.fail(err);
-            return;
+            return Ok(());
         }
         self.advance();
+        Ok(())
     }
 
     pub(super) fn settle(&mut self, call: &ToolCall, outcome: ToolOutcome) -> Result<()> {
@@ -159,11 +212,24 @@ impl RunMachine {
         Ok(())
     }
 
-    /// Answers to the last `Reconcile`: `Some(outcome)` when the effect happened (it becomes the recorded
-    /// result), `None` when it did not (the call runs again).
-    pub fn notify_reconciled(&mut self, answers: Vec<(String, Option<ToolOutcome>)>) {
+    /// Answers to the last [`Effect::Reconcile`](super::Effect::Reconcile): `Some(outcome)` when the effect
+    /// happened (it becomes the recorded result), `None` when it did not, or no answer (the call runs again).
+    ///
+    /// # Errors
+    /// `STEADFAST_INTERNAL` when the machine does not wait for reconcile answers, or an answer names a call it
+    /// did not ask about; nothing changes. Tolerated: after an abort or a failure, answers are accepted and
+    /// ignored.
+    pub fn notify_reconciled(&mut self, answers: Vec<(String, Option<ToolOutcome>)>) -> Result<()> {
+        if self.cut_short() {
+            return Ok(());
+        }
         if self.waiting != Some(Wait::Reconcile) {
-            return;
+            return Err(self.refuse("notify_reconciled", "reconcile answers"));
+        }
+        if let Some((id, _)) =
+            answers.iter().find(|(id, _)| self.calls.state(id) != Some(&CallState::AwaitingReconcile))
+        {
+            return Err(self.refuse_call("notify_reconciled", "a reconcile answer", id, "asked about"));
         }
         self.waiting = None;
         let mut answers: HashMap<String, Option<ToolOutcome>> = answers.into_iter().collect();
@@ -172,7 +238,7 @@ impl RunMachine {
                 Some(outcome) => {
                     if let Err(err) = self.settle(&call, outcome) {
                         self.fail(err);
-                        return;
+                        return Ok(());
                     }
                 }
                 // Its intent is still recorded: it runs again as it is.
@@ -182,17 +248,22 @@ impl RunMachine {
             }
         }
         self.advance();
+        Ok(())
     }
 
-    /// The approval records of the last `Pause` were written.
-    pub fn notify_approvals_recorded(&mut self) {
+    /// The approval records of the last [`Effect::Pause`](super::Effect::Pause) were written: the run pauses,
+    /// unless an abort or a failure arrived while they were written (it wins; the pause is not taken).
+    ///
+    /// # Errors
+    /// `STEADFAST_INTERNAL` when the machine does not wait for approval records (an abort or a failure does not
+    /// end that wait); nothing changes.
+    pub fn notify_approvals_recorded(&mut self) -> Result<()> {
         let Some(Wait::Approvals { batch }) = self.waiting.take_if(|w| matches!(w, Wait::Approvals { .. })) else {
-            return;
+            return Err(self.refuse("notify_approvals_recorded", "written approval records"));
         };
         if self.phase != Phase::Active {
-            // An abort or failure arrived while the records were written: it wins; the pause is not taken.
             self.advance();
-            return;
+            return Ok(());
         }
         self.cp.status = RunStatus::AwaitingApproval;
         self.cp.approval_ids = batch;
@@ -205,10 +276,12 @@ impl RunMachine {
             error: None,
         });
         self.advance();
+        Ok(())
     }
 
     /// The run was aborted: every call without a result gets a `cancelled` result, the state is committed
-    /// (`in-progress`, resumable) and the execution finishes.
+    /// (`in-progress`, resumable) and the execution finishes. A signal, valid in every state: once the outcome
+    /// is decided (finished, paused, failed, aborted) it changes nothing.
     pub fn notify_abort(&mut self) {
         if self.phase != Phase::Active {
             return;
@@ -234,9 +307,67 @@ impl RunMachine {
         self.advance();
     }
 
-    /// The attempt failed (a hook threw, a store write failed before, …): record `lastError`/`attempts` and
-    /// finish with the error. The checkpoint stays resumable.
+    /// The attempt failed (a hook threw, a store write failed before, the machine refused an answer, …): record
+    /// `lastError`/`attempts` and finish with the error. The checkpoint stays resumable. A signal, valid in every
+    /// state: once the outcome is decided it changes nothing.
     pub fn notify_failed(&mut self, err: Error) {
         self.fail(err);
+    }
+
+    /// An abort or a failure decided the outcome: answers to what was handed out before are ignored.
+    fn cut_short(&self) -> bool {
+        match &self.phase {
+            Phase::Active => false,
+            Phase::Ending(outcome) => cut_short(outcome),
+            Phase::Done { cut_short } => *cut_short,
+        }
+    }
+
+    /// What the machine waits for, for the refusal of an answer it does not wait for.
+    fn awaited(&self) -> String {
+        if matches!(self.phase, Phase::Done { .. }) {
+            return "is done (Finish was handed out)".into();
+        }
+        match &self.waiting {
+            Some(Wait::Commit) => "waits for a commit to be written".into(),
+            Some(Wait::Model) => "waits for the model".into(),
+            Some(Wait::Gate) => "waits for gate verdicts".into(),
+            Some(Wait::Reconcile) => "waits for reconcile answers".into(),
+            Some(Wait::Approvals { .. }) => "waits for approval records to be written".into(),
+            None => {
+                let running: Vec<&str> = self.calls.running().map(String::as_str).collect();
+                if running.is_empty() {
+                    "waits for nothing".into()
+                } else {
+                    format!("waits for running tool calls ({})", running.join(", "))
+                }
+            }
+        }
+    }
+
+    /// `STEADFAST_INTERNAL`: `notify` answers something the machine does not wait for.
+    fn refuse(&self, notify: &str, answer: &str) -> Error {
+        let run_id = &self.cfg.run_id;
+        Error::new(
+            ErrorCode::Internal,
+            format!("{notify} on run '{run_id}' brings {answer}, but the machine {}: refused", self.awaited()),
+        )
+        .with_run(run_id)
+    }
+
+    /// `STEADFAST_INTERNAL`: `notify` names a call that is not in the state `expected`.
+    fn refuse_call(&self, notify: &str, answer: &str, id: &str, expected: &str) -> Error {
+        let run_id = &self.cfg.run_id;
+        let is = match self.calls.state(id) {
+            Some(state) => state.describe(),
+            None => "not a call of the current turn without a result",
+        };
+        Error::new(
+            ErrorCode::Internal,
+            format!(
+                "{notify} on run '{run_id}' brings {answer} for call '{id}', which is {is}, not {expected}: refused"
+            ),
+        )
+        .with_run(run_id)
     }
 }
