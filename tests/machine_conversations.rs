@@ -1207,7 +1207,7 @@ fn stray_error() -> Error {
 fn an_answer_the_machine_does_not_wait_for_is_refused_with_an_internal_error_and_changes_nothing() {
     let mut s = Story::new(config());
     s.expect_commit_pending();
-    let commit = "waits for a commit to be written";
+    let commit = "the machine waits for a commit";
     refused(&mut s, "a model answer before the first commit", commit, |m| m.notify_model_response(answer("early")));
     refused(&mut s, "a model failure before the first commit", commit, |m| m.notify_model_failed(stray_error()));
     refused(&mut s, "gate verdicts nobody asked for", commit, |m| m.notify_gated(vec![]));
@@ -1217,32 +1217,33 @@ fn an_answer_the_machine_does_not_wait_for_is_refused_with_an_internal_error_and
     refused(&mut s, "a commit nobody handed out", "waits for the model", |m| m.notify_committed());
     s.answer_model(turn(&[("c1", "search"), ("c2", "write")])).expect_gate(&["c1", "c2"]);
     refused(&mut s, "a commit while gating", "waits for gate verdicts", |m| m.notify_committed());
-    refused(&mut s, "a verdict for a call not asked about", "call 'c3'", |m| {
-        m.notify_gated(vec![("c1".into(), Gate::Run), ("c3".into(), Gate::Run)])
-    });
+    refused(
+        &mut s,
+        "a verdict for a call not asked about",
+        "call 'c3' is unknown to this turn, not awaiting its gate verdict",
+        |m| m.notify_gated(vec![("c1".into(), Gate::Run), ("c3".into(), Gate::Run)]),
+    );
     s.gate(vec![("c1", Gate::Run), ("c2", Gate::Run)]).expect_commit_pending();
-    refused(&mut s, "a result before the call started", "cleared to run but not started", |m| {
+    refused(&mut s, "a result before the call started", "call 'c1' is ready but not started, not running", |m| {
         m.notify_tool_settled("c1", ok("too early"))
     });
     s.ack().expect_run_tool("c1").expect_run_tool("c2").expect_idle();
-    refused(&mut s, "a commit while tools run", "waits for running tool calls (c1, c2)", |m| m.notify_committed());
-    refused(&mut s, "a model answer while tools run", "running tool calls", |m| {
+    refused(&mut s, "a commit while tools run", "waits for running tools only", |m| m.notify_committed());
+    refused(&mut s, "a model answer while tools run", "notify_model_response refused", |m| {
         m.notify_model_response(answer("stray"))
     });
-    refused(&mut s, "a result for a call of no turn", "call 'c9', which is not a call of the current turn", |m| {
+    refused(&mut s, "a result for a call of no turn", "call 'c9' is unknown to this turn, not running", |m| {
         m.notify_tool_settled("c9", ok("?"))
     });
     s.settle("c1", ok("a")).expect_commit();
-    refused(&mut s, "a second result for c1", "call 'c1', which is recorded", |m| {
+    refused(&mut s, "a second result for c1", "call 'c1' is recorded, not running", |m| {
         m.notify_tool_settled("c1", ok("again"))
     });
     s.settle("c2", ok("b")).expect_commit().expect_call_model_step(2).answer_model(answer("done")).expect_commit();
     assert_eq!(s.expect_finish().finish_reason, Some(FinishReason::Stop));
     // After a run finished normally nothing is outstanding: every answer is refused.
     refused(&mut s, "a model answer after the finish", "is done", |m| m.notify_model_response(answer("late")));
-    refused(&mut s, "a result after the finish", "not a call of the current turn", |m| {
-        m.notify_tool_settled("c2", ok("late"))
-    });
+    refused(&mut s, "a result after the finish", "unknown to this turn", |m| m.notify_tool_settled("c2", ok("late")));
     refused(&mut s, "a commit after the finish", "is done", |m| m.notify_committed());
     let cp = s.stored();
     assert_eq!(result_ids(&cp.messages), ["c1", "c2"], "one result per call");
@@ -1260,9 +1261,7 @@ fn late_answers_to_effects_handed_out_before_an_abort_are_accepted_and_change_no
     ignored(&mut s, "a late model failure", |m| m.notify_model_failed(stray_error()));
     ignored(&mut s, "a late result", |m| m.notify_tool_settled("c1", ok("late")));
     // The commit that records the abort is still awaited, and nothing else stands in for it.
-    refused(&mut s, "approval records out of turn", "waits for a commit to be written", |m| {
-        m.notify_approvals_recorded()
-    });
+    refused(&mut s, "approval records out of turn", "waits for a commit", |m| m.notify_approvals_recorded());
     s.ack();
     assert_eq!(s.expect_finish().finish_reason, Some(FinishReason::Aborted));
     ignored(&mut s, "a model answer after the finish", |m| m.notify_model_response(answer("late")));
@@ -1325,9 +1324,12 @@ fn reconcile_answers_are_taken_only_for_the_calls_asked_about() {
     let crashed = intent_recorded_and_both_calls_running();
     let mut r = Story::resume(&crashed, config(), Start::Resume).unwrap();
     r.expect_reconcile(&["c1"]);
-    refused(&mut r, "a reconcile answer for c2", "call 'c2', which is waiting for its gate verdict", |m| {
-        m.notify_reconciled(vec![("c1".into(), None), ("c2".into(), None)])
-    });
+    refused(
+        &mut r,
+        "a reconcile answer for c2",
+        "call 'c2' is awaiting its gate verdict, not awaiting its reconcile answer",
+        |m| m.notify_reconciled(vec![("c1".into(), None), ("c2".into(), None)]),
+    );
     refused(&mut r, "gate verdicts during the reconcile round", "waits for reconcile answers", |m| {
         m.notify_gated(vec![("c2".into(), Gate::Run)])
     });

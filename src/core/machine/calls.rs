@@ -54,13 +54,13 @@ impl CallState {
     pub(super) fn describe(&self) -> &'static str {
         match self {
             CallState::Entered { .. } => "just entered",
-            CallState::AwaitingGate => "waiting for its gate verdict",
-            CallState::AwaitingReconcile => "waiting for its reconcile answer",
-            CallState::Ready { .. } => "cleared to run but not started",
-            CallState::AwaitingApproval { .. } => "waiting for a reviewer",
+            CallState::AwaitingGate => "awaiting its gate verdict",
+            CallState::AwaitingReconcile => "awaiting its reconcile answer",
+            CallState::Ready { .. } => "ready but not started",
+            CallState::AwaitingApproval { .. } => "awaiting approval",
             CallState::Running => "running",
-            CallState::Recorded => "recorded (it has its result)",
-            CallState::Abandoned => "abandoned (the attempt failed while it ran)",
+            CallState::Recorded => "recorded",
+            CallState::Abandoned => "abandoned",
         }
     }
 }
@@ -80,21 +80,29 @@ pub(super) struct TurnCalls {
 }
 
 impl TurnCalls {
-    /// A turn whose calls all start `Entered`, each with the approval id a reviewer gave it (if any).
-    pub(super) fn enter(calls: Vec<(ToolCall, Option<String>)>) -> TurnCalls {
-        let slots =
-            calls.into_iter().map(|(call, approval_id)| Slot { call, state: CallState::Entered { approval_id } });
-        TurnCalls { slots: slots.collect() }
+    /// Adds a call of the turn being entered, with the approval id a reviewer gave it (if any).
+    pub(super) fn enter(&mut self, call: ToolCall, approval_id: Option<String>) {
+        self.slots.push(Slot { call, state: CallState::Entered { approval_id } });
     }
 
-    /// The slots, in call order.
-    pub(super) fn slots(&self) -> &[Slot] {
-        &self.slots
+    /// The number of slots.
+    pub(super) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Slot `i`, in call order.
+    pub(super) fn at(&self, i: usize) -> &Slot {
+        &self.slots[i]
+    }
+
+    /// Call `id` and its state, if it is a call of this turn that was open when the turn was entered.
+    pub(super) fn slot(&self, id: &str) -> Option<&Slot> {
+        self.slots.iter().find(|s| s.call.id == id)
     }
 
     /// The state of call `id`, if it is a call of this turn that was open when the turn was entered.
     pub(super) fn state(&self, id: &str) -> Option<&CallState> {
-        self.slots.iter().find(|s| s.call.id == id).map(|s| &s.state)
+        self.slot(id).map(|s| &s.state)
     }
 
     /// Moves call `id` to `next`. Returns false, changing nothing, when `id` is not a slot of this turn or the
@@ -112,19 +120,40 @@ impl TurnCalls {
         true
     }
 
-    /// The calls whose state matches, in call order.
-    pub(super) fn calls_where(&self, pred: impl Fn(&CallState) -> bool) -> Vec<ToolCall> {
-        self.slots.iter().filter(|s| pred(&s.state)).map(|s| s.call.clone()).collect()
+    /// The calls in `state`, in call order.
+    pub(super) fn calls_in(&self, state: &CallState) -> Vec<ToolCall> {
+        let mut calls = Vec::new();
+        for slot in &self.slots {
+            if slot.state == *state {
+                calls.push(slot.call.clone());
+            }
+        }
+        calls
     }
 
-    /// Call `id`, if it is a call of this turn that was open when the turn was entered.
-    pub(super) fn call(&self, id: &str) -> Option<&ToolCall> {
-        self.slots.iter().find(|s| s.call.id == id).map(|s| &s.call)
+    /// The calls without a result, in call order.
+    pub(super) fn open_calls(&self) -> Vec<ToolCall> {
+        let mut calls = Vec::new();
+        for slot in &self.slots {
+            if slot.state.is_open() {
+                calls.push(slot.call.clone());
+            }
+        }
+        calls
     }
 
-    /// Whether any call's state matches.
-    pub(super) fn any(&self, pred: impl Fn(&CallState) -> bool) -> bool {
-        self.slots.iter().any(|s| pred(&s.state))
+    /// Whether a call has no result yet.
+    pub(super) fn has_open(&self) -> bool {
+        self.slots.iter().any(|s| s.state.is_open())
+    }
+
+    /// The attempt failed: every running call is abandoned.
+    pub(super) fn abandon_running(&mut self) {
+        for slot in &mut self.slots {
+            if slot.state == CallState::Running {
+                slot.state = CallState::Abandoned;
+            }
+        }
     }
 
     /// Ids of the running calls.

@@ -27,7 +27,7 @@ impl RunMachine {
     /// an abort or a failure is awaited like any other.)
     pub fn notify_committed(&mut self) -> Result<()> {
         if self.waiting != Some(Wait::Commit) {
-            return Err(self.refuse("notify_committed", "a written commit"));
+            return Err(self.refuse("notify_committed"));
         }
         self.waiting = None;
         self.advance();
@@ -44,7 +44,7 @@ impl RunMachine {
             return Ok(());
         }
         if self.waiting != Some(Wait::Model) {
-            return Err(self.refuse("notify_model_response", "a model answer"));
+            return Err(self.refuse("notify_model_response"));
         }
         self.waiting = None;
         self.cp.step_index += 1;
@@ -83,7 +83,7 @@ impl RunMachine {
             return Ok(());
         }
         if self.waiting != Some(Wait::Model) {
-            return Err(self.refuse("notify_model_failed", "a model answer"));
+            return Err(self.refuse("notify_model_failed"));
         }
         self.waiting = None;
         self.fail(err);
@@ -101,14 +101,14 @@ impl RunMachine {
             return Ok(());
         }
         if self.waiting != Some(Wait::Gate) {
-            return Err(self.refuse("notify_gated", "gate verdicts"));
+            return Err(self.refuse("notify_gated"));
         }
         if let Some((id, _)) = decisions.iter().find(|(id, _)| self.calls.state(id) != Some(&CallState::AwaitingGate)) {
-            return Err(self.refuse_call("notify_gated", "a gate verdict", id, "asked about at the gate"));
+            return Err(self.refuse_call("notify_gated", id, &CallState::AwaitingGate));
         }
         self.waiting = None;
         let mut decisions: HashMap<String, Gate> = decisions.into_iter().collect();
-        for call in self.calls.calls_where(|s| *s == CallState::AwaitingGate) {
+        for call in self.calls.calls_in(&CallState::AwaitingGate) {
             let gate =
                 decisions.remove(&call.id).unwrap_or(Gate::Invalid { message: "no gate decision was made".into() });
             self.apply_verdict(&call, gate);
@@ -161,9 +161,9 @@ impl RunMachine {
         if self.cut_short() {
             return Ok(());
         }
-        let call = match (self.calls.state(tool_call_id), self.calls.call(tool_call_id)) {
-            (Some(CallState::Running), Some(call)) => call.clone(),
-            _ => return Err(self.refuse_call("notify_tool_settled", "a settled tool call", tool_call_id, "running")),
+        let call = match self.calls.slot(tool_call_id) {
+            Some(slot) if slot.state == CallState::Running => slot.call.clone(),
+            _ => return Err(self.refuse_call("notify_tool_settled", tool_call_id, &CallState::Running)),
         };
         if let Err(err) = self.settle(&call, outcome) {
             self.fail(err);
@@ -224,16 +224,16 @@ impl RunMachine {
             return Ok(());
         }
         if self.waiting != Some(Wait::Reconcile) {
-            return Err(self.refuse("notify_reconciled", "reconcile answers"));
+            return Err(self.refuse("notify_reconciled"));
         }
         if let Some((id, _)) =
             answers.iter().find(|(id, _)| self.calls.state(id) != Some(&CallState::AwaitingReconcile))
         {
-            return Err(self.refuse_call("notify_reconciled", "a reconcile answer", id, "asked about"));
+            return Err(self.refuse_call("notify_reconciled", id, &CallState::AwaitingReconcile));
         }
         self.waiting = None;
         let mut answers: HashMap<String, Option<ToolOutcome>> = answers.into_iter().collect();
-        for call in self.calls.calls_where(|s| *s == CallState::AwaitingReconcile) {
+        for call in self.calls.calls_in(&CallState::AwaitingReconcile) {
             match answers.remove(&call.id).flatten() {
                 Some(outcome) => {
                     if let Err(err) = self.settle(&call, outcome) {
@@ -259,7 +259,7 @@ impl RunMachine {
     /// end that wait); nothing changes.
     pub fn notify_approvals_recorded(&mut self) -> Result<()> {
         let Some(Wait::Approvals { batch }) = self.waiting.take_if(|w| matches!(w, Wait::Approvals { .. })) else {
-            return Err(self.refuse("notify_approvals_recorded", "written approval records"));
+            return Err(self.refuse("notify_approvals_recorded"));
         };
         if self.phase != Phase::Active {
             self.advance();
@@ -289,7 +289,7 @@ impl RunMachine {
         if matches!(self.waiting, Some(Wait::Model | Wait::Gate | Wait::Reconcile)) {
             self.waiting = None;
         }
-        for call in self.calls.calls_where(CallState::is_open) {
+        for call in self.calls.open_calls() {
             self.record(result(
                 &call,
                 "cancelled: the run was aborted before this call finished".into(),
@@ -324,50 +324,30 @@ impl RunMachine {
     }
 
     /// What the machine waits for, for the refusal of an answer it does not wait for.
-    fn awaited(&self) -> String {
-        if matches!(self.phase, Phase::Done { .. }) {
-            return "is done (Finish was handed out)".into();
-        }
-        match &self.waiting {
-            Some(Wait::Commit) => "waits for a commit to be written".into(),
-            Some(Wait::Model) => "waits for the model".into(),
-            Some(Wait::Gate) => "waits for gate verdicts".into(),
-            Some(Wait::Reconcile) => "waits for reconcile answers".into(),
-            Some(Wait::Approvals { .. }) => "waits for approval records to be written".into(),
-            None => {
-                let running: Vec<&str> = self.calls.running().map(String::as_str).collect();
-                if running.is_empty() {
-                    "waits for nothing".into()
-                } else {
-                    format!("waits for running tool calls ({})", running.join(", "))
-                }
-            }
+    fn awaited(&self) -> &'static str {
+        match (&self.phase, &self.waiting) {
+            (Phase::Done { .. }, _) => "is done",
+            (_, Some(Wait::Commit)) => "waits for a commit",
+            (_, Some(Wait::Model)) => "waits for the model",
+            (_, Some(Wait::Gate)) => "waits for gate verdicts",
+            (_, Some(Wait::Reconcile)) => "waits for reconcile answers",
+            (_, Some(Wait::Approvals { .. })) => "waits for approval records",
+            (_, None) => "waits for running tools only",
         }
     }
 
     /// `STEADFAST_INTERNAL`: `notify` answers something the machine does not wait for.
-    fn refuse(&self, notify: &str, answer: &str) -> Error {
+    fn refuse(&self, notify: &str) -> Error {
         let run_id = &self.cfg.run_id;
-        Error::new(
-            ErrorCode::Internal,
-            format!("{notify} on run '{run_id}' brings {answer}, but the machine {}: refused", self.awaited()),
-        )
-        .with_run(run_id)
+        Error::new(ErrorCode::Internal, format!("{notify} refused on run '{run_id}': the machine {}", self.awaited()))
+            .with_run(run_id)
     }
 
-    /// `STEADFAST_INTERNAL`: `notify` names a call that is not in the state `expected`.
-    fn refuse_call(&self, notify: &str, answer: &str, id: &str, expected: &str) -> Error {
+    /// `STEADFAST_INTERNAL`: `notify` names a call that is not in the `expected` state.
+    fn refuse_call(&self, notify: &str, id: &str, expected: &CallState) -> Error {
         let run_id = &self.cfg.run_id;
-        let is = match self.calls.state(id) {
-            Some(state) => state.describe(),
-            None => "not a call of the current turn without a result",
-        };
-        Error::new(
-            ErrorCode::Internal,
-            format!(
-                "{notify} on run '{run_id}' brings {answer} for call '{id}', which is {is}, not {expected}: refused"
-            ),
-        )
-        .with_run(run_id)
+        let is = self.calls.state(id).map_or("unknown to this turn", CallState::describe);
+        let message = format!("{notify} refused on run '{run_id}': call '{id}' is {is}, not {}", expected.describe());
+        Error::new(ErrorCode::Internal, message).with_run(run_id)
     }
 }

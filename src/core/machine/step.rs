@@ -70,9 +70,7 @@ impl RunMachine {
         if self.phase != Phase::Active {
             return;
         }
-        for id in self.calls.running().cloned().collect::<Vec<_>>() {
-            self.calls.set(&id, CallState::Abandoned);
-        }
+        self.calls.abandon_running();
         if matches!(self.waiting, Some(Wait::Model | Wait::Gate | Wait::Reconcile)) {
             self.waiting = None;
         }
@@ -172,12 +170,11 @@ impl RunMachine {
         let pending = self.pending_calls();
         let decisions = decisions.unwrap_or_default();
         let decision = |id: &str| decisions.iter().find(|d| d.tool_call_id == id);
-        self.calls = TurnCalls::enter(
-            pending
-                .iter()
-                .map(|c| (c.clone(), decision(&c.id).filter(|d| d.approved).map(|d| d.approval_id.clone())))
-                .collect(),
-        );
+        self.calls = TurnCalls::default();
+        for call in &pending {
+            let approval_id = decision(&call.id).filter(|d| d.approved).map(|d| d.approval_id.clone());
+            self.calls.enter(call.clone(), approval_id);
+        }
         if resolved {
             for call in &pending {
                 let Some(d) = decision(&call.id) else { continue };
@@ -194,9 +191,9 @@ impl RunMachine {
             self.cp.approval_ids.clear();
             self.progress();
         }
-        for slot in self.calls.slots().to_vec() {
-            let CallState::Entered { approval_id } = slot.state else { continue };
-            let call = slot.call;
+        for i in 0..self.calls.len() {
+            let CallState::Entered { approval_id } = &self.calls.at(i).state else { continue };
+            let (call, approval_id) = (self.calls.at(i).call.clone(), approval_id.clone());
             if self.cp.started_tool_call_ids.contains(&call.id) {
                 let content = format!(
                     "interrupted: the process stopped while '{}' was running; it may or may not have taken effect. \
@@ -226,13 +223,13 @@ impl RunMachine {
         }
         if self.phase == Phase::Active {
             self.transitions();
-            let calls = self.calls.calls_where(|s| *s == CallState::AwaitingReconcile);
+            let calls = self.calls.calls_in(&CallState::AwaitingReconcile);
             if !calls.is_empty() {
                 self.effects.push_back(Effect::Reconcile { calls });
                 self.waiting = Some(Wait::Reconcile);
                 return;
             }
-            let calls = self.calls.calls_where(|s| *s == CallState::AwaitingGate);
+            let calls = self.calls.calls_in(&CallState::AwaitingGate);
             if !calls.is_empty() {
                 self.effects.push_back(Effect::Gate { calls });
                 self.waiting = Some(Wait::Gate);
@@ -259,7 +256,7 @@ impl RunMachine {
 
     /// State changes that need no I/O once every call of the turn has its result: queued input, finishing.
     pub(super) fn transitions(&mut self) {
-        if self.calls.any(CallState::is_open) || self.cp.status != RunStatus::InProgress {
+        if self.calls.has_open() || self.cp.status != RunStatus::InProgress {
             return;
         }
         if !self.cp.queued_input.is_empty() {
@@ -293,20 +290,21 @@ impl RunMachine {
 
     /// Effects that need the committed state: run the calls cleared to run, pause, call the model.
     pub(super) fn actions(&mut self) {
-        if !self.calls.any(CallState::is_open) {
+        if !self.calls.has_open() {
             self.effects.push_back(Effect::CallModel { step: self.cp.step_index + 1 });
             self.waiting = Some(Wait::Model);
             return;
         }
         let mut to_pause = Vec::new();
-        for slot in self.calls.slots().to_vec() {
-            match slot.state {
-                CallState::Ready { approval_id } => self.launch(slot.call, approval_id),
-                CallState::AwaitingApproval { approval_id } => to_pause.push((slot.call, approval_id)),
+        for i in 0..self.calls.len() {
+            let slot = self.calls.at(i);
+            match &slot.state {
+                CallState::Ready { approval_id } => self.launch(slot.call.clone(), approval_id.clone()),
+                CallState::AwaitingApproval { approval_id } => to_pause.push((slot.call.clone(), approval_id.clone())),
                 _ => {}
             }
         }
-        if self.calls.any(|s| *s == CallState::Running) {
+        if self.calls.running().next().is_some() {
             return;
         }
         if to_pause.is_empty() {
