@@ -128,6 +128,13 @@ fn result_ids(messages: &[Message]) -> Vec<String> {
 
 // ----- the harness -----
 
+/// The machine accepted an answer (every answer of a story is one it waits for, or a tolerated late one).
+fn accepted(notify: &str, answer: Result<(), Error>) {
+    if let Err(err) = answer {
+        panic!("{notify} was refused: {err}");
+    }
+}
+
 /// One execution of a run, told effect by effect.
 struct Story {
     m: RunMachine,
@@ -216,6 +223,12 @@ impl Story {
             Effect::Commit(entry) => entry,
             other => panic!("expected a Commit, got {other:#?}"),
         };
+        self.journal_append(entry)
+    }
+
+    /// Appends a commit's entry to the journal (as a store would) and checks that the journal folds to exactly the
+    /// machine's state.
+    fn journal_append(&mut self, entry: JournalEntry) -> &mut Self {
         let prev_seq = self.journal.last().map(|e| e.seq).unwrap_or(0);
         assert_eq!(entry.seq, prev_seq + 1, "journal entries are gapless");
         assert_eq!(entry.seq, self.cp().seq, "the entry carries the state's seq");
@@ -244,7 +257,7 @@ impl Story {
 
     /// The runtime wrote the last commit.
     fn ack(&mut self) -> &mut Self {
-        self.m.notify_committed();
+        accepted("notify_committed", self.m.notify_committed());
         self
     }
 
@@ -272,7 +285,7 @@ impl Story {
     }
 
     fn answer_model(&mut self, resp: ModelResponse) -> &mut Self {
-        self.m.notify_model_response(resp);
+        accepted("notify_model_response", self.m.notify_model_response(resp));
         self
     }
 
@@ -289,13 +302,34 @@ impl Story {
     }
 
     fn gate(&mut self, decisions: Vec<(&str, Gate)>) -> &mut Self {
-        self.m.notify_gated(decisions.into_iter().map(|(id, g)| (id.to_string(), g)).collect());
+        accepted(
+            "notify_gated",
+            self.m.notify_gated(decisions.into_iter().map(|(id, g)| (id.to_string(), g)).collect()),
+        );
         self
     }
 
     /// Gate these calls with `Gate::Run`.
     fn gate_run(&mut self, ids: &[&str]) -> &mut Self {
         self.expect_gate(ids).gate(ids.iter().map(|id| (*id, Gate::Run)).collect())
+    }
+
+    /// The next effect is a `Reconcile` for exactly these calls, in this order.
+    fn expect_reconcile(&mut self, ids: &[&str]) -> &mut Self {
+        match self.next("Reconcile") {
+            Effect::Reconcile { calls } => {
+                let got: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+                assert_eq!(got, ids, "Reconcile asks about these calls");
+            }
+            other => panic!("expected Reconcile {ids:?}, got {other:#?}"),
+        }
+        self
+    }
+
+    fn reconcile(&mut self, answers: Vec<(&str, Option<ToolOutcome>)>) -> &mut Self {
+        let answers = answers.into_iter().map(|(id, a)| (id.to_string(), a)).collect();
+        accepted("notify_reconciled", self.m.notify_reconciled(answers));
+        self
     }
 
     fn expect_run_tool(&mut self, id: &str) -> &mut Self {
@@ -321,7 +355,7 @@ impl Story {
     }
 
     fn settle(&mut self, id: &str, outcome: ToolOutcome) -> &mut Self {
-        self.m.notify_tool_settled(id, outcome);
+        accepted("notify_tool_settled", self.m.notify_tool_settled(id, outcome));
         self
     }
 
@@ -333,7 +367,7 @@ impl Story {
     }
 
     fn approvals_recorded(&mut self) -> &mut Self {
-        self.m.notify_approvals_recorded();
+        accepted("notify_approvals_recorded", self.m.notify_approvals_recorded());
         self
     }
 
@@ -819,7 +853,7 @@ fn a_propagating_tool_error_records_last_error_and_the_next_progress_clears_it()
 fn a_failed_model_call_records_last_error_and_keeps_the_run_resumable() {
     let mut s = Story::new(config());
     s.expect_commit().expect_call_model();
-    s.m.notify_model_failed(Error::new(ErrorCode::ProviderUnavailable, "HTTP 503"));
+    accepted("notify_model_failed", s.m.notify_model_failed(Error::new(ErrorCode::ProviderUnavailable, "HTTP 503")));
     s.expect_commit();
     assert_eq!(s.last_commit().last_error.as_ref().map(|e| e.code), Some(ErrorCode::ProviderUnavailable));
     assert_eq!(s.last_commit().attempts, 1);
@@ -1132,4 +1166,468 @@ fn journal_deltas_fold_to_the_machine_state_after_every_commit() {
             validate_transcript(&cp.messages).unwrap();
         }
     }
+}
+
+// ----- answers in the wrong state -----
+
+/// `answer` is refused with `STEADFAST_INTERNAL` (its message contains `says`) and changes nothing: same state, no
+/// effect, still done or not. Call it only while the machine waits (every effect pulled).
+fn refused(s: &mut Story, what: &str, says: &str, answer: impl FnOnce(&mut RunMachine) -> Result<(), Error>) {
+    let before = s.cp().clone();
+    let done = s.m.is_done();
+    let err = match answer(&mut s.m) {
+        Ok(()) => panic!("{what} was accepted"),
+        Err(err) => err,
+    };
+    assert_eq!(err.code, ErrorCode::Internal, "{what}: {err}");
+    assert_eq!(err.code(), "STEADFAST_INTERNAL");
+    assert!(!err.retryable, "{what}: a refused answer is a bug, not worth retrying");
+    assert_eq!(err.run_id.as_deref(), Some(RUN), "{what}");
+    assert!(err.message.contains(says), "{what}: the message should say {says:?}: {}", err.message);
+    assert_eq!(s.cp(), &before, "{what} changed the state");
+    assert_eq!(s.m.is_done(), done, "{what}");
+    assert!(s.m.poll_effect().is_none(), "{what} produced an effect");
+}
+
+/// `answer` is accepted and ignored: same state, no effect.
+fn ignored(s: &mut Story, what: &str, answer: impl FnOnce(&mut RunMachine) -> Result<(), Error>) {
+    let before = s.cp().clone();
+    if let Err(err) = answer(&mut s.m) {
+        panic!("{what} was refused: {err}");
+    }
+    assert_eq!(s.cp(), &before, "{what} changed the state");
+    assert!(s.m.poll_effect().is_none(), "{what} produced an effect");
+}
+
+fn stray_error() -> Error {
+    Error::new(ErrorCode::ProviderUnavailable, "HTTP 503")
+}
+
+#[test]
+fn an_answer_the_machine_does_not_wait_for_is_refused_with_an_internal_error_and_changes_nothing() {
+    let mut s = Story::new(config());
+    s.expect_commit_pending();
+    let commit = "the machine waits for a commit";
+    refused(&mut s, "a model answer before the first commit", commit, |m| m.notify_model_response(answer("early")));
+    refused(&mut s, "a model failure before the first commit", commit, |m| m.notify_model_failed(stray_error()));
+    refused(&mut s, "gate verdicts nobody asked for", commit, |m| m.notify_gated(vec![]));
+    refused(&mut s, "reconcile answers nobody asked for", commit, |m| m.notify_reconciled(vec![]));
+    refused(&mut s, "approval records without a pause", commit, |m| m.notify_approvals_recorded());
+    s.ack().expect_call_model_step(1);
+    refused(&mut s, "a commit nobody handed out", "waits for the model", |m| m.notify_committed());
+    s.answer_model(turn(&[("c1", "search"), ("c2", "write")])).expect_gate(&["c1", "c2"]);
+    refused(&mut s, "a commit while gating", "waits for gate verdicts", |m| m.notify_committed());
+    refused(
+        &mut s,
+        "a verdict for a call not asked about",
+        "call 'c3' is unknown to this turn, not awaiting its gate verdict",
+        |m| m.notify_gated(vec![("c1".into(), Gate::Run), ("c3".into(), Gate::Run)]),
+    );
+    s.gate(vec![("c1", Gate::Run), ("c2", Gate::Run)]).expect_commit_pending();
+    refused(&mut s, "a result before the call started", "call 'c1' is ready but not started, not running", |m| {
+        m.notify_tool_settled("c1", ok("too early"))
+    });
+    s.ack().expect_run_tool("c1").expect_run_tool("c2").expect_idle();
+    refused(&mut s, "a commit while tools run", "waits for running tools only", |m| m.notify_committed());
+    refused(&mut s, "a model answer while tools run", "notify_model_response refused", |m| {
+        m.notify_model_response(answer("stray"))
+    });
+    refused(&mut s, "a result for a call of no turn", "call 'c9' is unknown to this turn, not running", |m| {
+        m.notify_tool_settled("c9", ok("?"))
+    });
+    s.settle("c1", ok("a")).expect_commit();
+    refused(&mut s, "a second result for c1", "call 'c1' is recorded, not running", |m| {
+        m.notify_tool_settled("c1", ok("again"))
+    });
+    s.settle("c2", ok("b")).expect_commit().expect_call_model_step(2).answer_model(answer("done")).expect_commit();
+    assert_eq!(s.expect_finish().finish_reason, Some(FinishReason::Stop));
+    // After a run finished normally nothing is outstanding: every answer is refused.
+    refused(&mut s, "a model answer after the finish", "is done", |m| m.notify_model_response(answer("late")));
+    refused(&mut s, "a result after the finish", "unknown to this turn", |m| m.notify_tool_settled("c2", ok("late")));
+    refused(&mut s, "a commit after the finish", "is done", |m| m.notify_committed());
+    let cp = s.stored();
+    assert_eq!(result_ids(&cp.messages), ["c1", "c2"], "one result per call");
+    assert_eq!(result_for(&cp.messages, "c1").content, "a");
+}
+
+#[test]
+fn late_answers_to_effects_handed_out_before_an_abort_are_accepted_and_change_nothing() {
+    let mut s = Story::new(config());
+    s.expect_commit().expect_call_model().answer_model(turn(&[("c1", "search")])).expect_gate(&["c1"]);
+    // Aborted while the runtime runs the gate: the gate's verdict comes after the abort.
+    s.abort().expect_commit_pending();
+    assert_eq!(result_for(&s.last_commit().messages, "c1").kind, ResultKind::Cancelled);
+    ignored(&mut s, "the gate's late verdict", |m| m.notify_gated(vec![("c1".into(), Gate::Run)]));
+    ignored(&mut s, "a late model failure", |m| m.notify_model_failed(stray_error()));
+    ignored(&mut s, "a late result", |m| m.notify_tool_settled("c1", ok("late")));
+    // The commit that records the abort is still awaited, and nothing else stands in for it.
+    refused(&mut s, "approval records out of turn", "waits for a commit", |m| m.notify_approvals_recorded());
+    s.ack();
+    assert_eq!(s.expect_finish().finish_reason, Some(FinishReason::Aborted));
+    ignored(&mut s, "a model answer after the finish", |m| m.notify_model_response(answer("late")));
+    refused(&mut s, "a commit after the finish", "is done", |m| m.notify_committed());
+    assert!(!s.ran_tool("c1"));
+
+    // The same while a reconcile round is outstanding.
+    let crashed = intent_recorded_and_both_calls_running();
+    let mut r = Story::resume(&crashed, config(), Start::Resume).unwrap();
+    r.expect_reconcile(&["c1"]).abort().expect_commit_pending();
+    ignored(&mut r, "the reconcile round's late answer", |m| m.notify_reconciled(vec![("c1".into(), None)]));
+    r.ack();
+    assert_eq!(r.expect_finish().finish_reason, Some(FinishReason::Aborted));
+    assert_eq!(result_ids(&r.stored().messages), ["c1", "c2"]);
+    assert!(r.stored().intents.is_empty(), "a cancelled call needs no intent any more");
+}
+
+/// A run whose first turn asks for c1 (write, side-effecting: its intent is recorded) and c2 (search); both are
+/// running when the process dies, so c1's intent has no outcome.
+fn intent_recorded_and_both_calls_running() -> Story {
+    let mut s = Story::new(config());
+    s.expect_commit()
+        .expect_call_model()
+        .answer_model(turn(&[("c1", "write"), ("c2", "search")]))
+        .expect_gate(&["c1", "c2"])
+        .gate(vec![("c1", Gate::RunWithIntent), ("c2", Gate::Run)])
+        .expect_commit();
+    assert_eq!(s.last_commit().intents, vec!["c1".to_string()], "the intent is committed before c1 runs");
+    s.expect_run_tool("c1").expect_run_tool("c2").expect_idle();
+    s
+}
+
+#[test]
+fn a_call_beside_an_unreconciled_side_effect_is_gated_once_after_the_reconcile_round() {
+    let crashed = intent_recorded_and_both_calls_running();
+    // The tool says the effect did not happen: c1 runs again (its intent still stands), c2 is gated once.
+    let mut r = Story::resume(&crashed, config(), Start::Resume).unwrap();
+    r.expect_reconcile(&["c1"]).reconcile(vec![("c1", None)]).expect_gate(&["c2"]).gate(vec![("c2", Gate::Run)]);
+    r.expect_run_tool("c1").expect_run_tool("c2").expect_idle();
+    r.settle("c2", ok("found")).expect_commit().settle("c1", ok("written")).expect_commit();
+    let cp = r.last_commit().clone();
+    assert_eq!(result_ids(&cp.messages), ["c1", "c2"]);
+    assert_eq!(result_for(&cp.messages, "c2").kind, ResultKind::Execution, "no fabricated validation result");
+    assert!(cp.intents.is_empty());
+    let gates = r.log.iter().filter(|e| matches!(e, Effect::Gate { .. })).count();
+    assert_eq!(gates, 1, "one Gate effect: {:#?}", r.log);
+    r.expect_call_model_step(2);
+
+    // The tool says it happened: its answer is c1's result and c1 does not run again.
+    let mut h = Story::resume(&crashed, config(), Start::Resume).unwrap();
+    h.expect_reconcile(&["c1"]).reconcile(vec![("c1", Some(ok("written earlier")))]).expect_gate(&["c2"]);
+    h.gate(vec![("c2", Gate::Run)]).expect_commit().expect_run_tool("c2").expect_idle();
+    assert_eq!(result_for(&h.last_commit().messages, "c1").content, "written earlier");
+    h.settle("c2", ok("found")).expect_commit().expect_call_model_step(2);
+    assert!(!h.ran_tool("c1"));
+}
+
+#[test]
+fn reconcile_answers_are_taken_only_for_the_calls_asked_about() {
+    let crashed = intent_recorded_and_both_calls_running();
+    let mut r = Story::resume(&crashed, config(), Start::Resume).unwrap();
+    r.expect_reconcile(&["c1"]);
+    refused(
+        &mut r,
+        "a reconcile answer for c2",
+        "call 'c2' is awaiting its gate verdict, not awaiting its reconcile answer",
+        |m| m.notify_reconciled(vec![("c1".into(), None), ("c2".into(), None)]),
+    );
+    refused(&mut r, "gate verdicts during the reconcile round", "waits for reconcile answers", |m| {
+        m.notify_gated(vec![("c2".into(), Gate::Run)])
+    });
+    r.reconcile(vec![("c1", None)]).expect_gate(&["c2"]);
+    refused(&mut r, "a reconcile answer after the round", "waits for gate verdicts", |m| {
+        m.notify_reconciled(vec![("c1".into(), None)])
+    });
+}
+
+// ----- generated stories -----
+
+/// SplitMix64: a small seeded generator, so a failing seed reproduces.
+struct Seeded(u64);
+
+impl Seeded {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// True with `percent` % probability.
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// The one answer a story's runtime owes the machine (besides the results of running calls).
+#[derive(Clone, Debug, PartialEq)]
+enum Owed {
+    Commit,
+    Model,
+    Gate(Vec<ToolCall>),
+    Reconcile(Vec<ToolCall>),
+    Pause,
+}
+
+/// Every answer the machine does not wait for, tried while it waits: refused and changing nothing — or, once an
+/// abort or a failure decided the outcome (`cut`), accepted and ignored for the model, gate, reconcile and tool
+/// answers (commits and approval records are never tolerated out of turn).
+fn probe(s: &mut Story, owed: Option<&Owed>, cut: bool, seed: u64) {
+    type Answer = Box<dyn FnOnce(&mut RunMachine) -> Result<(), Error>>;
+    let mut tolerable: Vec<(&str, Answer)> = Vec::new();
+    let mut strict: Vec<(&str, Answer)> = Vec::new();
+    if owed != Some(&Owed::Commit) {
+        strict.push(("notify_committed", Box::new(|m| m.notify_committed())));
+    }
+    if owed != Some(&Owed::Pause) {
+        strict.push(("notify_approvals_recorded", Box::new(|m| m.notify_approvals_recorded())));
+    }
+    if owed != Some(&Owed::Model) {
+        tolerable.push(("notify_model_response", Box::new(|m| m.notify_model_response(answer("stray")))));
+        tolerable.push(("notify_model_failed", Box::new(|m| m.notify_model_failed(stray_error()))));
+    }
+    match owed {
+        Some(Owed::Gate(_)) => tolerable.push((
+            "notify_gated for a call not asked about",
+            Box::new(|m| m.notify_gated(vec![("stray".into(), Gate::Run)])),
+        )),
+        _ => tolerable.push(("notify_gated", Box::new(|m| m.notify_gated(vec![])))),
+    }
+    match owed {
+        Some(Owed::Reconcile(_)) => tolerable.push((
+            "notify_reconciled for a call not asked about",
+            Box::new(|m| m.notify_reconciled(vec![("stray".into(), None)])),
+        )),
+        _ => tolerable.push(("notify_reconciled", Box::new(|m| m.notify_reconciled(vec![])))),
+    }
+    tolerable.push(("notify_tool_settled for an unknown call", Box::new(|m| m.notify_tool_settled("stray", ok("?")))));
+    if let Some(id) = result_ids(&s.cp().messages).last().cloned() {
+        tolerable
+            .push(("notify_tool_settled for a recorded call", Box::new(move |m| m.notify_tool_settled(&id, ok("?")))));
+    }
+    for (what, answer) in strict {
+        refused(s, &format!("seed {seed}: {what}"), "refused", answer);
+    }
+    for (what, answer) in tolerable {
+        let what = format!("seed {seed}: {what}");
+        if cut {
+            ignored(s, &what, answer);
+        } else {
+            refused(s, &what, "refused", answer);
+        }
+    }
+}
+
+/// Plays one generated story: executions of one run (new, resumed after a crash, an abort or a failure, resolved
+/// after a pause), driven effect by effect with seeded choices. With `probing`, every answer the machine does not
+/// wait for is tried at every point where it waits. Returns every effect and event, and the final state.
+fn play(seed: u64, probing: bool) -> (Vec<String>, Checkpoint) {
+    let mut rng = Seeded(seed);
+    let mut cfg = config();
+    cfg.max_steps = 6;
+    let mut s = Story::new(cfg.clone());
+    let mut trace: Vec<String> = Vec::new();
+    let mut owed: Option<Owed> = None;
+    let mut running: Vec<String> = Vec::new();
+    let mut cut = false;
+    let mut executions = 1;
+    let mut next_id = 0;
+    let mut approvals: Vec<ApprovalRecord> = Vec::new();
+    for _ in 0..5_000 {
+        match s.try_next() {
+            Some(Effect::Commit(entry)) => {
+                s.journal_append(entry);
+                owed = Some(Owed::Commit);
+            }
+            Some(Effect::CallModel { .. }) => owed = Some(Owed::Model),
+            Some(Effect::Gate { calls }) => owed = Some(Owed::Gate(calls)),
+            Some(Effect::Reconcile { calls }) => owed = Some(Owed::Reconcile(calls)),
+            Some(Effect::RunTool { call, .. }) => running.push(call.id),
+            Some(Effect::Pause { approvals: records }) => {
+                approvals.extend(records);
+                owed = Some(Owed::Pause);
+            }
+            Some(Effect::Emit(_)) => unreachable!("the harness keeps events"),
+            Some(Effect::Finish(outcome)) => {
+                if probing {
+                    probe(&mut s, None, cut, seed);
+                }
+                trace.extend(s.log.iter().map(|e| format!("{e:?}")));
+                trace.extend(s.events.iter().map(|e| format!("{e:?}")));
+                let stored = s.stored();
+                if stored.status == RunStatus::Finished || executions >= 12 {
+                    return (trace, stored);
+                }
+                let start = match stored.status {
+                    RunStatus::AwaitingApproval => Start::Approvals(decide(&mut rng, &stored, &approvals)),
+                    _ => Start::Resume,
+                };
+                assert!(outcome.status == stored.status, "seed {seed}: the outcome reports the stored status");
+                s = Story::resume(&s, cfg.clone(), start).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                executions += 1;
+                (owed, cut) = (None, false);
+                running.clear();
+            }
+            None => {
+                if probing {
+                    probe(&mut s, owed.as_ref(), cut, seed);
+                }
+                // The process dies (the next execution starts from what was committed), or the run is aborted.
+                if executions < 12 && rng.chance(3) {
+                    trace.extend(s.log.iter().map(|e| format!("{e:?}")));
+                    trace.extend(s.events.iter().map(|e| format!("{e:?}")));
+                    let stored = s.stored();
+                    let start = match stored.status {
+                        RunStatus::AwaitingApproval => Start::Approvals(decide(&mut rng, &stored, &approvals)),
+                        RunStatus::Finished => return (trace, stored),
+                        RunStatus::InProgress => Start::Resume,
+                    };
+                    s = Story::resume(&s, cfg.clone(), start).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+                    executions += 1;
+                    (owed, cut) = (None, false);
+                    running.clear();
+                    continue;
+                }
+                // (An abort changes nothing once the run is finishing or pausing: its status tells.)
+                if !cut && s.cp().status == RunStatus::InProgress && rng.chance(2) {
+                    s.abort();
+                    cut = true;
+                    running.clear();
+                    if matches!(owed, Some(Owed::Model | Owed::Gate(_) | Owed::Reconcile(_))) {
+                        owed = None;
+                    }
+                    continue;
+                }
+                if !running.is_empty() && (owed.is_none() || rng.chance(40)) {
+                    let id = running.remove(rng.below(running.len()));
+                    let outcome = match rng.below(100) {
+                        0..=2 => ToolOutcome::Propagate(Error::new(ErrorCode::ToolPropagated, "disk on fire")),
+                        3..=27 => failed("Error: boom"),
+                        _ => ok(&format!("{id} done")),
+                    };
+                    if matches!(outcome, ToolOutcome::Propagate(_)) {
+                        cut = true;
+                        running.clear();
+                    }
+                    s.settle(&id, outcome);
+                    continue;
+                }
+                match owed.take() {
+                    Some(Owed::Commit) => {
+                        s.ack();
+                    }
+                    Some(Owed::Model) => {
+                        if rng.chance(3) {
+                            accepted("notify_model_failed", s.m.notify_model_failed(stray_error()));
+                            cut = true;
+                        } else if rng.chance(70) {
+                            let n = 1 + rng.below(3);
+                            let calls: Vec<ToolCall> = (0..n)
+                                .map(|_| {
+                                    next_id += 1;
+                                    let name = ["search", "write", "deploy", "nope"][rng.below(4)];
+                                    call(&format!("t{next_id}"), name, json!({}))
+                                })
+                                .collect();
+                            s.answer_model(turn_with(calls));
+                        } else {
+                            s.answer_model(answer("done"));
+                        }
+                    }
+                    Some(Owed::Gate(calls)) => {
+                        let mut verdicts = Vec::new();
+                        for c in &calls {
+                            let verdict = match rng.below(100) {
+                                _ if c.name == "nope" => Gate::UnknownTool,
+                                0..=34 => Gate::Run,
+                                35..=54 => Gate::RunWithIntent,
+                                55..=69 => {
+                                    next_id += 1;
+                                    needs_approval(&format!("apr{next_id}"))
+                                }
+                                70..=79 => Gate::Invalid { message: "bad".into() },
+                                80..=89 => Gate::Denied { reason: "no".into() },
+                                // No verdict at all: a validation result.
+                                _ => continue,
+                            };
+                            verdicts.push((c.id.as_str(), verdict));
+                        }
+                        s.gate(verdicts);
+                    }
+                    Some(Owed::Reconcile(calls)) => {
+                        let answers =
+                            calls.iter().map(|c| (c.id.as_str(), rng.chance(50).then(|| ok("it happened")))).collect();
+                        s.reconcile(answers);
+                    }
+                    Some(Owed::Pause) => {
+                        s.approvals_recorded();
+                    }
+                    None => panic!("seed {seed}: the machine waits for nothing, with nothing running: {:#?}", s.log),
+                }
+            }
+        }
+    }
+    panic!("seed {seed}: the story did not end");
+}
+
+/// A decision for every approval of the stored pause.
+fn decide(rng: &mut Seeded, stored: &Checkpoint, records: &[ApprovalRecord]) -> Vec<Decision> {
+    stored
+        .approval_ids
+        .iter()
+        .map(|id| {
+            let record = records.iter().find(|r| &r.id == id).expect("the pause's approval records were written");
+            if rng.chance(60) {
+                approve(id, &record.tool_call.id)
+            } else {
+                reject(id, &record.tool_call.id, "no")
+            }
+        })
+        .collect()
+}
+
+/// Over generated stories (crashes, aborts, failures, pauses, reconcile rounds, parallel calls), every answer the
+/// machine does not wait for is refused with `STEADFAST_INTERNAL` at every point where it waits, and changes
+/// nothing: the story plays out exactly as without them. `STEADFAST_STORIES=<n>` plays more;
+/// `STEADFAST_STORY_SEED=<seed>` plays one.
+#[test]
+fn answers_out_of_turn_are_refused_at_every_step_of_generated_stories_and_change_nothing() {
+    let seeds: Vec<u64> = match std::env::var("STEADFAST_STORY_SEED") {
+        Ok(seed) => vec![seed.parse().expect("a number")],
+        Err(_) => {
+            let n = std::env::var("STEADFAST_STORIES").ok().and_then(|n| n.parse().ok()).unwrap_or(500);
+            (1..=n).collect()
+        }
+    };
+    let mut ended = [0usize; 3];
+    // How varied the stories were: executions, reconcile rounds, pauses, aborts, failed attempts.
+    let mut seen = [0usize; 5];
+    for seed in seeds {
+        let repro = format!("STEADFAST_STORY_SEED={seed} cargo test --test machine_conversations generated_stories");
+        let plain = std::panic::catch_unwind(|| play(seed, false));
+        let probed = std::panic::catch_unwind(|| play(seed, true));
+        let (Ok((plain_trace, plain_cp)), Ok((probed_trace, probed_cp))) = (plain, probed) else {
+            panic!("seed {seed} failed; reproduce with: {repro}");
+        };
+        assert_eq!(plain_trace, probed_trace, "seed {seed}: the probes changed the story; reproduce with: {repro}");
+        assert_eq!(plain_cp, probed_cp, "seed {seed}: the probes changed the state; reproduce with: {repro}");
+        validate_transcript(&plain_cp.messages).unwrap_or_else(|e| panic!("seed {seed}: {e}; {repro}"));
+        let count = |pred: &dyn Fn(&str) -> bool| plain_trace.iter().filter(|t| pred(t)).count();
+        seen[0] += count(&|t| t.starts_with("RunStart"));
+        seen[1] += count(&|t| t.starts_with("Reconcile {"));
+        seen[2] += count(&|t| t.starts_with("Pause {"));
+        seen[3] += count(&|t| t.starts_with("Finish(") && t.contains("Some(Aborted)"));
+        seen[4] += count(&|t| t.starts_with("Finish(") && t.contains("error: Some"));
+        ended[match plain_cp.status {
+            RunStatus::Finished => 0,
+            RunStatus::InProgress => 1,
+            RunStatus::AwaitingApproval => 2,
+        }] += 1;
+    }
+    eprintln!("generated stories ended finished / in progress / awaiting approval: {ended:?}");
+    eprintln!("executions / reconcile rounds / pauses / aborts / failed attempts: {seen:?}");
 }

@@ -204,7 +204,7 @@ impl<'a> Driver<'a> {
                         race_with_tools(commit, &mut in_flight, &mut settled).await?;
                         self.stats.commits += 1;
                         self.after_effect(&mut in_flight).await?;
-                        m.notify_committed();
+                        deliver(&mut m, |m| m.notify_committed());
                     }
                     Effect::CallModel { step } => {
                         let messages = m.checkpoint().messages.clone();
@@ -219,13 +219,13 @@ impl<'a> Driver<'a> {
                         }
                         self.after_effect(&mut in_flight).await?;
                         match answer {
-                            Ok(Some(resp)) => m.notify_model_response(resp),
+                            Ok(Some(resp)) => deliver(&mut m, |m| m.notify_model_response(resp)),
                             Ok(None) => {
                                 abort_seen = true;
                                 m.notify_abort();
                             }
                             Err(e) if e.code == ErrorCode::SessionBusy => return Err(e),
-                            Err(e) => m.notify_model_failed(e),
+                            Err(e) => deliver(&mut m, |m| m.notify_model_failed(e)),
                         }
                     }
                     Effect::Gate { calls } => {
@@ -243,14 +243,14 @@ impl<'a> Driver<'a> {
                         self.after_effect(&mut in_flight).await?;
                         match failed {
                             Some(e) => m.notify_failed(e),
-                            None => m.notify_gated(decisions),
+                            None => deliver(&mut m, |m| m.notify_gated(decisions)),
                         }
                     }
                     Effect::Reconcile { calls } => {
                         let answers = self.reconcile(&calls).await;
                         self.after_effect(&mut in_flight).await?;
                         match answers {
-                            Ok(a) => m.notify_reconciled(a),
+                            Ok(a) => deliver(&mut m, |m| m.notify_reconciled(a)),
                             Err(e) => m.notify_failed(e),
                         }
                     }
@@ -283,7 +283,7 @@ impl<'a> Driver<'a> {
                             self.deps.store.put_approval(a).await?;
                         }
                         self.after_effect(&mut in_flight).await?;
-                        m.notify_approvals_recorded();
+                        deliver(&mut m, |m| m.notify_approvals_recorded());
                     }
                     Effect::Finish(outcome) => {
                         // A result is reported only by a confirmed owner (a loser's journal is never read).
@@ -298,7 +298,7 @@ impl<'a> Driver<'a> {
                     Ok(o) => o,
                     Err(e) => ToolOutcome::Propagate(e),
                 };
-                m.notify_tool_settled(&id, outcome);
+                deliver(&mut m, |m| m.notify_tool_settled(&id, outcome));
                 self.start_queued(&m, &mut queue, &mut in_flight).await?;
                 continue;
             }
@@ -578,6 +578,17 @@ impl<'a> Driver<'a> {
             };
             (call.id, outcome)
         })
+    }
+}
+
+/// Hands the machine an answer. The machine refuses an answer it does not wait for (`STEADFAST_INTERNAL`, nothing
+/// changed): that is a bug in this driver, so debug builds (every test, the generated crash checker among them)
+/// stop on it, and a release build fails the attempt with that error (not retryable: the sweep leaves the run for
+/// a person; it stays resumable).
+fn deliver(m: &mut RunMachine, notify: impl FnOnce(&mut RunMachine) -> Result<()>) {
+    if let Err(e) = notify(m) {
+        debug_assert!(false, "the run state machine refused an answer: {e}");
+        m.notify_failed(e);
     }
 }
 

@@ -1,0 +1,183 @@
+//! The run state machine: sans-IO, events in, effects out.
+//!
+//! The runtime feeds it what happened (`notify_*`) and performs the [`Effect`]s it hands back, one at a time
+//! and in order, except [`Effect::RunTool`], of which several may be in flight. Every state change reaches the
+//! store through an [`Effect::Commit`] before any effect that depends on it (a tool never runs before the model
+//! turn that asked for it is committed; a model is never called before the previous results are committed).
+//! Because every I/O is an effect, a test can stop after any effect, rebuild from what was committed, and
+//! compare with an uninterrupted run.
+//!
+//! ```text
+//!  start ─► [Gate?] ─► Commit ─► RunTool… ─► (settle ─► Commit)… ─► [Pause ─► Commit ─► Finish]
+//!                                                                  └► CallModel ─► response ─► …
+//! ```
+//!
+//! # One state per tool call
+//!
+//! When a turn is entered (the model asked for tools, or an execution starts over a turn with calls that have
+//! no result), each call without a result gets a slot holding exactly one `CallState`. Every fact the machine
+//! keeps about a call in this execution lives in that one value: whether it waits for a gate verdict or for a
+//! reconcile answer, whether it is cleared to run (and with which approval id), whether it runs, whether it has
+//! its result. What an earlier execution left behind is read from the checkpoint once, when the turn is entered
+//! (a start mark without a result: interrupted; an intent without an outcome: reconcile), so a mark this
+//! execution writes is never mistaken for a leftover.
+//!
+//! ```text
+//!  entered ──┬─ start mark left by an earlier execution ─────────────────────────────► Recorded (interrupted)
+//!            ├─ intent left, outcome unknown ──► AwaitingReconcile ─┬─ it happened ──► Recorded
+//!            │                                                      └─ it did not ───► Ready
+//!            ├─ invalid arguments ───────────────────────────────────────────────────► Recorded (validation)
+//!            ├─ rejected by a reviewer ──────────────────────────────────────────────► Recorded (rejected)
+//!            ├─ approved by a reviewer (start mark written) ─────────────────────────► Ready (approval id)
+//!            └─ otherwise ──► AwaitingGate ─┬─ Run ─────────────────────────────────► Ready
+//!                                           ├─ RunWithIntent (intent written) ──────► Ready
+//!                                           ├─ NeedsApproval ───────────────────────► AwaitingApproval ─► pause
+//!                                           └─ Invalid / UnknownTool / Denied ──────► Recorded
+//!  Ready ── state committed, RunTool handed out ──► Running ── settled ──► Recorded
+//!  abort: every call without a result ──► Recorded (cancelled)      failure: Running ──► Abandoned
+//! ```
+//!
+//! The gate and reconcile effects list the calls in `AwaitingGate` / `AwaitingReconcile`, so a call is asked
+//! about once: only a call just entered can reach those states, and a move not drawn above is refused.
+//!
+//! # Answers and signals
+//!
+//! The machine is in one of three phases (active; ending: the outcome is decided and its commit is being
+//! written; done: `Finish` was handed out) and waits for at most one answer at a time (to a [`Effect::Commit`],
+//! [`Effect::CallModel`], [`Effect::Gate`], [`Effect::Reconcile`] or [`Effect::Pause`]); tool calls are the only
+//! effects outstanding several at a time, and their states say which. An answer the machine does not wait for
+//! (a commit nobody handed out, a verdict for a call not asked about, a result for a call that is not running)
+//! is refused with `STEADFAST_INTERNAL` saying what the machine waits for, and changes nothing; the runtime
+//! fails the attempt on it. The one tolerance: once an abort or a failure decided the outcome, late answers to
+//! the model call, gate, reconcile and tool calls handed out before are accepted and ignored (each `notify_*`
+//! says so). `notify_abort` and `notify_failed` are signals, valid in every state; the first verdict wins.
+//!
+//! # The module
+//!
+//! - `types`: what goes in and out ([`MachineConfig`], [`Start`], [`Effect`], [`Gate`], [`ToolOutcome`],
+//!   [`ModelResponse`], [`Outcome`], [`DriftPolicy`]);
+//! - `start`: [`RunMachine::start`], with the checks that refuse before any effect;
+//! - `notify`: the runtime's answers and signals (`notify_*`);
+//! - `step`: what happens after each answer: state changes that need no I/O, the commit, then the effects that
+//!   need the committed state;
+//! - `calls`: the one state of each tool call of the current turn.
+
+mod calls;
+mod notify;
+mod start;
+mod step;
+mod types;
+
+pub use types::{
+    DriftPolicy, Effect, Gate, MachineConfig, ModelResponse, Outcome, Start, ToolOutcome, MAX_ERROR_RESULT_CHARS,
+};
+
+use crate::core::checkpoint::{Checkpoint, FinishReason};
+use crate::core::transcript::ToolCall;
+use calls::TurnCalls;
+use serde_json::Value;
+use std::collections::VecDeque;
+use step::Committed;
+
+/// The one answer the machine waits for (none while tools run and nothing else is outstanding).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Wait {
+    /// `notify_committed`.
+    Commit,
+    /// `notify_model_response` or `notify_model_failed`.
+    Model,
+    /// `notify_gated`, for the calls in `AwaitingGate`.
+    Gate,
+    /// `notify_reconciled`, for the calls in `AwaitingReconcile`.
+    Reconcile,
+    /// `notify_approvals_recorded`; then the run pauses on this batch of approval ids.
+    Approvals { batch: Vec<String> },
+}
+
+/// Where the execution stands.
+#[derive(Clone, Debug, PartialEq)]
+enum Phase {
+    /// Working: each step runs transitions and actions.
+    Active,
+    /// The outcome is decided; what is left is committing the state, then handing out `Finish`.
+    Ending(Outcome),
+    /// `Finish` was handed out. `cut_short` when an abort or a failure decided the outcome.
+    Done { cut_short: bool },
+}
+
+/// Whether an abort or a failure decided this outcome (rather than the run finishing or pausing).
+fn cut_short(outcome: &Outcome) -> bool {
+    outcome.error.is_some() || outcome.finish_reason == Some(FinishReason::Aborted)
+}
+
+/// The run state machine.
+#[derive(Debug)]
+pub struct RunMachine {
+    cfg: MachineConfig,
+    /// The current state (what the last or next commit holds).
+    cp: Checkpoint,
+    now: u64,
+    effects: VecDeque<Effect>,
+    phase: Phase,
+    waiting: Option<Wait>,
+    /// The calls of the current turn, one state each.
+    calls: TurnCalls,
+    /// What the journal holds already.
+    committed: Committed,
+    /// `cp` moved past what the journal holds: the next step commits.
+    dirty: bool,
+    /// The next commit is a snapshot (the first entry of a new run).
+    snapshot_next: bool,
+}
+
+impl RunMachine {
+    /// Sets the clock reading used for timestamps of the next effects.
+    pub fn set_now(&mut self, now: u64) {
+        self.now = now;
+    }
+
+    /// The next effect to perform, if any.
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// Whether the execution is over (a `Finish` was handed out).
+    pub fn is_done(&self) -> bool {
+        matches!(self.phase, Phase::Done { .. }) && self.effects.is_empty()
+    }
+
+    /// Ids of the tool calls started and not settled, in call order.
+    pub fn running(&self) -> impl Iterator<Item = &String> {
+        self.calls.running()
+    }
+
+    /// Whether the machine waits for the result of this started call.
+    pub fn is_running(&self, tool_call_id: &str) -> bool {
+        self.calls.state(tool_call_id) == Some(&calls::CallState::Running)
+    }
+
+    /// The current state (what the last or next commit holds).
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.cp
+    }
+
+    /// Replaces the extension state (progress-guard counters); committed with the next boundary.
+    pub fn set_ext(&mut self, ext: Option<Value>) {
+        if self.cp.ext != ext {
+            self.cp.ext = ext;
+            self.dirty = true;
+        }
+    }
+
+    /// Tool calls of the last turn that have no result yet, in call order.
+    pub fn pending_calls(&self) -> Vec<ToolCall> {
+        let Some((idx, placed)) = self.turn() else { return Vec::new() };
+        self.cp.messages[idx]
+            .tool_calls()
+            .iter()
+            .skip(placed)
+            .filter(|c| !self.cp.held_results.iter().any(|r| r.tool_call_id == c.id))
+            .cloned()
+            .collect()
+    }
+}

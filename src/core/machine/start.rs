@@ -1,0 +1,272 @@
+//! Starting an execution: a new run, or a stored one (resume, continue, decisions on a pause, quarantine, a
+//! failed attempt), with the checks that refuse before any effect.
+
+use super::calls::TurnCalls;
+use super::step::Committed;
+use super::{DriftPolicy, MachineConfig, Outcome, Phase, RunMachine, Start};
+use crate::core::approval::Decision;
+use crate::core::checkpoint::{Checkpoint, RunStatus};
+use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::events::Event;
+use crate::core::limits::check_depth;
+use crate::core::transcript::{Message, ToolCall, Usage};
+use serde_json::Value;
+use std::collections::VecDeque;
+
+fn non_system(input: &[Message]) -> Vec<Message> {
+    input.iter().filter(|m| !m.is_system()).cloned().collect()
+}
+
+impl RunMachine {
+    /// Starts an execution over the stored checkpoint (if any). Fails before any effect for: an empty new
+    /// run, a run awaiting approval (send/resume), drift under `error`, a pending call whose tool is gone,
+    /// decisions that do not match the pause.
+    pub fn start(cfg: MachineConfig, stored: Option<Checkpoint>, start: Start, now: u64) -> Result<RunMachine> {
+        let run_id = cfg.run_id.clone();
+        // Whatever enters the checkpoint from the caller must read back (JSON depth).
+        if let Some(bs) = &cfg.business_state {
+            check_depth("businessState", bs).map_err(|e| e.with_run(&run_id))?;
+        }
+        if let Start::Send(input) = &start {
+            for call in input.iter().flat_map(|m| m.tool_calls()) {
+                check_depth(&format!("the arguments of tool call '{}' in the input", call.id), &call.args)
+                    .map_err(|e| e.with_run(&run_id))?;
+            }
+        }
+        let mut m = RunMachine {
+            cp: Checkpoint::new(&run_id),
+            cfg,
+            now,
+            effects: VecDeque::new(),
+            phase: Phase::Active,
+            waiting: None,
+            calls: TurnCalls::default(),
+            committed: Committed::default(),
+            dirty: false,
+            snapshot_next: false,
+        };
+        let annotate = matches!(start, Start::Quarantine | Start::Failed(_));
+        let decisions = match stored {
+            None => {
+                m.start_new(start)?;
+                None
+            }
+            Some(cp) => m.start_stored(cp, start)?,
+        };
+        if !annotate {
+            m.cp.fingerprint = Some(m.cfg.fingerprint.clone());
+        }
+        if m.phase == Phase::Active {
+            m.enter_turn(decisions);
+        }
+        m.advance();
+        Ok(m)
+    }
+
+    fn start_new(&mut self, start: Start) -> Result<()> {
+        let input = match start {
+            Start::Send(input) => input,
+            Start::Resume => {
+                return Err(Error::new(
+                    ErrorCode::CheckpointNotFound,
+                    format!("run '{}' has no checkpoint", self.cfg.run_id),
+                )
+                .with_run(&self.cfg.run_id))
+            }
+            Start::Approvals(_) => {
+                return Err(Error::new(
+                    ErrorCode::ApprovalOrphaned,
+                    format!("run '{}' no longer exists", self.cfg.run_id),
+                )
+                .with_run(&self.cfg.run_id))
+            }
+            Start::Quarantine | Start::Failed(_) => {
+                return Err(Error::new(
+                    ErrorCode::CheckpointNotFound,
+                    format!("run '{}' has no checkpoint", self.cfg.run_id),
+                )
+                .with_run(&self.cfg.run_id))
+            }
+        };
+        if non_system(&input).is_empty() {
+            return Err(Error::invalid_input("a new run needs at least one user message").with_run(&self.cfg.run_id));
+        }
+        if !self.cfg.instructions.is_empty() {
+            self.cp.messages.push(Message::system(self.cfg.instructions.clone()));
+        }
+        self.cp.input_start = self.cp.messages.len();
+        self.cp.input_len = input.len();
+        self.cp.messages.extend(input);
+        self.cp.business_state = self.cfg.business_state.clone();
+        self.snapshot_next = true;
+        self.dirty = true;
+        self.emit(Event::RunStart { resumed: false, step: 0 });
+        Ok(())
+    }
+
+    /// Loads the stored checkpoint and applies `start`; returns the decisions of a resolved pause.
+    fn start_stored(&mut self, cp: Checkpoint, start: Start) -> Result<Option<Vec<Decision>>> {
+        let run_id = self.cfg.run_id.clone();
+        if cp.run_id != run_id {
+            return Err(Error::new(
+                ErrorCode::CheckpointCorrupt,
+                format!("checkpoint for '{}' was found under run id '{run_id}'", cp.run_id),
+            )
+            .with_run(&run_id));
+        }
+        self.committed = Committed::of(&cp);
+        self.cp = cp;
+        match start {
+            Start::Quarantine => {
+                self.cp.quarantined = true;
+                self.dirty = true;
+                let status = self.cp.status;
+                self.phase = Phase::Ending(Outcome { status, finish_reason: None, note: None, error: None });
+                Ok(None)
+            }
+            Start::Failed(err) => {
+                self.cp.last_error = Some(err.info());
+                self.cp.attempts = self.cp.attempts.saturating_add(1);
+                self.dirty = true;
+                let status = self.cp.status;
+                self.phase = Phase::Ending(Outcome { status, finish_reason: None, note: None, error: Some(err) });
+                Ok(None)
+            }
+            start => self.start_stored_run(start),
+        }
+    }
+
+    fn start_stored_run(&mut self, start: Start) -> Result<Option<Vec<Decision>>> {
+        let run_id = self.cfg.run_id.clone();
+        match (self.cp.status, start) {
+            (RunStatus::AwaitingApproval, Start::Approvals(decisions)) => {
+                for id in &self.cp.approval_ids {
+                    if !decisions.iter().any(|d| &d.approval_id == id) {
+                        return Err(Error::new(
+                            ErrorCode::ApprovalNotFound,
+                            format!("approval '{id}' of run '{run_id}' has no decision yet"),
+                        )
+                        .with_run(&run_id)
+                        .with_approval(id));
+                    }
+                }
+                self.check_drift()?;
+                let pending = self.pending_calls();
+                for d in decisions.iter().filter(|d| d.approved) {
+                    if let Some(call) = pending.iter().find(|c| c.id == d.tool_call_id) {
+                        self.check_tool_exists(call)?;
+                    }
+                }
+                self.emit(Event::RunStart { resumed: true, step: self.cp.step_index });
+                return Ok(Some(decisions));
+            }
+            (RunStatus::AwaitingApproval, _) => {
+                let approval = self.cp.approval_ids.first().cloned().unwrap_or_default();
+                return Err(Error::new(
+                    ErrorCode::SessionAwaitingApproval,
+                    format!("run '{run_id}' waits on approval '{approval}': resolve it before sending"),
+                )
+                .with_run(&run_id)
+                .with_approval(approval));
+            }
+            (_, Start::Approvals(_)) => {
+                return Err(Error::new(ErrorCode::ApprovalOrphaned, format!("run '{run_id}' is not awaiting approval"))
+                    .with_run(&run_id))
+            }
+            (RunStatus::InProgress, start) => {
+                self.check_drift()?;
+                let pending = self.pending_calls();
+                for call in &pending {
+                    if !self.cp.started_tool_call_ids.contains(&call.id) {
+                        self.check_tool_exists(call)?;
+                    }
+                }
+                if let Start::Send(input) = start {
+                    let input = non_system(&input);
+                    let original: Vec<Message> = non_system(
+                        self.cp
+                            .messages
+                            .get(self.cp.input_start..self.cp.input_start + self.cp.input_len)
+                            .unwrap_or(&[]),
+                    );
+                    let is_retry = !original.is_empty() && input == original;
+                    if !input.is_empty() && !is_retry {
+                        self.cp.queued_input.extend(input);
+                        self.dirty = true;
+                    }
+                }
+                self.emit(Event::RunStart { resumed: true, step: self.cp.step_index });
+                if !pending.is_empty() {
+                    self.emit(Event::ToolResume { tool_call_ids: pending.iter().map(|c| c.id.clone()).collect() });
+                }
+            }
+            (_, Start::Quarantine | Start::Failed(_)) => {}
+            (RunStatus::Finished, Start::Resume) => {
+                return Err(Error::new(
+                    ErrorCode::CheckpointNotFound,
+                    format!("run '{run_id}' is finished: nothing to resume"),
+                )
+                .with_run(&run_id))
+            }
+            (RunStatus::Finished, Start::Send(input)) => {
+                let mut input = non_system(&input);
+                let history = non_system(&self.cp.messages);
+                if !history.is_empty() && input.len() >= history.len() && input[..history.len()] == history[..] {
+                    input.drain(..history.len());
+                }
+                if input.is_empty() {
+                    return Err(Error::invalid_input(format!(
+                        "run '{run_id}' is finished: send a new message to continue the conversation"
+                    ))
+                    .with_run(&run_id));
+                }
+                self.cp.input_start = self.cp.messages.len();
+                self.cp.input_len = input.len();
+                self.cp.messages.extend(input);
+                self.cp.step_index = 0;
+                self.cp.usage = Usage::default();
+                self.cp.status = RunStatus::InProgress;
+                self.cp.finish_reason = None;
+                self.cp.started_tool_call_ids.clear();
+                self.progress();
+                self.emit(Event::RunStart { resumed: true, step: 0 });
+            }
+        }
+        Ok(None)
+    }
+
+    fn check_drift(&mut self) -> Result<()> {
+        let Some(saved) = self.cp.fingerprint.clone() else { return Ok(()) };
+        let drift = self.cfg.fingerprint.drift_from(&saved);
+        if drift.is_empty() {
+            return Ok(());
+        }
+        match self.cfg.on_agent_drift {
+            DriftPolicy::Ignore => Ok(()),
+            DriftPolicy::Warn => {
+                self.emit(Event::AgentDrift(drift));
+                Ok(())
+            }
+            DriftPolicy::Error => Err(Error::new(
+                ErrorCode::AgentDrift,
+                format!("the agent changed since run '{}' was checkpointed: {}", self.cfg.run_id, drift.describe()),
+            )
+            .with_run(&self.cfg.run_id)
+            .with_details(serde_json::to_value(&drift).unwrap_or(Value::Null))),
+        }
+    }
+
+    fn check_tool_exists(&self, call: &ToolCall) -> Result<()> {
+        if self.cfg.tool_names.contains(&call.name) {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorCode::ResumeToolMissing,
+            format!(
+                "pending call '{}' of run '{}' needs tool '{}', which the agent no longer has",
+                call.id, self.cfg.run_id, call.name
+            ),
+        )
+        .with_run(&self.cfg.run_id))
+    }
+}

@@ -1,0 +1,199 @@
+//! The machine's public types: its configuration, how it starts, the effects it hands out and the answers the
+//! runtime gives back.
+
+use crate::core::approval::{ApprovalRecord, Decision};
+use crate::core::checkpoint::{FinishReason, JournalEntry, RunStatus};
+use crate::core::error::Error;
+use crate::core::events::Event;
+use crate::core::fingerprint::Fingerprint;
+use crate::core::transcript::{Message, ToolCall, Usage};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeSet;
+
+/// Longest tool-result text kept for an error (characters).
+pub const MAX_ERROR_RESULT_CHARS: usize = 4_000;
+
+/// What `onAgentDrift` does when the resuming agent differs from the checkpoint's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DriftPolicy {
+    /// Emit an `agent.drift` event and continue.
+    #[default]
+    Warn,
+    /// Fail with `STEADFAST_AGENT_DRIFT`; nothing is touched.
+    Error,
+    /// Do nothing.
+    Ignore,
+}
+
+/// The agent-level settings the machine needs.
+#[derive(Clone, Debug)]
+pub struct MachineConfig {
+    /// Run id.
+    pub run_id: String,
+    /// Step budget per run.
+    pub max_steps: u32,
+    /// Drift policy.
+    pub on_agent_drift: DriftPolicy,
+    /// The current agent's fingerprint.
+    pub fingerprint: Fingerprint,
+    /// Names of the tools the agent has.
+    pub tool_names: BTreeSet<String>,
+    /// Instructions (system prompt) for new runs.
+    pub instructions: String,
+    /// Stop after this many identical failing tool turns in a row (0 = off).
+    pub loop_window: u32,
+    /// Business state a new run starts with.
+    pub business_state: Option<Value>,
+    /// Longest tool result kept (bytes); longer ones are cut with a marker (see [`crate::core::limits`]).
+    pub max_tool_result_bytes: usize,
+}
+
+/// How a machine is started.
+#[derive(Clone, Debug)]
+pub enum Start {
+    /// `send(input)`: start, resume or continue the run.
+    Send(Vec<Message>),
+    /// `resume()`: finish an unfinished run without new input.
+    Resume,
+    /// The last approval of a pause was resolved: these are the decisions for every approval of the pause.
+    Approvals(Vec<Decision>),
+    /// Mark the stored run quarantined (the recovery sweep gave up on it): one commit, nothing runs.
+    Quarantine,
+    /// Record a failed attempt on the stored run (`lastError`, `attempts + 1`) when the attempt's own commit was
+    /// refused (e.g. an entry over the store's value limit): one commit, nothing runs.
+    Failed(Error),
+}
+
+/// The runtime's verdict on a tool call before it runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Gate {
+    /// Run it.
+    Run,
+    /// Run it, recording the intent first (a side-effecting tool: effect ledger, M26).
+    RunWithIntent,
+    /// Pause the run on an approval with this (fresh, random) id.
+    NeedsApproval {
+        /// Approval id.
+        approval_id: String,
+    },
+    /// The arguments are invalid: the model gets this message as a `validation` result.
+    Invalid {
+        /// Why.
+        message: String,
+    },
+    /// The agent has no such tool: the model gets a `validation` result naming the tools it has.
+    UnknownTool,
+    /// A hook denied the call: the model gets a `denied` result.
+    Denied {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// How a tool call ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolOutcome {
+    /// It returned.
+    Ok {
+        /// Text for the model.
+        content: String,
+        /// Replaces the run's business state when set.
+        business_state: Option<Value>,
+    },
+    /// It threw: the model reads the message as an `is_error` result.
+    Failed {
+        /// `"<Type>: <message>"`, no stack.
+        message: String,
+    },
+    /// It threw a propagating error: the run attempt is rejected.
+    Propagate(Error),
+    /// A hook denied it before it ran: the model gets a `denied` result.
+    Denied {
+        /// Why.
+        reason: String,
+    },
+    /// A hook replaced what the tool produced.
+    Replaced {
+        /// Text for the model.
+        content: String,
+        /// Whether it reports a failure.
+        is_error: bool,
+        /// The hook that replaced it.
+        by: String,
+    },
+}
+
+/// A model's answer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelResponse {
+    /// Text.
+    #[serde(default)]
+    pub text: String,
+    /// Tool calls.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+    /// Usage of this call.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Provider's stop reason, informational.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<String>,
+}
+
+/// How an execution ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// Status of the run after it.
+    pub status: RunStatus,
+    /// Why it ended or paused.
+    pub finish_reason: Option<FinishReason>,
+    /// Explanation for budget stops.
+    pub note: Option<String>,
+    /// The error, for a rejected attempt.
+    pub error: Option<Error>,
+}
+
+/// What the runtime must do next.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Deliver an event.
+    Emit(Event),
+    /// Ask the model for the next turn (transcript: [`RunMachine::checkpoint`](super::RunMachine::checkpoint)); answer with
+    /// [`RunMachine::notify_model_response`](super::RunMachine::notify_model_response) or [`RunMachine::notify_model_failed`](super::RunMachine::notify_model_failed).
+    CallModel {
+        /// The step this call will be.
+        step: u32,
+    },
+    /// Decide each call (validation, approval predicate, hooks); answer with [`RunMachine::notify_gated`](super::RunMachine::notify_gated).
+    Gate {
+        /// Calls to decide, in call order.
+        calls: Vec<ToolCall>,
+    },
+    /// Side-effecting calls whose intent was recorded but whose outcome was not: ask each tool's `reconcile`
+    /// whether the effect happened; answer with [`RunMachine::notify_reconciled`](super::RunMachine::notify_reconciled).
+    Reconcile {
+        /// The calls, in call order.
+        calls: Vec<ToolCall>,
+    },
+    /// Start a tool call; answer (any time later) with [`RunMachine::notify_tool_settled`](super::RunMachine::notify_tool_settled).
+    RunTool {
+        /// The call.
+        call: ToolCall,
+        /// The approval id for an approved call (an idempotency key).
+        approval_id: Option<String>,
+    },
+    /// Append this entry to the run's journal (full state: [`RunMachine::checkpoint`](super::RunMachine::checkpoint)); answer with
+    /// [`RunMachine::notify_committed`](super::RunMachine::notify_committed).
+    Commit(JournalEntry),
+    /// Write these approval records; answer with [`RunMachine::notify_approvals_recorded`](super::RunMachine::notify_approvals_recorded). Always before the
+    /// `awaiting-approval` commit.
+    Pause {
+        /// One record per gated call.
+        approvals: Vec<ApprovalRecord>,
+    },
+    /// The execution is over.
+    Finish(Outcome),
+}
