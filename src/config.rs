@@ -25,9 +25,9 @@ use crate::http::HttpClient;
 use crate::providers::{
     AnthropicModel, AnthropicOptions, ModelPlatform, OpenAiModel, OpenAiOptions, WorkersAiModel, WorkersAiOptions,
 };
-use crate::runtime::agent::AgentOptions;
 use crate::runtime::mock::{MockError, MockTurn};
 use crate::runtime::traits::Tool;
+use crate::runtime::AgentOptions;
 use crate::runtime::{MockModel, Model};
 use crate::store::LeaseOptions;
 use crate::tools::demo::{demo_script, DEMO_TOOL_NAMES};

@@ -14,8 +14,21 @@
 //! * Front doors: [`api`] (the HTTP API, platform independent) and [`contract`] (the JSON both shells speak,
 //!   defined once); the shells `worker` (feature `worker`) and `bindings` (feature `js`) share
 //!   `wasm_shared` and only translate.
-//! * [`time`] and [`rng`] — leaves both the store and the runtime import: [`time::Clock`], [`time::Sleep`],
-//!   [`rng::Rng`], their manual and simulated versions. The store never imports the runtime.
+//! * `time` and `rng` — crate-private leaves both the store and the runtime import: [`runtime::Clock`],
+//!   [`runtime::Sleep`], [`runtime::Rng`] (re-exported by the runtime) and, with the `testing` feature, their
+//!   manual and simulated versions. The store never imports the runtime.
+//!
+//! ## Public surface
+//! The crate root re-exports what most users need ([`Agent`], [`SendOptions`], [`RunResult`], [`Model`],
+//! [`Tool`], [`MemoryStore`], [`JournalStore`], …); each public item has one home: the runtime's items at
+//! [`runtime`], the store contract and backends at [`store`], the JSON vocabulary (checkpoints, transcript,
+//! events, approvals, errors, fingerprints, forks, trajectories) under [`core`], which also exposes the pure
+//! run state machine ([`core::machine`]) for drivers and model tests. Everything else is crate-private.
+//!
+//! Test doubles are behind the cargo feature `testing` (never in a release build): the KV simulator
+//! (`store::sim`), fault injection (`store::faulty`; crash and stall points in [`SendOptions`]), the store
+//! conformance suite (`store::conformance`), manual clocks and the simulated executor
+//! (`runtime::ManualClock`, `runtime::SimExecutor`, …).
 //!
 //! ## `?Send`, decided once
 //! Cloudflare Workers (and wasm in general) are single-threaded, and JS values are not `Send`. Every async
@@ -26,8 +39,7 @@
 //!
 //! ## Example
 //! ```
-//! use steadfast::runtime::{Agent, FnTool, MockModel, MockTurn, SendOptions, ToolOutput};
-//! use steadfast::store::MemoryStore;
+//! use steadfast::{Agent, FnTool, MemoryStore, MockModel, MockTurn, SendOptions, ToolOutput};
 //! use serde_json::json;
 //!
 //! let model = MockModel::new(vec![MockTurn::tools([("add", json!({"a": 2, "b": 3}))]), MockTurn::text("5")]);
@@ -46,19 +58,28 @@ pub mod contract;
 pub mod core;
 pub mod http;
 pub mod providers;
-pub mod rng;
+mod rng;
 pub mod runtime;
 pub mod store;
-pub mod time;
+mod time;
 pub mod tools;
 
-pub use crate::core::error::{Error, ErrorCode, Result};
-
 #[cfg(any(feature = "worker", feature = "js"))]
-pub mod wasm_shared;
+mod wasm_shared;
 
 #[cfg(feature = "worker")]
-pub mod worker;
+mod worker;
 
 #[cfg(feature = "js")]
-pub mod bindings;
+mod bindings;
+
+// What a Rust user reaches for first, at the crate root (every item also has its one home module).
+pub use crate::core::checkpoint::{Checkpoint, RunStatus};
+pub use crate::core::error::{Error, ErrorCode, Result};
+pub use crate::core::events::{Event, EventEnvelope};
+pub use crate::core::transcript::Message;
+pub use crate::runtime::{
+    Agent, AgentBuilder, AgentOptions, FnTool, Input, MockModel, MockTurn, Model, Resolve, RunResult, SendOptions,
+    Tool, ToolContext, ToolError, ToolOutput,
+};
+pub use crate::store::{JournalOptions, JournalStore, KvBackend, MemoryStore, RunStore};

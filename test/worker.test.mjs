@@ -566,6 +566,16 @@ test("/__conformance does not exist in the release build", async () => {
   assert.deepEqual(await kvListing(mf), [], "nothing ran");
 });
 
+test("the release Worker carries no test doubles (crash injection is compiled out); the test-only build does", () => {
+  // The crash-injection message is in the wasm only when the cargo feature `testing` is on: the
+  // conformance build turns it on, the release build must not.
+  const marker = Buffer.from("simulated crash after effect");
+  const release = fs.readFileSync("build/index_bg.wasm");
+  assert.equal(release.indexOf(marker), -1, "the release Worker contains the test build's crash injection");
+  const testBuild = fs.readFileSync("build-conformance/index_bg.wasm");
+  assert.notEqual(testBuild.indexOf(marker), -1, "the marker is not where the feature is on: the check would prove nothing");
+});
+
 test("the test build's /__conformance needs the token, then passes the store suite on the real local KV binding", async () => {
   const mf = worker({ build: "build-conformance" });
   for (const headers of [{}, { authorization: "Bearer wrong" }, { authorization: `Basic ${TOKEN}` }]) {

@@ -77,7 +77,7 @@ fn resume_after_crash_runs_the_plain_call_beside_an_unreconciled_side_effect() {
                         note: None,
                     }))
                     .unwrap(),
-                    Some(cp) if cp.status == RunStatus::Finished => steadfast::runtime::recovery::stored_result(&cp),
+                    Some(cp) if cp.status == RunStatus::Finished => steadfast::runtime::RunResult::stored(&cp),
                     Some(_) => block_on(b.resume("mixed", SendOptions::default())).unwrap().unwrap(),
                 };
                 if gated && res.status == RunStatus::AwaitingApproval {

@@ -10,7 +10,7 @@ use serde_json::json;
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use steadfast::core::checkpoint::RunStatus;
-use steadfast::runtime::traits::LocalFuture;
+use steadfast::runtime::LocalFuture;
 use steadfast::runtime::{
     AgentOptions, Clock, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, SendOptions, SimExecutor, SimTime,
     Sleep, StallPoint, Tool, ToolOutput,

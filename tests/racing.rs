@@ -549,7 +549,7 @@ fn trial(config: &Config, seed: u64, reference: &[Message], verbose: bool) -> (T
             let after_effects = 1 + pick(30) as usize;
             log(format!("r0 will stall {} s after effect {after_effects}", stall_ms / 1_000));
             let t = time.clone();
-            let wait = Rc::new(move || -> steadfast::runtime::traits::LocalFuture<'static, ()> {
+            let wait = Rc::new(move || -> steadfast::runtime::LocalFuture<'static, ()> {
                 let t = t.clone();
                 Box::pin(async move { t.sleep(stall_ms).await })
             });

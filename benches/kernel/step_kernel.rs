@@ -102,12 +102,14 @@ impl StepKernel {
             })
             .collect();
         self.m.set_now(1_000 + 20 * i as u64);
-        self.m.notify_model_response(ModelResponse {
-            text: format!("step {i}: {}", self.text),
-            tool_calls: calls,
-            usage: Usage { input_tokens: 100, output_tokens: 50 },
-            stop_reason: Some("tool_calls".into()),
-        });
+        self.m
+            .notify_model_response(ModelResponse {
+                text: format!("step {i}: {}", self.text),
+                tool_calls: calls,
+                usage: Usage { input_tokens: 100, output_tokens: 50 },
+                stop_reason: Some("tool_calls".into()),
+            })
+            .expect("the machine waits for the model");
         self.drive();
     }
 
@@ -121,11 +123,13 @@ impl StepKernel {
                     self.entry_bytes += json.len();
                     self.commits += 1;
                     self.mirror.apply(&entry).expect("the entry folds");
-                    self.m.notify_committed();
+                    self.m.notify_committed().expect("the machine waits for the commit");
                 }
                 Some(Effect::CallModel { .. }) => return,
                 Some(Effect::Gate { calls }) => {
-                    self.m.notify_gated(calls.into_iter().map(|c| (c.id, Gate::Run)).collect());
+                    self.m
+                        .notify_gated(calls.into_iter().map(|c| (c.id, Gate::Run)).collect())
+                        .expect("the machine waits for the gate");
                 }
                 Some(Effect::RunTool { call, .. }) => self.launched.push(call),
                 Some(other) => panic!("unexpected effect in the step kernel: {other:?}"),
@@ -133,7 +137,9 @@ impl StepKernel {
                     assert!(!self.launched.is_empty(), "the run stalled");
                     for call in std::mem::take(&mut self.launched) {
                         let content = format!("{} {} {}", call.name, call.args["i"], self.payload);
-                        self.m.notify_tool_settled(&call.id, ToolOutcome::Ok { content, business_state: None });
+                        self.m
+                            .notify_tool_settled(&call.id, ToolOutcome::Ok { content, business_state: None })
+                            .expect("the machine waits for the tool");
                     }
                 }
             }

@@ -17,7 +17,7 @@ export type {
   Checkpoint,
   Comparison,
   Delivery,
-  Drift,
+  AgentDrift,
   ErrorCode,
   ErrorInfo,
   Event,

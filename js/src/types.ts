@@ -6,7 +6,7 @@ import type { ApprovalStatus } from "./generated/ApprovalStatus.js";
 import type { Checkpoint } from "./generated/Checkpoint.js";
 import type { Comparison } from "./generated/Comparison.js";
 import type { Delivery as GeneratedDelivery } from "./generated/Delivery.js";
-import type { Drift } from "./generated/Drift.js";
+import type { AgentDrift } from "./generated/AgentDrift.js";
 import type { ErrorCode } from "./generated/ErrorCode.js";
 import type { ErrorInfo } from "./generated/ErrorInfo.js";
 import type { Event } from "./generated/Event.js";
@@ -40,7 +40,7 @@ export type {
   ApprovalStatus,
   Checkpoint,
   Comparison,
-  Drift,
+  AgentDrift,
   ErrorCode,
   ErrorInfo,
   Event,

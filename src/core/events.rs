@@ -3,7 +3,7 @@
 
 use super::checkpoint::{FinishReason, RunStatus};
 use super::error::ErrorInfo;
-use super::fingerprint::Drift;
+use super::fingerprint::AgentDrift;
 use super::transcript::{ResultKind, ToolCall, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -85,7 +85,7 @@ pub enum Event {
     },
     /// The resuming agent differs from the checkpoint's.
     #[serde(rename = "agent.drift")]
-    AgentDrift(Drift),
+    AgentDrift(AgentDrift),
     /// A self-healing action (hint, denial, stop).
     #[serde(rename = "heal.action")]
     HealAction {

@@ -27,7 +27,7 @@ pub struct Fingerprint {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
-pub struct Drift {
+pub struct AgentDrift {
     /// `{from, to}` when the model changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
@@ -52,7 +52,7 @@ pub struct ModelChange {
     pub to: String,
 }
 
-impl Drift {
+impl AgentDrift {
     /// Whether anything changed.
     pub fn is_empty(&self) -> bool {
         self.model.is_none()
@@ -132,8 +132,8 @@ impl Fingerprint {
     }
 
     /// What changed from `saved` (the checkpoint's) to `self` (the current agent's).
-    pub fn drift_from(&self, saved: &Fingerprint) -> Drift {
-        let mut d = Drift::default();
+    pub fn drift_from(&self, saved: &Fingerprint) -> AgentDrift {
+        let mut d = AgentDrift::default();
         if self.model != saved.model {
             d.model = Some(ModelChange { from: saved.model.clone(), to: self.model.clone() });
         }

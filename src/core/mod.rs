@@ -2,18 +2,18 @@
 //! classification, the one backoff, the retry policy and tool-argument validation.
 
 pub mod approval;
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod checkpoint;
 pub mod classify;
 pub mod error;
 pub mod events;
 pub mod fingerprint;
 pub mod fork;
-pub mod ids;
-pub mod limits;
+pub(crate) mod ids;
+pub(crate) mod limits;
 pub mod machine;
 pub mod retry;
-pub mod schema;
+pub(crate) mod schema;
 pub mod sweep;
 pub mod trajectory;
 pub mod transcript;

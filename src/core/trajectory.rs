@@ -96,9 +96,9 @@ pub struct FinishDiff {
 
 /// The differences between two runs.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export, rename = "TrajectoryDrift"))]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
-pub struct Drift {
+pub struct TrajectoryDrift {
     /// Steps (common to both runs) whose tool-name sequences differ.
     #[serde(default)]
     pub tool_order: Vec<ToolOrderDiff>,
@@ -113,7 +113,7 @@ pub struct Drift {
     pub finish_reason: Option<FinishDiff>,
 }
 
-impl Drift {
+impl TrajectoryDrift {
     /// Whether no difference was found.
     pub fn is_empty(&self) -> bool {
         self.tool_order.is_empty()
@@ -139,7 +139,7 @@ pub struct Comparison {
     pub diverged_at: Option<u32>,
     /// Tool-order, argument, step-count and finish-reason differences.
     #[serde(default)]
-    pub drift: Drift,
+    pub drift: TrajectoryDrift,
 }
 
 /// Builds trajectories (step lists) from transcripts.
@@ -211,7 +211,7 @@ fn compare_steps(
     finish_a: Option<FinishReason>,
     finish_b: Option<FinishReason>,
 ) -> Comparison {
-    let mut drift = Drift::default();
+    let mut drift = TrajectoryDrift::default();
     let mut diverged_at = None;
     for (i, (sa, sb)) in a.iter().zip(b.iter()).enumerate() {
         let step = step_number(i);

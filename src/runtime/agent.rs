@@ -19,9 +19,8 @@ use crate::time::{Clock, Sleep};
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
-pub use super::approvals::Resolve;
-pub use super::options::{AgentOptions, CrashBudget, CrashPoint, SendOptions, StallPoint};
-pub use super::result::RunResult;
+use super::options::{AgentOptions, SendOptions};
+use super::result::RunResult;
 
 /// Input for `send`: text, one message or several.
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -6,7 +6,9 @@
 
 use super::deps::Deps;
 use super::hooks::{HookContext, ToolResultDraft, Verdict};
-use super::options::{CrashPoint, SendOptions};
+#[cfg(feature = "testing")]
+use super::options::CrashPoint;
+use super::options::SendOptions;
 use super::result::RunStats;
 use super::traits::{AbortSignal, LocalFuture, ModelRequest, ToolContext, ToolError};
 use crate::core::error::{Error, ErrorCode, Result};
@@ -380,8 +382,19 @@ impl<'a> Driver<'a> {
         }
     }
 
+    // Only the test build's fault injection needs the tools in flight.
+    #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
     async fn after_effect(&mut self, in_flight: &mut InFlight) -> Result<()> {
         self.stats.effects += 1;
+        #[cfg(feature = "testing")]
+        self.injected_fault(in_flight).await?;
+        Ok(())
+    }
+
+    /// Crash and stall injection (cargo feature `testing`): see [`SendOptions`]'s `crash`, `crash_budget` and
+    /// `stall`.
+    #[cfg(feature = "testing")]
+    async fn injected_fault(&mut self, in_flight: &mut InFlight) -> Result<()> {
         if let Some(stall) = &self.opts.stall {
             if stall.after_effects == self.stats.effects {
                 (stall.wait)().await;

@@ -7,11 +7,12 @@
 //! request. The mock records every call, can assert it was used up, and when the script runs out it fails
 //! with `STEADFAST_MODEL_SCRIPT_EXHAUSTED` naming the call and the last message.
 
-use super::traits::{Model, ModelRequest, Sleep};
+use super::traits::{Model, ModelRequest};
 use crate::core::classify::provider_http_error;
 use crate::core::error::{cap_chars, Error, ErrorCode, Result};
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::{Message, ToolCall, Usage};
+use crate::time::Sleep;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -1,44 +1,54 @@
 //! The runtime: the only async driver. It owns leases, the model-call retry layer, tool concurrency,
 //! abort and the recovery sweep, generic over [`Model`], [`Tool`], [`crate::store::RunStore`],
-//! [`Clock`], [`Sleep`] and [`Rng`].
+//! [`Clock`], [`Sleep`] and [`Rng`]. Its public items are re-exported here (one path each); the modules
+//! below are crate-private.
 //!
 //! Data flows one way through it:
-//! * [`agent`] — the public API; [`AgentBuilder::build`] checks the configuration and builds the agent's
-//!   dependencies once (`deps`: model, tools, hooks, store, clock, timer, random source, options);
+//! * `agent` — the public API ([`Agent`]); [`AgentBuilder::build`] checks the configuration and builds the
+//!   agent's dependencies once (`deps`: model, tools, hooks, store, clock, timer, random source, options);
 //! * `lease` — the one helper that acquires a run's lease, loads the run, runs a body under it and releases
 //!   it on every way out (except a simulated crash or a lost lease);
 //! * `driver` — performs a run state machine's effects against those dependencies;
-//! * [`approvals`] — resolving approvals (planning in [`crate::core::approval`]);
-//! * [`recovery`] — the sweep, quarantine, diagnosis forks, `fork`/`compare`, `run_once`;
-//! * [`options`], [`result`], [`traits`], [`hooks`], [`heal`], [`tools`], [`mock`] — what callers pass in and
-//!   get back.
+//! * `approvals` — resolving approvals ([`Approvals`]; planning in [`crate::core::approval`]);
+//! * `recovery` — the sweep, quarantine, diagnosis forks, `fork`/`compare`, `run_once`;
+//! * `options`, `result`, `traits`, `hooks`, `heal`, `tools`, `mock` — what callers pass in and get back
+//!   ([`SendOptions`], [`RunResult`], [`Model`], [`Tool`], [`Hook`], [`ProgressGuard`], [`FnTool`],
+//!   [`MockModel`], …).
 
-pub mod agent;
-pub mod approvals;
+pub(crate) mod agent;
+pub(crate) mod approvals;
 mod deps;
 mod driver;
-pub mod heal;
-pub mod hooks;
+pub(crate) mod heal;
+pub(crate) mod hooks;
 mod lease;
-pub mod mock;
-pub mod options;
-pub mod recovery;
-pub mod result;
-pub mod tools;
-pub mod traits;
+pub(crate) mod mock;
+pub(crate) mod options;
+pub(crate) mod recovery;
+pub(crate) mod result;
+pub(crate) mod tools;
+pub(crate) mod traits;
 
 pub use crate::rng::{Rng, SplitMix64};
-pub use crate::time::{Clock, ManualClock, ManualSleep, Sleep};
-pub use crate::time::{SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
+pub use crate::time::{Clock, Sleep};
+#[cfg(feature = "testing")]
+pub use crate::time::{ManualClock, ManualSleep, SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
+#[cfg(not(target_arch = "wasm32"))]
+pub use crate::time::{SystemClock, ThreadSleep};
 pub use agent::{Agent, AgentBuilder, Input};
 pub use approvals::{Approvals, Resolve};
 pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};
 pub use hooks::{Hook, HookContext, ToolResultDraft, Verdict};
-pub use mock::{MockCall, MockModel, MockTurn};
-pub use options::{AgentOptions, CrashBudget, CrashPoint, SendOptions, StallPoint};
-pub use recovery::{Delivery, ForkOptions, ForkResult, NoListener, SweepListener, SweepReport};
+pub use mock::{MockCall, MockError, MockModel, MockTurn, RecordedCall};
+pub use options::{AgentOptions, SendOptions};
+#[cfg(feature = "testing")]
+pub use options::{CrashBudget, CrashPoint, StallPoint};
+pub use recovery::{
+    delivery_run_id, diagnosis_note, Delivery, ForkOptions, ForkResult, NoListener, SweepListener, SweepReport,
+};
 pub use result::{RunResult, RunStats};
 pub use tools::FnTool;
 pub use traits::{
-    AbortSignal, EventSink, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec, VecSink,
+    AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
+    VecSink,
 };

@@ -1,7 +1,9 @@
 //! Options: the agent's limits and policies ([`AgentOptions`], fixed when it is built) and the per-call
 //! options of `send`, `resume` and `resolve` ([`SendOptions`], with the tests' crash and stall injection).
 
-use super::traits::{AbortSignal, EventSink, LocalFuture};
+#[cfg(feature = "testing")]
+use super::traits::LocalFuture;
+use super::traits::{AbortSignal, EventSink};
 use crate::core::machine::DriftPolicy;
 use crate::core::retry::RetryPolicy;
 use crate::store::LeaseOptions;
@@ -44,9 +46,9 @@ impl Default for AgentOptions {
     }
 }
 
+#[cfg(feature = "testing")]
 /// Crash injection for tests: stop the execution right after effect number `after_effects` was performed,
 /// as if the process died (the lease is not released).
-#[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CrashPoint {
     /// Effects performed before the crash.
@@ -55,9 +57,9 @@ pub struct CrashPoint {
     pub finish_in_flight: bool,
 }
 
+#[cfg(feature = "testing")]
 /// Crash injection across several executions (tests): every effect of every execution given this budget counts
 /// down `left`; the execution that performs the last one "crashes" right after it, as with [`CrashPoint`].
-#[doc(hidden)]
 #[derive(Debug)]
 pub struct CrashBudget {
     /// Effects still allowed; `None` once the crash happened (later executions run normally).
@@ -66,6 +68,7 @@ pub struct CrashBudget {
     pub finish_in_flight: bool,
 }
 
+#[cfg(feature = "testing")]
 impl CrashBudget {
     /// A budget of `effects` effects.
     pub fn new(effects: usize, finish_in_flight: bool) -> Rc<CrashBudget> {
@@ -78,9 +81,9 @@ impl CrashBudget {
     }
 }
 
+#[cfg(feature = "testing")]
 /// Stall injection for tests: after effect number `after_effects`, the execution awaits `wait()` before
 /// anything else (a frozen process: its tools in flight are not polled, its lease is not renewed).
-#[doc(hidden)]
 #[derive(Clone)]
 pub struct StallPoint {
     /// Effects performed before the stall.
@@ -98,10 +101,13 @@ pub struct SendOptions {
     pub abort: Option<AbortSignal>,
     /// Event receiver.
     pub events: Option<Rc<dyn EventSink>>,
-    #[doc(hidden)]
+    /// Crash injection (tests): stop after this effect as if the process died.
+    #[cfg(feature = "testing")]
     pub crash: Option<CrashPoint>,
-    #[doc(hidden)]
+    /// Crash injection across executions (tests).
+    #[cfg(feature = "testing")]
     pub crash_budget: Option<Rc<CrashBudget>>,
-    #[doc(hidden)]
+    /// Stall injection (tests).
+    #[cfg(feature = "testing")]
     pub stall: Option<StallPoint>,
 }

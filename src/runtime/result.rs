@@ -40,6 +40,13 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// The result of a run as stored, when nothing runs (e.g. a finished run's result, as a redelivery of
+    /// its job acknowledges it): the checkpoint's status, finish reason, text and messages, empty stats.
+    pub fn stored(cp: &Checkpoint) -> RunResult {
+        let outcome = Outcome { status: cp.status, finish_reason: cp.finish_reason, note: None, error: None };
+        RunResult::of(cp, &outcome, RunStats::default())
+    }
+
     pub(crate) fn of(cp: &Checkpoint, outcome: &Outcome, stats: RunStats) -> RunResult {
         RunResult {
             run_id: cp.run_id.clone(),

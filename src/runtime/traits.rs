@@ -1,13 +1,11 @@
 //! The small traits the runtime is generic over: [`Model`], [`Tool`], [`EventSink`], plus the cancellation
-//! handle [`AbortSignal`]. [`Clock`], [`Sleep`] and [`Rng`] live in the leaf modules [`crate::time`] and
-//! [`crate::rng`] (the store uses them too); they are re-exported here.
+//! handle [`AbortSignal`]. `Clock`, `Sleep` and `Rng` live in the crate's leaf modules `time` and `rng` (the
+//! store uses them too); the runtime re-exports them.
 
 use crate::core::error::{cap_chars, Error, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::Message;
-pub use crate::rng::Rng;
-pub use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

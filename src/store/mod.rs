@@ -30,12 +30,15 @@
 //! * **History.** [`RunStore::history`] returns up to `limit` past states, newest first; the backend keeps at
 //!   least `history_limit` of them (its option); pruning never breaks a load.
 
+#[cfg(feature = "testing")]
 pub mod conformance;
+#[cfg(feature = "testing")]
 pub mod faulty;
 pub mod journal;
-pub mod keys;
+pub(crate) mod keys;
 pub mod kv;
 pub mod memory;
+#[cfg(feature = "testing")]
 pub mod sim;
 
 use crate::core::approval::ApprovalRecord;

@@ -1,5 +1,6 @@
-//! Time, injected: the [`Clock`] and [`Sleep`] traits, their test versions ([`ManualClock`], [`ManualSleep`]),
-//! the native defaults ([`SystemClock`], [`ThreadSleep`]) and simulated time ([`SimTime`], [`SimExecutor`]).
+//! Time, injected: the [`Clock`] and [`Sleep`] traits, the native defaults ([`SystemClock`], [`ThreadSleep`])
+//! and, with the cargo feature `testing`, their test versions (`ManualClock`, `ManualSleep`) and simulated time
+//! (`SimTime`, `SimExecutor`).
 //!
 //! A leaf module: it imports nothing of the crate but [`crate::rng`]. The store (lease expiry, retry spacing,
 //! the KV simulator) and the runtime (leases, model-call backoff, the sweep) both take a clock and a timer as
@@ -8,13 +9,17 @@
 //! Platform defaults that touch the OS ([`SystemClock`], [`ThreadSleep`]) exist on native targets only; on
 //! wasm the shells (Worker, JS bindings) pass their own.
 
-pub mod sim;
+#[cfg(feature = "testing")]
+mod manual;
+#[cfg(feature = "testing")]
+mod sim;
 
+#[cfg(feature = "testing")]
+pub use manual::{ManualClock, ManualSleep};
+#[cfg(feature = "testing")]
 pub use sim::{SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
 
 use async_trait::async_trait;
-use std::cell::Cell;
-use std::rc::Rc;
 
 /// Wall clock.
 pub trait Clock {
@@ -27,72 +32,6 @@ pub trait Clock {
 pub trait Sleep {
     /// Resolves after `ms` milliseconds.
     async fn sleep(&self, ms: u64);
-}
-
-/// A clock tests move by hand. Clones share the time.
-#[derive(Clone, Debug, Default)]
-pub struct ManualClock(Rc<Cell<u64>>);
-
-impl ManualClock {
-    /// A clock at `ms`.
-    pub fn new(ms: u64) -> ManualClock {
-        ManualClock(Rc::new(Cell::new(ms)))
-    }
-
-    /// Moves time forward.
-    pub fn advance(&self, ms: u64) {
-        self.0.set(self.0.get().saturating_add(ms));
-    }
-
-    /// Sets the time.
-    pub fn set(&self, ms: u64) {
-        self.0.set(ms);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.0.get()
-    }
-}
-
-/// A [`Sleep`] in simulated time: it yields once to the executor (so other tasks run, as they would while a
-/// real timer waits), then advances its [`ManualClock`] by the delay and completes. A sleep dropped before it
-/// completes (it lost a race) does not move the clock. Records the delays slept.
-#[derive(Clone, Debug, Default)]
-pub struct ManualSleep {
-    clock: ManualClock,
-    slept: Rc<std::cell::RefCell<Vec<u64>>>,
-}
-
-impl ManualSleep {
-    /// A sleep that advances `clock`.
-    pub fn new(clock: ManualClock) -> ManualSleep {
-        ManualSleep { clock, slept: Default::default() }
-    }
-
-    /// Every delay slept so far.
-    pub fn slept(&self) -> Vec<u64> {
-        self.slept.borrow().clone()
-    }
-}
-
-#[async_trait(?Send)]
-impl Sleep for ManualSleep {
-    async fn sleep(&self, ms: u64) {
-        let mut yielded = false;
-        futures::future::poll_fn(|cx| {
-            if yielded {
-                return std::task::Poll::Ready(());
-            }
-            yielded = true;
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        })
-        .await;
-        self.slept.borrow_mut().push(ms);
-        self.clock.advance(ms);
-    }
 }
 
 /// The system clock (native only).

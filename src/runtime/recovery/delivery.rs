@@ -1,11 +1,10 @@
 //! Delivered jobs (M18): [`Agent::run_once`] runs a job delivered at least once (a queue message, a webhook)
 //! exactly once per delivery id.
 
-use super::stored_result;
 use crate::core::checkpoint::RunStatus;
 use crate::core::error::{Error, Result};
 use crate::core::ids::{validate_new_run_id, validate_run_id};
-use crate::runtime::agent::{Agent, Input, RunResult, SendOptions};
+use crate::runtime::{Agent, Input, RunResult, SendOptions};
 use serde::{Deserialize, Serialize};
 
 /// What `run_once` did with a delivery: one JSON shape for both shells (the HTTP API's
@@ -54,7 +53,7 @@ impl Agent {
         }
         match self.load(&run_id).await? {
             Some(cp) if cp.status == RunStatus::Finished => {
-                Ok(Delivery::Acknowledged { run_id, result: Box::new(stored_result(&cp)) })
+                Ok(Delivery::Acknowledged { run_id, result: Box::new(RunResult::stored(&cp)) })
             }
             Some(cp) if cp.status == RunStatus::AwaitingApproval => {
                 Ok(Delivery::AwaitingApproval { run_id, approval_id: cp.approval_ids.first().cloned() })
@@ -63,7 +62,7 @@ impl Agent {
                 Some(result) => Ok(Delivery::Ran { run_id, result: Box::new(result) }),
                 None => {
                     let cp = self.load(&run_id).await?.ok_or_else(|| Error::internal("delivery run vanished"))?;
-                    Ok(Delivery::Acknowledged { run_id, result: Box::new(stored_result(&cp)) })
+                    Ok(Delivery::Acknowledged { run_id, result: Box::new(RunResult::stored(&cp)) })
                 }
             },
             None => {

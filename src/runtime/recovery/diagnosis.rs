@@ -3,14 +3,13 @@
 //! original, one that fails too is quarantined with it.
 
 use super::fork::ForkOptions;
-use super::stored_result;
 use super::sweep::{SweepListener, SweepReport};
 use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::{cap_chars, ErrorInfo};
 use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
 use crate::core::sweep::{SweepOptions, SweepState, HEAL_SUFFIX};
-use crate::runtime::agent::Agent;
+use crate::runtime::{Agent, RunResult};
 use crate::store::PendingRun;
 
 /// The note a diagnosis fork starts with: the error is quoted as a JSON string (data, not an instruction),
@@ -83,7 +82,7 @@ impl Agent {
             }
             Ok(Some(h)) if h.heal_of.as_deref() == Some(run.run_id.as_str()) => {
                 if h.status == RunStatus::Finished {
-                    let result = stored_result(&h);
+                    let result = RunResult::stored(&h);
                     self.recovered(&heal_id, Some(&run.run_id), &result, report, listener).await;
                 } else if h.quarantined {
                     // The fork was quarantined but the original was not marked yet (a tick stopped between).

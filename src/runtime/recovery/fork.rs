@@ -6,7 +6,7 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::fork::{apply_patch, default_fork_id, pick_history_step, ForkPatch};
 use crate::core::ids::{validate_new_run_id, validate_run_id};
 use crate::core::trajectory::{compare_checkpoints, Comparison};
-use crate::runtime::agent::Agent;
+use crate::runtime::Agent;
 use serde::{Deserialize, Serialize};
 
 /// `fork` options.

@@ -6,7 +6,7 @@ use crate::core::checkpoint::RunStatus;
 use crate::core::error::{ErrorCode, Result};
 use crate::core::machine::{RunMachine, Start};
 use crate::core::sweep::SweepOptions;
-use crate::runtime::agent::{Agent, SendOptions};
+use crate::runtime::{Agent, SendOptions};
 use crate::store::PendingRun;
 
 impl Agent {

@@ -9,8 +9,8 @@ use crate::core::sweep::{
     best_waiting, note_attempt, pick_probe, plan, probe_due, probe_rank, Attempt, Candidate, Plan, SweepOptions,
     SweepState, HEAL_SUFFIX,
 };
-use crate::runtime::agent::{Agent, RunResult, SendOptions};
 use crate::runtime::traits::AbortSignal;
+use crate::runtime::{Agent, RunResult, SendOptions};
 use crate::store::kv::MAX_BULK_GET;
 use crate::store::PendingRun;
 use serde::{Deserialize, Serialize};

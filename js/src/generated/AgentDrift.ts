@@ -4,7 +4,7 @@ import type { ModelChange } from "./ModelChange.js";
 /**
  * What changed between two fingerprints (the `agent.drift` event's payload).
  */
-export type Drift = { 
+export type AgentDrift = { 
 /**
  * `{from, to}` when the model changed.
  */
