@@ -17,7 +17,7 @@
 //! interleaving, the same timestamps and the same results. Nothing here touches the OS clock or threads.
 //!
 //! ```
-//! use steadfast::time::{Clock, SimExecutor, Sleep};
+//! use steadfast::runtime::{Clock, SimExecutor, Sleep};
 //!
 //! let exec = SimExecutor::new(1_000, 7);
 //! let (t1, t2) = (exec.time(), exec.time());

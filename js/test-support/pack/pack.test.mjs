@@ -55,7 +55,7 @@ const PUBLIC_EXPORTS = {
     "defineTool", "kvStore", "memoryStore", "mockModel", "outputCheck", "progressGuard",
   ],
   types: [
-    "Agent", "AgentOptions", "ApprovalRecord", "ApprovalStatus", "Checkpoint", "Comparison", "Delivery", "Drift",
+    "Agent", "AgentDrift", "AgentOptions", "ApprovalRecord", "ApprovalStatus", "Checkpoint", "Comparison", "Delivery",
     "ErrorCode", "ErrorInfo", "Event", "EventEnvelope", "Fingerprint", "FinishReason", "ForkOptions", "ForkResult",
     "HistoryEntry", "Hook", "Input", "Json", "KVNamespaceLike", "KvStoreOptions", "Message", "MockModel",
     "MockModelOptions", "MockTurn", "Model", "ModelChange", "ModelRequest", "ModelResponse", "OutputCheckFn",
