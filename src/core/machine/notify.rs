@@ -40,11 +40,8 @@ impl RunMachine {
     /// `STEADFAST_INTERNAL` when the machine does not wait for the model; nothing changes. Tolerated: after an
     /// abort or a failure, a late answer is accepted and ignored (a recorded model turn is never replaced).
     pub fn notify_model_response(&mut self, resp: ModelResponse) -> Result<()> {
-        if self.cut_short() {
+        if !self.awaits(Wait::Model, "notify_model_response")? {
             return Ok(());
-        }
-        if self.waiting != Some(Wait::Model) {
-            return Err(self.refuse("notify_model_response"));
         }
         self.waiting = None;
         self.cp.step_index += 1;
@@ -79,11 +76,8 @@ impl RunMachine {
     /// `STEADFAST_INTERNAL` when the machine does not wait for the model; nothing changes (the runtime turns it
     /// into a failed attempt all the same). Tolerated: after an abort or a failure, it is accepted and ignored.
     pub fn notify_model_failed(&mut self, err: Error) -> Result<()> {
-        if self.cut_short() {
+        if !self.awaits(Wait::Model, "notify_model_failed")? {
             return Ok(());
-        }
-        if self.waiting != Some(Wait::Model) {
-            return Err(self.refuse("notify_model_failed"));
         }
         self.waiting = None;
         self.fail(err);
@@ -97,11 +91,8 @@ impl RunMachine {
     /// `STEADFAST_INTERNAL` when the machine does not wait for gate verdicts, or a verdict names a call it did
     /// not ask about; nothing changes. Tolerated: after an abort or a failure, verdicts are accepted and ignored.
     pub fn notify_gated(&mut self, decisions: Vec<(String, Gate)>) -> Result<()> {
-        if self.cut_short() {
+        if !self.awaits(Wait::Gate, "notify_gated")? {
             return Ok(());
-        }
-        if self.waiting != Some(Wait::Gate) {
-            return Err(self.refuse("notify_gated"));
         }
         if let Some((id, _)) = decisions.iter().find(|(id, _)| self.calls.state(id) != Some(&CallState::AwaitingGate)) {
             return Err(self.refuse_call("notify_gated", id, &CallState::AwaitingGate));
@@ -220,11 +211,8 @@ impl RunMachine {
     /// did not ask about; nothing changes. Tolerated: after an abort or a failure, answers are accepted and
     /// ignored.
     pub fn notify_reconciled(&mut self, answers: Vec<(String, Option<ToolOutcome>)>) -> Result<()> {
-        if self.cut_short() {
+        if !self.awaits(Wait::Reconcile, "notify_reconciled")? {
             return Ok(());
-        }
-        if self.waiting != Some(Wait::Reconcile) {
-            return Err(self.refuse("notify_reconciled"));
         }
         if let Some((id, _)) =
             answers.iter().find(|(id, _)| self.calls.state(id) != Some(&CallState::AwaitingReconcile))
@@ -312,6 +300,18 @@ impl RunMachine {
     /// state: once the outcome is decided it changes nothing.
     pub fn notify_failed(&mut self, err: Error) {
         self.fail(err);
+    }
+
+    /// Whether the machine takes an answer to `wait` now: `Ok(false)` for a late answer after an abort or a
+    /// failure decided the outcome (ignored), `STEADFAST_INTERNAL` from `notify` when it waits for something else.
+    fn awaits(&self, wait: Wait, notify: &str) -> Result<bool> {
+        if self.cut_short() {
+            return Ok(false);
+        }
+        if self.waiting != Some(wait) {
+            return Err(self.refuse(notify));
+        }
+        Ok(true)
     }
 
     /// An abort or a failure decided the outcome: answers to what was handed out before are ignored.
