@@ -51,7 +51,7 @@ impl Agent {
                     Ok(Some(cp)) => cp.step_index,
                     Ok(None) => return false,
                     Err(e) => {
-                        let _ = listener.on_error(&e, Some(&run.run_id));
+                        report.error(listener, &e, Some(&run.run_id));
                         return false;
                     }
                 };
@@ -75,7 +75,7 @@ impl Agent {
                     }
                     Err(e) => {
                         // No history to fork from: the run is quarantined as it would be without the option.
-                        let _ = listener.on_error(&e, Some(&run.run_id));
+                        report.error(listener, &e, Some(&run.run_id));
                         self.quarantine(run, opts, report, listener).await;
                         false
                     }
@@ -100,7 +100,7 @@ impl Agent {
                 false
             }
             Err(e) => {
-                let _ = listener.on_error(&e, Some(&heal_id));
+                report.error(listener, &e, Some(&heal_id));
                 false
             }
         }
