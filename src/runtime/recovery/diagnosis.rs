@@ -20,6 +20,7 @@ pub fn diagnosis_note(attempts: u32, error: Option<&ErrorInfo>) -> String {
         Some(e) => (e.code.as_str(), cap_chars(&e.message, 500)),
         None => ("unknown", String::new()),
     };
+    // Ignored: a string always serialises.
     let quoted = serde_json::to_string(&message).unwrap_or_else(|_| "\"\"".into());
     format!(
         "[steadfast recovery] The previous attempts at this task failed {attempts} times in a row. This is one more \
@@ -128,6 +129,7 @@ fn close_pending_calls(cp: &mut Checkpoint, attempts: u32, error: Option<&ErrorI
         let result = held.unwrap_or_else(|| crate::core::transcript::ToolResult {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
+            // Ignored (`unwrap_or_default` below): a string always serialises.
             content: format!(
                 "not run: the run failed {attempts} times in a row at this call ({}); it was forked to try another way",
                 serde_json::to_string(&why).unwrap_or_default()
