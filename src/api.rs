@@ -95,7 +95,12 @@ impl ApiResponse {
     /// `v` as the JSON body of a `status` response; a value that cannot be written as JSON (a bug) is a coded
     /// error, never a `null` body.
     fn with<T: serde::Serialize>(status: u16, v: &T) -> ApiResponse {
-        match serde_json::to_value(v) {
+        ApiResponse::of(status, serde_json::to_value(v))
+    }
+
+    /// [`ApiResponse::with`] past its one generic step (one copy of this code, whatever `T`).
+    fn of(status: u16, v: serde_json::Result<Value>) -> ApiResponse {
+        match v {
             Ok(v) => ApiResponse::json(status, &v),
             Err(e) => ApiResponse::error(&Error::internal(format!("the response cannot be written as JSON: {e}"))),
         }

@@ -83,6 +83,7 @@ pub struct SweepReport {
 
 impl SweepReport {
     /// Passes `error` to the listener; an `on_error` that fails is counted (there is no one left to tell).
+    #[inline(never)]
     pub(super) fn error(&mut self, listener: &dyn SweepListener, error: &Error, run_id: Option<&str>) {
         if listener.on_error(error, run_id).is_err() {
             self.listener_errors += 1;
@@ -90,6 +91,7 @@ impl SweepReport {
     }
 
     /// What a listener callback answered: a failure is counted and passed to `on_error`.
+    #[inline(never)]
     pub(super) fn heard(&mut self, listener: &dyn SweepListener, answer: Result<()>, run_id: Option<&str>) {
         if let Err(e) = answer {
             self.listener_errors += 1;
@@ -144,7 +146,7 @@ impl Agent {
             Ok(Some(s)) => match serde_json::from_str(&s) {
                 Ok(state) => (state, false),
                 Err(e) => {
-                    let why = format!("the sweep state cannot be read ({e}); the sweep starts from a fresh state");
+                    let why = format!("sweep state unreadable, reset: {e}");
                     report.error(listener, &Error::new(ErrorCode::CheckpointCorrupt, why), None);
                     (SweepState::default(), true)
                 }
