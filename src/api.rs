@@ -87,12 +87,27 @@ impl ApiResponse {
         ApiResponse {
             status,
             headers: vec![("content-type".into(), "application/json".into())],
-            body: serde_json::to_string(v).unwrap_or_else(|_| "{}".into()),
+            // Ignored: a `Value` always serialises (its map keys are strings).
+            body: serde_json::to_string(v).unwrap_or_default(),
+        }
+    }
+
+    /// `v` as the JSON body of a `status` response; a value that cannot be written as JSON (a bug) is a coded
+    /// error, never a `null` body.
+    fn with<T: serde::Serialize>(status: u16, v: &T) -> ApiResponse {
+        ApiResponse::of(status, serde_json::to_value(v))
+    }
+
+    /// [`ApiResponse::with`] past its one generic step (one copy of this code, whatever `T`).
+    fn of(status: u16, v: serde_json::Result<Value>) -> ApiResponse {
+        match v {
+            Ok(v) => ApiResponse::json(status, &v),
+            Err(e) => ApiResponse::error(&Error::internal(format!("the response cannot be written as JSON: {e}"))),
         }
     }
 
     fn ok<T: serde::Serialize>(v: &T) -> ApiResponse {
-        ApiResponse::json(200, &serde_json::to_value(v).unwrap_or(Value::Null))
+        ApiResponse::with(200, v)
     }
 
     /// The coded JSON error response for `e`.
@@ -431,7 +446,7 @@ impl Api {
                     .agent
                     .fork(id, ForkOptions { from_step: body.from_step, patch: body.patch, new_id: body.new_id })
                     .await?;
-                Ok(ApiResponse::json(201, &serde_json::to_value(&fork).unwrap_or(Value::Null)))
+                Ok(ApiResponse::with(201, &fork))
             }
             ["compare", a, b] => {
                 run_id_segment(a)?;
@@ -483,6 +498,7 @@ impl Api {
     }
 
     async fn send(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
+        // An empty body is an empty request (one that does not parse was refused by `?`).
         let body: SendRequest = parse_body(&req.body, true)?.unwrap_or_default();
         let (input, business_state) = body.into_parts()?;
         let sse = req.header("accept").is_some_and(|a| a.contains("text/event-stream"));
@@ -536,6 +552,7 @@ impl Api {
 pub fn sse_body(events: &[EventEnvelope]) -> String {
     let mut out = String::new();
     for e in events {
+        // Ignored (both): an EventEnvelope (strings, numbers, JSON values) always serialises.
         let data = serde_json::to_string(e).unwrap_or_default();
         let kind = serde_json::to_value(e).ok().and_then(|v| v["type"].as_str().map(String::from)).unwrap_or_default();
         out.push_str(&format!("id: {}\nevent: {kind}\ndata: {data}\n\n", e.seq));
@@ -546,6 +563,18 @@ pub fn sse_body(events: &[EventEnvelope]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_response_that_cannot_be_written_as_json_is_a_coded_500_not_a_null_body() {
+        // Map keys that are not strings cannot be JSON object keys.
+        let unwritable: std::collections::BTreeMap<(u8, u8), u8> = [((1, 2), 3)].into();
+        for r in [ApiResponse::ok(&unwritable), ApiResponse::with(201, &unwritable)] {
+            assert_eq!(r.status, 500);
+            let body: Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(body["error"]["code"], "STEADFAST_INTERNAL", "{}", r.body);
+        }
+        assert_eq!(ApiResponse::with(201, &json!({"a": 1})).body, r#"{"a":1}"#);
+    }
 
     #[test]
     fn constant_time_comparison() {

@@ -661,6 +661,7 @@ fn json_path_at(text: &str, line: usize, column: usize) -> String {
                 }
                 if let Some(Frame::Object { key, want_key }) = stack.last_mut() {
                     if *want_key {
+                        // Ignored (below): a key that does not unescape is shown as written.
                         let raw = text.get(from..j.min(text.len())).unwrap_or("");
                         *key = Some(
                             serde_json::from_str::<String>(&format!("\"{raw}\"")).unwrap_or_else(|_| raw.to_string()),

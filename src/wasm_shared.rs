@@ -22,6 +22,7 @@ pub(crate) fn prop(obj: &JsValue, key: &str) -> JsValue {
     if !obj.is_object() && !obj.is_function() {
         return JsValue::UNDEFINED;
     }
+    // Ignored: only a throwing getter or proxy fails here; callers treat `undefined` as missing and say so.
     Reflect::get(obj, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
 }
 
@@ -45,6 +46,7 @@ pub(crate) fn js_message(e: &JsValue) -> String {
     if let Some(s) = prop(e, "message").as_string() {
         return s;
     }
+    // Ignored: this already describes a failure; a value JSON cannot write gets a generic message.
     JSON::stringify(e).ok().and_then(|s| s.as_string()).unwrap_or_else(|| "unknown JS error".into())
 }
 
@@ -62,6 +64,7 @@ pub(crate) fn to_value(v: &JsValue, what: &str) -> Result<Value> {
 
 /// A JSON value as a JS value.
 pub(crate) fn from_value(v: &Value) -> JsValue {
+    // Ignored: JSON that serde_json wrote always parses.
     JSON::parse(&v.to_string()).unwrap_or(JsValue::NULL)
 }
 
@@ -116,11 +119,13 @@ impl Drop for Timer {
 impl Sleep for JsSleep {
     async fn sleep(&self, ms: u64) {
         let global = js_sys::global();
+        // Ignored (`else { return }`): every JS host this crate runs in (Workers, Node) has `setTimeout`.
         let Ok(set_timeout) = prop(&global, "setTimeout").dyn_into::<Function>() else {
             return;
         };
         let mut id = JsValue::UNDEFINED;
         let wait = Promise::new(&mut |resolve, _reject| {
+            // Ignored: `setTimeout` with a function and a number does not throw.
             id = set_timeout.call2(&global, &resolve, &JsValue::from_f64(ms as f64)).unwrap_or(JsValue::UNDEFINED);
         });
         let _timer = Timer { id };
@@ -232,6 +237,7 @@ impl KvBackend for WorkersKv {
                 .as_string()
                 .ok_or_else(|| Error::new(ErrorCode::StoreUnavailable, "a listed KV key has no name"))?;
             let meta = prop(&k, "metadata");
+            // Ignored: unreadable metadata reads as none, which the journal store lists as a corrupt index entry.
             let metadata = if absent(&meta) { None } else { to_value(&meta, "KV metadata").ok() };
             out.push(ListKey { name, metadata });
         }

@@ -398,6 +398,101 @@ fn a_throwing_callback_does_not_stop_the_sweep() {
     assert_eq!(l.recovered.borrow().len(), 3);
 }
 
+impl Recorder {
+    /// Every callback this listener answered (`on_error` included).
+    fn calls(&self) -> usize {
+        self.recovered.borrow().len()
+            + self.quarantined.borrow().len()
+            + self.outage.borrow().len()
+            + self.errors.borrow().len()
+    }
+}
+
+#[test]
+fn every_failing_listener_callback_is_counted_in_the_sweep_report() {
+    // Recoveries (n runs), then an outage opening the breaker (4 runs failing at 503).
+    for n in 1..=4 {
+        let env = Env::new();
+        let down = Rc::new(Cell::new(true));
+        let agent = env.agent_with(flaky_model(500, down.clone(), Rc::new(Cell::new(0))), vec![], one_try(), "");
+        for i in 0..n {
+            block_on(agent.send(&format!("r{i}"), "go", opts())).unwrap_err();
+        }
+        down.set(false);
+        env.clock.advance(31_000);
+        let l = Recorder::throwing();
+        let report = block_on(agent.sweep(&SweepOptions::default(), &l)).unwrap();
+        assert_eq!(report.recovered.len(), n);
+        // Each onRecovered threw, and so did the onError it was passed to.
+        assert_eq!(l.errors.borrow().len(), n);
+        assert_eq!(report.listener_errors, 2 * n, "n = {n}");
+        assert_eq!(report.listener_errors, l.calls());
+    }
+    let (env, agent, _down, _calls) = runs_failing_in_an_outage(4);
+    env.clock.advance(60_000);
+    let l = Recorder::throwing();
+    let report = block_on(agent.sweep(&SweepOptions::default(), &l)).unwrap();
+    assert!(report.outage && *l.outage.borrow() == vec![true]);
+    assert_eq!(report.listener_errors, l.calls(), "every callback threw and each is counted");
+    let quiet = Recorder::default();
+    env.clock.advance(1_000);
+    assert_eq!(block_on(agent.sweep(&SweepOptions::default(), &quiet)).unwrap().listener_errors, 0);
+}
+
+/// `good` damaged by `seed`: cut short, one byte replaced, or something that is not a state at all.
+fn damaged(good: &str, seed: u64) -> String {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut pick = |n: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % n as u64) as usize
+    };
+    let at = pick(good.len());
+    match seed % 3 {
+        0 => good[..at].to_string(),
+        1 => {
+            let junk = ["x", "{", "]", ",", ":", "\"", "-"][pick(7)];
+            format!("{}{junk}{}", &good[..at], &good[at + 1..])
+        }
+        _ => ["", "null", "[]", "42", "not json", "{\"providerFailures\": \"many\"}"][pick(6)].to_string(),
+    }
+}
+
+#[test]
+fn a_corrupt_sweep_state_is_reported_replaced_and_the_sweep_goes_on() {
+    use steadfast::core::sweep::SweepState;
+    let good = serde_json::to_string(&SweepState { provider_failures: 1, ..SweepState::default() }).unwrap();
+    let mut tried = 0;
+    for seed in 0..60 {
+        let bad = damaged(&good, seed);
+        if serde_json::from_str::<SweepState>(&bad).is_ok() {
+            continue;
+        }
+        tried += 1;
+        let repro = format!("seed {seed}: sweep state {bad:?}");
+        let env = Env::new();
+        let down = Rc::new(Cell::new(true));
+        let agent = env.agent_with(flaky_model(500, down.clone(), Rc::new(Cell::new(0))), vec![], one_try(), "");
+        for i in 0..2 {
+            block_on(agent.send(&format!("r{i}"), "go", opts())).unwrap_err();
+        }
+        down.set(false);
+        block_on(env.store.put_state("sweep", &bad)).unwrap();
+        env.clock.advance(31_000);
+        let l = Recorder::default();
+        let report = block_on(agent.sweep(&SweepOptions::default(), &l)).expect(&repro);
+        assert_eq!(report.recovered, vec!["r0", "r1"], "{repro}");
+        assert_eq!(*l.errors.borrow(), vec![(ErrorCode::CheckpointCorrupt, None)], "{repro}");
+        let stored = block_on(env.store.get_state("sweep")).unwrap().expect(&repro);
+        serde_json::from_str::<SweepState>(&stored).unwrap_or_else(|e| panic!("{repro}: not repaired: {e}"));
+        let next = Recorder::default();
+        block_on(agent.sweep(&SweepOptions::default(), &next)).expect(&repro);
+        assert!(next.errors.borrow().is_empty(), "{repro}: reported once");
+    }
+    assert!(tried >= 40, "{tried} damaged states tried");
+}
+
 /// Asks for a tool that dies, unless the transcript carries the diagnosis note (and `heals`).
 fn heal_model(heals: bool) -> MockModel {
     MockModel::new(

@@ -208,6 +208,7 @@ fn add_hook(b: AgentBuilder, desc: &JsValue, index: usize) -> Result<AgentBuilde
                 .ok_or_else(|| cfg(format!("hooks[{index}]: outputCheck needs a non-empty string name")))?;
             let check = method(desc, "check", &format!("hooks[{index}] (outputCheck '{name}')"))?;
             Ok(b.hook(OutputCheck::new(name, move |call, output| {
+                // Ignored: a tool call (strings and JSON values) always serialises.
                 let call_json = serde_json::to_string(call).unwrap_or_else(|_| "null".into());
                 check_verdict(check.call2(&JsValue::NULL, &JsValue::from_str(&call_json), &JsValue::from_str(output)))
             })))
@@ -240,6 +241,7 @@ impl JsTool {
         let name = prop(&obj, "name").as_string().ok_or_else(|| cfg(format!("tools[{index}] has no string `name`")))?;
         let what = format!("tool '{name}'");
         let execute = method(&obj, "execute", &what)?;
+        // An `Option`: a tool without a description has an empty one.
         let description = prop(&obj, "description").as_string().unwrap_or_default();
         let schema_js = prop(&obj, "inputSchema");
         let schema = if absent(&schema_js) {
@@ -402,7 +404,9 @@ struct JsEvents(Function);
 
 impl EventSink for JsEvents {
     fn emit(&self, event: &EventEnvelope) {
+        // Ignored (no else): an event always serialises.
         if let Ok(json) = serde_json::to_string(event) {
+            // Ignored: an event callback that throws must not stop the run (documented on `onEvent`).
             let _ = self.0.call1(&JsValue::NULL, &JsValue::from_str(&json));
         }
     }
@@ -427,6 +431,8 @@ struct AbortLink {
 
 impl Drop for AbortLink {
     fn drop(&mut self) {
+        // Ignored (no else, and the call's result): `link_abort` checked the signal has the listener methods; a
+        // listener left behind only calls `abort` on a finished run, which does nothing.
         if let Ok(remove) = prop(&self.js, "removeEventListener").dyn_into::<Function>() {
             let _ = remove.call2(&self.js, &JsValue::from_str("abort"), self.listener.as_ref().unchecked_ref());
         }

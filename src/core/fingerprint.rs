@@ -102,6 +102,7 @@ fn short(bytes: &[u8]) -> String {
 /// Canonical JSON: object keys sorted (serde_json's default map is ordered), no whitespace.
 pub fn canonical_json(v: &Value) -> String {
     // serde_json without `preserve_order` stores objects in a BTreeMap, so keys come out sorted.
+    // Ignored: a `Value` always serialises (its map keys are strings).
     serde_json::to_string(v).unwrap_or_default()
 }
 

@@ -312,6 +312,7 @@ impl Schema {
             return s.fail(ptr, format!("expected {}, got {}", names.join(" or "), name));
         }
         if let Some(e) = n.enumeration.as_ref().filter(|e| !e.iter().any(|c| json_eq(c, v))) {
+            // Ignored: a list of `Value`s always serialises.
             s.fail(ptr, format!("value must be one of {}", serde_json::to_string(e).unwrap_or_default()));
         }
         if let Some(c) = n.constant.as_ref().filter(|c| !json_eq(c, v)) {

@@ -124,6 +124,7 @@ pub fn parse_arguments(s: &str) -> Value {
     if s.trim().is_empty() {
         return json!({});
     }
+    // Handled (see above): the parse error becomes a `validation` result for the model.
     serde_json::from_str(s).unwrap_or_else(|_| json!({ "_raw": s }))
 }
 

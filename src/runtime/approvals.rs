@@ -61,12 +61,13 @@ impl Approvals<'_> {
         let mut rec = decide(stored, decision.approved, decision.note.clone())?;
         let run_id = rec.run_id.clone();
         let orphaned = |cp: &Option<Checkpoint>| !awaits(cp.as_ref(), &decision.id);
-        let pre = store.load(&run_id).await?;
-        if orphaned(&pre) {
-            store.delete_approval(&decision.id).await?;
-            return Err(orphan_error(&run_id, &decision.id));
-        }
-        let pre = pre.unwrap_or_default();
+        let pre = match store.load(&run_id).await? {
+            Some(cp) if awaits(Some(&cp), &decision.id) => cp,
+            _ => {
+                store.delete_approval(&decision.id).await?;
+                return Err(orphan_error(&run_id, &decision.id));
+            }
+        };
         rec.decided_at = Some(deps.now());
         let mut siblings = Vec::new();
         for aid in pre.approval_ids.iter().filter(|a| **a != rec.id) {
@@ -97,6 +98,7 @@ impl Approvals<'_> {
                 if orphaned(&cp) {
                     return Ok(Leased::Orphaned);
                 }
+                // Not orphaned: `cp` is the run (the empty default is never used).
                 let batch = cp.as_ref().map(|c| c.approval_ids.clone()).unwrap_or_default();
                 // A refused start writes nothing decided: the approval stays pending for the right agent.
                 let machine = RunMachine::start(
@@ -126,6 +128,7 @@ impl Approvals<'_> {
             Err(e) if e.code == ErrorCode::Crashed => false,
             Err(_) => match store.load(&run_id).await {
                 Ok(cp) => !awaits_any(cp.as_ref(), &batch),
+                // Ignored: a run that cannot be read may still wait on them, so they stay.
                 Err(_) => false,
             },
         };

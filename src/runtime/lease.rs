@@ -83,6 +83,7 @@ impl Deps {
     /// Records a failed attempt (`lastError`, `attempts + 1`) on the stored run under the held `lease`. Best
     /// effort: when this commit fails too, the original error is what the caller sees either way.
     async fn record_failure(&self, lease: &Lease, err: &Error) {
+        // Ignored (both `else { return }`): best effort, as above; the caller reports `err` either way.
         let Ok(Some(cp)) = self.store.load(&lease.run_id).await else { return };
         let opts = SendOptions::default();
         let cfg = self.machine_config(&lease.run_id, &opts);

@@ -227,6 +227,7 @@ impl MockModel {
 fn excerpt(m: Option<&Message>) -> String {
     match m {
         None => "(none)".into(),
+        // Ignored: a message always serialises.
         Some(m) => cap_chars(&serde_json::to_string(m).unwrap_or_default(), 160),
     }
 }

@@ -108,7 +108,6 @@ pub fn delta_entry(prev: &Checkpoint, msg: Message, status: RunStatus, at: u64) 
             ext: None,
         },
     };
-    next.apply(&entry).ok();
     let mut folded = prev.clone();
     folded.apply(&entry).expect("delta continues");
     (entry, folded)

@@ -261,6 +261,7 @@ impl IndexMeta {
 
     /// Bytes of the serialised entry: what KV counts against its metadata limit.
     fn bytes(&self) -> usize {
+        // Ignored: an IndexMeta (numbers, strings, a list of strings) always serialises.
         serde_json::to_string(self).map(|s| s.len()).unwrap_or(usize::MAX)
     }
 
@@ -679,6 +680,7 @@ impl<K: KvBackend> JournalStore<K> {
                 continue;
             }
             let Some(m) = miss else { return Ok(out) };
+            // Every seq this read reached lies in a segment of `rec`: the empty default is never used.
             let key_of = |s: u64| rec.tag_for(s).map(|tag| self.keys.entry(run_id, &tag, s)).unwrap_or_default();
             let (what, later_key) = match later {
                 Some(t) => (format!("entry {t}"), key_of(t)),
@@ -776,6 +778,7 @@ impl<K: KvBackend> JournalStore<K> {
             let mut values = self.get_many(&keys).await?.into_iter();
             if first {
                 let end = values.next().flatten();
+                // Ignored: an unreadable index entry counts as none, so this owner's first commit rewrites it.
                 index = values.next().flatten().and_then(|v| serde_json::from_str::<IndexMeta>(&v).ok());
                 if let Some(end) = end {
                     let marker = parse_marker(run_id, &end)?;
@@ -841,11 +844,13 @@ impl<K: KvBackend> JournalStore<K> {
             h: None,
         }
         .fit();
+        // Ignored: the read that found the corruption fails with its own error, and finds it (and marks it) again.
         let _ = self.put_index(run_id, &meta).await;
     }
 
     async fn put_index(&self, run_id: &str, meta: &IndexMeta) -> Result<()> {
         let v = encode(meta)?;
+        // Ignored: `encode` above serialised the same value.
         let opts = PutOptions { metadata: serde_json::to_value(meta).ok(), expiration_ttl_s: None };
         self.put_retrying(&self.keys.pending(run_id), &v, opts).await
     }
@@ -885,6 +890,8 @@ impl<K: KvBackend> JournalStore<K> {
     /// Marks an acquisition's lease record as given up (best effort: one write to a write-once key).
     async fn void(&self, run_id: &str, tag: &str) {
         self.count(|c| c.writes += 1);
+        // Ignored: without the mark, an owner whose record this acquisition overwrote cannot restore it and stops
+        // (fails closed, `STEADFAST_SESSION_BUSY`); the caller already fails with its own error.
         let _ = self.kv.put(&self.keys.void(run_id, tag), "1", PutOptions::default()).await;
     }
 
@@ -1179,6 +1186,8 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         self.writers.borrow_mut().remove(run_id);
         for key in deletes {
             self.count(|c| c.writes += 1);
+            // Ignored: the end marker already says these entries are pruned; no reader reads them again, so a
+            // failed delete leaves garbage, never a wrong state.
             let _ = self.kv.delete(&key).await;
         }
         Ok(())
@@ -1407,6 +1416,8 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                     (Some(_), Some(_)) => markers
                         .next()
                         .flatten()
+                        // Ignored: an unreadable marker counts as not finished, so the run is kept and its resume
+                        // reads it and reports the corruption.
                         .and_then(|m| serde_json::from_str::<Progress>(&m).ok())
                         .is_some_and(|p| p.finished)
                         .then_some(1_000),
@@ -1415,6 +1426,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                     out[i] = false;
                     if age >= after {
                         self.count(|c| c.writes += 1);
+                        // Ignored: the entry is reported stale either way; a failed delete is retried next listing.
                         let _ = self.kv.delete(&self.keys.pending(&run.run_id)).await;
                     }
                 }
@@ -1452,6 +1464,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         let mut out = Vec::new();
         for chunk in names.chunks(MAX_BULK_GET) {
             for v in self.get_many(chunk).await?.into_iter().flatten() {
+                // Ignored (no else): see `RunStore::list_approvals` on unreadable records.
                 if let Ok(r) = serde_json::from_str::<ApprovalRecord>(&v) {
                     out.push(r);
                 }

@@ -105,6 +105,7 @@ pub fn check_put(key: &str, value: &str, opts: &PutOptions) -> Result<()> {
     check_key(key)?;
     check_value(value)?;
     if let Some(m) = &opts.metadata {
+        // Ignored: a `Value` always serialises (and `usize::MAX` would refuse the put, never let it through).
         let n = serde_json::to_string(m).map(|s| s.len()).unwrap_or(usize::MAX);
         if n > MAX_METADATA_BYTES {
             return Err(Error::new(

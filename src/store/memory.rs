@@ -281,6 +281,7 @@ impl RunStore for MemoryStore {
         let inner = self.inner.borrow();
         let mut out = Vec::new();
         for s in inner.approvals.values() {
+            // Ignored (no else): see `RunStore::list_approvals` on unreadable records.
             if let Ok(r) = serde_json::from_str::<ApprovalRecord>(s) {
                 out.push(r);
             }

@@ -294,7 +294,9 @@ pub trait RunStore {
     async fn put_approval(&self, record: &ApprovalRecord) -> Result<()>;
     /// Reads an approval record.
     async fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>>;
-    /// Every approval record.
+    /// Every approval record that can be read. An unreadable one is left out (one bad record must not hide the
+    /// others): [`RunStore::get_approval`] reports it as `STEADFAST_CHECKPOINT_CORRUPT`, and its run stays
+    /// listed by [`RunStore::pending`] as awaiting approval.
     async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>>;
     /// Deletes an approval record.
     async fn delete_approval(&self, id: &str) -> Result<()>;

@@ -557,6 +557,7 @@ impl<H: HttpClient + ?Sized> Tool for WebhookTool<H> {
             return Ok(ToolOutput::text(format!("HTTP {status} (empty body)")));
         }
         if !truncated {
+            // Ignored (no else): a body that is not JSON is returned as text below.
             if let Ok(v) = serde_json::from_str::<Value>(&body) {
                 return Ok(ToolOutput::json(v));
             }

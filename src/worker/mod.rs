@@ -33,6 +33,7 @@ use worker::{
 const BUNDLED_CONFIG: &str = include_str!("../../steadfast.config.json");
 
 fn config(env: &Env) -> Result<AgentConfig> {
+    // Ignored (`.ok()`): the only failure is a variable that is not bound, which means the bundled config.
     let json = env
         .var("STEADFAST_CONFIG")
         .map(|v| v.to_string())
@@ -45,6 +46,7 @@ fn config(env: &Env) -> Result<AgentConfig> {
 }
 
 fn secret(env: &Env, name: &str) -> Option<String> {
+    // Ignored (`.ok()`, twice): the only failure is a binding that does not exist, which means no value.
     env.secret(name)
         .map(|s| s.to_string())
         .ok()
@@ -145,7 +147,9 @@ impl Host for WorkerHost<'_> {
         if self.body.is_none() {
             match self.req.stream() {
                 Ok(s) => self.body = Some(s),
-                // A request without a body.
+                // A body already taken (a bug in this shell) must not read as an empty one.
+                Err(worker::Error::BodyUsed) => return Err(Error::internal("the request body was taken already")),
+                // The only other failure: a request without a body.
                 Err(_) => return Ok(None),
             }
         }
@@ -160,7 +164,8 @@ impl Host for WorkerHost<'_> {
     }
 
     fn discard_body(&mut self) {
-        // Dropping the stream cancels it (wasm-streams' IntoStream cancels on drop): nothing is read.
+        // Dropping the stream cancels it (wasm-streams' IntoStream cancels on drop): nothing is read. A request
+        // without a body has no stream to cancel.
         if self.body.is_none() {
             drop(self.req.stream());
         }
@@ -171,9 +176,11 @@ impl Host for WorkerHost<'_> {
         let cfg = config(env)?;
         let agent = build_agent(env, &cfg)?;
         let mut api = Api::new(agent, token);
+        // Ignored (no else): `build_agent` above failed already if the KV binding is missing.
         if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(env)) {
             api = api.with_demo_counts(Rc::new(move || {
                 let kv = kv.clone();
+                // Ignored: counts (names and numbers) always serialise.
                 Box::pin(async move { demo_counts(&kv).await.map(|c| serde_json::to_value(c).unwrap_or_default()) })
             }));
         }
@@ -268,6 +275,7 @@ pub async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             "steadfast sweep ({} at {}): {}",
             event.cron(),
             event.schedule(),
+            // Ignored: a SweepReport (numbers, strings, lists) always serialises.
             serde_json::to_string(&r).unwrap_or_default()
         ),
         Err(e) => console_error!("steadfast sweep failed: {e}"),

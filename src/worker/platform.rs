@@ -43,7 +43,7 @@ impl HttpClient for FetchClient {
             let status = resp.status_code();
             let headers = resp.headers().entries().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
             let mut body = CappedBody::new(req.max_response_bytes);
-            // A response without a body (204, HEAD) has no stream.
+            // Ignored (no else): a response without a body (204, HEAD) has no stream; that is the only failure.
             if let Ok(mut stream) = resp.stream() {
                 while let Some(chunk) = stream.next().await {
                     if !body.push(&chunk.map_err(|e| net("reading the body failed", e))?) {

@@ -49,6 +49,10 @@ probe?: string,
  */
 stale: number, 
 /**
+ * Listener callbacks that returned an error (each but `on_error`'s own was passed to `on_error`).
+ */
+listenerErrors: number, 
+/**
  * Store operations this tick used.
  */
 operations: number, 

@@ -252,6 +252,7 @@ impl RunMachine {
                 format!("the agent changed since run '{}' was checkpointed: {}", self.cfg.run_id, drift.describe()),
             )
             .with_run(&self.cfg.run_id)
+            // Ignored: a drift (strings and numbers) always serialises.
             .with_details(serde_json::to_value(&drift).unwrap_or(Value::Null))),
         }
     }

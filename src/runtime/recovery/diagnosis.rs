@@ -19,6 +19,7 @@ pub fn diagnosis_note(attempts: u32, error: Option<&ErrorInfo>) -> String {
         Some(e) => (e.code.as_str(), cap_chars(&e.message, 500)),
         None => ("unknown", String::new()),
     };
+    // Ignored: a string always serialises.
     let quoted = serde_json::to_string(&message).unwrap_or_else(|_| "\"\"".into());
     format!(
         "[steadfast recovery] The previous attempts at this task failed {attempts} times in a row. This is one more \
@@ -50,7 +51,7 @@ impl Agent {
                     Ok(Some(cp)) => cp.step_index,
                     Ok(None) => return false,
                     Err(e) => {
-                        let _ = listener.on_error(&e, Some(&run.run_id));
+                        report.error(listener, &e, Some(&run.run_id));
                         return false;
                     }
                 };
@@ -74,7 +75,7 @@ impl Agent {
                     }
                     Err(e) => {
                         // No history to fork from: the run is quarantined as it would be without the option.
-                        let _ = listener.on_error(&e, Some(&run.run_id));
+                        report.error(listener, &e, Some(&run.run_id));
                         self.quarantine(run, opts, report, listener).await;
                         false
                     }
@@ -99,7 +100,7 @@ impl Agent {
                 false
             }
             Err(e) => {
-                let _ = listener.on_error(&e, Some(&heal_id));
+                report.error(listener, &e, Some(&heal_id));
                 false
             }
         }
@@ -127,6 +128,7 @@ fn close_pending_calls(cp: &mut Checkpoint, attempts: u32, error: Option<&ErrorI
         let result = held.unwrap_or_else(|| crate::core::transcript::ToolResult {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
+            // Ignored (`unwrap_or_default` below): a string always serialises.
             content: format!(
                 "not run: the run failed {attempts} times in a row at this call ({}); it was forked to try another way",
                 serde_json::to_string(&why).unwrap_or_default()

@@ -21,15 +21,13 @@ impl Agent {
             Ok(true) => {
                 report.quarantined.push(run.run_id.clone());
                 let marked = PendingRun { quarantined: true, ..run.clone() };
-                if let Err(e) = listener.on_quarantined(&marked) {
-                    let _ = listener.on_error(&e, Some(&run.run_id));
-                }
+                report.heard(listener, listener.on_quarantined(&marked), Some(&run.run_id));
             }
             Ok(false) => {}
             Err(e) if e.code == ErrorCode::SessionBusy => report.busy += 1,
             Err(e) => {
                 report.errors += 1;
-                let _ = listener.on_error(&e, Some(&run.run_id));
+                report.error(listener, &e, Some(&run.run_id));
             }
         }
     }
@@ -49,7 +47,7 @@ impl Agent {
             Ok(_) => {}
             Err(e) => {
                 report.errors += 1;
-                let _ = listener.on_error(&e, Some(run_id));
+                report.error(listener, &e, Some(run_id));
             }
         }
     }

@@ -17,7 +17,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 
 /// Callbacks of the recovery sweep. Every method has a no-op default; an error returned by a callback is
-/// passed to `on_error` and never stops the sweep.
+/// passed to `on_error` and never stops the sweep; every callback that fails (`on_error` included) is counted
+/// in [`SweepReport::listener_errors`].
 pub trait SweepListener {
     /// A run was finished by the sweep (for a diagnosis fork: the original's id).
     fn on_recovered(&self, _run_id: &str, _result: &RunResult) -> Result<()> {
@@ -71,10 +72,32 @@ pub struct SweepReport {
     /// Listed runs found finished or deleted when checked (their stale index entries are dropped).
     #[serde(default)]
     pub stale: usize,
+    /// Listener callbacks that returned an error (each but `on_error`'s own was passed to `on_error`).
+    #[serde(default)]
+    pub listener_errors: usize,
     /// Store operations this tick used.
     pub operations: u64,
     /// Whether the tick reached the end of the listing (else the next tick continues where it stopped).
     pub complete: bool,
+}
+
+impl SweepReport {
+    /// Passes `error` to the listener; an `on_error` that fails is counted (there is no one left to tell).
+    #[inline(never)]
+    pub(super) fn error(&mut self, listener: &dyn SweepListener, error: &Error, run_id: Option<&str>) {
+        if listener.on_error(error, run_id).is_err() {
+            self.listener_errors += 1;
+        }
+    }
+
+    /// What a listener callback answered: a failure is counted and passed to `on_error`.
+    #[inline(never)]
+    pub(super) fn heard(&mut self, listener: &dyn SweepListener, answer: Result<()>, run_id: Option<&str>) {
+        if let Err(e) = answer {
+            self.listener_errors += 1;
+            self.error(listener, &e, run_id);
+        }
+    }
 }
 
 fn candidate(run: &PendingRun) -> Candidate<'_> {
@@ -115,11 +138,22 @@ impl Agent {
             c.reads + c.writes
         };
         let mut report = SweepReport::default();
-        let mut state: SweepState = match store.get_state("sweep").await {
-            Ok(Some(s)) => serde_json::from_str(&s).unwrap_or_default(),
-            Ok(None) => SweepState::default(),
+        // A sweep state that cannot be read is reported and replaced (written back at the end of this tick):
+        // it holds only the breaker and the listing position, so the tick starts over with a closed breaker
+        // from the first page, and nothing of any run is lost; failing every tick instead would stop recovery.
+        let (mut state, repair) = match store.get_state("sweep").await {
+            Ok(None) => (SweepState::default(), false),
+            Ok(Some(s)) => match serde_json::from_str(&s) {
+                Ok(state) => (state, false),
+                Err(e) => {
+                    let why = format!("sweep state unreadable, reset: {e}");
+                    report.error(listener, &Error::new(ErrorCode::CheckpointCorrupt, why), None);
+                    (SweepState::default(), true)
+                }
+            },
             Err(e) => {
-                let _ = listener.on_error(&e, None);
+                // The tick fails with this error itself (and its report, which would count a failing `on_error`, is dropped).
+                report.error(listener, &e, None);
                 return Err(e);
             }
         };
@@ -133,10 +167,11 @@ impl Agent {
         }
         let listed = self.sweep_pages(opts, &mut state, &mut tick, &mut report, listener, &used).await;
         report.outage = state.outage.is_some();
-        if state != initial {
+        if repair || state != initial {
+            // Ignored (no else): a SweepState (numbers, strings, options) always serialises.
             if let Ok(s) = serde_json::to_string(&state) {
                 if let Err(e) = store.put_state("sweep", &s).await {
-                    let _ = listener.on_error(&e, None);
+                    report.error(listener, &e, None);
                 }
             }
         }
@@ -161,7 +196,7 @@ impl Agent {
                 return;
             }
             Err(e) => {
-                let _ = listener.on_error(&e, Some(run_id));
+                report.error(listener, &e, Some(run_id));
                 state.probe = None;
                 return;
             }
@@ -199,7 +234,7 @@ impl Agent {
             let page = match store.pending_page(state.page.as_deref(), opts.page_size).await {
                 Ok(p) => p,
                 Err(e) => {
-                    let _ = listener.on_error(&e, None);
+                    report.error(listener, &e, None);
                     if state.page.is_some() {
                         // A cursor the store no longer takes (expired, or written by another version): start over.
                         state.page = None;
@@ -255,7 +290,7 @@ impl Agent {
                         Ok(f) => batch.iter().zip(f).for_each(|(&j, ok)| fresh[j] = Some(ok)),
                         Err(e) => {
                             // Act anyway: a resume reads the run itself and finds nothing to do if it is gone.
-                            let _ = listener.on_error(&e, None);
+                            report.error(listener, &e, None);
                             batch.iter().for_each(|&j| fresh[j] = Some(true));
                         }
                     }
@@ -316,6 +351,7 @@ impl Agent {
     ) -> u64 {
         let mut ticks = 0;
         while !stop.is_aborted() {
+            // Ignored: every error a tick fails with was passed to `listener.on_error` already; the loop goes on.
             let _ = self.sweep(opts, listener).await;
             ticks += 1;
             let sleep = self.deps.sleep.clone();
@@ -352,9 +388,7 @@ impl Agent {
             Err(_) => Attempt::Other,
         };
         if let Some(active) = note_attempt(opts, state, self.deps.now(), run_id, attempt, probe) {
-            if let Err(e) = listener.on_outage(active) {
-                let _ = listener.on_error(&e, None);
-            }
+            report.heard(listener, listener.on_outage(active), None);
         }
         match res {
             Ok(Some(result)) if result.status == RunStatus::Finished => {
@@ -367,7 +401,7 @@ impl Agent {
                         Ok(_) => None,
                         Err(e) => {
                             // The original's next tick finds the finished fork and completes the recovery.
-                            let _ = listener.on_error(&e, Some(run_id));
+                            report.error(listener, &e, Some(run_id));
                             return;
                         }
                     },
@@ -382,7 +416,7 @@ impl Agent {
             Ok(_) => {}
             Err(e) => {
                 report.errors += 1;
-                let _ = listener.on_error(&e, Some(run_id));
+                report.error(listener, &e, Some(run_id));
             }
         }
     }
@@ -400,15 +434,13 @@ impl Agent {
         let reported = match original {
             Some(original) => {
                 if let Err(e) = self.delete(original).await {
-                    let _ = listener.on_error(&e, Some(original));
+                    report.error(listener, &e, Some(original));
                 }
                 original
             }
             None => run_id,
         };
         report.recovered.push(reported.to_string());
-        if let Err(e) = listener.on_recovered(reported, result) {
-            let _ = listener.on_error(&e, Some(reported));
-        }
+        report.heard(listener, listener.on_recovered(reported, result), Some(reported));
     }
 }
