@@ -707,6 +707,41 @@ fn json_path_at(text: &str, line: usize, column: usize) -> String {
     path
 }
 
+/// The parsed configuration, kept for the life of a process (a Worker isolate) so a warm request does not
+/// parse and validate it again. Keyed by the configuration's source text: a request whose source differs in
+/// any byte from the cached one (a changed `STEADFAST_CONFIG`, a new bundle) parses again and replaces the
+/// entry, so a changed configuration is never served stale. A source that fails to parse is not cached: it
+/// fails on every request, with its own error, and leaves the last valid entry in place.
+///
+/// Only the configuration is cached, not the agent built from it: the agent's store keeps per-execution state
+/// (journal writers, operation counters) and is built per request, with the request's secrets and bindings.
+#[derive(Default)]
+pub struct ConfigCache {
+    entry: std::cell::RefCell<Option<(String, Rc<AgentConfig>)>>,
+    parses: std::cell::Cell<u64>,
+}
+
+impl ConfigCache {
+    /// The configuration of `source`: the cached one when `source` is the cached source, else
+    /// [`AgentConfig::parse`]d (and, when valid, cached in place of the previous one).
+    pub fn get(&self, source: &str) -> Result<Rc<AgentConfig>> {
+        if let Some((cached, cfg)) = self.entry.borrow().as_ref() {
+            if cached == source {
+                return Ok(cfg.clone());
+            }
+        }
+        self.parses.set(self.parses.get() + 1);
+        let cfg = Rc::new(AgentConfig::parse(source)?);
+        *self.entry.borrow_mut() = Some((source.to_string(), cfg.clone()));
+        Ok(cfg)
+    }
+
+    /// How many times [`ConfigCache::get`] parsed a source (cache misses, failed parses included).
+    pub fn parses(&self) -> u64 {
+        self.parses.get()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -976,6 +1011,64 @@ mod tests {
         assert!(tools[0].side_effecting() && tools[0].needs_approval(&json!({})));
         let shared: Rc<dyn HttpClient> = Rc::new(NoHttp);
         assert_eq!(c.webhook_tools(shared).unwrap().len(), 2);
+    }
+
+    /// The per-process configuration cache over generated request sequences: every request gets exactly what
+    /// parsing its source gives (the same configuration, or the same error), a source equal to the cached one
+    /// is not parsed again (the same `Rc` comes back), any other source is parsed (a changed configuration is
+    /// never served stale), and a failing source is parsed on every request without evicting the valid entry.
+    /// `STEADFAST_CONFIG_SEED=<n>` replays one case.
+    #[test]
+    fn the_config_cache_parses_a_source_once_and_never_serves_a_changed_one_stale_for_generated_sequences() {
+        use crate::runtime::{Rng, SplitMix64};
+        let sources = [
+            "{}".to_string(),
+            "{ }".to_string(),
+            r#"{"instructions": "a", "limits": {"maxSteps": 3}}"#.to_string(),
+            r#"{"instructions": "b", "limits": {"maxSteps": 3}}"#.to_string(),
+            r#"{"instructions": "a", "limits": {"maxSteps": 4}}"#.to_string(),
+            r#"{"model": {"provider": "mock", "script": [{"text": "x"}]}, "settleMs": 50}"#.to_string(),
+            FULL.to_string(),
+            r#"{"limits": {"maxSteps": 0}}"#.to_string(),
+            r#"{"instructions": 7}"#.to_string(),
+            "not json".to_string(),
+        ];
+        let seeds: Vec<u64> = match std::env::var("STEADFAST_CONFIG_SEED").ok().and_then(|s| s.parse().ok()) {
+            Some(seed) => vec![seed],
+            None => (0..300).collect(),
+        };
+        for seed in seeds {
+            let rng = SplitMix64::new(seed);
+            let repro = format!("STEADFAST_CONFIG_SEED={seed} cargo test --lib config::tests::the_config_cache");
+            let cache = ConfigCache::default();
+            let (mut cached, mut last, mut parses): (Option<&str>, Option<Rc<AgentConfig>>, u64) = (None, None, 0);
+            for _ in 0..1 + rng.next_u64() % 40 {
+                // Repeats are likely (a warm isolate sees the same source again and again).
+                let source = if last.is_some() && rng.next_u64() % 2 == 0 {
+                    cached.unwrap()
+                } else {
+                    sources[(rng.next_u64() % sources.len() as u64) as usize].as_str()
+                };
+                let fresh = AgentConfig::parse(source);
+                let got = cache.get(source);
+                if cached != Some(source) {
+                    parses += 1;
+                }
+                match (&got, &fresh) {
+                    (Ok(g), Ok(f)) => {
+                        assert_eq!(**g, *f, "{repro}: {source}");
+                        if cached == Some(source) {
+                            assert!(Rc::ptr_eq(g, last.as_ref().unwrap()), "{repro}: a cached source was parsed again");
+                        }
+                        cached = Some(source);
+                        last = Some(g.clone());
+                    }
+                    (Err(g), Err(f)) => assert_eq!(g, f, "{repro}: {source}"),
+                    _ => panic!("{repro}: {source}: cache {got:?} vs parse {fresh:?}"),
+                }
+                assert_eq!(cache.parses(), parses, "{repro}: parses after {source}");
+            }
+        }
     }
 
     #[test]

@@ -14,8 +14,8 @@ use steadfast::core::retry::RetryPolicy;
 use steadfast::core::sweep::SweepOptions;
 use steadfast::core::transcript::{validate_transcript, Message};
 use steadfast::runtime::{
-    AgentOptions, Clock, Delivery, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, NoListener, SendOptions,
-    Tool, ToolError, ToolOutput,
+    AgentOptions, Clock, CrashBudget, Delivery, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, NoListener,
+    SendOptions, Tool, ToolError, ToolOutput,
 };
 use steadfast::store::conformance::{self, Capabilities};
 use steadfast::store::faulty::{FaultOptions, FaultyKv};
@@ -1080,4 +1080,110 @@ fn a_reader_racing_a_live_writer_reads_a_committed_state_not_a_gap() {
     assert_eq!(loaded.seq, 200, "the journal as it is now");
     assert_eq!(loaded, states[199]);
     assert!(reader.kv().bulk_gets.get() >= 3, "the race happened");
+}
+
+/// A run of `steps` two-tool steps (tools `search` and `read`) whose `read` of step `fail_at` fails once with a
+/// propagated error (the run stays resumable, its lease released); `None`: no failure.
+fn failing_once_tools(counters: &Counters, fail_at: Option<usize>) -> Vec<Rc<dyn Tool>> {
+    let mut tools = fast_tools(counters);
+    let c = counters.clone();
+    tools[1] = Rc::new(FnTool::new("read", "read", json!({"type": "object"}), move |args, ctx| {
+        let c = c.clone();
+        async move {
+            let n = c.hit(&format!("call:{}", ctx.tool_call_id));
+            if fail_at.is_some_and(|k| args["i"] == json!(k)) && n == 1 {
+                return Err(ToolError::Propagate(steadfast::core::error::Error::new(
+                    ErrorCode::ToolPropagated,
+                    "the process died while reading",
+                )));
+            }
+            Ok(ToolOutput::text(format!("read {} {}", args["i"], "x".repeat(480))))
+        }
+    }));
+    tools
+}
+
+/// A KV that counts, per key, the reads that returned a value (gets and bulk gets).
+#[derive(Clone)]
+struct KeyReads {
+    inner: SimKv,
+    found: Rc<std::cell::RefCell<std::collections::BTreeMap<String, u32>>>,
+}
+
+impl KeyReads {
+    fn saw(&self, key: &str, v: &Option<String>) {
+        if v.is_some() {
+            *self.found.borrow_mut().entry(key.to_string()).or_insert(0) += 1;
+        }
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl KvBackend for KeyReads {
+    async fn get(&self, key: &str) -> steadfast::Result<Option<String>> {
+        let v = self.inner.get(key).await?;
+        self.saw(key, &v);
+        Ok(v)
+    }
+    async fn get_many(&self, keys: &[String]) -> steadfast::Result<Vec<Option<String>>> {
+        let vs = self.inner.get_many(keys).await?;
+        for (k, v) in keys.iter().zip(&vs) {
+            self.saw(k, v);
+        }
+        Ok(vs)
+    }
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> steadfast::Result<()> {
+        self.inner.put(key, value, opts).await
+    }
+    async fn delete(&self, key: &str) -> steadfast::Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> steadfast::Result<ListPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+}
+
+/// The store reads of a resume (`RunStats::store_reads`, deterministic, so asserted) and what they fetch: the
+/// resume reads the lease and the journal once to refuse what needs no lease, takes the lease (its read and
+/// the takeover probe: the previous segment's end marker and the index, and the entries past what was read),
+/// folds the run under the lease and reads the lease back after the settle window. Every journal entry comes
+/// from KV once: the probe and the fold under the lease use what the first read fetched (an entry's key is
+/// written once). Cases: a run left by a propagated tool failure (its lease released, the end marker written)
+/// and a run whose process crashed (its lease expired, no marker), with a short and a long journal.
+#[test]
+fn a_resume_fetches_each_journal_entry_once() {
+    // (steps, the step whose `read` fails once, crash after this many effects, store reads of the resume)
+    let cases = [(5, Some(2), None, 5), (60, Some(45), None, 6), (5, None, Some(7), 7), (60, None, Some(150), 7)];
+    for (steps, fail_at, crash_after, reads) in cases {
+        let ctx = format!("{steps} steps, fail at {fail_at:?}, crash after {crash_after:?}");
+        let options = AgentOptions { max_steps: steps as u32 + 1, ..AgentOptions::default() };
+        let clock = ManualClock::new(1_700_000_000_000);
+        let kv = KeyReads { inner: sim(&clock, 1, 60_000), found: Default::default() };
+        let counters = Counters::default();
+        let process = || {
+            let env = Env::with_store(Rc::new(journal(kv.clone(), &clock)), clock.clone());
+            env.agent_with(
+                MockModel::by_turn(long_script(steps)),
+                failing_once_tools(&counters, fail_at),
+                options.clone(),
+                "",
+            )
+        };
+        let opts =
+            SendOptions { crash_budget: crash_after.map(|n| CrashBudget::new(n, false)), ..SendOptions::default() };
+        let code = block_on(process().send("r", "go", opts)).err().map(|e| e.code);
+        assert!(matches!(code, Some(ErrorCode::ToolPropagated | ErrorCode::Crashed)), "{ctx}: {code:?}");
+        clock.advance(200_000);
+        kv.found.borrow_mut().clear();
+        let done = block_on(process().resume("r", SendOptions::default())).unwrap().unwrap();
+        assert_eq!(done.status, RunStatus::Finished, "{ctx}");
+        assert!(validate_transcript(&done.messages).is_ok(), "{ctx}");
+        assert_eq!(done.messages.iter().filter(|m| matches!(m, Message::Assistant { .. })).count(), steps, "{ctx}");
+        let found = kv.found.borrow();
+        let entries: Vec<_> = found.iter().filter(|(k, _)| k.contains("/j/")).collect();
+        assert!(!entries.is_empty(), "{ctx}: the resume read no journal entry");
+        let twice: Vec<_> = entries.iter().filter(|(_, n)| **n > 1).collect();
+        assert!(twice.is_empty(), "{ctx}: journal entries fetched more than once: {twice:?}");
+        assert_eq!(done.stats.store_reads, reads, "{ctx}: store reads of the resume");
+    }
 }

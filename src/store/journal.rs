@@ -410,6 +410,20 @@ pub struct JournalStore<K: KvBackend> {
     opts: JournalOptions,
     writers: RefCell<HashMap<String, Writer>>,
     counters: RefCell<StoreCounters>,
+    seen: RefCell<SeenEntries>,
+}
+
+/// Journal entries this process has read, for one run at a time (raw, by key), so that the reads of one
+/// execution — the read before its lease, the takeover probe, the fold under the lease — fetch each entry
+/// once. An entry's key names its segment (epoch and owner) and seq and is written once, so a key read once
+/// keeps its value: serving it again is what reading it again would show, never a state that was not
+/// written. Only entries that parsed (with their own seq) are kept; leases, end markers and the index are
+/// always read. Kept from a read without the lease until the next read under it, the release or a delete;
+/// reading another run replaces it (at most one run's entries are held).
+#[derive(Default)]
+struct SeenEntries {
+    run_id: String,
+    raw: HashMap<String, String>,
 }
 
 /// Age (ms) past which the pending-index entry of a run without a lease (deleted) is dropped: far beyond any
@@ -439,6 +453,7 @@ impl<K: KvBackend> JournalStore<K> {
             opts,
             writers: RefCell::new(HashMap::new()),
             counters: RefCell::new(StoreCounters::default()),
+            seen: RefCell::new(SeenEntries::default()),
         }
     }
 
@@ -481,6 +496,49 @@ impl<K: KvBackend> JournalStore<K> {
 
     async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
         self.read_retrying(|| self.kv.get_many(keys)).await
+    }
+
+    /// `keys`' values: the first `fixed` (leases, markers, the index) read from KV, the journal entries after
+    /// them from [`SeenEntries`] when this process has read them, else from KV; one bulk get for all that is
+    /// read, none when every value was seen.
+    async fn get_entries(&self, run_id: &str, keys: &[String], fixed: usize) -> Result<Vec<Option<String>>> {
+        let mut out: Vec<Option<String>> = vec![None; keys.len()];
+        let mut fetch = Vec::new();
+        {
+            let seen = self.seen.borrow();
+            let known = seen.run_id == run_id;
+            for (i, k) in keys.iter().enumerate() {
+                match seen.raw.get(k).filter(|_| known && i >= fixed) {
+                    Some(raw) => out[i] = Some(raw.clone()),
+                    None => fetch.push(i),
+                }
+            }
+        }
+        if !fetch.is_empty() {
+            let wanted: Vec<String> = fetch.iter().map(|&i| keys[i].clone()).collect();
+            for (i, v) in fetch.into_iter().zip(self.get_many(&wanted).await?) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Keeps a journal entry this process read (see [`SeenEntries`]).
+    fn remember_entry(&self, run_id: &str, key: &str, raw: &str) {
+        let mut seen = self.seen.borrow_mut();
+        if seen.run_id != run_id {
+            seen.run_id = run_id.to_string();
+            seen.raw.clear();
+        }
+        seen.raw.entry(key.to_string()).or_insert_with(|| raw.to_string());
+    }
+
+    /// Drops the entries kept for `run_id` (see [`SeenEntries`]).
+    fn forget_entries(&self, run_id: &str) {
+        let mut seen = self.seen.borrow_mut();
+        if seen.run_id == run_id {
+            seen.raw = HashMap::new();
+        }
     }
 
     async fn list(&self, prefix: &str, cursor: Option<&str>) -> Result<super::kv::ListPage> {
@@ -635,7 +693,8 @@ impl<K: KvBackend> JournalStore<K> {
                 if seqs.is_empty() {
                     break;
                 }
-                let mut values = self.get_many(&keys).await?.into_iter();
+                let fixed = usize::from(marker_key.is_some());
+                let mut values = self.get_entries(run_id, &keys, fixed).await?.into_iter();
                 if marker_key.is_some() {
                     marker_read = true;
                     if let Some(raw) = values.next().flatten() {
@@ -649,7 +708,7 @@ impl<K: KvBackend> JournalStore<K> {
                         }
                     }
                 }
-                for (s, v) in seqs.iter().zip(values) {
+                for ((s, v), key) in seqs.iter().zip(values).zip(&keys[fixed..]) {
                     if exact && *s > rec.progress.head {
                         break;
                     }
@@ -661,6 +720,7 @@ impl<K: KvBackend> JournalStore<K> {
                                 let why = format!("it says seq {}", e.seq);
                                 return Err(corrupt(run_id, &format!("journal entry {s}"), why));
                             }
+                            self.remember_entry(run_id, key, &raw);
                             out.push((e, raw.len() as u64));
                         }
                         (Some(_), Some(_)) => {
@@ -775,7 +835,8 @@ impl<K: KvBackend> JournalStore<K> {
                 seqs.push(next);
                 next += 1;
             }
-            let mut values = self.get_many(&keys).await?.into_iter();
+            let fixed = if first { 2 } else { 0 };
+            let mut values = self.get_entries(run_id, &keys, fixed).await?.into_iter();
             if first {
                 let end = values.next().flatten();
                 // Ignored: an unreadable index entry counts as none, so this owner's first commit rewrites it.
@@ -790,7 +851,7 @@ impl<K: KvBackend> JournalStore<K> {
                 }
                 first = false;
             }
-            for (s, v) in seqs.into_iter().zip(values) {
+            for ((s, v), key) in seqs.into_iter().zip(values).zip(&keys[fixed..]) {
                 match (v, miss) {
                     (Some(raw), None) => {
                         let e: JournalEntry = serde_json::from_str(&raw)
@@ -802,6 +863,7 @@ impl<K: KvBackend> JournalStore<K> {
                                 format!("it says seq {}", e.seq),
                             ));
                         }
+                        self.remember_entry(run_id, key, &raw);
                         cut = s;
                         progress.head = s;
                         if matches!(e.body, EntryBody::Snapshot { .. }) {
@@ -914,8 +976,12 @@ impl<K: KvBackend> JournalStore<K> {
 
     async fn load_inner(&self, run_id: &str) -> Result<Option<Checkpoint>> {
         let Some((mut rec, own)) = self.view(run_id).await? else { return Ok(None) };
-        let entries = self.read_entries(run_id, &mut rec, own, &|p| Self::fold_start(p, p.head.max(1))).await?;
-        Checkpoint::fold(run_id, entries.iter().map(|(e, _)| e))
+        let entries = self.read_entries(run_id, &mut rec, own, &|p| Self::fold_start(p, p.head.max(1))).await;
+        if own {
+            // The read under the lease ends what the entries were kept for.
+            self.forget_entries(run_id);
+        }
+        Checkpoint::fold(run_id, entries?.iter().map(|(e, _)| e))
     }
 
     async fn history_inner(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
@@ -1155,6 +1221,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
+        self.forget_entries(&lease.run_id);
         let Some(rec) = self.writer_of(lease) else { return Ok(()) };
         let run_id = &lease.run_id;
         let mut progress = rec.progress.clone();
@@ -1296,6 +1363,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
 
     async fn delete(&self, run_id: &str) -> Result<()> {
         self.writers.borrow_mut().remove(run_id);
+        self.forget_entries(run_id);
         let prefix = self.keys.run_prefix(run_id);
         let lease_key = self.keys.lease(run_id);
         let mut cursor: Option<String> = None;

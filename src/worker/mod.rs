@@ -15,7 +15,7 @@ mod platform;
 pub use platform::{FetchClient, WorkersAi};
 
 use crate::api::{serve, Api, ApiRequest, ApiResponse, Host};
-use crate::config::AgentConfig;
+use crate::config::{AgentConfig, ConfigCache};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::providers::ModelPlatform;
 use crate::runtime::{Agent, RunResult, SweepListener};
@@ -32,17 +32,16 @@ use worker::{
 
 const BUNDLED_CONFIG: &str = include_str!("../../steadfast.config.json");
 
-fn config(env: &Env) -> Result<AgentConfig> {
+thread_local! {
+    /// The isolate's parsed configuration ([`ConfigCache`] decides when it is parsed again).
+    static CONFIG: ConfigCache = ConfigCache::default();
+}
+
+/// The configuration: `STEADFAST_CONFIG`, else the bundled one, through the isolate's [`ConfigCache`].
+fn config(env: &Env) -> Result<Rc<AgentConfig>> {
     // Ignored (`.ok()`): the only failure is a variable that is not bound, which means the bundled config.
-    let json = env
-        .var("STEADFAST_CONFIG")
-        .map(|v| v.to_string())
-        .ok()
-        .filter(|s| !s.trim().is_empty())
-        .unwrap_or_else(|| BUNDLED_CONFIG.to_string());
-    let cfg = AgentConfig::parse(&json)?;
-    cfg.validate()?;
-    Ok(cfg)
+    let var = env.var("STEADFAST_CONFIG").map(|v| v.to_string()).ok().filter(|s| !s.trim().is_empty());
+    CONFIG.with(|c| c.get(var.as_deref().unwrap_or(BUNDLED_CONFIG)))
 }
 
 fn secret(env: &Env, name: &str) -> Option<String> {
