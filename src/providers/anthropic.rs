@@ -284,7 +284,7 @@ mod tests {
     fn run(fake: &FakeHttp) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
         let m = AnthropicModel::new(fake.clone(), KEY.to_string(), AnthropicOptions::default());
-        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2 }))
+        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2, execution: "e" }))
     }
 
     fn run_err(status: u16, headers: &[(&str, &str)], body: &str) -> Error {
@@ -321,8 +321,14 @@ mod tests {
         let (messages, tools) = (transcript(), tools());
         let m = AnthropicModel::new(fake.clone(), KEY.to_string(), opts);
         assert_eq!(m.id(), "claude-3-5-haiku-latest");
-        let got =
-            block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2 })).unwrap();
+        let got = block_on(m.generate(ModelRequest {
+            run_id: "r1",
+            messages: &messages,
+            tools: &tools,
+            step: 2,
+            execution: "e",
+        }))
+        .unwrap();
 
         let reqs = fake.requests();
         assert_eq!(reqs.len(), 1);

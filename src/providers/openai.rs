@@ -177,7 +177,7 @@ mod tests {
     fn run(fake: &FakeHttp) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
         let m = model(fake, OpenAiOptions::default());
-        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3 }))
+        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3, execution: "e" }))
     }
 
     fn run_err(status: u16, headers: &[(&str, &str)], body: &str) -> (Error, FakeHttp) {
@@ -218,8 +218,14 @@ mod tests {
         let (messages, tools) = (transcript(), tools());
         let m = model(&fake, opts);
         assert_eq!(m.id(), "gpt-4o-mini");
-        let got =
-            block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3 })).unwrap();
+        let got = block_on(m.generate(ModelRequest {
+            run_id: "r1",
+            messages: &messages,
+            tools: &tools,
+            step: 3,
+            execution: "e",
+        }))
+        .unwrap();
 
         let reqs = fake.requests();
         assert_eq!(reqs.len(), 1);

@@ -236,7 +236,7 @@ mod tests {
     fn run(ai: &Rc<FakeAi>, options: WorkersAiOptions) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
         let m = WorkersAiModel::new(ai.clone(), options);
-        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2 }))
+        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2, execution: "e" }))
     }
 
     #[test]

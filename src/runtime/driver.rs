@@ -519,6 +519,7 @@ impl<'a> Driver<'a> {
                 messages: &m.checkpoint().messages,
                 tools: &deps.specs,
                 step,
+                execution: &self.lease.owner.clone(),
             };
             let model = deps.model.clone();
             let answer = self.wait_renewing(model.generate(request)).await?;
