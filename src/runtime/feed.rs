@@ -357,4 +357,25 @@ mod tests {
         assert!(!feed.end("r", "e1"));
         assert!(feed.end("r", "e2"));
     }
+
+    #[test]
+    fn a_shortened_or_changed_tail_in_the_same_execution_is_a_reset() {
+        let mut feed = ModelFeed::new();
+        let tools = vec![spec("a")];
+        let req = |messages| ModelRequest { run_id: "r", messages, tools: &tools, step: 1, execution: "e" };
+        let three = vec![Message::system("s"), Message::user("u"), Message::user("v")];
+        assert!(feed.frame(&req(&three)).reset);
+        assert!(!feed.frame(&req(&three)).reset);
+        // Shorter than what was sent.
+        let two = &three[..2];
+        assert!(feed.frame(&req(two)).reset);
+        assert!(!feed.frame(&req(&three)).reset);
+        // As long, but the last message sent is not in its place any more.
+        let changed = vec![Message::system("s"), Message::user("w"), Message::user("v")];
+        // (A change before the last message sent is not seen: within an execution the machine only appends.)
+        assert!(!feed.frame(&req(&changed)).reset);
+        let other = vec![Message::system("s"), Message::user("w"), Message::user("x"), Message::user("y")];
+        let f = feed.frame(&req(&other));
+        assert!(f.reset && f.messages.len() == 4);
+    }
 }
