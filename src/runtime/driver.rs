@@ -18,6 +18,7 @@ use crate::core::retry::NextRetry;
 use crate::core::transcript::{Message, ToolCall};
 use crate::store::Lease;
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -295,12 +296,23 @@ impl<'a> Driver<'a> {
                 }
                 continue;
             }
-            if let Some((id, outcome)) = settled.pop_front() {
-                let outcome = match self.after_tool(&mut m, &id, outcome).await {
-                    Ok(o) => o,
-                    Err(e) => ToolOutcome::Propagate(e),
-                };
-                deliver(&mut m, |m| m.notify_tool_settled(&id, outcome));
+            if !settled.is_empty() {
+                // Group commit: every call that has settled by now (while the last commit was written, or at
+                // the same time as this one) is handed to the machine in one batch, so one journal entry
+                // records them all. At most one commit is in flight: results settling during it form the next
+                // batch.
+                while let Some(Some(s)) = in_flight.next().now_or_never() {
+                    settled.push_back(s);
+                }
+                let mut batch = Vec::with_capacity(settled.len());
+                while let Some((id, outcome)) = settled.pop_front() {
+                    let outcome = match self.after_tool(&mut m, &id, outcome).await {
+                        Ok(o) => o,
+                        Err(e) => ToolOutcome::Propagate(e),
+                    };
+                    batch.push((id, outcome));
+                }
+                deliver(&mut m, |m| m.notify_tools_settled(batch));
                 self.start_queued(&m, &mut queue, &mut in_flight).await?;
                 continue;
             }
