@@ -13,6 +13,7 @@ use steadfast::core::transcript::validate_transcript;
 use steadfast::runtime::{
     AgentOptions, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, RunStats, SendOptions, Tool, ToolOutput,
 };
+use steadfast::store::kv::{KvBackend, ListPage, PutOptions};
 use steadfast::store::sim::{SimKv, SimOptions};
 use steadfast::store::{JournalOptions, JournalStore, RunStore};
 
@@ -91,5 +92,77 @@ fn bytes_written_stay_within_17_percent_of_the_transcript() {
         let ratio = stats.store_bytes as f64 / transcript as f64;
         println!("{steps} steps: {} bytes written, transcript {transcript} bytes, ratio {ratio:.4}", stats.store_bytes);
         assert!(ratio <= most, "{steps} steps: bytes written / transcript = {ratio:.4} > {most}");
+    }
+}
+
+/// A KV whose writes take `ms` of (simulated) time.
+#[derive(Clone)]
+struct SlowWrites {
+    inner: SimKv,
+    clock: ManualClock,
+    ms: u64,
+}
+
+#[async_trait::async_trait(?Send)]
+impl KvBackend for SlowWrites {
+    async fn get(&self, key: &str) -> steadfast::Result<Option<String>> {
+        self.inner.get(key).await
+    }
+    async fn get_many(&self, keys: &[String]) -> steadfast::Result<Vec<Option<String>>> {
+        self.inner.get_many(keys).await
+    }
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> steadfast::Result<()> {
+        self.clock.advance(self.ms);
+        self.inner.put(key, value, opts).await
+    }
+    async fn delete(&self, key: &str) -> steadfast::Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> steadfast::Result<ListPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+}
+
+/// Group commit across a short gap: `quote` settles one poll after `lookup` (not ready when `lookup`'s result is
+/// taken). With commits that take time (20 ms), the driver waits up to one commit's time for the other call of
+/// the turn, so both results still go into one entry: 2 entries a step. With commits that take no time (the
+/// window is empty) `lookup`'s result is committed alone: 3 entries a step.
+#[test]
+fn results_settling_within_one_commits_time_share_one_entry() {
+    for (commit_ms, entries_per_step) in [(20, 2), (0, 3)] {
+        let steps = 10;
+        let clock = ManualClock::new(1_700_000_000_000);
+        let sim = SimKv::new(
+            Rc::new(clock.clone()),
+            SimOptions { locations: 1, propagation_ms: 60_000, ..SimOptions::default() },
+        );
+        let kv = SlowWrites { inner: sim, clock: clock.clone(), ms: commit_ms };
+        let store = Rc::new(JournalStore::new(
+            kv,
+            Rc::new(clock.clone()),
+            Rc::new(ManualSleep::new(clock.clone())),
+            JournalOptions::default(),
+        ));
+        let env = Env::with_store(store.clone(), clock.clone());
+        let mut tools = tools_completing_together();
+        tools[1] = Rc::new(FnTool::new("quote", "quote", json!({"type": "object"}), move |args, _ctx| async move {
+            let mut yielded = false;
+            futures::future::poll_fn(|cx| {
+                if yielded {
+                    return std::task::Poll::Ready(());
+                }
+                yielded = true;
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            })
+            .await;
+            Ok(ToolOutput::text(format!("quote {}", args["sku"])))
+        }));
+        let options = AgentOptions { max_steps: steps as u32 + 1, ..AgentOptions::default() };
+        let agent = env.agent_with(MockModel::new(script(steps)), tools, options, "Look up and quote.");
+        let done = block_on(agent.send("gap", "Look up and quote every item.", SendOptions::default())).unwrap();
+        assert_eq!(done.status, RunStatus::Finished);
+        assert!(validate_transcript(&done.messages).is_ok());
+        assert_eq!(done.stats.commits, entries_per_step * steps + 2, "commits taking {commit_ms} ms");
     }
 }
