@@ -548,6 +548,7 @@ impl JsAgent {
         let model_js = prop(options, "model");
         let id = prop(&model_js, "id").as_string().ok_or_else(|| cfg("model needs a string `id`".into()))?;
         let generate = method(&model_js, "generate", "the model")?;
+        // Ignored (`.ok()`): a model without a `release` function keeps no per-run state to drop.
         let release = prop(&model_js, "release").dyn_into::<Function>().ok();
         let model = JsModel { id, obj: model_js, generate, release, feed: RefCell::new(ModelFeed::new()) };
 

@@ -59,9 +59,7 @@ pub trait Model {
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse>;
     /// Execution `execution` of run `run_id` ended (however it ended): a model that keeps per-execution state
     /// drops it here. Called once per execution, after its last `generate`; the default does nothing.
-    fn execution_ended(&self, run_id: &str, execution: &str) {
-        let _ = (run_id, execution);
-    }
+    fn execution_ended(&self, _run_id: &str, _execution: &str) {}
 }
 
 /// What a tool receives besides its arguments.
