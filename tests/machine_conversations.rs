@@ -359,6 +359,12 @@ impl Story {
         self
     }
 
+    fn settle_together(&mut self, results: Vec<(&str, ToolOutcome)>) -> &mut Self {
+        let results = results.into_iter().map(|(id, o)| (id.to_string(), o)).collect();
+        accepted("notify_tools_settled", self.m.notify_tools_settled(results));
+        self
+    }
+
     fn expect_pause(&mut self) -> Vec<ApprovalRecord> {
         match self.next("Pause") {
             Effect::Pause { approvals } => approvals,
@@ -1630,4 +1636,44 @@ fn answers_out_of_turn_are_refused_at_every_step_of_generated_stories_and_change
     }
     eprintln!("generated stories ended finished / in progress / awaiting approval: {ended:?}");
     eprintln!("executions / reconcile rounds / pauses / aborts / failed attempts: {seen:?}");
+}
+
+/// Group commit: results that settle together are committed as one journal entry, still placed in call order
+/// (the later call first in the batch is not held), and the model is called only after that one commit.
+#[test]
+fn results_that_settle_together_are_committed_as_one_entry_in_call_order() {
+    let mut s = two_calls_running();
+    let before = s.journal.len();
+    s.settle_together(vec![("c2", ok("b")), ("c1", ok("a"))]).expect_commit().expect_call_model_step(2);
+    assert_eq!(s.journal.len(), before + 1, "one entry for both results");
+    let cp = s.stored();
+    assert_eq!(result_ids(&cp.messages), ["c1", "c2"], "placed in call order");
+    assert!(cp.held_results.is_empty(), "nothing held once both are placed");
+    match &s.journal.last().unwrap().body {
+        EntryBody::Delta { messages, head, .. } => {
+            assert_eq!(messages.len(), 2, "both results in the one entry");
+            assert!(head.held_results.is_none(), "the entry carries no held result");
+        }
+        other => panic!("expected a delta, got {other:#?}"),
+    }
+    s.answer_model(answer("done")).expect_commit();
+    assert_eq!(s.expect_finish().finish_reason, Some(FinishReason::Stop));
+}
+
+/// A batch that names a call that is not running, or a call twice, is refused whole: no result of it is
+/// recorded. A batch that leaves a call running commits what it has (the later result stays held).
+#[test]
+fn a_batch_of_results_is_refused_whole_when_one_is_not_awaited() {
+    let mut s = two_calls_running();
+    refused(&mut s, "a batch naming an unknown call", "call 'c9' is unknown to this turn, not running", |m| {
+        m.notify_tools_settled(vec![("c1".into(), ok("a")), ("c9".into(), ok("?"))])
+    });
+    refused(&mut s, "a batch naming a call twice", "call 'c1' is named twice in one batch", |m| {
+        m.notify_tools_settled(vec![("c1".into(), ok("a")), ("c1".into(), ok("again"))])
+    });
+    ignored(&mut s, "an empty batch", |m| m.notify_tools_settled(Vec::new()));
+    s.settle_together(vec![("c2", ok("b"))]).expect_commit();
+    assert_eq!(s.stored().held_results.len(), 1, "c2 waits (durably) for c1");
+    s.settle_together(vec![("c1", ok("a"))]).expect_commit().expect_call_model_step(2);
+    assert_eq!(result_ids(&s.stored().messages), ["c1", "c2"]);
 }

@@ -179,22 +179,31 @@ pub struct Header {
 }
 
 macro_rules! header_patch {
-    (plain { $($field:ident: $ty:ty),* $(,)? } optional { $($ofield:ident: $oty:ty),* $(,)? }) => {
+    (
+        plain { $($field:ident: $ty:ty = $short:literal | $old:literal $(with $with:literal)?),* $(,)? }
+        optional { $($ofield:ident: $oty:ty = $oshort:literal | $oold:literal),* $(,)? }
+    ) => {
         /// The header fields that changed since the previous entry (absent = unchanged; for optional fields
-        /// `null` = cleared).
+        /// `null` = cleared). Stored under short names (the long camelCase names of earlier entries still read).
         #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-        #[serde(rename_all = "camelCase")]
         pub struct HeaderPatch {
             $(
                 #[doc = concat!("New `", stringify!($field), "`, when it changed.")]
-                #[serde(default, skip_serializing_if = "Option::is_none")]
+                #[serde(default, skip_serializing_if = "Option::is_none", rename = $short, alias = $old $(, with = $with)?)]
                 pub $field: Option<$ty>,
             )*
             $(
                 #[doc = concat!("New `", stringify!($ofield), "`, when it changed (`Some(None)` clears it).")]
-                #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option")]
+                #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option", rename = $oshort, alias = $oold)]
                 pub $ofield: Option<Option<$oty>>,
             )*
+        }
+
+        impl HeaderPatch {
+            /// Whether no field changed (such a patch is left out of an entry).
+            pub fn is_empty(&self) -> bool {
+                $(self.$field.is_none() &&)* $(self.$ofield.is_none() &&)* true
+            }
         }
 
         impl Header {
@@ -223,64 +232,111 @@ macro_rules! header_patch {
 
 header_patch! {
     plain {
-        input_start: usize,
-        input_len: usize,
-        step_index: u32,
-        usage: Usage,
-        status: RunStatus,
-        approval_ids: Vec<String>,
-        started_tool_call_ids: Vec<String>,
-        intents: Vec<String>,
-        quarantined: bool,
-        attempts: u32,
-        held_results: Vec<ToolResult>,
-        queued_input: Vec<Message>,
+        input_start: usize = "is" | "inputStart",
+        input_len: usize = "il" | "inputLen",
+        step_index: u32 = "n" | "stepIndex",
+        usage: Usage = "u" | "usage" with "usage_pair",
+        status: RunStatus = "st" | "status",
+        approval_ids: Vec<String> = "ap" | "approvalIds",
+        started_tool_call_ids: Vec<String> = "sc" | "startedToolCallIds",
+        intents: Vec<String> = "in" | "intents",
+        quarantined: bool = "q" | "quarantined",
+        attempts: u32 = "at" | "attempts",
+        held_results: Vec<ToolResult> = "hr" | "heldResults",
+        queued_input: Vec<Message> = "qi" | "queuedInput",
     }
     optional {
-        last_error: ErrorInfo,
-        finish_reason: FinishReason,
+        last_error: ErrorInfo = "le" | "lastError",
+        finish_reason: FinishReason = "fr" | "finishReason",
+    }
+}
+
+/// A patch's usage on the wire: `[inputTokens, outputTokens]`; the object form of earlier entries still reads.
+mod usage_pair {
+    use crate::core::transcript::Usage;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Wire {
+        Pair(u64, u64),
+        Object(Usage),
+    }
+
+    pub fn serialize<S: Serializer>(v: &Option<Usage>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(u) => (u.input_tokens, u.output_tokens).serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Usage>, D::Error> {
+        Ok(Some(match Wire::deserialize(d)? {
+            Wire::Pair(input_tokens, output_tokens) => Usage { input_tokens, output_tokens },
+            Wire::Object(u) => u,
+        }))
     }
 }
 
 /// A journal entry: one durable boundary.
+///
+/// # Wire format
+/// One entry is written per boundary, so its envelope is kept short: one- or two-letter field names, and
+/// fields at their default (no change) left out:
+/// `{"s":seq,"a":at,"b":{"t":"d","f":from,"m":[messages],"h":{changed header fields}}}` for a delta,
+/// `{"s":seq,"a":at,"b":{"t":"s","c":{checkpoint}}}` for a snapshot (the checkpoint keeps its own, public, field
+/// names). Entries written before this format (`{"seq":…,"at":…,"body":{"t":"delta","from":…,"messages":…,
+/// "head":{"stepIndex":…,"usage":{…}}}}`) still read: every short name has the old one as an alias.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub struct JournalEntry {
     /// Position in the run's journal, 1-based and gapless.
+    #[serde(rename = "s", alias = "seq")]
     pub seq: u64,
     /// Save time (ms since the epoch, writer's clock).
+    #[serde(rename = "a", alias = "at")]
     pub at: u64,
     /// Content.
+    #[serde(rename = "b", alias = "body")]
     pub body: EntryBody,
 }
 
 /// What an entry holds.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "t", rename_all = "lowercase")]
+#[serde(tag = "t")]
 pub enum EntryBody {
     /// The whole state.
+    #[serde(rename = "s", alias = "snapshot")]
     Snapshot {
         /// The checkpoint.
+        #[serde(rename = "c", alias = "state")]
         state: Box<Checkpoint>,
     },
     /// What changed since the previous entry.
+    #[serde(rename = "d", alias = "delta")]
     Delta {
         /// Number of messages before this delta (a fold checks it: a gap is corruption).
+        #[serde(rename = "f", alias = "from")]
         from: usize,
         /// Messages appended.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        #[serde(default, skip_serializing_if = "Vec::is_empty", rename = "m", alias = "messages")]
         messages: Vec<Message>,
         /// The small fields that changed.
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "HeaderPatch::is_empty", rename = "h", alias = "head")]
         head: HeaderPatch,
         /// New business state, when it changed (`Some(None)` clears it).
-        #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option")]
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            with = "double_option",
+            rename = "bs",
+            alias = "business_state"
+        )]
         business_state: Option<Option<Value>>,
         /// New fingerprint, when it changed.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none", rename = "fp", alias = "fingerprint")]
         fingerprint: Option<Fingerprint>,
         /// New extension state, when it changed (`Some(None)` clears it).
-        #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option")]
+        #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option", rename = "x", alias = "ext")]
         ext: Option<Option<Value>>,
     },
 }
@@ -492,6 +548,69 @@ mod tests {
         let mut same = a.clone();
         same.apply(&unchanged);
         assert_eq!(same, a);
+    }
+
+    /// Entries written before the short wire format (long field names, usage as an object, an empty `head`)
+    /// still read, and read as the same entry the short format encodes.
+    #[test]
+    fn entries_in_the_long_format_of_earlier_versions_still_read() {
+        let old_delta = r#"{"seq":7,"at":1700000000123,"body":{"t":"delta","from":4,"messages":[{"role":"assistant","content":"hi"}],"head":{"inputLen":1,"stepIndex":3,"usage":{"inputTokens":20,"outputTokens":10},"status":"awaiting-approval","approvalIds":["apr_1"],"startedToolCallIds":["c1"],"intents":["c2"],"attempts":2,"heldResults":[{"toolCallId":"c3","name":"t","content":"x","isError":false,"kind":"execution"}],"queuedInput":[{"role":"user","content":"later"}],"lastError":{"code":"STEADFAST_INTERNAL","message":"boom","retryable":false},"finishReason":"awaiting-approval"},"business_state":{"n":1},"fingerprint":{"model":"m","tools":{},"instructions":"de7d1b721a1e0632","hash":"2bb5bdd1e8e4e377"},"ext":null}}"#;
+        let old_result = r#"{"seq":3,"at":1700000001000,"body":{"t":"delta","from":2,"messages":[{"role":"tool","toolCallId":"call_0_0","name":"lookup","content":"lookup 0","isError":false,"kind":"execution"}],"head":{}}}"#;
+        let old_snapshot = r#"{"seq":1,"at":1700000000000,"body":{"t":"snapshot","state":{"runId":"p","messages":[{"role":"user","content":"go"}],"inputStart":0,"inputLen":1,"stepIndex":0,"usage":{"inputTokens":0,"outputTokens":0},"status":"in-progress","fingerprint":{"model":"mock","tools":{"lookup":"a2c799262a3ce3c1"},"instructions":"e3b0c44298fc1c14","hash":"af4e3511b7f55eb6"},"attempts":0,"seq":1,"savedAt":1700000000000}}}"#;
+        let d: JournalEntry = serde_json::from_str(old_delta).unwrap();
+        assert_eq!((d.seq, d.at), (7, 1_700_000_000_123));
+        let EntryBody::Delta { from, messages, head, business_state, fingerprint, ext } = &d.body else {
+            panic!("a delta: {d:?}")
+        };
+        assert_eq!((*from, messages.len()), (4, 1));
+        assert_eq!(head.step_index, Some(3));
+        assert_eq!(head.input_len, Some(1));
+        assert_eq!(head.usage, Some(Usage { input_tokens: 20, output_tokens: 10 }));
+        assert_eq!(head.status, Some(RunStatus::AwaitingApproval));
+        assert_eq!(head.approval_ids.as_deref(), Some(&["apr_1".to_string()][..]));
+        assert_eq!(head.started_tool_call_ids.as_deref(), Some(&["c1".to_string()][..]));
+        assert_eq!(head.intents.as_deref(), Some(&["c2".to_string()][..]));
+        assert_eq!(head.attempts, Some(2));
+        assert_eq!(head.held_results.as_ref().map(Vec::len), Some(1));
+        assert_eq!(head.queued_input.as_ref().map(Vec::len), Some(1));
+        assert_eq!(head.last_error.as_ref().and_then(|e| e.as_ref()).map(|e| e.message.as_str()), Some("boom"));
+        assert_eq!(head.finish_reason, Some(Some(FinishReason::AwaitingApproval)));
+        assert_eq!(business_state, &Some(Some(serde_json::json!({"n": 1}))));
+        assert_eq!(fingerprint.as_ref().map(|f| f.model.as_str()), Some("m"));
+        assert_eq!(ext, &Some(None), "a null ext still means cleared");
+        // Written again, it takes the short format and reads back the same.
+        let short = serde_json::to_string(&d).unwrap();
+        assert!(short.len() < old_delta.len(), "{short}");
+        assert!(short.starts_with(r#"{"s":7,"a":1700000000123,"b":{"t":"d","f":4,"m":"#), "{short}");
+        assert_eq!(serde_json::from_str::<JournalEntry>(&short).unwrap(), d);
+
+        let r: JournalEntry = serde_json::from_str(old_result).unwrap();
+        let s: JournalEntry = serde_json::from_str(old_snapshot).unwrap();
+        assert!(matches!(&r.body, EntryBody::Delta { head, .. } if head.is_empty()));
+        let cp = Checkpoint::fold("p", [&s]).unwrap().unwrap();
+        assert_eq!((cp.seq, cp.messages.len(), cp.input_len), (1, 1, 1));
+        let mut cp2 = cp.clone();
+        let r2 = JournalEntry { seq: 2, ..r.clone() };
+        let r2 = JournalEntry {
+            body: match r2.body {
+                EntryBody::Delta { messages, head, business_state, fingerprint, ext, .. } => {
+                    EntryBody::Delta { from: 1, messages, head, business_state, fingerprint, ext }
+                }
+                other => other,
+            },
+            ..r2
+        };
+        cp2.apply(&r2).unwrap();
+        assert_eq!(cp2.messages.len(), 2);
+        // A result entry in the short format: no empty head, short envelope.
+        let short = serde_json::to_string(&r).unwrap();
+        assert_eq!(
+            short,
+            r#"{"s":3,"a":1700000001000,"b":{"t":"d","f":2,"m":[{"role":"tool","toolCallId":"call_0_0","name":"lookup","content":"lookup 0","isError":false,"kind":"execution"}]}}"#
+        );
+        let s_short = serde_json::to_string(&s).unwrap();
+        assert!(s_short.starts_with(r#"{"s":1,"a":1700000000000,"b":{"t":"s","c":{"runId":"p""#), "{s_short}");
+        assert_eq!(serde_json::from_str::<JournalEntry>(&s_short).unwrap(), s);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The driver: performs a [`RunMachine`]'s effects against the model, tools and store it is given ([`Deps`]).
 //!
 //! It is the one place that awaits. It renews the lease while it waits, runs up to `tool_concurrency` tool
-//! calls at once (they keep running while a commit is written), retries model calls (the only retry layer,
-//! M15), watches the abort signal, numbers events, and can "crash" after any effect for tests.
+//! calls at once (they keep running while a commit is written; the calls that settle meanwhile, or within one
+//! commit's time of each other, are recorded together in one entry: a group commit), retries model calls (the
+//! only retry layer, M15), watches the abort signal, numbers events, and can "crash" after any effect for tests.
 
 use super::deps::Deps;
 use super::hooks::{HookContext, ToolResultDraft, Verdict};
@@ -18,11 +19,16 @@ use crate::core::retry::NextRetry;
 use crate::core::transcript::{Message, ToolCall};
 use crate::store::Lease;
 use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
 use serde_json::{Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::pin;
 use std::task::Poll;
+
+/// The longest a settled result waits for the other calls of its turn before it is committed (the group
+/// commit's window is the last commit's duration, capped by this).
+const GROUP_WINDOW_MAX_MS: u64 = 250;
 
 type InFlight = FuturesUnordered<LocalFuture<'static, (String, ToolOutcome)>>;
 
@@ -46,6 +52,8 @@ pub(crate) struct Driver<'a> {
     ext_changed: bool,
     /// Arguments rewritten by `before_tool` hooks, by call id.
     args: HashMap<String, Value>,
+    /// How long the last commit took (ms, by the clock): the group commit's window.
+    last_commit_ms: u64,
 }
 
 /// Which hook entry point to run.
@@ -70,6 +78,7 @@ impl<'a> Driver<'a> {
             ext: Map::new(),
             ext_changed: false,
             args: HashMap::new(),
+            last_commit_ms: 0,
         }
     }
 
@@ -203,7 +212,9 @@ impl<'a> Driver<'a> {
                         let store = self.deps.store.clone();
                         let lease = self.lease.clone();
                         let commit = store.commit(&lease, &entry, m.checkpoint());
+                        let started = self.now();
                         race_with_tools(commit, &mut in_flight, &mut settled).await?;
+                        self.last_commit_ms = self.now().saturating_sub(started);
                         self.stats.commits += 1;
                         self.after_effect(&mut in_flight).await?;
                         deliver(&mut m, |m| m.notify_committed());
@@ -302,12 +313,24 @@ impl<'a> Driver<'a> {
                 }
                 continue;
             }
-            if let Some((id, outcome)) = settled.pop_front() {
-                let outcome = match self.after_tool(&mut m, &id, outcome).await {
-                    Ok(o) => o,
-                    Err(e) => ToolOutcome::Propagate(e),
-                };
-                deliver(&mut m, |m| m.notify_tool_settled(&id, outcome));
+            if !settled.is_empty() {
+                // Group commit: every call that has settled by now (while the last commit was written, or at
+                // the same time as this one) is handed to the machine in one batch, so one journal entry
+                // records them all. At most one commit is in flight: results settling during it form the next
+                // batch.
+                while let Some(Some(s)) = in_flight.next().now_or_never() {
+                    settled.push_back(s);
+                }
+                self.gather(&mut in_flight, &mut settled).await;
+                let mut batch = Vec::with_capacity(settled.len());
+                while let Some((id, outcome)) = settled.pop_front() {
+                    let outcome = match self.after_tool(&mut m, &id, outcome).await {
+                        Ok(o) => o,
+                        Err(e) => ToolOutcome::Propagate(e),
+                    };
+                    batch.push((id, outcome));
+                }
+                deliver(&mut m, |m| m.notify_tools_settled(batch));
                 self.start_queued(&m, &mut queue, &mut in_flight).await?;
                 continue;
             }
@@ -322,6 +345,43 @@ impl<'a> Driver<'a> {
                 if let Some(s) = done {
                     settled.push_back(s);
                 }
+            }
+        }
+    }
+
+    /// The group commit's window: a call settled while others of the turn still run. The step cannot go on
+    /// before all of them are recorded, so waiting for them costs the step nothing as long as they settle
+    /// within one commit's time: committing the first result alone would keep the next one waiting for that
+    /// commit anyway. So this waits, up to as long as the last commit took (at most [`GROUP_WINDOW_MAX_MS`]),
+    /// for more calls to settle into the same entry. A clock that does not move during a commit (tests)
+    /// makes the window empty.
+    async fn gather(&mut self, in_flight: &mut InFlight, settled: &mut VecDeque<(String, ToolOutcome)>) {
+        let window = self.last_commit_ms.min(GROUP_WINDOW_MAX_MS);
+        if window == 0 || in_flight.is_empty() {
+            return;
+        }
+        let deadline = self.now().saturating_add(window);
+        let sleep = self.deps.sleep.clone();
+        let mut timer = pin!(sleep.sleep(window));
+        while !in_flight.is_empty() && self.now() < deadline {
+            let next = futures::future::poll_fn(|cx| {
+                if let Poll::Ready(s) = in_flight.poll_next_unpin(cx) {
+                    return Poll::Ready(s);
+                }
+                if timer.as_mut().poll(cx).is_ready() || self.abort.poll_aborted(cx).is_ready() {
+                    return Poll::Ready(None);
+                }
+                Poll::Pending
+            })
+            .await;
+            match next {
+                Some(s) => {
+                    settled.push_back(s);
+                    while let Some(Some(s)) = in_flight.next().now_or_never() {
+                        settled.push_back(s);
+                    }
+                }
+                None => break,
             }
         }
     }

@@ -149,16 +149,42 @@ impl RunMachine {
     /// turn); nothing changes. Tolerated: after an abort (its result is `cancelled` already) or a failure (what it
     /// returns is not recorded), a call that was running may still settle: accepted and ignored.
     pub fn notify_tool_settled(&mut self, tool_call_id: &str, outcome: ToolOutcome) -> Result<()> {
-        if self.cut_short() {
+        self.settle_batch("notify_tool_settled", vec![(tool_call_id.to_string(), outcome)])
+    }
+
+    /// Several tool calls settled together (a group commit): each is recorded as by
+    /// [`notify_tool_settled`](Self::notify_tool_settled), in the order given (results are still placed in call
+    /// order), and the state is committed once for all of them: one journal entry instead of one per result.
+    /// An empty batch changes nothing.
+    ///
+    /// # Errors
+    /// `STEADFAST_INTERNAL` when a call of the batch is not running, or is named twice; nothing changes (no call
+    /// of the batch is recorded). Tolerated: after an abort or a failure, the batch is accepted and ignored.
+    pub fn notify_tools_settled(&mut self, results: Vec<(String, ToolOutcome)>) -> Result<()> {
+        self.settle_batch("notify_tools_settled", results)
+    }
+
+    fn settle_batch(&mut self, notify: &str, results: Vec<(String, ToolOutcome)>) -> Result<()> {
+        if self.cut_short() || results.is_empty() {
             return Ok(());
         }
-        let call = match self.calls.slot(tool_call_id) {
-            Some(slot) if slot.state == CallState::Running => slot.call.clone(),
-            _ => return Err(self.refuse_call("notify_tool_settled", tool_call_id, &CallState::Running)),
-        };
-        if let Err(err) = self.settle(&call, outcome) {
-            self.fail(err);
-            return Ok(());
+        let mut calls = Vec::with_capacity(results.len());
+        for (i, (id, _)) in results.iter().enumerate() {
+            if results[..i].iter().any(|(e, _)| e == id) {
+                let run_id = &self.cfg.run_id;
+                let message = format!("{notify} refused on run '{run_id}': call '{id}' is named twice in one batch");
+                return Err(Error::new(ErrorCode::Internal, message).with_run(run_id));
+            }
+            match self.calls.slot(id) {
+                Some(slot) if slot.state == CallState::Running => calls.push(slot.call.clone()),
+                _ => return Err(self.refuse_call(notify, id, &CallState::Running)),
+            }
+        }
+        for (call, (_, outcome)) in calls.iter().zip(results) {
+            if let Err(err) = self.settle(call, outcome) {
+                self.fail(err);
+                return Ok(());
+            }
         }
         self.advance();
         Ok(())

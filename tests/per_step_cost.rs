@@ -1,0 +1,168 @@
+//! Per-step cost of a run on the journal store, asserted: KV writes and bytes are deterministic (no clock in
+//! them but the simulated one), so a change that makes them worse fails here. The workload is the peers
+//! benchmark's: one user message, N model turns of two tool calls each whose tools complete together (~450-byte
+//! answers), then a final text answer; JournalStore over a one-location SimKv.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::rc::Rc;
+use steadfast::core::checkpoint::RunStatus;
+use steadfast::core::transcript::validate_transcript;
+use steadfast::runtime::{
+    AgentOptions, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, RunStats, SendOptions, Tool, ToolOutput,
+};
+use steadfast::store::kv::{KvBackend, ListPage, PutOptions};
+use steadfast::store::sim::{SimKv, SimOptions};
+use steadfast::store::{JournalOptions, JournalStore, RunStore};
+
+/// Two tools answering at once (no await inside): the calls of a turn settle together.
+fn tools_completing_together() -> Vec<Rc<dyn Tool>> {
+    let text = "r".repeat(440);
+    let mk = |name: &'static str| -> Rc<dyn Tool> {
+        let text = text.clone();
+        Rc::new(FnTool::new(name, name, json!({"type": "object"}), move |args, _ctx| {
+            let out = format!("{name} {} {text}", args["i"]);
+            async move { Ok(ToolOutput::text(out)) }
+        }))
+    };
+    vec![mk("lookup"), mk("quote")]
+}
+
+fn script(steps: usize) -> Vec<MockTurn> {
+    let mut s: Vec<MockTurn> = (0..steps)
+        .map(|i| MockTurn::tools([("lookup", json!({"q": "item", "i": i})), ("quote", json!({"sku": i}))]))
+        .collect();
+    s.push(MockTurn::text("All items looked up and quoted."));
+    s
+}
+
+/// Runs `steps` two-tool steps; returns the run's stats and the final transcript's JSON bytes.
+fn run(steps: usize) -> (RunStats, u64) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = SimKv::new(
+        Rc::new(clock.clone()),
+        SimOptions { locations: 1, propagation_ms: 60_000, ..SimOptions::default() },
+    );
+    let store = Rc::new(JournalStore::new(
+        kv.clone(),
+        Rc::new(clock.clone()),
+        Rc::new(ManualSleep::new(clock.clone())),
+        JournalOptions::default(),
+    ));
+    let env = Env::with_store(store.clone(), clock.clone());
+    let options = AgentOptions { max_steps: steps as u32 + 1, ..AgentOptions::default() };
+    let agent =
+        env.agent_with(MockModel::new(script(steps)), tools_completing_together(), options, "Look up and quote.");
+    let done = block_on(agent.send("cost", "Look up and quote every item.", SendOptions::default())).unwrap();
+    assert_eq!(done.status, RunStatus::Finished);
+    assert!(validate_transcript(&done.messages).is_ok());
+    // The run's own figures are the store's and the KV's: nothing is left uncounted.
+    let c = store.counters();
+    assert_eq!((done.stats.store_writes, done.stats.store_bytes), (c.writes, c.bytes_written));
+    let k = kv.counts();
+    assert_eq!(k.puts + k.deletes, c.writes, "{k:?}");
+    let transcript = serde_json::to_string(&done.messages).unwrap().len() as u64;
+    (done.stats, transcript)
+}
+
+/// A two-tool step writes 2 journal entries (the model turn, then both results in one group commit); a run adds
+/// 6 fixed writes: the lease, the start snapshot, the final entry, the end marker, and the pending index (listed
+/// at the start, removed at the finish). So writes = 2 × steps + 6, all-in: 2.6 per step at 10 steps, 2.06 at 100,
+/// 2.012 at 500 (3.60 / 3.06 / 3.41 before group commit; the 500-step run also deleted 200 pruned entries).
+#[test]
+fn a_two_tool_step_writes_two_entries_and_a_run_six_fixed_writes() {
+    for steps in [10, 100, 500] {
+        let (stats, _) = run(steps);
+        assert_eq!(stats.commits, 2 * steps + 2, "{steps} steps: entries (start + 2 a step + final)");
+        assert_eq!(stats.store_writes, 2 * steps as u64 + 6, "{steps} steps: KV writes, all-in");
+        assert_eq!(stats.lease_renewals, 0, "{steps} steps");
+    }
+}
+
+/// Bytes written over the final transcript's JSON bytes, all-in (lease, entries, index, end marker): at most
+/// 1.17 at 10 steps, 1.12 at 100 and 500 (1.33 / 1.27 / 1.61 before: one entry per result, a ~70-byte envelope
+/// on each, and a snapshot of a third of the transcript at 500 steps). The short envelope, the group commit and
+/// no snapshot before 2,000 entries keep it there.
+#[test]
+fn bytes_written_stay_within_17_percent_of_the_transcript() {
+    for (steps, most) in [(10, 1.17), (100, 1.12), (500, 1.12)] {
+        let (stats, transcript) = run(steps);
+        let ratio = stats.store_bytes as f64 / transcript as f64;
+        println!("{steps} steps: {} bytes written, transcript {transcript} bytes, ratio {ratio:.4}", stats.store_bytes);
+        assert!(ratio <= most, "{steps} steps: bytes written / transcript = {ratio:.4} > {most}");
+    }
+}
+
+/// A KV whose writes take `ms` of (simulated) time.
+#[derive(Clone)]
+struct SlowWrites {
+    inner: SimKv,
+    clock: ManualClock,
+    ms: u64,
+}
+
+#[async_trait::async_trait(?Send)]
+impl KvBackend for SlowWrites {
+    async fn get(&self, key: &str) -> steadfast::Result<Option<String>> {
+        self.inner.get(key).await
+    }
+    async fn get_many(&self, keys: &[String]) -> steadfast::Result<Vec<Option<String>>> {
+        self.inner.get_many(keys).await
+    }
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> steadfast::Result<()> {
+        self.clock.advance(self.ms);
+        self.inner.put(key, value, opts).await
+    }
+    async fn delete(&self, key: &str) -> steadfast::Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> steadfast::Result<ListPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+}
+
+/// Group commit across a short gap: `quote` settles one poll after `lookup` (not ready when `lookup`'s result is
+/// taken). With commits that take time (20 ms), the driver waits up to one commit's time for the other call of
+/// the turn, so both results still go into one entry: 2 entries a step. With commits that take no time (the
+/// window is empty) `lookup`'s result is committed alone: 3 entries a step.
+#[test]
+fn results_settling_within_one_commits_time_share_one_entry() {
+    for (commit_ms, entries_per_step) in [(20, 2), (0, 3)] {
+        let steps = 10;
+        let clock = ManualClock::new(1_700_000_000_000);
+        let sim = SimKv::new(
+            Rc::new(clock.clone()),
+            SimOptions { locations: 1, propagation_ms: 60_000, ..SimOptions::default() },
+        );
+        let kv = SlowWrites { inner: sim, clock: clock.clone(), ms: commit_ms };
+        let store = Rc::new(JournalStore::new(
+            kv,
+            Rc::new(clock.clone()),
+            Rc::new(ManualSleep::new(clock.clone())),
+            JournalOptions::default(),
+        ));
+        let env = Env::with_store(store.clone(), clock.clone());
+        let mut tools = tools_completing_together();
+        tools[1] = Rc::new(FnTool::new("quote", "quote", json!({"type": "object"}), move |args, _ctx| async move {
+            let mut yielded = false;
+            futures::future::poll_fn(|cx| {
+                if yielded {
+                    return std::task::Poll::Ready(());
+                }
+                yielded = true;
+                cx.waker().wake_by_ref();
+                std::task::Poll::Pending
+            })
+            .await;
+            Ok(ToolOutput::text(format!("quote {}", args["sku"])))
+        }));
+        let options = AgentOptions { max_steps: steps as u32 + 1, ..AgentOptions::default() };
+        let agent = env.agent_with(MockModel::new(script(steps)), tools, options, "Look up and quote.");
+        let done = block_on(agent.send("gap", "Look up and quote every item.", SendOptions::default())).unwrap();
+        assert_eq!(done.status, RunStatus::Finished);
+        assert!(validate_transcript(&done.messages).is_ok());
+        assert_eq!(done.stats.commits, entries_per_step * steps + 2, "commits taking {commit_ms} ms");
+    }
+}
