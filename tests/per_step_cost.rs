@@ -123,6 +123,23 @@ impl KvBackend for SlowWrites {
     }
 }
 
+/// A journal store over a one-location SimKv whose writes take `commit_ms` of simulated time.
+fn slow_commits_env(commit_ms: u64) -> Env {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let sim = SimKv::new(
+        Rc::new(clock.clone()),
+        SimOptions { locations: 1, propagation_ms: 60_000, ..SimOptions::default() },
+    );
+    let kv = SlowWrites { inner: sim, clock: clock.clone(), ms: commit_ms };
+    let store = Rc::new(JournalStore::new(
+        kv,
+        Rc::new(clock.clone()),
+        Rc::new(ManualSleep::new(clock.clone())),
+        JournalOptions::default(),
+    ));
+    Env::with_store(store, clock)
+}
+
 /// Group commit across a short gap: `quote` settles one poll after `lookup` (not ready when `lookup`'s result is
 /// taken). With commits that take time (20 ms), the driver waits up to one commit's time for the other call of
 /// the turn, so both results still go into one entry: 2 entries a step. With commits that take no time (the
@@ -131,19 +148,7 @@ impl KvBackend for SlowWrites {
 fn results_settling_within_one_commits_time_share_one_entry() {
     for (commit_ms, entries_per_step) in [(20, 2), (0, 3)] {
         let steps = 10;
-        let clock = ManualClock::new(1_700_000_000_000);
-        let sim = SimKv::new(
-            Rc::new(clock.clone()),
-            SimOptions { locations: 1, propagation_ms: 60_000, ..SimOptions::default() },
-        );
-        let kv = SlowWrites { inner: sim, clock: clock.clone(), ms: commit_ms };
-        let store = Rc::new(JournalStore::new(
-            kv,
-            Rc::new(clock.clone()),
-            Rc::new(ManualSleep::new(clock.clone())),
-            JournalOptions::default(),
-        ));
-        let env = Env::with_store(store.clone(), clock.clone());
+        let env = slow_commits_env(commit_ms);
         let mut tools = tools_completing_together();
         tools[1] = Rc::new(FnTool::new("quote", "quote", json!({"type": "object"}), move |args, _ctx| async move {
             let mut yielded = false;
@@ -164,5 +169,50 @@ fn results_settling_within_one_commits_time_share_one_entry() {
         assert_eq!(done.status, RunStatus::Finished);
         assert!(validate_transcript(&done.messages).is_ok());
         assert_eq!(done.stats.commits, entries_per_step * steps + 2, "commits taking {commit_ms} ms");
+    }
+}
+
+/// A call that aborts its own run is recorded as cancelled, never as executed, even when it settles in the same
+/// group as other calls of its turn (it used to be recorded with its tool's answer once results were grouped).
+/// Both orders of the two calls, with commits that take time (a window) and that take none.
+#[test]
+fn a_call_that_aborts_its_run_is_cancelled_even_when_it_settles_with_other_calls() {
+    use steadfast::core::checkpoint::FinishReason;
+    use steadfast::core::transcript::{Message, ResultKind};
+    for (commit_ms, halt_first) in [(0, false), (0, true), (20, false), (20, true)] {
+        let env = slow_commits_env(commit_ms);
+        let halts = Rc::new(std::cell::Cell::new(0));
+        let h = halts.clone();
+        let mut tools = tools_completing_together();
+        tools[1] = Rc::new(FnTool::new("quote", "aborts its run", json!({"type": "object"}), move |_args, ctx| {
+            h.set(h.get() + 1);
+            let abort = ctx.abort.clone();
+            async move {
+                abort.abort();
+                Ok(ToolOutput::text("halted"))
+            }
+        }));
+        let mut calls = vec![("lookup", json!({"i": 0})), ("quote", json!({"sku": 0}))];
+        if halt_first {
+            calls.reverse();
+        }
+        let script = vec![MockTurn::tools(calls), MockTurn::text("unreachable")];
+        let agent = env.agent_with(MockModel::new(script), tools, AgentOptions::default(), "Look up and quote.");
+        let done = block_on(agent.send("halt", "Look up and quote.", SendOptions::default())).unwrap();
+        let case = format!("commits taking {commit_ms} ms, aborting call first: {halt_first}");
+        assert_eq!(done.finish_reason, Some(FinishReason::Aborted), "{case}");
+        assert!(validate_transcript(&done.messages).is_ok(), "{case}");
+        assert_eq!(halts.get(), 1, "{case}: the aborting call ran once");
+        let results: Vec<_> = done
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool(r) => Some(r.clone()),
+                _ => None,
+            })
+            .collect();
+        let quote = results.iter().find(|r| r.name == "quote").expect("the aborting call has a result");
+        assert_eq!(quote.kind, ResultKind::Cancelled, "{case}: {quote:?}");
+        assert_ne!(quote.content, "halted", "{case}");
     }
 }

@@ -322,6 +322,11 @@ impl<'a> Driver<'a> {
                     settled.push_back(s);
                 }
                 self.gather(&mut in_flight, &mut settled).await;
+                if !abort_seen && self.abort.is_aborted() {
+                    // A call of the batch (or anything meanwhile) aborted the run: nothing of the batch is
+                    // recorded as executed; the loop's head sees the abort and cancels every unrecorded call.
+                    continue;
+                }
                 let mut batch = Vec::with_capacity(settled.len());
                 while let Some((id, outcome)) = settled.pop_front() {
                     let outcome = match self.after_tool(&mut m, &id, outcome).await {
