@@ -132,7 +132,7 @@ fn main() {
          commit serialises its `JournalEntry` to JSON and folds it into a mirror `Checkpoint` with \
          `Checkpoint::apply`. Timed: the last {} steps that bring the transcript to the size (fewer when the run is \
          shorter), median of {REPS} runs, after one untimed 1,000-message run and {WARMUP} untimed runs per size. Native: this bench (the release profile, \
-         opt-level \"s\" + LTO, like the Worker). Wasm: benches/wasm-kernel (the same file, wasm32-unknown-unknown, \
+         opt-level \"z\" + LTO, like the Worker). Wasm: benches/wasm-kernel (the same file, wasm32-unknown-unknown, \
          opt-level 3 + LTO) under node {}, timed with `performance.now()`. Not included: building the provider \
          request from the transcript. Timings are printed, never asserted.\n",
         step_kernel::TIMED_STEPS,
