@@ -241,6 +241,11 @@ test("the demo's crashed run is listed with its error; after a cron tick it show
   assert.equal(await page.locator("#runs tr[data-run='order-7']").count(), 0, "no longer unfinished");
   await waitText("#counts", "charges 1 · shipments 1");
   assert.match(await text("#counts"), /charges 1 · shipments 1 · refunds 0/);
+  // The sweep's state as GET /sweep has it after the tick: breaker closed, the run it examined last.
+  const sweep = (await api("GET", "/sweep")).json;
+  assert.equal(sweep.breaker, "closed");
+  assert.equal(await text("#sweep-breaker"), "closed");
+  assert.match(await text("#sweep"), new RegExp(`provider failures in a row: 0 · last run examined: ${(sweep.cursor ?? "none").replace(/[.]/g, "\\.")}`));
   await shot("runs-recovered");
 
   await page.locator("#seen-runs a.run-link", { hasText: "order-7" }).click();

@@ -163,9 +163,33 @@ function refreshButton(again: () => Promise<void>): HTMLButtonElement {
 
 // ---------- runs ----------
 
+/** `GET /sweep`: the recovery sweep's stored state. */
+type SweepView = {
+  breaker: "open" | "closed";
+  providerFailures: number;
+  outage: { since: number; probes: number; nextProbeAt: number } | null;
+  cursor: string | null;
+  lastOutageEnd: number | null;
+};
+
+function sweepPanel(s: SweepView): HTMLElement {
+  return h(
+    "p",
+    { id: "sweep", class: s.breaker === "open" ? "error" : "muted" },
+    "Recovery sweep: outage breaker ",
+    h("strong", { id: "sweep-breaker" }, s.breaker),
+    s.outage ? ` since ${time(s.outage.since)}, ${s.outage.probes} failed probes, next probe ${time(s.outage.nextProbeAt)}` : null,
+    ` · provider failures in a row: ${s.providerFailures} · last run examined: ${s.cursor ?? "none"}`,
+    s.lastOutageEnd !== null ? ` · last outage ended ${time(s.lastOutageEnd)}` : null,
+  );
+}
+
 async function renderRuns(filter: string): Promise<void> {
   const q = filter ? `?status=${encodeURIComponent(filter)}` : "";
-  const { runs } = await api<{ runs: PendingRun[] }>("GET", `/runs${q}`);
+  const [{ runs }, sweep] = await Promise.all([
+    api<{ runs: PendingRun[] }>("GET", `/runs${q}`),
+    api<SweepView>("GET", "/sweep"),
+  ]);
   remember(runs.map((r) => r.runId));
   const select = h(
     "select",
@@ -199,6 +223,7 @@ async function renderRuns(filter: string): Promise<void> {
     main,
     h("h2", null, "Runs"),
     h("div", { class: "row" }, h("label", null, "Show ", select), refreshButton(() => renderRuns(filter)), openForm),
+    sweepPanel(sweep),
     h("h3", null, "Unfinished"),
     runs.length === 0
       ? h("p", { class: "muted", id: "no-runs" }, "No unfinished runs.")
