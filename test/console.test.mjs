@@ -281,7 +281,10 @@ test("a refund's approval is approved from the inbox and the run finishes", asyn
 
 test("a fork from step 1 with a replaced tool result: the markup stays text, and compare shows the divergent step", async () => {
   await visit("#/runs/order-7");
-  await page.locator("#history button.fork[data-step='1']").first().click();
+  // One fork button per step, on its newest history entry (the entry the API forks from).
+  await page.locator("#history button.fork").first().waitFor();
+  assert.equal(await page.locator("#history button.fork[data-step='1']").count(), 1);
+  await page.locator("#history button.fork[data-step='1']").click();
   await page.locator("#fork-patch").selectOption("tool");
   assert.match(await page.locator("#fork-call option:checked").textContent(), /^charge \(/);
   await page.locator("#fork-text").fill(INJECTED);

@@ -468,7 +468,8 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
       h(
         "tbody",
         null,
-        ...history.map((e) =>
+        // A fork starts from the newest kept entry of its step (the API's rule): the button is on that one.
+        ...history.map((e, i) =>
           h(
             "tr",
             { "data-step": e.step },
@@ -479,11 +480,13 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
             h(
               "td",
               null,
-              h(
-                "button",
-                { type: "button", class: "fork", "data-step": e.step, onclick: () => forkOut.replaceChildren(forkForm(id, e, forkOut)) },
-                `Fork from step ${e.step}`,
-              ),
+              history.findIndex((x) => x.step === e.step) === i
+                ? h(
+                    "button",
+                    { type: "button", class: "fork", "data-step": e.step, onclick: () => forkOut.replaceChildren(forkForm(id, e, forkOut)) },
+                    `Fork from step ${e.step}`,
+                  )
+                : null,
             ),
           ),
         ),
