@@ -119,11 +119,13 @@ before(async () => {
   page.on("request", (r) => requests.push(r.url()));
 });
 
-/** Opens the console at `hash`, loading the page again even when it is showing that URL already. */
+/**
+ * Opens the console at `hash` with a fresh page load (a hash-only navigation would keep the previous view on
+ * screen until the new one renders). The tab's sessionStorage, and so the sign-in, is kept.
+ */
 async function visit(hash) {
-  const url = new URL(`/console/${hash}`, base).href;
-  if (page.url() === url) await page.reload();
-  else await page.goto(url);
+  await page.goto("about:blank");
+  await page.goto(new URL(`/console/${hash}`, base).href);
 }
 
 afterEach(async () => {
@@ -277,6 +279,25 @@ test("a refund's approval is approved from the inbox and the run finishes", asyn
 
   const run = await api("GET", "/runs/refund-7");
   assert.equal(run.json.status, "finished");
+});
+
+test("a rejection with a note from the inbox: the run finishes without the refund, its result marked rejected", async () => {
+  const sent = await api("POST", "/runs/refund-8", { input: "Please refund order 8" });
+  assert.equal(sent.json.status, "awaiting-approval");
+  await visit("#/approvals");
+  const card = page.locator(`.approval[data-approval='${sent.json.approvalId}']`);
+  await card.locator("input.note").fill("no receipt");
+  await card.locator("button.reject").click();
+  await waitText("#resolve-result", "Rejected refund for refund-8");
+  assert.match(await text("#resolve-result"), /the run is finished \(stop\)\. .*The refund was not issued\./);
+  assert.match(await text("#counts"), /refunds 1$/, "no second refund");
+
+  await page.locator("#resolve-result a.run-link").click();
+  await waitText("#run-status", "finished");
+  const result = page.locator("#timeline li.tool");
+  assert.match(await result.locator(".badge").first().textContent(), /^rejected$/);
+  assert.match(await result.locator("pre.tool-result").textContent(), /no receipt/);
+  await shot("run-rejected");
 });
 
 test("a fork from step 1 with a replaced tool result: the markup stays text, and compare shows the divergent step", async () => {
