@@ -27,6 +27,7 @@
 //! | GET | `/compare/{a}/{b}` | compare two runs |
 //! | GET | `/approvals` | pending approvals |
 //! | POST | `/approvals/{id}` | `{approved, note?}` resolve |
+//! | GET | `/sweep` | the recovery sweep's stored state: outage breaker, provider failures, listing cursor |
 //! | POST | `/deliveries/{deliveryId}` | [`SendRequest`]: run a delivered job once → [`crate::runtime::Delivery`] |
 //! | POST | `/__conformance` | the store conformance suite on the real KV binding: only in builds with the cargo
 //! feature `conformance` (tests), and only with the token |
@@ -37,6 +38,7 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
+use crate::core::sweep::SweepState;
 use crate::runtime::{Agent, ForkOptions, Resolve, SendOptions, VecSink};
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -460,6 +462,10 @@ impl Api {
                 ("GET", Some(counts)) => Ok(ApiResponse::ok(&counts().await?)),
                 _ => not_allowed(),
             },
+            ["sweep"] => match m.as_str() {
+                "GET" => self.sweep_state().await,
+                _ => not_allowed(),
+            },
             ["approvals"] => match m.as_str() {
                 "GET" => Ok(ApiResponse::ok(&self.agent.approvals().list().await?)),
                 _ => not_allowed(),
@@ -533,6 +539,34 @@ impl Api {
             Error::new(ErrorCode::CheckpointNotFound, format!("run '{id}' has no checkpoint")).with_run(id)
         })?;
         Ok(ApiResponse::ok(&RunView::from(cp)))
+    }
+
+    /// What the recovery sweep keeps between ticks, as `GET /sweep` shows it: its stored state as the sweep
+    /// wrote it (`providerFailures` in a row, the open breaker's `outage` record or `null`, the last run examined
+    /// as `cursor`, `lastOutageEnd`; the listing position `page` and the remembered `probe` run when set) plus
+    /// `breaker`: `open` or `closed`. No stored state is the sweep's initial one. A tick that changes nothing
+    /// writes nothing, so there is no "last tick". A stored state the sweep could not read is
+    /// `STEADFAST_CHECKPOINT_CORRUPT` (the next tick replaces it).
+    async fn sweep_state(&self) -> Result<ApiResponse> {
+        // Read the way the sweep reads it (the same parser), then shown as stored.
+        let text = match self.agent.store().get_state("sweep").await? {
+            Some(s) => s,
+            // Ignored: a SweepState (numbers, strings, options) always serialises.
+            None => serde_json::to_string(&SweepState::default()).unwrap_or_default(),
+        };
+        let unreadable = || {
+            Error::new(
+                ErrorCode::CheckpointCorrupt,
+                "the stored sweep state cannot be read; the next sweep tick replaces it",
+            )
+        };
+        let state: SweepState = serde_json::from_str(&text).map_err(|_| unreadable())?;
+        let Ok(Value::Object(mut shown)) = serde_json::from_str::<Value>(&text) else {
+            return Err(unreadable());
+        };
+        let breaker = if state.outage.is_some() { "open" } else { "closed" };
+        shown.insert("breaker".into(), Value::from(breaker));
+        Ok(ApiResponse::json(200, &Value::Object(shown)))
     }
 
     async fn list_runs(&self, req: &ApiRequest) -> Result<ApiResponse> {

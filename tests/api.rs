@@ -390,6 +390,7 @@ fn unauthenticated_requests_never_read_the_body_or_build_the_agent() {
         "/runs/a/fork",
         "/compare/a/b",
         "/approvals",
+        "/sweep",
         "/approvals/apr_1",
         "/deliveries/d1",
         "/demo/counts",
@@ -568,4 +569,68 @@ fn conformance_route_needs_the_feature_and_the_token() {
     let r = block_on(serve(head("POST", "/__conformance", auth), Some(TOKEN.into()), &mut host));
     assert_eq!((r.status, code_of(&r).as_str()), (404, "STEADFAST_ROUTE_NOT_FOUND"));
     assert_eq!(host.conformance_runs, 0);
+}
+
+/// `GET /sweep` shows what the recovery sweep stored, for generated states (breaker open or closed, provider
+/// failures, cursor, last outage end): the view is read from the sweep's own stored form, the breaker is `open`
+/// exactly when an outage is recorded, and reading changes nothing in KV. No stored state is a closed breaker.
+/// `STEADFAST_SWEEP_SEED=<n>` replays one case.
+#[test]
+fn the_sweep_route_shows_the_stored_breaker_and_cursor() {
+    use steadfast::core::sweep::{Outage, SweepState};
+    let f = fixture();
+    let (s, v) = call(&f, req("GET", "/sweep", ""));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"breaker": "closed", "outage": null, "providerFailures": 0, "cursor": null, "lastOutageEnd": null})
+    );
+    assert_eq!(snapshot(&f.kv), vec![], "reading the initial state wrote nothing");
+    let seeds: Vec<u64> = match std::env::var("STEADFAST_SWEEP_SEED") {
+        Ok(s) => vec![s.parse().expect("STEADFAST_SWEEP_SEED is a number")],
+        Err(_) => (0..300).collect(),
+    };
+    for seed in seeds {
+        let rng = SplitMix64::new(seed);
+        let maybe = |p: u64| rng.next_u64() % 100 < p;
+        let state = SweepState {
+            provider_failures: (rng.next_u64() % 5) as u32,
+            outage: maybe(50).then(|| Outage {
+                since: rng.next_u64() % 2_000_000_000_000,
+                probes: (rng.next_u64() % 20) as u32,
+                next_probe_at: rng.next_u64() % 2_000_000_000_000,
+            }),
+            cursor: maybe(60).then(|| format!("run-{}", rng.next_u64() % 1000)),
+            page: maybe(30).then(|| format!("opaque-{}", rng.next_u64())),
+            probe: maybe(30).then(|| "probe-run".to_string()),
+            last_outage_end: maybe(40).then(|| rng.next_u64() % 2_000_000_000_000),
+        };
+        block_on(f.api.agent().store().put_state("sweep", &serde_json::to_string(&state).unwrap())).unwrap();
+        let before = snapshot(&f.kv);
+        let (s, v) = call(&f, req("GET", "/sweep", ""));
+        assert_eq!(s, 200, "seed {seed}: {v}");
+        let repro = format!("seed {seed} (STEADFAST_SWEEP_SEED={seed} cargo test --test api the_sweep_route)");
+        assert_eq!(v["breaker"], if state.outage.is_some() { "open" } else { "closed" }, "{repro}");
+        let mut expected = serde_json::to_value(&state).unwrap();
+        expected["breaker"] = v["breaker"].clone();
+        assert_eq!(v, expected, "{repro}: the stored state, as stored, plus the breaker");
+        assert_eq!(snapshot(&f.kv), before, "{repro}: reading the sweep state wrote nothing");
+    }
+}
+
+/// A stored sweep state that does not parse is reported with a code (the next tick replaces it) and left as
+/// it is; `/sweep` answers GET only.
+#[test]
+fn an_unreadable_sweep_state_is_a_coded_error_and_is_left_alone() {
+    let f = fixture();
+    for bad in ["{not json", "[0, null, null]", "\"closed\"", r#"{"providerFailures": "three"}"#] {
+        block_on(f.api.agent().store().put_state("sweep", bad)).unwrap();
+        let before = snapshot(&f.kv);
+        let (s, v) = call(&f, req("GET", "/sweep", ""));
+        assert_eq!((s, v["error"]["code"].as_str()), (409, Some("STEADFAST_CHECKPOINT_CORRUPT")), "{bad}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("next sweep tick replaces it"), "{v}");
+        assert_eq!(snapshot(&f.kv), before, "{bad}");
+    }
+    let (s, v) = call(&f, req("POST", "/sweep", "{}"));
+    assert_eq!((s, v["error"]["code"].as_str()), (405, Some("STEADFAST_METHOD_NOT_ALLOWED")), "{v}");
 }

@@ -1,0 +1,659 @@
+// The operator console: runs, a run's timeline and history, the approvals inbox, fork and compare. A single
+// page routed by the URL's fragment (#/runs, #/runs/<id>, #/approvals, #/compare/<a>/<b>); every view reads
+// the HTTP API afresh when shown (and on its Refresh button).
+
+import type { ApprovalRecord } from "../../js/src/generated/ApprovalRecord.js";
+import type { Comparison } from "../../js/src/generated/Comparison.js";
+import type { ForkResult } from "../../js/src/generated/ForkResult.js";
+import type { ForkPatch } from "../../js/src/generated/ForkPatch.js";
+import type { HistoryEntry } from "../../js/src/generated/HistoryEntry.js";
+import type { Message } from "../../js/src/generated/Message.js";
+import type { PendingRun } from "../../js/src/generated/PendingRun.js";
+import type { RunResult } from "../../js/src/generated/RunResult.js";
+import type { RunView } from "../../js/src/generated/RunView.js";
+import type { TrajectoryStep } from "../../js/src/generated/TrajectoryStep.js";
+import { api, ApiError, seg, token } from "./api.js";
+import { confirmButton, fill, h, json, runLink, time, type Child } from "./dom.js";
+
+const main = document.getElementById("main") as HTMLElement;
+const notice = document.getElementById("notice") as HTMLElement;
+const nav = document.getElementById("nav") as HTMLElement;
+const counts = document.getElementById("counts") as HTMLElement;
+const signOut = document.getElementById("sign-out") as HTMLButtonElement;
+
+// ---------- errors ----------
+
+function describe(e: unknown): string {
+  if (e instanceof ApiError) return `${e.code}: ${e.message}`;
+  return e instanceof Error ? e.message : String(e);
+}
+
+function showNotice(text: string | null): void {
+  notice.hidden = text === null;
+  notice.textContent = text ?? "";
+}
+
+/** Runs a view's work; a refused token sends the operator back to sign in, any other error is shown. */
+async function guarded(work: () => Promise<void>): Promise<void> {
+  try {
+    await work();
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) {
+      token.clear();
+      renderSignIn("The Worker refused the stored token (STEADFAST_UNAUTHORIZED). Sign in again.");
+      return;
+    }
+    showNotice(describe(e));
+  }
+}
+
+// ---------- sign in ----------
+
+function renderSignIn(message: string | null = null): void {
+  nav.hidden = true;
+  counts.hidden = true;
+  signOut.hidden = true;
+  const input = h("input", { type: "password", id: "token", autocomplete: "off", placeholder: "STEADFAST_TOKEN" });
+  const status = h("p", { id: "signin-message", class: message ? "error" : "muted", role: "status" }, message);
+  const form = h(
+    "form",
+    { class: "signin", id: "signin" },
+    h("h2", null, "Sign in"),
+    h(
+      "p",
+      { class: "muted" },
+      "The API token (STEADFAST_TOKEN; locally in .dev.vars, printed by ./scripts/dev). It is kept in this tab's " +
+        "session storage only and sent in the Authorization header.",
+    ),
+    h("label", null, "Token ", input),
+    h("button", { type: "submit" }, "Sign in"),
+    status,
+  );
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const t = input.value.trim();
+    if (!t) {
+      status.className = "error";
+      status.textContent = "Enter the token.";
+      return;
+    }
+    status.className = "muted";
+    status.textContent = "Checking…";
+    api<unknown>("GET", "/runs", undefined, t).then(
+      () => {
+        token.set(t);
+        showNotice(null);
+        if (!location.hash || location.hash === "#/") location.hash = "#/runs";
+        route();
+      },
+      (e: unknown) => {
+        status.className = "error";
+        if (e instanceof ApiError && e.status === 401) {
+          status.textContent = "Wrong token: the Worker refused it (STEADFAST_UNAUTHORIZED). Check STEADFAST_TOKEN.";
+        } else if (e instanceof ApiError && e.code === "STEADFAST_AUTH_NOT_CONFIGURED") {
+          status.textContent = `The Worker has no token configured: ${e.message}`;
+        } else {
+          status.textContent = `Sign-in failed: ${describe(e)}`;
+        }
+      },
+    );
+  });
+  fill(main, form);
+  input.focus();
+}
+
+signOut.addEventListener("click", () => {
+  token.clear();
+  showNotice(null);
+  renderSignIn();
+});
+
+// ---------- runs seen in this tab (so finished ones stay visible after they leave the pending list) ----------
+
+const SEEN_KEY = "steadfast.seen";
+
+function seen(): string[] {
+  try {
+    const v: unknown = JSON.parse(sessionStorage.getItem(SEEN_KEY) ?? "[]");
+    return Array.isArray(v) ? v.filter((x): x is string => typeof x === "string") : [];
+  } catch {
+    return [];
+  }
+}
+
+function remember(ids: string[]): void {
+  const all = [...ids, ...seen().filter((x) => !ids.includes(x))].slice(0, 30);
+  sessionStorage.setItem(SEEN_KEY, JSON.stringify(all));
+}
+
+// ---------- header: the demo tools' effect counters, when the Worker has them ----------
+
+async function refreshCounts(): Promise<void> {
+  try {
+    const c = await api<Record<string, number>>("GET", "/demo/counts");
+    counts.hidden = false;
+    counts.textContent = `demo effects: charges ${c.charges ?? 0} · shipments ${c.shipments ?? 0} · refunds ${c.refunds ?? 0}`;
+  } catch (e) {
+    // No demo tools in this configuration: no counters to show.
+    if (e instanceof ApiError && e.code === "STEADFAST_ROUTE_NOT_FOUND") counts.hidden = true;
+    else throw e;
+  }
+}
+
+// ---------- small renderers ----------
+
+function statusBadge(status: string): HTMLElement {
+  const cls = status === "finished" ? "badge good status" : "badge status";
+  return h("span", { class: cls }, status);
+}
+
+function errorText(e: { code: string; message: string } | null | undefined): Child {
+  return e ? h("span", { class: "error last-error" }, h("code", null, e.code), " ", e.message) : h("span", { class: "muted" }, "—");
+}
+
+/** Reads the counters and the view again. */
+function refreshButton(again: () => Promise<void>): HTMLButtonElement {
+  const onclick = (): void =>
+    void guarded(async () => {
+      await refreshCounts();
+      await again();
+    });
+  return h("button", { type: "button", class: "refresh", onclick }, "Refresh");
+}
+
+// ---------- runs ----------
+
+/** `GET /sweep`: the recovery sweep's stored state. */
+type SweepView = {
+  breaker: "open" | "closed";
+  providerFailures: number;
+  outage: { since: number; probes: number; nextProbeAt: number } | null;
+  cursor: string | null;
+  lastOutageEnd: number | null;
+};
+
+function sweepPanel(s: SweepView): HTMLElement {
+  return h(
+    "p",
+    { id: "sweep", class: s.breaker === "open" ? "error" : "muted" },
+    "Recovery sweep: outage breaker ",
+    h("strong", { id: "sweep-breaker" }, s.breaker),
+    s.outage ? ` since ${time(s.outage.since)}, ${s.outage.probes} failed probes, next probe ${time(s.outage.nextProbeAt)}` : null,
+    ` · provider failures in a row: ${s.providerFailures} · last run examined: ${s.cursor ?? "none"}`,
+    s.lastOutageEnd !== null ? ` · last outage ended ${time(s.lastOutageEnd)}` : null,
+  );
+}
+
+async function renderRuns(filter: string): Promise<void> {
+  const q = filter ? `?status=${encodeURIComponent(filter)}` : "";
+  const [{ runs }, sweep] = await Promise.all([
+    api<{ runs: PendingRun[] }>("GET", `/runs${q}`),
+    api<SweepView>("GET", "/sweep"),
+  ]);
+  remember(runs.map((r) => r.runId));
+  const select = h(
+    "select",
+    { id: "status-filter", onchange: (e: Event) => void guarded(() => renderRuns((e.target as HTMLSelectElement).value)) },
+    ...[
+      ["", "all unfinished"],
+      ["in-progress", "in progress"],
+      ["awaiting-approval", "awaiting approval"],
+    ].map(([v, label]) => h("option", { value: v, selected: v === filter }, label)),
+  );
+  const open = h("input", { id: "open-run", placeholder: "run id" });
+  const openForm = h("form", { class: "row" }, open, h("button", { type: "submit" }, "Open run"));
+  openForm.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    if (open.value.trim()) location.hash = `#/runs/${encodeURIComponent(open.value.trim())}`;
+  });
+  const pendingIds = new Set(runs.map((r) => r.runId));
+  const others = seen().filter((id) => !pendingIds.has(id));
+  const views = await Promise.all(
+    others.map((id) =>
+      api<RunView>("GET", `/runs/${seg(id)}`).then(
+        (v): [string, RunView | null, string | null] => [id, v, null],
+        (e: unknown): [string, RunView | null, string | null] => {
+          if (e instanceof ApiError && e.status === 401) throw e;
+          return [id, null, e instanceof ApiError && e.status === 404 ? "deleted" : describe(e)];
+        },
+      ),
+    ),
+  );
+  fill(
+    main,
+    h("h2", null, "Runs"),
+    h("div", { class: "row" }, h("label", null, "Show ", select), refreshButton(() => renderRuns(filter)), openForm),
+    sweepPanel(sweep),
+    h("h3", null, "Unfinished"),
+    runs.length === 0
+      ? h("p", { class: "muted", id: "no-runs" }, "No unfinished runs.")
+      : h(
+          "table",
+          { id: "runs" },
+          h("thead", null, h("tr", null, ...["run", "status", "step", "last error", "attempts", "quarantined", "saved"].map((t) => h("th", null, t)))),
+          h(
+            "tbody",
+            null,
+            ...runs.map((r) =>
+              h(
+                "tr",
+                { "data-run": r.runId },
+                h("td", null, runLink(r.runId), r.healOf ? h("span", { class: "badge" }, `diagnosis fork of ${r.healOf}`) : null),
+                h("td", null, statusBadge(r.status), r.approvalId ? h("span", { class: "muted" }, ` ${r.approvalId}`) : null),
+                h("td", null, r.step),
+                h("td", null, errorText(r.lastError)),
+                h("td", null, r.attempts),
+                h("td", null, r.quarantined ? h("span", { class: "badge bad" }, "quarantined") : "no"),
+                h("td", null, time(r.savedAt)),
+              ),
+            ),
+          ),
+        ),
+    views.length === 0
+      ? null
+      : [
+          h("h3", null, "Seen in this tab, no longer unfinished"),
+          h(
+            "table",
+            { id: "seen-runs" },
+            h("thead", null, h("tr", null, ...["run", "status", "finish reason", "step", "last error", "saved"].map((t) => h("th", null, t)))),
+            h(
+              "tbody",
+              null,
+              ...views.map(([id, v, why]) =>
+                h(
+                  "tr",
+                  { "data-run": id },
+                  h("td", null, v ? runLink(id) : id),
+                  v
+                    ? [
+                        h("td", null, statusBadge(v.status)),
+                        h("td", null, v.finishReason ?? "—"),
+                        h("td", null, v.step),
+                        h("td", null, errorText(v.lastError)),
+                        h("td", null, time(v.savedAt)),
+                      ]
+                    : h("td", { colspan: "5", class: "muted" }, why),
+                ),
+              ),
+            ),
+          ),
+        ],
+  );
+}
+
+// ---------- one run: summary, actions, timeline, history, fork ----------
+
+function timeline(messages: Message[]): HTMLElement {
+  let turn = 0;
+  return h(
+    "ol",
+    { class: "timeline", id: "timeline" },
+    ...messages.map((m) => {
+      switch (m.role) {
+        case "system":
+          return h("li", { class: "system" }, h("span", { class: "who" }, "instructions"), h("pre", null, m.content));
+        case "user":
+          return h("li", { class: "user" }, h("span", { class: "who" }, "input"), h("pre", null, m.content));
+        case "assistant":
+          turn += 1;
+          return h(
+            "li",
+            { class: "assistant" },
+            h("span", { class: "who" }, `model turn ${turn}`),
+            m.content ? h("pre", { class: "text" }, m.content) : null,
+            ...(m.toolCalls ?? []).map((c) =>
+              h(
+                "div",
+                { class: "call" },
+                h("span", { class: "badge" }, "tool call"),
+                h("strong", null, c.name),
+                h("span", { class: "muted" }, ` ${c.id}`),
+                c.invalid ? h("span", { class: "error" }, ` unusable arguments: ${c.invalid}`) : null,
+                json(c.args),
+              ),
+            ),
+          );
+        case "tool":
+          return h(
+            "li",
+            { class: m.isError ? "tool failed" : "tool", "data-call": m.toolCallId },
+            h("span", { class: "who" }, `result of ${m.name}`),
+            h("span", { class: "muted" }, `${m.toolCallId} `),
+            h("span", { class: m.kind === "execution" ? "badge" : "badge bad" }, m.kind),
+            m.isError ? h("span", { class: "badge bad" }, "error") : null,
+            h("pre", { class: "tool-result" }, m.content),
+          );
+        default:
+          return h("li", null, json(m));
+      }
+    }),
+  );
+}
+
+function forkForm(runId: string, entry: HistoryEntry, out: HTMLElement): HTMLElement {
+  const calls = entry.checkpoint.messages.flatMap((m) => (m.role === "assistant" ? (m.toolCalls ?? []) : []));
+  const kind = h(
+    "select",
+    { id: "fork-patch" },
+    h("option", { value: "none" }, "no change"),
+    h("option", { value: "append" }, "append input"),
+    calls.length ? h("option", { value: "tool" }, "replace a tool result") : null,
+  );
+  const callSel = h("select", { id: "fork-call" }, ...calls.map((c) => h("option", { value: c.id }, `${c.name} (${c.id})`)));
+  const text = h("textarea", { id: "fork-text", placeholder: "the input to append, or the new tool result" });
+  const newId = h("input", { id: "fork-new-id", placeholder: `default: ${runId}.fork-<n>` });
+  const form = h(
+    "form",
+    { class: "card", id: "fork-form" },
+    h("strong", null, `Fork ${runId} from step ${entry.step}`),
+    h("label", null, "Change ", kind),
+    h("label", null, "Tool call ", callSel),
+    h("label", null, "Text ", text),
+    h("label", null, "New run id ", newId),
+    h("button", { type: "submit" }, "Create fork"),
+  );
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const patch: ForkPatch = {};
+    if (kind.value === "append") patch.appendInput = text.value;
+    if (kind.value === "tool") patch.toolResult = { toolCallId: callSel.value, result: text.value };
+    const body: { fromStep: number; patch: ForkPatch; newId?: string } = { fromStep: entry.step, patch };
+    if (newId.value.trim()) body.newId = newId.value.trim();
+    void guarded(async () => {
+      try {
+        const f = await api<ForkResult>("POST", `/runs/${seg(runId)}/fork`, body);
+        remember([f.runId]);
+        out.replaceChildren(
+          h(
+            "div",
+            { class: "result", id: "fork-result" },
+            `Forked as `,
+            runLink(f.runId),
+            ` from step ${f.step} (in progress: resume it to run it). `,
+            h("a", { href: `#/compare/${seg(runId)}/${seg(f.runId)}`, id: "compare-fork" }, `Compare with ${runId}`),
+          ),
+        );
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 401) throw e;
+        out.replaceChildren(h("div", { class: "result error", id: "fork-result" }, `Fork refused: ${describe(e)}`));
+      }
+    });
+  });
+  return form;
+}
+
+async function renderRun(id: string, said: HTMLElement | null = null): Promise<void> {
+  const [run, history] = await Promise.all([
+    api<RunView>("GET", `/runs/${seg(id)}`),
+    api<HistoryEntry[]>("GET", `/runs/${seg(id)}/history?limit=50`),
+  ]);
+  remember([id]);
+  const actionOut = h("div", { id: "action-result" }, said);
+  const forkOut = h("div", { id: "fork-out" });
+  const resume = (): Promise<void> =>
+    guarded(async () => {
+      let out: HTMLElement;
+      try {
+        const r = await api<RunResult | { resumed: false; reason: string }>("POST", `/runs/${seg(id)}/resume`);
+        out = h(
+          "div",
+          { class: "result ok" },
+          "resumed" in r
+            ? `Nothing to resume: ${r.reason}.`
+            : `Resumed: ${r.status}${r.finishReason ? ` (${r.finishReason})` : ""}. ${r.text}`,
+        );
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 401) throw e;
+        out = h("div", { class: "result error" }, `Resume failed: ${describe(e)}`);
+      }
+      // The run changed either way (a failed attempt is recorded on it): show its new state with the outcome.
+      await refreshCounts();
+      await renderRun(id, out);
+    });
+  const del = (): Promise<void> =>
+    guarded(async () => {
+      try {
+        await api<unknown>("DELETE", `/runs/${seg(id)}`);
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 401) throw e;
+        actionOut.replaceChildren(h("div", { class: "result error" }, `Delete failed: ${describe(e)}`));
+        return;
+      }
+      fill(main, h("h2", null, id), h("p", { class: "ok", id: "deleted" }, `Run ${id} was deleted.`), h("a", { href: "#/runs" }, "Back to runs"));
+    });
+  fill(
+    main,
+    h("h2", null, "Run ", h("span", { id: "run-id" }, id), " ", statusBadge(run.status)),
+    h(
+      "div",
+      { class: "row" },
+      refreshButton(() => renderRun(id)),
+      run.status !== "finished" ? confirmButton("Resume", `Resume ${id} now?`, resume) : null,
+      confirmButton("Delete", `Delete ${id} and its history?`, del, "danger"),
+    ),
+    actionOut,
+    h(
+      "dl",
+      { class: "summary", id: "run-summary" },
+      h("dt", null, "status"),
+      h("dd", { id: "run-status" }, run.status),
+      h("dt", null, "finish reason"),
+      h("dd", null, run.finishReason ?? "—"),
+      h("dt", null, "step"),
+      h("dd", null, run.step),
+      h("dt", null, "usage"),
+      h("dd", null, `${run.usage.inputTokens} input / ${run.usage.outputTokens} output tokens`),
+      h("dt", null, "last error"),
+      h("dd", { id: "run-error" }, errorText(run.lastError)),
+      h("dt", null, "attempts"),
+      h("dd", null, run.attempts),
+      h("dt", null, "quarantined"),
+      h("dd", null, run.quarantined ? "yes (the sweep gave up; resume by hand)" : "no"),
+      h("dt", null, "approvals"),
+      h("dd", null, run.approvalIds.length ? [run.approvalIds.join(", "), " — ", h("a", { href: "#/approvals" }, "inbox")] : "—"),
+      h("dt", null, "agent"),
+      h("dd", null, run.fingerprint ? `${run.fingerprint.model} · ${Object.keys(run.fingerprint.tools).join(", ") || "no tools"} · ${run.fingerprint.hash.slice(0, 12)}` : "—"),
+      h("dt", null, "saved"),
+      h("dd", null, time(run.savedAt)),
+    ),
+    run.businessState !== null ? [h("h3", null, "Business state"), json(run.businessState)] : null,
+    h("h3", null, "Timeline"),
+    timeline(run.messages),
+    h("h3", null, "History"),
+    h(
+      "table",
+      { id: "history" },
+      h("thead", null, h("tr", null, ...["seq", "step", "status", "saved", ""].map((t) => h("th", null, t)))),
+      h(
+        "tbody",
+        null,
+        // A fork starts from the newest kept entry of its step (the API's rule): the button is on that one.
+        ...history.map((e, i) =>
+          h(
+            "tr",
+            { "data-step": e.step },
+            h("td", null, e.seq),
+            h("td", null, e.step),
+            h("td", null, e.status),
+            h("td", null, time(e.savedAt)),
+            h(
+              "td",
+              null,
+              history.findIndex((x) => x.step === e.step) === i
+                ? h(
+                    "button",
+                    { type: "button", class: "fork", "data-step": e.step, onclick: () => forkOut.replaceChildren(forkForm(id, e, forkOut)) },
+                    `Fork from step ${e.step}`,
+                  )
+                : null,
+            ),
+          ),
+        ),
+      ),
+    ),
+    forkOut,
+  );
+}
+
+// ---------- approvals inbox ----------
+
+async function renderApprovals(lastResult: HTMLElement | null = null): Promise<void> {
+  const list = await api<ApprovalRecord[]>("GET", "/approvals");
+  const resolve = (a: ApprovalRecord, approved: boolean, note: string) => (): void =>
+    void guarded(async () => {
+      let out: HTMLElement;
+      try {
+        const r = await api<RunResult>("POST", `/approvals/${seg(a.id)}`, note ? { approved, note } : { approved });
+        remember([r.runId]);
+        out = h(
+          "div",
+          { class: "result ok", id: "resolve-result" },
+          `${approved ? "Approved" : "Rejected"} ${a.toolCall.name} for `,
+          runLink(r.runId),
+          `: the run is ${r.status}${r.finishReason ? ` (${r.finishReason})` : ""}. `,
+          r.text ? h("q", null, r.text) : null,
+        );
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 401) throw e;
+        out = h("div", { class: "result error", id: "resolve-result" }, `Resolving ${a.id} failed: ${describe(e)}`);
+      }
+      await refreshCounts();
+      await renderApprovals(out);
+    });
+  fill(
+    main,
+    h("h2", null, "Approvals"),
+    h("div", { class: "row" }, refreshButton(() => renderApprovals())),
+    lastResult,
+    list.length === 0
+      ? h("p", { class: "muted", id: "no-approvals" }, "No pending approvals.")
+      : h(
+          "div",
+          { id: "approvals" },
+          ...list.map((a) => {
+            const note = h("input", { class: "note", placeholder: "note (optional)" });
+            return h(
+              "div",
+              { class: "card approval", "data-approval": a.id, "data-run": a.runId },
+              h("div", null, h("strong", null, a.toolCall.name), " in run ", runLink(a.runId), h("span", { class: "muted" }, ` · step ${a.step} · ${a.id} · asked ${time(a.createdAt)}`)),
+              json(a.toolCall.args),
+              h(
+                "div",
+                { class: "row" },
+                note,
+                h("button", { type: "button", class: "approve", onclick: () => resolve(a, true, note.value.trim())() }, "Approve"),
+                h("button", { type: "button", class: "reject danger", onclick: () => resolve(a, false, note.value.trim())() }, "Reject"),
+              ),
+            );
+          }),
+        ),
+  );
+}
+
+// ---------- compare ----------
+
+function stepCell(s: TrajectoryStep | undefined): HTMLElement {
+  if (!s) return h("td", { class: "muted" }, "—");
+  return h(
+    "td",
+    null,
+    s.text ? h("pre", { class: "text" }, s.text) : null,
+    ...s.toolCalls.map((c) =>
+      h(
+        "div",
+        { class: "call" },
+        h("strong", null, c.name),
+        json(c.args),
+        c.result === null
+          ? h("span", { class: "muted" }, "no result")
+          : h("pre", { class: c.isError ? "tool-result error" : "tool-result" }, c.result),
+      ),
+    ),
+  );
+}
+
+async function renderCompare(a: string, b: string): Promise<void> {
+  const ia = h("input", { id: "compare-a", placeholder: "run a", value: a });
+  const ib = h("input", { id: "compare-b", placeholder: "run b", value: b });
+  const form = h("form", { class: "row" }, ia, ib, h("button", { type: "submit" }, "Compare"));
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    location.hash = `#/compare/${seg(ia.value.trim())}/${seg(ib.value.trim())}`;
+  });
+  if (!a || !b) {
+    fill(main, h("h2", null, "Compare two runs"), form);
+    return;
+  }
+  const c = await api<Comparison>("GET", `/compare/${seg(a)}/${seg(b)}`);
+  const n = Math.max(c.a.length, c.b.length);
+  const d = c.drift;
+  const drift: Child[] = [
+    ...d.toolOrder.map((t) => h("li", null, `step ${t.step}: tools ${t.a.join(", ") || "none"} → ${t.b.join(", ") || "none"}`)),
+    ...d.arguments.map((x) => h("li", null, `step ${x.step}: ${x.tool} #${x.index} arguments ${JSON.stringify(x.a)} → ${JSON.stringify(x.b)}`)),
+    d.stepCount ? h("li", null, `steps: ${d.stepCount.a} → ${d.stepCount.b}`) : null,
+    d.finishReason ? h("li", null, `finish reason: ${d.finishReason.a ?? "none"} → ${d.finishReason.b ?? "none"}`) : null,
+  ].filter(Boolean);
+  fill(
+    main,
+    h("h2", null, "Compare two runs"),
+    form,
+    h(
+      "p",
+      { id: "diverged" },
+      c.divergedAt === null ? "The two runs took the same steps." : `First divergent step: ${c.divergedAt}`,
+    ),
+    h("h3", null, "Drift"),
+    drift.length ? h("ul", { id: "drift" }, ...drift) : h("p", { class: "muted", id: "drift" }, "No drift in tool order, arguments, step count or finish reason."),
+    h(
+      "table",
+      { id: "comparison" },
+      h("thead", null, h("tr", null, h("th", null, "step"), h("th", null, runLink(a)), h("th", null, runLink(b)))),
+      h(
+        "tbody",
+        null,
+        ...Array.from({ length: n }, (_, i) =>
+          h(
+            "tr",
+            { class: c.divergedAt === i + 1 ? "diverged" : null, "data-step": i + 1 },
+            h("td", null, i + 1, c.divergedAt === i + 1 ? h("span", { class: "badge bad" }, "diverges") : null),
+            stepCell(c.a[i]),
+            stepCell(c.b[i]),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+// ---------- routing ----------
+
+function route(): void {
+  if (!token.get()) {
+    renderSignIn();
+    return;
+  }
+  nav.hidden = false;
+  signOut.hidden = false;
+  showNotice(null);
+  let parts: string[];
+  try {
+    parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  } catch {
+    parts = ["runs"];
+  }
+  const [view = "runs"] = parts;
+  for (const a of Array.from(nav.querySelectorAll("a"))) {
+    a.classList.toggle("current", a.getAttribute("href") === `#/${view || "runs"}`);
+  }
+  void guarded(async () => {
+    await refreshCounts();
+    if (view === "runs" && parts[1]) await renderRun(parts[1]);
+    else if (view === "approvals") await renderApprovals();
+    else if (view === "compare") await renderCompare(parts[1] ?? "", parts[2] ?? "");
+    else await renderRuns("");
+  });
+}
+
+window.addEventListener("hashchange", route);
+route();
