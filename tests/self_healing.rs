@@ -1690,3 +1690,57 @@ fn while_the_breaker_is_open_and_a_run_waits_on_it_a_due_tick_probes() {
     );
     assert!(opened * 2 > seeds.len(), "most scenarios open the breaker: {opened} of {}", seeds.len());
 }
+
+/// A run interrupted by `boom` on `env` by an agent with `boom`'s schema `schema`, resumed by a sweep.
+fn drift_agent(
+    env: &Env,
+    schema: serde_json::Value,
+    down: Rc<Cell<bool>>,
+    warnings: Rc<RefCell<Vec<String>>>,
+) -> Agent {
+    let boom: Rc<dyn Tool> = Rc::new(FnTool::new("boom", "dies", schema, move |_a, _c| {
+        let down = down.get();
+        async move {
+            if down {
+                Err(ToolError::propagate("worker died"))
+            } else {
+                Ok(ToolOutput::text("ok"))
+            }
+        }
+    }));
+    Agent::builder(MockModel::by_turn(vec![MockTurn::tools([("boom", json!({}))]), MockTurn::text("done")]))
+        .store_rc(env.store.clone())
+        .clock(Rc::new(env.clock.clone()))
+        .sleep(Rc::new(env.sleep.clone()))
+        .options(one_try())
+        .tool_rc(boom)
+        .warn(Rc::new(move |line: &str| warnings.borrow_mut().push(line.to_string())))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_resume_by_a_changed_agent_under_warn_writes_one_warning_naming_the_change_sweeps_included() {
+    for by_sweep in [false, true] {
+        let env = Env::new();
+        let down = Rc::new(Cell::new(true));
+        let warnings = Rc::new(RefCell::new(Vec::new()));
+        let old = drift_agent(&env, json!({"type": "object"}), down.clone(), warnings.clone());
+        block_on(old.send("job", "go", opts())).unwrap_err();
+        assert!(warnings.borrow().is_empty(), "no warning for a run's own agent");
+        down.set(false);
+        let changed = json!({"type": "object", "properties": {"fast": {"type": "boolean"}}});
+        let new = drift_agent(&env, changed, down.clone(), warnings.clone());
+        if by_sweep {
+            env.clock.advance(3_600_000);
+            let report = block_on(new.sweep(&SweepOptions::default(), &Recorder::default())).unwrap();
+            assert_eq!(report.recovered, vec!["job".to_string()]);
+        } else {
+            let done = block_on(new.resume("job", opts())).unwrap().unwrap();
+            assert_eq!(done.status, RunStatus::Finished);
+        }
+        let lines = warnings.borrow().clone();
+        assert_eq!(lines.len(), 1, "one warning (sweep: {by_sweep}): {lines:?}");
+        assert!(lines[0].contains("'job'") && lines[0].contains("tools changed: boom"), "{}", lines[0]);
+    }
+}

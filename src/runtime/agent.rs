@@ -64,6 +64,7 @@ pub struct AgentBuilder {
     clock: Option<Rc<dyn Clock>>,
     sleep: Option<Rc<dyn Sleep>>,
     rng: Option<Rc<dyn Rng>>,
+    warn: Option<Rc<dyn Fn(&str)>>,
 }
 
 impl AgentBuilder {
@@ -133,6 +134,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Sets where the agent writes warnings meant for the operator (one line each): today a resume by a changed
+    /// agent under `onAgentDrift: warn` (besides its `agent.drift` event). The npm package passes
+    /// `console.warn`; without one, warnings are only events.
+    pub fn warn(mut self, warn: Rc<dyn Fn(&str)>) -> Self {
+        self.warn = Some(warn);
+        self
+    }
+
     /// Checks the configuration and builds the agent. Fails with `STEADFAST_CONFIG_INVALID` for duplicate or
     /// empty tool names, schemas that do not compile, a missing store, or (on wasm) a missing clock/timer.
     pub fn build(self) -> Result<Agent> {
@@ -197,6 +206,7 @@ impl AgentBuilder {
                 clock,
                 sleep,
                 rng,
+                warn: self.warn,
                 fingerprint,
             }),
         })
@@ -238,6 +248,7 @@ impl Agent {
             clock: None,
             sleep: None,
             rng: None,
+            warn: None,
         }
     }
 
