@@ -64,8 +64,11 @@ pub struct AgentBuilder {
     clock: Option<Rc<dyn Clock>>,
     sleep: Option<Rc<dyn Sleep>>,
     rng: Option<Rc<dyn Rng>>,
-    warn: Option<Rc<dyn Fn(&str)>>,
+    warn: Option<Warn>,
 }
+
+/// Where an agent writes operator warnings, one line each (see [`AgentBuilder::warn`]).
+pub type Warn = Rc<dyn Fn(&str)>;
 
 impl AgentBuilder {
     /// Adds a tool.
@@ -137,7 +140,7 @@ impl AgentBuilder {
     /// Sets where the agent writes warnings meant for the operator (one line each): today a resume by a changed
     /// agent under `onAgentDrift: warn` (besides its `agent.drift` event). The npm package passes
     /// `console.warn`; without one, warnings are only events.
-    pub fn warn(mut self, warn: Rc<dyn Fn(&str)>) -> Self {
+    pub fn warn(mut self, warn: Warn) -> Self {
         self.warn = Some(warn);
         self
     }

@@ -33,7 +33,7 @@ pub(crate) struct Deps {
     pub(crate) sleep: Rc<dyn Sleep>,
     pub(crate) rng: Rc<dyn Rng>,
     /// Where operator warnings go (see [`super::AgentBuilder::warn`]).
-    pub(crate) warn: Option<Rc<dyn Fn(&str)>>,
+    pub(crate) warn: Option<super::agent::Warn>,
     pub(crate) options: AgentOptions,
 }
 
