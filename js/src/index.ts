@@ -8,10 +8,13 @@
 //   stores.ts      `memoryStore`, `kvStore`
 //   mock_model.ts  the scripted `mockModel`
 //   recovery.ts    sweep options and the `recover` loop
+//   clock.ts       the injectable clock and `testClock`
+//   compare.ts     the standalone `compareTrajectories`
 //   errors.ts      `SteadfastError` and friends
 //   agent.ts       `createAgent`
 //   low_level.ts   the only importer of the wasm-bindgen output
 export type {
+  AbortSignalLike,
   ApprovalRecord,
   ApprovalStatus,
   Checkpoint,
@@ -59,8 +62,10 @@ export {
 } from "./hooks.js";
 export { kvStore, memoryStore, type KVNamespaceLike, type KvStoreOptions, type Store } from "./stores.js";
 export { mockModel, ProviderHttpError, type MockModel, type MockModelOptions, type MockTurn } from "./mock_model.js";
-export type { RecoverOptions, Recovery, SweepOptions } from "./recovery.js";
-export { PropagatedToolError, SessionAwaitingApprovalError, SteadfastError } from "./errors.js";
+export type { RecoverOptions, Recovery, RecoveryRun, SweepOptions } from "./recovery.js";
+export { testClock, type Clock, type TestClock, type TestClockOptions } from "./clock.js";
+export { compareTrajectories } from "./compare.js";
+export { PropagatedToolError, PropagatingToolError, SessionAwaitingApprovalError, SteadfastError } from "./errors.js";
 export {
   createAgent,
   type Agent,

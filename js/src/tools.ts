@@ -5,14 +5,17 @@ import type { Json, ToolContext } from "./types.js";
 export interface Tool<A = any> {
   name: string;
   description: string;
-  /** JSON Schema of the arguments, validated before the call runs. */
-  inputSchema: Json;
+  /** JSON Schema of the arguments, validated before the call runs (default `{type: "object"}`: any object). */
+  inputSchema?: Json;
   /** Whether a call needs a person's approval first. */
   needsApproval?: boolean | ((args: A) => boolean);
   /**
    * Runs the call. A string is the text the model reads; other values are serialised as JSON. A thrown error
-   * becomes an error result (`"<name>: <message>"`) the model reads, unless it is a `PropagatedToolError` (or
-   * has `propagate: true`): then the run is rejected and stays resumable.
+   * becomes an error result the model reads, `"<the error's name>: <its message>"` (`"Error: order x9 not
+   * found"`, `"TypeError: …"`; a thrown non-Error value reads `"Error: <value>"`), unless it is a
+   * `PropagatedToolError` (`PropagatingToolError`), or any error with `propagate: true`: then `send` rejects
+   * with `STEADFAST_TOOL_PROPAGATED` (the error's message; `retryable` as the error says, default `true`) and
+   * the run stays resumable.
    * Caution: a call may run again on resume (after a crash): make it idempotent with `ctx.idempotencyKey`.
    */
   execute(args: A, ctx: ToolContext): unknown | Promise<unknown>;

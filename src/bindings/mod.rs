@@ -19,8 +19,12 @@
 //! * tool: `{name, description, inputSchema, needsApproval?: boolean | (argsJson) => boolean,
 //!   execute(argsJson, ctxJson): Promise<any>}`. `ctxJson` is a [`ToolCallContext`] (`{runId, toolCallId,
 //!   approvalId, idempotencyKey}`). A string result is the text the model reads; any other value is serialised as JSON. A
-//!   thrown error is an error result `"<name>: <message>"` the model reads, unless it has
-//!   `.propagate === true`: then the run is rejected with `STEADFAST_TOOL_PROPAGATED` (resumable).
+//!   thrown error is an error result `"<the error's .name>: <its message>"` the model reads (`"Error: …"` for a
+//!   value without a name), unless it has `.propagate === true`: then the run is rejected with
+//!   `STEADFAST_TOOL_PROPAGATED` (its message; `.retryable`, default `true`), and stays resumable.
+//! * clock (agent option `clock`, and `JsStore.kv`'s third argument): `{now(): number, sleep(ms): Promise<void>,
+//!   cancel?(sleep)}`, read instead of `Date.now()`/`setTimeout` (see `JsObjClock`).
+//! * recovery listener (`recover`): see `JsListener`.
 //! * hook: `{type: "progressGuard", hintAfter?, denyAfter?, maxDenials?}` (a [`ProgressGuard`]) or
 //!   `{type: "outputCheck", name, check(callJson, output): string | null | undefined}` (an [`OutputCheck`]; `check`
 //!   is called synchronously with the call's JSON `{id, name, args}` and the tool's text: a string is the failure
@@ -36,20 +40,22 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::machine::ModelResponse;
 use crate::core::sweep::SweepOptions;
+use crate::core::trajectory::compare_json;
 use crate::runtime::{
-    AbortSignal, Agent, AgentBuilder, AgentOptions, EventSink, ForkOptions, Input, Model, ModelFeed, ModelRequest,
-    NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, SendOptions, Tool, ToolContext, ToolError,
-    ToolOutput, VecSink,
+    AbortSignal, Agent, AgentBuilder, AgentOptions, Clock, EventSink, ForkOptions, Input, Model, ModelFeed,
+    ModelRequest, NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult, SendOptions, Sleep,
+    SweepListener, Tool, ToolContext, ToolError, ToolOutput, VecSink,
 };
-use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
+use crate::store::{JournalOptions, JournalStore, MemoryStore, PendingRun, RunStore};
 use crate::wasm_shared::{
-    absent, call_async, from_value, js_message, js_rng, method, prop, set, to_value, JsClock, JsSleep, WorkersKv,
+    absent, call_async, from_value, js_message, js_rng, method, prop, set, settle, to_value, JsClock, JsSleep,
+    WorkersKv,
 };
 use async_trait::async_trait;
 use js_sys::{Array, Function, Promise};
 use serde::Serialize;
 use serde_json::Value;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 use wasm_bindgen::closure::Closure;
@@ -359,6 +365,150 @@ impl Tool for JsTool {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Time from JS, recovery callbacks, warnings.
+
+/// A JS clock `{now(): number, sleep(ms): Promise<void>, cancel?(sleep)}` (the package's `testClock()`, or the
+/// caller's own) as the runtime's [`Clock`] and [`Sleep`]. A `now` that throws or answers something that is not
+/// a finite, non-negative number later keeps the last good reading; a `sleep` that throws or rejects falls back
+/// to the platform timer (never a sleep that returns at once, which would spin a waiting loop). A sleep the
+/// runtime gives up on (a race it lost) is handed back to `cancel` with the promise `sleep` returned, so a
+/// test clock does not move time for a timer nobody waits on.
+#[derive(Clone)]
+struct JsObjClock {
+    obj: JsValue,
+    now: Function,
+    sleep: Function,
+    cancel: Option<Function>,
+    last: Rc<Cell<u64>>,
+}
+
+impl JsObjClock {
+    /// Reads `{now, sleep, cancel?}` (`what` names the option); `now` must answer a reading at once.
+    fn from_js(obj: JsValue, what: &str) -> Result<JsObjClock> {
+        let now = method(&obj, "now", what)?;
+        let sleep = method(&obj, "sleep", what)?;
+        // Ignored (`.ok()`): a clock without `cancel` lets abandoned sleeps run out.
+        let cancel = prop(&obj, "cancel").dyn_into::<Function>().ok();
+        let first = now.call0(&obj).ok().and_then(|v| reading(&v)).ok_or_else(|| {
+            Error::new(
+                ErrorCode::ConfigInvalid,
+                format!("{what}: now() must return milliseconds (a finite number >= 0)"),
+            )
+        })?;
+        Ok(JsObjClock { obj, now, sleep, cancel, last: Rc::new(Cell::new(first)) })
+    }
+}
+
+/// Hands a sleep that was not waited out back to the clock's `cancel` when dropped.
+struct CancelOnDrop<'a> {
+    clock: &'a JsObjClock,
+    token: Option<JsValue>,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if let (Some(token), Some(cancel)) = (self.token.take(), &self.clock.cancel) {
+            // Ignored: a cancel that throws only leaves the sleep to run out.
+            let _ = cancel.call1(&self.clock.obj, &token);
+        }
+    }
+}
+
+/// A clock reading: a finite, non-negative number of milliseconds.
+fn reading(v: &JsValue) -> Option<u64> {
+    v.as_f64().filter(|n| n.is_finite() && *n >= 0.0).map(|n| n as u64)
+}
+
+impl Clock for JsObjClock {
+    fn now_ms(&self) -> u64 {
+        if let Some(now) = self.now.call0(&self.obj).ok().and_then(|v| reading(&v)) {
+            self.last.set(now);
+        }
+        self.last.get()
+    }
+}
+
+#[async_trait(?Send)]
+impl Sleep for JsObjClock {
+    async fn sleep(&self, ms: u64) {
+        let Ok(pending) = self.sleep.call1(&self.obj, &JsValue::from_f64(ms as f64)) else {
+            return JsSleep.sleep(ms).await;
+        };
+        let mut guard = CancelOnDrop { clock: self, token: Some(pending.clone()) };
+        let waited = settle(pending).await;
+        guard.token = None;
+        if waited.is_err() {
+            JsSleep.sleep(ms).await;
+        }
+    }
+}
+
+/// The clock of an optional JS `clock` option: the given one, else the platform's.
+fn clock_of(js: &JsValue, what: &str) -> Result<(Rc<dyn Clock>, Rc<dyn Sleep>)> {
+    if absent(js) {
+        return Ok((Rc::new(JsClock), Rc::new(JsSleep)));
+    }
+    let c = JsObjClock::from_js(js.clone(), what)?;
+    Ok((Rc::new(c.clone()), Rc::new(c)))
+}
+
+/// `console.warn(line)`, looked up at each call (so a host or a test that replaces it sees the line).
+fn console_warn(line: &str) {
+    let console = prop(&js_sys::global(), "console");
+    if let Ok(warn) = prop(&console, "warn").dyn_into::<Function>() {
+        // Ignored: a warning that cannot be written must not fail the run that caused it.
+        let _ = warn.call1(&console, &JsValue::from_str(line));
+    }
+}
+
+/// The recovery sweep's callbacks as a JS object, each optional: `onRecovered(runId, resultJson)`,
+/// `onQuarantined(pendingRunJson)`, `onOutage(active)`, `onError(error, runId | undefined)` (`error` as
+/// [`js_error`] makes it). A callback that throws is an error the sweep passes to `onError` and counts
+/// (`STEADFAST_HOOK_FAILED`, "<callback> threw: <message>"); it never stops the loop.
+struct JsListener(JsValue);
+
+impl JsListener {
+    fn call(&self, name: &str, args: &[JsValue]) -> Result<()> {
+        let Ok(f) = prop(&self.0, name).dyn_into::<Function>() else { return Ok(()) };
+        let args: Array = args.iter().collect();
+        f.apply(&self.0, &args)
+            .map(|_| ())
+            .map_err(|e| Error::new(ErrorCode::HookFailed, format!("{name} threw: {}", js_message(&e))))
+    }
+}
+
+impl SweepListener for JsListener {
+    fn on_recovered(&self, run_id: &str, result: &RunResult) -> Result<()> {
+        self.call("onRecovered", &[JsValue::from_str(run_id), JsValue::from_str(&encode(result)?)])
+    }
+    fn on_quarantined(&self, run: &PendingRun) -> Result<()> {
+        self.call("onQuarantined", &[JsValue::from_str(&encode(run)?)])
+    }
+    fn on_outage(&self, active: bool) -> Result<()> {
+        self.call("onOutage", &[JsValue::from_bool(active)])
+    }
+    fn on_error(&self, error: &Error, run_id: Option<&str>) -> Result<()> {
+        let run = run_id.map_or(JsValue::UNDEFINED, JsValue::from_str);
+        self.call("onError", &[js_error(error), run])
+    }
+}
+
+/// Compares two runs, each a checkpoint or a transcript (JSON), without a store; resolves nothing, returns the
+/// Comparison JSON. Throws `STEADFAST_INVALID_INPUT` for anything else.
+#[wasm_bindgen(js_name = compareTrajectories)]
+pub fn compare_trajectories(a_json: &str, b_json: &str) -> std::result::Result<String, JsValue> {
+    let parse = |s: &str, which: &str| {
+        serde_json::from_str::<Value>(s)
+            .map_err(|e| Error::invalid_input(format!("compareTrajectories: run {which} is not JSON: {e}")))
+    };
+    parse(a_json, "a")
+        .and_then(|a| Ok((a, parse(b_json, "b")?)))
+        .and_then(|(a, b)| compare_json(&a, &b))
+        .and_then(|c| encode(&c))
+        .map_err(|e| js_error(&e))
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Exports.
 
 /// A run store that several [`JsAgent`]s can share: in memory, or a journal over a Workers KV namespace.
@@ -376,11 +526,19 @@ impl JsStore {
 
     /// A journal store over a Workers `KVNamespace` (`get`, `put`, `delete`, `list`; bulk `get(keys[])`).
     /// `options_json` is `JournalOptions` as JSON (`{prefix, historyLimit, settleMs, …}`), optional.
-    pub fn kv(namespace: JsValue, options_json: Option<String>) -> std::result::Result<JsStore, JsValue> {
+    /// `clock` (optional) is a JS clock `{now, sleep}` the store reads instead of the platform's (lease settle
+    /// windows, retry spacing, save times).
+    pub fn kv(
+        namespace: JsValue,
+        options_json: Option<String>,
+        clock: Option<JsValue>,
+    ) -> std::result::Result<JsStore, JsValue> {
         let opts: JournalOptions = decode_opt(options_json, "KV store options").map_err(|e| js_error(&e))?;
         opts.validate().map_err(|e| js_error(&e))?;
+        let (clock, sleep) =
+            clock_of(&clock.unwrap_or(JsValue::UNDEFINED), "the KV store's clock").map_err(|e| js_error(&e))?;
         let kv = WorkersKv::new(namespace).map_err(|e| js_error(&e))?;
-        let store = JournalStore::new(kv, Rc::new(JsClock), Rc::new(JsSleep), opts);
+        let store = JournalStore::new(kv, clock, sleep, opts);
         Ok(JsStore { store: Rc::new(store) })
     }
 
@@ -393,7 +551,7 @@ impl JsStore {
                 ErrorCode::ConfigInvalid,
                 format!("store {other:?} is unknown: use \"memory\" or a KV namespace"),
             ))),
-            None => JsStore::kv(spec, None),
+            None => JsStore::kv(spec, None, None),
         }
     }
 }
@@ -534,7 +692,9 @@ fn with_events<T: Serialize>(result: &T, sink: Option<VecSink>) -> Result<Value>
 #[wasm_bindgen]
 impl JsAgent {
     /// Builds an agent from `{model, tools?, hooks?, instructions?, maxSteps?, toolConcurrency?, onAgentDrift?,
-    /// loopWindow?, retry?, lease?}` over `store`. Throws `STEADFAST_CONFIG_INVALID` for a bad configuration.
+    /// loopWindow?, retry?, lease?, clock?}` over `store` (`clock`: a JS clock `{now, sleep}` read instead of the
+    /// platform's). Warnings (a drift under `onAgentDrift: "warn"`) go to `console.warn`. Throws
+    /// `STEADFAST_CONFIG_INVALID` for a bad configuration.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue, store: &JsStore) -> std::result::Result<JsAgent, JsValue> {
         JsAgent::build(&options, store.store.clone()).map(|agent| JsAgent { agent }).map_err(|e| js_error(&e))
@@ -570,10 +730,12 @@ impl JsAgent {
             instructions.as_string().ok_or_else(|| cfg("instructions must be a string".into()))?
         };
 
+        let (clock, sleep) = clock_of(&prop(options, "clock"), "the agent's clock")?;
         let mut b = Agent::builder(model)
             .store_rc(store)
-            .clock(Rc::new(JsClock))
-            .sleep(Rc::new(JsSleep))
+            .clock(clock)
+            .sleep(sleep)
+            .warn(Rc::new(console_warn))
             .rng(Rc::new(js_rng()))
             .options(agent_options)
             .instructions(instructions);
@@ -719,6 +881,29 @@ impl JsAgent {
         promise(async move {
             let opts: SweepOptions = decode_opt(options_json, "sweep options")?;
             agent.sweep(&opts, &NoListener).await
+        })
+    }
+
+    /// Runs sweep ticks every `every_ms` (default: the options' `intervalMs`) until `signal` aborts
+    /// ([`Agent::recover`]), reporting to `listener` (see [`JsListener`]); resolves to the number of ticks.
+    pub fn recover(
+        &self,
+        options_json: Option<String>,
+        every_ms: Option<f64>,
+        listener: JsValue,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let opts: SweepOptions = decode_opt(options_json, "recover options")?;
+            let every = match every_ms {
+                None => opts.interval_ms,
+                Some(ms) if ms.is_finite() && ms >= 0.0 => ms as u64,
+                Some(ms) => return Err(Error::invalid_input(format!("everyMs must be a number >= 0, not {ms}"))),
+            };
+            let (stop, _link) = link_abort(signal)?;
+            let stop = stop.unwrap_or_default();
+            Ok(agent.recover(&opts, every, &JsListener(listener), &stop).await)
         })
     }
 
