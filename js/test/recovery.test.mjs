@@ -1,6 +1,7 @@
 // The `recover` loop as the documents show it: the seed's example as written (only the imports adapted),
 // callbacks with the documented arguments, throwing callbacks, and the sweep's timing (backoff, quarantine,
-// outage breaker) on a test clock, so nothing waits in real time.
+// outage breaker) on a test clock, so nothing waits in real time. A loop that never stops fails its test by the
+// timeout instead of hanging the suite.
 import test from "node:test";
 import assert from "node:assert/strict";
 import { createAgent, defineTool, memoryStore, mockModel, PropagatingToolError, SteadfastError, testClock } from "steadfast";
@@ -26,7 +27,7 @@ function shop({ down } = {}) {
   return { counts, tools };
 }
 
-test("the seed's recover example runs as written: onRecovered(run, result) logs 'order-7: …', stop() ends the loop, charges === 1", async () => {
+test("the seed's recover example runs as written: onRecovered(run, result) logs 'order-7: …', stop() ends the loop, charges === 1", { timeout: 60_000 }, async () => {
   // durable-execution.txt, "Recovering automatically", with `input: z.object({})` left out (a tool without an
   // inputSchema takes an object) and console.log captured.
   const logged = [];
@@ -71,7 +72,7 @@ test("the seed's recover example runs as written: onRecovered(run, result) logs 
   }
 });
 
-test("a callback that stops the loop and then throws still stops it; the throw reaches onError as STEADFAST_HOOK_FAILED", async () => {
+test("a callback that stops the loop and then throws still stops it; the throw reaches onError as STEADFAST_HOOK_FAILED", { timeout: 60_000 }, async () => {
   const clock = testClock();
   const { tools } = shop();
   const model = mockModel([{ toolCalls: [{ name: "charge" }] }, { toolCalls: [{ name: "ship" }] }, "done"], { mode: "by-turn" });
@@ -95,7 +96,7 @@ test("a callback that stops the loop and then throws still stops it; the throw r
   assert.deepEqual(await agent.pending(), []);
 });
 
-test("callbacks that always throw (onError too) neither stop the loop nor keep an AbortSignal or stop() from stopping it", async () => {
+test("callbacks that always throw (onError too) neither stop the loop nor keep an AbortSignal or stop() from stopping it", { timeout: 60_000 }, async () => {
   for (const how of ["signal", "stop"]) {
     const clock = testClock();
     const { tools } = shop();
@@ -125,7 +126,7 @@ test("callbacks that always throw (onError too) neither stop the loop nor keep a
   }
 });
 
-test("recover on a test clock: backoff doubles from intervalMs, quarantine after maxAttempts calls onQuarantined(run) once", async () => {
+test("recover on a test clock: backoff doubles from intervalMs, quarantine after maxAttempts calls onQuarantined(run) once", { timeout: 60_000 }, async () => {
   const clock = testClock({ start: 0 });
   let down = true;
   const resumedAt = [];
@@ -169,7 +170,7 @@ test("recover on a test clock: backoff doubles from intervalMs, quarantine after
   assert.equal((await agent.resume("job")).status, "finished");
 });
 
-test("recover on a test clock: provider failures open the outage breaker (onOutage(true)) and a probe closes it (onOutage(false))", async () => {
+test("recover on a test clock: provider failures open the outage breaker (onOutage(true)) and a probe closes it (onOutage(false))", { timeout: 60_000 }, async () => {
   const clock = testClock({ start: 0 });
   let down = true;
   let calls = 0;
@@ -206,7 +207,7 @@ test("recover on a test clock: provider failures open the outage breaker (onOuta
   assert.ok(calls >= 8);
 });
 
-test("recover refuses bad options through onError and stops", async () => {
+test("recover refuses bad options through onError and stops", { timeout: 60_000 }, async () => {
   const agent = createAgent({ model: mockModel([]), store: memoryStore(), clock: testClock() });
   const errors = [];
   const recovery = agent.recover({ maxAttempts: "ten", onError: (e, run) => errors.push([e, run]) });
@@ -214,4 +215,79 @@ test("recover refuses bad options through onError and stops", async () => {
   assert.equal(errors.length, 1);
   assert.equal(errors[0][0].code, "STEADFAST_INVALID_INPUT");
   assert.equal(errors[0][1], undefined);
+});
+
+/** A small seeded PRNG (mulberry32): the generated cases below repeat from their seed. */
+function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// Repro one case: STEADFAST_SEED=<seed> node --test --test-name-pattern="generated" test/recovery.test.mjs
+test("generated: whatever the callbacks throw and whenever stop()/signal come, the loop stops, recovers every run before it, and reports each throw", { timeout: 60_000 }, async () => {
+  const only = process.env.STEADFAST_SEED;
+  const seeds = only === undefined ? Array.from({ length: 60 }, (_, i) => i + 1) : [Number(only)];
+  for (const seed of seeds) {
+    const r = rng(seed);
+    const pick = (n) => Math.floor(r() * n);
+    const runs = 1 + pick(4);
+    const stopAfter = 1 + pick(runs); // stop once this many runs were recovered
+    const how = ["stop", "signal", "stop-in-onError"][pick(3)];
+    const throwIn = { onRecovered: r() < 0.6, onError: r() < 0.5 };
+    const throwBeforeStop = r() < 0.5;
+    const clock = testClock();
+    const { tools } = shop();
+    const model = mockModel([{ toolCalls: [{ name: "ship" }] }, "done"], { mode: "by-turn" });
+    const agent = createAgent({ model, tools, store: memoryStore(), clock });
+    for (let i = 0; i < runs; i++) await agent.send("go", { sessionId: `g-${i}` }).catch(() => undefined);
+    const controller = new AbortController();
+    let recovered = 0;
+    let errors = 0;
+    let stopped = false;
+    let recovery;
+    const stop = () => {
+      stopped = true;
+      if (how === "signal") controller.abort();
+      else void recovery.stop();
+    };
+    recovery = agent.recover({
+      signal: controller.signal,
+      everyMs: 1 + pick(60_000),
+      onRecovered: (run, result) => {
+        assert.equal(result.status, "finished");
+        assert.equal(run.sessionId, run.runId);
+        recovered += 1;
+        const due = recovered === stopAfter && how !== "stop-in-onError";
+        if (due && !throwBeforeStop) stop();
+        if (throwIn.onRecovered) {
+          if (due && throwBeforeStop) queueMicrotask(stop); // the throw comes first; stop follows
+          throw new Error(`seed ${seed}: onRecovered throws`);
+        }
+        if (due && throwBeforeStop) stop();
+      },
+      onError: (error) => {
+        errors += 1;
+        assert.equal(error.code, "STEADFAST_HOOK_FAILED", `seed ${seed}`);
+        if (how === "stop-in-onError" && recovered >= stopAfter && !stopped) stop();
+        if (throwIn.onError) throw new Error(`seed ${seed}: onError throws`);
+      },
+    });
+    if (how === "stop-in-onError" && !throwIn.onRecovered) {
+      // No callback throws, so nothing reaches onError: stop from outside once enough runs are recovered.
+      while (recovered < stopAfter) await clock.advance(1);
+      stop();
+    }
+    await recovery.done;
+    const left = (await agent.pending()).length;
+    const ctx = `seed ${seed} (${JSON.stringify({ runs, stopAfter, how, throwIn, throwBeforeStop })})`;
+    assert.ok(recovered >= stopAfter, `${ctx}: recovered ${recovered}`);
+    assert.equal(left, runs - recovered, `${ctx}: every recovered run is finished`);
+    assert.equal(errors, throwIn.onRecovered ? recovered : 0, `${ctx}: each throw reached onError once`);
+  }
 });
