@@ -4,7 +4,7 @@
 //   types.ts       the data types: generated from the Rust definitions by ts-rs (src/generated/), completed
 //   model.ts       the model interface a JS provider implements
 //   tools.ts       tools (`defineTool`)
-//   hooks.ts       self-healing hooks (`progressGuard`, `outputCheck`)
+//   hooks.ts       hooks (`progressGuard`, `outputCheck`, custom `defineHook`)
 //   stores.ts      `memoryStore`, `kvStore`
 //   mock_model.ts  the scripted `mockModel`
 //   recovery.ts    sweep options and the `recover` loop
@@ -52,9 +52,14 @@ export type {
 export type { Model, ModelResponse } from "./model.js";
 export { defineTool, type Tool } from "./tools.js";
 export {
+  defineHook,
   outputCheck,
   progressGuard,
+  type AfterToolAnswer,
+  type BeforeToolAnswer,
+  type CustomHook,
   type Hook,
+  type HookContext,
   type OutputCheckFn,
   type OutputCheckHook,
   type ProgressGuardHook,

@@ -52,11 +52,12 @@ test("the tarball has the built package and no runtime dependencies", () => {
 const PUBLIC_EXPORTS = {
   values: [
     "PropagatedToolError", "PropagatingToolError", "ProviderHttpError", "SessionAwaitingApprovalError", "SteadfastError",
-    "compareTrajectories", "createAgent", "defineTool", "kvStore", "memoryStore", "mockModel", "outputCheck",
+    "compareTrajectories", "createAgent", "defineHook", "defineTool", "kvStore", "memoryStore", "mockModel", "outputCheck",
     "progressGuard", "testClock",
   ],
   types: [
-    "AbortSignalLike", "Agent", "AgentDrift", "AgentOptions", "ApprovalRecord", "ApprovalStatus", "Checkpoint", "Clock",
+    "AbortSignalLike", "AfterToolAnswer", "Agent", "AgentDrift", "AgentOptions", "BeforeToolAnswer", "CustomHook",
+    "HookContext", "ApprovalRecord", "ApprovalStatus", "Checkpoint", "Clock",
     "Comparison", "Delivery",
     "ErrorCode", "ErrorInfo", "Event", "EventEnvelope", "Fingerprint", "FinishReason", "ForkOptions", "ForkResult",
     "HistoryEntry", "Hook", "Input", "Json", "KVNamespaceLike", "KvStoreOptions", "Message", "MockModel",

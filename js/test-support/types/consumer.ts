@@ -3,7 +3,9 @@
 // no Node, no `esnext.disposable`): so it uses no global beyond ES2022.
 import {
   compareTrajectories,
+  defineHook,
   PropagatingToolError,
+  type HookContext,
   testClock,
   type Checkpoint,
   type PendingRun,
@@ -124,3 +126,16 @@ export async function recovery(signal: { readonly aborted: boolean; addEventList
   const err: PropagatingToolError = new PropagatingToolError("down", { retryable: true });
   return [seen, pending, err.retryable, clock.now(), clock.sleeps.length] as const;
 }
+
+// A custom hook: answers are checked.
+export const policy = defineHook({
+  name: "policy",
+  beforeTool: async (call, ctx: HookContext) => {
+    ctx.state = { seen: call.name };
+    return call.name === "rm" ? { deny: "no" } : { args: { ...(call.args as object), limit: 10 } };
+  },
+  afterTool: (_call, result) => (result.isError ? { content: "failed", isError: true } : undefined),
+  afterModel: (response) => ({ response: { ...response, text: response.text ?? "" } }),
+});
+// @ts-expect-error deny must be a string
+export const badPolicy = defineHook({ name: "bad", beforeTool: () => ({ deny: 3 }) });
