@@ -19,6 +19,20 @@ export interface Tool<A = any> {
    * Caution: a call may run again on resume (after a crash): make it idempotent with `ctx.idempotencyKey`.
    */
   execute(args: A, ctx: ToolContext): unknown | Promise<unknown>;
+  /**
+   * The call has an effect worth a ledger (a charge, an email): the runtime records its intent in the checkpoint
+   * before it runs, so a resume that finds an intent without an outcome (the process died, or the tool threw a
+   * `PropagatedToolError` after the effect) knows the effect may have happened and asks `reconcile` first.
+   * Implied by `reconcile`.
+   */
+  sideEffecting?: boolean;
+  /**
+   * Did the effect of a call whose outcome was not recorded happen? Look it up by `ctx.toolCallId` (the
+   * `toolCallId` `execute` got; record it with the effect): return the call's output (recorded as its result,
+   * the call does not run again), or `null`/`undefined` for "not found" (the call runs again). A throw fails
+   * the resume with `STEADFAST_TOOL_PROPAGATED` (the run stays resumable).
+   */
+  reconcile?(args: A, ctx: { toolCallId: string }): unknown | Promise<unknown>;
 }
 
 /** Defines a tool (identity, for typing). */
@@ -35,5 +49,10 @@ export function lowLevelTool(t: Tool): object {
     inputSchema: t.inputSchema,
     needsApproval: typeof needs === "function" ? (argsJson: string) => Boolean(needs(JSON.parse(argsJson))) : Boolean(needs),
     execute: async (argsJson: string, ctxJson: string) => t.execute(JSON.parse(argsJson), JSON.parse(ctxJson) as ToolContext),
+    sideEffecting: t.sideEffecting,
+    reconcile:
+      typeof t.reconcile === "function"
+        ? async (argsJson: string, ctxJson: string) => t.reconcile?.(JSON.parse(argsJson), JSON.parse(ctxJson) as { toolCallId: string })
+        : t.reconcile,
   };
 }

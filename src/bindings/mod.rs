@@ -17,7 +17,8 @@
 //!   numeric `.status` maps through [`provider_http_error`] (`.retryAfterMs` is honoured); one with a
 //!   `STEADFAST_*` `.code` keeps that code; anything else is `STEADFAST_PROVIDER_NETWORK` (retryable).
 //! * tool: `{name, description, inputSchema, needsApproval?: boolean | (argsJson) => boolean,
-//!   execute(argsJson, ctxJson): Promise<any>}`. `ctxJson` is a [`ToolCallContext`] (`{runId, toolCallId,
+//!   execute(argsJson, ctxJson): Promise<any>, sideEffecting?: boolean, reconcile?(argsJson, ctxJson)}` (see
+//!   `JsTool::reconcile`). `ctxJson` is a [`ToolCallContext`] (`{runId, toolCallId,
 //!   approvalId, idempotencyKey}`). A string result is the text the model reads; any other value is serialised as JSON. A
 //!   thrown error is an error result `"<the error's .name>: <its message>"` the model reads (`"Error: …"` for a
 //!   value without a name), unless it has `.propagate === true`: then the run is rejected with
@@ -427,6 +428,10 @@ struct JsTool {
     approval: ApprovalRule,
     obj: JsValue,
     execute: Function,
+    /// `sideEffecting: true`, or a `reconcile` function: the call's intent is recorded before it runs.
+    side_effecting: bool,
+    /// `reconcile(argsJson, ctxJson)`: after a call whose outcome was not recorded, did its effect happen?
+    reconcile: Option<Function>,
 }
 
 impl JsTool {
@@ -453,7 +458,18 @@ impl JsTool {
         } else {
             return Err(cfg(format!("{what}: needsApproval must be a boolean or a function")));
         };
-        Ok(JsTool { name, description, schema, approval, obj, execute })
+        let reconcile = match prop(&obj, "reconcile") {
+            v if absent(&v) => None,
+            v => Some(v.dyn_into::<Function>().map_err(|_| cfg(format!("{what}: reconcile must be a function")))?),
+        };
+        let side_effecting = match prop(&obj, "sideEffecting") {
+            v if absent(&v) => reconcile.is_some(),
+            v => {
+                v.as_bool().ok_or_else(|| cfg(format!("{what}: sideEffecting must be a boolean")))?
+                    || reconcile.is_some()
+            }
+        };
+        Ok(JsTool { name, description, schema, approval, obj, execute, side_effecting, reconcile })
     }
 }
 
@@ -503,6 +519,27 @@ impl Tool for JsTool {
             // A predicate that throws asks a person (the safe side).
             ApprovalRule::Ask(f) => {
                 f.call1(&self.obj, &JsValue::from_str(&args.to_string())).map_or(true, |v| v.is_truthy())
+            }
+        }
+    }
+
+    fn side_effecting(&self) -> bool {
+        self.side_effecting
+    }
+
+    /// Calls the JS `reconcile(argsJson, ctxJson)` (`ctxJson`: `{toolCallId}`): `null`/`undefined` means "no
+    /// effect found, run it again"; any other value is the call's output, recorded without running it. A throw
+    /// fails the resume (`STEADFAST_TOOL_PROPAGATED`, resumable).
+    async fn reconcile(&self, args: &Value, key: &str) -> std::result::Result<Option<ToolOutput>, ToolError> {
+        let Some(f) = &self.reconcile else { return Ok(None) };
+        let ctx = serde_json::json!({ "toolCallId": key }).to_string();
+        let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx));
+        match call_async(f, &self.obj, &js_args).await {
+            Ok(v) if absent(&v) => Ok(None),
+            Ok(v) => tool_output(&v).map(Some),
+            Err(e) => {
+                let kind = prop(&e, "name").as_string().filter(|n| !n.is_empty()).unwrap_or_else(|| "Error".into());
+                Err(ToolError::typed(kind, js_message(&e)))
             }
         }
     }

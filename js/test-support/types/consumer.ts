@@ -139,3 +139,12 @@ export const policy = defineHook({
 });
 // @ts-expect-error deny must be a string
 export const badPolicy = defineHook({ name: "bad", beforeTool: () => ({ deny: 3 }) });
+
+// A side-effecting tool with reconcile.
+export const charge = defineTool<{ amount: number }>({
+  name: "charge",
+  description: "Charge",
+  sideEffecting: true,
+  execute: async ({ amount }, ctx) => ({ amount, id: ctx.toolCallId }),
+  reconcile: async ({ amount }, { toolCallId }) => (amount > 0 ? `found ${toolCallId}` : null),
+});
