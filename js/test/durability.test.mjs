@@ -10,6 +10,7 @@ import {
   mockModel,
   PropagatedToolError,
   SteadfastError,
+  testClock,
 } from "steadfast";
 import { FakeKv } from "../test-support/fake_kv.mjs";
 
@@ -85,19 +86,24 @@ test("the recovery sweep finishes the interrupted run", async () => {
   assert.deepEqual([counts.charges, counts.shipments], [1, 1]);
 });
 
-test("on a KV namespace, a second agent object (another replica) resumes the run", async () => {
+test("on a KV namespace, a second agent object (another replica) resumes the run (settle windows on a test clock)", async () => {
   const kv = new FakeKv();
   const { counts, tools, model } = shop();
-  const a = createAgent({ model, tools, store: kvStore(kv, { settleMs: 50 }) });
+  // The default settle window (1 s per lease write) passes in virtual time: the store reads the test clock.
+  const clock = testClock();
+  const started = Date.now();
+  const a = createAgent({ model, tools, store: kvStore(kv, { clock }), clock });
   await assert.rejects(a.send("Charge and ship order 7", { sessionId: "order-7" }), { code: "STEADFAST_TOOL_PROPAGATED" });
   assert.ok(kv.keys().some((k) => k.startsWith("run/order-7/j/")), "journal entries are in KV");
 
-  const b = createAgent({ model, tools, store: kvStore(kv, { settleMs: 50 }) });
+  const b = createAgent({ model, tools, store: kvStore(kv, { clock }), clock });
   assert.deepEqual((await b.pending()).map((p) => p.runId), ["order-7"]);
   const result = await b.resume("order-7");
   assert.equal(result.status, "finished");
   assert.deepEqual([counts.charges, counts.shipments], [1, 1]);
   assert.ok(kv.bulkGets > 0, "loads use bulk get(keys[])");
+  assert.ok(clock.sleeps.includes(1_000), `the store slept its settle window on the test clock: ${clock.sleeps}`);
+  assert.ok(Date.now() - started < 1_000, "in virtual time, not real time");
 });
 
 test("fork and compareTrajectories", async () => {
