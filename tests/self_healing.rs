@@ -1744,3 +1744,80 @@ fn a_resume_by_a_changed_agent_under_warn_writes_one_warning_naming_the_change_s
         assert!(lines[0].contains("'job'") && lines[0].contains("tools changed: boom"), "{}", lines[0]);
     }
 }
+
+#[test]
+fn stopping_recover_aborts_the_resume_in_flight_starts_nothing_more_and_keeps_the_checkpoints() {
+    let env = Env::new();
+    let stop = AbortSignal::new();
+    let hang = Rc::new(Cell::new(true));
+    let started = Rc::new(Cell::new(0));
+    let (h, s, st) = (hang.clone(), started.clone(), stop.clone());
+    // While `hang`, the tool stops the loop when it starts (stop() arriving mid-resume) and never answers.
+    let slow: Rc<dyn Tool> = Rc::new(FnTool::new("slow", "slow", json!({"type": "object"}), move |_a, _c| {
+        s.set(s.get() + 1);
+        let hanging = h.get();
+        if hanging {
+            st.abort();
+        }
+        async move {
+            if hanging {
+                futures::future::pending::<()>().await;
+            }
+            Ok(ToolOutput::text("done"))
+        }
+    }));
+    let fail = Rc::new(Cell::new(true));
+    let f = fail.clone();
+    let gate: Rc<dyn Tool> = Rc::new(FnTool::new("gate", "fails once", json!({"type": "object"}), move |_a, _c| {
+        let failing = f.replace(false);
+        async move {
+            if failing {
+                Err(ToolError::propagate("died"))
+            } else {
+                Ok(ToolOutput::text("open"))
+            }
+        }
+    }));
+    let model = || {
+        MockModel::by_turn(vec![
+            MockTurn::tools([("gate", json!({}))]),
+            MockTurn::tools([("slow", json!({}))]),
+            MockTurn::text("finished"),
+        ])
+    };
+    let agent = env.agent(model(), vec![gate.clone(), slow.clone()]);
+    for id in ["a", "b"] {
+        fail.set(true);
+        block_on(agent.send(id, "go", opts())).unwrap_err();
+    }
+    env.clock.advance(3_600_000);
+    let l = Recorder::default();
+    let ticks = block_on(agent.recover(&SweepOptions::default(), 1_000, &l, &stop));
+    assert_eq!(ticks, 1, "the loop stopped in its first tick");
+    assert_eq!(started.get(), 1, "the first resume was aborted mid-tool and the tick started no second one");
+    assert!(l.recovered.borrow().is_empty());
+    assert!(l.errors.borrow().is_empty(), "an aborted resume is not an error: {:?}", l.errors.borrow());
+    let pending = block_on(agent.pending()).unwrap();
+    assert_eq!(pending.len(), 2, "both runs stay pending: {pending:?}");
+    assert!(pending.iter().all(|p| p.status == RunStatus::InProgress));
+    // The next start finishes both.
+    hang.set(false);
+    env.past_leases();
+    let again = AbortSignal::new();
+    struct StopWhenBoth(AbortSignal, RefCell<Vec<String>>);
+    impl SweepListener for StopWhenBoth {
+        fn on_recovered(&self, run_id: &str, _r: &RunResult) -> Result<()> {
+            self.1.borrow_mut().push(run_id.into());
+            if self.1.borrow().len() == 2 {
+                self.0.abort();
+            }
+            Ok(())
+        }
+    }
+    let l2 = StopWhenBoth(again.clone(), RefCell::new(Vec::new()));
+    block_on(agent.recover(&SweepOptions::default(), 1_000, &l2, &again));
+    let mut recovered = l2.1.borrow().clone();
+    recovered.sort();
+    assert_eq!(recovered, vec!["a", "b"]);
+    assert!(block_on(agent.pending()).unwrap().is_empty());
+}

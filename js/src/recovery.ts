@@ -32,13 +32,16 @@ export interface RecoverOptions extends SweepOptions {
    * ignored (counted in the tick's `listenerErrors`).
    */
   onError?: (error: SteadfastError, run?: RecoveryRun) => void;
-  /** Aborting it stops the loop, like `stop()`. */
+  /** Aborting it stops the loop, like `stop()` (the resume in flight is aborted too). */
   signal?: AbortSignalLike;
 }
 
 /** A running recovery loop. */
 export interface Recovery {
-  /** Stops the loop: no tick starts after it; resolves once the tick in flight (if any) settled. */
+  /**
+   * Stops the loop: the resume in flight (if any) is aborted, its checkpoint staying for the next start, and
+   * nothing more starts; resolves once the loop settled.
+   */
   stop(): Promise<void>;
   /** Resolves once the loop stopped (never rejects: a failure goes to `onError`). */
   done: Promise<void>;

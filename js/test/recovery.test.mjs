@@ -291,3 +291,53 @@ test("generated: whatever the callbacks throw and whenever stop()/signal come, t
     assert.equal(errors, throwIn.onRecovered ? recovered : 0, `${ctx}: each throw reached onError once`);
   }
 });
+
+test("stop() aborts the resume in flight (its checkpoint stays) and starts nothing more; the next start finishes the runs", { timeout: 60_000 }, async () => {
+  const clock = testClock();
+  let hang = true;
+  let started = 0;
+  let recovery;
+  const slow = defineTool({
+    name: "slow",
+    description: "Never answers while the service hangs",
+    execute: () => {
+      started += 1;
+      if (!hang) return "done";
+      void recovery.stop(); // stop() arrives while the resume runs this tool
+      return new Promise(() => {});
+    },
+  });
+  const failOnce = new Set();
+  const gate = defineTool({
+    name: "gate",
+    description: "Fails the first time per run",
+    execute: async (_a, ctx) => {
+      if (failOnce.has(ctx.runId)) return "open";
+      failOnce.add(ctx.runId);
+      throw new PropagatingToolError("died");
+    },
+  });
+  const model = mockModel([{ toolCalls: [{ name: "gate" }] }, { toolCalls: [{ name: "slow" }] }, "finished"], { mode: "by-turn" });
+  const agent = createAgent({ model, tools: [gate, slow], store: memoryStore(), clock });
+  for (const id of ["a", "b"]) await agent.send("go", { sessionId: id }).catch(() => undefined);
+  const recovered = [];
+  const errors = [];
+  recovery = agent.recover({ onRecovered: (run) => recovered.push(run.sessionId), onError: (e) => errors.push(e) });
+  await recovery.done;
+  assert.equal(started, 1, "one resume started, and it was aborted");
+  assert.deepEqual(recovered, []);
+  assert.deepEqual(errors, [], "an aborted resume is not an error");
+  const pending = await agent.pending();
+  assert.deepEqual(pending.map((p) => p.status), ["in-progress", "in-progress"]);
+  hang = false;
+  await clock.advance(60_000); // past the aborted run's lease
+  const again = agent.recover({
+    onRecovered: (run) => {
+      recovered.push(run.sessionId);
+      if (recovered.length === 2) void again.stop();
+    },
+  });
+  await again.done;
+  assert.deepEqual(recovered.sort(), ["a", "b"]);
+  assert.deepEqual(await agent.pending(), []);
+});
