@@ -341,3 +341,30 @@ test("stop() aborts the resume in flight (its checkpoint stays) and starts nothi
   assert.deepEqual(recovered.sort(), ["a", "b"]);
   assert.deepEqual(await agent.pending(), []);
 });
+
+test("an async callback that rejects is reported to onError like a throw (no unhandled rejection)", { timeout: 60_000 }, async () => {
+  const clock = testClock();
+  const { tools } = shop();
+  const model = mockModel([{ toolCalls: [{ name: "ship" }] }, "done"], { mode: "by-turn" });
+  const agent = createAgent({ model, tools, store: memoryStore(), clock });
+  await agent.send("go", { sessionId: "async-1" }).catch(() => undefined);
+  const errors = [];
+  let recovery;
+  const reported = new Promise((resolve) => {
+    recovery = agent.recover({
+      onRecovered: async () => {
+        await Promise.resolve();
+        throw new Error("async callback failed");
+      },
+      onError: (e) => {
+        errors.push(e);
+        resolve();
+      },
+    });
+  });
+  await reported;
+  await recovery.stop();
+  assert.equal(errors.length, 1);
+  assert.match(errors[0].message, /async callback failed/);
+  assert.deepEqual(await agent.pending(), []);
+});
