@@ -683,8 +683,8 @@ impl SweepListener for JsListener {
     }
 }
 
-/// Compares two runs, each a checkpoint or a transcript (JSON), without a store; resolves nothing, returns the
-/// Comparison JSON. Throws `STEADFAST_INVALID_INPUT` for anything else.
+/// Compares two runs, each a checkpoint or a transcript (JSON), without a store (synchronous): the Comparison
+/// JSON. Throws `STEADFAST_INVALID_INPUT` for anything else.
 #[wasm_bindgen(js_name = compareTrajectories)]
 pub fn compare_trajectories(a_json: &str, b_json: &str) -> std::result::Result<String, JsValue> {
     let parse = |s: &str, which: &str| {
