@@ -1690,3 +1690,134 @@ fn while_the_breaker_is_open_and_a_run_waits_on_it_a_due_tick_probes() {
     );
     assert!(opened * 2 > seeds.len(), "most scenarios open the breaker: {opened} of {}", seeds.len());
 }
+
+/// A run interrupted by `boom` on `env` by an agent with `boom`'s schema `schema`, resumed by a sweep.
+fn drift_agent(
+    env: &Env,
+    schema: serde_json::Value,
+    down: Rc<Cell<bool>>,
+    warnings: Rc<RefCell<Vec<String>>>,
+) -> Agent {
+    let boom: Rc<dyn Tool> = Rc::new(FnTool::new("boom", "dies", schema, move |_a, _c| {
+        let down = down.get();
+        async move {
+            if down {
+                Err(ToolError::propagate("worker died"))
+            } else {
+                Ok(ToolOutput::text("ok"))
+            }
+        }
+    }));
+    Agent::builder(MockModel::by_turn(vec![MockTurn::tools([("boom", json!({}))]), MockTurn::text("done")]))
+        .store_rc(env.store.clone())
+        .clock(Rc::new(env.clock.clone()))
+        .sleep(Rc::new(env.sleep.clone()))
+        .options(one_try())
+        .tool_rc(boom)
+        .warn(Rc::new(move |line: &str| warnings.borrow_mut().push(line.to_string())))
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_resume_by_a_changed_agent_under_warn_writes_one_warning_naming_the_change_sweeps_included() {
+    for by_sweep in [false, true] {
+        let env = Env::new();
+        let down = Rc::new(Cell::new(true));
+        let warnings = Rc::new(RefCell::new(Vec::new()));
+        let old = drift_agent(&env, json!({"type": "object"}), down.clone(), warnings.clone());
+        block_on(old.send("job", "go", opts())).unwrap_err();
+        assert!(warnings.borrow().is_empty(), "no warning for a run's own agent");
+        down.set(false);
+        let changed = json!({"type": "object", "properties": {"fast": {"type": "boolean"}}});
+        let new = drift_agent(&env, changed, down.clone(), warnings.clone());
+        if by_sweep {
+            env.clock.advance(3_600_000);
+            let report = block_on(new.sweep(&SweepOptions::default(), &Recorder::default())).unwrap();
+            assert_eq!(report.recovered, vec!["job".to_string()]);
+        } else {
+            let done = block_on(new.resume("job", opts())).unwrap().unwrap();
+            assert_eq!(done.status, RunStatus::Finished);
+        }
+        let lines = warnings.borrow().clone();
+        assert_eq!(lines.len(), 1, "one warning (sweep: {by_sweep}): {lines:?}");
+        assert!(lines[0].contains("'job'") && lines[0].contains("tools changed: boom"), "{}", lines[0]);
+    }
+}
+
+#[test]
+fn stopping_recover_aborts_the_resume_in_flight_starts_nothing_more_and_keeps_the_checkpoints() {
+    let env = Env::new();
+    let stop = AbortSignal::new();
+    let hang = Rc::new(Cell::new(true));
+    let started = Rc::new(Cell::new(0));
+    let (h, s, st) = (hang.clone(), started.clone(), stop.clone());
+    // While `hang`, the tool stops the loop when it starts (stop() arriving mid-resume) and never answers.
+    let slow: Rc<dyn Tool> = Rc::new(FnTool::new("slow", "slow", json!({"type": "object"}), move |_a, _c| {
+        s.set(s.get() + 1);
+        let hanging = h.get();
+        if hanging {
+            st.abort();
+        }
+        async move {
+            if hanging {
+                futures::future::pending::<()>().await;
+            }
+            Ok(ToolOutput::text("done"))
+        }
+    }));
+    let fail = Rc::new(Cell::new(true));
+    let f = fail.clone();
+    let gate: Rc<dyn Tool> = Rc::new(FnTool::new("gate", "fails once", json!({"type": "object"}), move |_a, _c| {
+        let failing = f.replace(false);
+        async move {
+            if failing {
+                Err(ToolError::propagate("died"))
+            } else {
+                Ok(ToolOutput::text("open"))
+            }
+        }
+    }));
+    let model = || {
+        MockModel::by_turn(vec![
+            MockTurn::tools([("gate", json!({}))]),
+            MockTurn::tools([("slow", json!({}))]),
+            MockTurn::text("finished"),
+        ])
+    };
+    let agent = env.agent(model(), vec![gate.clone(), slow.clone()]);
+    for id in ["a", "b"] {
+        fail.set(true);
+        block_on(agent.send(id, "go", opts())).unwrap_err();
+    }
+    env.clock.advance(3_600_000);
+    let l = Recorder::default();
+    let ticks = block_on(agent.recover(&SweepOptions::default(), 1_000, &l, &stop));
+    assert_eq!(ticks, 1, "the loop stopped in its first tick");
+    assert_eq!(started.get(), 1, "the first resume was aborted mid-tool and the tick started no second one");
+    assert!(l.recovered.borrow().is_empty());
+    assert!(l.errors.borrow().is_empty(), "an aborted resume is not an error: {:?}", l.errors.borrow());
+    let pending = block_on(agent.pending()).unwrap();
+    assert_eq!(pending.len(), 2, "both runs stay pending: {pending:?}");
+    assert!(pending.iter().all(|p| p.status == RunStatus::InProgress));
+    // The next start finishes both.
+    hang.set(false);
+    env.past_leases();
+    let again = AbortSignal::new();
+    struct StopWhenBoth(AbortSignal, RefCell<Vec<String>>);
+    impl SweepListener for StopWhenBoth {
+        fn on_recovered(&self, run_id: &str, _r: &RunResult) -> Result<()> {
+            self.1.borrow_mut().push(run_id.into());
+            if self.1.borrow().len() == 2 {
+                self.0.abort();
+            }
+            Ok(())
+        }
+    }
+    let l2 = StopWhenBoth(again.clone(), RefCell::new(Vec::new()));
+    block_on(agent.recover(&SweepOptions::default(), 1_000, &l2, &again));
+    let mut recovered = l2.1.borrow().clone();
+    recovered.sort();
+    assert_eq!(recovered, vec!["a", "b"]);
+    assert!(block_on(agent.pending()).unwrap().is_empty());
+}

@@ -1,10 +1,11 @@
 // The agent: `createAgent` and what it returns, over the wasm core (via low_level.ts).
 import { newAgent, type JsAgent } from "./low_level.js";
-import { call, sync } from "./errors.js";
+import { call, SteadfastError, sync } from "./errors.js";
 import { lowLevelHook, type Hook } from "./hooks.js";
 import type { LeaseOptions } from "./generated/LeaseOptions.js";
 import type { RetryPolicy } from "./generated/RetryPolicy.js";
 import type { Model } from "./model.js";
+import type { Clock } from "./clock.js";
 import { recoveryLoop, type RecoverOptions, type Recovery, type SweepOptions } from "./recovery.js";
 import { storeHandle, type KVNamespaceLike, type Store } from "./stores.js";
 import { lowLevelTool, type Tool } from "./tools.js";
@@ -27,10 +28,14 @@ import type {
   SweepReport,
   ToolSpec,
 } from "./types.js";
+import { withSessionId, type AbortSignalLike } from "./types.js";
 
 /** What an agent is made of. */
 export interface AgentOptions {
-  model: Model;
+  /** The model provider (one of `model` and `provider` is needed). */
+  model?: Model;
+  /** `model` under the name the documents use. */
+  provider?: Model;
   tools?: Tool[];
   /** Self-healing hooks (`progressGuard()`, `outputCheck(name, fn)`), run in order around tool calls. */
   hooks?: Hook[];
@@ -52,6 +57,11 @@ export interface AgentOptions {
   retry?: Partial<RetryPolicy>;
   /** Run leases (ms). */
   lease?: Partial<LeaseOptions>;
+  /**
+   * The clock and timer the runtime reads (model-call backoff, leases, the recovery sweep's backoff, quarantine
+   * and outage breaker, the `recover` loop's ticks) instead of the platform's: `testClock()` in tests.
+   */
+  clock?: Clock;
 }
 
 /** Options of `send`. */
@@ -65,7 +75,7 @@ export interface SendOptions {
   /** Called with each event as it happens (a throwing callback is ignored). */
   onEvent?: (event: RunEvent) => void;
   /** Aborts the run: it resolves `in-progress` with finishReason `"aborted"` (resumable); calls in flight get `cancelled` results. */
-  signal?: AbortSignal;
+  signal?: AbortSignalLike;
 }
 
 /** Options of `runOnce`. */
@@ -78,7 +88,7 @@ export interface ResumeOptions {
   /** Called with each event as it happens. */
   onEvent?: (event: RunEvent) => void;
   /** Aborts the run (resume only). */
-  signal?: AbortSignal;
+  signal?: AbortSignalLike;
 }
 
 /** A durable agent. */
@@ -98,13 +108,15 @@ export interface Agent {
   runOnce(deliveryId: string, input: Input, options?: RunOnceOptions): Promise<Delivery>;
   /** Finishes an unfinished run; `null` when there is nothing to do. */
   resume(sessionId: string, options?: ResumeOptions): Promise<RunResult | null>;
-  /** Every unfinished run. */
+  /** Every unfinished run (with `sessionId`, the id `resume` takes). */
   pending(): Promise<PendingRun[]>;
   /** One recovery sweep tick (call it from a cron trigger). */
   sweep(options?: SweepOptions): Promise<SweepReport>;
   /**
-   * Runs sweep ticks every `everyMs` until stopped (for long-lived hosts such as Node; on Workers call `sweep`
-   * from the `scheduled` handler instead). A throwing callback does not stop the loop.
+   * Runs sweep ticks every `everyMs` (default `intervalMs`, else 30 s) until `stop()` or `signal` (for
+   * long-lived hosts such as Node; on Workers call `sweep` from the `scheduled` handler instead):
+   * `onRecovered(run, result)`, `onQuarantined(run)`, `onOutage(active)`, `onError(error, run?)`. A throwing
+   * callback is reported to `onError` and never stops the loop, nor keeps `stop()` from stopping it.
    */
   recover(options?: RecoverOptions): Recovery;
   approvals: {
@@ -118,7 +130,7 @@ export interface Agent {
   };
   /** A new run from a step of another run's history (resume it to run it). */
   fork(sessionId: string, options: ForkOptions): Promise<ForkResult>;
-  /** Compares two stored runs. */
+  /** Compares two stored runs by id (the standalone `compareTrajectories` takes checkpoints or transcripts). */
   compareTrajectories(a: string, b: string): Promise<Comparison>;
   /** Deletes a run; a later send starts over. */
   delete(sessionId: string): Promise<void>;
@@ -225,7 +237,11 @@ export function transcriptHolder(model: Model) {
 
 /** Creates a durable agent. */
 export function createAgent(options: AgentOptions): Agent {
-  const { model, tools = [], hooks = [], store, ...rest } = options;
+  const { model: given, provider, tools = [], hooks = [], store, ...rest } = options;
+  const model = given ?? provider;
+  if (model === undefined) {
+    throw new SteadfastError("STEADFAST_CONFIG_INVALID", "an agent needs a model: createAgent({ model }) (or `provider`)");
+  }
   const lowModel = transcriptHolder(model);
   const low: JsAgent = sync(() =>
     newAgent({ ...rest, model: lowModel, tools: tools.map(lowLevelTool), hooks: hooks.map(lowLevelHook) }, storeHandle(store)),
@@ -259,9 +275,10 @@ export function createAgent(options: AgentOptions): Agent {
           opts.signal ?? null,
         ),
       ),
-    pending: () => call(() => low.pending()),
+    pending: async () => (await call<PendingRun[]>(() => low.pending())).map(withSessionId),
     sweep: (opts = {}) => call(() => low.sweep(JSON.stringify(opts))),
-    recover: (opts = {}) => recoveryLoop((o) => call(() => low.sweep(JSON.stringify(o))), opts),
+    recover: (opts = {}) =>
+      recoveryLoop((o, every, listener, signal) => low.recover(o, every ?? undefined, listener, signal), opts),
     approvals: {
       list: () => call(() => low.approvalsList()),
       resolve: ({ id, approved, note }, opts = {}) =>

@@ -47,7 +47,12 @@ export class SessionAwaitingApprovalError extends SteadfastError {
   }
 }
 
-/** Throw this from a tool to reject the run (it stays resumable) instead of giving the model an error result. */
+/**
+ * Throw this from a tool to reject the run instead of giving the model an error result: `send` rejects with a
+ * `SteadfastError` whose code is `STEADFAST_TOOL_PROPAGATED` (`retryable` as given here, default `true`), the
+ * message is this error's, and the run stays resumable (`resume`, the recovery sweep). Also exported as
+ * `PropagatingToolError`, the name the documents use.
+ */
 export class PropagatedToolError extends Error {
   readonly propagate = true;
   readonly retryable: boolean;
@@ -58,6 +63,11 @@ export class PropagatedToolError extends Error {
     this.retryable = options.retryable ?? true;
   }
 }
+
+/** `PropagatedToolError` under the name the documents use. */
+export const PropagatingToolError = PropagatedToolError;
+/** `PropagatedToolError` under the name the documents use. */
+export type PropagatingToolError = PropagatedToolError;
 
 /** A low-level error with a `STEADFAST_*` code as the matching class (anything else unchanged). */
 export function wrapError(e: unknown): unknown {

@@ -4,14 +4,17 @@
 //   types.ts       the data types: generated from the Rust definitions by ts-rs (src/generated/), completed
 //   model.ts       the model interface a JS provider implements
 //   tools.ts       tools (`defineTool`)
-//   hooks.ts       self-healing hooks (`progressGuard`, `outputCheck`)
+//   hooks.ts       hooks (`progressGuard`, `outputCheck`, custom `defineHook`)
 //   stores.ts      `memoryStore`, `kvStore`
 //   mock_model.ts  the scripted `mockModel`
 //   recovery.ts    sweep options and the `recover` loop
+//   clock.ts       the injectable clock and `testClock`
+//   compare.ts     the standalone `compareTrajectories`
 //   errors.ts      `SteadfastError` and friends
 //   agent.ts       `createAgent`
 //   low_level.ts   the only importer of the wasm-bindgen output
 export type {
+  AbortSignalLike,
   ApprovalRecord,
   ApprovalStatus,
   Checkpoint,
@@ -49,9 +52,14 @@ export type {
 export type { Model, ModelResponse } from "./model.js";
 export { defineTool, type Tool } from "./tools.js";
 export {
+  defineHook,
   outputCheck,
   progressGuard,
+  type AfterToolAnswer,
+  type BeforeToolAnswer,
+  type CustomHook,
   type Hook,
+  type HookContext,
   type OutputCheckFn,
   type OutputCheckHook,
   type ProgressGuardHook,
@@ -59,8 +67,10 @@ export {
 } from "./hooks.js";
 export { kvStore, memoryStore, type KVNamespaceLike, type KvStoreOptions, type Store } from "./stores.js";
 export { mockModel, ProviderHttpError, type MockModel, type MockModelOptions, type MockTurn } from "./mock_model.js";
-export type { RecoverOptions, Recovery, SweepOptions } from "./recovery.js";
-export { PropagatedToolError, SessionAwaitingApprovalError, SteadfastError } from "./errors.js";
+export type { RecoverOptions, Recovery, RecoveryRun, SweepOptions } from "./recovery.js";
+export { testClock, type Clock, type TestClock, type TestClockOptions } from "./clock.js";
+export { compareTrajectories } from "./compare.js";
+export { PropagatedToolError, PropagatingToolError, SessionAwaitingApprovalError, SteadfastError } from "./errors.js";
 export {
   createAgent,
   type Agent,

@@ -1,7 +1,7 @@
 // The ONLY file that imports the wasm-bindgen output (`wasm/steadfast.js`, built with `--target web`).
 // Each runtime's entry point (src/entrypoints/*.ts) hands it the compiled module or the bytes; the typed
 // facade (index.ts) only sees the functions below.
-import { initSync, JsAgent, JsStore } from "../wasm/steadfast.js";
+import { compareTrajectories, initSync, JsAgent, JsStore } from "../wasm/steadfast.js";
 
 export type { JsAgent, JsStore };
 
@@ -29,14 +29,20 @@ export function newMemoryStore(): JsStore {
   return JsStore.memory();
 }
 
-/** A journal store over a KV namespace (`optionsJson`: JournalOptions as JSON). */
-export function newKvStore(namespace: unknown, optionsJson?: string): JsStore {
+/** A journal store over a KV namespace (`optionsJson`: JournalOptions as JSON; `clock`: `{now, sleep}`). */
+export function newKvStore(namespace: unknown, optionsJson?: string, clock?: unknown): JsStore {
   check();
-  return JsStore.kv(namespace, optionsJson ?? null);
+  return JsStore.kv(namespace, optionsJson ?? null, clock ?? null);
 }
 
-/** A new agent over a store (`options`: the low-level options object; see src/bindings/mod.rs). */
-export function newAgent(options: object, store: JsStore): JsAgent {
+/** Compares two runs given as JSON (checkpoints or transcripts); the Comparison JSON. */
+export function compareRuns(aJson: string, bJson: string): string {
   check();
-  return new JsAgent(options, store);
+  return compareTrajectories(aJson, bJson);
+}
+
+/** A new agent over a store handle (`options`: the low-level options object; see src/bindings/mod.rs). */
+export function newAgent(options: object, store: unknown): JsAgent {
+  check();
+  return new JsAgent(options, store as JsStore);
 }

@@ -1,80 +1,98 @@
-// Recovery: the sweep's options, and the `recover` loop of sweep ticks for long-lived hosts.
+// Recovery: the sweep's options, and the `recover` loop of sweep ticks for long-lived hosts (the Rust runtime's
+// `Agent::recover`: it ticks, sleeps on the agent's clock and calls the callbacks; this module translates them).
+import { wrapError, type SteadfastError } from "./errors.js";
 import type { SweepOptions as GeneratedSweepOptions } from "./generated/SweepOptions.js";
-import type { SweepReport } from "./types.js";
+import { withSessionId, type AbortSignalLike, type PendingRun, type RunResult } from "./types.js";
 
 /** One recovery sweep tick's settings (every field optional: the generated `SweepOptions` has defaults). */
 export type SweepOptions = Partial<GeneratedSweepOptions>;
 
+/**
+ * The run a recovery callback is about: `runId`, and `sessionId`, the same id under the name `send` and the
+ * documents use (what `resume` takes).
+ */
+export interface RecoveryRun {
+  runId: string;
+  sessionId: string;
+}
+
 /** `recover` options: the sweep's settings, the loop's period and its callbacks. */
 export interface RecoverOptions extends SweepOptions {
-  /** Time between ticks in ms (default: `intervalMs`, else 30 s). */
+  /** Time between ticks in ms (default: `intervalMs`, else 30 s), on the agent's clock. */
   everyMs?: number;
-  /** A run the sweep finished (for a diagnosis fork: the original's id). */
-  onRecovered?: (runId: string) => void;
-  /** A run reached the attempt cap (reported once). */
-  onQuarantined?: (runId: string) => void;
+  /** A run the loop finished, with its result (for a diagnosis fork: the original's id). */
+  onRecovered?: (run: RecoveryRun, result: RunResult) => void;
+  /** A run reached the attempt cap (reported once); the sweep leaves it alone from then on. */
+  onQuarantined?: (run: PendingRun) => void;
   /** The provider-outage breaker opened (`true`) or closed (`false`). */
   onOutage?: (active: boolean) => void;
-  /** A tick failed, or a callback threw (the loop goes on). */
-  onError?: (error: unknown) => void;
-  /** Aborting it stops the loop. */
-  signal?: AbortSignal;
+  /**
+   * A tick could not list the store (`run` undefined), a resume failed (`run` set), or a callback threw
+   * (`STEADFAST_HOOK_FAILED`, "onRecovered threw: …"). The loop goes on either way; an `onError` that throws is
+   * ignored (counted in the tick's `listenerErrors`).
+   */
+  onError?: (error: SteadfastError, run?: RecoveryRun) => void;
+  /** Aborting it stops the loop, like `stop()` (the resume in flight is aborted too). */
+  signal?: AbortSignalLike;
 }
 
 /** A running recovery loop. */
 export interface Recovery {
-  /** Stops the loop; resolves once the tick in flight (if any) settled. */
+  /**
+   * Stops the loop: the resume in flight (if any) is aborted, its checkpoint staying for the next start, and
+   * nothing more starts; resolves once the loop settled.
+   */
   stop(): Promise<void>;
-  /** Resolves once the loop stopped. */
+  /** Resolves once the loop stopped (never rejects: a failure goes to `onError`). */
   done: Promise<void>;
 }
 
-/** The `recover` loop: sweep ticks until stopped, reporting what each tick did through the callbacks. */
-export function recoveryLoop(sweep: (o: SweepOptions) => Promise<SweepReport>, opts: RecoverOptions): Recovery {
+/** The low-level loop: `JsAgent.recover(optionsJson, everyMs, listener, signal)`, resolving the tick count. */
+export type LowRecover = (optionsJson: string, everyMs: number | null, listener: object, signal: AbortSignalLike) => Promise<string>;
+
+const runRef = (runId: string): RecoveryRun => ({ runId, sessionId: runId });
+
+/** The `recover` loop over the runtime's: callbacks get the documented arguments; `stop()` and `signal` end it. */
+export function recoveryLoop(low: LowRecover, opts: RecoverOptions): Recovery {
   const { everyMs, onRecovered, onQuarantined, onOutage, onError, signal, ...sweepOptions } = opts;
-  const every = everyMs ?? sweepOptions.intervalMs ?? 30_000;
-  let stopped = false;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let wake: (() => void) | undefined;
-  let outage = false;
-  const report = (e: unknown) => {
-    try {
-      onError?.(e);
-    } catch {
-      // An error handler that throws is ignored: the loop goes on.
-    }
-  };
-  const safely = <A extends unknown[]>(f: ((...a: A) => void) | undefined, ...args: A) => {
-    try {
-      f?.(...args);
-    } catch (e) {
-      report(e);
-    }
-  };
-  const halt = () => {
-    stopped = true;
-    if (timer !== undefined) clearTimeout(timer);
-    wake?.();
-  };
-  signal?.addEventListener("abort", halt, { once: true });
-  const done = (async () => {
-    while (!stopped && !signal?.aborted) {
-      try {
-        const r = await sweep(sweepOptions);
-        for (const id of r.recovered) safely(onRecovered, id);
-        for (const id of r.quarantined) safely(onQuarantined, id);
-        if (r.outage !== outage) {
-          outage = r.outage;
-          safely(onOutage, outage);
+  const controller = new AbortController();
+  const halt = () => controller.abort();
+  if (signal?.aborted) halt();
+  else signal?.addEventListener("abort", halt, { once: true });
+  // An async callback's rejection is reported like a throw (it would otherwise be an unhandled rejection).
+  const reportAsync = (value: unknown) => {
+    const p = value as { then?: unknown } | null | undefined;
+    if (p && typeof p.then === "function") {
+      (value as Promise<unknown>).then(undefined, (e: unknown) => {
+        try {
+          onError?.(wrapError(e) as SteadfastError);
+        } catch {
+          // Ignored, as the runtime ignores an `onError` that throws.
         }
-      } catch (e) {
-        report(e);
-      }
-      if (stopped || signal?.aborted) break;
-      await new Promise<void>((resolve) => {
-        wake = resolve;
-        timer = setTimeout(resolve, every);
       });
+    }
+  };
+  const listener = {
+    onRecovered: onRecovered && ((runId: string, resultJson: string) =>
+      reportAsync(onRecovered(runRef(runId), JSON.parse(resultJson) as RunResult))),
+    onQuarantined: onQuarantined && ((runJson: string) =>
+      reportAsync(onQuarantined(withSessionId(JSON.parse(runJson) as PendingRun)))),
+    onOutage: onOutage && ((active: boolean) => reportAsync(onOutage(active))),
+    onError: onError && ((error: unknown, runId?: string) =>
+      reportAsync(onError(wrapError(error) as SteadfastError, runId === undefined ? undefined : runRef(runId)))),
+  };
+  const done = (async () => {
+    try {
+      await low(JSON.stringify(sweepOptions), everyMs ?? null, listener, controller.signal);
+    } catch (e) {
+      // Only options the runtime refuses end here (before any tick).
+      try {
+        onError?.(wrapError(e) as SteadfastError);
+      } catch {
+        // Ignored: there is no one left to tell.
+      }
+    } finally {
+      signal?.removeEventListener?.("abort", halt);
     }
   })();
   return {

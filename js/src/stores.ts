@@ -1,14 +1,20 @@
 // Stores: in-memory, or a journal over a Workers KV namespace (both held by the wasm core).
-import { newKvStore, newMemoryStore, type JsStore } from "./low_level.js";
+import { newKvStore, newMemoryStore } from "./low_level.js";
 import { SteadfastError, sync } from "./errors.js";
 import type { JournalOptions } from "./generated/JournalOptions.js";
+import type { Clock } from "./clock.js";
 
 export const HANDLE = Symbol("steadfast.store");
+
+/** The wasm core's store, opaque to the published types (they do not depend on the wasm-bindgen declarations). */
+export interface StoreHandle {
+  readonly __steadfastStore: never;
+}
 
 /** A run store handle; agents created with the same handle share its runs and approvals. */
 export interface Store {
   readonly kind: "memory" | "kv";
-  readonly [HANDLE]: JsStore;
+  readonly [HANDLE]: StoreHandle;
 }
 
 /** The part of a Workers `KVNamespace` the store uses. `get(keys[])` must resolve to a `Map` (bulk get). */
@@ -29,20 +35,24 @@ export interface KVNamespaceLike {
  * kept per run for history and fork, default 50) and `settleMs` (the lease settle window, default 1000 ms), all
  * optional.
  */
-export type KvStoreOptions = Partial<Pick<JournalOptions, "prefix" | "historyLimit" | "settleMs">>;
+export type KvStoreOptions = Partial<Pick<JournalOptions, "prefix" | "historyLimit" | "settleMs">> & {
+  /** The clock the store reads instead of the platform's (lease settle windows, retry spacing); see `testClock`. */
+  clock?: Clock;
+};
 
 /** A new in-memory store (strongly consistent; lives as long as the handle). Share it between agents. */
 export function memoryStore(): Store {
-  return { kind: "memory", [HANDLE]: sync(() => newMemoryStore()) };
+  return { kind: "memory", [HANDLE]: sync(() => newMemoryStore()) as unknown as StoreHandle };
 }
 
 /** A durable store over a Workers KV namespace binding (`kvStore(env.RUNS)`). */
 export function kvStore(namespace: KVNamespaceLike, options: KvStoreOptions = {}): Store {
-  return { kind: "kv", [HANDLE]: sync(() => newKvStore(namespace, JSON.stringify(options))) };
+  const { clock, ...journal } = options;
+  return { kind: "kv", [HANDLE]: sync(() => newKvStore(namespace, JSON.stringify(journal), clock)) as unknown as StoreHandle };
 }
 
 /** The low-level store of an agent's `store` option. */
-export function storeHandle(store: Store | "memory" | KVNamespaceLike | undefined): JsStore {
+export function storeHandle(store: Store | "memory" | KVNamespaceLike | undefined): StoreHandle {
   if (store === undefined) {
     throw new SteadfastError("STEADFAST_CONFIG_INVALID", "an agent needs a store: memoryStore() or kvStore(env.BINDING)");
   }

@@ -5,17 +5,34 @@ import type { Json, ToolContext } from "./types.js";
 export interface Tool<A = any> {
   name: string;
   description: string;
-  /** JSON Schema of the arguments, validated before the call runs. */
-  inputSchema: Json;
+  /** JSON Schema of the arguments, validated before the call runs (default `{type: "object"}`: any object). */
+  inputSchema?: Json;
   /** Whether a call needs a person's approval first. */
   needsApproval?: boolean | ((args: A) => boolean);
   /**
    * Runs the call. A string is the text the model reads; other values are serialised as JSON. A thrown error
-   * becomes an error result (`"<name>: <message>"`) the model reads, unless it is a `PropagatedToolError` (or
-   * has `propagate: true`): then the run is rejected and stays resumable.
+   * becomes an error result the model reads, `"<the error's name>: <its message>"` (`"Error: order x9 not
+   * found"`, `"TypeError: …"`; a thrown non-Error value reads `"Error: <value>"`), unless it is a
+   * `PropagatedToolError` (`PropagatingToolError`), or any error with `propagate: true`: then `send` rejects
+   * with `STEADFAST_TOOL_PROPAGATED` (the error's message; `retryable` as the error says, default `true`) and
+   * the run stays resumable.
    * Caution: a call may run again on resume (after a crash): make it idempotent with `ctx.idempotencyKey`.
    */
   execute(args: A, ctx: ToolContext): unknown | Promise<unknown>;
+  /**
+   * The call has an effect worth a ledger (a charge, an email): the runtime records its intent in the checkpoint
+   * before it runs, so a resume that finds an intent without an outcome (the process died, or the tool threw a
+   * `PropagatedToolError` after the effect) knows the effect may have happened and asks `reconcile` first.
+   * Implied by `reconcile`.
+   */
+  sideEffecting?: boolean;
+  /**
+   * Did the effect of a call whose outcome was not recorded happen? Look it up by `ctx.toolCallId` (the
+   * `toolCallId` `execute` got; record it with the effect): return the call's output (recorded as its result,
+   * the call does not run again), or `null`/`undefined` for "not found" (the call runs again). A throw fails
+   * the resume with `STEADFAST_TOOL_PROPAGATED` (the run stays resumable).
+   */
+  reconcile?(args: A, ctx: { toolCallId: string }): unknown | Promise<unknown>;
 }
 
 /** Defines a tool (identity, for typing). */
@@ -32,5 +49,10 @@ export function lowLevelTool(t: Tool): object {
     inputSchema: t.inputSchema,
     needsApproval: typeof needs === "function" ? (argsJson: string) => Boolean(needs(JSON.parse(argsJson))) : Boolean(needs),
     execute: async (argsJson: string, ctxJson: string) => t.execute(JSON.parse(argsJson), JSON.parse(ctxJson) as ToolContext),
+    sideEffecting: t.sideEffecting,
+    reconcile:
+      typeof t.reconcile === "function"
+        ? async (argsJson: string, ctxJson: string) => t.reconcile?.(JSON.parse(argsJson), JSON.parse(ctxJson) as { toolCallId: string })
+        : t.reconcile,
   };
 }

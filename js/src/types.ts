@@ -19,7 +19,7 @@ import type { HistoryEntry } from "./generated/HistoryEntry.js";
 import type { Message } from "./generated/Message.js";
 import type { ModelChange } from "./generated/ModelChange.js";
 import type { ModelRequest } from "./generated/ModelRequest.js";
-import type { PendingRun } from "./generated/PendingRun.js";
+import type { PendingRun as GeneratedPendingRun } from "./generated/PendingRun.js";
 import type { ResultKind } from "./generated/ResultKind.js";
 import type { RunResult as GeneratedRunResult } from "./generated/RunResult.js";
 import type { RunStats } from "./generated/RunStats.js";
@@ -53,7 +53,6 @@ export type {
   Message,
   ModelChange,
   ModelRequest,
-  PendingRun,
   ResultKind,
   RunStats,
   RunStatus,
@@ -65,6 +64,27 @@ export type {
   TrajectoryStep,
   Usage,
 };
+
+/**
+ * An unfinished run as `pending()` lists it (the generated `PendingRun`), plus `sessionId`: the id `resume`
+ * takes, under the name `send` and the documents use (the run id).
+ */
+export type PendingRun = GeneratedPendingRun & { sessionId: string };
+
+/** Adds `sessionId` to a listed run (the run id, unless the core already named it). */
+export function withSessionId(run: GeneratedPendingRun & { sessionId?: string }): PendingRun {
+  return { ...run, sessionId: run.sessionId ?? run.runId };
+}
+
+/**
+ * The part of an `AbortSignal` the package uses (a structural type, so the published types need no DOM or
+ * Node library: a real `AbortSignal` fits).
+ */
+export interface AbortSignalLike {
+  readonly aborted: boolean;
+  addEventListener(type: "abort", listener: () => void, options?: { once?: boolean }): void;
+  removeEventListener?(type: "abort", listener: () => void): void;
+}
 
 /** Any JSON value (the generated `serde_json::Value`). */
 export type Json = JsonValue;

@@ -59,7 +59,17 @@ test('onAgentDrift "warn": the resume finishes and an agent.drift event names th
   const model = mockModel(SCRIPT, { mode: "by-turn" });
   const changed = createAgent({ model, tools: [shipTool(SCHEMA_V2, counts)], store, onAgentDrift: "warn" });
   const seen = [];
-  const r = await changed.resume("drift-warn", { events: true, onEvent: (e) => seen.push(e) });
+  const warned = [];
+  const warn = console.warn;
+  console.warn = (...args) => warned.push(args.join(" "));
+  let r;
+  try {
+    r = await changed.resume("drift-warn", { events: true, onEvent: (e) => seen.push(e) });
+  } finally {
+    console.warn = warn;
+  }
+  assert.equal(warned.length, 1, `one console.warn: ${warned}`);
+  assert.match(warned[0], /run 'drift-warn' was resumed by a changed agent \(tools changed: ship\)/);
   assert.equal(r.status, "finished");
   assert.equal(r.text, "Shipped order 3.");
   assert.equal(counts.shipped, 1, "the interrupted call runs once on resume");
@@ -78,6 +88,37 @@ test('onAgentDrift "warn": the resume finishes and an agent.drift event names th
   );
 });
 
+test('onAgentDrift "warn" writes the console.warn for a recovery sweep\'s resume too; "ignore" writes none', async () => {
+  for (const policy of ["warn", "ignore"]) {
+    const store = memoryStore();
+    await interruptedRun(store, `drift-${policy}`);
+    const counts = { calls: 0, shipped: 0 };
+    const changed = createAgent({
+      model: mockModel(SCRIPT, { mode: "by-turn", id: "mock-2" }),
+      tools: [shipTool(SCHEMA_V1, counts)],
+      store,
+      onAgentDrift: policy,
+    });
+    const warned = [];
+    const warn = console.warn;
+    console.warn = (...args) => warned.push(args.join(" "));
+    try {
+      // The run failed once: its backoff (intervalMs) has passed at intervalMs 0.
+      const report = await changed.sweep({ intervalMs: 0 });
+      assert.deepEqual(report.recovered, [`drift-${policy}`]);
+    } finally {
+      console.warn = warn;
+    }
+    if (policy === "warn") {
+      assert.equal(warned.length, 1, `${warned}`);
+      assert.match(warned[0], /model mock → mock-2/);
+    } else {
+      assert.deepEqual(warned, []);
+    }
+    assert.equal(counts.shipped, 1);
+  }
+});
+
 test('onAgentDrift "error": the resume throws STEADFAST_AGENT_DRIFT and the stored run is unchanged', async () => {
   const store = memoryStore();
   const before = await interruptedRun(store, "drift-error");
@@ -87,7 +128,10 @@ test('onAgentDrift "error": the resume throws STEADFAST_AGENT_DRIFT and the stor
   const model = mockModel(SCRIPT, { mode: "by-turn" });
   const changed = createAgent({ model, tools: [shipTool(SCHEMA_V2, counts)], store, onAgentDrift: "error" });
   const seen = [];
-  await assert.rejects(changed.resume("drift-error", { onEvent: (e) => seen.push(e) }), (e) => {
+  const warned = [];
+  const warn = console.warn;
+  console.warn = (...args) => warned.push(args.join(" "));
+  await assert.rejects(changed.resume("drift-error", { onEvent: (e) => seen.push(e) }).finally(() => (console.warn = warn)), (e) => {
     assert.ok(e instanceof SteadfastError);
     assert.equal(e.code, "STEADFAST_AGENT_DRIFT");
     assert.equal(e.retryable, false);
@@ -100,4 +144,5 @@ test('onAgentDrift "error": the resume throws STEADFAST_AGENT_DRIFT and the stor
   assert.equal(seen.filter((e) => e.type === "agent.drift").length, 0);
   assert.deepEqual(await changed.load("drift-error"), before, "the stored run is unchanged");
   assert.deepEqual(await changed.history("drift-error"), historyBefore, "no state was written");
+  assert.deepEqual(warned, [], "a refused resume writes no warning");
 });

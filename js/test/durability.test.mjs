@@ -10,6 +10,7 @@ import {
   mockModel,
   PropagatedToolError,
   SteadfastError,
+  testClock,
 } from "steadfast";
 import { FakeKv } from "../test-support/fake_kv.mjs";
 
@@ -85,19 +86,24 @@ test("the recovery sweep finishes the interrupted run", async () => {
   assert.deepEqual([counts.charges, counts.shipments], [1, 1]);
 });
 
-test("on a KV namespace, a second agent object (another replica) resumes the run", async () => {
+test("on a KV namespace, a second agent object (another replica) resumes the run (settle windows on a test clock)", async () => {
   const kv = new FakeKv();
   const { counts, tools, model } = shop();
-  const a = createAgent({ model, tools, store: kvStore(kv, { settleMs: 50 }) });
+  // The default settle window (1 s per lease write) passes in virtual time: the store reads the test clock.
+  const clock = testClock();
+  const started = Date.now();
+  const a = createAgent({ model, tools, store: kvStore(kv, { clock }), clock });
   await assert.rejects(a.send("Charge and ship order 7", { sessionId: "order-7" }), { code: "STEADFAST_TOOL_PROPAGATED" });
   assert.ok(kv.keys().some((k) => k.startsWith("run/order-7/j/")), "journal entries are in KV");
 
-  const b = createAgent({ model, tools, store: kvStore(kv, { settleMs: 50 }) });
+  const b = createAgent({ model, tools, store: kvStore(kv, { clock }), clock });
   assert.deepEqual((await b.pending()).map((p) => p.runId), ["order-7"]);
   const result = await b.resume("order-7");
   assert.equal(result.status, "finished");
   assert.deepEqual([counts.charges, counts.shipments], [1, 1]);
   assert.ok(kv.bulkGets > 0, "loads use bulk get(keys[])");
+  assert.ok(clock.sleeps.includes(1_000), `the store slept its settle window on the test clock: ${clock.sleeps}`);
+  assert.ok(Date.now() - started < 1_000, "in virtual time, not real time");
 });
 
 test("fork and compareTrajectories", async () => {
@@ -117,53 +123,4 @@ test("fork and compareTrajectories", async () => {
   assert.equal(cmp.divergedAt, 2);
   await agent.delete(fork.runId);
   assert.equal(await agent.load(fork.runId), null);
-});
-
-test("the seed's recover example: the loop finishes the interrupted run, onRecovered, stop; charges === 1", async () => {
-  const { counts, tools, model } = shop();
-  const agent = createAgent({ model, tools, store: memoryStore() });
-  await agent.send("Charge and ship order 7", { sessionId: "order-7" }).catch(() => undefined); // interrupted after the charge
-  const recovered = [];
-  const errors = [];
-  const recovery = agent.recover({
-    intervalMs: 1,
-    everyMs: 5,
-    onRecovered: (runId) => {
-      recovered.push(runId);
-      void recovery.stop();
-    },
-    onError: (e) => errors.push(e),
-  });
-  await recovery.done;
-  assert.deepEqual(recovered, ["order-7"]);
-  assert.deepEqual(errors, []);
-  assert.equal(counts.charges, 1, "the completed charge step did not run again");
-  assert.equal(counts.shipments, 1);
-  assert.deepEqual(await agent.pending(), []);
-});
-
-test("recover: a throwing callback does not stop the loop; an AbortSignal does", async () => {
-  const { tools, model } = shop();
-  const agent = createAgent({ model, tools, store: memoryStore() });
-  await agent.send("Charge and ship order 7", { sessionId: "order-8" }).catch(() => undefined);
-  const controller = new AbortController();
-  const errors = [];
-  let ticks = 0;
-  const recovery = agent.recover({
-    intervalMs: 1,
-    everyMs: 5,
-    signal: controller.signal,
-    onRecovered: () => {
-      throw new Error("callback exploded");
-    },
-    onError: (e) => {
-      errors.push(e);
-      ticks += 1;
-      if (ticks === 1) setTimeout(() => controller.abort(), 20);
-    },
-  });
-  await recovery.done;
-  assert.equal(errors.length, 1);
-  assert.match(errors[0].message, /callback exploded/);
-  assert.deepEqual(await agent.pending(), [], "the run was finished although the callback threw");
 });

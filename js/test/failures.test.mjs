@@ -2,7 +2,7 @@
 // retried (429, 5xx) or not (401) by the runtime's one retry layer.
 import test from "node:test";
 import assert from "node:assert/strict";
-import { createAgent, defineTool, memoryStore, mockModel, SteadfastError } from "steadfast";
+import { createAgent, defineTool, memoryStore, mockModel, SteadfastError, testClock } from "steadfast";
 
 test("a tool that rejects becomes an error result the model reads", async () => {
   const lookup = defineTool({
@@ -25,6 +25,26 @@ test("a tool that rejects becomes an error result the model reads", async () => 
   assert.equal(seen.kind, "execution");
 });
 
+test("the thrown-tool-error text is '<the error's name>: <its message>', as the docs say", async () => {
+  const thrown = [new TypeError("bad id"), "plain string", Object.assign(new Error("custom"), { name: "LookupError" })];
+  const expected = ["TypeError: bad id", "Error: plain string", "LookupError: custom"];
+  for (const [i, value] of thrown.entries()) {
+    const tool = defineTool({
+      name: "lookup",
+      description: "Find an order",
+      execute: async () => {
+        throw value;
+      },
+    });
+    const model = mockModel([{ toolCalls: [{ name: "lookup" }] }, "ok"]);
+    const agent = createAgent({ model, tools: [tool], store: memoryStore() });
+    await agent.send("go", { sessionId: `text-${i}` });
+    const seen = model.calls[1].messages.at(-1);
+    assert.equal(seen.isError, true);
+    assert.equal(seen.content, expected[i]);
+  }
+});
+
 test("arguments that fail the input schema are a validation result; the tool does not run", async () => {
   let ran = 0;
   const lookup = defineTool({
@@ -43,15 +63,20 @@ test("arguments that fail the input schema are a validation result; the tool doe
   assert.equal(r.messages.find((m) => m.role === "tool").kind, "validation");
 });
 
-test("a 429 from the model is retried by the runtime (Retry-After honoured)", async () => {
-  const model = mockModel([{ error: { status: 429, retryAfterMs: 10 } }, "ok after a retry"]);
-  const agent = createAgent({ model, store: memoryStore() });
+test("a 429 from the model is retried by the runtime (Retry-After honoured, on a test clock: no real waiting)", async () => {
+  const clock = testClock({ start: 1_000_000 });
+  const script = mockModel([{ error: { status: 429, retryAfterMs: 45_000 } }, "ok after a retry"]);
+  const calledAt = [];
+  const model = { id: script.id, calls: script.calls, generate: (req) => (calledAt.push(clock.now()), script.generate(req)) };
+  const agent = createAgent({ model, store: memoryStore(), clock });
   const started = Date.now();
   const r = await agent.send("hello", { sessionId: "retry-1", events: true });
   assert.equal(r.text, "ok after a retry");
   assert.equal(model.calls.length, 2);
   assert.equal(r.stats.modelCalls, 2);
-  assert.ok(Date.now() - started >= 10, "waited at least Retry-After");
+  assert.ok(calledAt[1] - calledAt[0] >= 45_000, `waited at least Retry-After in virtual time: ${calledAt}`);
+  assert.ok(Date.now() - started < 5_000, "and not in real time");
+  assert.ok(clock.sleeps.some((ms) => ms >= 45_000), `the runtime asked for the Retry-After sleep: ${clock.sleeps}`);
   assert.equal(r.events.at(-1).type, "run.done");
   assert.deepEqual(r.events.map((e) => e.seq), r.events.map((_, i) => i + 1).map((n) => r.events[0].seq + n - 1));
 });
@@ -79,10 +104,32 @@ test("a custom model whose call rejects with a plain Error is a retried network 
       return { text: `step ${req.step} ok`, toolCalls: [] };
     },
   };
-  const agent = createAgent({ model, store: memoryStore(), retry: { baseMs: 1 } });
+  const agent = createAgent({ model, store: memoryStore(), clock: testClock() });
   const r = await agent.send("hi", { sessionId: "net-1" });
   assert.equal(r.text, "step 1 ok");
   assert.equal(n, 2);
+});
+
+test("a backoff with a manual test clock waits until the clock is advanced past it", async () => {
+  const clock = testClock({ start: 0, auto: false });
+  const model = mockModel([{ error: { status: 503, retryAfterMs: 30_000 } }, "back"]);
+  const agent = createAgent({ model, store: memoryStore(), clock });
+  let settled = false;
+  const sending = agent.send("hello", { sessionId: "manual-1" }).then((r) => ((settled = true), r));
+  await clock.advance(29_000);
+  assert.equal(settled, false, "not before Retry-After");
+  assert.equal(model.calls.length, 1);
+  await clock.advance(1_000);
+  const r = await sending;
+  assert.equal(r.text, "back");
+  assert.equal(model.calls.length, 2);
+  assert.equal(clock.waiting, 0, "no timer left behind (lost races are cancelled)");
+});
+
+test("a clock option without now/sleep, or whose now() is not a time, is a config error", () => {
+  for (const clock of [{}, { now: () => 1 }, { now: () => "soon", sleep: async () => {} }, { now: () => -1, sleep: async () => {} }]) {
+    assert.throws(() => createAgent({ model: mockModel([]), store: memoryStore(), clock }), { code: "STEADFAST_CONFIG_INVALID" });
+  }
 });
 
 test("bad input and bad configuration are SteadfastErrors", async () => {

@@ -56,3 +56,16 @@ test("under workerd: an approval resolved in a later request by another agent ob
   assert.equal(done.text, "Refund issued.");
   assert.equal(done.counts.refunds, 1);
 });
+
+test("under workerd: the seed's recover example runs as written (memoryStore, real time)", async () => {
+  const r = await get("/seed-recover");
+  assert.deepEqual(r.logged, ["order-7: Order charged and shipped.", "1"]);
+  assert.deepEqual(r.pending, []);
+});
+
+test("under workerd: the seed's recover example on KV with a test clock (agent and store) waits in virtual time only", async () => {
+  const r = await get("/seed-recover-kv");
+  assert.deepEqual(r.logged, ["order-7: Order charged and shipped.", "1"]);
+  assert.deepEqual(r.pending, []);
+  assert.ok(r.virtualMs >= 1_000, `the backoff passed in virtual time: ${r.virtualMs}`);
+});

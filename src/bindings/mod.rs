@@ -17,10 +17,15 @@
 //!   numeric `.status` maps through [`provider_http_error`] (`.retryAfterMs` is honoured); one with a
 //!   `STEADFAST_*` `.code` keeps that code; anything else is `STEADFAST_PROVIDER_NETWORK` (retryable).
 //! * tool: `{name, description, inputSchema, needsApproval?: boolean | (argsJson) => boolean,
-//!   execute(argsJson, ctxJson): Promise<any>}`. `ctxJson` is a [`ToolCallContext`] (`{runId, toolCallId,
+//!   execute(argsJson, ctxJson): Promise<any>, sideEffecting?: boolean, reconcile?(argsJson, ctxJson)}` (see
+//!   `JsTool::reconcile`). `ctxJson` is a [`ToolCallContext`] (`{runId, toolCallId,
 //!   approvalId, idempotencyKey}`). A string result is the text the model reads; any other value is serialised as JSON. A
-//!   thrown error is an error result `"<name>: <message>"` the model reads, unless it has
-//!   `.propagate === true`: then the run is rejected with `STEADFAST_TOOL_PROPAGATED` (resumable).
+//!   thrown error is an error result `"<the error's .name>: <its message>"` the model reads (`"Error: …"` for a
+//!   value without a name), unless it has `.propagate === true`: then the run is rejected with
+//!   `STEADFAST_TOOL_PROPAGATED` (its message; `.retryable`, default `true`), and stays resumable.
+//! * clock (agent option `clock`, and `JsStore.kv`'s third argument): `{now(): number, sleep(ms): Promise<void>,
+//!   cancel?(sleep)}`, read instead of `Date.now()`/`setTimeout` (see `JsObjClock`).
+//! * recovery listener (`recover`): see `JsListener`.
 //! * hook: `{type: "progressGuard", hintAfter?, denyAfter?, maxDenials?}` (a [`ProgressGuard`]) or
 //!   `{type: "outputCheck", name, check(callJson, output): string | null | undefined}` (an [`OutputCheck`]; `check`
 //!   is called synchronously with the call's JSON `{id, name, args}` and the tool's text: a string is the failure
@@ -36,20 +41,23 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::machine::ModelResponse;
 use crate::core::sweep::SweepOptions;
+use crate::core::trajectory::compare_json;
+use crate::core::transcript::{Message, ToolCall};
 use crate::runtime::{
-    AbortSignal, Agent, AgentBuilder, AgentOptions, EventSink, ForkOptions, Input, Model, ModelFeed, ModelRequest,
-    NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, SendOptions, Tool, ToolContext, ToolError,
-    ToolOutput, VecSink,
+    AbortSignal, Agent, AgentBuilder, AgentOptions, Clock, EventSink, ForkOptions, Hook, HookContext, Input, Model,
+    ModelFeed, ModelRequest, NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult,
+    SendOptions, Sleep, SweepListener, Tool, ToolContext, ToolError, ToolOutput, ToolResultDraft, VecSink, Verdict,
 };
-use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
+use crate::store::{JournalOptions, JournalStore, MemoryStore, PendingRun, RunStore};
 use crate::wasm_shared::{
-    absent, call_async, from_value, js_message, js_rng, method, prop, set, to_value, JsClock, JsSleep, WorkersKv,
+    absent, call_async, from_value, js_message, js_rng, method, prop, set, settle, to_value, JsClock, JsSleep,
+    WorkersKv,
 };
 use async_trait::async_trait;
 use js_sys::{Array, Function, Promise};
 use serde::Serialize;
 use serde_json::Value;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 use wasm_bindgen::closure::Closure;
@@ -220,9 +228,11 @@ fn check_verdict(out: std::result::Result<JsValue, JsValue>) -> std::result::Res
 /// Adds the hook described by a JS descriptor (see the module docs) to the builder.
 fn add_hook(b: AgentBuilder, desc: &JsValue, index: usize) -> Result<AgentBuilder> {
     let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
-    let kind = prop(desc, "type")
-        .as_string()
-        .ok_or_else(|| cfg(format!("hooks[{index}] is not a hook: use progressGuard(...) or outputCheck(name, fn)")))?;
+    let kind = prop(desc, "type").as_string().ok_or_else(|| {
+        cfg(format!(
+            "hooks[{index}] is not a hook: use progressGuard(...), outputCheck(name, fn) or defineHook({{...}})"
+        ))
+    })?;
     match kind.as_str() {
         "progressGuard" => {
             let mut fields = serde_json::Map::new();
@@ -248,7 +258,157 @@ fn add_hook(b: AgentBuilder, desc: &JsValue, index: usize) -> Result<AgentBuilde
                 check_verdict(check.call2(&JsValue::NULL, &JsValue::from_str(&call_json), &JsValue::from_str(output)))
             })))
         }
+        "custom" => Ok(b.hook(JsHook::from_js(desc, index)?)),
         other => Err(cfg(format!("hooks[{index}]: unknown hook type '{other}'"))),
+    }
+}
+
+/// A custom JS hook: `{type: "custom", name, beforeTool?, afterTool?, beforeModel?, afterModel?}`. Each function
+/// is called with JSON (`beforeTool(callJson, ctxJson)`, `afterTool(callJson, resultJson, ctxJson)`,
+/// `beforeModel(messagesJson, ctxJson)`, `afterModel(responseJson, ctxJson)`; `ctxJson` is `{runId, step,
+/// resumedAfterApproval, state}`) and may answer (or resolve to) a [`HookAnswer`] JSON string or nothing. The
+/// hook's durable state is the checkpoint's hook state under `hook:<name>`. A throw or rejection fails the run
+/// attempt with `STEADFAST_HOOK_FAILED` (resumable), as any hook error does.
+struct JsHook {
+    name: String,
+    key: String,
+    obj: JsValue,
+    before_tool: Option<Function>,
+    after_tool: Option<Function>,
+    before_model: Option<Function>,
+    after_model: Option<Function>,
+}
+
+/// What a custom hook's function answered (every field optional).
+#[derive(serde::Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct HookAnswer {
+    /// The hook's new durable state (with `stateChanged`; `null` is a value).
+    #[serde(default)]
+    state: Value,
+    #[serde(default)]
+    state_changed: bool,
+    /// `beforeTool`: the arguments the tool runs with instead.
+    #[serde(default)]
+    args: Option<Value>,
+    /// `beforeTool`: deny the call with this reason.
+    #[serde(default)]
+    deny: Option<String>,
+    /// `afterTool`: the text the model reads instead.
+    #[serde(default)]
+    content: Option<String>,
+    /// `afterTool`: whether that text reports a failure.
+    #[serde(default)]
+    is_error: Option<bool>,
+    /// `afterModel`: the response used instead (a ModelResponse, read as leniently as a model's).
+    #[serde(default)]
+    response: Option<Value>,
+}
+
+impl JsHook {
+    fn from_js(desc: &JsValue, index: usize) -> Result<JsHook> {
+        let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
+        let name = prop(desc, "name")
+            .as_string()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| cfg(format!("hooks[{index}]: a custom hook needs a non-empty string name")))?;
+        let f = |key: &str| -> Result<Option<Function>> {
+            let v = prop(desc, key);
+            if absent(&v) {
+                return Ok(None);
+            }
+            v.dyn_into::<Function>().map(Some).map_err(|_| cfg(format!("hook '{name}': {key} must be a function")))
+        };
+        let hook = JsHook {
+            key: format!("hook:{name}"),
+            obj: desc.clone(),
+            before_tool: f("beforeTool")?,
+            after_tool: f("afterTool")?,
+            before_model: f("beforeModel")?,
+            after_model: f("afterModel")?,
+            name,
+        };
+        if hook.before_tool.is_none()
+            && hook.after_tool.is_none()
+            && hook.before_model.is_none()
+            && hook.after_model.is_none()
+        {
+            return Err(cfg(format!(
+                "hook '{}' has none of beforeTool, afterTool, beforeModel, afterModel",
+                hook.name
+            )));
+        }
+        Ok(hook)
+    }
+
+    /// Calls `f` with `args` and the context JSON; applies the answer's state and returns the answer.
+    async fn ask(&self, f: &Function, what: &str, args: &[String], ctx: &mut HookContext<'_>) -> Result<HookAnswer> {
+        let context = serde_json::json!({
+            "runId": ctx.run_id,
+            "step": ctx.step,
+            "resumedAfterApproval": ctx.resumed_after_approval,
+            "state": ctx.peek(&self.key).cloned().unwrap_or(Value::Null),
+        });
+        let js_args: Array = args.iter().map(|a| JsValue::from_str(a)).collect();
+        js_args.push(&JsValue::from_str(&context.to_string()));
+        let failed = |m: String| Error::new(ErrorCode::HookFailed, format!("hook '{}' {what} {m}", self.name));
+        let out = call_async(f, &self.obj, &js_args).await.map_err(|e| failed(format!("threw: {}", js_message(&e))))?;
+        if absent(&out) {
+            return Ok(HookAnswer::default());
+        }
+        let text = out.as_string().ok_or_else(|| failed("answered something that is not a hook answer".into()))?;
+        let answer: HookAnswer =
+            serde_json::from_str(&text).map_err(|e| failed(format!("answered an invalid hook answer: {e}")))?;
+        if answer.state_changed {
+            *ctx.state(&self.key) = answer.state.clone();
+        }
+        Ok(answer)
+    }
+}
+
+#[async_trait(?Send)]
+impl Hook for JsHook {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn before_tool(&self, ctx: &mut HookContext<'_>, call: &mut ToolCall) -> Result<Verdict> {
+        let Some(f) = &self.before_tool else { return Ok(Verdict::Continue) };
+        let answer = self.ask(f, "beforeTool", &[encode(&*call)?], ctx).await?;
+        if let Some(reason) = answer.deny {
+            return Ok(Verdict::Deny(reason));
+        }
+        if let Some(args) = answer.args {
+            call.args = args;
+        }
+        Ok(Verdict::Continue)
+    }
+
+    async fn after_tool(&self, ctx: &mut HookContext<'_>, call: &ToolCall, result: &mut ToolResultDraft) -> Result<()> {
+        let Some(f) = &self.after_tool else { return Ok(()) };
+        let draft = serde_json::json!({"content": result.content, "isError": result.is_error});
+        let answer = self.ask(f, "afterTool", &[encode(call)?, draft.to_string()], ctx).await?;
+        if let Some(content) = answer.content {
+            result.content = content;
+        }
+        if let Some(is_error) = answer.is_error {
+            result.is_error = is_error;
+        }
+        Ok(())
+    }
+
+    async fn before_model(&self, ctx: &mut HookContext<'_>, messages: &[Message]) -> Result<()> {
+        let Some(f) = &self.before_model else { return Ok(()) };
+        self.ask(f, "beforeModel", &[encode(&messages)?], ctx).await.map(|_| ())
+    }
+
+    async fn after_model(&self, ctx: &mut HookContext<'_>, response: &mut ModelResponse) -> Result<()> {
+        let Some(f) = &self.after_model else { return Ok(()) };
+        let answer = self.ask(f, "afterModel", &[encode(&*response)?], ctx).await?;
+        if let Some(replacement) = answer.response {
+            *response = parse_response(&replacement.to_string())?;
+        }
+        Ok(())
     }
 }
 
@@ -268,6 +428,10 @@ struct JsTool {
     approval: ApprovalRule,
     obj: JsValue,
     execute: Function,
+    /// `sideEffecting: true`, or a `reconcile` function: the call's intent is recorded before it runs.
+    side_effecting: bool,
+    /// `reconcile(argsJson, ctxJson)`: after a call whose outcome was not recorded, did its effect happen?
+    reconcile: Option<Function>,
 }
 
 impl JsTool {
@@ -294,7 +458,18 @@ impl JsTool {
         } else {
             return Err(cfg(format!("{what}: needsApproval must be a boolean or a function")));
         };
-        Ok(JsTool { name, description, schema, approval, obj, execute })
+        let reconcile = match prop(&obj, "reconcile") {
+            v if absent(&v) => None,
+            v => Some(v.dyn_into::<Function>().map_err(|_| cfg(format!("{what}: reconcile must be a function")))?),
+        };
+        let side_effecting = match prop(&obj, "sideEffecting") {
+            v if absent(&v) => reconcile.is_some(),
+            v => {
+                v.as_bool().ok_or_else(|| cfg(format!("{what}: sideEffecting must be a boolean")))?
+                    || reconcile.is_some()
+            }
+        };
+        Ok(JsTool { name, description, schema, approval, obj, execute, side_effecting, reconcile })
     }
 }
 
@@ -348,6 +523,27 @@ impl Tool for JsTool {
         }
     }
 
+    fn side_effecting(&self) -> bool {
+        self.side_effecting
+    }
+
+    /// Calls the JS `reconcile(argsJson, ctxJson)` (`ctxJson`: `{toolCallId}`): `null`/`undefined` means "no
+    /// effect found, run it again"; any other value is the call's output, recorded without running it. A throw
+    /// fails the resume (`STEADFAST_TOOL_PROPAGATED`, resumable).
+    async fn reconcile(&self, args: &Value, key: &str) -> std::result::Result<Option<ToolOutput>, ToolError> {
+        let Some(f) = &self.reconcile else { return Ok(None) };
+        let ctx = serde_json::json!({ "toolCallId": key }).to_string();
+        let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx));
+        match call_async(f, &self.obj, &js_args).await {
+            Ok(v) if absent(&v) => Ok(None),
+            Ok(v) => tool_output(&v).map(Some),
+            Err(e) => {
+                let kind = prop(&e, "name").as_string().filter(|n| !n.is_empty()).unwrap_or_else(|| "Error".into());
+                Err(ToolError::typed(kind, js_message(&e)))
+            }
+        }
+    }
+
     async fn execute(&self, args: Value, ctx: ToolContext) -> std::result::Result<ToolOutput, ToolError> {
         let ctx_json = encode(&ToolCallContext::from(&ctx)).map_err(|e| ToolError::typed("TypeError", e.message))?;
         let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx_json));
@@ -356,6 +552,150 @@ impl Tool for JsTool {
             Err(e) => Err(tool_error(&e, &ctx.run_id)),
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Time from JS, recovery callbacks, warnings.
+
+/// A JS clock `{now(): number, sleep(ms): Promise<void>, cancel?(sleep)}` (the package's `testClock()`, or the
+/// caller's own) as the runtime's [`Clock`] and [`Sleep`]. A `now` that throws or answers something that is not
+/// a finite, non-negative number later keeps the last good reading; a `sleep` that throws or rejects falls back
+/// to the platform timer (never a sleep that returns at once, which would spin a waiting loop). A sleep the
+/// runtime gives up on (a race it lost) is handed back to `cancel` with the promise `sleep` returned, so a
+/// test clock does not move time for a timer nobody waits on.
+#[derive(Clone)]
+struct JsObjClock {
+    obj: JsValue,
+    now: Function,
+    sleep: Function,
+    cancel: Option<Function>,
+    last: Rc<Cell<u64>>,
+}
+
+impl JsObjClock {
+    /// Reads `{now, sleep, cancel?}` (`what` names the option); `now` must answer a reading at once.
+    fn from_js(obj: JsValue, what: &str) -> Result<JsObjClock> {
+        let now = method(&obj, "now", what)?;
+        let sleep = method(&obj, "sleep", what)?;
+        // Ignored (`.ok()`): a clock without `cancel` lets abandoned sleeps run out.
+        let cancel = prop(&obj, "cancel").dyn_into::<Function>().ok();
+        let first = now.call0(&obj).ok().and_then(|v| reading(&v)).ok_or_else(|| {
+            Error::new(
+                ErrorCode::ConfigInvalid,
+                format!("{what}: now() must return milliseconds (a finite number >= 0)"),
+            )
+        })?;
+        Ok(JsObjClock { obj, now, sleep, cancel, last: Rc::new(Cell::new(first)) })
+    }
+}
+
+/// Hands a sleep that was not waited out back to the clock's `cancel` when dropped.
+struct CancelOnDrop<'a> {
+    clock: &'a JsObjClock,
+    token: Option<JsValue>,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if let (Some(token), Some(cancel)) = (self.token.take(), &self.clock.cancel) {
+            // Ignored: a cancel that throws only leaves the sleep to run out.
+            let _ = cancel.call1(&self.clock.obj, &token);
+        }
+    }
+}
+
+/// A clock reading: a finite, non-negative number of milliseconds.
+fn reading(v: &JsValue) -> Option<u64> {
+    v.as_f64().filter(|n| n.is_finite() && *n >= 0.0).map(|n| n as u64)
+}
+
+impl Clock for JsObjClock {
+    fn now_ms(&self) -> u64 {
+        if let Some(now) = self.now.call0(&self.obj).ok().and_then(|v| reading(&v)) {
+            self.last.set(now);
+        }
+        self.last.get()
+    }
+}
+
+#[async_trait(?Send)]
+impl Sleep for JsObjClock {
+    async fn sleep(&self, ms: u64) {
+        let Ok(pending) = self.sleep.call1(&self.obj, &JsValue::from_f64(ms as f64)) else {
+            return JsSleep.sleep(ms).await;
+        };
+        let mut guard = CancelOnDrop { clock: self, token: Some(pending.clone()) };
+        let waited = settle(pending).await;
+        guard.token = None;
+        if waited.is_err() {
+            JsSleep.sleep(ms).await;
+        }
+    }
+}
+
+/// The clock of an optional JS `clock` option: the given one, else the platform's.
+fn clock_of(js: &JsValue, what: &str) -> Result<(Rc<dyn Clock>, Rc<dyn Sleep>)> {
+    if absent(js) {
+        return Ok((Rc::new(JsClock), Rc::new(JsSleep)));
+    }
+    let c = JsObjClock::from_js(js.clone(), what)?;
+    Ok((Rc::new(c.clone()), Rc::new(c)))
+}
+
+/// `console.warn(line)`, looked up at each call (so a host or a test that replaces it sees the line).
+fn console_warn(line: &str) {
+    let console = prop(&js_sys::global(), "console");
+    if let Ok(warn) = prop(&console, "warn").dyn_into::<Function>() {
+        // Ignored: a warning that cannot be written must not fail the run that caused it.
+        let _ = warn.call1(&console, &JsValue::from_str(line));
+    }
+}
+
+/// The recovery sweep's callbacks as a JS object, each optional: `onRecovered(runId, resultJson)`,
+/// `onQuarantined(pendingRunJson)`, `onOutage(active)`, `onError(error, runId | undefined)` (`error` as
+/// [`js_error`] makes it). A callback that throws is an error the sweep passes to `onError` and counts
+/// (`STEADFAST_HOOK_FAILED`, "<callback> threw: <message>"); it never stops the loop.
+struct JsListener(JsValue);
+
+impl JsListener {
+    fn call(&self, name: &str, args: &[JsValue]) -> Result<()> {
+        let Ok(f) = prop(&self.0, name).dyn_into::<Function>() else { return Ok(()) };
+        let args: Array = args.iter().collect();
+        f.apply(&self.0, &args)
+            .map(|_| ())
+            .map_err(|e| Error::new(ErrorCode::HookFailed, format!("{name} threw: {}", js_message(&e))))
+    }
+}
+
+impl SweepListener for JsListener {
+    fn on_recovered(&self, run_id: &str, result: &RunResult) -> Result<()> {
+        self.call("onRecovered", &[JsValue::from_str(run_id), JsValue::from_str(&encode(result)?)])
+    }
+    fn on_quarantined(&self, run: &PendingRun) -> Result<()> {
+        self.call("onQuarantined", &[JsValue::from_str(&encode(run)?)])
+    }
+    fn on_outage(&self, active: bool) -> Result<()> {
+        self.call("onOutage", &[JsValue::from_bool(active)])
+    }
+    fn on_error(&self, error: &Error, run_id: Option<&str>) -> Result<()> {
+        let run = run_id.map_or(JsValue::UNDEFINED, JsValue::from_str);
+        self.call("onError", &[js_error(error), run])
+    }
+}
+
+/// Compares two runs, each a checkpoint or a transcript (JSON), without a store (synchronous): the Comparison
+/// JSON. Throws `STEADFAST_INVALID_INPUT` for anything else.
+#[wasm_bindgen(js_name = compareTrajectories)]
+pub fn compare_trajectories(a_json: &str, b_json: &str) -> std::result::Result<String, JsValue> {
+    let parse = |s: &str, which: &str| {
+        serde_json::from_str::<Value>(s)
+            .map_err(|e| Error::invalid_input(format!("compareTrajectories: run {which} is not JSON: {e}")))
+    };
+    parse(a_json, "a")
+        .and_then(|a| Ok((a, parse(b_json, "b")?)))
+        .and_then(|(a, b)| compare_json(&a, &b))
+        .and_then(|c| encode(&c))
+        .map_err(|e| js_error(&e))
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -376,11 +716,19 @@ impl JsStore {
 
     /// A journal store over a Workers `KVNamespace` (`get`, `put`, `delete`, `list`; bulk `get(keys[])`).
     /// `options_json` is `JournalOptions` as JSON (`{prefix, historyLimit, settleMs, …}`), optional.
-    pub fn kv(namespace: JsValue, options_json: Option<String>) -> std::result::Result<JsStore, JsValue> {
+    /// `clock` (optional) is a JS clock `{now, sleep}` the store reads instead of the platform's (lease settle
+    /// windows, retry spacing, save times).
+    pub fn kv(
+        namespace: JsValue,
+        options_json: Option<String>,
+        clock: Option<JsValue>,
+    ) -> std::result::Result<JsStore, JsValue> {
         let opts: JournalOptions = decode_opt(options_json, "KV store options").map_err(|e| js_error(&e))?;
         opts.validate().map_err(|e| js_error(&e))?;
+        let (clock, sleep) =
+            clock_of(&clock.unwrap_or(JsValue::UNDEFINED), "the KV store's clock").map_err(|e| js_error(&e))?;
         let kv = WorkersKv::new(namespace).map_err(|e| js_error(&e))?;
-        let store = JournalStore::new(kv, Rc::new(JsClock), Rc::new(JsSleep), opts);
+        let store = JournalStore::new(kv, clock, sleep, opts);
         Ok(JsStore { store: Rc::new(store) })
     }
 
@@ -393,7 +741,7 @@ impl JsStore {
                 ErrorCode::ConfigInvalid,
                 format!("store {other:?} is unknown: use \"memory\" or a KV namespace"),
             ))),
-            None => JsStore::kv(spec, None),
+            None => JsStore::kv(spec, None, None),
         }
     }
 }
@@ -534,7 +882,9 @@ fn with_events<T: Serialize>(result: &T, sink: Option<VecSink>) -> Result<Value>
 #[wasm_bindgen]
 impl JsAgent {
     /// Builds an agent from `{model, tools?, hooks?, instructions?, maxSteps?, toolConcurrency?, onAgentDrift?,
-    /// loopWindow?, retry?, lease?}` over `store`. Throws `STEADFAST_CONFIG_INVALID` for a bad configuration.
+    /// loopWindow?, retry?, lease?, clock?}` over `store` (`clock`: a JS clock `{now, sleep}` read instead of the
+    /// platform's). Warnings (a drift under `onAgentDrift: "warn"`) go to `console.warn`. Throws
+    /// `STEADFAST_CONFIG_INVALID` for a bad configuration.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue, store: &JsStore) -> std::result::Result<JsAgent, JsValue> {
         JsAgent::build(&options, store.store.clone()).map(|agent| JsAgent { agent }).map_err(|e| js_error(&e))
@@ -570,10 +920,12 @@ impl JsAgent {
             instructions.as_string().ok_or_else(|| cfg("instructions must be a string".into()))?
         };
 
+        let (clock, sleep) = clock_of(&prop(options, "clock"), "the agent's clock")?;
         let mut b = Agent::builder(model)
             .store_rc(store)
-            .clock(Rc::new(JsClock))
-            .sleep(Rc::new(JsSleep))
+            .clock(clock)
+            .sleep(sleep)
+            .warn(Rc::new(console_warn))
             .rng(Rc::new(js_rng()))
             .options(agent_options)
             .instructions(instructions);
@@ -719,6 +1071,29 @@ impl JsAgent {
         promise(async move {
             let opts: SweepOptions = decode_opt(options_json, "sweep options")?;
             agent.sweep(&opts, &NoListener).await
+        })
+    }
+
+    /// Runs sweep ticks every `every_ms` (default: the options' `intervalMs`) until `signal` aborts
+    /// ([`Agent::recover`]), reporting to `listener` (see [`JsListener`]); resolves to the number of ticks.
+    pub fn recover(
+        &self,
+        options_json: Option<String>,
+        every_ms: Option<f64>,
+        listener: JsValue,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let opts: SweepOptions = decode_opt(options_json, "recover options")?;
+            let every = match every_ms {
+                None => opts.interval_ms,
+                Some(ms) if ms.is_finite() && ms >= 0.0 => ms as u64,
+                Some(ms) => return Err(Error::invalid_input(format!("everyMs must be a number >= 0, not {ms}"))),
+            };
+            let (stop, _link) = link_abort(signal)?;
+            let stop = stop.unwrap_or_default();
+            Ok(agent.recover(&opts, every, &JsListener(listener), &stop).await)
         })
     }
 

@@ -82,6 +82,15 @@ impl AgentDrift {
         }
         parts.join("; ")
     }
+
+    /// The operator warning for run `run_id` resumed by a changed agent under `onAgentDrift: warn`.
+    pub fn warning(&self, run_id: &str) -> String {
+        format!(
+            "steadfast: run '{run_id}' was resumed by a changed agent ({}); it continues (onAgentDrift: \"warn\"; \
+             \"error\" refuses such a resume, \"ignore\" silences this)",
+            self.describe()
+        )
+    }
 }
 
 /// Hex SHA-256 of bytes, full length.

@@ -5,6 +5,7 @@
 //! drift between the runs: tool-order, argument, step-count and finish-reason differences. Pure: no I/O.
 
 use super::checkpoint::{Checkpoint, FinishReason};
+use super::error::{Error, Result};
 use super::transcript::Message;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -203,6 +204,41 @@ pub fn compare_trajectories(a: &[Message], b: &[Message]) -> Comparison {
 /// `finish_reason`.
 pub fn compare_checkpoints(a: &Checkpoint, b: &Checkpoint) -> Comparison {
     compare_steps(Trajectory::of(&a.messages), Trajectory::of(&b.messages), a.finish_reason, b.finish_reason)
+}
+
+/// One run of a comparison read from JSON: a checkpoint (an object with `messages`, whose recorded
+/// `finishReason` is used) or a plain transcript (an array of messages, whose finish reason is derived).
+fn side_of_json(v: &Value, which: &str) -> Result<(Vec<Message>, Option<FinishReason>)> {
+    let bad = |why: String| Error::invalid_input(format!("compareTrajectories: run {which} {why}"));
+    match v {
+        Value::Array(_) => {
+            let messages: Vec<Message> =
+                serde_json::from_value(v.clone()).map_err(|e| bad(format!("is not a transcript: {e}")))?;
+            let finish = derived_finish_reason(&messages);
+            Ok((messages, finish))
+        }
+        Value::Object(obj) => {
+            let messages = obj.get("messages").ok_or_else(|| bad("is an object without `messages`".into()))?;
+            let messages: Vec<Message> = serde_json::from_value(messages.clone())
+                .map_err(|e| bad(format!("has `messages` that are not a transcript: {e}")))?;
+            let finish = match obj.get("finishReason") {
+                None | Some(Value::Null) => None,
+                Some(f) => Some(
+                    serde_json::from_value(f.clone()).map_err(|e| bad(format!("has an unknown finishReason: {e}")))?,
+                ),
+            };
+            Ok((messages, finish))
+        }
+        _ => Err(bad("is neither a checkpoint nor a transcript (an array of messages)".into())),
+    }
+}
+
+/// Compares two runs given as JSON, each a checkpoint or a transcript (see [`side_of_json`]); anything else is
+/// `STEADFAST_INVALID_INPUT`.
+pub fn compare_json(a: &Value, b: &Value) -> Result<Comparison> {
+    let (ma, fa) = side_of_json(a, "a")?;
+    let (mb, fb) = side_of_json(b, "b")?;
+    Ok(compare_steps(Trajectory::of(&ma), Trajectory::of(&mb), fa, fb))
 }
 
 fn compare_steps(
@@ -486,5 +522,35 @@ mod tests {
         assert_eq!(c.drift.step_count, Some(CountDiff { a: 2, b: 1 }));
         // Step 1 of `pending` has no result yet: it differs from the answered call.
         assert_eq!(c.diverged_at, Some(1));
+    }
+
+    #[test]
+    fn compare_json_takes_checkpoints_or_transcripts_and_refuses_anything_else() {
+        let mut cp = Checkpoint::new("trip");
+        cp.messages = trip();
+        cp.finish_reason = Some(FinishReason::MaxSteps);
+        let cp_json = serde_json::to_value(&cp).unwrap();
+        let mut pending = trip();
+        pending.truncate(2);
+        let transcript = serde_json::to_value(&pending).unwrap();
+        // Each side as the typed comparison would see it: the checkpoint's recorded finish reason, the
+        // transcript's derived one.
+        let expected = compare_steps(
+            Trajectory::of(&cp.messages),
+            Trajectory::of(&pending),
+            Some(FinishReason::MaxSteps),
+            derived_finish_reason(&pending),
+        );
+        assert_eq!(compare_json(&cp_json, &transcript).unwrap(), expected);
+        assert_eq!(compare_json(&cp_json, &cp_json).unwrap(), compare_checkpoints(&cp, &cp));
+        let whole = serde_json::to_value(trip()).unwrap();
+        assert_eq!(compare_json(&whole, &transcript).unwrap(), compare_trajectories(&trip(), &pending));
+        for bad in [json!("trip"), json!(3), json!({"status": "finished"}), json!([{"role": "nobody"}])] {
+            let e = compare_json(&bad, &whole).unwrap_err();
+            assert_eq!(e.code, crate::core::error::ErrorCode::InvalidInput, "{bad}");
+            assert!(e.message.contains("run a"), "{}", e.message);
+            let e = compare_json(&whole, &bad).unwrap_err();
+            assert!(e.message.contains("run b"), "{}", e.message);
+        }
     }
 }

@@ -64,7 +64,11 @@ pub struct AgentBuilder {
     clock: Option<Rc<dyn Clock>>,
     sleep: Option<Rc<dyn Sleep>>,
     rng: Option<Rc<dyn Rng>>,
+    warn: Option<Warn>,
 }
+
+/// Where an agent writes operator warnings, one line each (see [`AgentBuilder::warn`]).
+pub type Warn = Rc<dyn Fn(&str)>;
 
 impl AgentBuilder {
     /// Adds a tool.
@@ -133,6 +137,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Sets where the agent writes warnings meant for the operator (one line each): today a resume by a changed
+    /// agent under `onAgentDrift: warn` (besides its `agent.drift` event). The npm package passes
+    /// `console.warn`; without one, warnings are only events.
+    pub fn warn(mut self, warn: Warn) -> Self {
+        self.warn = Some(warn);
+        self
+    }
+
     /// Checks the configuration and builds the agent. Fails with `STEADFAST_CONFIG_INVALID` for duplicate or
     /// empty tool names, schemas that do not compile, a missing store, or (on wasm) a missing clock/timer.
     pub fn build(self) -> Result<Agent> {
@@ -197,6 +209,7 @@ impl AgentBuilder {
                 clock,
                 sleep,
                 rng,
+                warn: self.warn,
                 fingerprint,
             }),
         })
@@ -238,6 +251,7 @@ impl Agent {
             clock: None,
             sleep: None,
             rng: None,
+            warn: None,
         }
     }
 

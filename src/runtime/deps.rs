@@ -32,6 +32,8 @@ pub(crate) struct Deps {
     pub(crate) clock: Rc<dyn Clock>,
     pub(crate) sleep: Rc<dyn Sleep>,
     pub(crate) rng: Rc<dyn Rng>,
+    /// Where operator warnings go (see [`super::AgentBuilder::warn`]).
+    pub(crate) warn: Option<super::agent::Warn>,
     pub(crate) options: AgentOptions,
 }
 

@@ -449,6 +449,9 @@ impl<'a> Driver<'a> {
             event,
         };
         self.seq += 1;
+        if let (Event::AgentDrift(drift), Some(warn)) = (&env.event, &self.deps.warn) {
+            warn(&drift.warning(&env.run_id));
+        }
         if let Some(sink) = &self.opts.events {
             sink.emit(&env);
         }

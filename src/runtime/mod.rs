@@ -36,7 +36,7 @@ pub use crate::time::{Clock, Sleep};
 pub use crate::time::{ManualClock, ManualSleep, SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
 #[cfg(not(target_arch = "wasm32"))]
 pub use crate::time::{SystemClock, ThreadSleep};
-pub use agent::{Agent, AgentBuilder, Input};
+pub use agent::{Agent, AgentBuilder, Input, Warn};
 pub use approvals::{Approvals, Resolve};
 pub use feed::{ModelFeed, ModelFrame};
 pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};

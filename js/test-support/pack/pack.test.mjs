@@ -51,18 +51,21 @@ test("the tarball has the built package and no runtime dependencies", () => {
 // function or class) or a type only. A change here is a change for every user: update the list deliberately.
 const PUBLIC_EXPORTS = {
   values: [
-    "PropagatedToolError", "ProviderHttpError", "SessionAwaitingApprovalError", "SteadfastError", "createAgent",
-    "defineTool", "kvStore", "memoryStore", "mockModel", "outputCheck", "progressGuard",
+    "PropagatedToolError", "PropagatingToolError", "ProviderHttpError", "SessionAwaitingApprovalError", "SteadfastError",
+    "compareTrajectories", "createAgent", "defineHook", "defineTool", "kvStore", "memoryStore", "mockModel", "outputCheck",
+    "progressGuard", "testClock",
   ],
   types: [
-    "Agent", "AgentDrift", "AgentOptions", "ApprovalRecord", "ApprovalStatus", "Checkpoint", "Comparison", "Delivery",
+    "AbortSignalLike", "AfterToolAnswer", "Agent", "AgentDrift", "AgentOptions", "BeforeToolAnswer", "CustomHook",
+    "HookContext", "ApprovalRecord", "ApprovalStatus", "Checkpoint", "Clock",
+    "Comparison", "Delivery",
     "ErrorCode", "ErrorInfo", "Event", "EventEnvelope", "Fingerprint", "FinishReason", "ForkOptions", "ForkResult",
     "HistoryEntry", "Hook", "Input", "Json", "KVNamespaceLike", "KvStoreOptions", "Message", "MockModel",
     "MockModelOptions", "MockTurn", "Model", "ModelChange", "ModelRequest", "ModelResponse", "OutputCheckFn",
     "OutputCheckHook", "PendingRun", "ProgressGuardHook", "ProgressGuardOptions", "RecoverOptions", "Recovery",
-    "ResultKind", "ResumeOptions", "RunEvent", "RunOnceOptions", "RunResult", "RunStats", "RunStatus", "SendOptions",
-    "Store", "SweepOptions", "SweepReport", "Tool", "ToolCall", "ToolContext", "ToolResult", "ToolSpec",
-    "TrajectoryStep", "Usage",
+    "RecoveryRun", "ResultKind", "ResumeOptions", "RunEvent", "RunOnceOptions", "RunResult", "RunStats", "RunStatus",
+    "SendOptions", "Store", "SweepOptions", "SweepReport", "TestClock", "TestClockOptions", "Tool", "ToolCall",
+    "ToolContext", "ToolResult", "ToolSpec", "TrajectoryStep", "Usage",
   ],
 };
 
@@ -86,12 +89,13 @@ test("examples/worker.ts type-checks against the installed package", () => {
     JSON.stringify({
       compilerOptions: {
         target: "ES2022",
-        lib: ["ES2022", "esnext.disposable", "dom"],
+        lib: ["ES2022", "dom"],
         module: "ESNext",
         moduleResolution: "Bundler",
         customConditions: ["workerd"],
         strict: true,
         noEmit: true,
+        skipLibCheck: false,
         types: [],
       },
       files: ["src/worker.ts"],
@@ -99,6 +103,22 @@ test("examples/worker.ts type-checks against the installed package", () => {
   );
   try {
     run(tsc, ["-p", "."], project);
+  } catch (e) {
+    assert.fail(`tsc failed:\n${e.stdout}${e.stderr}`);
+  }
+});
+
+test("a consumer type-checks against the installed package with skipLibCheck false and only lib ES2022 (no DOM, Node or esnext.disposable)", () => {
+  const dir = join(project, "strict");
+  mkdirSync(dir, { recursive: true });
+  copyFileSync(join(js, "test-support/types/consumer.ts"), join(dir, "consumer.ts"));
+  const config = JSON.parse(readFileSync(join(js, "test-support/types/tsconfig.json"), "utf8"));
+  assert.deepEqual(config.compilerOptions.lib, ["ES2022"]);
+  assert.equal(config.compilerOptions.skipLibCheck, false);
+  assert.deepEqual(config.compilerOptions.types, []);
+  writeFileSync(join(dir, "tsconfig.json"), JSON.stringify(config));
+  try {
+    run(tsc, ["-p", "."], dir);
   } catch (e) {
     assert.fail(`tsc failed:\n${e.stdout}${e.stderr}`);
   }

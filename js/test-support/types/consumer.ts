@@ -1,5 +1,16 @@
-// Compiled (noEmit) by scripts/test.sh: a consumer's view of the published types.
+// Compiled (noEmit) by scripts/test.sh and by the packaging test against the installed tarball: a consumer's
+// view of the published types, under `skipLibCheck: false` with `lib: ["ES2022"]` and no ambient types (no DOM,
+// no Node, no `esnext.disposable`): so it uses no global beyond ES2022.
 import {
+  compareTrajectories,
+  defineHook,
+  PropagatingToolError,
+  type HookContext,
+  testClock,
+  type Checkpoint,
+  type PendingRun,
+  type RecoveryRun,
+  type TestClock,
   createAgent,
   defineTool,
   kvStore,
@@ -84,8 +95,56 @@ export async function example(): Promise<RunResult | null> {
     void [runOf, eventCount, badOutcome, stepsApart, savedAt, report.probe, hash];
     return r;
   } catch (e) {
-    if (e instanceof SessionAwaitingApprovalError) console.log(e.sessionId, e.approvalId);
+    if (e instanceof SessionAwaitingApprovalError) void [e.sessionId, e.approvalId];
     else if (e instanceof SteadfastError && e.retryable) return agent.resume("s-1");
     throw e;
   }
 }
+
+// The documents' names and the test clock.
+export async function recovery(signal: { readonly aborted: boolean; addEventListener(type: "abort", f: () => void): void }) {
+  const clock: TestClock = testClock({ start: 0, auto: false });
+  const agent = createAgent({ provider: mockModel(["done"]), store: memoryStore(), clock });
+  const seen: string[] = [];
+  const recovery = agent.recover({
+    intervalMs: 1_000,
+    onRecovered: (run: RecoveryRun, result) => {
+      seen.push(`${run.sessionId}: ${result.text}`);
+      void recovery.stop();
+    },
+    onQuarantined: (run: PendingRun) => seen.push(`${run.sessionId} after ${run.attempts}`),
+    onError: (error, run) => seen.push(`${run?.sessionId} ${error.code}`),
+    signal,
+  });
+  await clock.advance(1_000);
+  await recovery.done;
+  const pending: PendingRun[] = await agent.pending();
+  const a: Checkpoint | null = await agent.load("a");
+  const b = await agent.load("b");
+  if (a && b) void compareTrajectories(a, b).divergedAt;
+  void compareTrajectories(a?.messages ?? [], []).drift;
+  const err: PropagatingToolError = new PropagatingToolError("down", { retryable: true });
+  return [seen, pending, err.retryable, clock.now(), clock.sleeps.length] as const;
+}
+
+// A custom hook: answers are checked.
+export const policy = defineHook({
+  name: "policy",
+  beforeTool: async (call, ctx: HookContext) => {
+    ctx.state = { seen: call.name };
+    return call.name === "rm" ? { deny: "no" } : { args: { ...(call.args as object), limit: 10 } };
+  },
+  afterTool: (_call, result) => (result.isError ? { content: "failed", isError: true } : undefined),
+  afterModel: (response) => ({ response: { ...response, text: response.text ?? "" } }),
+});
+// @ts-expect-error deny must be a string
+export const badPolicy = defineHook({ name: "bad", beforeTool: () => ({ deny: 3 }) });
+
+// A side-effecting tool with reconcile.
+export const charge = defineTool<{ amount: number }>({
+  name: "charge",
+  description: "Charge",
+  sideEffecting: true,
+  execute: async ({ amount }, ctx) => ({ amount, id: ctx.toolCallId }),
+  reconcile: async ({ amount }, { toolCallId }) => (amount > 0 ? `found ${toolCallId}` : null),
+});

@@ -3,10 +3,53 @@ import {
   createAgent,
   defineTool,
   kvStore,
+  memoryStore,
   mockModel,
   PropagatedToolError,
+  PropagatingToolError,
   SessionAwaitingApprovalError,
+  testClock,
 } from "../../dist/entrypoints/workerd.js";
+
+/** durable-execution.txt, "Recovering automatically", as written (imports adapted, `input: z.object({})` left
+ * out); what it logs is returned. `store` and `clock` are the seed's memoryStore() unless given. */
+async function seedRecoverExample({ store = memoryStore(), clock } = {}) {
+  const logged = [];
+  const console = { log: (...a) => logged.push(a.join(" ")), error: (...a) => logged.push(["error", ...a].join(" ")) };
+  let charges = 0;
+  let attempts = 0;
+  const tools = [
+    defineTool({ name: 'charge', description: 'Charge the card', execute: async () => `charged ${++charges}` }),
+    // Stands in for the process dying mid-step: it fails the first time only.
+    defineTool({
+      name: 'ship',
+      description: 'Ship the order',
+      execute: async () => {
+        if (++attempts === 1) throw new PropagatingToolError('process died');
+        return 'shipped';
+      },
+    }),
+  ];
+  const agent = createAgent({
+    provider: mockModel([{ toolCalls: [{ name: 'charge' }] }, { toolCalls: [{ name: 'ship' }] }, 'Order charged and shipped.']),
+    tools,
+    store,
+    ...(clock ? { clock } : {}),
+  });
+  await agent.send('Charge and ship order 7', { sessionId: 'order-7' }).catch(() => undefined); // interrupted after the charge
+
+  const recovery = agent.recover({
+    intervalMs: 1_000,
+    onRecovered: (run, result) => {
+      console.log(`${run.sessionId}: ${result.text}`); // order-7: Order charged and shipped.
+      void recovery.stop(); // a server keeps it running and stops it on shutdown (or passes `signal`)
+    },
+    onError: (error, run) => console.error('recovery failed', run?.sessionId, error),
+  });
+  await recovery.done; // resolves once the loop stopped
+  console.log(charges); // 1: the completed charge step did not run again
+  return { logged, pending: await agent.pending() };
+}
 
 const counts = { charges: 0, shipments: 0, shipAttempts: 0, refunds: 0 };
 const schema = { type: "object", properties: { order: { type: "number" } }, required: ["order"] };
@@ -59,6 +102,15 @@ export default {
             refused = { awaiting: e instanceof SessionAwaitingApprovalError, sessionId: e.sessionId, approvalId: e.approvalId };
           }
           return json({ status: r.status, approvalId: r.approvalId, refused });
+        }
+        case "/seed-recover":
+          return json(await seedRecoverExample());
+        case "/seed-recover-kv": {
+          // The same on the KV binding, with a test clock for the agent and the store: no real waiting.
+          const clock = testClock();
+          const started = Date.now();
+          const out = await seedRecoverExample({ store: kvStore(env.RUNS, { prefix: "seed/", clock }), clock });
+          return json({ ...out, virtualMs: clock.now() - Date.UTC(2026, 0, 1), realMs: Date.now() - started });
         }
         case "/resolve": {
           const agent = agentFor(env, "refund");

@@ -2,7 +2,7 @@
 //! What to do with each listed run is decided in core ([`crate::core::sweep`]); this module lists, checks,
 //! resumes and keeps the breaker and the listing cursor in the store.
 
-use crate::core::checkpoint::RunStatus;
+use crate::core::checkpoint::{FinishReason, RunStatus};
 use crate::core::classify::is_provider_outage;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::sweep::{
@@ -35,6 +35,40 @@ pub trait SweepListener {
     /// The sweep could not list the store (`run_id` `None`) or a resume failed.
     fn on_error(&self, _error: &Error, _run_id: Option<&str>) -> Result<()> {
         Ok(())
+    }
+    /// A signal that stops the sweep: once aborted, the resume in flight is aborted (its checkpoint stays, as for
+    /// any aborted run) and the tick starts nothing more. [`Agent::recover`] passes its `stop`.
+    fn stop(&self) -> Option<&AbortSignal> {
+        None
+    }
+}
+
+/// Whether the listener's stop signal was aborted.
+fn stopped(listener: &dyn SweepListener) -> bool {
+    listener.stop().is_some_and(AbortSignal::is_aborted)
+}
+
+/// [`Agent::recover`]'s listener: the caller's callbacks, and the loop's stop signal.
+struct Stopping<'a> {
+    inner: &'a dyn SweepListener,
+    stop: &'a AbortSignal,
+}
+
+impl SweepListener for Stopping<'_> {
+    fn on_recovered(&self, run_id: &str, result: &RunResult) -> Result<()> {
+        self.inner.on_recovered(run_id, result)
+    }
+    fn on_quarantined(&self, run: &PendingRun) -> Result<()> {
+        self.inner.on_quarantined(run)
+    }
+    fn on_outage(&self, active: bool) -> Result<()> {
+        self.inner.on_outage(active)
+    }
+    fn on_error(&self, error: &Error, run_id: Option<&str>) -> Result<()> {
+        self.inner.on_error(error, run_id)
+    }
+    fn stop(&self) -> Option<&AbortSignal> {
+        Some(self.stop)
     }
 }
 
@@ -160,7 +194,7 @@ impl Agent {
         let initial = state.clone();
         let mut tick = Tick { probe_free: true, done: HashSet::new() };
         // A due probe goes to the run the breaker remembers, wherever the listing stands.
-        if probe_due(&state, self.deps.now()) {
+        if probe_due(&state, self.deps.now()) && !stopped(listener) {
             if let Some(id) = state.probe.clone() {
                 self.probe_remembered(&id, opts, &mut state, &mut tick, &mut report, listener).await;
             }
@@ -246,6 +280,9 @@ impl Agent {
             };
             report.listed += page.runs.len();
             let skip_to = state.cursor.clone();
+            if stopped(listener) {
+                return Ok(());
+            }
             let runs: Vec<&PendingRun> =
                 page.runs.iter().filter(|r| skip_to.as_deref().is_none_or(|c| r.run_id.as_str() > c)).collect();
             let cands: Vec<Candidate<'_>> = runs.iter().map(|r| candidate(r)).collect();
@@ -259,7 +296,7 @@ impl Agent {
             // Whether each run is still pending, checked (in bulk) only for the runs the tick acts on.
             let mut fresh: Vec<Option<bool>> = vec![None; runs.len()];
             for (i, run) in runs.iter().enumerate() {
-                if full(report) {
+                if full(report) || stopped(listener) {
                     return Ok(());
                 }
                 report.examined += 1;
@@ -341,7 +378,8 @@ impl Agent {
     }
 
     /// Runs sweep ticks every `interval_ms` until `stop` is aborted (for long-lived hosts; on Workers use one
-    /// `sweep` per cron invocation). Returns the number of ticks.
+    /// `sweep` per cron invocation). Aborting `stop` also aborts the resume in flight (its checkpoint stays for
+    /// the next start) and the tick starts nothing more. Returns the number of ticks.
     pub async fn recover(
         &self,
         opts: &SweepOptions,
@@ -350,9 +388,10 @@ impl Agent {
         stop: &AbortSignal,
     ) -> u64 {
         let mut ticks = 0;
+        let listener = Stopping { inner: listener, stop };
         while !stop.is_aborted() {
             // Ignored: every error a tick fails with was passed to `listener.on_error` already; the loop goes on.
-            let _ = self.sweep(opts, listener).await;
+            let _ = self.sweep(opts, &listener).await;
             ticks += 1;
             let sleep = self.deps.sleep.clone();
             let nap = sleep.sleep(interval_ms.max(1));
@@ -375,8 +414,10 @@ impl Agent {
         report: &mut SweepReport,
         listener: &dyn SweepListener,
     ) {
-        let res = self.resume(run_id, SendOptions::default()).await;
+        let res = self.resume(run_id, SendOptions { abort: listener.stop().cloned(), ..SendOptions::default() }).await;
         let attempt = match &res {
+            // Stopped by the sweep's own stop signal: no word on the provider.
+            Ok(Some(r)) if r.finish_reason == Some(FinishReason::Aborted) => Attempt::Other,
             Ok(Some(_)) => Attempt::Succeeded,
             // Nothing to resume (it finished or went away meanwhile): no word on the provider.
             Ok(None) => Attempt::Other,
