@@ -191,9 +191,12 @@ pub struct ModelConfig {
     /// The NAME of the secret holding the API key (default `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_secret: Option<String>,
-    /// Output token cap.
+    /// Output token cap (OpenAI: sent as `max_completion_tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// OpenAI-compatible servers that only know the older field: send the cap as `max_tokens`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub legacy_max_tokens: bool,
     /// Sampling temperature (0-2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
@@ -227,6 +230,7 @@ impl ModelConfig {
             model: self.model_id().to_string(),
             temperature: self.temperature,
             max_tokens: self.max_tokens,
+            legacy_max_tokens: self.legacy_max_tokens,
             extra: self.params.clone(),
             ..OpenAiOptions::default()
         };
@@ -1149,6 +1153,7 @@ mod tests {
                     temperature: (pick(2) == 0).then(|| pick(20) as f64 / 10.0),
                     params: params.clone(),
                     script: None,
+                    legacy_max_tokens: pick(3) == 0,
                 },
                 ..AgentConfig::default()
             };
@@ -1228,11 +1233,19 @@ mod tests {
                     let body: Value = serde_json::from_str(r.body.as_deref().unwrap_or("")).unwrap();
                     assert_eq!(body["model"], json!(id), "params never replace the model; {repro}");
                     assert_eq!(body.get("temperature").and_then(Value::as_f64), cfg.model.temperature, "{repro}");
-                    let cap = match provider {
-                        Provider::Anthropic => Some(u64::from(cfg.model.max_tokens.unwrap_or(1024))),
-                        _ => cfg.model.max_tokens.map(u64::from),
+                    let (cap, field, not) = match provider {
+                        Provider::Anthropic => (
+                            Some(u64::from(cfg.model.max_tokens.unwrap_or(1024))),
+                            "max_tokens",
+                            "max_completion_tokens",
+                        ),
+                        _ if cfg.model.legacy_max_tokens => {
+                            (cfg.model.max_tokens.map(u64::from), "max_tokens", "max_completion_tokens")
+                        }
+                        _ => (cfg.model.max_tokens.map(u64::from), "max_completion_tokens", "max_tokens"),
                     };
-                    assert_eq!(body.get("max_tokens").and_then(Value::as_u64), cap, "{repro}");
+                    assert_eq!(body.get(field).and_then(Value::as_u64), cap, "{repro}");
+                    assert_eq!(body.get(not), None, "one token cap field only; {repro}");
                     assert_eq!(body.get("top_p"), params.get("top_p"), "{repro}");
                 }
             }

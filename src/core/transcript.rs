@@ -60,6 +60,29 @@ pub struct ToolResult {
     pub kind: ResultKind,
 }
 
+/// A reasoning block of a model turn (Anthropic extended thinking), kept exactly as the provider sent it: the
+/// provider checks `signature` / `data` when the turn is sent back (it refuses a tool-use turn whose thinking was
+/// dropped or changed). JSON: the provider's own block shape (`{"type": "thinking", thinking, signature}`,
+/// `{"type": "redacted_thinking", data}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reasoning {
+    /// Readable thinking with its signature.
+    Thinking {
+        /// The thinking text (may be a summary).
+        thinking: String,
+        /// The provider's signature over it (sent back unchanged).
+        #[serde(default)]
+        signature: String,
+    },
+    /// Thinking the provider encrypted (sent back unchanged).
+    RedactedThinking {
+        /// The encrypted thinking.
+        data: String,
+    },
+}
+
 /// A transcript message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
@@ -83,6 +106,10 @@ pub enum Message {
         /// Tool calls, in the order the model gave them.
         #[serde(default, rename = "toolCalls", skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
+        /// Reasoning blocks the model produced before its text and calls (sent back unchanged to the provider
+        /// that made them; absent in transcripts written before they were kept).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<Reasoning>,
     },
     /// A tool result.
     Tool(ToolResult),
@@ -101,7 +128,7 @@ impl Message {
 
     /// An assistant message.
     pub fn assistant(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Message {
-        Message::Assistant { content: text.into(), tool_calls }
+        Message::Assistant { content: text.into(), tool_calls, reasoning: Vec::new() }
     }
 
     /// Whether this is a system message.
@@ -138,6 +165,12 @@ impl Usage {
     pub fn add(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+    }
+
+    /// Raises each count to at least `other`'s.
+    pub fn at_least(&mut self, other: Usage) {
+        self.input_tokens = self.input_tokens.max(other.input_tokens);
+        self.output_tokens = self.output_tokens.max(other.output_tokens);
     }
 
     /// Sum of both.

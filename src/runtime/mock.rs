@@ -269,6 +269,7 @@ impl Model for MockModel {
                 tool_calls: vec![],
                 usage: Usage { input_tokens: 10, output_tokens: 5 },
                 stop_reason: Some("stop".into()),
+                reasoning: Vec::new(),
             }),
             MockTurn::Reply { text, tool_calls, usage, delay_ms } => {
                 if delay_ms > 0 {
@@ -287,7 +288,7 @@ impl Model for MockModel {
                     })
                     .collect();
                 let stop = if tool_calls.is_empty() { "stop" } else { "tool_calls" };
-                Ok(ModelResponse { text, tool_calls, usage, stop_reason: Some(stop.into()) })
+                Ok(ModelResponse { text, tool_calls, usage, stop_reason: Some(stop.into()), reasoning: Vec::new() })
             }
             MockTurn::Error(e) => {
                 let retry_after = e.retry_after_ms.map(|ms| format!("{}", ms as f64 / 1000.0));

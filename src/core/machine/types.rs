@@ -6,7 +6,7 @@ use crate::core::checkpoint::{FinishReason, JournalEntry, RunStatus};
 use crate::core::error::Error;
 use crate::core::events::Event;
 use crate::core::fingerprint::Fingerprint;
-use crate::core::transcript::{Message, ToolCall, Usage};
+use crate::core::transcript::{Message, Reasoning, ToolCall, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -138,9 +138,14 @@ pub struct ModelResponse {
     /// Usage of this call.
     #[serde(default)]
     pub usage: Usage,
-    /// Provider's stop reason, informational.
+    /// The provider's stop reason as it sent it (`stop`, `end_turn`, `tool_calls`, …). For a turn without tool
+    /// calls, the ones [`FinishReason::from_stop_reason`] knows (`length` / `max_tokens`, `refusal`,
+    /// `content_filter`) become the run's finish reason instead of `stop`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
+    /// Reasoning blocks (Anthropic thinking), kept in the transcript and sent back unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<Reasoning>,
 }
 
 /// How an execution ended.
