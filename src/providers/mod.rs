@@ -16,6 +16,7 @@
 
 pub mod anthropic;
 pub mod openai;
+pub mod stream;
 pub mod workers_ai;
 
 pub use anthropic::{AnthropicModel, AnthropicOptions};
