@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use steadfast::core::checkpoint::FinishReason;
 use steadfast::core::events::Event;
-use steadfast::core::transcript::{Message, Reasoning, Usage};
+use steadfast::core::transcript::{Message, Usage};
 use steadfast::http::{HttpClient, HttpRequest, HttpResponse};
 use steadfast::providers::{AnthropicModel, AnthropicOptions, OpenAiModel, OpenAiOptions};
 use steadfast::runtime::{SendOptions, VecSink};
@@ -125,10 +125,7 @@ fn anthropic_thinking_blocks_go_back_unchanged_before_the_tool_results() {
     let later = env.agent(anthropic(&http), vec![counting_tool("weather", &counters)]);
     let loaded = block_on(later.load("think")).unwrap().unwrap();
     let Message::Assistant { reasoning, .. } = &loaded.messages[1] else { panic!("{:?}", loaded.messages[1]) };
-    assert_eq!(
-        reasoning[1],
-        Reasoning::RedactedThinking { data: recorded["content"][1]["data"].as_str().unwrap().to_string() }
-    );
+    assert_eq!(reasoning[..], recorded["content"].as_array().unwrap()[..2], "thinking and redacted thinking");
     block_on(later.send("think", "And tomorrow?", SendOptions::default())).unwrap();
     assert_eq!(sent_back(&http.bodies()[2]), expected);
 }

@@ -60,29 +60,6 @@ pub struct ToolResult {
     pub kind: ResultKind,
 }
 
-/// A reasoning block of a model turn (Anthropic extended thinking), kept exactly as the provider sent it: the
-/// provider checks `signature` / `data` when the turn is sent back (it refuses a tool-use turn whose thinking was
-/// dropped or changed). JSON: the provider's own block shape (`{"type": "thinking", thinking, signature}`,
-/// `{"type": "redacted_thinking", data}`).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Reasoning {
-    /// Readable thinking with its signature.
-    Thinking {
-        /// The thinking text (may be a summary).
-        thinking: String,
-        /// The provider's signature over it (sent back unchanged).
-        #[serde(default)]
-        signature: String,
-    },
-    /// Thinking the provider encrypted (sent back unchanged).
-    RedactedThinking {
-        /// The encrypted thinking.
-        data: String,
-    },
-}
-
 /// A transcript message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
@@ -106,10 +83,12 @@ pub enum Message {
         /// Tool calls, in the order the model gave them.
         #[serde(default, rename = "toolCalls", skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
-        /// Reasoning blocks the model produced before its text and calls (sent back unchanged to the provider
-        /// that made them; absent in transcripts written before they were kept).
+        /// Reasoning blocks the model produced before its text and calls, exactly as the provider sent them
+        /// (Anthropic `{"type": "thinking", thinking, signature}` and `{"type": "redacted_thinking", data}`):
+        /// sent back unchanged to that provider, which checks the signature and refuses a tool-use turn whose
+        /// thinking was dropped or changed. Absent in transcripts written before they were kept.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        reasoning: Vec<Reasoning>,
+        reasoning: Vec<Value>,
     },
     /// A tool result.
     Tool(ToolResult),

@@ -8,7 +8,7 @@
 use super::{body_text, generated_call_id, invalid_response, join_url, merge_extra, new_call, u64_field};
 use crate::core::error::Result;
 use crate::core::machine::ModelResponse;
-use crate::core::transcript::{Message, Reasoning, Usage};
+use crate::core::transcript::{Message, Usage};
 use crate::http::{HttpClient, HttpRequest};
 use crate::runtime::traits::{Model, ModelRequest, ToolSpec};
 use async_trait::async_trait;
@@ -64,18 +64,6 @@ pub struct AnthropicTurn<'a> {
 #[derive(Debug, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AnthropicBlock<'a> {
-    /// `{"type": "thinking", thinking, signature}`, sent back as received.
-    Thinking {
-        /// Thinking text.
-        thinking: &'a str,
-        /// Its signature.
-        signature: &'a str,
-    },
-    /// `{"type": "redacted_thinking", data}`, sent back as received.
-    RedactedThinking {
-        /// Encrypted thinking.
-        data: &'a str,
-    },
     /// `{"type": "text", text}`.
     Text {
         /// Text.
@@ -99,6 +87,9 @@ pub enum AnthropicBlock<'a> {
         /// Whether it reports a failure.
         is_error: bool,
     },
+    /// A block as the provider sent it (`thinking`, `redacted_thinking`), sent back unchanged.
+    #[serde(untagged)]
+    Verbatim(&'a Value),
 }
 
 /// The transcript as Anthropic's `(system, messages)`: system texts joined with blank lines (`None` when
@@ -118,13 +109,7 @@ pub fn to_anthropic_messages(messages: &[Message]) -> (Option<String>, Vec<Anthr
             }
             Message::User { content } => ("user", text_block(content)),
             Message::Assistant { content, tool_calls, reasoning } => {
-                let mut blocks: Vec<AnthropicBlock<'_>> = reasoning
-                    .iter()
-                    .map(|r| match r {
-                        Reasoning::Thinking { thinking, signature } => AnthropicBlock::Thinking { thinking, signature },
-                        Reasoning::RedactedThinking { data } => AnthropicBlock::RedactedThinking { data },
-                    })
-                    .collect();
+                let mut blocks: Vec<AnthropicBlock<'_>> = reasoning.iter().map(AnthropicBlock::Verbatim).collect();
                 blocks.extend(text_block(content));
                 blocks.extend(tool_calls.iter().map(|c| AnthropicBlock::ToolUse {
                     id: &c.id,
@@ -214,7 +199,7 @@ pub fn build_request(
 }
 
 /// Reads a 2xx Messages API body: `text` blocks concatenated, `thinking` / `redacted_thinking` blocks kept as
-/// [`Reasoning`] (to be sent back unchanged), `tool_use` blocks as tool calls (`input` as the arguments; a
+/// they are (to be sent back unchanged), `tool_use` blocks as tool calls (`input` as the arguments; a
 /// missing id becomes `call_<step>_<i>`), usage from `input_tokens` (plus cache reads and writes) and
 /// `output_tokens`, `stop_reason` (`max_tokens`, `refusal`, … as sent). Other block kinds are skipped. Anything
 /// else is `STEADFAST_PROVIDER_INVALID_RESPONSE`.
@@ -239,7 +224,7 @@ pub fn parse_response(body: &str, step: u32) -> Result<ModelResponse> {
 #[derive(Debug, Default)]
 pub(crate) struct TurnBuilder {
     pub(crate) text: String,
-    pub(crate) reasoning: Vec<Reasoning>,
+    pub(crate) reasoning: Vec<Value>,
     pub(crate) tool_calls: Vec<crate::core::transcript::ToolCall>,
     pub(crate) usage: Usage,
     pub(crate) stop_reason: Option<String>,
@@ -248,13 +233,9 @@ pub(crate) struct TurnBuilder {
 impl TurnBuilder {
     /// Adds one complete content block. `Err` says why it cannot be read.
     pub(crate) fn block(&mut self, block: &Value, step: u32) -> std::result::Result<(), String> {
-        let str_of = |k: &str| block.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         match block.get("type").and_then(Value::as_str) {
             Some("text") => self.text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
-            Some("thinking") => self
-                .reasoning
-                .push(Reasoning::Thinking { thinking: str_of("thinking"), signature: str_of("signature") }),
-            Some("redacted_thinking") => self.reasoning.push(Reasoning::RedactedThinking { data: str_of("data") }),
+            Some("thinking" | "redacted_thinking") => self.reasoning.push(block.clone()),
             Some("tool_use") => {
                 let i = self.tool_calls.len();
                 let name = block

@@ -527,14 +527,8 @@ mod tests {
     /// The stream gives `expected` (and deltas that add up to its text and reasoning) at every split point,
     /// byte by byte, in seeded random chunkings, and with `\r\n` and `\r` line ends.
     fn same_turn_however_chunked<P: StreamParser>(make: impl Fn() -> P, stream: &str, expected: &ModelResponse) {
-        let thinking: String = expected
-            .reasoning
-            .iter()
-            .map(|r| match r {
-                crate::core::transcript::Reasoning::Thinking { thinking, .. } => thinking.as_str(),
-                _ => "",
-            })
-            .collect();
+        let thinking: String =
+            expected.reasoning.iter().filter_map(|r| r.get("thinking").and_then(Value::as_str)).collect();
         for (ends, stream) in
             [("\\n", stream.to_string()), ("\\r\\n", stream.replace('\n', "\r\n")), ("\\r", stream.replace('\n', "\r"))]
         {

@@ -6,7 +6,7 @@ use crate::core::checkpoint::{FinishReason, JournalEntry, RunStatus};
 use crate::core::error::Error;
 use crate::core::events::Event;
 use crate::core::fingerprint::Fingerprint;
-use crate::core::transcript::{Message, Reasoning, ToolCall, Usage};
+use crate::core::transcript::{Message, ToolCall, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -143,9 +143,10 @@ pub struct ModelResponse {
     /// `content_filter`) become the run's finish reason instead of `stop`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
-    /// Reasoning blocks (Anthropic thinking), kept in the transcript and sent back unchanged.
+    /// Reasoning blocks as the provider sent them (Anthropic thinking), kept in the transcript and sent back
+    /// unchanged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub reasoning: Vec<Reasoning>,
+    pub reasoning: Vec<Value>,
 }
 
 /// How an execution ended.
