@@ -17,18 +17,10 @@
 use super::anthropic::TurnBuilder;
 use super::{generated_call_id, new_call, openai_usage, tool_call, with_refusal};
 use crate::core::error::{cap_chars, Error, ErrorCode, Result};
+pub use crate::core::events::StreamDelta;
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::Usage;
 use serde_json::Value;
-
-/// An increment of a streamed model turn.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StreamDelta {
-    /// More of the turn's text.
-    Text(String),
-    /// More of the model's reasoning (thinking), where the provider streams it.
-    Reasoning(String),
-}
 
 /// One server-sent event: its `event:` name (empty when none was given) and its `data:` lines joined by `\n`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
