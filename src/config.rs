@@ -197,6 +197,10 @@ pub struct ModelConfig {
     /// OpenAI-compatible servers that only know the older field: send the cap as `max_tokens`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub legacy_max_tokens: bool,
+    /// `openai` / `anthropic`: ask for streamed answers, so text arrives as `text.delta` events while the
+    /// run's events are listened to (the recorded turns are the same).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
     /// Sampling temperature (0-2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
@@ -231,6 +235,7 @@ impl ModelConfig {
             temperature: self.temperature,
             max_tokens: self.max_tokens,
             legacy_max_tokens: self.legacy_max_tokens,
+            stream: self.stream,
             extra: self.params.clone(),
             ..OpenAiOptions::default()
         };
@@ -246,6 +251,7 @@ impl ModelConfig {
         let mut o = AnthropicOptions {
             model: self.model_id().to_string(),
             temperature: self.temperature,
+            stream: self.stream,
             extra: self.params.clone(),
             ..AnthropicOptions::default()
         };
@@ -600,6 +606,11 @@ impl AgentConfig {
                 errs.push(format!("model.temperature {t} must be between 0 and 2"));
             }
         }
+        if m.stream && !matches!(m.provider, Provider::OpenAi | Provider::Anthropic) {
+            errs.push(format!(
+                "model.stream is only for providers 'openai' and 'anthropic' (provider is '{provider}')"
+            ));
+        }
         match &m.script {
             Some(_) if m.provider != Provider::Mock => {
                 errs.push(format!("model.script is only for provider 'mock' (provider is '{provider}')"));
@@ -899,6 +910,8 @@ mod tests {
         assert!(e.message.contains("workers-ai"), "{}", e.message);
         let e = err_of(r#"{"model": {"provider": "openai"}}"#);
         assert!(e.message.contains("model.model is required for provider 'openai'"), "{}", e.message);
+        let e = err_of(r#"{"model": {"provider": "workers-ai", "model": "@cf/x", "stream": true}}"#);
+        assert!(e.message.contains("model.stream is only for providers 'openai' and 'anthropic'"), "{}", e.message);
     }
 
     #[test]
@@ -1154,6 +1167,7 @@ mod tests {
                     params: params.clone(),
                     script: None,
                     legacy_max_tokens: pick(3) == 0,
+                    stream: false,
                 },
                 ..AgentConfig::default()
             };

@@ -357,3 +357,182 @@ fn providers_without_a_model_refuse_before_sending() {
     assert_eq!(e.code, ErrorCode::ConfigInvalid);
     assert!(http.bodies().is_empty(), "nothing was sent");
 }
+
+/// Serves recorded streamed bodies in 5-byte chunks through `send_streaming`, logging each chunk next to the
+/// events the run emits.
+#[derive(Clone, Default)]
+struct Chunked {
+    inner: Recorded,
+    log: Rc<RefCell<Vec<String>>>,
+}
+
+#[async_trait(?Send)]
+impl HttpClient for Chunked {
+    async fn send(&self, request: HttpRequest) -> steadfast::Result<HttpResponse> {
+        self.inner.send(request).await
+    }
+
+    async fn send_streaming(
+        &self,
+        request: HttpRequest,
+        on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
+    ) -> steadfast::Result<HttpResponse> {
+        let mut response = self.inner.send(request).await?;
+        if response.status == 200 {
+            for chunk in response.body.as_bytes().chunks(5) {
+                self.log.borrow_mut().push("chunk".into());
+                if !on_chunk(chunk) {
+                    break;
+                }
+            }
+            self.log.borrow_mut().push("end of body".into());
+            response.body.clear();
+        }
+        Ok(response)
+    }
+}
+
+/// Logs event types into the client's log.
+struct LogSink(Rc<RefCell<Vec<String>>>, VecSink);
+
+impl steadfast::runtime::EventSink for LogSink {
+    fn emit(&self, e: &steadfast::EventEnvelope) {
+        self.1.emit(e);
+        let kind = serde_json::to_value(e).unwrap()["type"].as_str().unwrap_or("").to_string();
+        self.0.borrow_mut().push(kind);
+    }
+}
+
+const OPENAI_TOOLS_SSE: &str = include_str!("../src/providers/fixtures/openai_tools.sse");
+const OPENAI_TOOLS_JSON: &str = include_str!("../src/providers/fixtures/openai_tools.json");
+const ANTHROPIC_THINKING_SSE: &str = include_str!("../src/providers/fixtures/anthropic_thinking_tools.sse");
+const ANTHROPIC_THINKING_JSON: &str = include_str!("../src/providers/fixtures/anthropic_thinking_tools.json");
+
+fn openai_text_sse(text: &str) -> String {
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4.1-mini",
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let usage = json!({"id": "chatcmpl-s", "object": "chat.completion.chunk", "created": 1, "model": "gpt-4.1-mini",
+                       "choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}});
+    format!(
+        "data: {}\n\ndata: {}\n\ndata: {}\n\ndata: [DONE]\n\n",
+        chunk(json!({"role": "assistant", "content": text}), Value::Null),
+        chunk(json!({}), json!("stop")),
+        usage
+    )
+}
+
+fn openai_text_json(text: &str) -> String {
+    json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+           "usage": {"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9}})
+    .to_string()
+}
+
+/// A provider asked to stream (`stream: true`): its text reaches the events as `text.delta` while the body is
+/// still being read, the request asks for the usage chunk, and the run records exactly the turns the same
+/// answers not streamed give.
+#[test]
+fn openai_streamed_answers_reach_the_events_while_read_and_record_the_same_turns() {
+    let transcript = |stream: bool, replies: &[&str]| {
+        let env = Env::new();
+        let http = Chunked { inner: Recorded::new(replies), log: Default::default() };
+        let options = OpenAiOptions { model: "gpt-4.1-mini".into(), stream, ..OpenAiOptions::default() };
+        let model = OpenAiModel::new(http.clone(), "sk-test".into(), options);
+        let agent = env.agent(model, vec![counting_tool("weather", &Counters::default())]);
+        let sink = VecSink::new();
+        let opts =
+            SendOptions { events: Some(Rc::new(LogSink(http.log.clone(), sink.clone()))), ..SendOptions::default() };
+        let r = block_on(agent.send("s", "Weather in Zürich and Rome?", opts)).unwrap();
+        (r, sink, http)
+    };
+    let (streamed, sink, http) = transcript(true, &[OPENAI_TOOLS_SSE, &openai_text_sse("Sunny in both.")]);
+    let (plain, _, _) = transcript(false, &[OPENAI_TOOLS_JSON, &openai_text_json("Sunny in both.")]);
+    assert_eq!(streamed.messages, plain.messages);
+    assert_eq!((streamed.usage, streamed.text.as_str()), (plain.usage, "Sunny in both."));
+    let body = &http.inner.bodies()[0];
+    assert_eq!((&body["stream"], &body["stream_options"]), (&json!(true), &json!({"include_usage": true})));
+    let deltas: Vec<String> = sink
+        .events()
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TextDelta { step: 1, text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, ["Checking Zü", "rich ☀️ and Rome."]);
+    let log = http.log.borrow();
+    let first_delta = log.iter().position(|l| l == "text.delta").unwrap();
+    let end = log.iter().position(|l| l == "end of body").unwrap();
+    assert!(first_delta < end, "the first delta went out while the body was read: {log:?}");
+}
+
+/// Anthropic streamed with thinking: `reasoning.delta` events while it thinks, and the recorded turn keeps the
+/// thinking blocks exactly as the non-streamed answer has them, sent back unchanged.
+#[test]
+fn anthropic_streamed_thinking_is_recorded_as_the_non_streamed_blocks() {
+    let env = Env::new();
+    let end_turn = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m2\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{\"input_tokens\":9,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Rainy.\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":3}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    let http = Chunked { inner: Recorded::new(&[ANTHROPIC_THINKING_SSE, end_turn]), log: Default::default() };
+    let options = AnthropicOptions { model: "claude-sonnet-4-5".into(), stream: true, ..AnthropicOptions::default() };
+    let agent = env.agent(
+        AnthropicModel::new(http.clone(), "k".into(), options),
+        vec![counting_tool("weather", &Counters::default())],
+    );
+    let (opts, sink) = with_events();
+    let r = block_on(agent.send("t", "Paris?", opts)).unwrap();
+    assert_eq!(r.text, "Rainy.");
+    let thinking: String = sink
+        .events()
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::ReasoningDelta { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(thinking, "The user wants Paris weather. I'll call the weather tool.");
+    let recorded: Value = serde_json::from_str(ANTHROPIC_THINKING_JSON).unwrap();
+    let Message::Assistant { reasoning, .. } = &r.messages[1] else { panic!("{:?}", r.messages[1]) };
+    assert_eq!(reasoning[..], recorded["content"].as_array().unwrap()[..2]);
+    let bodies = http.inner.bodies();
+    assert_eq!(bodies[0]["stream"], true);
+    assert_eq!(bodies[1]["messages"][1]["content"], recorded["content"], "sent back block for block");
+}
+
+/// An error event in the middle of a streamed answer is a retryable provider failure: the runtime asks again
+/// and the retry streams under attempt 2.
+#[test]
+fn a_stream_failing_mid_way_is_retried_and_streams_again() {
+    let env = Env::new();
+    let cut = OPENAI_TOOLS_SSE.find("data: {").unwrap() + 1;
+    let cut = cut + OPENAI_TOOLS_SSE[cut..].find("data: {").unwrap();
+    let cut = cut + 1 + OPENAI_TOOLS_SSE[cut + 1..].find("data: {").unwrap();
+    let failing = format!(
+        "{}data: {{\"error\": {{\"message\": \"The server had an error\", \"type\": \"server_error\"}}}}\n\n",
+        &OPENAI_TOOLS_SSE[..cut]
+    );
+    let ok = openai_text_sse("Fine.");
+    let http = Chunked { inner: Recorded::new(&[&failing, &ok]), log: Default::default() };
+    let options = OpenAiOptions { model: "gpt-4.1-mini".into(), stream: true, ..OpenAiOptions::default() };
+    let agent = env.agent(OpenAiModel::new(http.clone(), "k".into(), options), vec![]);
+    let (opts, sink) = with_events();
+    let r = block_on(agent.send("e", "hi", opts)).unwrap();
+    assert_eq!(r.text, "Fine.");
+    let deltas: Vec<(u32, String)> = sink
+        .events()
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::TextDelta { attempt, text, .. } => Some((*attempt, text.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(deltas, [(1, "Checking Zü".to_string()), (2, "Fine.".to_string())]);
+    assert_eq!(r.stats.model_calls, 2);
+}

@@ -5,6 +5,7 @@
 //! results become `tool_result` blocks of a `user` turn, and consecutive turns of the same role are merged
 //! into one (all results of a tool turn, plus any user text that follows, form one `user` message).
 
+use super::stream::{AnthropicStream, StreamDelta};
 use super::{body_text, generated_call_id, invalid_response, join_url, merge_extra, new_call, u64_field};
 use crate::core::error::Result;
 use crate::core::machine::ModelResponse;
@@ -36,6 +37,9 @@ pub struct AnthropicOptions {
     pub extra: Map<String, Value>,
     /// Per-request timeout in milliseconds (0 = the transport's default).
     pub timeout_ms: u64,
+    /// Ask for a streamed answer (`stream: true`): while someone listens to the run's events its text and
+    /// thinking arrive as `text.delta` / `reasoning.delta` events; the recorded turn is the same.
+    pub stream: bool,
 }
 
 impl Default for AnthropicOptions {
@@ -47,6 +51,7 @@ impl Default for AnthropicOptions {
             temperature: None,
             extra: Map::new(),
             timeout_ms: 0,
+            stream: false,
         }
     }
 }
@@ -183,7 +188,10 @@ pub fn build_request(
     if let Some(t) = options.temperature {
         body.insert("temperature".into(), json!(t));
     }
-    merge_extra(&mut body, &options.extra, &["model", "messages", "system", "tools", "max_tokens"]);
+    if options.stream {
+        body.insert("stream".into(), json!(true));
+    }
+    merge_extra(&mut body, &options.extra, &["model", "messages", "system", "tools", "max_tokens", "stream"]);
     HttpRequest {
         method: "POST".into(),
         url: join_url(&options.base_url, "v1/messages"),
@@ -308,9 +316,23 @@ impl<H: HttpClient> Model for AnthropicModel<H> {
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
+        self.generate_streaming(request, &|_| {}).await
+    }
+
+    async fn generate_streaming(
+        &self,
+        request: ModelRequest<'_>,
+        on_delta: &dyn Fn(StreamDelta),
+    ) -> Result<ModelResponse> {
         super::require_model("Anthropic", &self.options.model).map_err(|e| e.with_run(request.run_id))?;
         let http = build_request(&self.options, &self.api_key, request.messages, request.tools);
-        super::round_trip(&self.client, http, &self.api_key, request.run_id, request.step, parse_response).await
+        let (client, key, run_id) = (&self.client, &self.api_key, request.run_id);
+        if self.options.stream {
+            let mut parser = AnthropicStream::new(request.step);
+            super::stream_round_trip(client, http, key, run_id, &mut parser, on_delta).await
+        } else {
+            super::round_trip(client, http, key, run_id, request.step, parse_response).await
+        }
     }
 }
 

@@ -92,6 +92,45 @@ pub(crate) async fn round_trip<H: HttpClient>(
     })
 }
 
+/// One streamed model call over HTTP: sends `request` once and feeds a 2xx body to `parser` as it is read,
+/// handing each increment to `on_delta`; the completed turn when the stream ends. Errors as
+/// [`round_trip`]'s, plus the parser's (an error event mid-stream, a stream cut short: retryable).
+pub(crate) async fn stream_round_trip(
+    client: &dyn HttpClient,
+    request: HttpRequest,
+    api_key: &str,
+    run_id: &str,
+    parser: &mut dyn stream::StreamParser,
+    on_delta: &dyn Fn(crate::core::events::StreamDelta),
+) -> Result<ModelResponse> {
+    let mut failed: Option<Error> = None;
+    let mut deltas = Vec::new();
+    let mut on_chunk = |chunk: &[u8]| match parser.feed(chunk, &mut deltas) {
+        Ok(()) => {
+            deltas.drain(..).for_each(on_delta);
+            true
+        }
+        Err(e) => {
+            failed = Some(e);
+            false
+        }
+    };
+    let sent = client.send_streaming(request, &mut on_chunk).await;
+    let scrub = |mut e: Error| {
+        e.message = redact(&e.message, api_key);
+        e.with_run(run_id)
+    };
+    let response = sent.map_err(scrub)?;
+    if !(200..300).contains(&response.status) {
+        let body = redact(&response.body, api_key);
+        return Err(provider_http_error(response.status, response.header("retry-after"), &body).with_run(run_id));
+    }
+    if let Some(e) = failed {
+        return Err(scrub(e.with_status(response.status)));
+    }
+    parser.finish().map_err(|e| scrub(e.with_status(response.status)))
+}
+
 /// Sends `request` once. A non-2xx answer becomes the classified provider error; a transport error passes
 /// through with its code (its message scrubbed of `secret`).
 pub(crate) async fn send_once<H: HttpClient>(client: &H, request: HttpRequest, secret: &str) -> Result<HttpResponse> {

@@ -1,6 +1,7 @@
 //! [`OpenAiModel`]: OpenAI-compatible chat completions (`POST {base_url}/chat/completions`) — OpenAI itself
 //! or any compatible server (OpenRouter, Groq, vLLM, Ollama, Cloudflare AI Gateway, …).
 
+use super::stream::{OpenAiStream, StreamDelta};
 use super::{body_text, invalid_response, join_url, merge_extra, openai_messages, openai_tools, parse_openai_value};
 use crate::core::error::Result;
 use crate::core::machine::ModelResponse;
@@ -31,6 +32,9 @@ pub struct OpenAiOptions {
     pub extra: Map<String, Value>,
     /// Per-request timeout in milliseconds (0 = the transport's default).
     pub timeout_ms: u64,
+    /// Ask for a streamed answer (`stream: true`, `stream_options.include_usage`): while someone listens to
+    /// the run's events its text arrives as `text.delta` events; the recorded turn is the same.
+    pub stream: bool,
 }
 
 impl Default for OpenAiOptions {
@@ -43,6 +47,7 @@ impl Default for OpenAiOptions {
             legacy_max_tokens: false,
             extra: Map::new(),
             timeout_ms: 0,
+            stream: false,
         }
     }
 }
@@ -62,7 +67,11 @@ pub fn build_request(options: &OpenAiOptions, api_key: &str, messages: &[Message
         let field = if options.legacy_max_tokens { "max_tokens" } else { "max_completion_tokens" };
         body.insert(field.into(), json!(m));
     }
-    merge_extra(&mut body, &options.extra, &["model", "messages", "tools"]);
+    if options.stream {
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    merge_extra(&mut body, &options.extra, &["model", "messages", "tools", "stream", "stream_options"]);
     let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
     if !api_key.is_empty() {
         headers.push(("authorization".to_string(), format!("Bearer {api_key}")));
@@ -112,9 +121,23 @@ impl<H: HttpClient> Model for OpenAiModel<H> {
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
+        self.generate_streaming(request, &|_| {}).await
+    }
+
+    async fn generate_streaming(
+        &self,
+        request: ModelRequest<'_>,
+        on_delta: &dyn Fn(StreamDelta),
+    ) -> Result<ModelResponse> {
         super::require_model("OpenAI", &self.options.model).map_err(|e| e.with_run(request.run_id))?;
         let http = build_request(&self.options, &self.api_key, request.messages, request.tools);
-        super::round_trip(&self.client, http, &self.api_key, request.run_id, request.step, parse_response).await
+        let (client, key, run_id) = (&self.client, &self.api_key, request.run_id);
+        if self.options.stream {
+            let mut parser = OpenAiStream::new(request.step);
+            super::stream_round_trip(client, http, key, run_id, &mut parser, on_delta).await
+        } else {
+            super::round_trip(client, http, key, run_id, request.step, parse_response).await
+        }
     }
 }
 
@@ -331,6 +354,27 @@ mod tests {
         assert_eq!(r.tool_calls[1].id, "call_7_1");
         assert_eq!(r.tool_calls[1].invalid, None);
         assert_eq!(r.tool_calls[1].args, json!({"city": "Rome"}));
+    }
+
+    #[test]
+    fn streamed_calls_classify_http_errors_and_keep_the_key_out() {
+        let fake = FakeHttp::reply(429, &[("retry-after", "3")], &format!("{{\"error\": \"slow down {KEY}\"}}"));
+        let m = model(&fake, OpenAiOptions { stream: true, ..opts() });
+        let (messages, tools) = (transcript(), tools());
+        let request = ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3, execution: "e" };
+        let e = block_on(m.generate_streaming(request, &|_| {})).unwrap_err();
+        assert_eq!(
+            (e.code, e.retry_after_ms, e.run_id.as_deref()),
+            (ErrorCode::ProviderRateLimited, Some(3000), Some("r1"))
+        );
+        assert!(!e.message.contains(KEY), "{}", e.message);
+        let body: Value = serde_json::from_str(fake.requests()[0].body.as_deref().unwrap_or("")).unwrap();
+        assert_eq!((&body["stream"], &body["stream_options"]["include_usage"]), (&json!(true), &json!(true)));
+        // Without a listener (`generate`) a streamed answer is read whole through the same parser.
+        let fake = FakeHttp::reply(200, &[], "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+        let m = model(&fake, OpenAiOptions { stream: true, ..opts() });
+        let request = ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3, execution: "e" };
+        assert_eq!(block_on(m.generate(request)).unwrap().text, "Hi");
     }
 
     #[test]

@@ -101,12 +101,12 @@ pub trait StreamParser {
     /// `Err` (retryable); the parser is done with once it failed.
     fn feed(&mut self, bytes: &[u8], deltas: &mut Vec<StreamDelta>) -> Result<()>;
     /// The body ended: the completed turn, or `STEADFAST_PROVIDER_NETWORK` when the stream stopped before its
-    /// end event (`data: [DONE]`, `message_stop`) was complete.
-    fn finish(self) -> Result<ModelResponse>;
+    /// end event (`data: [DONE]`, `message_stop`) was complete. The parser is spent afterwards.
+    fn finish(&mut self) -> Result<ModelResponse>;
 }
 
 /// Reads a whole streamed body with `parser` (a transport that does not hand out chunks).
-pub fn parse_stream<P: StreamParser>(mut parser: P, body: &str) -> Result<ModelResponse> {
+pub fn parse_stream(parser: &mut dyn StreamParser, body: &str) -> Result<ModelResponse> {
     let mut deltas = Vec::new();
     parser.feed(body.as_bytes(), &mut deltas)?;
     parser.finish()
@@ -251,18 +251,18 @@ impl OpenAiStream {
         Ok(())
     }
 
-    fn turn(mut self) -> Result<ModelResponse> {
+    fn turn(&mut self) -> Result<ModelResponse> {
         self.calls.sort_by_key(|c| c.index);
         let mut tool_calls = Vec::with_capacity(self.calls.len());
-        for (i, c) in self.calls.into_iter().enumerate() {
+        for (i, c) in std::mem::take(&mut self.calls).into_iter().enumerate() {
             if c.name.is_empty() {
                 return Err(super::invalid_response(self.provider, &format!("tool call #{i} has no name"), "", ""));
             }
             let id = if c.id.is_empty() { generated_call_id(self.step, i) } else { c.id };
             tool_calls.push(new_call(id, &c.name, Some(&Value::String(c.arguments))));
         }
-        let mut text = self.text;
-        let mut stop_reason = self.stop_reason;
+        let mut text = std::mem::take(&mut self.text);
+        let mut stop_reason = self.stop_reason.take();
         if !self.refusal.is_empty() {
             with_refusal(&mut text, &self.refusal);
             stop_reason = Some("refusal".into());
@@ -279,7 +279,7 @@ impl StreamParser for OpenAiStream {
         Ok(())
     }
 
-    fn finish(self) -> Result<ModelResponse> {
+    fn finish(&mut self) -> Result<ModelResponse> {
         if !self.done {
             return Err(cut_short(self.provider));
         }
@@ -375,7 +375,7 @@ impl StreamParser for AnthropicStream {
         Ok(())
     }
 
-    fn finish(mut self) -> Result<ModelResponse> {
+    fn finish(&mut self) -> Result<ModelResponse> {
         if !self.done {
             return Err(cut_short("Anthropic"));
         }
@@ -445,7 +445,7 @@ impl StreamParser for WorkersAiStream {
         Ok(())
     }
 
-    fn finish(mut self) -> Result<ModelResponse> {
+    fn finish(&mut self) -> Result<ModelResponse> {
         if !self.inner.done {
             return Err(cut_short("Workers AI"));
         }
@@ -694,6 +694,6 @@ mod tests {
 
     #[test]
     fn parse_stream_reads_a_whole_body() {
-        assert_eq!(parse_stream(OpenAiStream::new(STEP), OPENAI_TOOLS.0).unwrap(), openai_turn(OPENAI_TOOLS.1));
+        assert_eq!(parse_stream(&mut OpenAiStream::new(STEP), OPENAI_TOOLS.0).unwrap(), openai_turn(OPENAI_TOOLS.1));
     }
 }
