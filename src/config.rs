@@ -198,7 +198,8 @@ pub struct ModelConfig {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub legacy_max_tokens: bool,
     /// `openai` / `anthropic`: ask for streamed answers, so text arrives as `text.delta` events while the
-    /// run's events are listened to (the recorded turns are the same).
+    /// run's events are listened to (the recorded turns are the same); `mock`: stream the script's texts word
+    /// by word.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
     /// Sampling temperature (0-2).
@@ -445,7 +446,10 @@ impl AgentConfig {
     pub fn model<P: ModelPlatform>(&self, platform: &P) -> Result<Rc<dyn Model>> {
         let m = &self.model;
         Ok(match m.provider {
-            Provider::Mock => Rc::new(MockModel::by_turn(self.mock_script()).with_id(m.model_id())),
+            Provider::Mock => {
+                let mock = MockModel::by_turn(self.mock_script()).with_id(m.model_id());
+                Rc::new(if m.stream { mock.streaming() } else { mock })
+            }
             Provider::OpenAi => Rc::new(OpenAiModel::new(platform.http(), self.api_key(platform)?, m.openai_options())),
             Provider::Anthropic => {
                 Rc::new(AnthropicModel::new(platform.http(), self.api_key(platform)?, m.anthropic_options()))
@@ -606,10 +610,8 @@ impl AgentConfig {
                 errs.push(format!("model.temperature {t} must be between 0 and 2"));
             }
         }
-        if m.stream && !matches!(m.provider, Provider::OpenAi | Provider::Anthropic) {
-            errs.push(format!(
-                "model.stream is only for providers 'openai' and 'anthropic' (provider is '{provider}')"
-            ));
+        if m.stream && m.provider == Provider::WorkersAi {
+            errs.push("model.stream is not supported for provider 'workers-ai' yet".into());
         }
         match &m.script {
             Some(_) if m.provider != Provider::Mock => {
@@ -911,7 +913,7 @@ mod tests {
         let e = err_of(r#"{"model": {"provider": "openai"}}"#);
         assert!(e.message.contains("model.model is required for provider 'openai'"), "{}", e.message);
         let e = err_of(r#"{"model": {"provider": "workers-ai", "model": "@cf/x", "stream": true}}"#);
-        assert!(e.message.contains("model.stream is only for providers 'openai' and 'anthropic'"), "{}", e.message);
+        assert!(e.message.contains("model.stream is not supported for provider 'workers-ai'"), "{}", e.message);
     }
 
     #[test]
