@@ -46,7 +46,7 @@ export type {
   TrajectoryStep,
   Usage,
 } from "./types.js";
-export type { Model, ModelResponse } from "./model.js";
+export type { Model, ModelResponse, ModelStream } from "./model.js";
 export { defineTool, type Tool } from "./tools.js";
 export {
   outputCheck,
