@@ -191,9 +191,17 @@ pub struct ModelConfig {
     /// The NAME of the secret holding the API key (default `OPENAI_API_KEY` / `ANTHROPIC_API_KEY`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_secret: Option<String>,
-    /// Output token cap.
+    /// Output token cap (OpenAI: sent as `max_completion_tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    /// OpenAI-compatible servers that only know the older field: send the cap as `max_tokens`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub legacy_max_tokens: bool,
+    /// `openai` / `anthropic`: ask for streamed answers, so text arrives as `text.delta` events while the
+    /// run's events are listened to (the recorded turns are the same); `mock`: stream the script's texts word
+    /// by word.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
     /// Sampling temperature (0-2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
@@ -227,6 +235,8 @@ impl ModelConfig {
             model: self.model_id().to_string(),
             temperature: self.temperature,
             max_tokens: self.max_tokens,
+            legacy_max_tokens: self.legacy_max_tokens,
+            stream: self.stream,
             extra: self.params.clone(),
             ..OpenAiOptions::default()
         };
@@ -242,6 +252,7 @@ impl ModelConfig {
         let mut o = AnthropicOptions {
             model: self.model_id().to_string(),
             temperature: self.temperature,
+            stream: self.stream,
             extra: self.params.clone(),
             ..AnthropicOptions::default()
         };
@@ -435,7 +446,10 @@ impl AgentConfig {
     pub fn model<P: ModelPlatform>(&self, platform: &P) -> Result<Rc<dyn Model>> {
         let m = &self.model;
         Ok(match m.provider {
-            Provider::Mock => Rc::new(MockModel::by_turn(self.mock_script()).with_id(m.model_id())),
+            Provider::Mock => {
+                let mock = MockModel::by_turn(self.mock_script()).with_id(m.model_id());
+                Rc::new(if m.stream { mock.streaming() } else { mock })
+            }
             Provider::OpenAi => Rc::new(OpenAiModel::new(platform.http(), self.api_key(platform)?, m.openai_options())),
             Provider::Anthropic => {
                 Rc::new(AnthropicModel::new(platform.http(), self.api_key(platform)?, m.anthropic_options()))
@@ -595,6 +609,9 @@ impl AgentConfig {
             if !(0.0..=2.0).contains(&t) {
                 errs.push(format!("model.temperature {t} must be between 0 and 2"));
             }
+        }
+        if m.stream && m.provider == Provider::WorkersAi {
+            errs.push("model.stream is not supported for provider 'workers-ai' yet".into());
         }
         match &m.script {
             Some(_) if m.provider != Provider::Mock => {
@@ -895,6 +912,8 @@ mod tests {
         assert!(e.message.contains("workers-ai"), "{}", e.message);
         let e = err_of(r#"{"model": {"provider": "openai"}}"#);
         assert!(e.message.contains("model.model is required for provider 'openai'"), "{}", e.message);
+        let e = err_of(r#"{"model": {"provider": "workers-ai", "model": "@cf/x", "stream": true}}"#);
+        assert!(e.message.contains("model.stream is not supported for provider 'workers-ai'"), "{}", e.message);
     }
 
     #[test]
@@ -1149,6 +1168,8 @@ mod tests {
                     temperature: (pick(2) == 0).then(|| pick(20) as f64 / 10.0),
                     params: params.clone(),
                     script: None,
+                    legacy_max_tokens: pick(3) == 0,
+                    stream: false,
                 },
                 ..AgentConfig::default()
             };
@@ -1228,11 +1249,19 @@ mod tests {
                     let body: Value = serde_json::from_str(r.body.as_deref().unwrap_or("")).unwrap();
                     assert_eq!(body["model"], json!(id), "params never replace the model; {repro}");
                     assert_eq!(body.get("temperature").and_then(Value::as_f64), cfg.model.temperature, "{repro}");
-                    let cap = match provider {
-                        Provider::Anthropic => Some(u64::from(cfg.model.max_tokens.unwrap_or(1024))),
-                        _ => cfg.model.max_tokens.map(u64::from),
+                    let (cap, field, not) = match provider {
+                        Provider::Anthropic => (
+                            Some(u64::from(cfg.model.max_tokens.unwrap_or(1024))),
+                            "max_tokens",
+                            "max_completion_tokens",
+                        ),
+                        _ if cfg.model.legacy_max_tokens => {
+                            (cfg.model.max_tokens.map(u64::from), "max_tokens", "max_completion_tokens")
+                        }
+                        _ => (cfg.model.max_tokens.map(u64::from), "max_completion_tokens", "max_tokens"),
                     };
-                    assert_eq!(body.get("max_tokens").and_then(Value::as_u64), cap, "{repro}");
+                    assert_eq!(body.get(field).and_then(Value::as_u64), cap, "{repro}");
+                    assert_eq!(body.get(not), None, "one token cap field only; {repro}");
                     assert_eq!(body.get("top_p"), params.get("top_p"), "{repro}");
                 }
             }

@@ -60,6 +60,23 @@ impl HttpResponse {
 pub trait HttpClient {
     /// One attempt.
     async fn send(&self, request: HttpRequest) -> Result<HttpResponse>;
+
+    /// One attempt whose 2xx body is handed to `on_chunk` while it is read (a streamed model answer); reading
+    /// stops when `on_chunk` returns `false`. The response returned has an empty body for a 2xx answer, and the
+    /// whole (capped) body otherwise. The default, for transports that do not stream, reads the whole answer
+    /// with [`HttpClient::send`] and hands a 2xx body over in one chunk.
+    async fn send_streaming(
+        &self,
+        request: HttpRequest,
+        on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
+    ) -> Result<HttpResponse> {
+        let mut response = self.send(request).await?;
+        if (200..300).contains(&response.status) {
+            on_chunk(response.body.as_bytes());
+            response.body.clear();
+        }
+        Ok(response)
+    }
 }
 
 /// Collects a response body while it is read, up to a cap: a transport feeds it chunks and stops reading

@@ -138,6 +138,10 @@ function startServer() {
       if (req.url === "/v1/chat/completions" || req.url === "/v1/messages") {
         const queue = req.url === "/v1/messages" ? state.anthropic : state.openai;
         const next = queue.shift() ?? { status: 500, body: { error: "script ran out" } };
+        if (typeof next.sse === "string") {
+          res.writeHead(200, { "content-type": "text/event-stream" });
+          return res.end(next.sse);
+        }
         return reply(next.status ?? 200, next.body, next.headers ?? {});
       }
       if (req.url.startsWith("/tools/")) {
@@ -542,6 +546,26 @@ test("webhook URL secrets (path, query) never reach results, events, the transcr
     ["KV", JSON.stringify(await kvListing(mf))]]) {
     for (const secret of secrets) assert.ok(!text.includes(secret), `${what} contains ${secret}`);
   }
+});
+
+test("OpenAI streamed (model.stream): the answer is read from its server-sent events, its text comes out as text.delta events", async () => {
+  const chunk = (delta, finish = null) => ({ id: "c1", object: "chat.completion.chunk", created: 1, model: "gpt-test", choices: [{ index: 0, delta, finish_reason: finish }] });
+  const usage = { id: "c1", object: "chat.completion.chunk", created: 1, model: "gpt-test", choices: [], usage: { prompt_tokens: 9, completion_tokens: 4 } };
+  const body = [chunk({ role: "assistant", content: "Oslo is " }), chunk({ content: "sunny." }), chunk({}, "stop"), usage];
+  srv.state.openai.push({ sse: ": keep-alive\n\n" + body.map((c) => `data: ${JSON.stringify(c)}\n\n`).join("") + "data: [DONE]\n\n" });
+  const mf = worker({
+    config: { model: { provider: "openai", model: "gpt-test", stream: true, maxTokens: 64, baseUrl: `http://127.0.0.1:${srv.port}/v1` } },
+    bindings: { OPENAI_API_KEY: "sk-test" },
+  });
+  const r = await call(mf, "POST", "/runs/oa-stream", { input: "Weather in Oslo?" }, { accept: "text/event-stream" });
+  assert.equal(r.status, 200, r.text);
+  const events = r.text.split("\n\n").filter((b) => b.trim()).map((b) => JSON.parse(b.split("\n").find((l) => l.startsWith("data: ")).slice(6)));
+  assert.deepEqual(events.filter((e) => e.type === "text.delta").map((e) => [e.step, e.attempt, e.text]), [[1, 1, "Oslo is "], [1, 1, "sunny."]]);
+  assert.equal(events.find((e) => e.type === "step").text, "Oslo is sunny.");
+  const sent = srv.state.requests.filter((q) => q.path === "/v1/chat/completions").at(-1).body;
+  assert.deepEqual([sent.stream, sent.stream_options, sent.max_completion_tokens, sent.max_tokens], [true, { include_usage: true }, 64, undefined]);
+  const view = await call(mf, "GET", "/runs/oa-stream");
+  assert.deepEqual([view.json.status, view.json.usage], ["finished", { inputTokens: 9, outputTokens: 4 }]);
 });
 
 test("SSE: events in order with gapless seq, ending with run.done", async () => {

@@ -59,6 +59,7 @@ fn turn(calls: &[(&str, &str)]) -> ModelResponse {
         tool_calls: calls.iter().map(|(id, name)| call(id, name, json!({}))).collect(),
         usage: Usage { input_tokens: 10, output_tokens: 5 },
         stop_reason: Some("tool_calls".into()),
+        reasoning: vec![],
     }
 }
 
@@ -68,6 +69,7 @@ fn turn_with(calls: Vec<ToolCall>) -> ModelResponse {
         tool_calls: calls,
         usage: Usage { input_tokens: 10, output_tokens: 5 },
         stop_reason: None,
+        reasoning: vec![],
     }
 }
 
@@ -77,6 +79,7 @@ fn answer(text: &str) -> ModelResponse {
         tool_calls: vec![],
         usage: Usage { input_tokens: 7, output_tokens: 3 },
         stop_reason: None,
+        reasoning: vec![],
     }
 }
 

@@ -4,7 +4,7 @@ import { call, SteadfastError, sync } from "./errors.js";
 import { lowLevelHook, type Hook } from "./hooks.js";
 import type { LeaseOptions } from "./generated/LeaseOptions.js";
 import type { RetryPolicy } from "./generated/RetryPolicy.js";
-import type { Model } from "./model.js";
+import type { Model, ModelStream } from "./model.js";
 import type { Clock } from "./clock.js";
 import { recoveryLoop, type RecoverOptions, type Recovery, type SweepOptions } from "./recovery.js";
 import { storeHandle, type KVNamespaceLike, type Store } from "./stores.js";
@@ -214,7 +214,7 @@ export function transcriptHolder(model: Model) {
   let tools: ToolSpec[] | undefined;
   return {
     id: model.id,
-    generate: async (frameJson: string): Promise<string | null> => {
+    generate: async (frameJson: string, onDelta?: (kind: string, text: string) => void): Promise<string | null> => {
       const frame = JSON.parse(frameJson) as ModelFrame;
       if (frame.tools) tools = freeze(frame.tools);
       let held = runs.get(frame.runId);
@@ -227,7 +227,10 @@ export function transcriptHolder(model: Model) {
       }
       for (const m of frame.messages) held.push(freeze(m));
       const request: ModelRequest = { runId: frame.runId, messages: held.slice(), tools, step: frame.step };
-      return JSON.stringify((await model.generate(request)) ?? null);
+      const stream: ModelStream | undefined = onDelta
+        ? { text: (delta) => onDelta("text", String(delta)), reasoning: (delta) => onDelta("reasoning", String(delta)) }
+        : undefined;
+      return JSON.stringify((await model.generate(request, stream)) ?? null);
     },
     release: (runId: string): void => {
       runs.delete(runId);

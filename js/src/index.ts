@@ -49,7 +49,7 @@ export type {
   TrajectoryStep,
   Usage,
 } from "./types.js";
-export type { Model, ModelResponse } from "./model.js";
+export type { Model, ModelResponse, ModelStream } from "./model.js";
 export { defineTool, type Tool } from "./tools.js";
 export {
   defineHook,

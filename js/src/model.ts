@@ -9,7 +9,10 @@ export interface ModelResponse {
   text?: string;
   toolCalls?: Array<{ id?: string; name: string; args?: Json }>;
   usage?: Partial<Usage>;
+  /** The provider's stop reason: `length` / `max_tokens`, `refusal`, `content_filter` end the run with that reason. */
   stopReason?: string;
+  /** Reasoning blocks as the provider sent them (e.g. Anthropic thinking), kept and sent back unchanged. */
+  reasoning?: Json[];
 }
 
 /**
@@ -24,5 +27,17 @@ export interface Model {
    * One attempt at the next turn. `request.messages` is the whole transcript, in an array of its own; the
    * messages in it are frozen (the package keeps each running run's transcript and shares them between requests).
    */
-  generate(request: ModelRequest): Promise<ModelResponse>;
+  generate(request: ModelRequest, stream?: ModelStream): Promise<ModelResponse>;
+}
+
+/**
+ * Given to `generate` when someone listens to the run's events (`agent.stream`, `onEvent`): a model that streams
+ * hands each increment over as it arrives (before its promise resolves); they are emitted as `text.delta` /
+ * `reasoning.delta` events. The answer it resolves is what is recorded; the increments are not.
+ */
+export interface ModelStream {
+  /** More of the answer's text. */
+  text(delta: string): void;
+  /** More of the model's reasoning (thinking). */
+  reasoning(delta: string): void;
 }

@@ -108,3 +108,42 @@ test("an AbortSignal aborts the run; tools in flight get cancelled results and t
   assert.equal(resumed.text, "done");
   assert.equal(started, 1, "the cancelled call is not run again; the model reads its result");
 });
+
+test("a streaming model's increments reach onEvent while it answers, and stream yields them before their step", async () => {
+  const events = [];
+  let seenWhileAnswering = null;
+  const model = {
+    id: "streamy",
+    async generate(request, stream) {
+      assert.ok(stream, "the run's events are listened to: the model may stream");
+      stream.reasoning("Thinking…");
+      stream.text("Hel");
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      seenWhileAnswering = events.filter((e) => e.type.endsWith(".delta")).map((e) => e.text);
+      stream.text("lo!");
+      return { text: "Hello!" };
+    },
+  };
+  const agent = createAgent({ model, store: memoryStore() });
+  const r = await agent.send("hi", { sessionId: "ev-delta", onEvent: (e) => events.push(e) });
+  assert.equal(r.text, "Hello!");
+  assert.deepEqual(seenWhileAnswering, ["Thinking…", "Hel"], "increments were delivered before the answer");
+  assert.deepEqual(
+    events.filter((e) => e.type === "text.delta").map((e) => [e.step, e.attempt, e.text]),
+    [[1, 1, "Hel"], [1, 1, "lo!"]],
+  );
+  events.forEach((e, i) => assert.equal(e.seq, events[0].seq + i));
+  assert.deepEqual(r.messages.at(-1), { role: "assistant", content: "Hello!" }, "only the completed turn is recorded");
+
+  const streamed = [];
+  for await (const e of agent.stream("again", { sessionId: "ev-delta-2" })) streamed.push(e.type);
+  assert.ok(streamed.indexOf("text.delta") < streamed.indexOf("step"), streamed.join(","));
+
+  let given = "unset";
+  const quiet = createAgent({
+    model: { id: "quiet", async generate(_request, stream) { given = stream; return { text: "ok" }; } },
+    store: memoryStore(),
+  });
+  await quiet.send("hi", { sessionId: "q-1" });
+  assert.equal(given, undefined, "nobody listens: the model is not asked to stream");
+});

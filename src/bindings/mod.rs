@@ -38,7 +38,7 @@
 use crate::contract::{SendRequest, ToolCallContext};
 use crate::core::classify::provider_http_error;
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::core::events::EventEnvelope;
+use crate::core::events::{EventEnvelope, StreamDelta};
 use crate::core::machine::ModelResponse;
 use crate::core::sweep::SweepOptions;
 use crate::core::trajectory::compare_json;
@@ -129,13 +129,41 @@ struct JsModel {
 }
 
 impl JsModel {
-    /// Sends the frame the feed decides on; `None` when the holder could not apply it.
-    async fn send_frame(&self, request: &ModelRequest<'_>) -> Result<Option<JsValue>> {
+    /// Sends the frame the feed decides on (with `on_delta`, the JS function a streaming model calls with
+    /// `(kind, text)`); `None` when the holder could not apply it.
+    async fn send_frame(&self, request: &ModelRequest<'_>, on_delta: &JsValue) -> Result<Option<JsValue>> {
         let body = encode(&self.feed.borrow_mut().frame(request))?;
-        let args = Array::of1(&JsValue::from_str(&body));
+        let args = Array::of2(&JsValue::from_str(&body), on_delta);
         let out = call_async(&self.generate, &self.obj, &args).await.map_err(|e| model_error(&e))?;
         Ok((!out.is_null()).then_some(out))
     }
+
+    /// One answer: the frame, once more with the whole transcript when the holder lost it, parsed.
+    async fn answer(&self, request: ModelRequest<'_>, on_delta: &JsValue) -> Result<ModelResponse> {
+        let out = match self.send_frame(&request, on_delta).await? {
+            Some(out) => out,
+            None => {
+                self.feed.borrow_mut().lost(request.run_id);
+                self.send_frame(&request, on_delta).await?.ok_or_else(|| {
+                    Error::new(ErrorCode::ProviderInvalidResponse, "the JS model could not apply a full transcript")
+                })?
+            }
+        };
+        let text = match out.as_string() {
+            Some(s) => s,
+            None => to_value(&out, "the model's answer")
+                .map_err(|e| Error::new(ErrorCode::ProviderInvalidResponse, e.message))?
+                .to_string(),
+        };
+        parse_response(&text)
+    }
+}
+
+/// Increments a JS model handed over and not yet passed on, and the task to wake when one arrives.
+#[derive(Default)]
+struct DeltaQueue {
+    deltas: Vec<StreamDelta>,
+    waker: Option<std::task::Waker>,
 }
 
 /// The crate error for a rejected `generate`.
@@ -181,22 +209,37 @@ impl Model for JsModel {
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
-        let out = match self.send_frame(&request).await? {
-            Some(out) => out,
-            None => {
-                self.feed.borrow_mut().lost(request.run_id);
-                self.send_frame(&request).await?.ok_or_else(|| {
-                    Error::new(ErrorCode::ProviderInvalidResponse, "the JS model could not apply a full transcript")
-                })?
+        self.answer(request, &JsValue::UNDEFINED).await
+    }
+
+    async fn generate_streaming(
+        &self,
+        request: ModelRequest<'_>,
+        on_delta: &dyn Fn(StreamDelta),
+    ) -> Result<ModelResponse> {
+        // The JS model calls `onDelta(kind, text)` whenever it likes; the increments wait in the queue until
+        // this task runs, and are passed on in order before the answer.
+        let queue: Rc<RefCell<DeltaQueue>> = Rc::default();
+        let into = queue.clone();
+        let callback = Closure::<dyn FnMut(String, String)>::new(move |kind: String, text: String| {
+            let mut q = into.borrow_mut();
+            q.deltas.push(if kind == "reasoning" { StreamDelta::Reasoning(text) } else { StreamDelta::Text(text) });
+            if let Some(w) = q.waker.take() {
+                w.wake();
             }
-        };
-        let text = match out.as_string() {
-            Some(s) => s,
-            None => to_value(&out, "the model's answer")
-                .map_err(|e| Error::new(ErrorCode::ProviderInvalidResponse, e.message))?
-                .to_string(),
-        };
-        parse_response(&text)
+        });
+        let answer = self.answer(request, callback.as_ref());
+        futures::pin_mut!(answer);
+        futures::future::poll_fn(|cx| {
+            let ready = answer.as_mut().poll(cx);
+            let deltas = std::mem::take(&mut queue.borrow_mut().deltas);
+            deltas.into_iter().for_each(on_delta);
+            if ready.is_pending() {
+                queue.borrow_mut().waker = Some(cx.waker().clone());
+            }
+            ready
+        })
+        .await
     }
 
     fn execution_ended(&self, run_id: &str, execution: &str) {

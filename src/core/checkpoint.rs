@@ -51,6 +51,28 @@ pub enum FinishReason {
     AwaitingApproval,
     /// Aborted through the cancellation handle (the run stays resumable).
     Aborted,
+    /// The model's answer was cut off at its output token limit (OpenAI `length`, Anthropic `max_tokens`).
+    Length,
+    /// The model refused (OpenAI `message.refusal`, Anthropic `stop_reason: "refusal"`); the refusal is the
+    /// run's text.
+    Refusal,
+    /// The provider's content filter withheld (part of) the answer (OpenAI `content_filter`).
+    ContentFilter,
+}
+
+impl FinishReason {
+    /// What a provider's stop reason means for a model turn without tool calls, when it is not a plain stop:
+    /// `length`, `max_tokens` and `model_context_window_exceeded` → [`FinishReason::Length`]; `refusal` →
+    /// [`FinishReason::Refusal`]; `content_filter` → [`FinishReason::ContentFilter`]; anything else → `None`
+    /// (the turn ends the run with [`FinishReason::Stop`]).
+    pub fn from_stop_reason(stop_reason: &str) -> Option<FinishReason> {
+        match stop_reason {
+            "length" | "max_tokens" | "model_context_window_exceeded" => Some(FinishReason::Length),
+            "refusal" => Some(FinishReason::Refusal),
+            "content_filter" => Some(FinishReason::ContentFilter),
+            _ => None,
+        }
+    }
 }
 
 /// A run's state at a durable boundary.
@@ -74,6 +96,10 @@ pub struct Checkpoint {
     /// Token usage of the current run.
     #[serde(default)]
     pub usage: Usage,
+    /// Token usage of the whole conversation (every run of this id; not reset when a finished run continues).
+    /// Checkpoints written before it was kept count from their current run's usage.
+    #[serde(default)]
+    pub total_usage: Usage,
     /// Opaque application state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
@@ -147,6 +173,9 @@ pub struct Header {
     pub step_index: u32,
     /// See [`Checkpoint::usage`].
     pub usage: Usage,
+    /// See [`Checkpoint::total_usage`].
+    #[serde(default)]
+    pub total_usage: Usage,
     /// See [`Checkpoint::status`].
     pub status: RunStatus,
     /// See [`Checkpoint::approval_ids`].
@@ -236,6 +265,7 @@ header_patch! {
         input_len: usize = "il" | "inputLen",
         step_index: u32 = "n" | "stepIndex",
         usage: Usage = "u" | "usage" with "usage_pair",
+        total_usage: Usage = "tu" | "totalUsage" with "usage_pair",
         status: RunStatus = "st" | "status",
         approval_ids: Vec<String> = "ap" | "approvalIds",
         started_tool_call_ids: Vec<String> = "sc" | "startedToolCallIds",
@@ -370,6 +400,7 @@ impl Checkpoint {
             input_len: self.input_len,
             step_index: self.step_index,
             usage: self.usage,
+            total_usage: self.total_usage,
             status: self.status,
             approval_ids: self.approval_ids.clone(),
             started_tool_call_ids: self.started_tool_call_ids.clone(),
@@ -388,6 +419,7 @@ impl Checkpoint {
         self.input_len = h.input_len;
         self.step_index = h.step_index;
         self.usage = h.usage;
+        self.total_usage = h.total_usage;
         self.status = h.status;
         self.approval_ids = h.approval_ids;
         self.started_tool_call_ids = h.started_tool_call_ids;

@@ -101,6 +101,28 @@ pub enum Event {
         /// How many times so far.
         count: u32,
     },
+    /// More of the model's text while the provider streams its answer. Not recorded: the `step` event and the
+    /// journal carry the completed turn only (a crash mid-stream asks the model again). A retried model call
+    /// streams again from the start under a higher `attempt`.
+    #[serde(rename = "text.delta")]
+    TextDelta {
+        /// The step the answer will be.
+        step: u32,
+        /// The model call's attempt (1-based): deltas of an earlier attempt are void.
+        attempt: u32,
+        /// The increment.
+        text: String,
+    },
+    /// More of the model's reasoning (thinking) while the provider streams it; like `text.delta`.
+    #[serde(rename = "reasoning.delta")]
+    ReasoningDelta {
+        /// The step the answer will be.
+        step: u32,
+        /// The model call's attempt (1-based).
+        attempt: u32,
+        /// The increment.
+        text: String,
+    },
     /// The run ended, paused or was aborted.
     #[serde(rename = "run.done")]
     RunDone {
@@ -119,6 +141,25 @@ pub enum Event {
         /// The error.
         error: ErrorInfo,
     },
+}
+
+/// An increment of a model turn while the provider streams it (see [`Event::TextDelta`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamDelta {
+    /// More of the turn's text.
+    Text(String),
+    /// More of the model's reasoning (thinking), where the provider streams it.
+    Reasoning(String),
+}
+
+impl StreamDelta {
+    /// The event that carries this increment of step `step`'s model call, attempt `attempt`.
+    pub fn event(self, step: u32, attempt: u32) -> Event {
+        match self {
+            StreamDelta::Text(text) => Event::TextDelta { step, attempt, text },
+            StreamDelta::Reasoning(text) => Event::ReasoningDelta { step, attempt, text },
+        }
+    }
 }
 
 /// An event as delivered: `{v, seq, runId, at, type, ...}`.

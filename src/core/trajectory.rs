@@ -160,7 +160,7 @@ impl Trajectory {
         }
         let mut steps = Vec::new();
         for (i, m) in messages.iter().enumerate() {
-            let Message::Assistant { content, tool_calls } = m else { continue };
+            let Message::Assistant { content, tool_calls, .. } = m else { continue };
             let calls = tool_calls
                 .iter()
                 .map(|call| {

@@ -83,6 +83,12 @@ pub enum Message {
         /// Tool calls, in the order the model gave them.
         #[serde(default, rename = "toolCalls", skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<ToolCall>,
+        /// Reasoning blocks the model produced before its text and calls, exactly as the provider sent them
+        /// (Anthropic `{"type": "thinking", thinking, signature}` and `{"type": "redacted_thinking", data}`):
+        /// sent back unchanged to that provider, which checks the signature and refuses a tool-use turn whose
+        /// thinking was dropped or changed. Absent in transcripts written before they were kept.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<Value>,
     },
     /// A tool result.
     Tool(ToolResult),
@@ -101,7 +107,7 @@ impl Message {
 
     /// An assistant message.
     pub fn assistant(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Message {
-        Message::Assistant { content: text.into(), tool_calls }
+        Message::Assistant { content: text.into(), tool_calls, reasoning: Vec::new() }
     }
 
     /// Whether this is a system message.
@@ -138,6 +144,12 @@ impl Usage {
     pub fn add(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+    }
+
+    /// Raises each count to at least `other`'s.
+    pub fn at_least(&mut self, other: Usage) {
+        self.input_tokens = self.input_tokens.max(other.input_tokens);
+        self.output_tokens = self.output_tokens.max(other.output_tokens);
     }
 
     /// Sum of both.

@@ -5,10 +5,11 @@
 //! results become `tool_result` blocks of a `user` turn, and consecutive turns of the same role are merged
 //! into one (all results of a tool turn, plus any user text that follows, form one `user` message).
 
-use super::{body_text, generated_call_id, invalid_response, join_url, merge_extra, u64_field};
+use super::stream::{AnthropicStream, StreamDelta};
+use super::{body_text, generated_call_id, invalid_response, join_url, merge_extra, new_call, u64_field};
 use crate::core::error::Result;
 use crate::core::machine::ModelResponse;
-use crate::core::transcript::{Message, ToolCall, Usage};
+use crate::core::transcript::{Message, Usage};
 use crate::http::{HttpClient, HttpRequest};
 use crate::runtime::traits::{Model, ModelRequest, ToolSpec};
 use async_trait::async_trait;
@@ -25,7 +26,7 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub struct AnthropicOptions {
     /// Base URL; the request goes to `{base_url}/v1/messages`. Default `https://api.anthropic.com`.
     pub base_url: String,
-    /// Model id (also [`Model::id`]). Default `claude-3-5-haiku-latest`.
+    /// Model id (also [`Model::id`]). No default: a call without one fails with `STEADFAST_CONFIG_INVALID`.
     pub model: String,
     /// `max_tokens` (required by the API). Default 1024.
     pub max_tokens: u32,
@@ -36,17 +37,21 @@ pub struct AnthropicOptions {
     pub extra: Map<String, Value>,
     /// Per-request timeout in milliseconds (0 = the transport's default).
     pub timeout_ms: u64,
+    /// Ask for a streamed answer (`stream: true`): while someone listens to the run's events its text and
+    /// thinking arrive as `text.delta` / `reasoning.delta` events; the recorded turn is the same.
+    pub stream: bool,
 }
 
 impl Default for AnthropicOptions {
     fn default() -> AnthropicOptions {
         AnthropicOptions {
             base_url: "https://api.anthropic.com".into(),
-            model: "claude-3-5-haiku-latest".into(),
+            model: String::new(),
             max_tokens: 1024,
             temperature: None,
             extra: Map::new(),
             timeout_ms: 0,
+            stream: false,
         }
     }
 }
@@ -87,11 +92,15 @@ pub enum AnthropicBlock<'a> {
         /// Whether it reports a failure.
         is_error: bool,
     },
+    /// A block as the provider sent it (`thinking`, `redacted_thinking`), sent back unchanged.
+    #[serde(untagged)]
+    Verbatim(&'a Value),
 }
 
 /// The transcript as Anthropic's `(system, messages)`: system texts joined with blank lines (`None` when
 /// there are none); every other message as content blocks, consecutive same-role turns merged, empty turns
-/// dropped.
+/// dropped. An assistant turn's reasoning blocks come first, unchanged (the API checks their signatures), then
+/// its text, then its `tool_use` blocks.
 pub fn to_anthropic_messages(messages: &[Message]) -> (Option<String>, Vec<AnthropicTurn<'_>>) {
     let mut system: Vec<&str> = Vec::new();
     let mut turns: Vec<AnthropicTurn<'_>> = Vec::new();
@@ -104,8 +113,9 @@ pub fn to_anthropic_messages(messages: &[Message]) -> (Option<String>, Vec<Anthr
                 continue;
             }
             Message::User { content } => ("user", text_block(content)),
-            Message::Assistant { content, tool_calls } => {
-                let mut blocks = text_block(content);
+            Message::Assistant { content, tool_calls, reasoning } => {
+                let mut blocks: Vec<AnthropicBlock<'_>> = reasoning.iter().map(AnthropicBlock::Verbatim).collect();
+                blocks.extend(text_block(content));
                 blocks.extend(tool_calls.iter().map(|c| AnthropicBlock::ToolUse {
                     id: &c.id,
                     name: &c.name,
@@ -143,7 +153,9 @@ fn text_block(text: &str) -> Vec<AnthropicBlock<'_>> {
     }
 }
 
-/// `tool_use.input` must be an object: null becomes `{}`, any other non-object is wrapped as `{"_raw": v}`.
+/// `tool_use.input` must be an object: null becomes `{}`. Providers mark non-object arguments
+/// [`crate::core::transcript::ToolCall::invalid`] and keep `{}`; only transcripts written before that may hold
+/// one, which is wrapped as `{"_raw": v}`.
 fn tool_input(args: &Value) -> Cow<'_, Value> {
     match args {
         Value::Object(_) => Cow::Borrowed(args),
@@ -176,7 +188,10 @@ pub fn build_request(
     if let Some(t) = options.temperature {
         body.insert("temperature".into(), json!(t));
     }
-    merge_extra(&mut body, &options.extra, &["model", "messages", "system", "tools", "max_tokens"]);
+    if options.stream {
+        body.insert("stream".into(), json!(true));
+    }
+    merge_extra(&mut body, &options.extra, &["model", "messages", "system", "tools", "max_tokens", "stream"]);
     HttpRequest {
         method: "POST".into(),
         url: join_url(&options.base_url, "v1/messages"),
@@ -191,10 +206,11 @@ pub fn build_request(
     }
 }
 
-/// Reads a 2xx Messages API body: `text` blocks concatenated, `tool_use` blocks as tool calls (`input` as
-/// the arguments; a missing id becomes `call_<step>_<i>`), usage from `input_tokens` (plus cache reads and
-/// writes) and `output_tokens`, `stop_reason`. Other block kinds (thinking, …) are skipped. Anything else is
-/// `STEADFAST_PROVIDER_INVALID_RESPONSE`.
+/// Reads a 2xx Messages API body: `text` blocks concatenated, `thinking` / `redacted_thinking` blocks kept as
+/// they are (to be sent back unchanged), `tool_use` blocks as tool calls (`input` as the arguments; a
+/// missing id becomes `call_<step>_<i>`), usage from `input_tokens` (plus cache reads and writes) and
+/// `output_tokens`, `stop_reason` (`max_tokens`, `refusal`, … as sent). Other block kinds are skipped. Anything
+/// else is `STEADFAST_PROVIDER_INVALID_RESPONSE`.
 pub fn parse_response(body: &str, step: u32) -> Result<ModelResponse> {
     let bad = |why: &str| invalid_response("Anthropic", why, body, "");
     let v: Value = serde_json::from_str(body).map_err(|_| bad("not JSON"))?;
@@ -202,45 +218,76 @@ pub fn parse_response(body: &str, step: u32) -> Result<ModelResponse> {
         return Err(bad("an error object"));
     }
     let blocks = v.get("content").and_then(Value::as_array).ok_or_else(|| bad("no content array"))?;
-    let mut text = String::new();
-    let mut tool_calls = Vec::new();
+    let mut turn = TurnBuilder::default();
     for block in blocks {
+        turn.block(block, step).map_err(|why| bad(&why))?;
+    }
+    turn.usage(v.get("usage"));
+    turn.stop_reason = v.get("stop_reason").and_then(Value::as_str).map(str::to_string);
+    Ok(turn.finish())
+}
+
+/// A model turn assembled from Anthropic content blocks: by [`parse_response`] from a whole message, and by the
+/// stream parser block by block (so both give the same turn).
+#[derive(Debug, Default)]
+pub(crate) struct TurnBuilder {
+    pub(crate) text: String,
+    pub(crate) reasoning: Vec<Value>,
+    pub(crate) tool_calls: Vec<crate::core::transcript::ToolCall>,
+    pub(crate) usage: Usage,
+    pub(crate) stop_reason: Option<String>,
+}
+
+impl TurnBuilder {
+    /// Adds one complete content block. `Err` says why it cannot be read.
+    pub(crate) fn block(&mut self, block: &Value, step: u32) -> std::result::Result<(), String> {
         match block.get("type").and_then(Value::as_str) {
-            Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("text") => self.text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("thinking" | "redacted_thinking") => self.reasoning.push(block.clone()),
             Some("tool_use") => {
-                let i = tool_calls.len();
+                let i = self.tool_calls.len();
                 let name = block
                     .get("name")
                     .and_then(Value::as_str)
                     .filter(|n| !n.is_empty())
-                    .ok_or_else(|| bad("a tool_use block without a name"))?;
+                    .ok_or_else(|| "a tool_use block without a name".to_string())?;
                 let id = block
                     .get("id")
                     .and_then(Value::as_str)
                     .filter(|s| !s.is_empty())
                     .map(str::to_string)
                     .unwrap_or_else(|| generated_call_id(step, i));
-                let args = match block.get("input") {
-                    None | Some(Value::Null) => json!({}),
-                    Some(Value::String(s)) => super::parse_arguments(s),
-                    Some(other) => other.clone(),
-                };
-                tool_calls.push(ToolCall { id, name: name.to_string(), args, invalid: None });
+                self.tool_calls.push(new_call(id, name, block.get("input")));
             }
             _ => {}
         }
+        Ok(())
     }
-    let usage = match v.get("usage") {
-        Some(u) => Usage {
-            input_tokens: u64_field(u, "input_tokens")
+
+    /// Sets the usage from an Anthropic `usage` object (fields it lacks keep their value: a stream reports
+    /// input tokens at the start and output tokens at the end).
+    pub(crate) fn usage(&mut self, u: Option<&Value>) {
+        let Some(u) = u.filter(|u| u.is_object()) else { return };
+        let has = |k: &str| u.get(k).is_some_and(|n| !n.is_null());
+        if has("input_tokens") || has("cache_creation_input_tokens") || has("cache_read_input_tokens") {
+            self.usage.input_tokens = u64_field(u, "input_tokens")
                 .saturating_add(u64_field(u, "cache_creation_input_tokens"))
-                .saturating_add(u64_field(u, "cache_read_input_tokens")),
-            output_tokens: u64_field(u, "output_tokens"),
-        },
-        None => Usage::default(),
-    };
-    let stop_reason = v.get("stop_reason").and_then(Value::as_str).map(str::to_string);
-    Ok(ModelResponse { text, tool_calls, usage, stop_reason })
+                .saturating_add(u64_field(u, "cache_read_input_tokens"));
+        }
+        if has("output_tokens") {
+            self.usage.output_tokens = u64_field(u, "output_tokens");
+        }
+    }
+
+    pub(crate) fn finish(self) -> ModelResponse {
+        ModelResponse {
+            text: self.text,
+            tool_calls: self.tool_calls,
+            usage: self.usage,
+            stop_reason: self.stop_reason,
+            reasoning: self.reasoning,
+        }
+    }
 }
 
 /// An Anthropic model over an [`HttpClient`]. One HTTP request per `generate`, no retries.
@@ -269,8 +316,23 @@ impl<H: HttpClient> Model for AnthropicModel<H> {
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
+        self.generate_streaming(request, &|_| {}).await
+    }
+
+    async fn generate_streaming(
+        &self,
+        request: ModelRequest<'_>,
+        on_delta: &dyn Fn(StreamDelta),
+    ) -> Result<ModelResponse> {
+        super::require_model("Anthropic", &self.options.model).map_err(|e| e.with_run(request.run_id))?;
         let http = build_request(&self.options, &self.api_key, request.messages, request.tools);
-        super::round_trip(&self.client, http, &self.api_key, request.run_id, request.step, parse_response).await
+        let (client, key, run_id) = (&self.client, &self.api_key, request.run_id);
+        if self.options.stream {
+            let mut parser = AnthropicStream::new(request.step);
+            super::stream_round_trip(client, http, key, run_id, &mut parser, on_delta).await
+        } else {
+            super::round_trip(client, http, key, run_id, request.step, parse_response).await
+        }
     }
 }
 
@@ -279,9 +341,14 @@ mod tests {
     use super::*;
     use crate::core::classify::{classify, is_provider_outage, FailureClass};
     use crate::core::error::{Error, ErrorCode};
-    use crate::core::transcript::{ResultKind, ToolResult};
+    use crate::core::transcript::{ResultKind, ToolCall, ToolResult};
     use crate::providers::fake::FakeHttp;
     use futures::executor::block_on;
+
+    /// Options naming a model (the providers have no default model).
+    fn opts() -> AnthropicOptions {
+        AnthropicOptions { model: "claude-3-5-haiku-latest".into(), ..AnthropicOptions::default() }
+    }
 
     const KEY: &str = "sk-ant-test-SECRET-456";
 
@@ -320,7 +387,7 @@ mod tests {
 
     fn run(fake: &FakeHttp) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
-        let m = AnthropicModel::new(fake.clone(), KEY.to_string(), AnthropicOptions::default());
+        let m = AnthropicModel::new(fake.clone(), KEY.to_string(), opts());
         block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2, execution: "e" }))
     }
 
@@ -353,7 +420,7 @@ mod tests {
         let opts = AnthropicOptions {
             temperature: Some(0.2),
             extra: json!({"tool_choice": {"type": "auto"}, "max_tokens": 5}).as_object().cloned().unwrap_or_default(),
-            ..AnthropicOptions::default()
+            ..opts()
         };
         let (messages, tools) = (transcript(), tools());
         let m = AnthropicModel::new(fake.clone(), KEY.to_string(), opts);
@@ -416,6 +483,7 @@ mod tests {
                 tool_calls: vec![call("toolu_x", "Oslo"), call("toolu_y", "Rome")],
                 usage: Usage { input_tokens: 200, output_tokens: 40 },
                 stop_reason: Some("tool_use".into()),
+                reasoning: vec![],
             }
         );
     }
@@ -453,7 +521,7 @@ mod tests {
     }
 
     #[test]
-    fn non_object_arguments_become_objects() {
+    fn non_object_arguments_of_old_transcripts_become_objects() {
         let messages = vec![
             Message::user("go"),
             Message::assistant(
@@ -474,7 +542,7 @@ mod tests {
     fn parse_tolerates_odd_blocks_and_string_input() {
         let body = json!({
             "content": [
-                {"type": "thinking", "thinking": "hmm"},
+                {"type": "server_tool_use_in_the_future", "x": 1},
                 {"type": "tool_use", "name": "weather", "input": "{\"city\": Par"},
                 {"type": "tool_use", "id": "toolu_2", "name": "weather"}
             ],
@@ -484,8 +552,10 @@ mod tests {
         let r = parse_response(&body.to_string(), 4).unwrap();
         assert_eq!(r.text, "");
         assert_eq!(r.tool_calls[0].id, "call_4_0");
-        assert_eq!(r.tool_calls[0].args, json!({"_raw": "{\"city\": Par"}));
+        assert_eq!(r.tool_calls[0].args, json!({}));
+        assert!(r.tool_calls[0].invalid.is_some());
         assert_eq!(r.tool_calls[1].args, json!({}));
+        assert_eq!(r.tool_calls[1].invalid, None);
         assert_eq!(r.usage, Usage { input_tokens: 15, output_tokens: 3 });
     }
 
@@ -548,6 +618,6 @@ mod tests {
                 .unwrap();
         assert_eq!(o.max_tokens, 4096);
         assert_eq!(build_request(&o, "k", &[], &[]).url, "https://gw/v1/messages");
-        assert_eq!(AnthropicOptions::default().max_tokens, 1024);
+        assert_eq!(opts().max_tokens, 1024);
     }
 }

@@ -16,6 +16,7 @@
 
 pub mod anthropic;
 pub mod openai;
+pub mod stream;
 pub mod workers_ai;
 
 pub use anthropic::{AnthropicModel, AnthropicOptions};
@@ -91,6 +92,45 @@ pub(crate) async fn round_trip<H: HttpClient>(
     })
 }
 
+/// One streamed model call over HTTP: sends `request` once and feeds a 2xx body to `parser` as it is read,
+/// handing each increment to `on_delta`; the completed turn when the stream ends. Errors as
+/// [`round_trip`]'s, plus the parser's (an error event mid-stream, a stream cut short: retryable).
+pub(crate) async fn stream_round_trip(
+    client: &dyn HttpClient,
+    request: HttpRequest,
+    api_key: &str,
+    run_id: &str,
+    parser: &mut dyn stream::StreamParser,
+    on_delta: &dyn Fn(crate::core::events::StreamDelta),
+) -> Result<ModelResponse> {
+    let mut failed: Option<Error> = None;
+    let mut deltas = Vec::new();
+    let mut on_chunk = |chunk: &[u8]| match parser.feed(chunk, &mut deltas) {
+        Ok(()) => {
+            deltas.drain(..).for_each(on_delta);
+            true
+        }
+        Err(e) => {
+            failed = Some(e);
+            false
+        }
+    };
+    let sent = client.send_streaming(request, &mut on_chunk).await;
+    let scrub = |mut e: Error| {
+        e.message = redact(&e.message, api_key);
+        e.with_run(run_id)
+    };
+    let response = sent.map_err(scrub)?;
+    if !(200..300).contains(&response.status) {
+        let body = redact(&response.body, api_key);
+        return Err(provider_http_error(response.status, response.header("retry-after"), &body).with_run(run_id));
+    }
+    if let Some(e) = failed {
+        return Err(scrub(e.with_status(response.status)));
+    }
+    parser.finish().map_err(|e| scrub(e.with_status(response.status)))
+}
+
 /// Sends `request` once. A non-2xx answer becomes the classified provider error; a transport error passes
 /// through with its code (its message scrubbed of `secret`).
 pub(crate) async fn send_once<H: HttpClient>(client: &H, request: HttpRequest, secret: &str) -> Result<HttpResponse> {
@@ -119,25 +159,64 @@ pub(crate) fn merge_extra(body: &mut Map<String, Value>, extra: &Map<String, Val
     }
 }
 
-/// Reads tool-call arguments given as a JSON string: invalid JSON is kept as `{"_raw": "<the string>"}` so
-/// argument validation hands the model a `validation` result instead of failing the call; an empty string is
-/// `{}`.
-pub fn parse_arguments(s: &str) -> Value {
+/// Longest excerpt of unusable tool-call arguments quoted back to the model (characters).
+const ARGUMENTS_EXCERPT_CHARS: usize = 200;
+
+/// Reads tool-call arguments given as a JSON string (an empty string is `{}`). Anything but a JSON object is
+/// unusable: `Err` says why in words for the model, quoting the start of what it sent (arguments cut off
+/// mid-JSON, typically because the answer reached the output token limit, are the usual case).
+pub fn parse_arguments(s: &str) -> std::result::Result<Value, String> {
     if s.trim().is_empty() {
-        return json!({});
+        return Ok(json!({}));
     }
-    // Handled (see above): the parse error becomes a `validation` result for the model.
-    serde_json::from_str(s).unwrap_or_else(|_| json!({ "_raw": s }))
+    match serde_json::from_str::<Value>(s) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(other) => Err(not_an_object(&other)),
+        Err(_) => Err(format!(
+            "the arguments were not valid JSON (the answer may have been cut off at the output token limit): {}",
+            cap_chars(s, ARGUMENTS_EXCERPT_CHARS)
+        )),
+    }
 }
 
-/// Arguments given either as a JSON string (parsed with [`parse_arguments`]) or as a JSON value (kept);
-/// missing or null arguments are `{}`.
-pub(crate) fn arguments_value(v: Option<&Value>) -> Value {
-    match v {
-        None | Some(Value::Null) => json!({}),
+fn not_an_object(v: &Value) -> String {
+    let kind = match v {
+        Value::Array(_) => "an array",
+        Value::String(_) => "a string",
+        Value::Number(_) => "a number",
+        Value::Bool(_) => "a boolean",
+        _ => "null",
+    };
+    format!("the arguments must be a JSON object, not {kind}")
+}
+
+/// A tool call from a provider's parts: `args` given as a JSON string (see [`parse_arguments`]) or as a JSON
+/// value; missing or null arguments are `{}`. Unusable arguments are kept as `{}` with the reason in
+/// [`ToolCall::invalid`]: the call never runs and the model reads the reason as a `validation` result.
+pub(crate) fn new_call(id: String, name: &str, args: Option<&Value>) -> ToolCall {
+    let parsed = match args {
+        None | Some(Value::Null) => Ok(json!({})),
         Some(Value::String(s)) => parse_arguments(s),
-        Some(other) => other.clone(),
+        Some(v @ Value::Object(_)) => Ok(v.clone()),
+        Some(other) => Err(not_an_object(other)),
+    };
+    let (args, invalid) = match parsed {
+        Ok(v) => (v, None),
+        Err(why) => (json!({}), Some(why)),
+    };
+    ToolCall { id, name: name.to_string(), args, invalid }
+}
+
+/// `STEADFAST_CONFIG_INVALID` when no model id is set: the providers have no default model (a default goes
+/// stale as providers retire models), so the configuration must name one.
+pub(crate) fn require_model(provider: &str, model: &str) -> Result<()> {
+    if model.trim().is_empty() {
+        return Err(Error::new(
+            ErrorCode::ConfigInvalid,
+            format!("no {provider} model is set: name one in the options' `model` (there is no default)"),
+        ));
     }
+    Ok(())
 }
 
 /// A non-negative integer field (0 when absent or not a number).
@@ -199,7 +278,7 @@ pub(crate) fn openai_messages(messages: &[Message], null_empty_content: bool) ->
         .map(|m| match m {
             Message::System { content } => OpenAiMessage::System { content },
             Message::User { content } => OpenAiMessage::User { content },
-            Message::Assistant { content, tool_calls } => {
+            Message::Assistant { content, tool_calls, .. } => {
                 let calls: Vec<OpenAiCall<'_>> = tool_calls
                     .iter()
                     .map(|c| OpenAiCall {
@@ -234,7 +313,8 @@ pub(crate) fn body_text<M: Serialize>(fields: &Map<String, Value>, messages: &M)
     serde_json::to_string(&Body(fields, messages)).unwrap_or_else(|_| "{}".into())
 }
 
-/// Tool-call arguments as the JSON string OpenAI expects (a `{"_raw": s}` placeholder goes back as `s`).
+/// Tool-call arguments as the JSON string OpenAI expects (a `{"_raw": s}` placeholder, which transcripts written
+/// before unusable arguments were marked [`ToolCall::invalid`] may hold, goes back as `s`).
 fn arguments_string(args: &Value) -> String {
     if let Some(obj) = args.as_object() {
         if obj.len() == 1 {
@@ -262,7 +342,8 @@ pub(crate) fn openai_tools(tools: &[ToolSpec]) -> Vec<Value> {
         .collect()
 }
 
-/// Reads an OpenAI-style chat completion (`choices[0].message`, `usage`). `Err` holds why it cannot be read.
+/// Reads an OpenAI-style chat completion (`choices[0].message`, `usage`). A `message.refusal` is the text, with
+/// stop reason `refusal`. `Err` holds why it cannot be read.
 pub(crate) fn parse_openai_value(v: &Value, step: u32) -> std::result::Result<ModelResponse, String> {
     let choice = v
         .get("choices")
@@ -270,7 +351,7 @@ pub(crate) fn parse_openai_value(v: &Value, step: u32) -> std::result::Result<Mo
         .and_then(|c| c.first())
         .ok_or_else(|| "no choices[0]".to_string())?;
     let message = choice.get("message").filter(|m| m.is_object()).ok_or_else(|| "no choices[0].message".to_string())?;
-    let text = content_text(message.get("content"))?;
+    let mut text = content_text(message.get("content"))?;
     let tool_calls = match message.get("tool_calls") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(calls)) => {
@@ -279,8 +360,20 @@ pub(crate) fn parse_openai_value(v: &Value, step: u32) -> std::result::Result<Mo
         Some(_) => return Err("tool_calls is not an array".into()),
     };
     let usage = v.get("usage").map(openai_usage).unwrap_or_default();
-    let stop_reason = choice.get("finish_reason").and_then(Value::as_str).map(str::to_string);
-    Ok(ModelResponse { text, tool_calls, usage, stop_reason })
+    let mut stop_reason = choice.get("finish_reason").and_then(Value::as_str).map(str::to_string);
+    if let Some(refusal) = message.get("refusal").and_then(Value::as_str).filter(|r| !r.is_empty()) {
+        with_refusal(&mut text, refusal);
+        stop_reason = Some("refusal".into());
+    }
+    Ok(ModelResponse { text, tool_calls, usage, stop_reason, reasoning: Vec::new() })
+}
+
+/// Appends a refusal to a turn's text (on a line of its own when there is text already).
+pub(crate) fn with_refusal(text: &mut String, refusal: &str) {
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(refusal);
 }
 
 /// `usage.prompt_tokens` / `usage.completion_tokens`.
@@ -314,7 +407,7 @@ pub(crate) fn tool_call(c: &Value, step: u32, i: usize) -> std::result::Result<T
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .unwrap_or_else(|| generated_call_id(step, i));
-    Ok(ToolCall { id, name: name.to_string(), args: arguments_value(f.get("arguments")), invalid: None })
+    Ok(new_call(id, name, f.get("arguments")))
 }
 
 #[cfg(test)]
@@ -372,16 +465,29 @@ mod tests {
     use crate::core::transcript::{ResultKind, ToolResult};
 
     #[test]
-    fn arguments_parse_or_keep_raw() {
-        assert_eq!(parse_arguments(r#"{"a":1}"#), json!({"a": 1}));
-        assert_eq!(parse_arguments(""), json!({}));
-        assert_eq!(parse_arguments("{\"a\":"), json!({"_raw": "{\"a\":"}));
-        assert_eq!(arguments_value(Some(&json!({"b": 2}))), json!({"b": 2}));
-        assert_eq!(arguments_value(None), json!({}));
+    fn unusable_arguments_are_marked_invalid_with_the_reason_and_no_placeholder() {
+        assert_eq!(parse_arguments(r#"{"a":1}"#), Ok(json!({"a": 1})));
+        assert_eq!(parse_arguments(" "), Ok(json!({})));
+        let cut = parse_arguments("{\"city\": \"Par").unwrap_err();
+        assert!(cut.starts_with("the arguments were not valid JSON"), "{cut}");
+        assert!(cut.ends_with("{\"city\": \"Par"), "quotes what the model sent: {cut}");
+        assert_eq!(parse_arguments("[1]").unwrap_err(), "the arguments must be a JSON object, not an array");
+        let long = format!("{{\"a\": \"{}", "x".repeat(5_000));
+        assert!(parse_arguments(&long).unwrap_err().chars().count() < 400, "the excerpt is capped");
+
+        let ok = new_call("c".into(), "t", Some(&json!("{\"b\":2}")));
+        assert_eq!((ok.args, ok.invalid), (json!({"b": 2}), None));
+        assert_eq!(new_call("c".into(), "t", None).args, json!({}));
+        assert_eq!(new_call("c".into(), "t", Some(&Value::Null)).args, json!({}));
+        for bad in [json!("{\"a\":"), json!(7), json!(["x"])] {
+            let c = new_call("c".into(), "t", Some(&bad));
+            assert_eq!(c.args, json!({}), "no placeholder reaches the transcript for {bad}");
+            assert!(c.invalid.is_some(), "{bad}");
+        }
     }
 
     #[test]
-    fn raw_arguments_go_back_as_they_came() {
+    fn raw_arguments_of_old_transcripts_go_back_as_they_came() {
         let m = vec![Message::assistant(
             "",
             vec![ToolCall { id: "c".into(), name: "t".into(), args: json!({"_raw": "{oops"}), invalid: None }],

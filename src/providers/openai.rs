@@ -1,6 +1,7 @@
 //! [`OpenAiModel`]: OpenAI-compatible chat completions (`POST {base_url}/chat/completions`) — OpenAI itself
 //! or any compatible server (OpenRouter, Groq, vLLM, Ollama, Cloudflare AI Gateway, …).
 
+use super::stream::{OpenAiStream, StreamDelta};
 use super::{body_text, invalid_response, join_url, merge_extra, openai_messages, openai_tools, parse_openai_value};
 use crate::core::error::Result;
 use crate::core::machine::ModelResponse;
@@ -17,28 +18,36 @@ use serde_json::{json, Map, Value};
 pub struct OpenAiOptions {
     /// Base URL; the request goes to `{base_url}/chat/completions`. Default `https://api.openai.com/v1`.
     pub base_url: String,
-    /// Model id (also [`Model::id`]). Default `gpt-4o-mini`.
+    /// Model id (also [`Model::id`]). No default: a call without one fails with `STEADFAST_CONFIG_INVALID`.
     pub model: String,
     /// Sampling temperature (omitted when unset).
     pub temperature: Option<f64>,
-    /// `max_tokens` (omitted when unset).
+    /// The output token cap, sent as `max_completion_tokens` (omitted when unset).
     pub max_tokens: Option<u32>,
-    /// More body fields (e.g. `tool_choice`, `max_completion_tokens`); they cannot replace `model`, `messages`
-    /// or `tools`.
+    /// Send the cap as the older `max_tokens` field instead, for OpenAI-compatible servers that only know that
+    /// one (OpenAI's reasoning models refuse `max_tokens`).
+    pub legacy_max_tokens: bool,
+    /// More body fields (e.g. `tool_choice`, `reasoning_effort`); they cannot replace `model`, `messages` or
+    /// `tools`.
     pub extra: Map<String, Value>,
     /// Per-request timeout in milliseconds (0 = the transport's default).
     pub timeout_ms: u64,
+    /// Ask for a streamed answer (`stream: true`, `stream_options.include_usage`): while someone listens to
+    /// the run's events its text arrives as `text.delta` events; the recorded turn is the same.
+    pub stream: bool,
 }
 
 impl Default for OpenAiOptions {
     fn default() -> OpenAiOptions {
         OpenAiOptions {
             base_url: "https://api.openai.com/v1".into(),
-            model: "gpt-4o-mini".into(),
+            model: String::new(),
             temperature: None,
             max_tokens: None,
+            legacy_max_tokens: false,
             extra: Map::new(),
             timeout_ms: 0,
+            stream: false,
         }
     }
 }
@@ -55,9 +64,14 @@ pub fn build_request(options: &OpenAiOptions, api_key: &str, messages: &[Message
         body.insert("temperature".into(), json!(t));
     }
     if let Some(m) = options.max_tokens {
-        body.insert("max_tokens".into(), json!(m));
+        let field = if options.legacy_max_tokens { "max_tokens" } else { "max_completion_tokens" };
+        body.insert(field.into(), json!(m));
     }
-    merge_extra(&mut body, &options.extra, &["model", "messages", "tools"]);
+    if options.stream {
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+    }
+    merge_extra(&mut body, &options.extra, &["model", "messages", "tools", "stream", "stream_options"]);
     let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
     if !api_key.is_empty() {
         headers.push(("authorization".to_string(), format!("Bearer {api_key}")));
@@ -72,10 +86,10 @@ pub fn build_request(options: &OpenAiOptions, api_key: &str, messages: &[Message
     }
 }
 
-/// Reads a 2xx chat-completions body: `choices[0].message.content` (null → ""), `tool_calls` (arguments
-/// parsed from their JSON string; invalid JSON kept as `{"_raw": …}`; missing ids become `call_<step>_<i>`),
-/// `usage.prompt_tokens` / `completion_tokens`, `finish_reason`. Anything else is
-/// `STEADFAST_PROVIDER_INVALID_RESPONSE`.
+/// Reads a 2xx chat-completions body: `choices[0].message.content` (null → ""), `message.refusal` (the text,
+/// stop reason `refusal`), `tool_calls` (arguments parsed from their JSON string; unusable ones marked
+/// [`crate::core::transcript::ToolCall::invalid`]; missing ids become `call_<step>_<i>`), `usage.prompt_tokens` /
+/// `completion_tokens`, `finish_reason`. Anything else is `STEADFAST_PROVIDER_INVALID_RESPONSE`.
 pub fn parse_response(body: &str, step: u32) -> Result<ModelResponse> {
     let v: Value = serde_json::from_str(body).map_err(|_| invalid_response("OpenAI", "not JSON", body, ""))?;
     parse_openai_value(&v, step).map_err(|why| invalid_response("OpenAI", &why, body, ""))
@@ -107,8 +121,23 @@ impl<H: HttpClient> Model for OpenAiModel<H> {
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
+        self.generate_streaming(request, &|_| {}).await
+    }
+
+    async fn generate_streaming(
+        &self,
+        request: ModelRequest<'_>,
+        on_delta: &dyn Fn(StreamDelta),
+    ) -> Result<ModelResponse> {
+        super::require_model("OpenAI", &self.options.model).map_err(|e| e.with_run(request.run_id))?;
         let http = build_request(&self.options, &self.api_key, request.messages, request.tools);
-        super::round_trip(&self.client, http, &self.api_key, request.run_id, request.step, parse_response).await
+        let (client, key, run_id) = (&self.client, &self.api_key, request.run_id);
+        if self.options.stream {
+            let mut parser = OpenAiStream::new(request.step);
+            super::stream_round_trip(client, http, key, run_id, &mut parser, on_delta).await
+        } else {
+            super::round_trip(client, http, key, run_id, request.step, parse_response).await
+        }
     }
 }
 
@@ -120,6 +149,11 @@ mod tests {
     use crate::core::transcript::{ResultKind, ToolCall, ToolResult, Usage};
     use crate::providers::fake::FakeHttp;
     use futures::executor::block_on;
+
+    /// Options naming a model (the providers have no default model).
+    fn opts() -> OpenAiOptions {
+        OpenAiOptions { model: "gpt-4o-mini".into(), ..OpenAiOptions::default() }
+    }
 
     const KEY: &str = "sk-test-SECRET-123";
 
@@ -175,7 +209,7 @@ mod tests {
 
     fn run(fake: &FakeHttp) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
-        let m = model(fake, OpenAiOptions::default());
+        let m = model(fake, opts());
         block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3, execution: "e" }))
     }
 
@@ -212,7 +246,7 @@ mod tests {
             temperature: Some(0.5),
             max_tokens: Some(256),
             extra: json!({"tool_choice": "auto", "model": "ignored"}).as_object().cloned().unwrap_or_default(),
-            ..OpenAiOptions::default()
+            ..opts()
         };
         let (messages, tools) = (transcript(), tools());
         let m = model(&fake, opts);
@@ -244,7 +278,7 @@ mod tests {
             json!({
                 "model": "gpt-4o-mini",
                 "temperature": 0.5,
-                "max_tokens": 256,
+                "max_completion_tokens": 256,
                 "tool_choice": "auto",
                 "messages": [
                     {"role": "system", "content": "You are terse."},
@@ -283,13 +317,14 @@ mod tests {
                 ],
                 usage: Usage { input_tokens: 120, output_tokens: 33 },
                 stop_reason: Some("tool_calls".into()),
+                reasoning: vec![],
             }
         );
     }
 
     #[test]
     fn text_answer_and_omitted_tools() {
-        let req = build_request(&OpenAiOptions::default(), "", &[Message::user("hi")], &[]);
+        let req = build_request(&opts(), "", &[Message::user("hi")], &[]);
         assert_eq!(req.url, "https://api.openai.com/v1/chat/completions");
         assert!(req.headers.iter().all(|(k, _)| k != "authorization"));
         let body: Value = serde_json::from_str(req.body.as_deref().unwrap_or("")).unwrap();
@@ -306,16 +341,40 @@ mod tests {
     }
 
     #[test]
-    fn invalid_arguments_are_kept_raw_and_missing_ids_generated() {
+    fn arguments_cut_mid_json_mark_the_call_invalid_and_missing_ids_are_generated() {
         let body = json!({"choices": [{"message": {"content": "x", "tool_calls": [
             {"type": "function", "function": {"name": "weather", "arguments": "{\"city\": Par"}},
             {"id": "", "type": "function", "function": {"name": "weather", "arguments": {"city": "Rome"}}}
         ]}, "finish_reason": "tool_calls"}]});
         let r = parse_response(&body.to_string(), 7).unwrap();
         assert_eq!(r.tool_calls[0].id, "call_7_0");
-        assert_eq!(r.tool_calls[0].args, json!({"_raw": "{\"city\": Par"}));
+        assert_eq!(r.tool_calls[0].args, json!({}));
+        let why = r.tool_calls[0].invalid.as_deref().unwrap_or("");
+        assert!(why.starts_with("the arguments were not valid JSON") && why.ends_with("{\"city\": Par"), "{why}");
         assert_eq!(r.tool_calls[1].id, "call_7_1");
+        assert_eq!(r.tool_calls[1].invalid, None);
         assert_eq!(r.tool_calls[1].args, json!({"city": "Rome"}));
+    }
+
+    #[test]
+    fn streamed_calls_classify_http_errors_and_keep_the_key_out() {
+        let fake = FakeHttp::reply(429, &[("retry-after", "3")], &format!("{{\"error\": \"slow down {KEY}\"}}"));
+        let m = model(&fake, OpenAiOptions { stream: true, ..opts() });
+        let (messages, tools) = (transcript(), tools());
+        let request = ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3, execution: "e" };
+        let e = block_on(m.generate_streaming(request, &|_| {})).unwrap_err();
+        assert_eq!(
+            (e.code, e.retry_after_ms, e.run_id.as_deref()),
+            (ErrorCode::ProviderRateLimited, Some(3000), Some("r1"))
+        );
+        assert!(!e.message.contains(KEY), "{}", e.message);
+        let body: Value = serde_json::from_str(fake.requests()[0].body.as_deref().unwrap_or("")).unwrap();
+        assert_eq!((&body["stream"], &body["stream_options"]["include_usage"]), (&json!(true), &json!(true)));
+        // Without a listener (`generate`) a streamed answer is read whole through the same parser.
+        let fake = FakeHttp::reply(200, &[], "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
+        let m = model(&fake, OpenAiOptions { stream: true, ..opts() });
+        let request = ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3, execution: "e" };
+        assert_eq!(block_on(m.generate(request)).unwrap().text, "Hi");
     }
 
     #[test]

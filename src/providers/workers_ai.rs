@@ -34,7 +34,7 @@ impl<B: AiBinding + ?Sized> AiBinding for Rc<B> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct WorkersAiOptions {
-    /// Model id (also [`Model::id`]). Default `@cf/meta/llama-3.3-70b-instruct-fp8-fast`.
+    /// Model id (also [`Model::id`]). No default: a call without one fails with `STEADFAST_CONFIG_INVALID`.
     pub model: String,
     /// `max_tokens` (omitted when unset).
     pub max_tokens: Option<u32>,
@@ -46,12 +46,7 @@ pub struct WorkersAiOptions {
 
 impl Default for WorkersAiOptions {
     fn default() -> WorkersAiOptions {
-        WorkersAiOptions {
-            model: "@cf/meta/llama-3.3-70b-instruct-fp8-fast".into(),
-            max_tokens: None,
-            temperature: None,
-            extra: Map::new(),
-        }
+        WorkersAiOptions { model: String::new(), max_tokens: None, temperature: None, extra: Map::new() }
     }
 }
 
@@ -87,7 +82,7 @@ pub fn build_input(options: &WorkersAiOptions, messages: &[Message], tools: &[To
 }
 
 /// Reads the binding's output: `{response, tool_calls: [{name, arguments}], usage}` (arguments an object or
-/// a JSON string; invalid JSON kept as `{"_raw": …}`; ids `call_<step>_<i>` when absent; a non-string
+/// a JSON string; unusable ones marked [`crate::core::transcript::ToolCall::invalid`]; ids `call_<step>_<i>` when absent; a non-string
 /// `response` is serialised), an OpenAI-style `choices` shape, either wrapped in the REST API's
 /// `{result: …}`, or a bare string. Anything else is `STEADFAST_PROVIDER_INVALID_RESPONSE`.
 pub fn parse_response(output: &Value, step: u32) -> Result<ModelResponse> {
@@ -121,7 +116,7 @@ pub fn parse_response(output: &Value, step: u32) -> Result<ModelResponse> {
     };
     let usage = v.get("usage").map(openai_usage).unwrap_or_default();
     let stop_reason = v.get("finish_reason").and_then(Value::as_str).map(str::to_string);
-    Ok(ModelResponse { text, tool_calls, usage, stop_reason })
+    Ok(ModelResponse { text, tool_calls, usage, stop_reason, reasoning: Vec::new() })
 }
 
 fn is_answer(o: &Map<String, Value>) -> bool {
@@ -153,6 +148,7 @@ impl<B: AiBinding> Model for WorkersAiModel<B> {
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
+        super::require_model("Workers AI", &self.options.model).map_err(|e| e.with_run(request.run_id))?;
         let input = build_input(&self.options, request.messages, request.tools);
         let output = self.binding.run(&self.options.model, input).await.map_err(|e| e.with_run(request.run_id))?;
         parse_response(&output, request.step).map_err(|e| e.with_run(request.run_id))
@@ -165,6 +161,11 @@ mod tests {
     use crate::core::error::{Error, ErrorCode};
     use crate::core::transcript::{ResultKind, ToolCall, ToolResult, Usage};
     use futures::executor::block_on;
+
+    /// Options naming a model (the providers have no default model).
+    fn opts() -> WorkersAiOptions {
+        WorkersAiOptions { model: "@cf/meta/llama-3.3-70b-instruct-fp8-fast".into(), ..WorkersAiOptions::default() }
+    }
     use std::cell::RefCell;
     use std::collections::VecDeque;
 
@@ -250,7 +251,7 @@ mod tests {
             ],
             "usage": {"prompt_tokens": 80, "completion_tokens": 20, "total_tokens": 100}
         }))]);
-        let opts = WorkersAiOptions { max_tokens: Some(512), ..WorkersAiOptions::default() };
+        let opts = WorkersAiOptions { max_tokens: Some(512), ..opts() };
         let got = run(&ai, opts).unwrap();
         let calls = ai.calls.borrow();
         assert_eq!(calls.len(), 1);
@@ -296,6 +297,7 @@ mod tests {
                 ],
                 usage: Usage { input_tokens: 80, output_tokens: 20 },
                 stop_reason: None,
+                reasoning: vec![],
             }
         );
     }
@@ -336,9 +338,10 @@ mod tests {
     }
 
     #[test]
-    fn invalid_arguments_are_kept_raw() {
+    fn invalid_arguments_mark_the_call_invalid() {
         let r = parse_response(&json!({"tool_calls": [{"name": "weather", "arguments": "{city: Paris"}]}), 3).unwrap();
-        assert_eq!(r.tool_calls[0].args, json!({"_raw": "{city: Paris"}));
+        assert_eq!(r.tool_calls[0].args, json!({}));
+        assert!(r.tool_calls[0].invalid.as_deref().unwrap_or("").starts_with("the arguments were not valid JSON"));
         assert_eq!(r.tool_calls[0].id, "call_3_0");
     }
 
@@ -348,7 +351,7 @@ mod tests {
             [json!(42), json!({"foo": 1}), json!({"tool_calls": "x"}), json!({"tool_calls": [{"arguments": {}}]})]
         {
             let ai = FakeAi::new(vec![Ok(out.clone())]);
-            let e = run(&ai, WorkersAiOptions::default()).expect_err("should fail");
+            let e = run(&ai, opts()).expect_err("should fail");
             assert_eq!(e.code, ErrorCode::ProviderInvalidResponse, "{out}");
             assert!(e.retryable);
             assert_eq!(e.run_id.as_deref(), Some("r1"));
@@ -362,7 +365,7 @@ mod tests {
             Err(Error::new(ErrorCode::ProviderRateLimited, "3040: capacity exceeded").with_retry_after_ms(Some(2000))),
             Ok(json!({"response": "never reached by the first call"})),
         ]);
-        let e = run(&ai, WorkersAiOptions::default()).expect_err("should fail");
+        let e = run(&ai, opts()).expect_err("should fail");
         assert_eq!(e.code, ErrorCode::ProviderRateLimited);
         assert!(e.retryable);
         assert_eq!(e.retry_after_ms, Some(2000));

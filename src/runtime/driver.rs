@@ -11,9 +11,9 @@ use super::hooks::{HookContext, ToolResultDraft, Verdict};
 use super::options::CrashPoint;
 use super::options::SendOptions;
 use super::result::RunStats;
-use super::traits::{AbortSignal, LocalFuture, ModelRequest, ToolContext, ToolError};
+use super::traits::{AbortSignal, EventSink, LocalFuture, ModelRequest, ToolContext, ToolError};
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::core::events::{Event, EventEnvelope, EVENT_SCHEMA_VERSION};
+use crate::core::events::{Event, EventEnvelope, StreamDelta, EVENT_SCHEMA_VERSION};
 use crate::core::machine::{Effect, Gate, ModelResponse, Outcome, RunMachine, ToolOutcome};
 use crate::core::retry::NextRetry;
 use crate::core::transcript::{Message, ToolCall};
@@ -21,9 +21,11 @@ use crate::store::Lease;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use serde_json::{Map, Value};
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::pin;
+use std::rc::Rc;
 use std::task::Poll;
 
 /// The longest a settled result waits for the other calls of its turn before it is committed (the group
@@ -43,7 +45,8 @@ pub(crate) struct Driver<'a> {
     pub(crate) lease: Lease,
     opts: &'a SendOptions,
     abort: AbortSignal,
-    seq: u64,
+    /// The next event's `seq` (shared with the delta callback of a streaming model call).
+    seq: Rc<Cell<u64>>,
     pub(crate) stats: RunStats,
     /// When the lease is renewed next (sooner after a failed renewal).
     next_renew_at: u64,
@@ -72,7 +75,7 @@ impl<'a> Driver<'a> {
             lease,
             opts,
             abort: opts.abort.clone().unwrap_or_default(),
-            seq: 0,
+            seq: Rc::new(Cell::new(0)),
             stats: RunStats::default(),
             next_renew_at: now.saturating_add(deps.options.lease.renew_every_ms),
             ext: Map::new(),
@@ -441,19 +444,11 @@ impl<'a> Driver<'a> {
     }
 
     fn emit(&mut self, event: Event) {
-        let env = EventEnvelope {
-            v: EVENT_SCHEMA_VERSION,
-            seq: self.seq,
-            run_id: self.lease.run_id.clone(),
-            at: self.now(),
-            event,
-        };
-        self.seq += 1;
-        if let (Event::AgentDrift(drift), Some(warn)) = (&env.event, &self.deps.warn) {
-            warn(&drift.warning(&env.run_id));
+        if let (Event::AgentDrift(drift), Some(warn)) = (&event, &self.deps.warn) {
+            warn(&drift.warning(&self.lease.run_id));
         }
         if let Some(sink) = &self.opts.events {
-            sink.emit(&env);
+            emit_to(sink.as_ref(), &self.seq, &self.lease.run_id, self.now(), event);
         }
     }
 
@@ -597,7 +592,17 @@ impl<'a> Driver<'a> {
                 execution: &self.lease.owner.clone(),
             };
             let model = deps.model.clone();
-            let answer = self.wait_renewing(model.generate(request)).await?;
+            let answer = match self.opts.events.clone() {
+                // Someone listens: the answer's increments become events as they arrive.
+                Some(sink) => {
+                    let (seq, run_id, clock) = (self.seq.clone(), self.lease.run_id.clone(), deps.clock.clone());
+                    let on_delta = move |d: StreamDelta| {
+                        emit_to(sink.as_ref(), &seq, &run_id, clock.now_ms(), d.event(step, attempt));
+                    };
+                    self.wait_renewing(model.generate_streaming(request, &on_delta)).await?
+                }
+                None => self.wait_renewing(model.generate(request)).await?,
+            };
             let err = match answer {
                 None => return Ok(None),
                 Some(Ok(resp)) => return Ok(Some(resp)),
@@ -698,4 +703,11 @@ async fn race_with_tools<F: Future<Output = Result<()>>>(
         Poll::Pending
     })
     .await
+}
+
+/// Delivers one event to `sink` with the next `seq`.
+fn emit_to(sink: &dyn EventSink, seq: &Cell<u64>, run_id: &str, at: u64, event: Event) {
+    let env = EventEnvelope { v: EVENT_SCHEMA_VERSION, seq: seq.get(), run_id: run_id.to_string(), at, event };
+    seq.set(seq.get() + 1);
+    sink.emit(&env);
 }

@@ -10,6 +10,7 @@
 use super::traits::{Model, ModelRequest};
 use crate::core::classify::provider_http_error;
 use crate::core::error::{cap_chars, Error, ErrorCode, Result};
+use crate::core::events::StreamDelta;
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::{Message, ToolCall, Usage};
 use crate::time::Sleep;
@@ -162,6 +163,7 @@ pub struct MockModel {
     mode: Mode,
     calls: Rc<RefCell<Vec<RecordedCall>>>,
     sleep: Option<Rc<dyn Sleep>>,
+    streaming: bool,
 }
 
 impl MockModel {
@@ -173,6 +175,7 @@ impl MockModel {
             mode: Mode::Sequential,
             calls: Default::default(),
             sleep: None,
+            streaming: false,
         }
     }
 
@@ -190,6 +193,12 @@ impl MockModel {
     /// Sleeps `delay_ms` of scripted replies on this timer.
     pub fn with_sleep(mut self, sleep: Rc<dyn Sleep>) -> MockModel {
         self.sleep = Some(sleep);
+        self
+    }
+
+    /// Streams each answer's text word by word when someone listens to the run's events (`text.delta`).
+    pub fn streaming(mut self) -> MockModel {
+        self.streaming = true;
         self
     }
 
@@ -238,6 +247,16 @@ impl Model for MockModel {
         &self.id
     }
 
+    async fn generate_streaming(&self, req: ModelRequest<'_>, on_delta: &dyn Fn(StreamDelta)) -> Result<ModelResponse> {
+        let answer = self.generate(req).await?;
+        if self.streaming {
+            for word in answer.text.split_inclusive(' ') {
+                on_delta(StreamDelta::Text(word.to_string()));
+            }
+        }
+        Ok(answer)
+    }
+
     async fn generate(&self, req: ModelRequest<'_>) -> Result<ModelResponse> {
         let index = match self.mode {
             Mode::Sequential => self.calls.borrow().len(),
@@ -269,6 +288,7 @@ impl Model for MockModel {
                 tool_calls: vec![],
                 usage: Usage { input_tokens: 10, output_tokens: 5 },
                 stop_reason: Some("stop".into()),
+                reasoning: Vec::new(),
             }),
             MockTurn::Reply { text, tool_calls, usage, delay_ms } => {
                 if delay_ms > 0 {
@@ -287,7 +307,7 @@ impl Model for MockModel {
                     })
                     .collect();
                 let stop = if tool_calls.is_empty() { "stop" } else { "tool_calls" };
-                Ok(ModelResponse { text, tool_calls, usage, stop_reason: Some(stop.into()) })
+                Ok(ModelResponse { text, tool_calls, usage, stop_reason: Some(stop.into()), reasoning: Vec::new() })
             }
             MockTurn::Error(e) => {
                 let retry_after = e.retry_after_ms.map(|ms| format!("{}", ms as f64 / 1000.0));

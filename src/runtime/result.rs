@@ -27,8 +27,11 @@ pub struct RunResult {
     pub messages: Vec<Message>,
     /// Steps of the current run.
     pub steps: u32,
-    /// Usage of the current run.
+    /// Usage of the current run (this send and the resumes that finished it; a finished run continued as a
+    /// conversation counts from zero).
     pub usage: Usage,
+    /// Usage of the whole conversation: every run of this id, this one included.
+    pub total_usage: Usage,
     /// Pending approvals.
     pub approval_ids: Vec<String>,
     /// First pending approval.
@@ -57,6 +60,7 @@ impl RunResult {
             messages: cp.messages.clone(),
             steps: cp.step_index,
             usage: cp.usage,
+            total_usage: cp.total_usage,
             approval_ids: cp.approval_ids.clone(),
             approval_id: cp.approval_ids.first().cloned(),
             business_state: cp.business_state.clone(),

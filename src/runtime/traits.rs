@@ -3,7 +3,7 @@
 //! store uses them too); the runtime re-exports them.
 
 use crate::core::error::{cap_chars, Error, Result};
-use crate::core::events::EventEnvelope;
+use crate::core::events::{EventEnvelope, StreamDelta};
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::Message;
 use async_trait::async_trait;
@@ -57,6 +57,17 @@ pub trait Model {
     fn id(&self) -> &str;
     /// One attempt at the next turn. Errors carry a code, `retryable` and `retry_after_ms`.
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse>;
+    /// One attempt at the next turn, handing each increment (text, reasoning) to `on_delta` as it arrives; the
+    /// runtime emits them as `text.delta` / `reasoning.delta` events and records only the completed turn this
+    /// returns, the same turn [`Model::generate`] would. Called instead of `generate` when someone listens to
+    /// the run's events. The default streams nothing: it is `generate`.
+    async fn generate_streaming(
+        &self,
+        request: ModelRequest<'_>,
+        _on_delta: &dyn Fn(StreamDelta),
+    ) -> Result<ModelResponse> {
+        self.generate(request).await
+    }
     /// Execution `execution` of run `run_id` ended (however it ended): a model that keeps per-execution state
     /// drops it here. Called once per execution, after its last `generate`; the default does nothing.
     fn execution_ended(&self, _run_id: &str, _execution: &str) {}

@@ -37,6 +37,11 @@ stepIndex: number,
  */
 usage: Usage, 
 /**
+ * Token usage of the whole conversation (every run of this id; not reset when a finished run continues).
+ * Checkpoints written before it was kept count from their current run's usage.
+ */
+totalUsage: Usage, 
+/**
  * Opaque application state.
  */
 businessState?: JsonValue, 

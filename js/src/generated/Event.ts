@@ -99,7 +99,31 @@ reason: string,
 /**
  * How many times so far.
  */
-count: number, } | { "type": "run.done", 
+count: number, } | { "type": "text.delta", 
+/**
+ * The step the answer will be.
+ */
+step: number, 
+/**
+ * The model call's attempt (1-based): deltas of an earlier attempt are void.
+ */
+attempt: number, 
+/**
+ * The increment.
+ */
+text: string, } | { "type": "reasoning.delta", 
+/**
+ * The step the answer will be.
+ */
+step: number, 
+/**
+ * The model call's attempt (1-based).
+ */
+attempt: number, 
+/**
+ * The increment.
+ */
+text: string, } | { "type": "run.done", 
 /**
  * Status after this attempt.
  */

@@ -39,9 +39,14 @@ messages: Array<Message>,
  */
 steps: number, 
 /**
- * Usage of the current run.
+ * Usage of the current run (this send and the resumes that finished it; a finished run continued as a
+ * conversation counts from zero).
  */
 usage: Usage, 
+/**
+ * Usage of the whole conversation: every run of this id, this one included.
+ */
+totalUsage: Usage, 
 /**
  * Pending approvals.
  */

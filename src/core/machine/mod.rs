@@ -128,6 +128,9 @@ pub struct RunMachine {
     dirty: bool,
     /// The next commit is a snapshot (the first entry of a new run).
     snapshot_next: bool,
+    /// Why the last model turn, if it had no calls, ends the run when it is not a plain stop (length,
+    /// refusal, content filter). Not kept: the turn and the finish it causes are committed together.
+    turn_finish: Option<FinishReason>,
 }
 
 impl RunMachine {

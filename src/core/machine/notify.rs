@@ -46,6 +46,7 @@ impl RunMachine {
         self.waiting = None;
         self.cp.step_index += 1;
         self.cp.usage.add(resp.usage);
+        self.cp.total_usage.add(resp.usage);
         let mut calls = self.sanitize_calls(resp.tool_calls);
         for c in &mut calls {
             let depth = json_depth(&c.args);
@@ -63,7 +64,12 @@ impl RunMachine {
             tool_calls: calls.clone(),
             usage: resp.usage,
         });
-        self.cp.messages.push(Message::Assistant { content: resp.text, tool_calls: calls });
+        // A turn without calls ends the run: with the reason the provider's stop reason names, else `stop`.
+        self.turn_finish = match calls.is_empty() {
+            true => resp.stop_reason.as_deref().and_then(FinishReason::from_stop_reason),
+            false => None,
+        };
+        self.cp.messages.push(Message::Assistant { content: resp.text, tool_calls: calls, reasoning: resp.reasoning });
         self.progress();
         self.enter_turn(None);
         self.advance();

@@ -44,6 +44,7 @@ impl RunMachine {
             committed: Committed::default(),
             dirty: false,
             snapshot_next: false,
+            turn_finish: None,
         };
         let annotate = matches!(start, Start::Quarantine | Start::Failed(_));
         let decisions = match stored {
@@ -116,6 +117,9 @@ impl RunMachine {
         }
         self.committed = Committed::of(&cp);
         self.cp = cp;
+        // A run written before the conversation's usage was kept: its usage so far is the least it used (written
+        // with the next commit).
+        self.cp.total_usage.at_least(self.cp.usage);
         match start {
             Start::Quarantine => {
                 self.cp.quarantined = true;

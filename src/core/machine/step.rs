@@ -266,7 +266,13 @@ impl RunMachine {
         }
         match self.cp.messages.last() {
             Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty() => {
-                self.finish(FinishReason::Stop, None)
+                let reason = self.turn_finish.take().unwrap_or(FinishReason::Stop);
+                let note = (reason == FinishReason::Length).then(|| {
+                    "Stopped: the model's answer was cut off at its output token limit (maxTokens). The transcript \
+                     is kept; send a message to continue, or raise the limit."
+                        .to_string()
+                });
+                self.finish(reason, note)
             }
             _ if self.cp.step_index >= self.cfg.max_steps => {
                 let note = format!(

@@ -138,9 +138,15 @@ pub struct ModelResponse {
     /// Usage of this call.
     #[serde(default)]
     pub usage: Usage,
-    /// Provider's stop reason, informational.
+    /// The provider's stop reason as it sent it (`stop`, `end_turn`, `tool_calls`, …). For a turn without tool
+    /// calls, the ones [`FinishReason::from_stop_reason`] knows (`length` / `max_tokens`, `refusal`,
+    /// `content_filter`) become the run's finish reason instead of `stop`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_reason: Option<String>,
+    /// Reasoning blocks as the provider sent them (Anthropic thinking), kept in the transcript and sent back
+    /// unchanged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasoning: Vec<Value>,
 }
 
 /// How an execution ended.
