@@ -10,8 +10,12 @@
 //! request's head before the body is read or the configuration parsed. With the cargo feature `conformance`
 //! (test builds only, never a release) the shell also serves `POST /__conformance`, behind the same token.
 
+#[cfg(feature = "strict")]
+mod object;
 mod platform;
 
+#[cfg(feature = "strict")]
+pub use object::StubClient;
 pub use platform::{FetchClient, WorkersAi};
 
 use crate::api::{serve, Api, ApiRequest, ApiResponse, Host};
@@ -222,7 +226,67 @@ async fn conformance(env: &Env) -> Result<String> {
         (store(), store())
     };
     run_all(&make, &Capabilities { strict_fencing: false }).await;
-    Ok(format!("store conformance on WorkersKv: ok ({} suites)", n.get()))
+    let kv_suites = n.get();
+    let strict = conformance_objects(env, &kv, started).await?;
+    Ok(format!("store conformance on WorkersKv: ok ({kv_suites} suites)\n{strict}"))
+}
+
+/// The same suite on the Durable Object store (strict fencing asserted) over the real `RUN_OBJECTS` binding,
+/// each suite function's runs in their own objects; then the rows one boundary writes, measured by SQLite
+/// (`rows_written`) and asserted: one per boundary.
+#[cfg(feature = "conformance")]
+async fn conformance_objects(env: &Env, kv: &WorkersKv, started: u64) -> Result<String> {
+    use crate::core::checkpoint::RunStatus;
+    use crate::core::transcript::Message;
+    use crate::runtime::ManualClock;
+    use crate::store::conformance::{acquired, delta_entry, run_all, snapshot_entry, Capabilities};
+    use crate::store::object::ObjectStore;
+    use crate::store::{LeaseOptions, RunStore};
+    use crate::time::Clock;
+    let n = std::cell::Cell::new(0u32);
+    let make = |clock: &ManualClock| {
+        n.set(n.get() + 1);
+        let prefix = format!("conformance/{started}/do{}/", n.get());
+        let store = || {
+            // The binding is checked below, before the suite runs.
+            let client = StubClient::new(env).map(|c| c.with_prefix(prefix.clone()));
+            ObjectStore::new(client.expect("RUN_OBJECTS"), kv.clone(), prefix.clone(), Rc::new(clock.clone()))
+        };
+        (store(), store())
+    };
+    StubClient::new(env)?;
+    run_all(&make, &Capabilities { strict_fencing: true }).await;
+    // Rows per boundary: a snapshot, then deltas of growing size (one past a row's 1 MB, split over two rows).
+    let clock = ManualClock::new(1_700_000_000_000);
+    let prefix = format!("conformance/{started}/rows/");
+    let store =
+        ObjectStore::new(StubClient::new(env)?.with_prefix(prefix.clone()), kv.clone(), prefix, Rc::new(clock.clone()));
+    let lease = acquired(&store, "rows", "o", clock.now_ms(), &LeaseOptions::default(), "lease").await;
+    let (e, mut cp) = snapshot_entry("rows", "start", clock.now_ms());
+    let before = store.counters();
+    store.commit(&lease, &e, &cp).await?;
+    let boundaries = 40u64;
+    for i in 1..boundaries {
+        let text = "x".repeat(50 * i as usize * i as usize);
+        let (e, next) = delta_entry(&cp, Message::user(text), RunStatus::InProgress, clock.now_ms() + i);
+        store.commit(&lease, &e, &next).await?;
+        cp = next;
+    }
+    let c = store.counters().since(&before);
+    assert_eq!(c.commits, boundaries);
+    assert_eq!(c.commit_writes, boundaries, "one SQLite row written per boundary");
+    let (e, big) = delta_entry(&cp, Message::user("y".repeat(1_500_000)), RunStatus::InProgress, clock.now_ms());
+    let before = store.counters();
+    store.commit(&lease, &e, &big).await?;
+    assert_eq!(store.counters().since(&before).commit_writes, 2, "an entry over 1 MB: two rows");
+    assert_eq!(store.load("rows").await?.as_ref(), Some(&big), "it loads whole");
+    Ok(format!(
+        "store conformance on DurableObject: ok ({} suites, strict fencing)\nstrict_writes_per_boundary={:.2} ({} rows for {} boundaries)",
+        n.get(),
+        c.commit_writes as f64 / c.commits as f64,
+        c.commit_writes,
+        c.commits
+    ))
 }
 
 /// The HTTP entry: translates the request and hands it to [`serve`] (which checks the token before the body
