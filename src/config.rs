@@ -950,7 +950,7 @@ mod tests {
     }
 
     fn ask(model: &MockModel, messages: &[Message]) -> Result<ModelResponse> {
-        block_on(model.generate(ModelRequest { run_id: "r", messages, tools: &[], step: 1 }))
+        block_on(model.generate(ModelRequest { run_id: "r", messages, tools: &[], step: 1, execution: "e" }))
     }
 
     #[test]
@@ -1186,9 +1186,14 @@ mod tests {
             let id = model.clone().unwrap_or_else(|| "mock".into());
             assert_eq!(built.id(), id, "{repro}");
             let messages = [Message::user("hi")];
-            let answer =
-                block_on(built.generate(ModelRequest { run_id: "r", messages: &messages, tools: &[], step: 1 }))
-                    .unwrap_or_else(|e| panic!("{e}; {repro}"));
+            let answer = block_on(built.generate(ModelRequest {
+                run_id: "r",
+                messages: &messages,
+                tools: &[],
+                step: 1,
+                execution: "e",
+            }))
+            .unwrap_or_else(|e| panic!("{e}; {repro}"));
             let requests = platform.http.requests();
             match provider {
                 Provider::Mock => {

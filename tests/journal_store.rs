@@ -1144,16 +1144,16 @@ impl KvBackend for KeyReads {
 }
 
 /// The store reads of a resume (`RunStats::store_reads`, deterministic, so asserted) and what they fetch: the
-/// resume reads the lease and the journal once to refuse what needs no lease, takes the lease (its read and
-/// the takeover probe: the previous segment's end marker and the index, and the entries past what was read),
-/// folds the run under the lease and reads the lease back after the settle window. Every journal entry comes
-/// from KV once: the probe and the fold under the lease use what the first read fetched (an entry's key is
-/// written once). Cases: a run left by a propagated tool failure (its lease released, the end marker written)
+/// resume reads the lease and the journal once to refuse what needs no lease, takes the lease (deciding on
+/// that same lease read, then the takeover probe: the previous segment's end marker and the index, and the
+/// entries past what was read), folds the run under the lease and reads the lease back after the settle
+/// window. Every journal entry comes from KV once: the probe and the fold under the lease use what the first
+/// read fetched (an entry's key is written once); the lease twice (the first read and the read-back). Cases: a run left by a propagated tool failure (its lease released, the end marker written)
 /// and a run whose process crashed (its lease expired, no marker), with a short and a long journal.
 #[test]
 fn a_resume_fetches_each_journal_entry_once() {
     // (steps, the step whose `read` fails once, crash after this many effects, store reads of the resume)
-    let cases = [(5, Some(2), None, 5), (60, Some(45), None, 6), (5, None, Some(7), 7), (60, None, Some(150), 7)];
+    let cases = [(5, Some(2), None, 4), (60, Some(45), None, 5), (5, None, Some(7), 6), (60, None, Some(150), 6)];
     for (steps, fail_at, crash_after, reads) in cases {
         let ctx = format!("{steps} steps, fail at {fail_at:?}, crash after {crash_after:?}");
         let options = AgentOptions { max_steps: steps as u32 + 1, ..AgentOptions::default() };
@@ -1184,6 +1184,34 @@ fn a_resume_fetches_each_journal_entry_once() {
         assert!(!entries.is_empty(), "{ctx}: the resume read no journal entry");
         let twice: Vec<_> = entries.iter().filter(|(_, n)| **n > 1).collect();
         assert!(twice.is_empty(), "{ctx}: journal entries fetched more than once: {twice:?}");
+        assert_eq!(found.get("run/r/lease"), Some(&2), "{ctx}: lease reads (before the lease, the read-back)");
         assert_eq!(done.stats.store_reads, reads, "{ctx}: store reads of the resume");
+    }
+}
+
+/// An acquisition decides on the lease read of the load just before it (one KV read saved per execution) only
+/// while that read is younger than a quarter of the settle window: its write must be acknowledged within the
+/// window of the read it decided on, so an older read is read again. Ages around the cut-off (S = 1,000 ms).
+#[test]
+fn an_acquisition_decides_on_the_load_before_it_only_while_that_read_is_recent() {
+    let opts = LeaseOptions::default();
+    for age in [0, 1, 120, 249, 250, 251, 400, 999, 5_000] {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let kv = KeyReads { inner: sim(&clock, 1, 60_000), found: Default::default() };
+        let first = journal(kv.clone(), &clock);
+        let lease = block_on(first.acquire_lease("r", "a", clock.now_ms(), &opts)).unwrap();
+        block_on(first.release_lease(&lease)).unwrap();
+        clock.advance(5_000);
+        let store = journal(kv.clone(), &clock);
+        kv.found.borrow_mut().clear();
+        block_on(store.load("r")).unwrap();
+        clock.advance(age);
+        let taken = block_on(store.acquire_lease("r", "b", clock.now_ms(), &opts)).unwrap();
+        assert_eq!(taken.epoch, 2, "age {age}");
+        let reads = kv.found.borrow().get("run/r/lease").copied();
+        assert_eq!(reads, Some(if age < 250 { 1 } else { 2 }), "age {age}: lease reads");
+        // What it decided on is what is stored: a second process taking over later sees this owner.
+        clock.advance(5_000);
+        block_on(store.confirm_lease(&taken)).unwrap();
     }
 }

@@ -65,9 +65,59 @@ export async function langgraphRun(steps, delta) {
 }
 
 let steadfast;
+let internals;
 /** Loads the built npm package (js/dist; js/scripts/build.sh builds it). */
 export async function loadSteadfast(distEntry) {
   steadfast = await import(distEntry);
+  const [agent, lowLevel, tools] = await Promise.all(
+    ["../agent.js", "../low_level.js", "../tools.js"].map((f) => import(new URL(f, distEntry).href)),
+  );
+  internals = { transcriptHolder: agent.transcriptHolder, ...lowLevel, lowLevelTool: tools.lowLevelTool };
+}
+
+/**
+ * One steadfast run of `steps` steps through the package's own model holder, with every string crossing the
+ * wasm boundary to the model counted (untimed; P13). Returns the averages per model call: `crossing` (the
+ * frames the core sends), `newMessages` (the JSON bytes of the messages that call adds to the transcript) and
+ * `fullRequest` (the JSON bytes of the whole request the model sees: what crossed before frames).
+ */
+export async function steadfastCrossing(steps) {
+  const { transcriptHolder, newAgent, newMemoryStore, lowLevelTool } = internals;
+  let k = 0;
+  let fullRequest = 0;
+  let lastMessages = [];
+  const model = {
+    id: "scripted",
+    async generate(request) {
+      fullRequest += Buffer.byteLength(JSON.stringify(request));
+      lastMessages = request.messages;
+      const i = k++;
+      const usage = { inputTokens: 10, outputTokens: 5 };
+      return i < steps
+        ? { toolCalls: stepCalls(i).map((c, j) => ({ id: `call_${i}_${j}`, ...c })), usage, stopReason: "tool_calls" }
+        : { text: FINAL_TEXT, usage, stopReason: "stop" };
+    },
+  };
+  const holder = transcriptHolder(model);
+  let crossing = 0;
+  const counted = {
+    id: model.id,
+    generate: (frameJson) => {
+      crossing += Buffer.byteLength(frameJson);
+      return holder.generate(frameJson);
+    },
+    release: (runId) => holder.release(runId),
+  };
+  const tools = TOOLS.map((t) => lowLevelTool({ ...t, execute: async () => TOOL_RESULT }));
+  const agent = newAgent({ model: counted, tools, instructions: INSTRUCTIONS, maxSteps: steps + 1 }, newMemoryStore());
+  const r = JSON.parse(await agent.send("bench", JSON.stringify({ input: PROMPT }), null, null, null));
+  if (r.status !== "finished" || k !== steps + 1) throw new Error(`steadfast (crossing): status ${r.status}, ${k} model calls`);
+  const calls = steps + 1;
+  return {
+    crossing: crossing / calls,
+    newMessages: Buffer.byteLength(JSON.stringify(lastMessages)) / calls,
+    fullRequest: fullRequest / calls,
+  };
 }
 
 /** One steadfast run (npm package, memoryStore) of `steps` steps. */

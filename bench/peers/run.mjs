@@ -7,7 +7,7 @@
 // Repetitions are interleaved (the order of the contenders alternates every repetition), after untimed warm-up
 // runs; a run's time is the whole conversation turn as its caller sees it. Printed: medians per contender and
 // size, the median of the paired ratios (steadfast / peer, paired by repetition), and the goal lines
-// P9–P12 (see README.md). With --markdown FILE the tables and lines are also written to FILE as Markdown.
+// P9–P13 (see README.md). With --markdown FILE the tables and lines are also written to FILE as Markdown.
 //
 // Usage: node run.mjs [--sizes 10,100,500] [--reps 7] [--only workerd|node] [--settle-ms MS] [--markdown FILE]
 import fs from "node:fs";
@@ -17,7 +17,7 @@ import { performance } from "node:perf_hooks";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Miniflare } from "miniflare";
 import { buildCfAgent } from "./build-cf.mjs";
-import { langgraphRun, loadSteadfast, steadfastRun } from "./node.mjs";
+import { langgraphRun, loadSteadfast, steadfastCrossing, steadfastRun } from "./node.mjs";
 import { FINAL_TEXT, INSTRUCTIONS, PROMPT, TOOL_RESULT, TOOLS, stepCalls } from "./workload.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -234,7 +234,15 @@ async function nodePart() {
     );
   }
   say("");
-  return { ratios };
+  // Bytes crossing the wasm boundary per model call, at the largest size run (untimed, deterministic).
+  const n = Math.max(...SIZES);
+  const crossing = await steadfastCrossing(n);
+  say(
+    `Crossing the wasm boundary at ${n} steps, per model call: ${crossing.crossing.toFixed(0)} bytes of frames ` +
+      `(the new messages: ${crossing.newMessages.toFixed(0)} bytes; the whole request the model sees: ${crossing.fullRequest.toFixed(0)} bytes).`,
+  );
+  say("");
+  return { ratios, crossing, n };
 }
 
 const lines = {};
@@ -249,8 +257,11 @@ if (ONLY !== "node") {
 if (ONLY !== "workerd") {
   const nd = await nodePart();
   lines.P10 = `P10 ${SIZES.map((n) => `vs_langgraph_delta_${n}=${nd.ratios[n].toFixed(2)}`).join(" ")}`;
+  lines.P13 =
+    `P13 crossing_bytes_per_step_${nd.n}=${nd.crossing.crossing.toFixed(0)} ` +
+    `(new_message_bytes_per_step=${nd.crossing.newMessages.toFixed(0)})`;
 }
 say("```");
-for (const k of ["P9", "P10", "P11", "P12"]) if (lines[k]) say(lines[k]);
+for (const k of ["P9", "P10", "P11", "P12", "P13"]) if (lines[k]) say(lines[k]);
 say("```");
 if (MARKDOWN) fs.writeFileSync(MARKDOWN, out.join("\n") + "\n");

@@ -19,11 +19,13 @@ import type {
   HistoryEntry,
   Input,
   Json,
+  Message,
   ModelRequest,
   PendingRun,
   RunEvent,
   RunResult,
   SweepReport,
+  ToolSpec,
 } from "./types.js";
 
 /** What an agent is made of. */
@@ -170,13 +172,61 @@ function streamOf(run: (onEvent: (e: RunEvent) => void) => Promise<unknown>): As
   };
 }
 
+/** A model frame as the core sends it (src/runtime/feed.rs `ModelFrame`): the whole transcript or what is new. */
+interface ModelFrame {
+  runId: string;
+  step: number;
+  reset?: boolean;
+  base: number;
+  messages: Message[];
+  tools?: ToolSpec[];
+}
+
+/** Freezes a message the model is handed (it is shared by every later request of the run). */
+function freeze<T>(value: T): T {
+  if (value !== null && typeof value === "object" && !Object.isFrozen(value)) {
+    for (const v of Object.values(value)) freeze(v);
+    Object.freeze(value);
+  }
+  return value;
+}
+
+/**
+ * The low-level model over `model`: it holds each run's messages and applies the core's frames as told (a
+ * reset starts the run over, anything else appends; see the holder's contract in src/runtime/feed.rs), then
+ * asks `model` the whole request. It resolves `null` when it cannot apply a frame, and the core sends the
+ * whole transcript again. Each request gets its own array; the messages are frozen (shared between requests).
+ */
+export function transcriptHolder(model: Model) {
+  const runs = new Map<string, Message[]>();
+  let tools: ToolSpec[] | undefined;
+  return {
+    id: model.id,
+    generate: async (frameJson: string): Promise<string | null> => {
+      const frame = JSON.parse(frameJson) as ModelFrame;
+      if (frame.tools) tools = freeze(frame.tools);
+      let held = runs.get(frame.runId);
+      if (tools === undefined) return null;
+      if (frame.reset) {
+        held = [];
+        runs.set(frame.runId, held);
+      } else if (held === undefined || held.length !== frame.base) {
+        return null;
+      }
+      for (const m of frame.messages) held.push(freeze(m));
+      const request: ModelRequest = { runId: frame.runId, messages: held.slice(), tools, step: frame.step };
+      return JSON.stringify((await model.generate(request)) ?? null);
+    },
+    release: (runId: string): void => {
+      runs.delete(runId);
+    },
+  };
+}
+
 /** Creates a durable agent. */
 export function createAgent(options: AgentOptions): Agent {
   const { model, tools = [], hooks = [], store, ...rest } = options;
-  const lowModel = {
-    id: model.id,
-    generate: async (requestJson: string) => JSON.stringify(await model.generate(JSON.parse(requestJson) as ModelRequest)),
-  };
+  const lowModel = transcriptHolder(model);
   const low: JsAgent = sync(() =>
     newAgent({ ...rest, model: lowModel, tools: tools.map(lowLevelTool), hooks: hooks.map(lowLevelHook) }, storeHandle(store)),
   );

@@ -20,5 +20,9 @@ export interface ModelResponse {
 export interface Model {
   /** Model id (part of the agent fingerprint). */
   id: string;
+  /**
+   * One attempt at the next turn. `request.messages` is the whole transcript, in an array of its own; the
+   * messages in it are frozen (the package keeps each running run's transcript and shares them between requests).
+   */
   generate(request: ModelRequest): Promise<ModelResponse>;
 }

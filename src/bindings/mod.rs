@@ -6,8 +6,13 @@
 //! crate error's fields (`code`, `retryable`, `runId`, `approvalId`, `status`, `retryAfterMs`, `details`).
 //!
 //! # JS shapes
-//! * model: `{id: string, generate(requestJson: string): Promise<string>}`. The request is
-//!   `{runId, step, messages, tools}`; the answer is a ModelResponse `{text, toolCalls: [{id?, name, args}],
+//! * model: `{id: string, generate(frameJson: string): Promise<string | null>, release?(runId: string)}`. A
+//!   frame is a [`crate::runtime::ModelFrame`] (`{runId, step, reset?, base, messages, tools?}`, decided by a [`ModelFeed`]):
+//!   the holder (the facade) keeps each run's messages and the tools, starts a run over on `reset`, appends
+//!   otherwise, and asks its model `{runId, messages, tools, step}` with the whole transcript; it resolves
+//!   `null` when it cannot apply the frame (no messages of the run, or not `base` of them; no tools), and the
+//!   full transcript is sent again. `release(runId)` is called when the execution that sent the run ends (the
+//!   holder drops the run's messages). The answer is a ModelResponse `{text, toolCalls: [{id?, name, args}],
 //!   usage: {inputTokens, outputTokens}}` (a missing call id is generated). A rejection whose value has a
 //!   numeric `.status` maps through [`provider_http_error`] (`.retryAfterMs` is honoured); one with a
 //!   `STEADFAST_*` `.code` keeps that code; anything else is `STEADFAST_PROVIDER_NETWORK` (retryable).
@@ -32,9 +37,9 @@ use crate::core::events::EventEnvelope;
 use crate::core::machine::ModelResponse;
 use crate::core::sweep::SweepOptions;
 use crate::runtime::{
-    AbortSignal, Agent, AgentBuilder, AgentOptions, EventSink, ForkOptions, Input, Model, ModelRequest, NoListener,
-    OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, SendOptions, Tool, ToolContext, ToolError, ToolOutput,
-    VecSink,
+    AbortSignal, Agent, AgentBuilder, AgentOptions, EventSink, ForkOptions, Input, Model, ModelFeed, ModelRequest,
+    NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, SendOptions, Tool, ToolContext, ToolError,
+    ToolOutput, VecSink,
 };
 use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
 use crate::wasm_shared::{
@@ -44,6 +49,7 @@ use async_trait::async_trait;
 use js_sys::{Array, Function, Promise};
 use serde::Serialize;
 use serde_json::Value;
+use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
 use wasm_bindgen::closure::Closure;
@@ -108,6 +114,20 @@ struct JsModel {
     id: String,
     obj: JsValue,
     generate: Function,
+    /// `release(runId)`, when the JS model has it.
+    release: Option<Function>,
+    /// What the JS side holds of each run.
+    feed: RefCell<ModelFeed>,
+}
+
+impl JsModel {
+    /// Sends the frame the feed decides on; `None` when the holder could not apply it.
+    async fn send_frame(&self, request: &ModelRequest<'_>) -> Result<Option<JsValue>> {
+        let body = encode(&self.feed.borrow_mut().frame(request))?;
+        let args = Array::of1(&JsValue::from_str(&body));
+        let out = call_async(&self.generate, &self.obj, &args).await.map_err(|e| model_error(&e))?;
+        Ok((!out.is_null()).then_some(out))
+    }
 }
 
 /// The crate error for a rejected `generate`.
@@ -153,9 +173,15 @@ impl Model for JsModel {
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
-        let body = encode(&request)?;
-        let args = Array::of1(&JsValue::from_str(&body));
-        let out = call_async(&self.generate, &self.obj, &args).await.map_err(|e| model_error(&e))?;
+        let out = match self.send_frame(&request).await? {
+            Some(out) => out,
+            None => {
+                self.feed.borrow_mut().lost(request.run_id);
+                self.send_frame(&request).await?.ok_or_else(|| {
+                    Error::new(ErrorCode::ProviderInvalidResponse, "the JS model could not apply a full transcript")
+                })?
+            }
+        };
         let text = match out.as_string() {
             Some(s) => s,
             None => to_value(&out, "the model's answer")
@@ -163,6 +189,15 @@ impl Model for JsModel {
                 .to_string(),
         };
         parse_response(&text)
+    }
+
+    fn execution_ended(&self, run_id: &str, execution: &str) {
+        if self.feed.borrow_mut().end(run_id, execution) {
+            if let Some(release) = &self.release {
+                // Ignored: a release that throws only leaves the run's messages held until the next reset.
+                let _ = release.call1(&self.obj, &JsValue::from_str(run_id));
+            }
+        }
     }
 }
 
@@ -513,7 +548,9 @@ impl JsAgent {
         let model_js = prop(options, "model");
         let id = prop(&model_js, "id").as_string().ok_or_else(|| cfg("model needs a string `id`".into()))?;
         let generate = method(&model_js, "generate", "the model")?;
-        let model = JsModel { id, obj: model_js, generate };
+        // Ignored (`.ok()`): a model without a `release` function keeps no per-run state to drop.
+        let release = prop(&model_js, "release").dyn_into::<Function>().ok();
+        let model = JsModel { id, obj: model_js, generate, release, feed: RefCell::new(ModelFeed::new()) };
 
         let mut limits = serde_json::Map::new();
         for key in ["maxSteps", "toolConcurrency", "onAgentDrift", "loopWindow", "maxToolResultBytes", "retry", "lease"]

@@ -5,7 +5,7 @@
 //! results become `tool_result` blocks of a `user` turn, and consecutive turns of the same role are merged
 //! into one (all results of a tool turn, plus any user text that follows, form one `user` message).
 
-use super::{generated_call_id, invalid_response, join_url, merge_extra, u64_field};
+use super::{body_text, generated_call_id, invalid_response, join_url, merge_extra, u64_field};
 use crate::core::error::Result;
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::{Message, ToolCall, Usage};
@@ -14,6 +14,7 @@ use crate::runtime::traits::{Model, ModelRequest, ToolSpec};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
+use std::borrow::Cow;
 
 /// The `anthropic-version` header sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -50,67 +51,104 @@ impl Default for AnthropicOptions {
     }
 }
 
+/// One Anthropic message (`{role, content: [blocks]}`), borrowed from the transcript.
+#[derive(Debug, Serialize)]
+pub struct AnthropicTurn<'a> {
+    /// `user` or `assistant`.
+    pub role: &'static str,
+    /// Its content blocks.
+    pub content: Vec<AnthropicBlock<'a>>,
+}
+
+/// One Anthropic content block, borrowed from the transcript (serialised directly, no JSON tree).
+#[derive(Debug, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AnthropicBlock<'a> {
+    /// `{"type": "text", text}`.
+    Text {
+        /// Text.
+        text: &'a str,
+    },
+    /// `{"type": "tool_use", id, name, input}`.
+    ToolUse {
+        /// Call id.
+        id: &'a str,
+        /// Tool name.
+        name: &'a str,
+        /// Arguments (an object).
+        input: Cow<'a, Value>,
+    },
+    /// `{"type": "tool_result", tool_use_id, content, is_error}`.
+    ToolResult {
+        /// The call it answers.
+        tool_use_id: &'a str,
+        /// Text.
+        content: &'a str,
+        /// Whether it reports a failure.
+        is_error: bool,
+    },
+}
+
 /// The transcript as Anthropic's `(system, messages)`: system texts joined with blank lines (`None` when
 /// there are none); every other message as content blocks, consecutive same-role turns merged, empty turns
 /// dropped.
-pub fn to_anthropic_messages(messages: &[Message]) -> (Option<String>, Vec<Value>) {
+pub fn to_anthropic_messages(messages: &[Message]) -> (Option<String>, Vec<AnthropicTurn<'_>>) {
     let mut system: Vec<&str> = Vec::new();
-    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut turns: Vec<AnthropicTurn<'_>> = Vec::new();
     for m in messages {
-        let (role, blocks) =
-            match m {
-                Message::System { content } => {
-                    if !content.is_empty() {
-                        system.push(content);
-                    }
-                    continue;
+        let (role, blocks) = match m {
+            Message::System { content } => {
+                if !content.is_empty() {
+                    system.push(content);
                 }
-                Message::User { content } => ("user", text_block(content)),
-                Message::Assistant { content, tool_calls } => {
-                    let mut blocks = text_block(content);
-                    blocks.extend(tool_calls.iter().map(
-                        |c| json!({"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(&c.args)}),
-                    ));
-                    ("assistant", blocks)
-                }
-                Message::Tool(r) => (
-                    "user",
-                    vec![json!({
-                        "type": "tool_result",
-                        "tool_use_id": r.tool_call_id,
-                        "content": r.content,
-                        "is_error": r.is_error,
-                    })],
-                ),
-            };
+                continue;
+            }
+            Message::User { content } => ("user", text_block(content)),
+            Message::Assistant { content, tool_calls } => {
+                let mut blocks = text_block(content);
+                blocks.extend(tool_calls.iter().map(|c| AnthropicBlock::ToolUse {
+                    id: &c.id,
+                    name: &c.name,
+                    input: tool_input(&c.args),
+                }));
+                ("assistant", blocks)
+            }
+            Message::Tool(r) => (
+                "user",
+                vec![AnthropicBlock::ToolResult {
+                    tool_use_id: &r.tool_call_id,
+                    content: &r.content,
+                    is_error: r.is_error,
+                }],
+            ),
+        };
         if blocks.is_empty() {
             continue;
         }
         match turns.last_mut() {
-            Some((last_role, last_blocks)) if *last_role == role => last_blocks.extend(blocks),
-            _ => turns.push((role, blocks)),
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => turns.push(AnthropicTurn { role, content: blocks }),
         }
     }
     let system = if system.is_empty() { None } else { Some(system.join("\n\n")) };
-    let messages = turns.into_iter().map(|(role, blocks)| json!({"role": role, "content": blocks})).collect();
-    (system, messages)
+    (system, turns)
 }
 
 /// A text block, or nothing for empty text (the API refuses empty text blocks).
-fn text_block(text: &str) -> Vec<Value> {
+fn text_block(text: &str) -> Vec<AnthropicBlock<'_>> {
     if text.is_empty() {
         Vec::new()
     } else {
-        vec![json!({"type": "text", "text": text})]
+        vec![AnthropicBlock::Text { text }]
     }
 }
 
 /// `tool_use.input` must be an object: null becomes `{}`, any other non-object is wrapped as `{"_raw": v}`.
-fn tool_input(args: &Value) -> Value {
+fn tool_input(args: &Value) -> Cow<'_, Value> {
     match args {
-        Value::Object(_) => args.clone(),
-        Value::Null => json!({}),
-        other => json!({ "_raw": other }),
+        Value::Object(_) => Cow::Borrowed(args),
+        Value::Null => Cow::Owned(json!({})),
+        other => Cow::Owned(json!({ "_raw": other })),
     }
 }
 
@@ -128,7 +166,6 @@ pub fn build_request(
     if let Some(system) = system {
         body.insert("system".into(), json!(system));
     }
-    body.insert("messages".into(), Value::Array(turns));
     if !tools.is_empty() {
         let tools: Vec<Value> = tools
             .iter()
@@ -148,7 +185,7 @@ pub fn build_request(
             ("anthropic-version".to_string(), ANTHROPIC_VERSION.to_string()),
             ("content-type".to_string(), "application/json".to_string()),
         ],
-        body: Some(Value::Object(body).to_string()),
+        body: Some(body_text(&body, &turns)),
         timeout_ms: options.timeout_ms,
         max_response_bytes: 0,
     }
@@ -284,7 +321,7 @@ mod tests {
     fn run(fake: &FakeHttp) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
         let m = AnthropicModel::new(fake.clone(), KEY.to_string(), AnthropicOptions::default());
-        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2 }))
+        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2, execution: "e" }))
     }
 
     fn run_err(status: u16, headers: &[(&str, &str)], body: &str) -> Error {
@@ -321,8 +358,14 @@ mod tests {
         let (messages, tools) = (transcript(), tools());
         let m = AnthropicModel::new(fake.clone(), KEY.to_string(), opts);
         assert_eq!(m.id(), "claude-3-5-haiku-latest");
-        let got =
-            block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2 })).unwrap();
+        let got = block_on(m.generate(ModelRequest {
+            run_id: "r1",
+            messages: &messages,
+            tools: &tools,
+            step: 2,
+            execution: "e",
+        }))
+        .unwrap();
 
         let reqs = fake.requests();
         assert_eq!(reqs.len(), 1);
@@ -391,6 +434,7 @@ mod tests {
             Message::user("thanks"),
         ];
         let (system, turns) = to_anthropic_messages(&messages);
+        let turns: Vec<Value> = turns.iter().map(|t| serde_json::to_value(t).unwrap()).collect();
         assert_eq!(system, None);
         let roles: Vec<&str> = turns.iter().map(|t| t["role"].as_str().unwrap_or("")).collect();
         assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"]);
@@ -421,6 +465,7 @@ mod tests {
             ),
         ];
         let (_, turns) = to_anthropic_messages(&messages);
+        let turns: Vec<Value> = turns.iter().map(|t| serde_json::to_value(t).unwrap()).collect();
         assert_eq!(turns[1]["content"][0]["input"], json!({}));
         assert_eq!(turns[1]["content"][1]["input"], json!({"_raw": [1, 2]}));
     }

@@ -28,6 +28,8 @@ use crate::core::machine::ModelResponse;
 use crate::core::transcript::{Message, ToolCall, Usage};
 use crate::http::{HttpClient, HttpRequest, HttpResponse};
 use crate::runtime::traits::ToolSpec;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
 use serde_json::{json, Map, Value};
 
 /// What a platform supplies to build a configured model: nothing here decides anything (which provider, its
@@ -153,35 +155,83 @@ pub(crate) fn generated_call_id(step: u32, i: usize) -> String {
     format!("call_{step}_{i}")
 }
 
+/// One OpenAI-style chat message, borrowed from the transcript (serialised directly, no JSON tree).
+#[derive(Debug, Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+pub(crate) enum OpenAiMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        tool_calls: Vec<OpenAiCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+/// An OpenAI-style tool call (`{id, type: "function", function: {name, arguments}}`).
+#[derive(Debug, Serialize)]
+pub(crate) struct OpenAiCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: OpenAiFunction<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct OpenAiFunction<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
 /// The transcript as OpenAI-style chat messages (`system` / `user` / `assistant` with `tool_calls` / `tool`).
 /// An assistant turn with tool calls and no text gets `content: null` when `null_empty_content`, else `""`.
-pub(crate) fn openai_messages(messages: &[Message], null_empty_content: bool) -> Vec<Value> {
+pub(crate) fn openai_messages(messages: &[Message], null_empty_content: bool) -> Vec<OpenAiMessage<'_>> {
     messages
         .iter()
         .map(|m| match m {
-            Message::System { content } => json!({"role": "system", "content": content}),
-            Message::User { content } => json!({"role": "user", "content": content}),
-            Message::Assistant { content, tool_calls } if tool_calls.is_empty() => {
-                json!({"role": "assistant", "content": content})
-            }
+            Message::System { content } => OpenAiMessage::System { content },
+            Message::User { content } => OpenAiMessage::User { content },
             Message::Assistant { content, tool_calls } => {
-                let calls: Vec<Value> = tool_calls
+                let calls: Vec<OpenAiCall<'_>> = tool_calls
                     .iter()
-                    .map(|c| {
-                        json!({
-                            "id": c.id,
-                            "type": "function",
-                            "function": {"name": c.name, "arguments": arguments_string(&c.args)},
-                        })
+                    .map(|c| OpenAiCall {
+                        id: &c.id,
+                        kind: "function",
+                        function: OpenAiFunction { name: &c.name, arguments: arguments_string(&c.args) },
                     })
                     .collect();
-                let content =
-                    if content.is_empty() && null_empty_content { Value::Null } else { Value::String(content.clone()) };
-                json!({"role": "assistant", "content": content, "tool_calls": calls})
+                let null = content.is_empty() && null_empty_content && !calls.is_empty();
+                OpenAiMessage::Assistant { content: (!null).then_some(content.as_str()), tool_calls: calls }
             }
-            Message::Tool(r) => json!({"role": "tool", "tool_call_id": r.tool_call_id, "content": r.content}),
+            Message::Tool(r) => OpenAiMessage::Tool { tool_call_id: &r.tool_call_id, content: &r.content },
         })
         .collect()
+}
+
+/// A request body's text: the small fields (`fields`, a JSON object without `messages`), then `messages`
+/// serialised from borrowed values, so the transcript is written once, straight into the body.
+pub(crate) fn body_text<M: Serialize>(fields: &Map<String, Value>, messages: &M) -> String {
+    struct Body<'b, M>(&'b Map<String, Value>, &'b M);
+    impl<M: Serialize> Serialize for Body<'_, M> {
+        fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+            let mut map = s.serialize_map(Some(self.0.len() + 1))?;
+            for (k, v) in self.0.iter().filter(|(k, _)| k.as_str() != "messages") {
+                map.serialize_entry(k, v)?;
+            }
+            map.serialize_entry("messages", self.1)?;
+            map.end()
+        }
+    }
+    // Ignored (the fallback): string keys, strings and JSON values always serialise.
+    serde_json::to_string(&Body(fields, messages)).unwrap_or_else(|_| "{}".into())
 }
 
 /// Tool-call arguments as the JSON string OpenAI expects (a `{"_raw": s}` placeholder goes back as `s`).
@@ -336,7 +386,7 @@ mod tests {
             "",
             vec![ToolCall { id: "c".into(), name: "t".into(), args: json!({"_raw": "{oops"}), invalid: None }],
         )];
-        let v = openai_messages(&m, true);
+        let v = serde_json::to_value(openai_messages(&m, true)).unwrap();
         assert_eq!(v[0]["tool_calls"][0]["function"]["arguments"], "{oops");
         assert_eq!(v[0]["content"], Value::Null);
         let r = Message::Tool(ToolResult {
@@ -346,7 +396,8 @@ mod tests {
             is_error: true,
             kind: ResultKind::Validation,
         });
-        assert_eq!(openai_messages(&[r], true)[0], json!({"role": "tool", "tool_call_id": "c", "content": "x"}));
+        let v = serde_json::to_value(openai_messages(&[r], true)).unwrap();
+        assert_eq!(v[0], json!({"role": "tool", "tool_call_id": "c", "content": "x"}));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! [`OpenAiModel`]: OpenAI-compatible chat completions (`POST {base_url}/chat/completions`) — OpenAI itself
 //! or any compatible server (OpenRouter, Groq, vLLM, Ollama, Cloudflare AI Gateway, …).
 
-use super::{invalid_response, join_url, merge_extra, openai_messages, openai_tools, parse_openai_value};
+use super::{body_text, invalid_response, join_url, merge_extra, openai_messages, openai_tools, parse_openai_value};
 use crate::core::error::Result;
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::Message;
@@ -48,7 +48,6 @@ impl Default for OpenAiOptions {
 pub fn build_request(options: &OpenAiOptions, api_key: &str, messages: &[Message], tools: &[ToolSpec]) -> HttpRequest {
     let mut body = Map::new();
     body.insert("model".into(), json!(options.model));
-    body.insert("messages".into(), Value::Array(openai_messages(messages, true)));
     if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(openai_tools(tools)));
     }
@@ -67,7 +66,7 @@ pub fn build_request(options: &OpenAiOptions, api_key: &str, messages: &[Message
         method: "POST".into(),
         url: join_url(&options.base_url, "chat/completions"),
         headers,
-        body: Some(Value::Object(body).to_string()),
+        body: Some(body_text(&body, &openai_messages(messages, true))),
         timeout_ms: options.timeout_ms,
         max_response_bytes: 0,
     }
@@ -177,7 +176,7 @@ mod tests {
     fn run(fake: &FakeHttp) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
         let m = model(fake, OpenAiOptions::default());
-        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3 }))
+        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3, execution: "e" }))
     }
 
     fn run_err(status: u16, headers: &[(&str, &str)], body: &str) -> (Error, FakeHttp) {
@@ -218,8 +217,14 @@ mod tests {
         let (messages, tools) = (transcript(), tools());
         let m = model(&fake, opts);
         assert_eq!(m.id(), "gpt-4o-mini");
-        let got =
-            block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3 })).unwrap();
+        let got = block_on(m.generate(ModelRequest {
+            run_id: "r1",
+            messages: &messages,
+            tools: &tools,
+            step: 3,
+            execution: "e",
+        }))
+        .unwrap();
 
         let reqs = fake.requests();
         assert_eq!(reqs.len(), 1);

@@ -71,7 +71,8 @@ pub fn binding_error(text: &str) -> Error {
 /// when empty) plus the optional parameters.
 pub fn build_input(options: &WorkersAiOptions, messages: &[Message], tools: &[ToolSpec]) -> Value {
     let mut input = Map::new();
-    input.insert("messages".into(), Value::Array(openai_messages(messages, false)));
+    // Ignored (the fallback): borrowed strings and JSON values always convert.
+    input.insert("messages".into(), serde_json::to_value(openai_messages(messages, false)).unwrap_or_default());
     if !tools.is_empty() {
         input.insert("tools".into(), Value::Array(openai_tools(tools)));
     }
@@ -236,7 +237,7 @@ mod tests {
     fn run(ai: &Rc<FakeAi>, options: WorkersAiOptions) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
         let m = WorkersAiModel::new(ai.clone(), options);
-        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2 }))
+        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2, execution: "e" }))
     }
 
     #[test]

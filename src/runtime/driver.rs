@@ -209,8 +209,15 @@ impl<'a> Driver<'a> {
                         deliver(&mut m, |m| m.notify_committed());
                     }
                     Effect::CallModel { step } => {
-                        let messages = m.checkpoint().messages.clone();
-                        let mut answer = match self.hooks(&mut m, HookPoint::BeforeModel(&messages)).await {
+                        // The hooks see the transcript while they may change the machine: a copy, made only
+                        // when there are hooks (it costs the whole transcript at every step).
+                        let before = if self.deps.hooks.is_empty() {
+                            Ok(None)
+                        } else {
+                            let messages = m.checkpoint().messages.clone();
+                            self.hooks(&mut m, HookPoint::BeforeModel(&messages)).await
+                        };
+                        let mut answer = match before {
                             Ok(_) => self.call_model(&m, step).await,
                             Err(e) => Err(e),
                         };
@@ -519,6 +526,7 @@ impl<'a> Driver<'a> {
                 messages: &m.checkpoint().messages,
                 tools: &deps.specs,
                 step,
+                execution: &self.lease.owner.clone(),
             };
             let model = deps.model.clone();
             let answer = self.wait_renewing(model.generate(request)).await?;

@@ -39,6 +39,8 @@ impl Deps {
         body: impl AsyncFnOnce(&mut Lease, Option<Checkpoint>) -> Result<T>,
     ) -> Result<T> {
         let mut lease = self.acquire(run_id).await?;
+        // Tells the model the execution ended on every way out (even a dropped future).
+        let _ended = ExecutionEnd { deps: self, run_id, execution: lease.owner.clone() };
         let res = match if load { self.store.load(run_id).await } else { Ok(None) } {
             Ok(cp) => body(&mut lease, cp).await,
             Err(e) => Err(e),
@@ -93,5 +95,18 @@ impl Deps {
         // Deliberately ignored: the outcome carries `err` again; only whether the commit was written matters
         // here, and either way the caller reports the original error.
         let _ = Driver::new(self, lease.clone(), &opts).drive(machine).await;
+    }
+}
+
+/// Calls [`crate::runtime::Model::execution_ended`] when dropped: the end of an execution under a lease.
+struct ExecutionEnd<'d> {
+    deps: &'d Deps,
+    run_id: &'d str,
+    execution: String,
+}
+
+impl Drop for ExecutionEnd<'_> {
+    fn drop(&mut self) {
+        self.deps.model.execution_ended(self.run_id, &self.execution);
     }
 }

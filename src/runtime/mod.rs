@@ -19,6 +19,7 @@ pub(crate) mod agent;
 pub(crate) mod approvals;
 mod deps;
 mod driver;
+pub(crate) mod feed;
 pub(crate) mod heal;
 pub(crate) mod hooks;
 mod lease;
@@ -37,6 +38,7 @@ pub use crate::time::{ManualClock, ManualSleep, SimExecutor, SimSleep, SimSpawne
 pub use crate::time::{SystemClock, ThreadSleep};
 pub use agent::{Agent, AgentBuilder, Input};
 pub use approvals::{Approvals, Resolve};
+pub use feed::{ModelFeed, ModelFrame};
 pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};
 pub use hooks::{Hook, HookContext, ToolResultDraft, Verdict};
 pub use mock::{MockCall, MockError, MockModel, MockTurn, RecordedCall};

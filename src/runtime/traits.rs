@@ -41,6 +41,12 @@ pub struct ModelRequest<'a> {
     pub tools: &'a [ToolSpec],
     /// The step this answer will be (1-based).
     pub step: u32,
+    /// The execution asking: its lease owner id, unique per execution (`send`, `resume`, a resolved approval,
+    /// a sweep's resume). Within one execution the transcript only grows; a model that keeps what it already
+    /// sent of a run (the npm package's) keys it by this. Never serialised (a model is not told it).
+    #[serde(skip)]
+    #[cfg_attr(feature = "ts", ts(skip))]
+    pub execution: &'a str,
 }
 
 /// A model provider. Implementations make exactly one attempt per call: the runtime's retry layer is the
@@ -51,6 +57,9 @@ pub trait Model {
     fn id(&self) -> &str;
     /// One attempt at the next turn. Errors carry a code, `retryable` and `retry_after_ms`.
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse>;
+    /// Execution `execution` of run `run_id` ended (however it ended): a model that keeps per-execution state
+    /// drops it here. Called once per execution, after its last `generate`; the default does nothing.
+    fn execution_ended(&self, _run_id: &str, _execution: &str) {}
 }
 
 /// What a tool receives besides its arguments.

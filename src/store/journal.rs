@@ -417,13 +417,29 @@ pub struct JournalStore<K: KvBackend> {
 /// execution — the read before its lease, the takeover probe, the fold under the lease — fetch each entry
 /// once. An entry's key names its segment (epoch and owner) and seq and is written once, so a key read once
 /// keeps its value: serving it again is what reading it again would show, never a state that was not
-/// written. Only entries that parsed (with their own seq) are kept; leases, end markers and the index are
-/// always read. Kept from a read without the lease until the next read under it, the release or a delete;
-/// reading another run replaces it (at most one run's entries are held).
+/// written. Only entries that parsed (with their own seq) are kept; end markers and the index are always read,
+/// and the lease is read again except by the one acquisition that follows a recent read of it (see
+/// [`SeenEntries::lease`]). Kept from a read without the lease until the next read under it, the release or a
+/// delete; reading another run replaces it (at most one run's entries are held).
 #[derive(Default)]
 struct SeenEntries {
     run_id: String,
     raw: HashMap<String, String>,
+    /// The lease as the last read without the lease saw it, with the time that read started: the next
+    /// acquisition of this run decides on it (its settle window counts from that start) instead of reading the
+    /// lease again, if it is recent (see [`JournalStore::fresh_lease_read`]). Taken by that acquisition.
+    lease: Option<(Option<LeaseRecord>, u64)>,
+}
+
+impl SeenEntries {
+    /// Makes `run_id` the run whose reads are kept, dropping another run's.
+    fn switch_to(&mut self, run_id: &str) {
+        if self.run_id != run_id {
+            self.run_id = run_id.to_string();
+            self.raw.clear();
+            self.lease = None;
+        }
+    }
 }
 
 /// Age (ms) past which the pending-index entry of a run without a lease (deleted) is dropped: far beyond any
@@ -526,18 +542,16 @@ impl<K: KvBackend> JournalStore<K> {
     /// Keeps a journal entry this process read (see [`SeenEntries`]).
     fn remember_entry(&self, run_id: &str, key: &str, raw: &str) {
         let mut seen = self.seen.borrow_mut();
-        if seen.run_id != run_id {
-            seen.run_id = run_id.to_string();
-            seen.raw.clear();
-        }
+        seen.switch_to(run_id);
         seen.raw.entry(key.to_string()).or_insert_with(|| raw.to_string());
     }
 
-    /// Drops the entries kept for `run_id` (see [`SeenEntries`]).
+    /// Drops what is kept for `run_id` (see [`SeenEntries`]).
     fn forget_entries(&self, run_id: &str) {
         let mut seen = self.seen.borrow_mut();
         if seen.run_id == run_id {
             seen.raw = HashMap::new();
+            seen.lease = None;
         }
     }
 
@@ -940,6 +954,8 @@ impl<K: KvBackend> JournalStore<K> {
     /// it was answered (the acknowledgement, for the settle window).
     async fn put_lease(&self, run_id: &str, rec: &mut LeaseRecord) -> Result<(Result<()>, u64)> {
         rec.written_at = self.clock.now_ms();
+        // This process's own write makes any lease read it kept stale.
+        self.seen.borrow_mut().lease = None;
         let value = encode(rec)?;
         self.count(|c| {
             c.writes += 1;
@@ -968,10 +984,29 @@ impl<K: KvBackend> JournalStore<K> {
 
     /// The record a reader starts from: this process's writer record (`true`: exact), else the lease in KV.
     async fn view(&self, run_id: &str) -> Result<Option<(LeaseRecord, bool)>> {
-        match self.writer_rec(run_id) {
-            Some(r) => Ok(Some((r, true))),
-            None => Ok(self.read_lease(run_id).await?.filter(|r| !r.deleted).map(|r| (r, false))),
+        if let Some(r) = self.writer_rec(run_id) {
+            return Ok(Some((r, true)));
         }
+        let read_at = self.clock.now_ms();
+        let rec = self.read_lease(run_id).await?;
+        self.remember_lease(run_id, rec.clone(), read_at);
+        Ok(rec.filter(|r| !r.deleted).map(|r| (r, false)))
+    }
+
+    /// Keeps a lease read made without the lease (see [`SeenEntries::lease`]).
+    fn remember_lease(&self, run_id: &str, rec: Option<LeaseRecord>, read_at: u64) {
+        let mut seen = self.seen.borrow_mut();
+        seen.switch_to(run_id);
+        seen.lease = Some((rec, read_at));
+    }
+
+    /// The lease read kept for `run_id` and the time it started, if that was less than a quarter of the settle
+    /// window ago (an acquisition must have its write acknowledged within the window of the read it decided
+    /// on, so an older read would only make it give up more often); taken either way.
+    fn fresh_lease_read(&self, run_id: &str) -> Option<(Option<LeaseRecord>, u64)> {
+        let mut seen = self.seen.borrow_mut();
+        let kept = seen.lease.take().filter(|_| seen.run_id == run_id)?;
+        (self.clock.now_ms().saturating_sub(kept.1) < self.opts.settle_ms / 4).then_some(kept)
     }
 
     async fn load_inner(&self, run_id: &str) -> Result<Option<Checkpoint>> {
@@ -1022,13 +1057,19 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
     async fn acquire_lease(&self, run_id: &str, owner: &str, now_ms: u64, opts: &LeaseOptions) -> Result<Lease> {
         self.keys.check_run(run_id, owner)?;
         let window = self.opts.settle_ms;
-        let mut read_at = self.clock.now_ms();
-        // `seen` is the record as read (a deleted run's tombstone included); `prev` the run's live record.
-        let seen = match self.read_lease(run_id).await {
-            Ok(p) => p,
-            Err(e) => {
-                self.mark_corrupt(run_id, &e).await;
-                return Err(e);
+        // `seen` is the record as read (a deleted run's tombstone included); `prev` the run's live record. A read
+        // this process just made (the load before the lease) is decided on as it stands, from when it started.
+        let (seen, mut read_at) = match self.fresh_lease_read(run_id) {
+            Some(kept) => kept,
+            None => {
+                let read_at = self.clock.now_ms();
+                match self.read_lease(run_id).await {
+                    Ok(p) => (p, read_at),
+                    Err(e) => {
+                        self.mark_corrupt(run_id, &e).await;
+                        return Err(e);
+                    }
+                }
             }
         };
         let prev = seen.clone().filter(|r| !r.deleted);

@@ -244,7 +244,7 @@ mod tests {
     }
 
     fn ask(model: &MockModel, messages: &[Message]) -> ModelResponse {
-        block_on(model.generate(ModelRequest { run_id: "r1", messages, tools: &[], step: 1 })).unwrap()
+        block_on(model.generate(ModelRequest { run_id: "r1", messages, tools: &[], step: 1, execution: "e" })).unwrap()
     }
 
     fn call(name: &str) -> ToolCall {
