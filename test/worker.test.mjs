@@ -29,9 +29,8 @@ function worker({ config, token = TOKEN, kvPersist, bindings = {}, build = "buil
     compatibilityDate: "2026-04-01",
     kvNamespaces: ["RUNS"],
     kvPersist,
-    // Strict mode's run objects (SQLite-backed RunObject, built with the cargo feature `strict`: the
-    // conformance build only, for now).
-    durableObjects: build === "build-conformance" ? { RUN_OBJECTS: { className: "RunObject", useSQLite: true } } : {},
+    // Strict mode's run objects (SQLite-backed RunObject, as wrangler.toml declares them).
+    durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true } },
     bindings: b,
     unsafeTriggerHandlers: true,
     cf: false,

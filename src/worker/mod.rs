@@ -10,11 +10,9 @@
 //! request's head before the body is read or the configuration parsed. With the cargo feature `conformance`
 //! (test builds only, never a release) the shell also serves `POST /__conformance`, behind the same token.
 
-#[cfg(feature = "strict")]
 mod object;
 mod platform;
 
-#[cfg(feature = "strict")]
 pub use object::StubClient;
 pub use platform::{FetchClient, WorkersAi};
 
