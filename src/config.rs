@@ -324,10 +324,27 @@ fn default_history_limit() -> usize {
     DEFAULT_HISTORY_LIMIT
 }
 
+/// Where the Worker keeps its runs (`"store"` in the configuration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StoreMode {
+    /// Workers KV (the journal store; the default): best-effort exclusion, runs driven by the request that
+    /// starts them and recovered by the cron sweep.
+    #[default]
+    #[serde(rename = "kv")]
+    Kv,
+    /// Strict mode: each run in its own Durable Object (`RUN_OBJECTS`), which holds its journal and lease
+    /// (strict fencing) and executes the run, independent of the client connection.
+    #[serde(rename = "durable-object")]
+    DurableObject,
+}
+
 /// The agent's configuration (one JSON document; see the module docs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentConfig {
+    /// Where runs are kept: `"kv"` (default) or `"durable-object"` (strict mode).
+    #[serde(default)]
+    pub store: StoreMode,
     /// The model.
     #[serde(default)]
     pub model: ModelConfig,
@@ -371,6 +388,7 @@ fn default_settle_ms() -> u64 {
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
+            store: StoreMode::default(),
             model: ModelConfig::default(),
             instructions: String::new(),
             limits: Limits::default(),
@@ -785,6 +803,27 @@ mod tests {
         let e = AgentConfig::parse(json).unwrap_err();
         assert_eq!(e.code, ErrorCode::ConfigInvalid, "{e}");
         e
+    }
+
+    #[test]
+    fn the_store_is_kv_by_default_durable_object_on_request_and_anything_else_a_coded_error() {
+        assert_eq!(AgentConfig::parse("{}").unwrap().store, StoreMode::Kv);
+        assert_eq!(AgentConfig::parse(r#"{"store": "kv"}"#).unwrap().store, StoreMode::Kv);
+        assert_eq!(AgentConfig::parse(r#"{"store": "durable-object"}"#).unwrap().store, StoreMode::DurableObject);
+        for bad in [
+            r#""DO""#,
+            r#""durable_object""#,
+            r#""Kv""#,
+            r#""""#,
+            "1",
+            "null",
+            "true",
+            r#"["kv"]"#,
+            r#"{"kind": "kv"}"#,
+        ] {
+            let e = err_of(&format!(r#"{{"model": {{"provider": "mock"}}, "store": {bad}}}"#));
+            assert!(e.message.contains("at `store"), "{bad}: {e}");
+        }
     }
 
     #[test]

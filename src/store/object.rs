@@ -197,7 +197,8 @@ impl ObjectStorage for MemoryObjectStorage {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum ObjectRequest {
-    /// Fold the journal: `Option<Checkpoint>`.
+    /// The journal from its newest snapshot on, checked (whole entries, in order, each at its seq): an array
+    /// of entries, for the caller to fold.
     Load,
     /// Take the lease: `Lease`.
     Acquire {
@@ -235,13 +236,8 @@ pub enum ObjectRequest {
     },
     /// Delete the journal and the lease (approval records stay): `()`.
     Delete,
-    /// Up to `limit` past states, newest first: `Vec<HistoryEntry>`.
-    History {
-        /// Most states returned.
-        limit: usize,
-    },
-    /// The run's listing entry, `None` when it is finished or does not exist: `Option<PendingRun>`.
-    Summary,
+    /// The whole journal, checked as for `Load`: an array of entries (the caller folds the past states).
+    History,
     /// Write an approval record (its JSON): `()`.
     PutApproval {
         /// Approval id.
@@ -273,31 +269,31 @@ pub struct ObjectCall {
     pub request: ObjectRequest,
 }
 
-/// The object's answer (JSON `{"ok": <value>, "rowsWritten": n}` or `{"err": <error>, "rowsWritten": n}`): the
-/// request's value (`T`, as [`ObjectRequest`] names it) or its error, and the storage rows the request wrote.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObjectReply<T> {
-    /// The value, on success (absent, or `null`, for a value that is `()` or `None`).
-    #[serde(default = "none")]
-    pub ok: Option<T>,
-    /// The error, on failure.
-    #[serde(default)]
-    pub err: Option<Error>,
+/// The object's answer, as text: `<rows written> ok <value JSON>` or `<rows written> err <error JSON>` (the
+/// request's value as [`ObjectRequest`] names it, or its error, and the storage rows the request wrote). Plain
+/// text around the JSON, so a caller decodes only the value it expects (no wrapper type per value).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObjectReply<'a> {
+    /// The value's JSON, or the error.
+    pub value: std::result::Result<&'a str, Error>,
     /// Storage rows the request wrote.
-    #[serde(default)]
     pub rows_written: u64,
 }
 
-fn none<T>() -> Option<T> {
-    None
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ErrReply<'a> {
-    err: &'a Error,
-    rows_written: u64,
+impl ObjectReply<'_> {
+    /// Reads an answer; one that is not an answer is `STEADFAST_STORE_UNAVAILABLE` (what came back was not the
+    /// object speaking).
+    pub fn parse(raw: &str) -> Result<ObjectReply<'_>> {
+        let bad = |why: &str| Error::new(ErrorCode::StoreUnavailable, format!("the run object's answer {why}"));
+        let (rows, rest) = raw.split_once(' ').ok_or_else(|| bad("is not one"))?;
+        let rows_written = rows.parse().map_err(|_| bad("has no row count"))?;
+        let value = match rest.split_once(' ') {
+            Some(("ok", json)) => Ok(json),
+            Some(("err", json)) => Err(serde_json::from_str(json).map_err(|e| bad(&format!("has no error: {e}")))?),
+            _ => return Err(bad("is neither a value nor an error")),
+        };
+        Ok(ObjectReply { value, rows_written })
+    }
 }
 
 const LEASE: &str = "lease";
@@ -349,8 +345,8 @@ impl<S: ObjectStorage> RunObjectCore<S> {
         &self.storage
     }
 
-    /// Handles one call given as JSON and answers JSON ([`ObjectReply`]). A call that cannot be decoded is
-    /// answered with `STEADFAST_INVALID_INPUT`.
+    /// Handles one call given as JSON and answers with an [`ObjectReply`]'s text. A call that cannot be decoded
+    /// is answered with `STEADFAST_INVALID_INPUT`.
     pub fn handle_json(&self, call: &str) -> String {
         let before = self.storage.rows_written();
         let result = serde_json::from_str::<ObjectCall>(call)
@@ -358,17 +354,16 @@ impl<S: ObjectStorage> RunObjectCore<S> {
             .and_then(|c| self.handle(&c.run_id, c.request));
         let rows_written = self.storage.rows_written().saturating_sub(before);
         match result {
-            // The value is JSON already (written by `handle`), so the answer is put together as text.
-            Ok(v) => format!("{{\"ok\":{v},\"rowsWritten\":{rows_written}}}"),
+            Ok(v) => format!("{rows_written} ok {v}"),
             // Ignored (`unwrap_or_default`): an error (strings, a code, numbers) always serialises.
-            Err(e) => serde_json::to_string(&ErrReply { err: &e, rows_written }).unwrap_or_default(),
+            Err(e) => format!("{rows_written} err {}", serde_json::to_string(&e).unwrap_or_default()),
         }
     }
 
     /// Handles one request for `run_id`; the value is the JSON of the request's answer.
     pub fn handle(&self, run_id: &str, request: ObjectRequest) -> Result<String> {
         match request {
-            ObjectRequest::Load => encode(&self.load(run_id)?),
+            ObjectRequest::Load => self.entries_json(run_id, self.storage.rows_from_last_snapshot()?, true),
             ObjectRequest::Acquire { owner, now_ms, opts } => encode(&self.acquire(run_id, &owner, now_ms, &opts)?),
             ObjectRequest::Renew { lease, now_ms, opts } => {
                 self.check_lease(run_id, &lease)?;
@@ -390,12 +385,7 @@ impl<S: ObjectStorage> RunObjectCore<S> {
                 self.storage.write(vec![Write::DeleteRowsFrom(0), Write::Remove(LEASE.into())])?;
                 Ok(NULL.into())
             }
-            ObjectRequest::History { limit } => encode(&self.history(run_id, limit)?),
-            ObjectRequest::Summary => encode(&match self.load(run_id) {
-                Ok(Some(cp)) if cp.status != RunStatus::Finished => Some(PendingRun::of(&cp)),
-                Ok(_) => None,
-                Err(e) => Some(PendingRun::corrupt(run_id, &e)),
-            }),
+            ObjectRequest::History => self.entries_json(run_id, self.storage.rows_from(0)?, false),
             ObjectRequest::PutApproval { id, record } => {
                 check_value(&record)?;
                 if record.len() > MAX_META_BYTES {
@@ -478,18 +468,29 @@ impl<S: ObjectStorage> RunObjectCore<S> {
         self.storage.write(restart.into_iter().chain(rows).collect())
     }
 
-    /// Decodes rows into entries (joining the parts of an entry).
-    fn entries(run_id: &str, rows: Vec<JournalRow>) -> Result<Vec<JournalEntry>> {
-        let mut out = Vec::new();
+    /// Checks rows as entries (whole, each at its seq; from a snapshot or seq 1 when `from_snapshot`) and
+    /// answers them as a JSON array of the entries as stored.
+    fn entries_json(&self, run_id: &str, rows: Vec<JournalRow>, from_snapshot: bool) -> Result<String> {
+        let mut out = String::from("[");
         let mut cur: Option<(u64, String)> = None;
-        let flush = |cur: Option<(u64, String)>, out: &mut Vec<JournalEntry>| -> Result<()> {
+        let mut first = true;
+        let mut flush = |cur: Option<(u64, String)>, out: &mut String| -> Result<()> {
             if let Some((seq, body)) = cur {
                 let e: JournalEntry =
                     serde_json::from_str(&body).map_err(|e| corrupt(run_id, &format!("journal entry {seq}"), e))?;
                 if e.seq != seq {
                     return Err(corrupt(run_id, &format!("journal entry {seq}"), format!("it says seq {}", e.seq)));
                 }
-                out.push(e);
+                if first && from_snapshot && !matches!(e.body, EntryBody::Snapshot { .. }) && seq != 1 {
+                    // The newest snapshot's rows are gone while later ones exist (or the journal does not start
+                    // at 1).
+                    return Err(corrupt(run_id, "the journal", "it does not start with a snapshot"));
+                }
+                if !first {
+                    out.push(',');
+                }
+                first = false;
+                out.push_str(&body);
             }
             Ok(())
         };
@@ -506,32 +507,24 @@ impl<S: ObjectStorage> RunObjectCore<S> {
             }
         }
         flush(cur, &mut out)?;
+        out.push(']');
         Ok(out)
     }
+}
 
-    fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        let entries = Self::entries(run_id, self.storage.rows_from_last_snapshot()?)?;
-        if entries.first().is_some_and(|e| !matches!(e.body, EntryBody::Snapshot { .. }) && e.seq != 1) {
-            // The newest snapshot's rows are gone while later ones exist (or the journal does not start at 1).
-            return Err(corrupt(run_id, "the journal", "it does not start with a snapshot"));
+/// Up to `limit` past states of a run from its whole journal, newest first.
+fn history_of(run_id: &str, entries: &[JournalEntry], limit: usize) -> Result<Vec<HistoryEntry>> {
+    let skip = entries.len().saturating_sub(limit);
+    let mut cp = Checkpoint::new(run_id);
+    let mut out = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        cp.apply(e)?;
+        if i >= skip {
+            out.push(HistoryEntry::of(&cp));
         }
-        Checkpoint::fold(run_id, entries.iter())
     }
-
-    fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
-        let entries = Self::entries(run_id, self.storage.rows_from(0)?)?;
-        let skip = entries.len().saturating_sub(limit);
-        let mut cp = Checkpoint::new(run_id);
-        let mut out = Vec::new();
-        for (i, e) in entries.iter().enumerate() {
-            cp.apply(e)?;
-            if i >= skip {
-                out.push(HistoryEntry::of(&cp));
-            }
-        }
-        out.reverse();
-        Ok(out)
-    }
+    out.reverse();
+    Ok(out)
 }
 
 /// Reaches run objects: sends one call (JSON, an [`ObjectCall`]) to the object named by `run_id` and returns
@@ -541,6 +534,13 @@ impl<S: ObjectStorage> RunObjectCore<S> {
 pub trait ObjectClient {
     /// One call to the object of `run_id`.
     async fn call(&self, run_id: &str, call: String) -> Result<String>;
+}
+
+#[async_trait(?Send)]
+impl<C: ObjectClient + ?Sized> ObjectClient for Box<C> {
+    async fn call(&self, run_id: &str, call: String) -> Result<String> {
+        (**self).call(run_id, call).await
+    }
 }
 
 /// Objects in this process, one [`RunObjectCore`] over a [`MemoryObjectStorage`] per run, reached through
@@ -568,6 +568,33 @@ impl ObjectClient for LocalObjects {
     }
 }
 
+/// The client a run's own object uses while it executes the run: calls about its run go straight to its own
+/// [`RunObjectCore`] (no request, same JSON and logic), calls about any other run (a fork's new run, a
+/// compared one) go through `others`.
+pub struct OwnObject<S: ObjectStorage, C: ObjectClient> {
+    run_id: String,
+    core: Rc<RunObjectCore<S>>,
+    others: C,
+}
+
+impl<S: ObjectStorage, C: ObjectClient> OwnObject<S, C> {
+    /// The client of the object of `run_id`, whose logic is `core`.
+    pub fn new(run_id: impl Into<String>, core: Rc<RunObjectCore<S>>, others: C) -> OwnObject<S, C> {
+        OwnObject { run_id: run_id.into(), core, others }
+    }
+}
+
+#[async_trait(?Send)]
+impl<S: ObjectStorage, C: ObjectClient> ObjectClient for OwnObject<S, C> {
+    async fn call(&self, run_id: &str, call: String) -> Result<String> {
+        if run_id == self.run_id {
+            Ok(self.core.handle_json(&call))
+        } else {
+            self.others.call(run_id, call).await
+        }
+    }
+}
+
 /// The [`RunStore`] over run objects and a KV index. See the module docs.
 pub struct ObjectStore<C: ObjectClient, K: KvBackend> {
     client: C,
@@ -576,8 +603,9 @@ pub struct ObjectStore<C: ObjectClient, K: KvBackend> {
     clock: Rc<dyn Clock>,
     /// Runs whose index entry this process wrote, and when.
     indexed: RefCell<HashMap<String, u64>>,
-    /// Approval ids whose index entry this process wrote or read.
-    approvals: RefCell<BTreeSet<String>>,
+    /// Approval ids whose index entry this process wrote or read (the value is unused: one map type with
+    /// `indexed` keeps one copy of its code in the Worker).
+    approvals: RefCell<HashMap<String, u64>>,
     counters: Cell<StoreCounters>,
     /// KV writes of the index (a part of `counters.writes`).
     index_writes: Cell<u64>,
@@ -624,29 +652,38 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
 
     /// One call to a run's object; the answer's value decoded as `T`.
     async fn call<T: DeserializeOwned>(&self, run_id: &str, request: ObjectRequest) -> Result<T> {
-        Ok(self.call_counted(run_id, request).await?.0)
+        let (json, _) = self.call_counted(run_id, request).await?;
+        serde_json::from_str(&json).map_err(|e| {
+            Error::new(ErrorCode::StoreUnavailable, format!("run '{run_id}': the run object's answer is not one: {e}"))
+        })
     }
 
-    /// One call; also the rows it wrote.
-    async fn call_counted<T: DeserializeOwned>(&self, run_id: &str, request: ObjectRequest) -> Result<(T, u64)> {
+    /// One call whose answer has no value (`null`).
+    async fn call_unit(&self, run_id: &str, request: ObjectRequest) -> Result<()> {
+        self.call_counted(run_id, request).await.map(|_| ())
+    }
+
+    /// One call: the answer's value (JSON) and the rows it wrote.
+    async fn call_counted(&self, run_id: &str, request: ObjectRequest) -> Result<(String, u64)> {
         let body = encode(&ObjectCall { run_id: run_id.to_string(), request })?;
         let raw = self.client.call(run_id, body).await?;
-        let reply: ObjectReply<T> = serde_json::from_str(&raw).map_err(|e| {
-            Error::new(ErrorCode::StoreUnavailable, format!("run '{run_id}': the run object's answer is not one: {e}"))
-        })?;
+        let reply =
+            ObjectReply::parse(&raw).map_err(|e| Error::new(e.code, format!("run '{run_id}': {}", e.message)))?;
         self.count(|c| {
             c.reads += 1;
             c.writes += reply.rows_written;
         });
-        if let Some(e) = reply.err {
-            return Err(e);
-        }
-        let v = match reply.ok {
-            Some(v) => v,
-            None => serde_json::from_str(NULL)
-                .map_err(|e| Error::internal(format!("run '{run_id}': the run object answered nothing: {e}")))?,
-        };
-        Ok((v, reply.rows_written))
+        Ok((reply.value?.to_string(), reply.rows_written))
+    }
+
+    /// The run's journal as its object answers it (`Load` or `History`).
+    async fn entries(&self, run_id: &str, request: ObjectRequest) -> Result<Vec<JournalEntry>> {
+        self.call(run_id, request).await
+    }
+
+    /// The run's state, folded from its journal (newest snapshot on).
+    async fn fold(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+        Checkpoint::fold(run_id, self.entries(run_id, ObjectRequest::Load).await?.iter())
     }
 
     async fn kv_put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
@@ -677,7 +714,13 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
     async fn summaries(&self, run_ids: &[String]) -> Result<Vec<Option<PendingRun>>> {
         let mut out = Vec::with_capacity(run_ids.len());
         for id in run_ids {
-            let s: Option<PendingRun> = self.call(id, ObjectRequest::Summary).await?;
+            let s = match self.fold(id).await {
+                Ok(Some(cp)) if cp.status != RunStatus::Finished => Some(PendingRun::of(&cp)),
+                Ok(_) => None,
+                // Not reaching the object is this listing's failure; anything else is the run's.
+                Err(e) if e.code == ErrorCode::StoreUnavailable => return Err(e),
+                Err(e) => Some(PendingRun::corrupt(id, &e)),
+            };
             if s.is_none() {
                 self.drop_stale(id).await;
             }
@@ -705,7 +748,7 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
 #[async_trait(?Send)]
 impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        self.call(run_id, ObjectRequest::Load).await
+        self.fold(run_id).await
     }
 
     async fn acquire_lease(&self, run_id: &str, owner: &str, now_ms: u64, opts: &LeaseOptions) -> Result<Lease> {
@@ -717,7 +760,7 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
-        self.call(&lease.run_id, ObjectRequest::Release { lease: lease.clone() }).await
+        self.call_unit(&lease.run_id, ObjectRequest::Release { lease: lease.clone() }).await
     }
 
     async fn commit(&self, lease: &Lease, entry: &JournalEntry, state: &Checkpoint) -> Result<()> {
@@ -736,7 +779,7 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
             ObjectRequest::Commit { entry, .. } => entry.len() as u64,
             _ => 0,
         };
-        let ((), rows) = self.call_counted(run_id, request).await?;
+        let (_, rows) = self.call_counted(run_id, request).await?;
         self.count(|c| {
             c.commits += 1;
             c.commit_writes += rows;
@@ -755,14 +798,14 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
     }
 
     async fn delete(&self, run_id: &str) -> Result<()> {
-        self.call::<()>(run_id, ObjectRequest::Delete).await?;
+        self.call_unit(run_id, ObjectRequest::Delete).await?;
         self.kv_delete(&self.run_key(run_id)).await?;
         self.indexed.borrow_mut().remove(run_id);
         Ok(())
     }
 
     async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
-        self.call(run_id, ObjectRequest::History { limit }).await
+        history_of(run_id, &self.entries(run_id, ObjectRequest::History).await?, limit)
     }
 
     async fn pending(&self) -> Result<Vec<PendingRun>> {
@@ -794,7 +837,7 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
         check_value(&json)?;
         let id = &record.id;
         // The index entry first: a record is never unreachable (an entry without a record reads as none).
-        if !self.approvals.borrow().contains(id) {
+        if !self.approvals.borrow().contains_key(id) {
             if self.approval_run(id).await?.as_deref() != Some(record.run_id.as_str()) {
                 let meta = serde_json::json!({ "run": record.run_id });
                 self.kv_put(
@@ -804,9 +847,9 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
                 )
                 .await?;
             }
-            self.approvals.borrow_mut().insert(id.clone());
+            self.approvals.borrow_mut().insert(id.clone(), 0);
         }
-        self.call(&record.run_id, ObjectRequest::PutApproval { id: id.clone(), record: json }).await
+        self.call_unit(&record.run_id, ObjectRequest::PutApproval { id: id.clone(), record: json }).await
     }
 
     async fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>> {
@@ -847,7 +890,7 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
 
     async fn delete_approval(&self, id: &str) -> Result<()> {
         if let Some(run_id) = self.approval_run(id).await? {
-            self.call::<()>(&run_id, ObjectRequest::DeleteApproval { id: id.to_string() }).await?;
+            self.call_unit(&run_id, ObjectRequest::DeleteApproval { id: id.to_string() }).await?;
         }
         self.kv_delete(&self.approval_key(id)).await?;
         self.approvals.borrow_mut().remove(id);
@@ -912,8 +955,9 @@ mod tests {
     fn a_call_that_cannot_be_decoded_is_refused_as_invalid_input_and_writes_nothing() {
         let core = RunObjectCore::new(MemoryObjectStorage::default());
         for bad in ["", "{", "{\"runId\":\"r\"}", "{\"runId\":\"r\",\"request\":{\"op\":\"explode\"}}"] {
-            let reply: ObjectReply<()> = serde_json::from_str(&core.handle_json(bad)).unwrap();
-            assert_eq!(reply.err.map(|e| e.code), Some(ErrorCode::InvalidInput), "{bad}");
+            let raw = core.handle_json(bad);
+            let reply = ObjectReply::parse(&raw).unwrap();
+            assert_eq!(reply.value.map_err(|e| e.code), Err(ErrorCode::InvalidInput), "{bad}");
             assert_eq!(reply.rows_written, 0);
         }
     }

@@ -16,12 +16,13 @@ mod platform;
 pub use object::StubClient;
 pub use platform::{FetchClient, WorkersAi};
 
-use crate::api::{serve, Api, ApiRequest, ApiResponse, Host};
-use crate::config::{AgentConfig, ConfigCache};
+use crate::api::{forward_target, serve, Api, ApiRequest, ApiResponse, Host};
+use crate::config::{AgentConfig, ConfigCache, StoreMode};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::providers::ModelPlatform;
 use crate::runtime::{Agent, RunResult, SweepListener};
-use crate::store::{JournalOptions, JournalStore, PendingRun};
+use crate::store::object::{ObjectClient, ObjectStore, OwnObject, RunObjectCore};
+use crate::store::{JournalOptions, JournalStore, PendingRun, RunStore};
 use crate::tools::demo::{demo_counts, demo_tools};
 use crate::wasm_shared::{js_message, js_rng, JsClock, JsSleep, WorkersKv};
 use async_trait::async_trait;
@@ -90,18 +91,34 @@ impl ModelPlatform for WorkerPlatform<'_> {
     }
 }
 
-fn build_agent(env: &Env, cfg: &AgentConfig) -> Result<Agent> {
+/// Where a request finds the runs.
+enum Runs {
+    /// As configured (`store`): Workers KV, or the run objects through their stubs.
+    Configured,
+    /// Inside the object of this run (strict mode): its own storage for it, the stubs for any other run.
+    Object(String, Rc<RunObjectCore<object::SqlObjectStorage>>),
+}
+
+fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
     let kv = runs_kv(env)?;
     let clock = Rc::new(JsClock);
     let sleep = Rc::new(JsSleep);
-    let store = JournalStore::new(
-        kv.clone(),
-        clock.clone(),
-        sleep.clone(),
-        JournalOptions { history_limit: cfg.history_limit, settle_ms: cfg.settle_ms, ..JournalOptions::default() },
-    );
+    // One type of object client (boxed) keeps one copy of the object store's code in the Worker.
+    let objects = |client: Box<dyn ObjectClient>| Rc::new(ObjectStore::new(client, kv.clone(), "", clock.clone()));
+    let store: Rc<dyn RunStore> = match (runs, cfg.store) {
+        (Runs::Object(run_id, core), _) => {
+            objects(Box::new(OwnObject::new(run_id.clone(), core.clone(), StubClient::new(env)?)))
+        }
+        (Runs::Configured, StoreMode::DurableObject) => objects(Box::new(StubClient::new(env)?)),
+        (Runs::Configured, StoreMode::Kv) => Rc::new(JournalStore::new(
+            kv.clone(),
+            clock.clone(),
+            sleep.clone(),
+            JournalOptions { history_limit: cfg.history_limit, settle_ms: cfg.settle_ms, ..JournalOptions::default() },
+        )),
+    };
     let mut b = Agent::builder_rc(cfg.model(&WorkerPlatform(env))?)
-        .store(store)
+        .store_rc(store)
         .clock(clock)
         .sleep(sleep)
         .rng(Rc::new(js_rng()))
@@ -135,11 +152,12 @@ fn to_response(r: ApiResponse) -> worker::Result<Response> {
     Ok(Response::ok(r.body)?.with_status(r.status).with_headers(headers))
 }
 
-/// One request's access to the platform, for [`serve`]: the body stream and the bindings.
+/// One request's access to the platform, for [`serve`]: the body stream, the bindings and where the runs are.
 struct WorkerHost<'a> {
     req: Request,
     body: Option<ByteStream>,
     env: &'a Env,
+    runs: Runs,
 }
 
 #[async_trait(?Send)]
@@ -175,8 +193,12 @@ impl Host for WorkerHost<'_> {
     async fn api(&mut self, token: Option<String>) -> Result<Api> {
         let env = self.env;
         let cfg = config(env)?;
-        let agent = build_agent(env, &cfg)?;
+        let agent = build_agent(env, &cfg, &self.runs)?;
         let mut api = Api::new(agent, token);
+        if let Runs::Object(..) = self.runs {
+            // Inside the run's object: runs execute as tasks of the object, not of the request.
+            api = api.with_spawner(Rc::new(wasm_bindgen_futures::spawn_local));
+        }
         // Ignored (no else): `build_agent` above failed already if the KV binding is missing.
         if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(env)) {
             api = api.with_demo_counts(Rc::new(move || {
@@ -294,7 +316,27 @@ pub async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Resp
     console_error_panic_hook::set_once();
     let head = request_head(&req)?;
     let token = secret(&env, "STEADFAST_TOKEN");
-    let mut host = WorkerHost { req, body: None, env: &env };
+    // Strict mode: a run's requests go to its object, which serves them (and executes the run).
+    if let Some(run_id) = forward_target(&head, token.as_deref(), || config(&env).map(|c| c.store)) {
+        return match StubClient::new(&env) {
+            Ok(objects) => objects.forward(&run_id, req).await,
+            Err(e) => to_response(ApiResponse::error(&e)),
+        };
+    }
+    let mut host = WorkerHost { req, body: None, env: &env, runs: Runs::Configured };
+    to_response(serve(head, token, &mut host).await)
+}
+
+/// A request the Worker forwarded to a run's object: served there by [`serve`], the runs inside the object.
+async fn serve_in_object(
+    req: Request,
+    env: &Env,
+    run_id: String,
+    core: Rc<RunObjectCore<object::SqlObjectStorage>>,
+) -> worker::Result<Response> {
+    let head = request_head(&req)?;
+    let token = secret(env, "STEADFAST_TOKEN");
+    let mut host = WorkerHost { req, body: None, env, runs: Runs::Object(run_id, core) };
     to_response(serve(head, token, &mut host).await)
 }
 
@@ -327,7 +369,7 @@ pub async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     console_error_panic_hook::set_once();
     let result = async {
         let cfg = config(&env)?;
-        let agent = build_agent(&env, &cfg)?;
+        let agent = build_agent(&env, &cfg, &Runs::Configured)?;
         agent.sweep(&cfg.recovery, &ConsoleListener).await
     }
     .await;

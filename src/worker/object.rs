@@ -42,14 +42,14 @@ fn int(v: &SqlStorageValue) -> Result<u64> {
         SqlStorageValue::Integer(i) => Ok(*i as u64),
         SqlStorageValue::Float(f) => Ok(*f as u64),
         SqlStorageValue::Null => Ok(0),
-        other => Err(sql_error(format!("expected a number, got {other:?}"))),
+        _ => Err(sql_error("expected a number, got text or bytes")),
     }
 }
 
 fn text(v: SqlStorageValue) -> Result<String> {
     match v {
         SqlStorageValue::String(s) => Ok(s),
-        other => Err(sql_error(format!("expected text, got {other:?}"))),
+        _ => Err(sql_error("expected text, got a number, bytes or null")),
     }
 }
 
@@ -201,20 +201,36 @@ impl ObjectStorage for SqlObjectStorage {
     }
 }
 
-/// The Durable Object of one run.
+/// The path of the store calls ([`ObjectCall`]) on a run object; every other path is an API request the Worker
+/// forwarded (strict mode).
+const STORE_PATH: &str = "/__store";
+
+/// The Durable Object of one run: answers the store calls of [`ObjectStore`](crate::store::object::ObjectStore)
+/// and serves the API requests about its run (forwarded by the Worker), executing the run itself.
 #[durable_object(fetch)]
 pub struct RunObject {
-    core: RunObjectCore<SqlObjectStorage>,
+    core: Rc<RunObjectCore<SqlObjectStorage>>,
+    env: Env,
 }
 
 impl DurableObject for RunObject {
-    fn new(state: State, _env: Env) -> Self {
-        RunObject { core: RunObjectCore::new(SqlObjectStorage::new(&state)) }
+    fn new(state: State, env: Env) -> Self {
+        RunObject { core: Rc::new(RunObjectCore::new(SqlObjectStorage::new(&state))), env }
     }
 
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
-        let call = req.text().await?;
-        Response::ok(self.core.handle_json(&call))
+        let path = req.path();
+        if path == STORE_PATH {
+            let call = req.text().await?;
+            return Response::ok(self.core.handle_json(&call));
+        }
+        match crate::api::object_run(&path) {
+            Some(run_id) => super::serve_in_object(req, &self.env, run_id, self.core.clone()).await,
+            None => super::to_response(crate::api::ApiResponse::error(&Error::new(
+                ErrorCode::RouteNotFound,
+                format!("no route {path} on a run object"),
+            ))),
+        }
     }
 }
 
@@ -241,7 +257,17 @@ impl StubClient {
 }
 
 impl StubClient {
+    /// Forwards a client's request about `run_id` to the run's object and answers with the object's response.
+    pub async fn forward(&self, run_id: &str, req: Request) -> worker::Result<Response> {
+        self.stub(run_id)?.fetch_with_request(req).await
+    }
+
+    fn stub(&self, run_id: &str) -> worker::Result<worker::Stub> {
+        self.ns.id_from_name(&format!("{}{run_id}", self.prefix))?.get_stub()
+    }
+
     /// Objects named `<prefix><run id>`.
+    #[cfg(feature = "conformance")]
     pub fn with_prefix(self, prefix: impl Into<String>) -> StubClient {
         StubClient { prefix: prefix.into(), ..self }
     }
@@ -252,14 +278,10 @@ impl ObjectClient for StubClient {
     async fn call(&self, run_id: &str, call: String) -> Result<String> {
         let unavailable =
             |e: worker::Error| Error::new(ErrorCode::StoreUnavailable, format!("run '{run_id}': the run object: {e}"));
-        let stub = self
-            .ns
-            .id_from_name(&format!("{}{run_id}", self.prefix))
-            .and_then(|id| id.get_stub())
-            .map_err(unavailable)?;
+        let stub = self.stub(run_id).map_err(unavailable)?;
         let mut init = RequestInit::new();
         init.with_method(Method::Post).with_body(Some(JsValue::from_str(&call)));
-        let req = Request::new_with_init("https://run-object/call", &init).map_err(unavailable)?;
+        let req = Request::new_with_init(&format!("https://run-object{STORE_PATH}"), &init).map_err(unavailable)?;
         let mut resp = stub.fetch_with_request(req).await.map_err(unavailable)?;
         resp.text().await.map_err(unavailable)
     }
