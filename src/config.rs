@@ -993,6 +993,18 @@ mod tests {
     }
 
     #[test]
+    fn a_scripted_retry_after_reaches_the_error_to_the_millisecond() {
+        let rng = crate::rng::SplitMix64::new(7);
+        let fixed = [0, 1, 9, 10, 100, 999, 1_000, 1_001, 1_010, 1_500, 2_000, 59_999, 86_400_000];
+        let generated = (0..200).map(|_| crate::rng::Rng::next_u64(&rng) % 10_000_000);
+        for ms in fixed.into_iter().chain(generated) {
+            let model = MockModel::new(vec![MockTurn::error_retry_after(429, ms)]);
+            let e = ask(&model, &[Message::user("hi")]).unwrap_err();
+            assert_eq!(e.retry_after_ms, Some(ms), "{ms} ms");
+        }
+    }
+
+    #[test]
     fn mock_script_is_parsed_into_mock_turns() {
         let c = AgentConfig::parse(
             r#"{"model": {"provider": "mock", "script": [
