@@ -319,8 +319,7 @@ pub fn object_run(path: &str) -> Option<String> {
 
 /// Whether the request asks to be answered before its run ends (`Prefer: respond-async`, RFC 7240).
 fn prefers_async(req: &ApiRequest) -> bool {
-    req.header("prefer")
-        .is_some_and(|p| p.split([',', ';']).any(|pref| pref.trim().eq_ignore_ascii_case("respond-async")))
+    req.header("prefer").is_some_and(|p| p.to_ascii_lowercase().contains("respond-async"))
 }
 
 /// One execution as its request sees it: the run's events (kept for an SSE answer), whether it started (its
@@ -662,7 +661,9 @@ impl Api {
                     ("location".into(), format!("/runs/{id}")),
                     ("preference-applied".into(), "respond-async".into()),
                 ],
-                ..ApiResponse::json(202, &json!({"runId": id, "status": "accepted"}))
+                status: 202,
+                // The id is a valid run id (letters, digits, `_`, `-`, `.`): nothing to escape.
+                body: format!("{{\"runId\":\"{id}\",\"status\":\"accepted\"}}"),
             },
         }
     }

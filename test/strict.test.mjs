@@ -208,3 +208,26 @@ test("strict mode: a client that disconnects mid-tool does not stop the run: it 
   assert.ok(view, "the run finished after its 202, without a cron tick");
   assert.equal(srv.state.calls.length - before, 1, "the tool ran once");
 });
+
+test("strict mode: a run whose execution failed is finished by its object's alarm (the sweep's backoff), no cron tick, each effect once", { timeout: 60000 }, async () => {
+  // Short leases so the alarm (set when an execution starts, for when its lease could be taken over) comes soon.
+  const [a] = replicas({ lease: { ttlMs: 2500, renewEveryMs: 800, graceMs: 100 }, settleMs: 100, recovery: { intervalMs: 1 } }, 1);
+  const started = Date.now();
+  // The demo's ship tool dies once per run (a propagating error): the attempt fails, the run stays resumable.
+  const first = await call(a, "POST", "/runs/alarm-1", { input: "charge and ship order 7" });
+  assert.equal(first.status, 502, first.text);
+  const failed = await call(a, "GET", "/runs/alarm-1");
+  assert.deepEqual([failed.json.status, failed.json.attempts], ["in-progress", 1], failed.text);
+  const view = await waitFor(async () => {
+    const r = await call(a, "GET", "/runs/alarm-1");
+    return r.json.status === "finished" && r;
+  }, 20000);
+  assert.ok(view, "the alarm finished the run");
+  assert.ok(Date.now() - started >= 2500, "not before the failed execution's lease could be taken over");
+  const counts = await call(a, "GET", "/demo/counts");
+  assert.equal(counts.json.charges, 1, counts.text);
+  assert.equal(counts.json.shipments, 1, counts.text);
+  // The alarm fires again only while there is something to do: the finished run sets none.
+  await sleep(3000);
+  assert.equal((await call(a, "GET", "/demo/counts")).json.shipments, 1);
+});

@@ -195,7 +195,7 @@ impl ObjectStorage for MemoryObjectStorage {
 
 /// A request to one run's object (the wire format between [`ObjectStore`] and the object: JSON).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum ObjectRequest {
     /// The journal from its newest snapshot on, checked (whole entries, in order, each at its seq): an array
     /// of entries, for the caller to fold.
@@ -343,6 +343,12 @@ impl<S: ObjectStorage> RunObjectCore<S> {
     /// The object's storage.
     pub fn storage(&self) -> &S {
         &self.storage
+    }
+
+    /// The run this object holds (what the object's alarm recovers), as its lease names it: `None` before
+    /// the run first executed, and after it was deleted.
+    pub fn run_id(&self) -> Result<Option<String>> {
+        Ok(self.lease("")?.map(|l| l.run_id))
     }
 
     /// Handles one call given as JSON and answers with an [`ObjectReply`]'s text. A call that cannot be decoded
@@ -954,7 +960,7 @@ mod tests {
     #[test]
     fn a_call_that_cannot_be_decoded_is_refused_as_invalid_input_and_writes_nothing() {
         let core = RunObjectCore::new(MemoryObjectStorage::default());
-        for bad in ["", "{", "{\"runId\":\"r\"}", "{\"runId\":\"r\",\"request\":{\"op\":\"explode\"}}"] {
+        for bad in ["", "{", "{\"runId\":\"r\"}", "{\"runId\":\"r\",\"request\":{\"explode\":{}}}"] {
             let raw = core.handle_json(bad);
             let reply = ObjectReply::parse(&raw).unwrap();
             assert_eq!(reply.value.map_err(|e| e.code), Err(ErrorCode::InvalidInput), "{bad}");

@@ -96,7 +96,7 @@ enum Runs {
     /// As configured (`store`): Workers KV, or the run objects through their stubs.
     Configured,
     /// Inside the object of this run (strict mode): its own storage for it, the stubs for any other run.
-    Object(String, Rc<RunObjectCore<object::SqlObjectStorage>>),
+    Object(String, Rc<RunObjectCore<object::SqlObjectStorage>>, Rc<worker::State>),
 }
 
 fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
@@ -106,7 +106,7 @@ fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
     // One type of object client (boxed) keeps one copy of the object store's code in the Worker.
     let objects = |client: Box<dyn ObjectClient>| Rc::new(ObjectStore::new(client, kv.clone(), "", clock.clone()));
     let store: Rc<dyn RunStore> = match (runs, cfg.store) {
-        (Runs::Object(run_id, core), _) => {
+        (Runs::Object(run_id, core, _), _) => {
             objects(Box::new(OwnObject::new(run_id.clone(), core.clone(), StubClient::new(env)?)))
         }
         (Runs::Configured, StoreMode::DurableObject) => objects(Box::new(StubClient::new(env)?)),
@@ -195,9 +195,17 @@ impl Host for WorkerHost<'_> {
         let cfg = config(env)?;
         let agent = build_agent(env, &cfg, &self.runs)?;
         let mut api = Api::new(agent, token);
-        if let Runs::Object(..) = self.runs {
-            // Inside the run's object: runs execute as tasks of the object, not of the request.
-            api = api.with_spawner(Rc::new(wasm_bindgen_futures::spawn_local));
+        if let Runs::Object(_, _, state) = &self.runs {
+            // Inside the run's object: runs execute as tasks of the object, not of the request, each with the
+            // object's alarm set first for when its lease could be taken over (should the object die with it).
+            let (state, at) = (state.clone(), api.agent().takeover_at());
+            api = api.with_spawner(Rc::new(move |task| {
+                let state = state.clone();
+                wasm_bindgen_futures::spawn_local(async move {
+                    object::set_alarm(&state, Some(at)).await;
+                    task.await
+                })
+            }));
         }
         // Ignored (no else): `build_agent` above failed already if the KV binding is missing.
         if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(env)) {
@@ -333,11 +341,31 @@ async fn serve_in_object(
     env: &Env,
     run_id: String,
     core: Rc<RunObjectCore<object::SqlObjectStorage>>,
+    state: Rc<worker::State>,
 ) -> worker::Result<Response> {
     let head = request_head(&req)?;
     let token = secret(env, "STEADFAST_TOKEN");
-    let mut host = WorkerHost { req, body: None, env, runs: Runs::Object(run_id, core) };
+    let mut host = WorkerHost { req, body: None, env, runs: Runs::Object(run_id, core, state) };
     to_response(serve(head, token, &mut host).await)
+}
+
+/// A run object's alarm: the run's own recovery step ([`Agent::wake`] decides), then its next alarm. A failed
+/// step is logged and looked at again once a lease could be taken over.
+async fn wake_object(env: &Env, core: Rc<RunObjectCore<object::SqlObjectStorage>>, state: Rc<worker::State>) {
+    let mut fallback = None;
+    let woken: Result<Option<u64>> = async {
+        let Some(run_id) = core.run_id()? else { return Ok(None) };
+        let cfg = config(env)?;
+        let agent = build_agent(env, &cfg, &Runs::Object(run_id.clone(), core, state.clone()))?;
+        fallback = Some(agent.takeover_at());
+        agent.wake(&run_id, &cfg.recovery).await
+    }
+    .await;
+    let next = woken.unwrap_or_else(|e| {
+        console_error!("steadfast: a run object's alarm failed: {e}");
+        fallback
+    });
+    object::set_alarm(&state, next).await;
 }
 
 /// Logs what the sweep does (cron output is the Worker's log).

@@ -207,15 +207,21 @@ const STORE_PATH: &str = "/__store";
 
 /// The Durable Object of one run: answers the store calls of [`ObjectStore`](crate::store::object::ObjectStore)
 /// and serves the API requests about its run (forwarded by the Worker), executing the run itself.
-#[durable_object(fetch)]
+#[durable_object(alarm)]
 pub struct RunObject {
     core: Rc<RunObjectCore<SqlObjectStorage>>,
+    state: Rc<State>,
     env: Env,
 }
 
 impl DurableObject for RunObject {
     fn new(state: State, env: Env) -> Self {
-        RunObject { core: Rc::new(RunObjectCore::new(SqlObjectStorage::new(&state))), env }
+        RunObject { core: Rc::new(RunObjectCore::new(SqlObjectStorage::new(&state))), state: Rc::new(state), env }
+    }
+
+    async fn alarm(&self) -> worker::Result<Response> {
+        super::wake_object(&self.env, self.core.clone(), self.state.clone()).await;
+        Response::empty()
     }
 
     async fn fetch(&self, mut req: Request) -> worker::Result<Response> {
@@ -225,12 +231,22 @@ impl DurableObject for RunObject {
             return Response::ok(self.core.handle_json(&call));
         }
         match crate::api::object_run(&path) {
-            Some(run_id) => super::serve_in_object(req, &self.env, run_id, self.core.clone()).await,
+            Some(run_id) => super::serve_in_object(req, &self.env, run_id, self.core.clone(), self.state.clone()).await,
             None => super::to_response(crate::api::ApiResponse::error(&Error::new(
                 ErrorCode::RouteNotFound,
                 format!("no route {path} on a run object"),
             ))),
         }
+    }
+}
+
+/// Sets the object's alarm for `at` (ms since the epoch; `None`: leaves it as it is). A failure is logged:
+/// the cron sweep still lists the run.
+pub async fn set_alarm(state: &State, at: Option<u64>) {
+    let Some(at) = at else { return };
+    let offset = (at as i64).saturating_sub(js_sys::Date::now() as i64).max(0);
+    if let Err(e) = state.storage().set_alarm(offset).await {
+        worker::console_error!("steadfast: setting a run object's alarm failed: {e}");
     }
 }
 
