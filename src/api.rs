@@ -31,7 +31,16 @@
 //! | POST | `/deliveries/{deliveryId}` | [`SendRequest`]: run a delivered job once → [`crate::runtime::Delivery`] |
 //! | POST | `/__conformance` | the store conformance suite on the real KV binding: only in builds with the cargo
 //! feature `conformance` (tests), and only with the token |
+//!
+//! **Strict mode** (`"store": "durable-object"`): a request about one run (`/runs/{id}` and below) is served by
+//! that run's object ([`forward_target`] decides, after the token); the object serves it with an [`Api`] that
+//! has a [`Spawner`], so `send` and `resume` execute the run as a task of their own, to its end whatever the
+//! client does. `Prefer: respond-async` then answers `202 Accepted` with the run id as soon as the run has
+//! started (its first event); a refusal before that (busy, awaiting approval, bad input) is the usual coded
+//! error. Without a spawner (KV mode) the preference is ignored (RFC 7240 allows it): the request drives the
+//! run and answers when it ends.
 
+use crate::config::StoreMode;
 use crate::contract::{body_from_json, RunView, SendRequest};
 use crate::core::checkpoint::RunStatus;
 use crate::core::error::{Error, ErrorCode, Result};
@@ -39,10 +48,12 @@ use crate::core::events::EventEnvelope;
 use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
 use crate::core::sweep::SweepState;
+use crate::runtime::traits::{EventSink, LocalFuture};
 use crate::runtime::{Agent, ForkOptions, Resolve, SendOptions, VecSink};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
 /// Largest request body accepted.
@@ -138,11 +149,16 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// Reads the demo tools' effect counters (for `GET /demo/counts`).
 pub type DemoCounts = Rc<dyn Fn() -> crate::runtime::traits::LocalFuture<'static, Result<Value>>>;
 
+/// Runs a future to its end as a task of its own, independent of the request that started it (a Durable
+/// Object's event loop).
+pub type Spawner = Rc<dyn Fn(LocalFuture<'static, ()>)>;
+
 /// The API over one agent.
 pub struct Api {
     agent: Agent,
     token: Option<String>,
     demo: Option<DemoCounts>,
+    spawner: Option<Spawner>,
 }
 
 #[derive(Deserialize)]
@@ -279,6 +295,64 @@ pub fn admit(req: &ApiRequest, token: Option<&str>, conformance_route: bool) -> 
     Ok(Admission::Serve)
 }
 
+/// In strict mode, the run whose object serves this request: every route under `/runs/{id}` with a valid run id,
+/// once the request is admitted (the token is checked here first, so an unauthenticated request wakes no
+/// object and `mode` is not even read). `None`: the request is served where it arrived (listings, approvals,
+/// deliveries, compare, health, every refusal), and always in KV mode.
+pub fn forward_target(
+    head: &ApiRequest,
+    token: Option<&str>,
+    mode: impl FnOnce() -> Result<StoreMode>,
+) -> Option<String> {
+    if !matches!(admit(head, token, false), Ok(Admission::Serve)) {
+        return None;
+    }
+    object_run(&head.path).filter(|_| mode().ok() == Some(StoreMode::DurableObject))
+}
+
+/// The run a path is about, when its object serves it in strict mode: `/runs/{id}` and every path below it,
+/// with a valid run id.
+pub fn object_run(path: &str) -> Option<String> {
+    match segments(path).as_slice() {
+        ["runs", id, ..] if run_id_segment(id).is_ok() => Some(id.to_string()),
+        _ => None,
+    }
+}
+
+/// Whether the request asks to be answered before its run ends (`Prefer: respond-async`, RFC 7240).
+fn prefers_async(req: &ApiRequest) -> bool {
+    req.header("prefer").is_some_and(|p| p.to_ascii_lowercase().contains("respond-async"))
+}
+
+/// One execution as its request sees it: the run's events (kept for an SSE answer), whether it started (its
+/// first event), and its answer once it ended; the request waiting for either is woken.
+#[derive(Default)]
+struct StartSink {
+    events: Option<VecSink>,
+    started: Cell<bool>,
+    answer: RefCell<Option<ApiResponse>>,
+    waiting: RefCell<Option<std::task::Waker>>,
+}
+
+impl StartSink {
+    fn wake(&self) {
+        if let Some(w) = self.waiting.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+impl EventSink for StartSink {
+    fn emit(&self, event: &EventEnvelope) {
+        if !self.started.replace(true) {
+            self.wake();
+        }
+        if let Some(sink) = &self.events {
+            sink.emit(event);
+        }
+    }
+}
+
 /// What [`serve`] needs from the platform shell: the request body as a stream of chunks, a way to build the API
 /// (read the configuration, build the agent) and, in test builds, the store conformance suite. The shell
 /// translates; [`serve`] decides when each is called.
@@ -355,7 +429,14 @@ pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn H
 impl Api {
     /// An API over `agent`; `token` is the bearer token (`None` refuses every route but `/health`).
     pub fn new(agent: Agent, token: Option<String>) -> Api {
-        Api { agent, token: token.filter(|t| !t.is_empty()), demo: None }
+        Api { agent, token: token.filter(|t| !t.is_empty()), demo: None, spawner: None }
+    }
+
+    /// Executes `send` and `resume` as tasks of their own through `spawner` (strict mode: inside the run's
+    /// object), so a run goes on to its end when the request goes, and `Prefer: respond-async` is honoured.
+    pub fn with_spawner(mut self, spawner: Spawner) -> Api {
+        self.spawner = Some(spawner);
+        self
     }
 
     /// Serves `GET /demo/counts` (the offline demo tools' effect counters) from `counts`.
@@ -419,10 +500,21 @@ impl Api {
                     return not_allowed();
                 }
                 parse_body::<Value>(&req.body, true)?;
-                match self.agent.resume(id, SendOptions::default()).await? {
-                    Some(r) => Ok(ApiResponse::ok(&r)),
-                    None => Ok(ApiResponse::ok(&json!({"runId": id, "resumed": false, "reason": "nothing to resume"}))),
-                }
+                let sink = Rc::new(StartSink::default());
+                let events: Option<Rc<dyn EventSink>> = self.spawner.is_some().then(|| sink.clone() as _);
+                let opts = SendOptions { events, ..SendOptions::default() };
+                let agent = self.agent.clone();
+                let run_id = id.to_string();
+                let run = async move {
+                    match agent.resume(&run_id, opts).await {
+                        Ok(Some(r)) => ApiResponse::ok(&r),
+                        Ok(None) => {
+                            ApiResponse::ok(&json!({"runId": run_id, "resumed": false, "reason": "nothing to resume"}))
+                        }
+                        Err(e) => ApiResponse::error(&e),
+                    }
+                };
+                Ok(self.execute(req, id, sink, Box::pin(run)).await)
             }
             ["runs", id, "history"] => {
                 run_id_segment(id)?;
@@ -509,29 +601,77 @@ impl Api {
         let (input, business_state) = body.into_parts()?;
         let sse = req.header("accept").is_some_and(|a| a.contains("text/event-stream"));
         let sink = VecSink::new();
-        let opts = SendOptions {
-            business_state,
-            events: if sse { Some(Rc::new(sink.clone())) } else { None },
-            ..SendOptions::default()
+        let start = Rc::new(StartSink { events: sse.then(|| sink.clone()), ..StartSink::default() });
+        let events: Option<Rc<dyn EventSink>> = (sse || self.spawner.is_some()).then(|| start.clone() as _);
+        let opts = SendOptions { business_state, events, ..SendOptions::default() };
+        let agent = self.agent.clone();
+        let run_id = id.to_string();
+        let run = async move {
+            let result = agent.send(&run_id, input, opts).await;
+            // A refusal before anything ran is a plain error response; otherwise the events (ending in run.done
+            // or error) are the stream.
+            let events = sink.events();
+            if !sse || events.is_empty() {
+                return result.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::ok(&r));
+            }
+            ApiResponse {
+                status: 200,
+                headers: vec![
+                    ("content-type".into(), "text/event-stream".into()),
+                    ("cache-control".into(), "no-cache".into()),
+                ],
+                body: sse_body(&events),
+            }
         };
-        let result = self.agent.send(id, input, opts).await;
-        if !sse {
-            return result.map(|r| ApiResponse::ok(&r));
+        Ok(self.execute(req, id, start, Box::pin(run)).await)
+    }
+
+    /// Executes a run (`run` answers when it ends): here, in this request, without a spawner; with one, as a
+    /// task of its own that this request waits for, or (`Prefer: respond-async`) only until the run has
+    /// started: then `202 Accepted` with the run id. A refusal before the start is the run's answer either way.
+    async fn execute(
+        &self,
+        req: &ApiRequest,
+        id: &str,
+        start: Rc<StartSink>,
+        run: LocalFuture<'static, ApiResponse>,
+    ) -> ApiResponse {
+        let Some(spawn) = &self.spawner else {
+            return run.await;
+        };
+        let task = start.clone();
+        spawn(Box::pin(async move {
+            let answer = run.await;
+            // The request that waited for it may have gone; the run has ended either way.
+            *task.answer.borrow_mut() = Some(answer);
+            task.wake();
+        }));
+        let respond_async = prefers_async(req);
+        let started = futures::future::poll_fn(|cx| {
+            if respond_async && start.started.get() {
+                return std::task::Poll::Ready(None);
+            }
+            match start.answer.borrow_mut().take() {
+                Some(answer) => std::task::Poll::Ready(Some(answer)),
+                None => {
+                    *start.waiting.borrow_mut() = Some(cx.waker().clone());
+                    std::task::Poll::Pending
+                }
+            }
+        });
+        match started.await {
+            Some(answer) => answer,
+            None => ApiResponse {
+                headers: vec![
+                    ("content-type".into(), "application/json".into()),
+                    ("location".into(), format!("/runs/{id}")),
+                    ("preference-applied".into(), "respond-async".into()),
+                ],
+                status: 202,
+                // The id is a valid run id (letters, digits, `_`, `-`, `.`): nothing to escape.
+                body: format!("{{\"runId\":\"{id}\",\"status\":\"accepted\"}}"),
+            },
         }
-        // A refusal before anything ran is a plain error response; otherwise the events (ending in run.done
-        // or error) are the stream.
-        let events = sink.events();
-        if events.is_empty() {
-            return result.map(|r| ApiResponse::ok(&r));
-        }
-        Ok(ApiResponse {
-            status: 200,
-            headers: vec![
-                ("content-type".into(), "text/event-stream".into()),
-                ("cache-control".into(), "no-cache".into()),
-            ],
-            body: sse_body(&events),
-        })
     }
 
     async fn get_run(&self, id: &str) -> Result<ApiResponse> {

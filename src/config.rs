@@ -335,10 +335,27 @@ fn default_history_limit() -> usize {
     DEFAULT_HISTORY_LIMIT
 }
 
+/// Where the Worker keeps its runs (`"store"` in the configuration).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StoreMode {
+    /// Workers KV (the journal store; the default): best-effort exclusion, runs driven by the request that
+    /// starts them and recovered by the cron sweep.
+    #[default]
+    #[serde(rename = "kv")]
+    Kv,
+    /// Strict mode: each run in its own Durable Object (`RUN_OBJECTS`), which holds its journal and lease
+    /// (strict fencing) and executes the run, independent of the client connection.
+    #[serde(rename = "durable-object")]
+    DurableObject,
+}
+
 /// The agent's configuration (one JSON document; see the module docs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AgentConfig {
+    /// Where runs are kept: `"kv"` (default) or `"durable-object"` (strict mode).
+    #[serde(default)]
+    pub store: StoreMode,
     /// The model.
     #[serde(default)]
     pub model: ModelConfig,
@@ -382,6 +399,7 @@ fn default_settle_ms() -> u64 {
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
+            store: StoreMode::default(),
             model: ModelConfig::default(),
             instructions: String::new(),
             limits: Limits::default(),
@@ -805,6 +823,27 @@ mod tests {
     }
 
     #[test]
+    fn the_store_is_kv_by_default_durable_object_on_request_and_anything_else_a_coded_error() {
+        assert_eq!(AgentConfig::parse("{}").unwrap().store, StoreMode::Kv);
+        assert_eq!(AgentConfig::parse(r#"{"store": "kv"}"#).unwrap().store, StoreMode::Kv);
+        assert_eq!(AgentConfig::parse(r#"{"store": "durable-object"}"#).unwrap().store, StoreMode::DurableObject);
+        for bad in [
+            r#""DO""#,
+            r#""durable_object""#,
+            r#""Kv""#,
+            r#""""#,
+            "1",
+            "null",
+            "true",
+            r#"["kv"]"#,
+            r#"{"kind": "kv"}"#,
+        ] {
+            let e = err_of(&format!(r#"{{"model": {{"provider": "mock"}}, "store": {bad}}}"#));
+            assert!(e.message.contains("at `store"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
     fn full_example_parses() {
         let c = AgentConfig::parse(FULL).unwrap();
         assert_eq!(c.model.provider, Provider::OpenAi);
@@ -970,6 +1009,18 @@ mod tests {
 
     fn ask(model: &MockModel, messages: &[Message]) -> Result<ModelResponse> {
         block_on(model.generate(ModelRequest { run_id: "r", messages, tools: &[], step: 1, execution: "e" }))
+    }
+
+    #[test]
+    fn a_scripted_retry_after_reaches_the_error_to_the_millisecond() {
+        let rng = crate::rng::SplitMix64::new(7);
+        let fixed = [0, 1, 9, 10, 100, 999, 1_000, 1_001, 1_010, 1_500, 2_000, 59_999, 86_400_000];
+        let generated = (0..200).map(|_| crate::rng::Rng::next_u64(&rng) % 10_000_000);
+        for ms in fixed.into_iter().chain(generated) {
+            let model = MockModel::new(vec![MockTurn::error_retry_after(429, ms)]);
+            let e = ask(&model, &[Message::user("hi")]).unwrap_err();
+            assert_eq!(e.retry_after_ms, Some(ms), "{ms} ms");
+        }
     }
 
     #[test]

@@ -29,6 +29,8 @@ function worker({ config, token = TOKEN, kvPersist, bindings = {}, build = "buil
     compatibilityDate: "2026-04-01",
     kvNamespaces: ["RUNS"],
     kvPersist,
+    // Strict mode's run objects (SQLite-backed RunObject, as wrangler.toml declares them).
+    durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true } },
     bindings: b,
     unsafeTriggerHandlers: true,
     cf: false,
@@ -600,7 +602,7 @@ test("the release Worker carries no test doubles (crash injection is compiled ou
   assert.notEqual(testBuild.indexOf(marker), -1, "the marker is not where the feature is on: the check would prove nothing");
 });
 
-test("the test build's /__conformance needs the token, then passes the store suite on the real local KV binding", async () => {
+test("the test build's /__conformance needs the token, then passes the store suite on the real local KV and Durable Object bindings", async () => {
   const mf = worker({ build: "build-conformance" });
   for (const headers of [{}, { authorization: "Bearer wrong" }, { authorization: `Basic ${TOKEN}` }]) {
     const res = await mf.dispatchFetch(BASE + "/__conformance", { method: "POST", headers });
@@ -612,4 +614,9 @@ test("the test build's /__conformance needs the token, then passes the store sui
   const r = await call(mf, "POST", "/__conformance");
   assert.equal(r.status, 200, r.text);
   assert.match(r.text, /store conformance on WorkersKv: ok \(11 suites\)/);
+  // The Durable Object store (strict mode) on the real local binding, strict fencing asserted, and one SQLite
+  // row written per durable boundary (measured by SQLite's rows_written, asserted inside the Worker).
+  assert.match(r.text, /store conformance on DurableObject: ok \(11 suites, strict fencing\)/);
+  assert.match(r.text, /strict_writes_per_boundary=1\.00 \(40 rows for 40 boundaries\)/);
+  console.log(r.text);
 });

@@ -310,7 +310,14 @@ impl Model for MockModel {
                 Ok(ModelResponse { text, tool_calls, usage, stop_reason: Some(stop.into()), reasoning: Vec::new() })
             }
             MockTurn::Error(e) => {
-                let retry_after = e.retry_after_ms.map(|ms| format!("{}", ms as f64 / 1000.0));
+                // Seconds as decimal text, without float formatting (it would add ~5 KB gzip to the Worker).
+                let retry_after = e.retry_after_ms.map(|ms| {
+                    let frac = format!("{:03}", ms % 1000);
+                    match frac.trim_end_matches('0') {
+                        "" => (ms / 1000).to_string(),
+                        f => format!("{}.{f}", ms / 1000),
+                    }
+                });
                 Err(provider_http_error(e.status, retry_after.as_deref(), &e.message).with_run(req.run_id))
             }
             MockTurn::Func(_) => unreachable!("resolved above"),

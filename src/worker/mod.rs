@@ -10,16 +10,19 @@
 //! request's head before the body is read or the configuration parsed. With the cargo feature `conformance`
 //! (test builds only, never a release) the shell also serves `POST /__conformance`, behind the same token.
 
+mod object;
 mod platform;
 
+pub use object::StubClient;
 pub use platform::{FetchClient, WorkersAi};
 
-use crate::api::{serve, Api, ApiRequest, ApiResponse, Host};
-use crate::config::{AgentConfig, ConfigCache};
+use crate::api::{forward_target, serve, Api, ApiRequest, ApiResponse, Host};
+use crate::config::{AgentConfig, ConfigCache, StoreMode};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::providers::ModelPlatform;
 use crate::runtime::{Agent, RunResult, SweepListener};
-use crate::store::{JournalOptions, JournalStore, PendingRun};
+use crate::store::object::{ObjectClient, ObjectStore, OwnObject, RunObjectCore};
+use crate::store::{JournalOptions, JournalStore, PendingRun, RunStore};
 use crate::tools::demo::{demo_counts, demo_tools};
 use crate::wasm_shared::{js_message, js_rng, JsClock, JsSleep, WorkersKv};
 use async_trait::async_trait;
@@ -88,18 +91,34 @@ impl ModelPlatform for WorkerPlatform<'_> {
     }
 }
 
-fn build_agent(env: &Env, cfg: &AgentConfig) -> Result<Agent> {
+/// Where a request finds the runs.
+enum Runs {
+    /// As configured (`store`): Workers KV, or the run objects through their stubs.
+    Configured,
+    /// Inside the object of this run (strict mode): its own storage for it, the stubs for any other run.
+    Object(String, Rc<RunObjectCore<object::SqlObjectStorage>>, Rc<worker::State>),
+}
+
+fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
     let kv = runs_kv(env)?;
     let clock = Rc::new(JsClock);
     let sleep = Rc::new(JsSleep);
-    let store = JournalStore::new(
-        kv.clone(),
-        clock.clone(),
-        sleep.clone(),
-        JournalOptions { history_limit: cfg.history_limit, settle_ms: cfg.settle_ms, ..JournalOptions::default() },
-    );
+    // One type of object client (boxed) keeps one copy of the object store's code in the Worker.
+    let objects = |client: Box<dyn ObjectClient>| Rc::new(ObjectStore::new(client, kv.clone(), "", clock.clone()));
+    let store: Rc<dyn RunStore> = match (runs, cfg.store) {
+        (Runs::Object(run_id, core, _), _) => {
+            objects(Box::new(OwnObject::new(run_id.clone(), core.clone(), StubClient::new(env)?)))
+        }
+        (Runs::Configured, StoreMode::DurableObject) => objects(Box::new(StubClient::new(env)?)),
+        (Runs::Configured, StoreMode::Kv) => Rc::new(JournalStore::new(
+            kv.clone(),
+            clock.clone(),
+            sleep.clone(),
+            JournalOptions { history_limit: cfg.history_limit, settle_ms: cfg.settle_ms, ..JournalOptions::default() },
+        )),
+    };
     let mut b = Agent::builder_rc(cfg.model(&WorkerPlatform(env))?)
-        .store(store)
+        .store_rc(store)
         .clock(clock)
         .sleep(sleep)
         .rng(Rc::new(js_rng()))
@@ -133,11 +152,12 @@ fn to_response(r: ApiResponse) -> worker::Result<Response> {
     Ok(Response::ok(r.body)?.with_status(r.status).with_headers(headers))
 }
 
-/// One request's access to the platform, for [`serve`]: the body stream and the bindings.
+/// One request's access to the platform, for [`serve`]: the body stream, the bindings and where the runs are.
 struct WorkerHost<'a> {
     req: Request,
     body: Option<ByteStream>,
     env: &'a Env,
+    runs: Runs,
 }
 
 #[async_trait(?Send)]
@@ -173,8 +193,20 @@ impl Host for WorkerHost<'_> {
     async fn api(&mut self, token: Option<String>) -> Result<Api> {
         let env = self.env;
         let cfg = config(env)?;
-        let agent = build_agent(env, &cfg)?;
+        let agent = build_agent(env, &cfg, &self.runs)?;
         let mut api = Api::new(agent, token);
+        if let Runs::Object(_, _, state) = &self.runs {
+            // Inside the run's object: runs execute as tasks of the object, not of the request, each with the
+            // object's alarm set first for when its lease could be taken over (should the object die with it).
+            let (state, at) = (state.clone(), api.agent().takeover_at());
+            api = api.with_spawner(Rc::new(move |task| {
+                let state = state.clone();
+                wasm_bindgen_futures::spawn_local(async move {
+                    object::set_alarm(&state, Some(at)).await;
+                    task.await
+                })
+            }));
+        }
         // Ignored (no else): `build_agent` above failed already if the KV binding is missing.
         if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(env)) {
             api = api.with_demo_counts(Rc::new(move || {
@@ -222,7 +254,67 @@ async fn conformance(env: &Env) -> Result<String> {
         (store(), store())
     };
     run_all(&make, &Capabilities { strict_fencing: false }).await;
-    Ok(format!("store conformance on WorkersKv: ok ({} suites)", n.get()))
+    let kv_suites = n.get();
+    let strict = conformance_objects(env, &kv, started).await?;
+    Ok(format!("store conformance on WorkersKv: ok ({kv_suites} suites)\n{strict}"))
+}
+
+/// The same suite on the Durable Object store (strict fencing asserted) over the real `RUN_OBJECTS` binding,
+/// each suite function's runs in their own objects; then the rows one boundary writes, measured by SQLite
+/// (`rows_written`) and asserted: one per boundary.
+#[cfg(feature = "conformance")]
+async fn conformance_objects(env: &Env, kv: &WorkersKv, started: u64) -> Result<String> {
+    use crate::core::checkpoint::RunStatus;
+    use crate::core::transcript::Message;
+    use crate::runtime::ManualClock;
+    use crate::store::conformance::{acquired, delta_entry, run_all, snapshot_entry, Capabilities};
+    use crate::store::object::ObjectStore;
+    use crate::store::{LeaseOptions, RunStore};
+    use crate::time::Clock;
+    let n = std::cell::Cell::new(0u32);
+    let make = |clock: &ManualClock| {
+        n.set(n.get() + 1);
+        let prefix = format!("conformance/{started}/do{}/", n.get());
+        let store = || {
+            // The binding is checked below, before the suite runs.
+            let client = StubClient::new(env).map(|c| c.with_prefix(prefix.clone()));
+            ObjectStore::new(client.expect("RUN_OBJECTS"), kv.clone(), prefix.clone(), Rc::new(clock.clone()))
+        };
+        (store(), store())
+    };
+    StubClient::new(env)?;
+    run_all(&make, &Capabilities { strict_fencing: true }).await;
+    // Rows per boundary: a snapshot, then deltas of growing size (one past a row's 1 MB, split over two rows).
+    let clock = ManualClock::new(1_700_000_000_000);
+    let prefix = format!("conformance/{started}/rows/");
+    let store =
+        ObjectStore::new(StubClient::new(env)?.with_prefix(prefix.clone()), kv.clone(), prefix, Rc::new(clock.clone()));
+    let lease = acquired(&store, "rows", "o", clock.now_ms(), &LeaseOptions::default(), "lease").await;
+    let (e, mut cp) = snapshot_entry("rows", "start", clock.now_ms());
+    let before = store.counters();
+    store.commit(&lease, &e, &cp).await?;
+    let boundaries = 40u64;
+    for i in 1..boundaries {
+        let text = "x".repeat(50 * i as usize * i as usize);
+        let (e, next) = delta_entry(&cp, Message::user(text), RunStatus::InProgress, clock.now_ms() + i);
+        store.commit(&lease, &e, &next).await?;
+        cp = next;
+    }
+    let c = store.counters().since(&before);
+    assert_eq!(c.commits, boundaries);
+    assert_eq!(c.commit_writes, boundaries, "one SQLite row written per boundary");
+    let (e, big) = delta_entry(&cp, Message::user("y".repeat(1_500_000)), RunStatus::InProgress, clock.now_ms());
+    let before = store.counters();
+    store.commit(&lease, &e, &big).await?;
+    assert_eq!(store.counters().since(&before).commit_writes, 2, "an entry over 1 MB: two rows");
+    assert_eq!(store.load("rows").await?.as_ref(), Some(&big), "it loads whole");
+    Ok(format!(
+        "store conformance on DurableObject: ok ({} suites, strict fencing)\nstrict_writes_per_boundary={:.2} ({} rows for {} boundaries)",
+        n.get(),
+        c.commit_writes as f64 / c.commits as f64,
+        c.commit_writes,
+        c.commits
+    ))
 }
 
 /// The HTTP entry: translates the request and hands it to [`serve`] (which checks the token before the body
@@ -232,8 +324,48 @@ pub async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Resp
     console_error_panic_hook::set_once();
     let head = request_head(&req)?;
     let token = secret(&env, "STEADFAST_TOKEN");
-    let mut host = WorkerHost { req, body: None, env: &env };
+    // Strict mode: a run's requests go to its object, which serves them (and executes the run).
+    if let Some(run_id) = forward_target(&head, token.as_deref(), || config(&env).map(|c| c.store)) {
+        return match StubClient::new(&env) {
+            Ok(objects) => objects.forward(&run_id, req).await,
+            Err(e) => to_response(ApiResponse::error(&e)),
+        };
+    }
+    let mut host = WorkerHost { req, body: None, env: &env, runs: Runs::Configured };
     to_response(serve(head, token, &mut host).await)
+}
+
+/// A request the Worker forwarded to a run's object: served there by [`serve`], the runs inside the object.
+async fn serve_in_object(
+    req: Request,
+    env: &Env,
+    run_id: String,
+    core: Rc<RunObjectCore<object::SqlObjectStorage>>,
+    state: Rc<worker::State>,
+) -> worker::Result<Response> {
+    let head = request_head(&req)?;
+    let token = secret(env, "STEADFAST_TOKEN");
+    let mut host = WorkerHost { req, body: None, env, runs: Runs::Object(run_id, core, state) };
+    to_response(serve(head, token, &mut host).await)
+}
+
+/// A run object's alarm: the run's own recovery step ([`Agent::wake`] decides), then its next alarm. A failed
+/// step is logged and looked at again once a lease could be taken over.
+async fn wake_object(env: &Env, core: Rc<RunObjectCore<object::SqlObjectStorage>>, state: Rc<worker::State>) {
+    let mut fallback = None;
+    let woken: Result<Option<u64>> = async {
+        let Some(run_id) = core.run_id()? else { return Ok(None) };
+        let cfg = config(env)?;
+        let agent = build_agent(env, &cfg, &Runs::Object(run_id.clone(), core, state.clone()))?;
+        fallback = Some(agent.takeover_at());
+        agent.wake(&run_id, &cfg.recovery).await
+    }
+    .await;
+    let next = woken.unwrap_or_else(|e| {
+        console_error!("steadfast: a run object's alarm failed: {e}");
+        fallback
+    });
+    object::set_alarm(&state, next).await;
 }
 
 /// Logs what the sweep does (cron output is the Worker's log).
@@ -265,7 +397,7 @@ pub async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     console_error_panic_hook::set_once();
     let result = async {
         let cfg = config(&env)?;
-        let agent = build_agent(&env, &cfg)?;
+        let agent = build_agent(&env, &cfg, &Runs::Configured)?;
         agent.sweep(&cfg.recovery, &ConsoleListener).await
     }
     .await;

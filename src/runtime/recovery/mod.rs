@@ -4,8 +4,10 @@
 //! * `quarantine` — marking a run at the attempt cap;
 //! * `diagnosis` — diagnosis forks (`<id>.heal`) of runs at the cap;
 //! * `fork` — `fork` and `compare`;
-//! * `delivery` — `run_once` for delivered jobs.
+//! * `delivery` — `run_once` for delivered jobs;
+//! * `alarm` — `wake`: one run's own recovery step (strict mode: its object's alarm).
 
+mod alarm;
 mod delivery;
 mod diagnosis;
 mod fork;

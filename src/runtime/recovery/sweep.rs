@@ -134,7 +134,7 @@ impl SweepReport {
     }
 }
 
-fn candidate(run: &PendingRun) -> Candidate<'_> {
+pub(super) fn candidate(run: &PendingRun) -> Candidate<'_> {
     Candidate {
         run_id: &run.run_id,
         status: run.status,

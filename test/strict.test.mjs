@@ -1,0 +1,233 @@
+// Strict mode end to end (`"store": "durable-object"`): the built Worker (build/index.js) under workerd through
+// programmatic Miniflare, with its run objects (SQLite-backed `RunObject`, as wrangler.toml declares them) and
+// real local KV (the listing index). The Worker forwards a run's requests to the run's object, which executes
+// the run; a slow webhook tool on a local HTTP server (127.0.0.1) counts its executions per Idempotency-Key.
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import http from "node:http";
+import fs from "node:fs";
+import { Miniflare } from "miniflare";
+
+const TOKEN = "test-token-strict-0123";
+const BASE = "http://localhost";
+const instances = [];
+after(async () => {
+  for (const mf of instances) await mf.dispose();
+});
+
+const script = {
+  modules: true,
+  scriptPath: "build/index.js",
+  modulesRoot: "build",
+  modulesRules: [
+    { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
+    { type: "CompiledWasm", include: ["**/*.wasm"] },
+  ],
+  compatibilityDate: "2026-04-01",
+};
+
+// Two Workers ("replicas": separate isolates) over one KV namespace and one set of run objects (hosted by the
+// first), as two Worker instances in two locations would share them.
+function replicas(config, n = 2) {
+  assert.ok(fs.existsSync("build/index.js"), "build/index.js is missing: run ./scripts/build-worker");
+  const bindings = { STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify({ store: "durable-object", ...config }) };
+  const mf = new Miniflare({
+    workers: Array.from({ length: n }, (_, i) => ({
+      ...script,
+      name: `replica-${i}`,
+      kvNamespaces: { RUNS: "runs-shared" },
+      durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true, scriptName: "replica-0" } },
+      bindings,
+    })),
+    unsafeTriggerHandlers: true,
+    cf: false,
+  });
+  instances.push(mf);
+  return Array.from({ length: n }, (_, i) => ({
+    mf,
+    dispatchFetch: async (url, init) => (await mf.getWorker(`replica-${i}`)).fetch(url, init),
+  }));
+}
+
+async function call(w, method, p, body, headers = {}, signal) {
+  const init = { method, headers: { authorization: `Bearer ${TOKEN}`, ...headers }, signal };
+  if (body !== undefined) init.body = typeof body === "string" ? body : JSON.stringify(body);
+  const res = await w.dispatchFetch(BASE + p, init);
+  const text = await res.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = text;
+  }
+  return { status: res.status, json, text, headers: res.headers };
+}
+
+// A webhook tool that answers after `delayMs`, counting executions per Idempotency-Key.
+function startServer() {
+  const state = { calls: [], delayMs: 1500 };
+  const server = http.createServer((req, res) => {
+    let body = "";
+    req.on("data", (c) => (body += c));
+    req.on("end", () => {
+      state.calls.push({ path: req.url, key: req.headers["idempotency-key"], at: Date.now() });
+      setTimeout(() => {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify({ ok: true }));
+      }, state.delayMs);
+    });
+  });
+  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve({ server, state, port: server.address().port })));
+}
+
+const srv = await startServer();
+after(() => srv.server.close());
+
+const slowTool = { name: "lookup", description: "Looks something up slowly", url: `http://127.0.0.1:${srv.port}/tools/slow`,
+  inputSchema: { type: "object", properties: { q: { type: "string" } } } };
+const oneSlowCall = { tools: [slowTool], allowedHosts: ["127.0.0.1"],
+  model: { provider: "mock", script: [{ toolCalls: [{ name: "lookup", args: { q: "x" } }] }, { text: "looked up" }] } };
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+async function waitFor(check, ms = 10000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v || Date.now() > end) return v;
+    await sleep(50);
+  }
+}
+
+test("strict mode: a run lives in its object: start, inspect, list, history, approval by another request, 202 with Prefer: respond-async", { timeout: 60000 }, async () => {
+  const [a, b] = replicas({ recovery: { intervalMs: 1 } });
+  const done = await call(a, "POST", "/runs/order-1", { input: "charge and ship order 7" });
+  // The demo's ship tool dies once per run (a propagating error): the run stays resumable, then resumes.
+  assert.equal(done.status, 502, done.text);
+  const resumed = await call(b, "POST", "/runs/order-1/resume");
+  assert.equal(resumed.json.status, "finished", resumed.text);
+  const view = await call(b, "GET", "/runs/order-1");
+  assert.equal(view.json.status, "finished", view.text);
+  const history = await call(a, "GET", "/runs/order-1/history?limit=3");
+  assert.equal(history.json.length, 3, history.text);
+
+  const paused = await call(a, "POST", "/runs/refund-1", { input: "please refund order 7" });
+  assert.equal(paused.json.status, "awaiting-approval", paused.text);
+  const listed = await call(b, "GET", "/runs");
+  assert.deepEqual(listed.json.runs.map((r) => r.runId), ["refund-1"], listed.text);
+  const approvals = await call(b, "GET", "/approvals");
+  assert.equal(approvals.json.length, 1, approvals.text);
+  const approved = await call(b, "POST", `/approvals/${approvals.json[0].id}`, { approved: true });
+  assert.equal(approved.json.status, "finished", approved.text);
+  assert.deepEqual((await call(a, "GET", "/runs")).json.runs, []);
+
+  // Answered at once: 202 with the run id; the run goes on in its object and finishes.
+  const accepted = await call(a, "POST", "/runs/async-1", { input: "please refund order 8" }, { prefer: "respond-async" });
+  assert.equal(accepted.status, 202, accepted.text);
+  assert.deepEqual(accepted.json, { runId: "async-1", status: "accepted" });
+  assert.equal(accepted.headers.get("location"), "/runs/async-1");
+  const later = await waitFor(async () => {
+    const r = await call(b, "GET", "/runs/async-1");
+    return r.json.status === "awaiting-approval" && r;
+  });
+  assert.ok(later, "the accepted run reached its approval");
+  // A refusal before the run starts is the usual coded error, not a 202.
+  const refused = await call(a, "POST", "/runs/async-1", { input: "more" }, { prefer: "respond-async" });
+  assert.deepEqual([refused.status, refused.json.error?.code], [409, "STEADFAST_SESSION_AWAITING_APPROVAL"], refused.text);
+  // A bad store value in the configuration is a coded error.
+  const [bad] = replicas({ store: "dynamo" }, 1);
+  const r = await call(bad, "POST", "/runs/x", { input: "x" });
+  assert.deepEqual([r.status, r.json.error?.code], [500, "STEADFAST_CONFIG_INVALID"], r.text);
+  assert.match(r.json.error.message, /store/);
+});
+
+test("strict mode: two Worker instances send to one run at once: one runs it, the other gets STEADFAST_SESSION_BUSY, the tool runs once", { timeout: 60000 }, async () => {
+  const [a, b] = replicas(oneSlowCall);
+  for (let round = 0; round < 3; round++) {
+    const id = `race-${round}`;
+    const before = srv.state.calls.length;
+    const [r1, r2] = await Promise.all([call(a, "POST", `/runs/${id}`, { input: "go" }), call(b, "POST", `/runs/${id}`, { input: "go" })]);
+    assert.deepEqual([r1.status, r2.status].sort(), [200, 409], `${r1.text} / ${r2.text}`);
+    const [ran, busy] = r1.status === 200 ? [r1, r2] : [r2, r1];
+    assert.equal(busy.json.error.code, "STEADFAST_SESSION_BUSY", busy.text);
+    assert.equal(ran.json.status, "finished", ran.text);
+    const calls = srv.state.calls.slice(before);
+    assert.equal(calls.length, 1, "the tool ran once");
+    const view = await call(a, "GET", `/runs/${id}`);
+    const callId = view.json.messages.find((m) => m.toolCalls)?.toolCalls[0].id;
+    assert.equal(calls[0].key, callId, "with the call's idempotency key");
+    assert.equal(view.json.messages.filter((m) => m.role === "tool").length, 1, "one result");
+  }
+});
+
+// Starts a POST on a fresh connection to the Worker's socket and returns a function that destroys that
+// connection (the client going away: no response read, the socket closed).
+async function postThenDisconnect(mf, path, body, headers = {}) {
+  const url = new URL(path, await mf.ready);
+  const req = http.request(url, { method: "POST", agent: false,
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", ...headers } });
+  let answered = false;
+  req.on("response", () => (answered = true));
+  req.on("error", () => {});
+  req.end(JSON.stringify(body));
+  return () => {
+    req.destroy();
+    return answered;
+  };
+}
+
+test("strict mode: a client that disconnects mid-tool does not stop the run: it finishes in its object, no cron tick, the tool ran once", { timeout: 60000 }, async () => {
+  const [a, b] = replicas(oneSlowCall);
+  for (const [i, headers] of [[0, {}], [1, { accept: "text/event-stream" }]]) {
+    const id = `gone-${i}`;
+    const before = srv.state.calls.length;
+    const disconnect = await postThenDisconnect(a.mf, `/runs/${id}`, { input: "go" }, headers);
+    // The tool has started (its request reached the server, which answers 1.5 s later): the client goes.
+    assert.ok(await waitFor(() => srv.state.calls.length > before), "the tool started");
+    assert.equal(disconnect(), false, "the client left before any answer");
+    const view = await waitFor(async () => {
+      const r = await call(b, "GET", `/runs/${id}`);
+      return r.json.status === "finished" && r;
+    });
+    assert.ok(view, "the run finished without its client and without a cron tick");
+    assert.equal(view.json.messages.filter((m) => m.role === "tool").length, 1, "one result");
+    assert.equal(srv.state.calls.length - before, 1, "the tool ran once");
+    assert.deepEqual((await call(b, "GET", "/runs")).json.runs, [], "and the run left the listing");
+  }
+  // Locally workerd lets a disconnected request's work go on (a Worker's too); what it does cut is work a
+  // Worker left running after its response (no waitUntil). A 202 is such a response: the run, a task of its
+  // object, still runs its slow tool after it and finishes.
+  const before = srv.state.calls.length;
+  const started = Date.now();
+  const accepted = await call(a, "POST", "/runs/gone-2", { input: "go" }, { prefer: "respond-async" });
+  assert.equal(accepted.status, 202, accepted.text);
+  assert.ok(Date.now() - started < srv.state.delayMs, "answered before the tool could finish");
+  const view = await waitFor(async () => {
+    const r = await call(b, "GET", "/runs/gone-2");
+    return r.json.status === "finished" && r;
+  });
+  assert.ok(view, "the run finished after its 202, without a cron tick");
+  assert.equal(srv.state.calls.length - before, 1, "the tool ran once");
+});
+
+test("strict mode: a run whose execution failed is finished by its object's alarm (the sweep's backoff), no cron tick, each effect once", { timeout: 60000 }, async () => {
+  // Short leases so the alarm (set when an execution starts, for when its lease could be taken over) comes soon.
+  const [a] = replicas({ lease: { ttlMs: 2500, renewEveryMs: 800, graceMs: 100 }, settleMs: 100, recovery: { intervalMs: 1 } }, 1);
+  const started = Date.now();
+  // The demo's ship tool dies once per run (a propagating error): the attempt fails, the run stays resumable.
+  const first = await call(a, "POST", "/runs/alarm-1", { input: "charge and ship order 7" });
+  assert.equal(first.status, 502, first.text);
+  const failed = await call(a, "GET", "/runs/alarm-1");
+  assert.deepEqual([failed.json.status, failed.json.attempts], ["in-progress", 1], failed.text);
+  const view = await waitFor(async () => {
+    const r = await call(a, "GET", "/runs/alarm-1");
+    return r.json.status === "finished" && r;
+  }, 20000);
+  assert.ok(view, "the alarm finished the run");
+  assert.ok(Date.now() - started >= 2500, "not before the failed execution's lease could be taken over");
+  const counts = await call(a, "GET", "/demo/counts");
+  assert.equal(counts.json.charges, 1, counts.text);
+  assert.equal(counts.json.shipments, 1, counts.text);
+  // The alarm fires again only while there is something to do: the finished run sets none.
+  await sleep(3000);
+  assert.equal((await call(a, "GET", "/demo/counts")).json.shipments, 1);
+});
