@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import fs from "node:fs";
 import { Miniflare } from "miniflare";
+import { apiCaller } from "./support/api.mjs";
 
 const TOKEN = "test-token-strict-0123";
 const BASE = "http://localhost";
@@ -49,19 +50,7 @@ function replicas(config, n = 2) {
   }));
 }
 
-async function call(w, method, p, body, headers = {}, signal) {
-  const init = { method, headers: { authorization: `Bearer ${TOKEN}`, ...headers }, signal };
-  if (body !== undefined) init.body = typeof body === "string" ? body : JSON.stringify(body);
-  const res = await w.dispatchFetch(BASE + p, init);
-  const text = await res.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = text;
-  }
-  return { status: res.status, json, text, headers: res.headers };
-}
+const call = apiCaller(TOKEN, BASE);
 
 // A webhook tool that answers after `delayMs`, counting executions per Idempotency-Key.
 function startServer() {

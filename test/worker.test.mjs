@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import fs from "node:fs";
 import { Miniflare } from "miniflare";
+import { apiCaller } from "./support/api.mjs";
 
 const TOKEN = "test-token-0123456789";
 const BASE = "http://localhost";
@@ -71,19 +72,7 @@ function replicas(configs) {
   }));
 }
 
-async function call(mf, method, p, body, headers = {}) {
-  const init = { method, headers: { authorization: `Bearer ${TOKEN}`, ...headers } };
-  if (body !== undefined) init.body = typeof body === "string" ? body : JSON.stringify(body);
-  const res = await mf.dispatchFetch(BASE + p, init);
-  const text = await res.text();
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = text;
-  }
-  return { status: res.status, json, text, headers: res.headers };
-}
+const call = apiCaller(TOKEN, BASE);
 
 async function kvListing(mf) {
   const kv = await mf.getKVNamespace("RUNS");

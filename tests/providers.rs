@@ -64,11 +64,6 @@ fn openai(http: &Recorded) -> OpenAiModel<Recorded> {
     OpenAiModel::new(http.clone(), "sk-test".into(), options)
 }
 
-fn with_events() -> (SendOptions, VecSink) {
-    let sink = VecSink::new();
-    (SendOptions { events: Some(Rc::new(sink.clone())), ..SendOptions::default() }, sink)
-}
-
 fn run_done_reason(sink: &VecSink) -> Option<FinishReason> {
     sink.events().iter().find_map(|e| match &e.event {
         Event::RunDone { finish_reason, .. } => *finish_reason,
@@ -143,7 +138,7 @@ fn openai_refusal_finishes_with_refusal_and_its_text() {
       "usage": {"prompt_tokens": 21, "completion_tokens": 9, "total_tokens": 30}
     }"#]);
     let agent = env.agent(openai(&http), vec![]);
-    let (opts, sink) = with_events();
+    let (opts, sink) = listening();
     let r = block_on(agent.send("no", "Help me pick a lock.", opts)).unwrap();
     assert_eq!(r.finish_reason, Some(FinishReason::Refusal));
     assert_eq!(r.text, "I'm sorry, I can't help with that.");
@@ -166,7 +161,7 @@ fn anthropic_refusal_finishes_with_refusal() {
       "stop_reason": "refusal", "stop_sequence": null, "usage": {"input_tokens": 30, "output_tokens": 8}
     }"#]);
     let agent = env.agent(anthropic(&http), vec![]);
-    let (opts, sink) = with_events();
+    let (opts, sink) = listening();
     let r = block_on(agent.send("no", "Something harmful", opts)).unwrap();
     assert_eq!((r.finish_reason, r.text.as_str()), (Some(FinishReason::Refusal), "I can't help with that request."));
     assert_eq!(run_done_reason(&sink), Some(FinishReason::Refusal));
@@ -183,7 +178,7 @@ fn answers_cut_at_the_token_limit_finish_with_length() {
         "logprobs": null, "finish_reason": "length"}],
       "usage": {"prompt_tokens": 12, "completion_tokens": 512, "total_tokens": 524}
     }"#]);
-    let (opts, sink) = with_events();
+    let (opts, sink) = listening();
     let r = block_on(env.agent(openai(&http), vec![]).send("long", "Tell me everything about Rome.", opts)).unwrap();
     assert_eq!((r.finish_reason, r.text.as_str()), (Some(FinishReason::Length), "The history of Rome begins"));
     assert!(r.note.as_deref().unwrap_or("").contains("output token limit"), "{:?}", r.note);
@@ -486,7 +481,7 @@ fn anthropic_streamed_thinking_is_recorded_as_the_non_streamed_blocks() {
         AnthropicModel::new(http.clone(), "k".into(), options),
         vec![counting_tool("weather", &Counters::default())],
     );
-    let (opts, sink) = with_events();
+    let (opts, sink) = listening();
     let r = block_on(agent.send("t", "Paris?", opts)).unwrap();
     assert_eq!(r.text, "Rainy.");
     let thinking: String = sink
@@ -522,17 +517,10 @@ fn a_stream_failing_mid_way_is_retried_and_streams_again() {
     let http = Chunked { inner: Recorded::new(&[&failing, &ok]), log: Default::default() };
     let options = OpenAiOptions { model: "gpt-4.1-mini".into(), stream: true, ..OpenAiOptions::default() };
     let agent = env.agent(OpenAiModel::new(http.clone(), "k".into(), options), vec![]);
-    let (opts, sink) = with_events();
+    let (opts, sink) = listening();
     let r = block_on(agent.send("e", "hi", opts)).unwrap();
     assert_eq!(r.text, "Fine.");
-    let deltas: Vec<(u32, String)> = sink
-        .events()
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::TextDelta { attempt, text, .. } => Some((*attempt, text.clone())),
-            _ => None,
-        })
-        .collect();
+    let deltas = text_deltas(&sink);
     assert_eq!(deltas, [(1, "Checking Zü".to_string()), (2, "Fine.".to_string())]);
     assert_eq!(r.stats.model_calls, 2);
 }

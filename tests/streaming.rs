@@ -18,11 +18,6 @@ use steadfast::runtime::{
 };
 use steadfast::ErrorCode;
 
-fn listening() -> (SendOptions, VecSink) {
-    let sink = VecSink::new();
-    (SendOptions { events: Some(Rc::new(sink.clone())), ..SendOptions::default() }, sink)
-}
-
 /// Each step's `text.delta` texts in order, and whether the step's `step` event came after them.
 fn deltas_of(events: &[EventEnvelope], step_no: u32) -> (String, bool) {
     let mut text = String::new();
@@ -278,13 +273,6 @@ fn a_retried_model_call_streams_again_under_the_next_attempt() {
     let (opts, sink) = listening();
     let r = block_on(agent.send("f", "hi", opts)).unwrap();
     assert_eq!(r.text, "Second try.");
-    let deltas: Vec<(u32, String)> = sink
-        .events()
-        .iter()
-        .filter_map(|e| match &e.event {
-            Event::TextDelta { attempt, text, .. } => Some((*attempt, text.clone())),
-            _ => None,
-        })
-        .collect();
+    let deltas = text_deltas(&sink);
     assert_eq!(deltas, vec![(1, "First".to_string()), (2, "Second ".to_string()), (2, "try.".to_string())]);
 }

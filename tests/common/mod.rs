@@ -166,3 +166,20 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 }
 
 pub mod seed_layout;
+
+/// Send options whose events go to a [`VecSink`], and that sink.
+pub fn listening() -> (steadfast::runtime::SendOptions, steadfast::runtime::VecSink) {
+    let sink = steadfast::runtime::VecSink::new();
+    (steadfast::runtime::SendOptions { events: Some(Rc::new(sink.clone())), ..Default::default() }, sink)
+}
+
+/// The `text.delta` events a sink received, as `(attempt, text)`, in order.
+pub fn text_deltas(sink: &steadfast::runtime::VecSink) -> Vec<(u32, String)> {
+    sink.events()
+        .iter()
+        .filter_map(|e| match &e.event {
+            steadfast::core::events::Event::TextDelta { attempt, text, .. } => Some((*attempt, text.clone())),
+            _ => None,
+        })
+        .collect()
+}

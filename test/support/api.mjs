@@ -1,0 +1,18 @@
+// Shared by the workerd tests: an HTTP API caller bound to a bearer token. `call(target, method, path, body,
+// headers, signal)` dispatches to a Miniflare instance (or anything with dispatchFetch) and returns the status,
+// the body parsed as JSON when it is JSON (else the text), the raw text and the headers.
+export function apiCaller(token, base = "http://localhost") {
+  return async function call(target, method, p, body, headers = {}, signal) {
+    const init = { method, headers: { authorization: `Bearer ${token}`, ...headers }, signal };
+    if (body !== undefined) init.body = typeof body === "string" ? body : JSON.stringify(body);
+    const res = await target.dispatchFetch(base + p, init);
+    const text = await res.text();
+    let json;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      json = text;
+    }
+    return { status: res.status, json, text, headers: res.headers };
+  };
+}
