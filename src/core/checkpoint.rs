@@ -173,9 +173,11 @@ pub struct Header {
     pub step_index: u32,
     /// See [`Checkpoint::usage`].
     pub usage: Usage,
-    /// See [`Checkpoint::total_usage`].
+    /// The conversation's usage before the current run ([`Checkpoint::total_usage`] less
+    /// [`Checkpoint::usage`]): it changes only when a finished run continues, so an entry carries it only then,
+    /// not at every model turn.
     #[serde(default)]
-    pub total_usage: Usage,
+    pub usage_before: Usage,
     /// See [`Checkpoint::status`].
     pub status: RunStatus,
     /// See [`Checkpoint::approval_ids`].
@@ -265,7 +267,7 @@ header_patch! {
         input_len: usize = "il" | "inputLen",
         step_index: u32 = "n" | "stepIndex",
         usage: Usage = "u" | "usage" with "usage_pair",
-        total_usage: Usage = "tu" | "totalUsage" with "usage_pair",
+        usage_before: Usage = "ub" | "usageBefore" with "usage_pair",
         status: RunStatus = "st" | "status",
         approval_ids: Vec<String> = "ap" | "approvalIds",
         started_tool_call_ids: Vec<String> = "sc" | "startedToolCallIds",
@@ -400,7 +402,10 @@ impl Checkpoint {
             input_len: self.input_len,
             step_index: self.step_index,
             usage: self.usage,
-            total_usage: self.total_usage,
+            usage_before: Usage {
+                input_tokens: self.total_usage.input_tokens.saturating_sub(self.usage.input_tokens),
+                output_tokens: self.total_usage.output_tokens.saturating_sub(self.usage.output_tokens),
+            },
             status: self.status,
             approval_ids: self.approval_ids.clone(),
             started_tool_call_ids: self.started_tool_call_ids.clone(),
@@ -419,7 +424,8 @@ impl Checkpoint {
         self.input_len = h.input_len;
         self.step_index = h.step_index;
         self.usage = h.usage;
-        self.total_usage = h.total_usage;
+        self.total_usage = h.usage_before;
+        self.total_usage.add(h.usage);
         self.status = h.status;
         self.approval_ids = h.approval_ids;
         self.started_tool_call_ids = h.started_tool_call_ids;
@@ -512,6 +518,36 @@ impl Checkpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A model turn changes the run's usage and the conversation's by the same amount: its entry carries the
+    /// run's usage only (the usage before the run is unchanged), and folding it gives the conversation's total.
+    /// A continued conversation (the run's usage reset) carries the usage before it once.
+    #[test]
+    fn an_entry_carries_the_conversation_usage_only_when_the_usage_before_the_run_changes() {
+        let u = |i, o| Usage { input_tokens: i, output_tokens: o };
+        let mut prev = Checkpoint::new("u");
+        (prev.usage, prev.total_usage) = (u(8, 1), u(28, 4));
+        let mut next = prev.clone();
+        (next.usage, next.total_usage) = (u(10, 2), u(30, 5));
+        let patch = next.header().diff(&prev.header());
+        assert_eq!((patch.usage, patch.usage_before), (Some(u(10, 2)), None));
+        assert!(!serde_json::to_string(&patch).unwrap().contains("\"ub\""));
+        let mut folded = prev.clone();
+        let mut h = folded.header();
+        h.apply(&patch);
+        folded.set_header(h);
+        assert_eq!((folded.usage, folded.total_usage), (u(10, 2), u(30, 5)));
+        // The conversation continues: the run's usage starts again from zero, the total stays.
+        let mut cont = next.clone();
+        cont.usage = Usage::default();
+        let patch = cont.header().diff(&next.header());
+        assert_eq!(patch.usage_before, Some(u(30, 5)));
+        let mut h = next.header();
+        h.apply(&patch);
+        let mut folded = next.clone();
+        folded.set_header(h);
+        assert_eq!((folded.usage, folded.total_usage), (Usage::default(), u(30, 5)));
+    }
 
     fn snapshot(cp: &Checkpoint, seq: u64) -> JournalEntry {
         let mut s = cp.clone();
