@@ -106,7 +106,7 @@ pub const SSE_HEARTBEAT_MS: u64 = 15_000;
 /// What a live body is made of: its SSE frames, the timer for heartbeats, and the task producing the frames
 /// when it is not already running elsewhere (a run executing in this request, KV mode).
 pub struct LiveParts {
-    frames: futures::channel::mpsc::UnboundedReceiver<String>,
+    frames: FrameReader,
     timer: Rc<dyn crate::time::Sleep>,
     task: Option<LocalFuture<'static, ()>>,
 }
@@ -413,12 +413,82 @@ fn prefers_async(req: &ApiRequest) -> bool {
     req.header("prefer").is_some_and(|p| p.to_ascii_lowercase().contains("respond-async"))
 }
 
+/// The SSE frames of one execution on their way from its events to a live body: queued by the run, read by the
+/// body; closed when the run ends, no longer filled once the reader is gone (the client left).
+#[derive(Default)]
+struct FrameQueue {
+    frames: std::collections::VecDeque<String>,
+    closed: bool,
+    gone: bool,
+    reader: Option<std::task::Waker>,
+}
+
+/// The run's end of a [`FrameQueue`].
+struct FrameSender(Rc<RefCell<FrameQueue>>);
+
+/// The body's end of a [`FrameQueue`]: the frames in order, ending when the run has ended and all are read.
+pub struct FrameReader(Rc<RefCell<FrameQueue>>);
+
+fn frame_queue() -> (FrameSender, FrameReader) {
+    let q = Rc::new(RefCell::new(FrameQueue::default()));
+    (FrameSender(q.clone()), FrameReader(q))
+}
+
+impl FrameSender {
+    fn update(&self, f: impl FnOnce(&mut FrameQueue)) {
+        let reader = {
+            let mut q = self.0.borrow_mut();
+            f(&mut q);
+            q.reader.take()
+        };
+        if let Some(w) = reader {
+            w.wake();
+        }
+    }
+
+    fn send(&self, frame: String) {
+        self.update(|q| {
+            if !q.gone {
+                q.frames.push_back(frame)
+            }
+        });
+    }
+
+    fn close(&self) {
+        self.update(|q| q.closed = true);
+    }
+}
+
+impl futures::Stream for FrameReader {
+    type Item = String;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<String>> {
+        let mut q = self.0.borrow_mut();
+        match q.frames.pop_front() {
+            Some(frame) => std::task::Poll::Ready(Some(frame)),
+            None if q.closed => std::task::Poll::Ready(None),
+            None => {
+                q.reader = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for FrameReader {
+    fn drop(&mut self) {
+        let mut q = self.0.borrow_mut();
+        q.gone = true;
+        q.frames.clear();
+    }
+}
+
 /// One execution as its request sees it: the run's events (sent on as SSE frames for an SSE answer, until the
 /// run ends), whether it started (its first event), and its answer once it ended; the request waiting for
 /// either is woken.
 #[derive(Default)]
 struct StartSink {
-    frames: RefCell<Option<futures::channel::mpsc::UnboundedSender<String>>>,
+    frames: Option<FrameSender>,
     started: Cell<bool>,
     answer: RefCell<Option<ApiResponse>>,
     waiting: RefCell<Option<std::task::Waker>>,
@@ -437,9 +507,9 @@ impl EventSink for StartSink {
         if !self.started.replace(true) {
             self.wake();
         }
-        if let Some(frames) = self.frames.borrow().as_ref() {
-            // Ignored: the only failure is a reader gone (the client left); the run goes on without it.
-            let _ = frames.unbounded_send(sse_frame(event));
+        if let Some(frames) = &self.frames {
+            // A reader gone (the client left) takes nothing more; the run goes on without it.
+            frames.send(sse_frame(event));
         }
     }
 }
@@ -692,8 +762,8 @@ impl Api {
         let body: SendRequest = parse_body(&req.body, true)?.unwrap_or_default();
         let (input, business_state) = body.into_parts()?;
         let sse = req.header("accept").is_some_and(|a| a.contains("text/event-stream"));
-        let (sender, frames) = sse.then(futures::channel::mpsc::unbounded).unzip();
-        let start = Rc::new(StartSink { frames: RefCell::new(sender), ..StartSink::default() });
+        let (sender, frames) = sse.then(frame_queue).unzip();
+        let start = Rc::new(StartSink { frames: sender, ..StartSink::default() });
         let events: Option<Rc<dyn EventSink>> = (sse || self.spawner.is_some()).then(|| start.clone() as _);
         let opts = SendOptions { business_state, events, ..SendOptions::default() };
         let agent = self.agent.clone();
@@ -716,13 +786,15 @@ impl Api {
         id: &str,
         start: Rc<StartSink>,
         run: LocalFuture<'static, ApiResponse>,
-        frames: Option<futures::channel::mpsc::UnboundedReceiver<String>>,
+        frames: Option<FrameReader>,
     ) -> ApiResponse {
         let ender = start.clone();
         let mut run: LocalFuture<'static, ApiResponse> = Box::pin(async move {
             let answer = run.await;
             // The frames end with the run (a live body ends here).
-            ender.frames.borrow_mut().take();
+            if let Some(frames) = &ender.frames {
+                frames.close();
+            }
             answer
         });
         let live = |frames, task| ApiResponse {
