@@ -4,10 +4,10 @@
 // whose later tokens wait for the test to release them. Prints `first_delta_ms=` (not asserted).
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
-import http from "node:http";
 import fs from "node:fs";
 import { Miniflare } from "miniflare";
 import { apiCaller } from "./support/api.mjs";
+import { startStreamingProvider as startProvider, sseReader, workerOptions } from "./support/sse.mjs";
 
 const TOKEN = "test-token-0123456789";
 const BASE = "http://localhost";
@@ -17,87 +17,11 @@ after(async () => {
   for (const mf of instances) await mf.dispose();
 });
 
-// How long the provider holds its later tokens when nobody releases them: past it the stream completes anyway,
-// so a Worker that buffers fails on the ordering below instead of hanging.
-const HOLD_MS = 4000;
-
-// A streaming chat-completions server: the first token at once, the rest when `release()` is called (or after
-// HOLD_MS). `log` records, in order, what the provider sent and what the client saw.
-function startProvider(log) {
-  const chunk = (delta, finish = null) => ({ id: "c1", object: "chat.completion.chunk", created: 1, model: "gpt-test", choices: [{ index: 0, delta, finish_reason: finish }] });
-  const data = (c) => `data: ${JSON.stringify(c)}\n\n`;
-  const state = { release: () => {} };
-  const server = http.createServer((req, res) => {
-    req.resume();
-    req.on("end", () => {
-      res.writeHead(200, { "content-type": "text/event-stream" });
-      res.write(data(chunk({ role: "assistant", content: "Hello" })));
-      log.push("provider: first token");
-      let done = false;
-      const rest = () => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        res.write(data(chunk({ content: " world" })));
-        res.write(data(chunk({}, "stop")));
-        log.push("provider: last token");
-        res.end("data: [DONE]\n\n");
-      };
-      const timer = setTimeout(rest, HOLD_MS);
-      state.release = rest;
-    });
-  });
-  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve({ server, state, port: server.address().port })));
-}
-
 function worker(port) {
   assert.ok(fs.existsSync("build/index.js"), "build/index.js is missing: run ./scripts/build-worker");
-  const mf = new Miniflare({
-    modules: true,
-    scriptPath: "build/index.js",
-    modulesRoot: "build",
-    modulesRules: [
-      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
-      { type: "CompiledWasm", include: ["**/*.wasm"] },
-    ],
-    compatibilityDate: "2026-04-01",
-    kvNamespaces: ["RUNS"],
-    durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true } },
-    bindings: {
-      STEADFAST_TOKEN: TOKEN,
-      OPENAI_API_KEY: "sk-test",
-      STEADFAST_CONFIG: JSON.stringify({ model: { provider: "openai", model: "gpt-test", stream: true, maxTokens: 64, baseUrl: `http://127.0.0.1:${port}/v1` } }),
-    },
-    cf: false,
-  });
+  const mf = new Miniflare(workerOptions(TOKEN, port));
   instances.push(mf);
   return mf;
-}
-
-// Reads SSE blocks from a streamed body as they arrive: `next()` gives the next event (comments skipped), or
-// null at the end.
-function sseReader(body) {
-  const reader = body.getReader();
-  const decoder = new TextDecoder();
-  let buf = "";
-  return {
-    reader,
-    async next() {
-      for (;;) {
-        const end = buf.indexOf("\n\n");
-        if (end >= 0) {
-          const block = buf.slice(0, end);
-          buf = buf.slice(end + 2);
-          if (block.startsWith(":")) continue;
-          const line = block.split("\n").find((l) => l.startsWith("data: "));
-          return JSON.parse(line.slice(6));
-        }
-        const { value, done } = await reader.read();
-        if (done) return null;
-        buf += decoder.decode(value, { stream: true });
-      }
-    },
-  };
 }
 
 const post = (mf, id) =>
