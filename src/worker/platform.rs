@@ -63,12 +63,20 @@ async fn exchange(
         let headers = resp.headers().entries().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
         let mut body = CappedBody::new(req.max_response_bytes);
         let mut feed = on_chunk.as_mut().filter(|_| (200..300).contains(&status));
+        // A streamed body keeps to the cap too: counted, cut at it, marked truncated.
+        let (mut fed, mut cut) = (0usize, false);
         // Ignored (no else): a response without a body (204, HEAD) has no stream; that is the only failure.
         if let Ok(mut stream) = resp.stream() {
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk.map_err(|e| net("reading the body failed", e))?;
                 let more = match feed.as_mut() {
-                    Some(feed) => feed(&chunk),
+                    Some(feed) => {
+                        let max = req.max_response_bytes;
+                        let room = if max == 0 { chunk.len() } else { chunk.len().min(max.saturating_sub(fed)) };
+                        fed += room;
+                        cut = room < chunk.len();
+                        feed(&chunk[..room]) && !cut
+                    }
                     None => body.push(&chunk),
                 };
                 if !more {
@@ -77,6 +85,7 @@ async fn exchange(
             }
         }
         let (body, truncated) = body.finish();
+        let truncated = truncated || cut;
         Ok(HttpResponse { status, headers, body, truncated })
     };
     let limit_ms = if req.timeout_ms == 0 { DEFAULT_TIMEOUT_MS } else { req.timeout_ms };
