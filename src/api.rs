@@ -49,7 +49,7 @@ use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
 use crate::core::sweep::SweepState;
 use crate::runtime::traits::{EventSink, LocalFuture};
-use crate::runtime::{Agent, ForkOptions, Resolve, SendOptions, VecSink};
+use crate::runtime::{Agent, ForkOptions, Resolve, SendOptions};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -93,7 +93,77 @@ pub struct ApiResponse {
     pub headers: Vec<(String, String)>,
     /// Body.
     pub body: String,
+    /// A body sent while it is produced (an SSE answer whose run is still executing): the shell sends its
+    /// chunks as they come, after `body`, and keeps its task running to its end whether or not the client stays.
+    pub live: Option<LiveBody>,
 }
+
+/// How long a live SSE answer stays silent before a heartbeat comment (`: heartbeat`) is sent, so proxies and
+/// clients do not close an idle connection (a model thinking, a slow tool). A constant: 15 s, under the common
+/// 30–60 s idle timeouts of proxies.
+pub const SSE_HEARTBEAT_MS: u64 = 15_000;
+
+/// What a live body is made of: its SSE frames, the timer for heartbeats, and the task producing the frames
+/// when it is not already running elsewhere (a run executing in this request, KV mode).
+pub struct LiveParts {
+    frames: FrameReader,
+    timer: Rc<dyn crate::time::Sleep>,
+    task: Option<LocalFuture<'static, ()>>,
+}
+
+impl LiveParts {
+    /// The body's chunks as the shell sends them (each frame as it comes, a `: heartbeat` comment after
+    /// [`SSE_HEARTBEAT_MS`] without one; the body ends with the frames), and the task to run to its end on its
+    /// own (the Worker: `waitUntil`), so the run does not depend on the client reading.
+    pub fn into_stream(self) -> (futures::stream::LocalBoxStream<'static, String>, Option<LocalFuture<'static, ()>>) {
+        let (frames, timer) = (self.frames, self.timer);
+        let chunks = futures::stream::unfold((frames, timer), |(mut frames, timer)| async move {
+            let next = {
+                let tick = timer.sleep(SSE_HEARTBEAT_MS);
+                futures::pin_mut!(tick);
+                match futures::future::select(futures::StreamExt::next(&mut frames), tick).await {
+                    futures::future::Either::Left((frame, _)) => Some(frame),
+                    futures::future::Either::Right(_) => None,
+                }
+            };
+            match next {
+                Some(Some(frame)) => Some((frame, (frames, timer))),
+                Some(None) => None,
+                None => Some((": heartbeat\n\n".to_string(), (frames, timer))),
+            }
+        });
+        (Box::pin(chunks), self.task)
+    }
+}
+
+/// A streamed body, taken once by the shell ([`LiveBody::take`]). Clones share it.
+#[derive(Clone)]
+pub struct LiveBody(Rc<RefCell<Option<LiveParts>>>);
+
+impl LiveBody {
+    fn new(parts: LiveParts) -> LiveBody {
+        LiveBody(Rc::new(RefCell::new(Some(parts))))
+    }
+
+    /// The chunks and the task; `None` once taken.
+    pub fn take(&self) -> Option<LiveParts> {
+        self.0.borrow_mut().take()
+    }
+}
+
+impl std::fmt::Debug for LiveBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LiveBody")
+    }
+}
+
+impl PartialEq for LiveBody {
+    fn eq(&self, other: &LiveBody) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for LiveBody {}
 
 impl ApiResponse {
     fn json(status: u16, v: &Value) -> ApiResponse {
@@ -102,6 +172,7 @@ impl ApiResponse {
             headers: vec![("content-type".into(), "application/json".into())],
             // Ignored: a `Value` always serialises (its map keys are strings).
             body: serde_json::to_string(v).unwrap_or_default(),
+            live: None,
         }
     }
 
@@ -126,6 +197,24 @@ impl ApiResponse {
     /// The coded JSON error response for `e`.
     pub fn error(e: &Error) -> ApiResponse {
         ApiResponse::json(status_of(e), &json!({ "error": e }))
+    }
+
+    /// This response with a live body read to its end (its task run alongside) into `body`: for callers that
+    /// want the whole answer at once (tests, a client that does not stream).
+    pub async fn collected(mut self) -> ApiResponse {
+        let Some(parts) = self.live.take().and_then(|l| l.take()) else {
+            return self;
+        };
+        let task = async move {
+            if let Some(t) = parts.task {
+                t.await
+            }
+        };
+        // The frames alone: no heartbeat while collecting (nothing is idle on the wire).
+        let read = futures::StreamExt::collect::<Vec<String>>(parts.frames);
+        let ((), chunks) = futures::future::join(task, read).await;
+        self.body.push_str(&chunks.concat());
+        self
     }
 }
 
@@ -324,11 +413,82 @@ fn prefers_async(req: &ApiRequest) -> bool {
     req.header("prefer").is_some_and(|p| p.to_ascii_lowercase().contains("respond-async"))
 }
 
-/// One execution as its request sees it: the run's events (kept for an SSE answer), whether it started (its
-/// first event), and its answer once it ended; the request waiting for either is woken.
+/// The SSE frames of one execution on their way from its events to a live body: queued by the run, read by the
+/// body; closed when the run ends, no longer filled once the reader is gone (the client left).
+#[derive(Default)]
+struct FrameQueue {
+    frames: std::collections::VecDeque<String>,
+    closed: bool,
+    gone: bool,
+    reader: Option<std::task::Waker>,
+}
+
+/// The run's end of a [`FrameQueue`].
+struct FrameSender(Rc<RefCell<FrameQueue>>);
+
+/// The body's end of a [`FrameQueue`]: the frames in order, ending when the run has ended and all are read.
+pub struct FrameReader(Rc<RefCell<FrameQueue>>);
+
+fn frame_queue() -> (FrameSender, FrameReader) {
+    let q = Rc::new(RefCell::new(FrameQueue::default()));
+    (FrameSender(q.clone()), FrameReader(q))
+}
+
+impl FrameSender {
+    fn update(&self, f: impl FnOnce(&mut FrameQueue)) {
+        let reader = {
+            let mut q = self.0.borrow_mut();
+            f(&mut q);
+            q.reader.take()
+        };
+        if let Some(w) = reader {
+            w.wake();
+        }
+    }
+
+    fn send(&self, frame: String) {
+        self.update(|q| {
+            if !q.gone {
+                q.frames.push_back(frame)
+            }
+        });
+    }
+
+    fn close(&self) {
+        self.update(|q| q.closed = true);
+    }
+}
+
+impl futures::Stream for FrameReader {
+    type Item = String;
+
+    fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<String>> {
+        let mut q = self.0.borrow_mut();
+        match q.frames.pop_front() {
+            Some(frame) => std::task::Poll::Ready(Some(frame)),
+            None if q.closed => std::task::Poll::Ready(None),
+            None => {
+                q.reader = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        }
+    }
+}
+
+impl Drop for FrameReader {
+    fn drop(&mut self) {
+        let mut q = self.0.borrow_mut();
+        q.gone = true;
+        q.frames.clear();
+    }
+}
+
+/// One execution as its request sees it: the run's events (sent on as SSE frames for an SSE answer, until the
+/// run ends), whether it started (its first event), and its answer once it ended; the request waiting for
+/// either is woken.
 #[derive(Default)]
 struct StartSink {
-    events: Option<VecSink>,
+    frames: Option<FrameSender>,
     started: Cell<bool>,
     answer: RefCell<Option<ApiResponse>>,
     waiting: RefCell<Option<std::task::Waker>>,
@@ -347,8 +507,9 @@ impl EventSink for StartSink {
         if !self.started.replace(true) {
             self.wake();
         }
-        if let Some(sink) = &self.events {
-            sink.emit(event);
+        if let Some(frames) = &self.frames {
+            // A reader gone (the client left) takes nothing more; the run goes on without it.
+            frames.send(sse_frame(event));
         }
     }
 }
@@ -413,6 +574,7 @@ pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn H
                     status: 200,
                     headers: vec![("content-type".into(), "text/plain".into())],
                     body: report,
+                    live: None,
                 })
             }
             Admission::Serve => {
@@ -514,7 +676,7 @@ impl Api {
                         Err(e) => ApiResponse::error(&e),
                     }
                 };
-                Ok(self.execute(req, id, sink, Box::pin(run)).await)
+                Ok(self.execute(req, id, sink, Box::pin(run), None).await)
             }
             ["runs", id, "history"] => {
                 run_id_segment(id)?;
@@ -600,44 +762,67 @@ impl Api {
         let body: SendRequest = parse_body(&req.body, true)?.unwrap_or_default();
         let (input, business_state) = body.into_parts()?;
         let sse = req.header("accept").is_some_and(|a| a.contains("text/event-stream"));
-        let sink = VecSink::new();
-        let start = Rc::new(StartSink { events: sse.then(|| sink.clone()), ..StartSink::default() });
+        let (sender, frames) = sse.then(frame_queue).unzip();
+        let start = Rc::new(StartSink { frames: sender, ..StartSink::default() });
         let events: Option<Rc<dyn EventSink>> = (sse || self.spawner.is_some()).then(|| start.clone() as _);
         let opts = SendOptions { business_state, events, ..SendOptions::default() };
         let agent = self.agent.clone();
         let run_id = id.to_string();
         let run = async move {
-            let result = agent.send(&run_id, input, opts).await;
-            // A refusal before anything ran is a plain error response; otherwise the events (ending in run.done
-            // or error) are the stream.
-            let events = sink.events();
-            if !sse || events.is_empty() {
-                return result.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::ok(&r));
-            }
-            ApiResponse {
-                status: 200,
-                headers: vec![
-                    ("content-type".into(), "text/event-stream".into()),
-                    ("cache-control".into(), "no-cache".into()),
-                ],
-                body: sse_body(&events),
-            }
+            agent.send(&run_id, input, opts).await.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::ok(&r))
         };
-        Ok(self.execute(req, id, start, Box::pin(run)).await)
+        Ok(self.execute(req, id, start, Box::pin(run), frames).await)
     }
 
     /// Executes a run (`run` answers when it ends): here, in this request, without a spawner; with one, as a
     /// task of its own that this request waits for, or (`Prefer: respond-async`) only until the run has
-    /// started: then `202 Accepted` with the run id. A refusal before the start is the run's answer either way.
+    /// started: then `202 Accepted` with the run id. With `frames` (an SSE answer) the answer is the run's
+    /// events as they happen, from its first one: a live body whose task (without a spawner) is the rest of the
+    /// run, for the shell to run to its end whether the client stays or not. A refusal before the start is
+    /// the run's answer either way.
     async fn execute(
         &self,
         req: &ApiRequest,
         id: &str,
         start: Rc<StartSink>,
         run: LocalFuture<'static, ApiResponse>,
+        frames: Option<FrameReader>,
     ) -> ApiResponse {
+        let ender = start.clone();
+        let mut run: LocalFuture<'static, ApiResponse> = Box::pin(async move {
+            let answer = run.await;
+            // The frames end with the run (a live body ends here).
+            if let Some(frames) = &ender.frames {
+                frames.close();
+            }
+            answer
+        });
+        let live = |frames, task| ApiResponse {
+            status: 200,
+            headers: vec![
+                ("content-type".into(), "text/event-stream".into()),
+                ("cache-control".into(), "no-cache".into()),
+            ],
+            body: String::new(),
+            live: Some(LiveBody::new(LiveParts { frames, timer: self.agent.deps.sleep.clone(), task })),
+        };
         let Some(spawn) = &self.spawner else {
-            return run.await;
+            let Some(frames) = frames else {
+                return run.await;
+            };
+            // Executed here until its first event (or its end, a refusal: the plain answer), then handed over.
+            let ended = futures::future::poll_fn(|cx| match run.as_mut().poll(cx) {
+                std::task::Poll::Ready(answer) => std::task::Poll::Ready(Some(answer)),
+                std::task::Poll::Pending if start.started.get() => std::task::Poll::Ready(None),
+                std::task::Poll::Pending => std::task::Poll::Pending,
+            })
+            .await;
+            return match ended {
+                Some(answer) if !start.started.get() => answer,
+                // Ended with events: they are all in the frames already.
+                Some(_) => live(frames, None),
+                None => live(frames, Some(Box::pin(async move { drop(run.await) }))),
+            };
         };
         let task = start.clone();
         spawn(Box::pin(async move {
@@ -647,8 +832,9 @@ impl Api {
             task.wake();
         }));
         let respond_async = prefers_async(req);
+        let answer_from_start = respond_async || frames.is_some();
         let started = futures::future::poll_fn(|cx| {
-            if respond_async && start.started.get() {
+            if answer_from_start && start.started.get() {
                 return std::task::Poll::Ready(None);
             }
             match start.answer.borrow_mut().take() {
@@ -659,9 +845,10 @@ impl Api {
                 }
             }
         });
-        match started.await {
-            Some(answer) => answer,
-            None => ApiResponse {
+        match (started.await, frames) {
+            (Some(answer), _) => answer,
+            (None, Some(frames)) if !respond_async => live(frames, None),
+            (None, _) => ApiResponse {
                 headers: vec![
                     ("content-type".into(), "application/json".into()),
                     ("location".into(), format!("/runs/{id}")),
@@ -670,6 +857,7 @@ impl Api {
                 status: 202,
                 // The id is a valid run id (letters, digits, `_`, `-`, `.`): nothing to escape.
                 body: format!("{{\"runId\":\"{id}\",\"status\":\"accepted\"}}"),
+                live: None,
             },
         }
     }
@@ -722,16 +910,18 @@ impl Api {
     }
 }
 
-/// Server-sent events: one `event:`/`id:`/`data:` block per event.
+/// One event as a server-sent event block: `id:` (its `seq`, what `Last-Event-ID` names), `event:` (its type)
+/// and `data:` (the envelope as JSON).
+pub fn sse_frame(e: &EventEnvelope) -> String {
+    // Ignored (both): an EventEnvelope (strings, numbers, JSON values) always serialises.
+    let data = serde_json::to_string(e).unwrap_or_default();
+    let kind = serde_json::to_value(e).ok().and_then(|v| v["type"].as_str().map(String::from)).unwrap_or_default();
+    format!("id: {}\nevent: {kind}\ndata: {data}\n\n", e.seq)
+}
+
+/// Server-sent events: one [`sse_frame`] per event.
 pub fn sse_body(events: &[EventEnvelope]) -> String {
-    let mut out = String::new();
-    for e in events {
-        // Ignored (both): an EventEnvelope (strings, numbers, JSON values) always serialises.
-        let data = serde_json::to_string(e).unwrap_or_default();
-        let kind = serde_json::to_value(e).ok().and_then(|v| v["type"].as_str().map(String::from)).unwrap_or_default();
-        out.push_str(&format!("id: {}\nevent: {kind}\ndata: {data}\n\n", e.seq));
-    }
-    out
+    events.iter().map(sse_frame).collect()
 }
 
 #[cfg(test)]

@@ -6,11 +6,13 @@ mod common;
 
 use async_trait::async_trait;
 use common::*;
+use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use std::rc::Rc;
 use steadfast::api::{serve, Api, ApiRequest, ApiResponse, Host, MAX_BODY_BYTES};
 use steadfast::core::error::{Error, ErrorCode, Result};
-use steadfast::runtime::{Agent, MockModel, MockTurn, Rng, SplitMix64};
+use steadfast::core::machine::ModelResponse;
+use steadfast::runtime::{Agent, MockModel, MockTurn, Model, ModelRequest, Rng, SplitMix64};
 use steadfast::store::{JournalOptions, JournalStore, MemoryKv};
 
 const TOKEN: &str = "s3cret-token";
@@ -258,30 +260,130 @@ fn no_token_configured_fails_closed_with_instructions() {
     assert_eq!(health.status, 200);
 }
 
-#[test]
-fn sse_streams_events_in_order_ending_with_run_done() {
-    let f = fixture();
-    let mut r = req("POST", "/runs/sse-1", r#"{"input": "Charge order 7"}"#);
+/// A model held before its first answer until the test opens its gate (a model still thinking).
+struct GatedModel {
+    inner: MockModel,
+    gate: std::cell::RefCell<Option<futures::channel::oneshot::Receiver<()>>>,
+}
+
+#[async_trait(?Send)]
+impl Model for GatedModel {
+    fn id(&self) -> &str {
+        "gated"
+    }
+
+    async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
+        let gate = self.gate.borrow_mut().take();
+        if let Some(gate) = gate {
+            // Ignored: a gate dropped open is an open gate.
+            let _ = gate.await;
+        }
+        self.inner.generate(request).await
+    }
+}
+
+fn sse_req(id: &str) -> ApiRequest {
+    let mut r = req("POST", &format!("/runs/{id}"), r#"{"input": "Charge order 7"}"#);
     r.headers.push(("accept".into(), "text/event-stream".into()));
-    let resp = block_on(f.api.handle(r));
+    r
+}
+
+/// The events of SSE text (heartbeat comments skipped).
+fn sse_events(text: &str) -> Vec<Value> {
+    text.split("\n\n")
+        .filter(|b| !b.trim().is_empty() && !b.starts_with(':'))
+        .map(|b| {
+            let id = b.lines().find_map(|l| l.strip_prefix("id: ")).unwrap();
+            let data = b.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+            let v: Value = serde_json::from_str(data).unwrap();
+            assert_eq!(id, v["seq"].to_string(), "the id is the seq (what Last-Event-ID names)");
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn sse_answers_each_event_while_the_run_executes_with_heartbeats_when_idle() {
+    let clock = steadfast::runtime::ManualClock::new(1_700_000_000_000);
+    let env = Env::with_store(Rc::new(steadfast::store::MemoryStore::new()), clock);
+    let counters = Counters::default();
+    let (open, gate) = futures::channel::oneshot::channel();
+    let model = GatedModel {
+        inner: MockModel::by_turn(vec![MockTurn::tools([("charge", json!({"order": 7}))]), MockTurn::text("Done.")]),
+        gate: std::cell::RefCell::new(Some(gate)),
+    };
+    let api = Api::new(env.agent(model, vec![counting_tool("charge", &counters)]), Some(TOKEN.into()));
+    // The answer comes while the model is still held: the run has started, not ended.
+    let resp = block_on(api.handle(sse_req("live-1")));
     assert_eq!(resp.status, 200);
     assert!(resp.headers.iter().any(|(k, v)| k == "content-type" && v == "text/event-stream"));
-    let events: Vec<Value> = resp
-        .body
-        .split("\n\n")
-        .filter(|b| !b.trim().is_empty())
-        .map(|b| {
-            let data = b.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
-            serde_json::from_str(data).unwrap()
-        })
-        .collect();
+    let (mut chunks, task) = resp.live.clone().expect("a live body").take().expect("taken once").into_stream();
+    assert!(resp.live.as_ref().unwrap().take().is_none(), "a live body is taken once");
+    let mut task = task.expect("the rest of the run, for the shell to run detached");
+    let mut seen = String::new();
+    while let Some(Some(chunk)) = chunks.next().now_or_never() {
+        seen.push_str(&chunk);
+    }
+    let early = sse_events(&seen);
+    assert_eq!(early.first().unwrap()["type"], "run.start");
+    assert!(early.iter().all(|e| e["type"] != "run.done" && e["type"] != "tool.done"), "{seen}");
+    assert!(task.as_mut().now_or_never().is_none(), "the run waits on its model");
+    // Idle: a heartbeat comment after SSE_HEARTBEAT_MS, and nothing else.
+    assert_eq!(block_on(chunks.next()).unwrap(), ": heartbeat\n\n");
+    assert!(env.sleep.slept().contains(&steadfast::api::SSE_HEARTBEAT_MS), "{:?}", env.sleep.slept());
+    assert_eq!(counters.get("charge"), 0);
+    open.send(()).unwrap();
+    let ((), rest) = block_on(futures::future::join(task, chunks.collect::<Vec<String>>()));
+    seen.push_str(&rest.concat());
+    let events = sse_events(&seen);
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e["seq"], i as u64, "gapless seq");
         assert_eq!(e["v"], 1);
     }
-    assert_eq!(events.first().unwrap()["type"], "run.start");
     assert_eq!(events.last().unwrap()["type"], "run.done");
     assert!(events.iter().any(|e| e["type"] == "tool.done"));
+    assert_eq!(counters.get("charge"), 1);
+}
+
+/// Wherever the client leaves a live answer, what it read is a gapless prefix of the run's events, and the
+/// run goes on to its end without it (each drop point of a complete run's events).
+#[test]
+fn sse_client_leaving_at_any_event_leaves_the_run_to_finish() {
+    let whole = block_on(block_on(fixture().api.handle(sse_req("leave"))).collected());
+    let all = sse_events(&whole.body);
+    assert_eq!(all.last().unwrap()["type"], "run.done", "{}", whole.body);
+    for drop_at in 0..=all.len() {
+        let f = fixture();
+        let resp = block_on(f.api.handle(sse_req("leave")));
+        let (mut chunks, task) = resp.live.expect("live").take().unwrap().into_stream();
+        let mut task = task.map(|t| t.fuse());
+        let mut read = Vec::new();
+        while read.len() < drop_at {
+            match chunks.next().now_or_never() {
+                Some(Some(c)) if c.starts_with(':') => {}
+                Some(Some(c)) => read.push(c),
+                Some(None) => break,
+                // Nothing yet: the run moves on (the shell's detached task).
+                None => {
+                    if let Some(t) = task.as_mut() {
+                        if t.now_or_never().is_some() {
+                            task = None;
+                        }
+                    }
+                }
+            }
+        }
+        drop(chunks);
+        if let Some(t) = task {
+            block_on(t);
+        }
+        let got = sse_events(&read.concat());
+        assert_eq!(got, all[..drop_at].to_vec(), "drop at {drop_at}: a gapless prefix");
+        let (status, run) = call(&f, req("GET", "/runs/leave", ""));
+        assert_eq!(status, 200, "drop at {drop_at}: {run}");
+        assert_eq!(run["status"], "finished", "drop at {drop_at}: the run ended without its client: {run}");
+        assert_eq!(f.counters.get("charge"), 1, "drop at {drop_at}");
+    }
 }
 
 /// A platform shell for [`serve`] that records what it was asked to do: body chunks read, APIs built (a

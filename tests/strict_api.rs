@@ -288,6 +288,41 @@ fn respond_async_answers_202_once_the_run_has_started_and_the_run_goes_on() {
 }
 
 #[test]
+fn sse_from_a_spawned_run_is_live_from_its_first_event_and_ends_with_the_run() {
+    let s = Strict::new();
+    let api = s.api(true);
+    let mut r = send("live", false);
+    r.headers.push(("accept".into(), "text/event-stream".into()));
+    let mut req = request(&api, r);
+    assert!(poll(&mut req).is_none(), "nothing ran yet: no answer");
+    s.run_tasks();
+    let resp = poll(&mut req).expect("answered once the run started, mid-tool");
+    assert_eq!(resp.status, 200, "{}", resp.body);
+    assert!(resp.headers.iter().any(|(k, v)| k == "content-type" && v == "text/event-stream"));
+    let (mut chunks, task) = resp.live.expect("a live body").take().expect("taken once").into_stream();
+    assert!(task.is_none(), "the run is a task of its own already: nothing for the shell to detach");
+    let mut seen = String::new();
+    while let Some(Some(chunk)) = futures::FutureExt::now_or_never(futures::StreamExt::next(&mut chunks)) {
+        seen.push_str(&chunk);
+    }
+    assert!(seen.contains("event: tool.start\n") && !seen.contains("event: run.done\n"), "{seen}");
+    s.door.open();
+    s.run_tasks();
+    seen.push_str(&block_on(futures::StreamExt::collect::<Vec<String>>(chunks)).concat());
+    let events: Vec<Value> = seen
+        .split("\n\n")
+        .filter(|b| !b.trim().is_empty())
+        .map(|b| serde_json::from_str(b.lines().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap())
+        .collect();
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(e["seq"], i as u64, "gapless seq: {seen}");
+    }
+    assert_eq!(events.last().unwrap()["type"], "run.done");
+    assert_eq!(s.status("live").as_deref(), Some("finished"));
+    assert_eq!(s.counters.get("lookup"), 1);
+}
+
+#[test]
 fn without_a_spawner_the_request_drives_the_run_and_respond_async_is_ignored() {
     let s = Strict::new();
     s.door.open();

@@ -20,6 +20,7 @@ use crate::api::{forward_target, serve, Api, ApiRequest, ApiResponse, Host};
 use crate::config::{AgentConfig, ConfigCache, StoreMode};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::providers::ModelPlatform;
+use crate::runtime::traits::LocalFuture;
 use crate::runtime::{Agent, RunResult, SweepListener};
 use crate::store::object::{ObjectClient, ObjectStore, OwnObject, RunObjectCore};
 use crate::store::{JournalOptions, JournalStore, PendingRun, RunStore};
@@ -144,12 +145,35 @@ fn request_head(req: &Request) -> worker::Result<ApiRequest> {
     Ok(ApiRequest { method: req.method().to_string(), path: url.path().to_string(), query, headers, body: Vec::new() })
 }
 
-fn to_response(r: ApiResponse) -> worker::Result<Response> {
+/// The response to send: a live body's chunks are sent as they come, and its task (the rest of a run executing in
+/// this request) handed to `detach`, which runs it to its end whether the client reads or not.
+fn to_response(r: ApiResponse, detach: impl FnOnce(LocalFuture<'static, ()>)) -> worker::Result<Response> {
     let headers = Headers::new();
     for (k, v) in &r.headers {
         headers.set(k, v)?;
     }
-    Ok(Response::ok(r.body)?.with_status(r.status).with_headers(headers))
+    let response = match r.live.and_then(|l| l.take()) {
+        Some(parts) => {
+            let (chunks, task) = parts.into_stream();
+            if let Some(task) = task {
+                detach(task);
+            }
+            let head = futures::stream::once(futures::future::ready(r.body));
+            Response::from_stream(head.chain(chunks).map(|c| Ok::<Vec<u8>, worker::Error>(c.into_bytes())))?
+        }
+        None => Response::ok(r.body)?,
+    };
+    Ok(response.with_status(r.status).with_headers(headers))
+}
+
+/// Runs a task as the request's `waitUntil`: to its end after the response, the client there or not.
+fn wait_until(ctx: &Context) -> impl FnOnce(LocalFuture<'static, ()>) + '_ {
+    move |task| ctx.wait_until(task)
+}
+
+/// Runs a task on the isolate's event loop (a Durable Object's tasks outlive the request).
+fn spawn_local(task: LocalFuture<'static, ()>) {
+    wasm_bindgen_futures::spawn_local(task)
 }
 
 /// One request's access to the platform, for [`serve`]: the body stream, the bindings and where the runs are.
@@ -320,7 +344,7 @@ async fn conformance_objects(env: &Env, kv: &WorkersKv, started: u64) -> Result<
 /// The HTTP entry: translates the request and hands it to [`serve`] (which checks the token before the body
 /// is read or the agent built).
 #[event(fetch)]
-pub async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
+pub async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Response> {
     console_error_panic_hook::set_once();
     let head = request_head(&req)?;
     let token = secret(&env, "STEADFAST_TOKEN");
@@ -328,11 +352,11 @@ pub async fn fetch(req: Request, env: Env, _ctx: Context) -> worker::Result<Resp
     if let Some(run_id) = forward_target(&head, token.as_deref(), || config(&env).map(|c| c.store)) {
         return match StubClient::new(&env) {
             Ok(objects) => objects.forward(&run_id, req).await,
-            Err(e) => to_response(ApiResponse::error(&e)),
+            Err(e) => to_response(ApiResponse::error(&e), spawn_local),
         };
     }
     let mut host = WorkerHost { req, body: None, env: &env, runs: Runs::Configured };
-    to_response(serve(head, token, &mut host).await)
+    to_response(serve(head, token, &mut host).await, wait_until(&ctx))
 }
 
 /// A request the Worker forwarded to a run's object: served there by [`serve`], the runs inside the object.
@@ -346,7 +370,7 @@ async fn serve_in_object(
     let head = request_head(&req)?;
     let token = secret(env, "STEADFAST_TOKEN");
     let mut host = WorkerHost { req, body: None, env, runs: Runs::Object(run_id, core, state) };
-    to_response(serve(head, token, &mut host).await)
+    to_response(serve(head, token, &mut host).await, spawn_local)
 }
 
 /// A run object's alarm: the run's own recovery step ([`Agent::wake`] decides), then its next alarm. A failed

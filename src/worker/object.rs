@@ -232,10 +232,13 @@ impl DurableObject for RunObject {
         }
         match crate::api::object_run(&path) {
             Some(run_id) => super::serve_in_object(req, &self.env, run_id, self.core.clone(), self.state.clone()).await,
-            None => super::to_response(crate::api::ApiResponse::error(&Error::new(
-                ErrorCode::RouteNotFound,
-                format!("no route {path} on a run object"),
-            ))),
+            None => super::to_response(
+                crate::api::ApiResponse::error(&Error::new(
+                    ErrorCode::RouteNotFound,
+                    format!("no route {path} on a run object"),
+                )),
+                super::spawn_local,
+            ),
         }
     }
 }

@@ -23,52 +23,85 @@ pub struct FetchClient;
 #[async_trait(?Send)]
 impl HttpClient for FetchClient {
     async fn send(&self, req: HttpRequest) -> Result<HttpResponse> {
-        let net = |what: &str, e: worker::Error| Error::new(ErrorCode::ProviderNetwork, format!("{what}: {e}"));
-        let headers = Headers::new();
-        for (k, v) in &req.headers {
-            headers.set(k, v).map_err(|e| net("bad header", e))?;
-        }
-        let mut init = RequestInit::new();
-        // Redirects are not followed: a redirect could leave an allow-listed host (a 3xx is an answer).
-        init.with_method(Method::from(req.method.clone())).with_headers(headers).with_redirect(RequestRedirect::Manual);
-        if let Some(body) = &req.body {
-            init.with_body(Some(wasm_bindgen::JsValue::from_str(body)));
-        }
-        let request = Request::new_with_init(&req.url, &init).map_err(|e| net("bad request", e))?;
-        let controller = AbortController::default();
-        let signal = controller.signal();
-        let exchange = async {
-            let mut resp =
-                Fetch::Request(request).send_with_signal(&signal).await.map_err(|e| net("fetch failed", e))?;
-            let status = resp.status_code();
-            let headers = resp.headers().entries().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
-            let mut body = CappedBody::new(req.max_response_bytes);
-            // Ignored (no else): a response without a body (204, HEAD) has no stream; that is the only failure.
-            if let Ok(mut stream) = resp.stream() {
-                while let Some(chunk) = stream.next().await {
-                    if !body.push(&chunk.map_err(|e| net("reading the body failed", e))?) {
-                        break;
+        exchange(req, None).await
+    }
+
+    /// A 2xx body handed to `on_chunk` chunk by chunk as `fetch` reads it (within the same one timer); any other
+    /// answer read whole, capped.
+    async fn send_streaming(
+        &self,
+        req: HttpRequest,
+        on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
+    ) -> Result<HttpResponse> {
+        exchange(req, Some(on_chunk)).await
+    }
+}
+
+/// One attempt: a 2xx body goes to `on_chunk` while it is read when there is one, every other body into a
+/// [`CappedBody`].
+async fn exchange(
+    req: HttpRequest,
+    mut on_chunk: Option<&mut dyn for<'c> FnMut(&'c [u8]) -> bool>,
+) -> Result<HttpResponse> {
+    let net = |what: &str, e: worker::Error| Error::new(ErrorCode::ProviderNetwork, format!("{what}: {e}"));
+    let headers = Headers::new();
+    for (k, v) in &req.headers {
+        headers.set(k, v).map_err(|e| net("bad header", e))?;
+    }
+    let mut init = RequestInit::new();
+    // Redirects are not followed: a redirect could leave an allow-listed host (a 3xx is an answer).
+    init.with_method(Method::from(req.method.clone())).with_headers(headers).with_redirect(RequestRedirect::Manual);
+    if let Some(body) = &req.body {
+        init.with_body(Some(wasm_bindgen::JsValue::from_str(body)));
+    }
+    let request = Request::new_with_init(&req.url, &init).map_err(|e| net("bad request", e))?;
+    let controller = AbortController::default();
+    let signal = controller.signal();
+    let exchange = async {
+        let mut resp = Fetch::Request(request).send_with_signal(&signal).await.map_err(|e| net("fetch failed", e))?;
+        let status = resp.status_code();
+        let headers = resp.headers().entries().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
+        let mut body = CappedBody::new(req.max_response_bytes);
+        let mut feed = on_chunk.as_mut().filter(|_| (200..300).contains(&status));
+        // A streamed body keeps to the cap too: counted, cut at it, marked truncated.
+        let (mut fed, mut cut) = (0usize, false);
+        // Ignored (no else): a response without a body (204, HEAD) has no stream; that is the only failure.
+        if let Ok(mut stream) = resp.stream() {
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk.map_err(|e| net("reading the body failed", e))?;
+                let more = match feed.as_mut() {
+                    Some(feed) => {
+                        let max = req.max_response_bytes;
+                        let room = if max == 0 { chunk.len() } else { chunk.len().min(max.saturating_sub(fed)) };
+                        fed += room;
+                        cut = room < chunk.len();
+                        feed(&chunk[..room]) && !cut
                     }
+                    None => body.push(&chunk),
+                };
+                if !more {
+                    break;
                 }
             }
-            let (body, truncated) = body.finish();
-            Ok(HttpResponse { status, headers, body, truncated })
-        };
-        let limit_ms = if req.timeout_ms == 0 { DEFAULT_TIMEOUT_MS } else { req.timeout_ms };
-        let timeout = JsSleep.sleep(limit_ms);
-        futures::pin_mut!(exchange);
-        futures::pin_mut!(timeout);
-        let result = match futures::future::select(exchange, timeout).await {
-            futures::future::Either::Left((r, _)) => r,
-            futures::future::Either::Right(_) => {
-                Err(Error::new(ErrorCode::ProviderTimeout, format!("no complete answer within {limit_ms} ms")))
-            }
-        };
-        // Ends whatever is still open: a body cut at the cap, or an exchange past the timeout (after a
-        // complete answer it does nothing).
-        controller.abort();
-        result
-    }
+        }
+        let (body, truncated) = body.finish();
+        let truncated = truncated || cut;
+        Ok(HttpResponse { status, headers, body, truncated })
+    };
+    let limit_ms = if req.timeout_ms == 0 { DEFAULT_TIMEOUT_MS } else { req.timeout_ms };
+    let timeout = JsSleep.sleep(limit_ms);
+    futures::pin_mut!(exchange);
+    futures::pin_mut!(timeout);
+    let result = match futures::future::select(exchange, timeout).await {
+        futures::future::Either::Left((r, _)) => r,
+        futures::future::Either::Right(_) => {
+            Err(Error::new(ErrorCode::ProviderTimeout, format!("no complete answer within {limit_ms} ms")))
+        }
+    };
+    // Ends whatever is still open: a body cut at the cap or by `on_chunk`, or an exchange past the timeout (after
+    // a complete answer it does nothing).
+    controller.abort();
+    result
 }
 
 /// The Workers AI binding.
