@@ -1032,18 +1032,7 @@ impl<K: KvBackend> JournalStore<K> {
         let Some((mut rec, own)) = self.view(run_id).await? else { return Ok(Vec::new()) };
         let from = |p: &Progress| p.head.saturating_add(1).saturating_sub(keep as u64).max(1);
         let entries = self.read_entries(run_id, &mut rec, own, &|p| Self::fold_start(p, from(p))).await?;
-        let mut cp = Checkpoint::new(run_id);
-        let mut out = Vec::new();
-        // Only the newest `keep` states are returned: only they are copied.
-        let skip = entries.len().saturating_sub(keep);
-        for (i, (e, _)) in entries.iter().enumerate() {
-            cp.apply(e)?;
-            if i >= skip {
-                out.push(HistoryEntry::of(&cp));
-            }
-        }
-        out.reverse();
-        Ok(out)
+        HistoryEntry::newest(run_id, entries.iter().map(|(e, _)| e), keep)
     }
 }
 

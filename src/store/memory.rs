@@ -211,17 +211,7 @@ impl RunStore for MemoryStore {
         // The first entry may be a compaction snapshot standing for older states: keep only `history_limit`
         // (and copy only the states returned).
         let keep = self.history_limit.max(1).min(limit);
-        let skip = entries.len().saturating_sub(keep);
-        let mut cp = Checkpoint::new(run_id);
-        let mut out = Vec::new();
-        for (i, e) in entries.iter().enumerate() {
-            cp.apply(e)?;
-            if i >= skip {
-                out.push(HistoryEntry::of(&cp));
-            }
-        }
-        out.reverse();
-        Ok(out)
+        HistoryEntry::newest(run_id, entries.iter(), keep)
     }
 
     async fn pending(&self) -> Result<Vec<PendingRun>> {

@@ -194,6 +194,26 @@ impl HistoryEntry {
             checkpoint: cp.clone(),
         }
     }
+
+    /// The newest `keep` states of a journal (its entries folded in order, the first one a snapshot or entry 1),
+    /// newest first; only those states are copied.
+    pub fn newest<'a>(
+        run_id: &str,
+        entries: impl ExactSizeIterator<Item = &'a JournalEntry>,
+        keep: usize,
+    ) -> Result<Vec<HistoryEntry>> {
+        let skip = entries.len().saturating_sub(keep);
+        let mut cp = Checkpoint::new(run_id);
+        let mut out = Vec::new();
+        for (i, e) in entries.enumerate() {
+            cp.apply(e)?;
+            if i >= skip {
+                out.push(HistoryEntry::of(&cp));
+            }
+        }
+        out.reverse();
+        Ok(out)
+    }
 }
 
 /// Operations a store performed (counted by the store itself, for per-boundary budgets).

@@ -518,21 +518,6 @@ impl<S: ObjectStorage> RunObjectCore<S> {
     }
 }
 
-/// Up to `limit` past states of a run from its whole journal, newest first.
-fn history_of(run_id: &str, entries: &[JournalEntry], limit: usize) -> Result<Vec<HistoryEntry>> {
-    let skip = entries.len().saturating_sub(limit);
-    let mut cp = Checkpoint::new(run_id);
-    let mut out = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        cp.apply(e)?;
-        if i >= skip {
-            out.push(HistoryEntry::of(&cp));
-        }
-    }
-    out.reverse();
-    Ok(out)
-}
-
 /// Reaches run objects: sends one call (JSON, an [`ObjectCall`]) to the object named by `run_id` and returns
 /// its reply (JSON, an [`ObjectReply`]). Transport only: a failure to reach the object is
 /// `STEADFAST_STORE_UNAVAILABLE` (retryable).
@@ -811,7 +796,7 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
     }
 
     async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
-        history_of(run_id, &self.entries(run_id, ObjectRequest::History).await?, limit)
+        HistoryEntry::newest(run_id, self.entries(run_id, ObjectRequest::History).await?.iter(), limit)
     }
 
     async fn pending(&self) -> Result<Vec<PendingRun>> {
