@@ -77,9 +77,10 @@ mod bindings;
 pub use crate::core::checkpoint::{Checkpoint, RunStatus};
 pub use crate::core::error::{Error, ErrorCode, Result};
 pub use crate::core::events::{Event, EventEnvelope};
+pub use crate::core::schedule::{CompiledSchedule, MissedFires, Schedule, ScheduleInput};
 pub use crate::core::transcript::Message;
 pub use crate::runtime::{
-    Agent, AgentBuilder, AgentOptions, FnTool, Input, MockModel, MockTurn, Model, Resolve, RunResult, SendOptions,
-    Tool, ToolContext, ToolError, ToolOutput,
+    Agent, AgentBuilder, AgentOptions, FnTool, Input, MockModel, MockTurn, Model, Resolve, RunResult, ScheduleOutcome,
+    SendOptions, Session, SessionFork, SessionForkOptions, SessionTurn, Tool, ToolContext, ToolError, ToolOutput,
 };
-pub use crate::store::{JournalOptions, JournalStore, KvBackend, MemoryStore, RunStore};
+pub use crate::store::{JournalOptions, JournalStore, KvBackend, MemoryStore, RunKind, RunStore};

@@ -62,7 +62,7 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
         ("/runs//resume", None),
         ("/runs/.bad", None),
         ("/runs/bad.", None),
-        ("/runs/a.turn-3", None),
+        ("/runs/a.turn-3", Some("a.turn-3")),
         ("/approvals", None),
         ("/approvals/apr_1", None),
         ("/deliveries/d-1", None),

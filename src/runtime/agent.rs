@@ -9,7 +9,7 @@ use super::traits::{Model, Tool, ToolSpec};
 use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::fingerprint::Fingerprint;
-use crate::core::ids::{validate_new_run_id, validate_run_id};
+use crate::core::ids::{check_reserved_suffix, validate_new_run_id, validate_run_id};
 use crate::core::machine::{RunMachine, Start};
 use crate::core::schema::Schema;
 use crate::core::transcript::Message;
@@ -271,6 +271,9 @@ impl Agent {
     /// run's id may not end with `.heal` (`STEADFAST_SESSION_ID_INVALID`: reserved for diagnosis forks).
     pub async fn send(&self, run_id: &str, input: impl Into<Input>, opts: SendOptions) -> Result<RunResult> {
         let input = input.into().0;
+        validate_run_id(run_id)?;
+        // A session's turns (and a schedule's fires) continue through the session (the schedule), never here.
+        check_reserved_suffix(run_id)?;
         let res = self.execute(run_id, Start::Send(input), &opts).await?;
         res.ok_or_else(|| Error::internal("send produced no result"))
     }
@@ -308,7 +311,7 @@ impl Agent {
         self.deps.store.history(run_id, limit).await
     }
 
-    async fn execute(&self, run_id: &str, start: Start, opts: &SendOptions) -> Result<Option<RunResult>> {
+    pub(crate) async fn execute(&self, run_id: &str, start: Start, opts: &SendOptions) -> Result<Option<RunResult>> {
         validate_run_id(run_id)?;
         let deps = &self.deps;
         let before = deps.store.counters();
@@ -319,6 +322,7 @@ impl Agent {
             (Some(cp), Start::Resume) if cp.status == RunStatus::Finished => return Ok(None),
             // A send that creates a run: the id may not take a suffix only the runtime creates (`.heal`).
             (None, Start::Send(_)) => validate_new_run_id(run_id)?,
+            (Some(_), Start::Turn { .. }) => return Err(turn_taken(run_id)),
             _ => {}
         }
         // A dry run of the start on what is stored: every refusal (awaiting approval, drift under `error`, a
@@ -334,10 +338,24 @@ impl Agent {
                     // Deleted between the first read and the lease: this send creates the run.
                     validate_new_run_id(run_id)?;
                 }
+                if let (Some(_), Start::Turn { .. }) = (&cp, &start) {
+                    // Another send created this turn between the first read and the lease.
+                    return Err(turn_taken(run_id));
+                }
                 let machine = RunMachine::start(deps.machine_config(run_id, opts), cp, start, deps.now())?;
                 deps.drive(lease, machine, opts).await.map(Some)
             })
             .await?;
         driven.map(|d| d.report(deps.store.counters().since(&before))).transpose()
     }
+}
+
+/// A new turn's run exists already: another send of the session created it meanwhile (retry: the session then
+/// continues after it).
+fn turn_taken(run_id: &str) -> Error {
+    Error::new(
+        ErrorCode::SessionBusy,
+        format!("another send of this session started turn '{run_id}' meanwhile: send again to continue after it"),
+    )
+    .with_run(run_id)
 }

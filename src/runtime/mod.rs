@@ -27,6 +27,8 @@ pub(crate) mod mock;
 pub(crate) mod options;
 pub(crate) mod recovery;
 pub(crate) mod result;
+pub(crate) mod schedules;
+pub(crate) mod session;
 pub(crate) mod tools;
 pub(crate) mod traits;
 
@@ -49,6 +51,8 @@ pub use recovery::{
     delivery_run_id, diagnosis_note, Delivery, ForkOptions, ForkResult, NoListener, SweepListener, SweepReport,
 };
 pub use result::{RunResult, RunStats};
+pub use schedules::ScheduleOutcome;
+pub use session::{Session, SessionFork, SessionForkOptions, SessionTurn};
 pub use tools::FnTool;
 pub use traits::{
     AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,

@@ -335,6 +335,7 @@ impl IndexMeta {
     }
 
     fn pending(&self, run_id: &str) -> PendingRun {
+        let (kind, owner_id) = crate::store::RunKind::of(run_id);
         PendingRun {
             run_id: run_id.to_string(),
             status: self.s,
@@ -346,6 +347,8 @@ impl IndexMeta {
             quarantined: self.q,
             saved_at: self.t,
             heal_of: self.h.clone(),
+            kind,
+            owner_id,
         }
     }
 }

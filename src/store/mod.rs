@@ -121,11 +121,47 @@ pub struct PendingRun {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub heal_of: Option<String>,
+    /// What the run is: `run` (a send), `session` (a session's turn) or `schedule` (a schedule's fire), from
+    /// its id.
+    #[serde(default)]
+    pub kind: RunKind,
+    /// The session (kind `session`) or schedule (kind `schedule`) the run belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub owner_id: Option<String>,
+}
+
+/// What a run is, from its id (see [`PendingRun::kind`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "kebab-case")]
+pub enum RunKind {
+    /// A run of `send` (or a fork, a delivery, a diagnosis fork).
+    #[default]
+    Run,
+    /// A session's turn (`<session>.turn-<n>`).
+    Session,
+    /// A schedule's fire (`<schedule>.<time>.fire`).
+    Schedule,
+}
+
+impl RunKind {
+    /// The kind of run `run_id` and the session or schedule it belongs to.
+    pub fn of(run_id: &str) -> (RunKind, Option<String>) {
+        if let Some((session, _)) = crate::core::ids::session_turn(run_id) {
+            return (RunKind::Session, Some(session.to_string()));
+        }
+        if let Some((schedule, _)) = crate::core::ids::schedule_fire(run_id) {
+            return (RunKind::Schedule, Some(schedule.to_string()));
+        }
+        (RunKind::Run, None)
+    }
 }
 
 impl PendingRun {
     /// The listing entry of a checkpoint.
     pub fn of(cp: &Checkpoint) -> PendingRun {
+        let (kind, owner_id) = RunKind::of(&cp.run_id);
         PendingRun {
             run_id: cp.run_id.clone(),
             status: cp.status,
@@ -137,11 +173,14 @@ impl PendingRun {
             quarantined: cp.quarantined,
             saved_at: cp.saved_at,
             heal_of: cp.heal_of.clone(),
+            kind,
+            owner_id,
         }
     }
 
     /// The listing entry of a run whose checkpoint cannot be read.
     pub fn corrupt(run_id: &str, err: &crate::core::error::Error) -> PendingRun {
+        let (kind, owner_id) = RunKind::of(run_id);
         PendingRun {
             run_id: run_id.to_string(),
             status: RunStatus::InProgress,
@@ -153,6 +192,8 @@ impl PendingRun {
             quarantined: false,
             saved_at: 0,
             heal_of: None,
+            kind,
+            owner_id,
         }
     }
 }

@@ -27,7 +27,7 @@ impl RunMachine {
         if let Some(bs) = &cfg.business_state {
             check_depth("businessState", bs).map_err(|e| e.with_run(&run_id))?;
         }
-        if let Start::Send(input) = &start {
+        if let Start::Send(input) | Start::Turn { input, .. } = &start {
             for call in input.iter().flat_map(|m| m.tool_calls()) {
                 check_depth(&format!("the arguments of tool call '{}' in the input", call.id), &call.args)
                     .map_err(|e| e.with_run(&run_id))?;
@@ -67,6 +67,8 @@ impl RunMachine {
     fn start_new(&mut self, start: Start) -> Result<()> {
         let input = match start {
             Start::Send(input) => input,
+            Start::Turn { prior: Some(prior), input } => return self.start_turn(*prior, input),
+            Start::Turn { prior: None, input } => input,
             Start::Resume => {
                 return Err(Error::new(
                     ErrorCode::CheckpointNotFound,
@@ -105,6 +107,31 @@ impl RunMachine {
         Ok(())
     }
 
+    /// A session's next turn: `prior`'s conversation under this run's id, continued with `input`; the whole
+    /// state is the new run's first entry (a snapshot).
+    fn start_turn(&mut self, prior: Checkpoint, input: Vec<Message>) -> Result<()> {
+        let run_id = self.cfg.run_id.clone();
+        if prior.status != RunStatus::Finished {
+            return Err(Error::new(
+                ErrorCode::InvalidInput,
+                format!("the turn before '{run_id}' is not finished: finish it (resume) or discard it first"),
+            )
+            .with_run(&run_id));
+        }
+        let mut cp = Checkpoint::new(&run_id);
+        cp.messages = prior.messages;
+        cp.business_state = prior.business_state;
+        cp.total_usage = prior.total_usage;
+        cp.total_usage.at_least(prior.usage);
+        cp.ext = prior.ext;
+        cp.status = RunStatus::Finished;
+        self.cp = cp;
+        self.start_stored_run(Start::Send(input))?;
+        self.snapshot_next = true;
+        self.dirty = true;
+        Ok(())
+    }
+
     /// Loads the stored checkpoint and applies `start`; returns the decisions of a resolved pause.
     fn start_stored(&mut self, cp: Checkpoint, start: Start) -> Result<Option<Vec<Decision>>> {
         let run_id = self.cfg.run_id.clone();
@@ -136,6 +163,11 @@ impl RunMachine {
                 self.phase = Phase::Ending(Outcome { status, finish_reason: None, note: None, error: Some(err) });
                 Ok(None)
             }
+            Start::Turn { .. } => Err(Error::new(
+                ErrorCode::SessionExists,
+                format!("run '{run_id}' exists already: a new turn cannot start there"),
+            )
+            .with_run(&run_id)),
             start => self.start_stored_run(start),
         }
     }
@@ -204,7 +236,7 @@ impl RunMachine {
                     self.emit(Event::ToolResume { tool_call_ids: pending.iter().map(|c| c.id.clone()).collect() });
                 }
             }
-            (_, Start::Quarantine | Start::Failed(_)) => {}
+            (_, Start::Quarantine | Start::Failed(_) | Start::Turn { .. }) => {}
             (RunStatus::Finished, Start::Resume) => {
                 return Err(Error::new(
                     ErrorCode::CheckpointNotFound,

@@ -57,6 +57,16 @@ pub enum Start {
     Send(Vec<Message>),
     /// `resume()`: finish an unfinished run without new input.
     Resume,
+    /// A session's turn: a new run whose conversation so far is `prior`'s (the session's previous turn,
+    /// finished; `None` for the first turn), continued with `input` as a finished run is. Its first commit is
+    /// a snapshot, so the new run is whole from its first entry on; refused when the run exists already
+    /// (`STEADFAST_SESSION_EXISTS`).
+    Turn {
+        /// The previous turn's final state.
+        prior: Option<Box<crate::core::checkpoint::Checkpoint>>,
+        /// The new turn's input.
+        input: Vec<Message>,
+    },
     /// The last approval of a pause was resolved: these are the decisions for every approval of the pause.
     Approvals(Vec<Decision>),
     /// Mark the stored run quarantined (the recovery sweep gave up on it): one commit, nothing runs.

@@ -95,18 +95,25 @@ impl Agent {
         // A fork is a new run: it is a diagnosis fork only if `adjust` (the sweep) marks it so.
         cp.heal_of = None;
         adjust(&mut cp);
+        let checkpoint = self.write_new_run(&new_id, cp).await?;
+        Ok(ForkResult { run_id: new_id, step: entry.step, checkpoint })
+    }
+
+    /// Writes `cp` as the whole first entry (a snapshot) of the new run `new_id` and returns what was written.
+    /// The run exists once that entry is written by a confirmed owner of its lease.
+    pub(crate) async fn write_new_run(&self, new_id: &str, mut cp: Checkpoint) -> Result<Checkpoint> {
+        let store = self.store().clone();
         let now = self.deps.now();
         cp.seq = 1;
         cp.saved_at = now;
         let commit = JournalEntry { seq: 1, at: now, body: EntryBody::Snapshot { state: Box::new(cp.clone()) } };
-        // The fork exists once its first entry is written by a confirmed owner of its lease.
         self.deps
-            .with_lease(&new_id, false, async |lease, _| {
+            .with_lease(new_id, false, async |lease, _| {
                 store.commit(lease, &commit, &cp).await?;
                 store.confirm_lease(lease).await
             })
             .await?;
-        Ok(ForkResult { run_id: new_id, step: entry.step, checkpoint: cp })
+        Ok(cp)
     }
 
     /// Compares two stored runs (M9): their steps, where they diverge, and the drift.

@@ -1,0 +1,152 @@
+//! Firing schedules (M23): [`Agent::fire_schedules`] runs each schedule's due fire once, however many
+//! replicas or overlapping cron invocations tick at the same time.
+//!
+//! # The claim
+//! A fire's run id is derived from the schedule and the fire time (`<schedule>.<time in s>.fire`) and the run
+//! is created only if it does not exist: the existence check is repeated under the run's lease, which admits
+//! one execution at a time, so of two ticks that find the same fire one runs it and the other reports it
+//! `claimed` (its lease was held) or `already-fired` (the run existed). The fire's input is the run's first
+//! journal entry, written before the model is called: a tick that crashes after it leaves an unfinished run
+//! that the recovery sweep finishes like any other, and no later tick runs that fire again. On Workers KV the
+//! claim is as strong as the run lease there (best effort across locations); in strict mode it is exact.
+//!
+//! # When a schedule starts
+//! The store keeps each schedule's first-seen time (state document `schedule/<id>`): fire times before it are
+//! not due (see [`crate::core::schedule`]).
+
+use crate::core::checkpoint::RunStatus;
+use crate::core::error::{ErrorCode, ErrorInfo, Result};
+use crate::core::ids::fire_run_id;
+use crate::core::machine::Start;
+use crate::core::schedule::{CompiledSchedule, Due};
+use crate::runtime::{Agent, SendOptions};
+use serde::{Deserialize, Serialize};
+
+/// What a tick did with one schedule.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(tag = "outcome", rename_all = "kebab-case", rename_all_fields = "camelCase")]
+pub enum ScheduleOutcome {
+    /// This tick ran the fire (the run's status after it: finished, or paused on an approval).
+    Fired {
+        /// Schedule id.
+        schedule_id: String,
+        /// The fire's run id.
+        run_id: String,
+        /// Fire time (ms since the epoch).
+        #[cfg_attr(feature = "ts", ts(type = "number"))]
+        fire_at: u64,
+        /// The run's status after this tick.
+        status: RunStatus,
+    },
+    /// The fire's run existed already: an earlier tick (or another replica) claimed it.
+    AlreadyFired {
+        /// Schedule id.
+        schedule_id: String,
+        /// The fire's run id.
+        run_id: String,
+        /// Fire time.
+        #[cfg_attr(feature = "ts", ts(type = "number"))]
+        fire_at: u64,
+    },
+    /// Another execution held the fire's run lease: another replica is running it now.
+    Claimed {
+        /// Schedule id.
+        schedule_id: String,
+        /// The fire's run id.
+        run_id: String,
+        /// Fire time.
+        #[cfg_attr(feature = "ts", ts(type = "number"))]
+        fire_at: u64,
+    },
+    /// The fire was missed and the schedule skips missed fires: nothing ran.
+    Skipped {
+        /// Schedule id.
+        schedule_id: String,
+        /// Fire time.
+        #[cfg_attr(feature = "ts", ts(type = "number"))]
+        fire_at: u64,
+    },
+    /// Nothing is due.
+    Idle {
+        /// Schedule id.
+        schedule_id: String,
+        /// The next fire time, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "ts", ts(optional, type = "number"))]
+        next_fire_at: Option<u64>,
+    },
+    /// The fire (or the schedule's bookkeeping) failed; a fire whose run exists is finished by the recovery
+    /// sweep, one that does not is tried again by the next tick.
+    Failed {
+        /// Schedule id.
+        schedule_id: String,
+        /// The fire's run id (when a fire was due).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "ts", ts(optional))]
+        run_id: Option<String>,
+        /// The error.
+        error: ErrorInfo,
+    },
+}
+
+impl Agent {
+    /// Fires every due schedule once (see the module docs), one after another, and says what happened to
+    /// each. One schedule's failure does not stop the others.
+    pub async fn fire_schedules(&self, schedules: &[CompiledSchedule], opts: &SendOptions) -> Vec<ScheduleOutcome> {
+        let mut out = Vec::with_capacity(schedules.len());
+        for s in schedules {
+            out.push(self.fire_schedule(s, opts).await);
+        }
+        out
+    }
+
+    /// Fires one schedule's due fire, if any (see the module docs).
+    pub async fn fire_schedule(&self, schedule: &CompiledSchedule, opts: &SendOptions) -> ScheduleOutcome {
+        let schedule_id = schedule.spec.id.clone();
+        let now = self.deps.now();
+        let since = match self.schedule_since(&schedule_id, now).await {
+            Ok(since) => since,
+            Err(e) => return ScheduleOutcome::Failed { schedule_id, run_id: None, error: e.info() },
+        };
+        let fire_at = match schedule.due(now, since) {
+            Due::Nothing => return ScheduleOutcome::Idle { next_fire_at: schedule.next_fire(now), schedule_id },
+            Due::Skip(fire_at) => return ScheduleOutcome::Skipped { schedule_id, fire_at },
+            Due::Fire(t) => t,
+        };
+        let run_id = fire_run_id(&schedule_id, fire_at / 1000);
+        match self.store().load(&run_id).await {
+            Ok(Some(_)) => return ScheduleOutcome::AlreadyFired { schedule_id, run_id, fire_at },
+            Ok(None) => {}
+            Err(e) => return ScheduleOutcome::Failed { schedule_id, run_id: Some(run_id), error: e.info() },
+        }
+        let start = Start::Turn { prior: None, input: schedule.spec.input.messages() };
+        match self.execute(&run_id, start, opts).await {
+            Ok(Some(result)) => ScheduleOutcome::Fired { schedule_id, run_id, fire_at, status: result.status },
+            Ok(None) => ScheduleOutcome::AlreadyFired { schedule_id, run_id, fire_at },
+            Err(e) if e.code == ErrorCode::SessionBusy => {
+                // Held by another execution, or created by it between our read and our lease.
+                match self.store().load(&run_id).await {
+                    Ok(Some(cp)) if cp.status == RunStatus::Finished => {
+                        ScheduleOutcome::AlreadyFired { schedule_id, run_id, fire_at }
+                    }
+                    _ => ScheduleOutcome::Claimed { schedule_id, run_id, fire_at },
+                }
+            }
+            Err(e) => ScheduleOutcome::Failed { schedule_id, run_id: Some(run_id), error: e.info() },
+        }
+    }
+
+    /// When the store first saw schedule `id` (written now when it had not).
+    async fn schedule_since(&self, id: &str, now: u64) -> Result<u64> {
+        let name = format!("schedule/{id}");
+        let store = self.store();
+        if let Some(text) = store.get_state(&name).await? {
+            if let Ok(since) = text.trim().parse::<u64>() {
+                return Ok(since);
+            }
+        }
+        store.put_state(&name, &now.to_string()).await?;
+        Ok(now)
+    }
+}
