@@ -29,6 +29,13 @@
 //! | POST | `/approvals/{id}` | `{approved, note?}` resolve |
 //! | GET | `/sweep` | the recovery sweep's stored state: outage breaker, provider failures, listing cursor |
 //! | POST | `/deliveries/{deliveryId}` | [`SendRequest`]: run a delivered job once → [`crate::runtime::Delivery`] |
+//! | POST | `/sessions/{id}` | [`SendRequest`]: the session's next turn (run `<id>.turn-<n>`) → RunResult (SSE as for runs) |
+//! | GET | `/sessions/{id}?limit=` | `{sessionId, turns}`: the turns, newest first ([`crate::runtime::SessionTurn`]) |
+//! | POST | `/sessions/{id}/resume` | finish an interrupted newest turn |
+//! | POST | `/sessions/{id}/fork` | `{fromStep, newId?}`: a new session from a turn → 201 [`crate::runtime::SessionFork`] |
+//! | POST | `/sessions/{id}/discard-pending` | drop an unfinished newest turn → `{sessionId, discarded}` |
+//! | DELETE | `/sessions/{id}` | delete every turn → `{sessionId, deletedTurns}` |
+//! | GET | `/schedules` | `{schedules}`: each configured schedule's [`crate::runtime::ScheduleStatus`] |
 //! | POST | `/__conformance` | the store conformance suite on the real KV binding: only in builds with the cargo
 //! feature `conformance` (tests), and only with the token |
 //!
@@ -47,9 +54,10 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
+use crate::core::schedule::CompiledSchedule;
 use crate::core::sweep::SweepState;
 use crate::runtime::traits::{EventSink, LocalFuture};
-use crate::runtime::{Agent, ForkOptions, Resolve, SendOptions};
+use crate::runtime::{Agent, ForkOptions, Resolve, SendOptions, SessionForkOptions};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -248,6 +256,15 @@ pub struct Api {
     token: Option<String>,
     demo: Option<DemoCounts>,
     spawner: Option<Spawner>,
+    schedules: Vec<CompiledSchedule>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct SessionForkBody {
+    from_step: u32,
+    #[serde(default)]
+    new_id: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -591,13 +608,19 @@ pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn H
 impl Api {
     /// An API over `agent`; `token` is the bearer token (`None` refuses every route but `/health`).
     pub fn new(agent: Agent, token: Option<String>) -> Api {
-        Api { agent, token: token.filter(|t| !t.is_empty()), demo: None, spawner: None }
+        Api { agent, token: token.filter(|t| !t.is_empty()), demo: None, spawner: None, schedules: Vec::new() }
     }
 
     /// Executes `send` and `resume` as tasks of their own through `spawner` (strict mode: inside the run's
     /// object), so a run goes on to its end when the request goes, and `Prefer: respond-async` is honoured.
     pub fn with_spawner(mut self, spawner: Spawner) -> Api {
         self.spawner = Some(spawner);
+        self
+    }
+
+    /// The configured schedules (`GET /schedules` shows them).
+    pub fn with_schedules(mut self, schedules: Vec<CompiledSchedule>) -> Api {
+        self.schedules = schedules;
         self
     }
 
@@ -753,8 +776,99 @@ impl Api {
                 let opts = SendOptions { business_state, ..SendOptions::default() };
                 Ok(ApiResponse::ok(&self.agent.run_once(id, input, opts).await?))
             }
+            ["sessions", id] => {
+                let session = self.agent.session(id)?;
+                match m.as_str() {
+                    "POST" => self.session_send(req, id).await,
+                    "GET" => {
+                        let limit = match req.query("limit") {
+                            None => 50,
+                            Some(l) => l.parse::<usize>().map_err(|_| bad("`limit` must be a number"))?,
+                        };
+                        let turns = session.history(limit).await?;
+                        if turns.is_empty() {
+                            return Err(Error::new(
+                                ErrorCode::CheckpointNotFound,
+                                format!("session '{id}' has no turn"),
+                            ));
+                        }
+                        Ok(ApiResponse::ok(&json!({"sessionId": id, "turns": turns})))
+                    }
+                    "DELETE" => {
+                        let n = session.delete().await?;
+                        Ok(ApiResponse::ok(&json!({"sessionId": id, "deletedTurns": n})))
+                    }
+                    _ => not_allowed(),
+                }
+            }
+            ["sessions", id, action] => {
+                let session = self.agent.session(id)?;
+                if m != "POST" {
+                    return if matches!(*action, "resume" | "fork" | "discard-pending") {
+                        not_allowed()
+                    } else {
+                        Err(Error::new(ErrorCode::RouteNotFound, format!("no route {m} {}", req.path)))
+                    };
+                }
+                match *action {
+                    "resume" => {
+                        parse_body::<Value>(&req.body, true)?;
+                        Ok(match session.resume(SendOptions::default()).await? {
+                            Some(r) => ApiResponse::ok(&r),
+                            None => ApiResponse::ok(
+                                &json!({"sessionId": id, "resumed": false, "reason": "nothing to resume"}),
+                            ),
+                        })
+                    }
+                    "fork" => {
+                        let body: SessionForkBody = parse_body(&req.body, false)?.ok_or_else(|| bad("empty body"))?;
+                        let fork =
+                            session.fork(SessionForkOptions { from_step: body.from_step, new_id: body.new_id }).await?;
+                        Ok(ApiResponse::with(201, &fork))
+                    }
+                    "discard-pending" => {
+                        parse_body::<Value>(&req.body, true)?;
+                        let discarded = session.discard_pending().await?;
+                        Ok(ApiResponse::ok(&json!({"sessionId": id, "discarded": discarded})))
+                    }
+                    _ => Err(Error::new(ErrorCode::RouteNotFound, format!("no route {m} {}", req.path))),
+                }
+            }
+            ["schedules"] => match m.as_str() {
+                "GET" => {
+                    let mut out = Vec::with_capacity(self.schedules.len());
+                    for s in &self.schedules {
+                        out.push(self.agent.schedule_status(s).await?);
+                    }
+                    Ok(ApiResponse::ok(&json!({ "schedules": out })))
+                }
+                _ => not_allowed(),
+            },
             _ => Err(Error::new(ErrorCode::RouteNotFound, format!("no route {m} {}", req.path))),
         }
+    }
+
+    /// `POST /sessions/{id}`: the session's next turn, answered like a send (SSE with
+    /// `Accept: text/event-stream`).
+    async fn session_send(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
+        let body: SendRequest = parse_body(&req.body, true)?.unwrap_or_default();
+        let (input, business_state) = body.into_parts()?;
+        let sse = req.header("accept").is_some_and(|a| a.contains("text/event-stream"));
+        let (sender, frames) = sse.then(frame_queue).unzip();
+        let start = Rc::new(StartSink { frames: sender, ..StartSink::default() });
+        let events: Option<Rc<dyn EventSink>> = sse.then(|| start.clone() as _);
+        let opts = SendOptions { business_state, events, ..SendOptions::default() };
+        let agent = self.agent.clone();
+        let session_id = id.to_string();
+        let run = async move {
+            let res = match agent.session(&session_id) {
+                Ok(s) => s.send(input, opts).await,
+                Err(e) => Err(e),
+            };
+            res.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::ok(&r))
+        };
+        // Sessions execute in the request (strict mode forwards only `/runs/…` to an object).
+        Ok(self.execute_here(start, Box::pin(run), frames).await)
     }
 
     async fn send(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
@@ -788,42 +902,10 @@ impl Api {
         run: LocalFuture<'static, ApiResponse>,
         frames: Option<FrameReader>,
     ) -> ApiResponse {
-        let ender = start.clone();
-        let mut run: LocalFuture<'static, ApiResponse> = Box::pin(async move {
-            let answer = run.await;
-            // The frames end with the run (a live body ends here).
-            if let Some(frames) = &ender.frames {
-                frames.close();
-            }
-            answer
-        });
-        let live = |frames, task| ApiResponse {
-            status: 200,
-            headers: vec![
-                ("content-type".into(), "text/event-stream".into()),
-                ("cache-control".into(), "no-cache".into()),
-            ],
-            body: String::new(),
-            live: Some(LiveBody::new(LiveParts { frames, timer: self.agent.deps.sleep.clone(), task })),
-        };
         let Some(spawn) = &self.spawner else {
-            let Some(frames) = frames else {
-                return run.await;
-            };
-            // Executed here until its first event (or its end, a refusal: the plain answer), then handed over.
-            let ended = futures::future::poll_fn(|cx| match run.as_mut().poll(cx) {
-                std::task::Poll::Ready(answer) => std::task::Poll::Ready(Some(answer)),
-                std::task::Poll::Pending if start.started.get() => std::task::Poll::Ready(None),
-                std::task::Poll::Pending => std::task::Poll::Pending,
-            })
-            .await;
-            return match ended {
-                Some(answer) if !start.started.get() => answer,
-                // Ended with events: they are all in the frames already.
-                Some(_) => live(frames, None),
-                None => live(frames, Some(Box::pin(async move { drop(run.await) }))),
-            };
+            return self.execute_here(start, run, frames).await;
         };
+        let run = closing_frames(&start, run);
         let task = start.clone();
         spawn(Box::pin(async move {
             let answer = run.await;
@@ -847,7 +929,7 @@ impl Api {
         });
         match (started.await, frames) {
             (Some(answer), _) => answer,
-            (None, Some(frames)) if !respond_async => live(frames, None),
+            (None, Some(frames)) if !respond_async => self.live(frames, None),
             (None, _) => ApiResponse {
                 headers: vec![
                     ("content-type".into(), "application/json".into()),
@@ -859,6 +941,48 @@ impl Api {
                 body: format!("{{\"runId\":\"{id}\",\"status\":\"accepted\"}}"),
                 live: None,
             },
+        }
+    }
+
+    /// Executes a run in this request (no spawner): `run` answers when it ends. With `frames` (an SSE answer)
+    /// the answer is the run's events as they happen, from its first one: a live body whose task is the rest
+    /// of the run, for the shell to run to its end whether the client stays or not. A refusal before the start
+    /// is the run's answer either way.
+    async fn execute_here(
+        &self,
+        start: Rc<StartSink>,
+        run: LocalFuture<'static, ApiResponse>,
+        frames: Option<FrameReader>,
+    ) -> ApiResponse {
+        let mut run = closing_frames(&start, run);
+        let Some(frames) = frames else {
+            return run.await;
+        };
+        // Executed here until its first event (or its end, a refusal: the plain answer), then handed over.
+        let ended = futures::future::poll_fn(|cx| match run.as_mut().poll(cx) {
+            std::task::Poll::Ready(answer) => std::task::Poll::Ready(Some(answer)),
+            std::task::Poll::Pending if start.started.get() => std::task::Poll::Ready(None),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        })
+        .await;
+        match ended {
+            Some(answer) if !start.started.get() => answer,
+            // Ended with events: they are all in the frames already.
+            Some(_) => self.live(frames, None),
+            None => self.live(frames, Some(Box::pin(async move { drop(run.await) }))),
+        }
+    }
+
+    /// A live SSE answer: `frames` as they come; `task` (if any) is the rest of the run.
+    fn live(&self, frames: FrameReader, task: Option<LocalFuture<'static, ()>>) -> ApiResponse {
+        ApiResponse {
+            status: 200,
+            headers: vec![
+                ("content-type".into(), "text/event-stream".into()),
+                ("cache-control".into(), "no-cache".into()),
+            ],
+            body: String::new(),
+            live: Some(LiveBody::new(LiveParts { frames, timer: self.agent.deps.sleep.clone(), task })),
         }
     }
 
@@ -908,6 +1032,18 @@ impl Api {
             self.agent.pending().await?.into_iter().filter(|r| status.is_none_or(|s| r.status == s)).collect();
         Ok(ApiResponse::ok(&json!({ "runs": runs })))
     }
+}
+
+/// `run`, closing the SSE frames (if any) when it ends: a live body ends with its run.
+fn closing_frames(start: &Rc<StartSink>, run: LocalFuture<'static, ApiResponse>) -> LocalFuture<'static, ApiResponse> {
+    let ender = start.clone();
+    Box::pin(async move {
+        let answer = run.await;
+        if let Some(frames) = &ender.frames {
+            frames.close();
+        }
+        answer
+    })
 }
 
 /// One event as a server-sent event block: `id:` (its `seq`, what `Last-Event-ID` names), `event:` (its type)

@@ -10,7 +10,8 @@
 //!   "onAgentDrift": "warn",
 //!   "tools": [{"name": "create_ticket", "url": "https://api.example.com/tickets",
 //!              "inputSchema": {"type": "object", "required": ["title"]}, "sideEffecting": true}],
-//!   "allowedHosts": ["api.example.com"]
+//!   "allowedHosts": ["api.example.com"],
+//!   "schedules": [{"id": "daily-report", "cron": "0 9 * * 1-5", "input": "Write the daily report"}]
 //! }
 //! ```
 //!
@@ -20,6 +21,7 @@
 
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::DriftPolicy;
+use crate::core::schedule::{compile_all, CompiledSchedule, Schedule};
 use crate::core::sweep::SweepOptions;
 use crate::http::HttpClient;
 use crate::providers::{
@@ -390,6 +392,9 @@ pub struct AgentConfig {
     /// The KV lease settle window in ms (default 1000; see `JournalOptions::settle_ms`).
     #[serde(default = "default_settle_ms")]
     pub settle_ms: u64,
+    /// Schedules (M23): `{id, cron, input, missed?, graceMs?}` each, fired by the Worker's cron trigger.
+    #[serde(default)]
+    pub schedules: Vec<Schedule>,
 }
 
 fn default_settle_ms() -> u64 {
@@ -411,6 +416,7 @@ impl Default for AgentConfig {
             demo_tools: None,
             history_limit: DEFAULT_HISTORY_LIMIT,
             settle_ms: default_settle_ms(),
+            schedules: Vec::new(),
         }
     }
 }
@@ -431,6 +437,11 @@ impl AgentConfig {
         })?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// The schedules, checked (`STEADFAST_SESSION_ID_INVALID` / `STEADFAST_CONFIG_INVALID` naming the schedule).
+    pub fn compiled_schedules(&self) -> Result<Vec<CompiledSchedule>> {
+        compile_all(self.schedules.clone())
     }
 
     /// Whether the demo tools are on (`demoTools`, else on for the mock provider only).
@@ -520,6 +531,9 @@ impl AgentConfig {
     pub fn validate(&self) -> Result<()> {
         let mut errs: Vec<String> = Vec::new();
         self.validate_model(&mut errs);
+        if let Err(e) = self.compiled_schedules() {
+            errs.push(format!("schedules: {}", e.message));
+        }
 
         let l = &self.limits;
         if l.max_steps == 0 {
@@ -941,6 +955,19 @@ mod tests {
         for bad in ["", "not json", "{", "[]", "{\"model\": ", "\u{0}"] {
             err_of(bad);
         }
+    }
+
+    #[test]
+    fn schedules_are_checked_with_the_configuration() {
+        let ok = AgentConfig::parse(r#"{"schedules": [{"id": "daily", "cron": "0 9 * * 1-5", "input": "report"}]}"#)
+            .unwrap();
+        assert_eq!(ok.compiled_schedules().unwrap().len(), 1);
+        let e = err_of(r#"{"schedules": [{"id": "daily", "cron": "0 25 * * *", "input": "report"}]}"#);
+        assert!(e.message.contains("schedules: schedule 'daily': cron expression"), "{}", e.message);
+        let e = err_of(r#"{"schedules": [{"id": "a.b", "cron": "@daily", "input": "x"}]}"#);
+        assert!(e.message.contains("schedules: invalid session id"), "{}", e.message);
+        let e = err_of(r#"{"schedules": [{"id": "d", "cron": "@daily", "input": "x", "every": 5}]}"#);
+        assert!(e.message.contains("at `schedules"), "{}", e.message);
     }
 
     #[test]

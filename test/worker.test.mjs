@@ -609,3 +609,56 @@ test("the test build's /__conformance needs the token, then passes the store sui
   assert.match(r.text, /strict_writes_per_boundary=1\.00 \(40 rows for 40 boundaries\)/);
   console.log(r.text);
 });
+
+test("sessions over HTTP: each turn its own run, the conversation carried on, listed with kind session", async () => {
+  const script = [{ toolCalls: [{ name: "charge", args: { order: 7 } }] }, { text: "Charged." }, { text: "Noted." }];
+  const mf = worker({ config: { model: { provider: "mock", script } } });
+  const one = await call(mf, "POST", "/sessions/chat-42", { input: "Charge order 7" });
+  assert.equal(one.status, 200, one.text);
+  assert.equal(one.json.runId, "chat-42.turn-1");
+  assert.equal(one.json.text, "Charged.");
+  const two = await call(mf, "POST", "/sessions/chat-42", { input: "Thanks" });
+  assert.equal(two.json.runId, "chat-42.turn-2", two.text);
+  assert.equal(two.json.text, "Noted.");
+  assert.deepEqual(two.json.messages.filter((m) => m.role === "user").map((m) => m.content), ["Charge order 7", "Thanks"]);
+  const listed = await call(mf, "GET", "/sessions/chat-42");
+  assert.deepEqual(listed.json.turns.map((t) => [t.turn, t.text]), [[2, "Noted."], [1, "Charged."]]);
+  assert.equal((await call(mf, "GET", "/runs/chat-42.turn-1")).json.status, "finished");
+  const direct = await call(mf, "POST", "/runs/chat-42.turn-1", { input: "sneak in" });
+  assert.equal(direct.json.error.code, "STEADFAST_SESSION_ID_INVALID", direct.text);
+  assert.equal((await call(mf, "GET", "/demo/counts")).json.charges, 1);
+});
+
+test("a configured schedule fires from the cron trigger once per fire time, as a run named by the fire", async () => {
+  const script = [{ toolCalls: [{ name: "charge", args: { order: 7 } }] }, { text: "Charged." }];
+  const schedules = [{ id: "every-minute", cron: "* * * * *", input: "Charge order 7" }];
+  const mf = worker({ config: { model: { provider: "mock", script }, schedules } });
+  const before = await call(mf, "GET", "/schedules");
+  assert.equal(before.status, 200, before.text);
+  assert.equal(before.json.schedules[0].since, null);
+  // The first tick only notes the schedule (a fire time before it existed is not due).
+  await cron(mf);
+  const seen = await call(mf, "GET", "/schedules");
+  assert.equal(typeof seen.json.schedules[0].since, "number", seen.text);
+  assert.equal((await call(mf, "GET", "/demo/counts")).json.charges ?? 0, 0);
+  // Say it exists since long ago: the current minute's fire is due.
+  const kv = await mf.getKVNamespace("RUNS");
+  const key = (await kv.list()).keys.map((k) => k.name).find((k) => k.endsWith("state/schedule/every-minute"));
+  assert.ok(key, "the schedule's first-seen time is stored");
+  await kv.put(key, "0");
+  await cron(mf);
+  await cron(mf);
+  await cron(mf);
+  const after = (await call(mf, "GET", "/schedules")).json.schedules[0];
+  assert.ok(after.lastRun, JSON.stringify(after));
+  assert.equal(after.lastRun.runId, `every-minute.${after.lastFireAt / 1000}.fire`);
+  assert.equal(after.lastRun.status, "finished");
+  const run = await call(mf, "GET", `/runs/${after.lastRun.runId}`);
+  assert.equal(run.json.status, "finished", run.text);
+  // Three ticks, one fire per fire time: a minute boundary between them may add one more, never more.
+  const fires = (await kv.list()).keys.map((k) => k.name).filter((k) => /every-minute\.\d+\.fire\//.test(k));
+  const distinct = new Set(fires.map((k) => k.match(/every-minute\.(\d+)\.fire/)[1]));
+  const charges = (await call(mf, "GET", "/demo/counts")).json.charges;
+  assert.ok(distinct.size >= 1 && distinct.size <= 2, [...distinct].join());
+  assert.equal(charges, distinct.size, `one charge per fire time: ${[...distinct].join()}`);
+});

@@ -51,6 +51,34 @@ fn fixture() -> Fixture {
     Fixture { api: Api::new(agent, Some(TOKEN.into())), kv, counters }
 }
 
+/// Like [`fixture`], with a model for conversations of any length: after a tool result it answers "Done.";
+/// to a user message about a refund it calls `refund`, about an order `charge`, else it answers "Noted.".
+fn session_fixture() -> Fixture {
+    use steadfast::core::transcript::Message;
+    let f = fixture();
+    let turn = MockTurn::func(|req| match req.messages.last() {
+        Some(Message::User { content }) if content.contains("refund") => {
+            MockTurn::tools([("refund", json!({"order": 7}))])
+        }
+        Some(Message::User { content }) if content.contains("order") => {
+            MockTurn::tools([("charge", json!({"order": 7}))])
+        }
+        Some(Message::User { .. }) => MockTurn::text("Noted."),
+        _ => MockTurn::text("Done."),
+    });
+    let clock = steadfast::runtime::ManualClock::new(1_700_000_000_000);
+    let store = JournalStore::new(
+        f.kv.clone(),
+        Rc::new(clock.clone()),
+        Rc::new(steadfast::runtime::ManualSleep::new(clock.clone())),
+        JournalOptions::default(),
+    );
+    let env = Env::with_store(Rc::new(store), clock);
+    let model = MockModel::by_turn(vec![turn; 40]);
+    let agent = env.agent(model, vec![counting_tool("charge", &f.counters), gated_tool("refund", &f.counters)]);
+    Fixture { api: Api::new(agent, Some(TOKEN.into())), ..f }
+}
+
 fn req(method: &str, path: &str, body: &str) -> ApiRequest {
     let (path, query) = match path.split_once('?') {
         Some((p, q)) => {
@@ -735,4 +763,120 @@ fn an_unreadable_sweep_state_is_a_coded_error_and_is_left_alone() {
     }
     let (s, v) = call(&f, req("POST", "/sweep", "{}"));
     assert_eq!((s, v["error"]["code"].as_str()), (405, Some("STEADFAST_METHOD_NOT_ALLOWED")), "{v}");
+}
+
+#[test]
+fn session_routes_make_one_run_per_turn_and_list_fork_discard_and_delete_them() {
+    let f = session_fixture();
+    let (s, v) = call(&f, req("POST", "/sessions/chat-42", r#"{"input": "charge order 7"}"#));
+    assert_eq!((s, v["runId"].as_str(), v["text"].as_str()), (200, Some("chat-42.turn-1"), Some("Done.")), "{v}");
+    let (s, v) = call(&f, req("POST", "/sessions/chat-42", r#"{"input": "and again"}"#));
+    assert_eq!((s, v["runId"].as_str(), v["text"].as_str()), (200, Some("chat-42.turn-2"), Some("Noted.")), "{v}");
+    assert_eq!(f.counters.get("charge"), 1, "the second turn answered from the conversation: {v}");
+    let (s, v) = call(&f, req("GET", "/sessions/chat-42?limit=10", ""));
+    assert_eq!(s, 200, "{v}");
+    let turns: Vec<u64> = v["turns"].as_array().unwrap().iter().map(|t| t["turn"].as_u64().unwrap()).collect();
+    assert_eq!(turns, [2, 1]);
+    assert_eq!(v["turns"][1]["input"][0]["content"], "charge order 7");
+    // Each turn is a run for reading.
+    assert_eq!(call(&f, req("GET", "/runs/chat-42.turn-1", "")).0, 200);
+    let (s, v) = call(&f, req("POST", "/sessions/chat-42/fork", r#"{"fromStep": 1}"#));
+    assert_eq!((s, v["sessionId"].as_str()), (201, Some("chat-42-fork-1")), "{v}");
+    assert_eq!(call(&f, req("GET", "/sessions/chat-42-fork-1", "")).1["turns"].as_array().unwrap().len(), 1);
+    // A turn paused on an approval holds the session; discarding it frees it.
+    let (s, v) = call(&f, req("POST", "/sessions/chat-42", r#"{"input": "refund it"}"#));
+    assert_eq!((s, v["status"].as_str()), (200, Some("awaiting-approval")), "{v}");
+    let (s, v) = call(&f, req("POST", "/sessions/chat-42", r#"{"input": "hello?"}"#));
+    assert_eq!((s, v["error"]["code"].as_str()), (409, Some("STEADFAST_SESSION_AWAITING_APPROVAL")), "{v}");
+    let (_, v) = call(&f, req("GET", "/runs", ""));
+    assert_eq!(v["runs"][0]["kind"], "session", "{v}");
+    assert_eq!(v["runs"][0]["ownerId"], "chat-42", "{v}");
+    let (s, v) = call(&f, req("POST", "/sessions/chat-42/discard-pending", ""));
+    assert_eq!((s, v["discarded"].as_str()), (200, Some("chat-42.turn-3")), "{v}");
+    let (s, v) = call(&f, req("POST", "/sessions/chat-42/resume", ""));
+    assert_eq!((s, v["resumed"].as_bool()), (200, Some(false)), "{v}");
+    let (s, v) = call(&f, req("DELETE", "/sessions/chat-42", ""));
+    assert_eq!((s, v["deletedTurns"].as_u64()), (200, Some(2)), "{v}");
+    assert_eq!(call(&f, req("GET", "/sessions/chat-42", "")).1["error"]["code"], "STEADFAST_CHECKPOINT_NOT_FOUND");
+}
+
+#[test]
+fn bad_session_requests_get_coded_4xx_and_change_nothing() {
+    let f = session_fixture();
+    assert_eq!(call(&f, req("POST", "/sessions/keep", r#"{"input": "charge order 7"}"#)).0, 200);
+    let cases: Vec<(&str, ApiRequest, u16, &str)> = vec![
+        ("dotted id", req("POST", "/sessions/a.b", r#"{"input": "x"}"#), 400, "STEADFAST_SESSION_ID_INVALID"),
+        ("empty id", req("POST", "/sessions/", r#"{"input": "x"}"#), 400, "STEADFAST_SESSION_ID_INVALID"),
+        ("long id", req("GET", &format!("/sessions/{}", "x".repeat(129)), ""), 400, "STEADFAST_SESSION_ID_INVALID"),
+        ("malformed JSON", req("POST", "/sessions/keep", "{input:"), 400, "STEADFAST_INVALID_INPUT"),
+        ("unknown field", req("POST", "/sessions/keep", r#"{"inputs": "x"}"#), 400, "STEADFAST_INVALID_INPUT"),
+        ("empty input", req("POST", "/sessions/new", r#"{"input": ""}"#), 400, "STEADFAST_INVALID_INPUT"),
+        ("unknown session", req("GET", "/sessions/nobody", ""), 404, "STEADFAST_CHECKPOINT_NOT_FOUND"),
+        ("bad limit", req("GET", "/sessions/keep?limit=x", ""), 400, "STEADFAST_INVALID_INPUT"),
+        (
+            "fork of no turn",
+            req("POST", "/sessions/keep/fork", r#"{"fromStep": 5}"#),
+            404,
+            "STEADFAST_CHECKPOINT_NOT_FOUND",
+        ),
+        ("fork without body", req("POST", "/sessions/keep/fork", ""), 400, "STEADFAST_INVALID_INPUT"),
+        (
+            "fork onto itself",
+            req("POST", "/sessions/keep/fork", r#"{"fromStep": 1, "newId": "keep"}"#),
+            409,
+            "STEADFAST_SESSION_EXISTS",
+        ),
+        (
+            "fork to a bad id",
+            req("POST", "/sessions/keep/fork", r#"{"fromStep": 1, "newId": "a b"}"#),
+            400,
+            "STEADFAST_SESSION_ID_INVALID",
+        ),
+        ("wrong method", req("PUT", "/sessions/keep", ""), 405, "STEADFAST_METHOD_NOT_ALLOWED"),
+        ("wrong action method", req("GET", "/sessions/keep/resume", ""), 405, "STEADFAST_METHOD_NOT_ALLOWED"),
+        ("unknown action", req("POST", "/sessions/keep/explode", ""), 404, "STEADFAST_ROUTE_NOT_FOUND"),
+        (
+            "turn run sent to directly",
+            req("POST", "/runs/keep.turn-1", r#"{"input": "x"}"#),
+            400,
+            "STEADFAST_SESSION_ID_INVALID",
+        ),
+        ("schedules by POST", req("POST", "/schedules", ""), 405, "STEADFAST_METHOD_NOT_ALLOWED"),
+    ];
+    for (label, r, status, code) in cases {
+        let before = snapshot(&f.kv);
+        let (s, v) = call(&f, r);
+        assert_eq!(s, status, "{label}: {v}");
+        assert_eq!(v["error"]["code"], code, "{label}: {v}");
+        assert_eq!(snapshot(&f.kv), before, "{label}: KV changed");
+    }
+}
+
+#[test]
+fn the_schedules_route_shows_each_schedule_its_latest_fire_and_the_next() {
+    use steadfast::core::schedule::{compile_all, Schedule};
+    let specs: Vec<Schedule> =
+        serde_json::from_value(json!([{"id": "hourly", "cron": "0 * * * *", "input": "charge order 7"}])).unwrap();
+    let Fixture { api, kv, .. } = fixture();
+    let agent = api.agent().clone();
+    let f = Fixture {
+        api: Api::new(agent.clone(), Some(TOKEN.into())).with_schedules(compile_all(specs.clone()).unwrap()),
+        kv,
+        counters: Counters::default(),
+    };
+    let (s, v) = call(&f, req("GET", "/schedules", ""));
+    assert_eq!(s, 200, "{v}");
+    let shown = &v["schedules"][0];
+    assert_eq!(shown["schedule"]["id"], "hourly");
+    assert_eq!(shown["since"], Value::Null, "no tick yet: {v}");
+    // 1_700_000_000_000 is 22:13:20Z: the latest fire time is 22:00, the next 23:00; no run was made.
+    assert_eq!(shown["lastFireAt"], 1_699_999_200_000u64, "{v}");
+    assert_eq!(shown["nextFireAt"], 1_700_002_800_000u64, "{v}");
+    assert_eq!(shown["lastRun"], Value::Null, "{v}");
+    // A tick records the schedule as seen; the route reads, it never fires.
+    let outcomes = block_on(agent.fire_schedules(&compile_all(specs).unwrap(), &Default::default()));
+    assert_eq!(serde_json::to_value(&outcomes).unwrap()[0]["outcome"], "idle");
+    let (_, v) = call(&f, req("GET", "/schedules", ""));
+    assert_eq!(v["schedules"][0]["since"], 1_700_000_000_000u64, "{v}");
+    assert_eq!(call(&f, req("GET", "/runs", "")).1["runs"], json!([]));
 }

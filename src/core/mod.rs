@@ -5,6 +5,7 @@ pub mod approval;
 pub(crate) mod backoff;
 pub mod checkpoint;
 pub mod classify;
+pub mod cron;
 pub mod error;
 pub mod events;
 pub mod fingerprint;

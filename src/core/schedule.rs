@@ -1,5 +1,5 @@
-//! Schedules (M23), the part without I/O: a schedule's definition, its cron expression (parsed by the `croner`
-//! crate, five fields, UTC), and which fire is due at a given time.
+//! Schedules (M23), the part without I/O: a schedule's definition, its cron expression ([`crate::core::cron`],
+//! five fields, UTC), and which fire is due at a given time.
 //!
 //! # Which fire is due
 //! At time `now`, the due fire of a schedule is its latest fire time `t <= now` (so a fire missed while nothing
@@ -9,6 +9,7 @@
 //! instead. Running it exactly once is the runtime's part: the fire's run id is derived from the schedule id and
 //! `t` ([`crate::core::ids::fire_run_id`]) and created only if it does not exist (the claim).
 
+use crate::core::cron::Cron;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::ids::validate_session_id;
 use crate::core::transcript::Message;
@@ -92,7 +93,7 @@ pub enum Due {
 pub struct CompiledSchedule {
     /// The schedule.
     pub spec: Schedule,
-    cron: croner::Cron,
+    cron: Cron,
 }
 
 impl CompiledSchedule {
@@ -101,34 +102,26 @@ impl CompiledSchedule {
     pub fn compile(spec: Schedule) -> Result<CompiledSchedule> {
         validate_session_id(&spec.id)?;
         let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, format!("schedule '{}': {m}", spec.id));
-        let parser = croner::parser::CronParser::builder()
-            .seconds(croner::parser::Seconds::Disallowed)
-            .year(croner::parser::Year::Disallowed)
-            .build();
-        let cron = parser.parse(&spec.cron).map_err(|e| cfg(format!("cron expression {:?}: {e}", spec.cron)))?;
+        let cron = Cron::parse(&spec.cron).map_err(|e| cfg(format!("cron expression {:?}: {e}", spec.cron)))?;
         if spec.input.messages().iter().all(|m| m.is_system()) {
             return Err(cfg("its input needs at least one user message".into()));
         }
         // Every fire must be findable: an expression that never matches (say, February 30th) is refused here
         // rather than failing every tick.
-        let probe = chrono::DateTime::from_timestamp_millis(0).ok_or_else(|| cfg("no epoch".into()))?;
-        cron.find_next_occurrence(&probe, false)
-            .map_err(|e| cfg(format!("cron expression {:?} never fires: {e}", spec.cron)))?;
+        if cron.next(0).is_none() {
+            return Err(cfg(format!("cron expression {:?} never fires", spec.cron)));
+        }
         Ok(CompiledSchedule { spec, cron })
     }
 
     /// The latest fire time at or before `at_ms` (ms since the epoch), if any.
     pub fn previous_fire(&self, at_ms: u64) -> Option<u64> {
-        let at = chrono::DateTime::from_timestamp_millis(i64::try_from(at_ms).ok()?)?;
-        let t = self.cron.find_previous_occurrence(&at, true).ok()?;
-        u64::try_from(t.timestamp_millis()).ok()
+        self.cron.previous(at_ms)
     }
 
     /// The first fire time after `at_ms`, if any.
     pub fn next_fire(&self, at_ms: u64) -> Option<u64> {
-        let at = chrono::DateTime::from_timestamp_millis(i64::try_from(at_ms).ok()?)?;
-        let t = self.cron.find_next_occurrence(&at, false).ok()?;
-        u64::try_from(t.timestamp_millis()).ok()
+        self.cron.next(at_ms)
     }
 
     /// What is due at `now_ms` for a schedule that exists since `since_ms` (see the module docs).

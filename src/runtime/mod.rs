@@ -51,7 +51,7 @@ pub use recovery::{
     delivery_run_id, diagnosis_note, Delivery, ForkOptions, ForkResult, NoListener, SweepListener, SweepReport,
 };
 pub use result::{RunResult, RunStats};
-pub use schedules::ScheduleOutcome;
+pub use schedules::{ScheduleOutcome, ScheduleStatus};
 pub use session::{Session, SessionFork, SessionForkOptions, SessionTurn};
 pub use tools::FnTool;
 pub use traits::{

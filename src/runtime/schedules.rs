@@ -90,7 +90,54 @@ pub enum ScheduleOutcome {
     },
 }
 
+/// A schedule as `GET /schedules` shows it: its definition, when the store first saw it, its latest fire time
+/// and that fire's run (if one was made), and its next fire time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct ScheduleStatus {
+    /// The schedule.
+    pub schedule: crate::core::schedule::Schedule,
+    /// When the store first saw it (`null`: no tick has yet).
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub since: Option<u64>,
+    /// The latest fire time at or before now, if any.
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub last_fire_at: Option<u64>,
+    /// That fire's run: its id and status, when it was made.
+    pub last_run: Option<crate::store::RunRef>,
+    /// The next fire time, if any.
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub next_fire_at: Option<u64>,
+}
+
 impl Agent {
+    /// What [`ScheduleStatus`] says of `schedule` now (reads only: its first-seen time and its latest fire's
+    /// run).
+    pub async fn schedule_status(&self, schedule: &CompiledSchedule) -> Result<ScheduleStatus> {
+        let now = self.deps.now();
+        let since = self
+            .store()
+            .get_state(&format!("schedule/{}", schedule.spec.id))
+            .await?
+            .and_then(|t| t.trim().parse::<u64>().ok());
+        let last_fire_at = schedule.previous_fire(now);
+        let last_run = match last_fire_at {
+            Some(t) => {
+                let run_id = fire_run_id(&schedule.spec.id, t / 1000);
+                self.store().load(&run_id).await?.map(|cp| crate::store::RunRef { run_id, status: cp.status })
+            }
+            None => None,
+        };
+        Ok(ScheduleStatus {
+            schedule: schedule.spec.clone(),
+            since,
+            last_fire_at,
+            last_run,
+            next_fire_at: schedule.next_fire(now),
+        })
+    }
+
     /// Fires every due schedule once (see the module docs), one after another, and says what happened to
     /// each. One schedule's failure does not stop the others.
     pub async fn fire_schedules(&self, schedules: &[CompiledSchedule], opts: &SendOptions) -> Vec<ScheduleOutcome> {

@@ -131,6 +131,17 @@ pub struct PendingRun {
     pub owner_id: Option<String>,
 }
 
+/// A run named with its status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct RunRef {
+    /// Run id.
+    pub run_id: String,
+    /// Its status.
+    pub status: RunStatus,
+}
+
 /// What a run is, from its id (see [`PendingRun::kind`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]

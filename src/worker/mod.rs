@@ -218,7 +218,7 @@ impl Host for WorkerHost<'_> {
         let env = self.env;
         let cfg = config(env)?;
         let agent = build_agent(env, &cfg, &self.runs)?;
-        let mut api = Api::new(agent, token);
+        let mut api = Api::new(agent, token).with_schedules(cfg.compiled_schedules()?);
         if let Runs::Object(_, _, state) = &self.runs {
             // Inside the run's object: runs execute as tasks of the object, not of the request, each with the
             // object's alarm set first for when its lease could be taken over (should the object die with it).
@@ -414,25 +414,39 @@ impl SweepListener for ConsoleListener {
     }
 }
 
-/// The cron entry: one bounded recovery sweep. workers-rs discards this function's result, so every error is
-/// caught and logged here.
+/// The cron entry: the configured schedules' due fires and one bounded recovery sweep, side by side (a long
+/// fire does not hold the sweep back). workers-rs discards this function's result, so every error is caught
+/// and logged here.
 #[event(scheduled)]
 pub async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     console_error_panic_hook::set_once();
     let result = async {
         let cfg = config(&env)?;
         let agent = build_agent(&env, &cfg, &Runs::Configured)?;
-        agent.sweep(&cfg.recovery, &ConsoleListener).await
+        let schedules = cfg.compiled_schedules()?;
+        let send = crate::runtime::SendOptions::default();
+        let (fires, sweep) =
+            futures::join!(agent.fire_schedules(&schedules, &send), agent.sweep(&cfg.recovery, &ConsoleListener));
+        Ok::<_, Error>((fires, sweep))
     }
     .await;
     match result {
-        Ok(r) => console_log!(
-            "steadfast sweep ({} at {}): {}",
-            event.cron(),
-            event.schedule(),
-            // Ignored: a SweepReport (numbers, strings, lists) always serialises.
-            serde_json::to_string(&r).unwrap_or_default()
-        ),
-        Err(e) => console_error!("steadfast sweep failed: {e}"),
+        Ok((fires, sweep)) => {
+            for fire in fires {
+                // Ignored: a ScheduleOutcome (strings, numbers) always serialises.
+                console_log!("steadfast schedule: {}", serde_json::to_string(&fire).unwrap_or_default());
+            }
+            match sweep {
+                Ok(r) => console_log!(
+                    "steadfast sweep ({} at {}): {}",
+                    event.cron(),
+                    event.schedule(),
+                    // Ignored: a SweepReport (numbers, strings, lists) always serialises.
+                    serde_json::to_string(&r).unwrap_or_default()
+                ),
+                Err(e) => console_error!("steadfast sweep failed: {e}"),
+            }
+        }
+        Err(e) => console_error!("steadfast cron tick failed: {e}"),
     }
 }
