@@ -21,7 +21,7 @@
 //! | POST | `/runs/{id}/resume` | finish an unfinished run |
 //! | GET | `/runs/{id}` | the run's state: a [`RunView`] |
 //! | DELETE | `/runs/{id}` | delete the run |
-//! | GET | `/runs?status=…` | unfinished runs |
+//! | GET | `/runs?status=…` | unfinished runs, each with `next`: the sweep's plan for it ([`crate::runtime::NextAttempt`]) |
 //! | GET | `/runs/{id}/history?limit=` | past states, newest first |
 //! | POST | `/runs/{id}/fork` | `{fromStep, patch?, newId?}` |
 //! | GET | `/compare/{a}/{b}` | compare two runs |
@@ -55,7 +55,7 @@ use crate::core::events::EventEnvelope;
 use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
 use crate::core::schedule::CompiledSchedule;
-use crate::core::sweep::SweepState;
+use crate::core::sweep::{SweepOptions, SweepState};
 use crate::runtime::traits::{EventSink, LocalFuture};
 use crate::runtime::{Agent, ForkOptions, Resolve, SendOptions, SessionForkOptions};
 use async_trait::async_trait;
@@ -257,6 +257,7 @@ pub struct Api {
     demo: Option<DemoCounts>,
     spawner: Option<Spawner>,
     schedules: Vec<CompiledSchedule>,
+    recovery: SweepOptions,
 }
 
 #[derive(Deserialize)]
@@ -608,13 +609,26 @@ pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn H
 impl Api {
     /// An API over `agent`; `token` is the bearer token (`None` refuses every route but `/health`).
     pub fn new(agent: Agent, token: Option<String>) -> Api {
-        Api { agent, token: token.filter(|t| !t.is_empty()), demo: None, spawner: None, schedules: Vec::new() }
+        Api {
+            agent,
+            token: token.filter(|t| !t.is_empty()),
+            demo: None,
+            spawner: None,
+            schedules: Vec::new(),
+            recovery: SweepOptions::default(),
+        }
     }
 
     /// Executes `send` and `resume` as tasks of their own through `spawner` (strict mode: inside the run's
     /// object), so a run goes on to its end when the request goes, and `Prefer: respond-async` is honoured.
     pub fn with_spawner(mut self, spawner: Spawner) -> Api {
         self.spawner = Some(spawner);
+        self
+    }
+
+    /// The recovery sweep's options (`GET /runs` shows each run's next attempt under them).
+    pub fn with_recovery(mut self, recovery: SweepOptions) -> Api {
+        self.recovery = recovery;
         self
     }
 
@@ -1030,7 +1044,15 @@ impl Api {
         };
         let runs: Vec<_> =
             self.agent.pending().await?.into_iter().filter(|r| status.is_none_or(|s| r.status == s)).collect();
-        Ok(ApiResponse::ok(&json!({ "runs": runs })))
+        let next = self.agent.next_attempts(&runs, &self.recovery).await?;
+        let mut shown = Vec::with_capacity(runs.len());
+        for (run, next) in runs.iter().zip(next) {
+            // Ignored (both): a PendingRun and a NextAttempt (strings, numbers, options) always serialise.
+            let mut v = serde_json::to_value(run).unwrap_or_default();
+            v["next"] = serde_json::to_value(next).unwrap_or_default();
+            shown.push(v);
+        }
+        Ok(ApiResponse::ok(&json!({ "runs": shown })))
     }
 }
 

@@ -880,3 +880,46 @@ fn the_schedules_route_shows_each_schedule_its_latest_fire_and_the_next() {
     assert_eq!(v["schedules"][0]["since"], 1_700_000_000_000u64, "{v}");
     assert_eq!(call(&f, req("GET", "/runs", "")).1["runs"], json!([]));
 }
+
+#[test]
+fn the_runs_listing_says_what_the_sweep_will_do_next_with_each_run() {
+    use steadfast::core::sweep::SweepOptions;
+    let clock = steadfast::runtime::ManualClock::new(1_700_000_000_000);
+    let kv = MemoryKv::new();
+    let store = JournalStore::new(
+        kv.clone(),
+        Rc::new(clock.clone()),
+        Rc::new(steadfast::runtime::ManualSleep::new(clock.clone())),
+        JournalOptions::default(),
+    );
+    let env = Env::with_store(Rc::new(store), clock);
+    let counters = Counters::default();
+    let turn = MockTurn::func(|req| {
+        let said = |w: &str| {
+            req.messages
+                .iter()
+                .any(|m| matches!(m, steadfast::core::transcript::Message::User { content } if content.contains(w)))
+        };
+        if said("refund") {
+            MockTurn::tools([("refund", json!({"order": 7}))])
+        } else if said("hard") {
+            MockTurn::error(400)
+        } else {
+            MockTurn::error(503)
+        }
+    });
+    let agent = env.agent(MockModel::by_turn(vec![turn; 4]), vec![gated_tool("refund", &counters)]);
+    let recovery = SweepOptions { interval_ms: 5_000, ..SweepOptions::default() };
+    let f = Fixture { api: Api::new(agent, Some(TOKEN.into())).with_recovery(recovery), kv, counters };
+    call(&f, req("POST", "/runs/paused", r#"{"input": "refund order 7"}"#));
+    call(&f, req("POST", "/runs/hard", r#"{"input": "fail hard"}"#));
+    call(&f, req("POST", "/runs/soft", r#"{"input": "fail soft"}"#));
+    let (s, v) = call(&f, req("GET", "/runs", ""));
+    assert_eq!(s, 200, "{v}");
+    let next = |id: &str| v["runs"].as_array().unwrap().iter().find(|r| r["runId"] == id).unwrap()["next"].clone();
+    assert_eq!(next("paused"), json!({"plan": "awaiting-person"}), "{v}");
+    assert_eq!(next("hard"), json!({"plan": "not-retryable"}), "{v}");
+    let soft = v["runs"].as_array().unwrap().iter().find(|r| r["runId"] == "soft").unwrap().clone();
+    assert_eq!(soft["attempts"], 1, "{v}");
+    assert_eq!(next("soft"), json!({"plan": "backoff", "at": soft["savedAt"].as_u64().unwrap() + 5_000}), "{v}");
+}

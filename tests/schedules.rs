@@ -26,8 +26,8 @@ fn schedule(id: &str, cron: &str, missed: MissedFires) -> CompiledSchedule {
         id: id.into(),
         cron: cron.into(),
         input: ScheduleInput::Text("Write the hourly report".into()),
-        missed,
-        grace_ms: 2 * MIN,
+        missed: Some(missed),
+        grace_ms: Some(2 * MIN),
     })
     .unwrap()
 }

@@ -64,17 +64,25 @@ pub struct Schedule {
     /// The input of each fire's run.
     pub input: ScheduleInput,
     /// What a tick does with a fire it finds late (default `run-once`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
-    pub missed: MissedFires,
+    pub missed: Option<MissedFires>,
     /// How late a fire may be found and still count as on time under `missed: "skip"` (default 120000 ms).
-    #[serde(default = "default_grace")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional, type = "number"))]
-    pub grace_ms: u64,
+    pub grace_ms: Option<u64>,
 }
 
-fn default_grace() -> u64 {
-    DEFAULT_GRACE_MS
+impl Schedule {
+    /// `missed`, or its default.
+    pub fn missed(&self) -> MissedFires {
+        self.missed.unwrap_or_default()
+    }
+
+    /// `graceMs`, or its default.
+    pub fn grace_ms(&self) -> u64 {
+        self.grace_ms.unwrap_or(DEFAULT_GRACE_MS)
+    }
 }
 
 /// What is due for a schedule at a time ([`CompiledSchedule::due`]).
@@ -128,7 +136,7 @@ impl CompiledSchedule {
     pub fn due(&self, now_ms: u64, since_ms: u64) -> Due {
         match self.previous_fire(now_ms) {
             Some(t) if t >= since_ms => {
-                if self.spec.missed == MissedFires::Skip && now_ms - t > self.spec.grace_ms {
+                if self.spec.missed() == MissedFires::Skip && now_ms - t > self.spec.grace_ms() {
                     Due::Skip(t)
                 } else {
                     Due::Fire(t)
@@ -165,8 +173,8 @@ mod tests {
             id: "s".into(),
             cron: cron.into(),
             input: ScheduleInput::Text("go".into()),
-            missed,
-            grace_ms: DEFAULT_GRACE_MS,
+            missed: Some(missed),
+            grace_ms: None,
         })
         .unwrap()
     }
@@ -199,8 +207,8 @@ mod tests {
                 id: id.into(),
                 cron: cron.into(),
                 input,
-                missed: MissedFires::RunOnce,
-                grace_ms: 1,
+                missed: None,
+                grace_ms: Some(1),
             })
             .unwrap_err()
         };
@@ -212,27 +220,21 @@ mod tests {
             assert!(err.message.contains("schedule 'a'"), "{}", err.message);
         }
         assert_eq!(mk("a", "@daily", ScheduleInput::Messages(vec![])).code, ErrorCode::ConfigInvalid);
-        let dup = Schedule {
-            id: "x".into(),
-            cron: "@hourly".into(),
-            input: text(),
-            missed: MissedFires::RunOnce,
-            grace_ms: 1,
-        };
+        let dup = Schedule { id: "x".into(), cron: "@hourly".into(), input: text(), missed: None, grace_ms: Some(1) };
         assert_eq!(compile_all(vec![dup.clone(), dup]).unwrap_err().code, ErrorCode::ConfigInvalid);
     }
 
     #[test]
     fn a_schedule_reads_from_json_with_defaults_and_refuses_unknown_fields() {
         let s: Schedule = serde_json::from_str(r#"{"id":"daily","cron":"0 9 * * 1-5","input":"report"}"#).unwrap();
-        assert_eq!(s.missed, MissedFires::RunOnce);
-        assert_eq!(s.grace_ms, DEFAULT_GRACE_MS);
+        assert_eq!(s.missed(), MissedFires::RunOnce);
+        assert_eq!(s.grace_ms(), DEFAULT_GRACE_MS);
         assert!(serde_json::from_str::<Schedule>(r#"{"id":"d","cron":"@daily","input":"x","every":1}"#).is_err());
         let s: Schedule = serde_json::from_str(
             r#"{"id":"d","cron":"@daily","input":[{"role":"user","content":"x"}],"missed":"skip"}"#,
         )
         .unwrap();
-        assert_eq!(s.missed, MissedFires::Skip);
+        assert_eq!(s.missed(), MissedFires::Skip);
         assert_eq!(s.input.messages().len(), 1);
     }
 }

@@ -48,7 +48,8 @@ pub use options::{AgentOptions, SendOptions};
 #[cfg(feature = "testing")]
 pub use options::{CrashBudget, CrashPoint, StallPoint};
 pub use recovery::{
-    delivery_run_id, diagnosis_note, Delivery, ForkOptions, ForkResult, NoListener, SweepListener, SweepReport,
+    delivery_run_id, diagnosis_note, Delivery, ForkOptions, ForkResult, NextAttempt, NoListener, SweepListener,
+    SweepReport,
 };
 pub use result::{RunResult, RunStats};
 pub use schedules::{ScheduleOutcome, ScheduleStatus};

@@ -92,7 +92,6 @@ impl SessionTurn {
 #[serde(rename_all = "camelCase")]
 pub struct SessionForkOptions {
     /// The turn to fork after: the new session's conversation is this turn's (its latest state).
-    #[serde(alias = "fromTurn")]
     pub from_step: u32,
     /// Id of the new session (default `<id>-fork-<n>`, the first n with no turn).
     #[serde(default)]

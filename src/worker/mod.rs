@@ -218,7 +218,8 @@ impl Host for WorkerHost<'_> {
         let env = self.env;
         let cfg = config(env)?;
         let agent = build_agent(env, &cfg, &self.runs)?;
-        let mut api = Api::new(agent, token).with_schedules(cfg.compiled_schedules()?);
+        let mut api =
+            Api::new(agent, token).with_schedules(cfg.compiled_schedules()?).with_recovery(cfg.recovery.clone());
         if let Runs::Object(_, _, state) = &self.runs {
             // Inside the run's object: runs execute as tasks of the object, not of the request, each with the
             // object's alarm set first for when its lease could be taken over (should the object die with it).

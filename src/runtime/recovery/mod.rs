@@ -17,4 +17,4 @@ mod sweep;
 pub use delivery::{delivery_run_id, Delivery};
 pub use diagnosis::diagnosis_note;
 pub use fork::{ForkOptions, ForkResult};
-pub use sweep::{NoListener, SweepListener, SweepReport};
+pub use sweep::{NextAttempt, NoListener, SweepListener, SweepReport};

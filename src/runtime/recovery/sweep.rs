@@ -134,6 +134,50 @@ impl SweepReport {
     }
 }
 
+/// What the recovery sweep will do next with an unfinished run (as `GET /runs` shows it): the sweep's own plan
+/// for it now, from its stored state and options.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct NextAttempt {
+    /// `next-tick` (resumed by the next tick), `backoff` (waiting until `at`), `outage` (waiting on the open
+    /// breaker; its next probe is `at`), `quarantine` / `diagnosis-fork` (at the attempt cap: the next tick
+    /// quarantines it or tries a diagnosis fork), `quarantined`, `awaiting-person`, `not-retryable`.
+    pub plan: String,
+    /// When, for `backoff` and `outage` (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional, type = "number"))]
+    pub at: Option<u64>,
+}
+
+impl Agent {
+    /// The sweep's plan for each of `runs` now ([`NextAttempt`]), under `opts` and the sweep's stored state
+    /// (one read). A stored state that cannot be read counts as the initial one (the next tick replaces it).
+    pub async fn next_attempts(&self, runs: &[PendingRun], opts: &SweepOptions) -> Result<Vec<NextAttempt>> {
+        let state: SweepState = match self.store().get_state("sweep").await? {
+            Some(text) => serde_json::from_str(&text).unwrap_or_default(),
+            None => SweepState::default(),
+        };
+        let now = self.deps.now();
+        Ok(runs
+            .iter()
+            .map(|r| {
+                let (plan, at) = match plan(opts, &state, now, &candidate(r)) {
+                    Plan::Resume | Plan::Probe => ("next-tick", None),
+                    Plan::Backoff { until } => ("backoff", Some(until)),
+                    Plan::Outage => ("outage", state.outage.as_ref().map(|o| o.next_probe_at)),
+                    Plan::Quarantine => ("quarantine", None),
+                    Plan::Heal => ("diagnosis-fork", None),
+                    Plan::Quarantined => ("quarantined", None),
+                    Plan::AwaitingPerson => ("awaiting-person", None),
+                    Plan::NotRetryable => ("not-retryable", None),
+                };
+                NextAttempt { plan: plan.into(), at }
+            })
+            .collect())
+    }
+}
+
 pub(super) fn candidate(run: &PendingRun) -> Candidate<'_> {
     Candidate {
         run_id: &run.run_id,
