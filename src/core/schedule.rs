@@ -64,7 +64,7 @@ pub struct Schedule {
     pub input: ScheduleInput,
     /// What a tick does with a fire it finds late (default `run-once`).
     #[serde(default)]
-    #[cfg_attr(feature = "ts", ts(optional))]
+    #[cfg_attr(feature = "ts", ts(as = "Option<MissedFires>", optional))]
     pub missed: MissedFires,
     /// How late a fire may be found and still count as on time under `missed: "skip"` (default 120000 ms).
     #[serde(default = "default_grace")]
