@@ -1,7 +1,7 @@
 // Schedules: `agent.fireSchedule(schedules)` for a Worker's `scheduled` handler and the `startSchedules` loop
 // for long-lived hosts (the Rust runtime's `Agent::fire_schedules` and `Agent::run_schedules`, which checks
 // the schedules, claims each fire time in the store and sleeps on the agent's clock; this module translates).
-import { newSchedules, type JsAgent } from "./low_level.js";
+import { newSchedules } from "./low_level.js";
 import { call, SteadfastError, sync, wrapError } from "./errors.js";
 import type { MissedFires } from "./generated/MissedFires.js";
 import type { Schedule } from "./generated/Schedule.js";
@@ -50,13 +50,25 @@ export interface Schedules {
   done: Promise<void>;
 }
 
+/** Schedules the core checked (a `JsSchedules`, opaque here). */
+interface CheckedSchedules {
+  free(): void;
+}
+
+/** The low-level agent's schedule methods (src/bindings/mod.rs; structural, so the published types do not
+ * reach into the wasm-bindgen declarations). */
+export interface LowSchedules {
+  fireSchedules(schedules: CheckedSchedules, optionsJson: string | null, onEvent: ((json: string) => void) | null, signal: unknown): Promise<string>;
+  runSchedules(schedules: CheckedSchedules, everyMs: number, onTick: (json: string) => void, onEvent: ((json: string) => void) | null, signal: unknown): Promise<string>;
+}
+
 /** The JSON the core checks (`undefined` is not JSON: it reads as `null`, which is refused with a code). */
 function schedulesJson(schedules: readonly Schedule[]): string {
   return JSON.stringify(schedules ?? null) ?? "null";
 }
 
 /** `fireSchedule`: checks the schedules (a rejection with the coded error of the first bad one), fires. */
-export function fireSchedules(low: JsAgent, schedules: readonly Schedule[], opts: FireScheduleOptions = {}): Promise<ScheduleOutcome[]> {
+export function fireSchedules(low: LowSchedules, schedules: readonly Schedule[], opts: FireScheduleOptions = {}): Promise<ScheduleOutcome[]> {
   return call(() => {
     const checked = newSchedules(schedulesJson(schedules));
     try {
@@ -73,7 +85,7 @@ export function fireSchedules(low: JsAgent, schedules: readonly Schedule[], opts
 }
 
 /** `startSchedules`: checks the schedules and `intervalMs` at once (a throw), then runs the runtime's loop until stopped. */
-export function scheduleLoop(low: JsAgent, schedules: readonly Schedule[], opts: StartSchedulesOptions = {}): Schedules {
+export function scheduleLoop(low: LowSchedules, schedules: readonly Schedule[], opts: StartSchedulesOptions = {}): Schedules {
   const { intervalMs = 60_000, onFire, onTick, onError, onEvent, signal } = opts;
   const checked = sync(() => newSchedules(schedulesJson(schedules)));
   const controller = new AbortController();

@@ -1,6 +1,5 @@
 // Sessions: `agent.session({ id })`, a multi-turn conversation whose every turn is its own checkpointed run
 // `<id>.turn-<n>` (the Rust runtime's `Session`, src/runtime/session.rs; this module translates it).
-import type { JsAgent } from "./low_level.js";
 import { call } from "./errors.js";
 import type { SessionFork } from "./generated/SessionFork.js";
 import type { SessionForkOptions } from "./generated/SessionForkOptions.js";
@@ -65,8 +64,19 @@ function eventCallback(onEvent: ((e: RunEvent) => void) | undefined): ((json: st
   return onEvent ? (json: string) => onEvent(JSON.parse(json) as RunEvent) : null;
 }
 
+/** The low-level agent's session methods (src/bindings/mod.rs; structural, so the published types do not
+ * reach into the wasm-bindgen declarations). */
+export interface LowSessions {
+  sessionSend(id: string, requestJson: string, optionsJson: string | null, onEvent: ((json: string) => void) | null, signal: unknown): Promise<string>;
+  sessionResume(id: string, optionsJson: string | null, onEvent: ((json: string) => void) | null, signal: unknown): Promise<string>;
+  sessionHistory(id: string, limit?: number | null): Promise<string>;
+  sessionFork(id: string, optionsJson: string): Promise<string>;
+  sessionDiscardPending(id: string): Promise<string>;
+  sessionDelete(id: string): Promise<string>;
+}
+
 /** The session handle over the low-level agent (`id` checked already). */
-export function sessionHandle(low: JsAgent, id: string): Session {
+export function sessionHandle(low: LowSessions, id: string): Session {
   return {
     id,
     send: (input, opts = {}) =>
