@@ -69,7 +69,8 @@ export interface AgentOptions {
   lease?: Partial<LeaseOptions>;
   /**
    * The clock and timer the runtime reads (model-call backoff, leases, the recovery sweep's backoff, quarantine
-   * and outage breaker, the `recover` loop's ticks) instead of the platform's: `testClock()` in tests.
+   * and outage breaker, the `recover` and `startSchedules` loops' ticks, the time `fireSchedule` fires for)
+   * instead of the platform's: `testClock()` in tests.
    */
   clock?: Clock;
 }
