@@ -816,11 +816,6 @@ impl JsSchedules {
         })?;
         compile_all(specs).map(|compiled| JsSchedules { compiled }).map_err(|e| js_error(&e))
     }
-
-    /// How many schedules there are.
-    pub fn count(&self) -> usize {
-        self.compiled.len()
-    }
 }
 
 /// A session handle's id, checked (`STEADFAST_SESSION_ID_INVALID`).
