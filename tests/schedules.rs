@@ -11,7 +11,7 @@ use steadfast::core::checkpoint::RunStatus;
 use steadfast::core::schedule::{compile_all, CompiledSchedule, MissedFires, Schedule, ScheduleInput};
 use steadfast::core::sweep::SweepOptions;
 use steadfast::runtime::{
-    CrashPoint, MockModel, MockTurn, NoListener, ScheduleOutcome, SendOptions, SimExecutor, SplitMix64,
+    AbortSignal, CrashPoint, MockModel, MockTurn, NoListener, ScheduleOutcome, SendOptions, SimExecutor, SplitMix64,
 };
 use steadfast::store::sim::{SimKv, SimOptions};
 use steadfast::store::{JournalOptions, JournalStore, RunKind, RunStore};
@@ -249,4 +249,38 @@ fn replicas_ticking_the_same_fire_at_once_run_it_once_generated() {
         println!("schedule racing trials: {trials}, ticks turned away while another replica held the fire: {claimed}");
         assert!(claimed > 0, "the trials make replicas meet on a fire");
     }
+}
+
+#[test]
+fn run_schedules_ticks_on_the_agents_clock_and_fires_each_fire_time_once_until_stopped() {
+    let env = Env::new();
+    let c = Counters::default();
+    let model = MockModel::by_turn(script());
+    let agent = env.agent(model.clone(), vec![counting_tool("report", &c)]);
+    let every5 = [schedule("every5", "*/5 * * * *", MissedFires::RunOnce)];
+    let stop = AbortSignal::new();
+    let ticks_seen: RefCell<Vec<Vec<&'static str>>> = RefCell::new(Vec::new());
+    let fired: RefCell<Vec<u64>> = RefCell::new(Vec::new());
+    let on_tick = |outcomes: &[ScheduleOutcome]| {
+        ticks_seen.borrow_mut().push(kinds(outcomes));
+        for o in outcomes {
+            if let ScheduleOutcome::Fired { fire_at, .. } = o {
+                fired.borrow_mut().push(*fire_at);
+            }
+        }
+        if fired.borrow().len() == 3 {
+            stop.abort();
+        }
+    };
+    let ticks = block_on(agent.run_schedules(&every5, MIN, &SendOptions::default(), &on_tick, &stop));
+    let fired = fired.into_inner();
+    // T0 is 22:13:20: ticks every minute fire 22:15, 22:20 and 22:25, each once.
+    assert_eq!(fired, vec![NEXT_HOUR - 45 * MIN, NEXT_HOUR - 40 * MIN, NEXT_HOUR - 35 * MIN]);
+    assert_eq!(ticks as usize, ticks_seen.borrow().len());
+    assert_eq!(ticks_seen.borrow()[0], ["idle"], "the first tick is at once");
+    assert_eq!(ticks, 13, "one tick a minute from 22:13:20 to 22:25:20");
+    assert_eq!(c.get("report"), 6, "two report calls per fire, three fires");
+    assert!(env.sleep.slept().iter().filter(|ms| **ms == MIN).count() >= 12, "it slept on the agent's sleep");
+    // Stopped before it starts: no tick.
+    assert_eq!(block_on(agent.run_schedules(&every5, MIN, &SendOptions::default(), &|_| {}, &stop)), 0);
 }

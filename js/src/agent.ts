@@ -8,6 +8,16 @@ import type { Model, ModelStream } from "./model.js";
 import type { Clock } from "./clock.js";
 import { recoveryLoop, type RecoverOptions, type Recovery, type SweepOptions } from "./recovery.js";
 import { storeHandle, type KVNamespaceLike, type Store } from "./stores.js";
+import { sessionHandle, type Session } from "./session.js";
+import {
+  fireSchedules,
+  scheduleLoop,
+  type FireScheduleOptions,
+  type Schedule,
+  type ScheduleOutcome,
+  type Schedules,
+  type StartSchedulesOptions,
+} from "./schedules.js";
 import { lowLevelTool, type Tool } from "./tools.js";
 import type {
   ApprovalRecord,
@@ -59,7 +69,8 @@ export interface AgentOptions {
   lease?: Partial<LeaseOptions>;
   /**
    * The clock and timer the runtime reads (model-call backoff, leases, the recovery sweep's backoff, quarantine
-   * and outage breaker, the `recover` loop's ticks) instead of the platform's: `testClock()` in tests.
+   * and outage breaker, the `recover` and `startSchedules` loops' ticks, the time `fireSchedule` fires for)
+   * instead of the platform's: `testClock()` in tests.
    */
   clock?: Clock;
 }
@@ -108,8 +119,37 @@ export interface Agent {
   runOnce(deliveryId: string, input: Input, options?: RunOnceOptions): Promise<Delivery>;
   /** Finishes an unfinished run; `null` when there is nothing to do. */
   resume(sessionId: string, options?: ResumeOptions): Promise<RunResult | null>;
-  /** Every unfinished run (with `sessionId`, the id `resume` takes). */
+  /**
+   * Every unfinished run (with `sessionId`, the id `resume` takes: the run id). `kind` says what the run is:
+   * `"run"` (a `send`, a fork, a delivery), `"session"` (a session's turn `<id>.turn-<n>`; `ownerId` is the
+   * session id, and `session.resume()` finishes it) or `"schedule"` (a schedule's fire; `ownerId` is the
+   * schedule id).
+   */
   pending(): Promise<PendingRun[]>;
+  /**
+   * The session `id` (1–128 characters of `A-Za-z0-9_-`; throws `STEADFAST_SESSION_ID_INVALID` at once
+   * otherwise): a multi-turn conversation whose every turn is its own checkpointed run `<id>.turn-<n>`.
+   */
+  session(options: { id: string }): Session;
+  /**
+   * Fires every due schedule once (for a Worker's `scheduled` handler): a schedule's due fire is its latest
+   * fire time at or before now (not before the store first saw the schedule); it is claimed in the store as
+   * run `<id>.<fire time in s>.fire`, created only if absent, so replicas and overlapping invocations run each
+   * fire once. Resolves one outcome per schedule, in order (`fired`, `already-fired`, `claimed`, `skipped`,
+   * `idle` or `failed`: one schedule's failure does not stop the others). The schedules are checked on every
+   * call: a bad one rejects with `STEADFAST_SESSION_ID_INVALID` (its id) or `STEADFAST_CONFIG_INVALID` (its
+   * cron expression, input or fields; two with one id) before anything runs.
+   */
+  fireSchedule(schedules: Schedule[], options?: FireScheduleOptions): Promise<ScheduleOutcome[]>;
+  /**
+   * Runs `fireSchedule` every `intervalMs` (default 60 s; the first tick at once) until `stop()` or `signal`
+   * (for long-lived hosts such as Node; on Workers call `fireSchedule` from the `scheduled` handler instead).
+   * The schedules (and `intervalMs`) are checked once, here: a bad one throws synchronously
+   * (`STEADFAST_SESSION_ID_INVALID`, `STEADFAST_CONFIG_INVALID`, `STEADFAST_INVALID_INPUT`). The loop ticks on the
+   * agent's clock (`createAgent({ clock: testClock() })` in tests). A throwing callback is reported to `onError`
+   * and never stops the loop, nor keeps `stop()` from stopping it.
+   */
+  startSchedules(schedules: Schedule[], options?: StartSchedulesOptions): Schedules;
   /** One recovery sweep tick (call it from a cron trigger). */
   sweep(options?: SweepOptions): Promise<SweepReport>;
   /**
@@ -279,6 +319,16 @@ export function createAgent(options: AgentOptions): Agent {
         ),
       ),
     pending: async () => (await call<PendingRun[]>(() => low.pending())).map(withSessionId),
+    session: (opts) => {
+      const id = (opts as { id?: unknown } | null | undefined)?.id;
+      if (typeof id !== "string") {
+        throw new SteadfastError("STEADFAST_SESSION_ID_INVALID", "agent.session({ id }) needs a string id");
+      }
+      sync(() => low.sessionCheck(id));
+      return sessionHandle(low, id);
+    },
+    fireSchedule: (schedules, opts) => fireSchedules(low, schedules, opts),
+    startSchedules: (schedules, opts) => scheduleLoop(low, schedules, opts),
     sweep: (opts = {}) => call(() => low.sweep(JSON.stringify(opts))),
     recover: (opts = {}) =>
       recoveryLoop((o, every, listener, signal) => low.recover(o, every ?? undefined, listener, signal), opts),

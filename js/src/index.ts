@@ -8,6 +8,8 @@
 //   stores.ts      `memoryStore`, `kvStore`
 //   mock_model.ts  the scripted `mockModel`
 //   recovery.ts    sweep options and the `recover` loop
+//   session.ts     `agent.session({ id })`
+//   schedules.ts   `agent.fireSchedule` and the `startSchedules` loop
 //   clock.ts       the injectable clock and `testClock`
 //   compare.ts     the standalone `compareTrajectories`
 //   errors.ts      `SteadfastError` and friends
@@ -38,6 +40,7 @@ export type {
   PendingRun,
   ResultKind,
   RunEvent,
+  RunKind,
   RunResult,
   RunStats,
   RunStatus,
@@ -68,6 +71,23 @@ export {
 export { kvStore, memoryStore, type KVNamespaceLike, type KvStoreOptions, type Store } from "./stores.js";
 export { mockModel, ProviderHttpError, type MockModel, type MockModelOptions, type MockTurn } from "./mock_model.js";
 export type { RecoverOptions, Recovery, RecoveryRun, SweepOptions } from "./recovery.js";
+export type {
+  Session,
+  SessionFork,
+  SessionForkOptions,
+  SessionResumeOptions,
+  SessionSendOptions,
+  SessionTurn,
+} from "./session.js";
+export type {
+  FireScheduleOptions,
+  MissedFires,
+  Schedule,
+  ScheduleInput,
+  ScheduleOutcome,
+  Schedules,
+  StartSchedulesOptions,
+} from "./schedules.js";
 export { testClock, type Clock, type TestClock, type TestClockOptions } from "./clock.js";
 export { compareTrajectories } from "./compare.js";
 export { PropagatedToolError, PropagatingToolError, SessionAwaitingApprovalError, SteadfastError } from "./errors.js";

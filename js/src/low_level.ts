@@ -1,9 +1,9 @@
 // The ONLY file that imports the wasm-bindgen output (`wasm/steadfast.js`, built with `--target web`).
 // Each runtime's entry point (src/entrypoints/*.ts) hands it the compiled module or the bytes; the typed
 // facade (index.ts) only sees the functions below.
-import { compareTrajectories, initSync, JsAgent, JsStore } from "../wasm/steadfast.js";
+import { compareTrajectories, initSync, JsAgent, JsSchedules, JsStore } from "../wasm/steadfast.js";
 
-export type { JsAgent, JsStore };
+export type { JsAgent, JsSchedules, JsStore };
 
 let ready = false;
 
@@ -45,4 +45,10 @@ export function compareRuns(aJson: string, bJson: string): string {
 export function newAgent(options: object, store: unknown): JsAgent {
   check();
   return new JsAgent(options, store as JsStore);
+}
+
+/** Checked schedules from their JSON array (throws the coded error of the first bad one). */
+export function newSchedules(schedulesJson: string): JsSchedules {
+  check();
+  return new JsSchedules(schedulesJson);
 }

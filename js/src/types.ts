@@ -22,6 +22,7 @@ import type { ModelRequest } from "./generated/ModelRequest.js";
 import type { PendingRun as GeneratedPendingRun } from "./generated/PendingRun.js";
 import type { ResultKind } from "./generated/ResultKind.js";
 import type { RunResult as GeneratedRunResult } from "./generated/RunResult.js";
+import type { RunKind } from "./generated/RunKind.js";
 import type { RunStats } from "./generated/RunStats.js";
 import type { RunStatus } from "./generated/RunStatus.js";
 import type { SweepReport } from "./generated/SweepReport.js";
@@ -54,6 +55,7 @@ export type {
   ModelChange,
   ModelRequest,
   ResultKind,
+  RunKind,
   RunStats,
   RunStatus,
   SweepReport,

@@ -69,3 +69,29 @@ test("under workerd: the seed's recover example on KV with a test clock (agent a
   assert.deepEqual(r.pending, []);
   assert.ok(r.virtualMs >= 1_000, `the backoff passed in virtual time: ${r.virtualMs}`);
 });
+
+test("under workerd: a session's turns over KV, each request with new agent objects", async () => {
+  const r = await get("/session");
+  assert.deepEqual(r.runIds, ["chat-1.turn-1", "chat-1.turn-2"]);
+  assert.deepEqual(r.texts, ["First answer.", "Second answer."]);
+  assert.deepEqual(r.secondSaw, ["Hello", "First answer.", "And then?", "Second answer."]);
+  assert.deepEqual(r.history, [[2, "chat-1.turn-2", "finished"], [1, "chat-1.turn-1", "finished"]]);
+});
+
+test("under workerd: the cron trigger's fireSchedule fires a fire time once over KV", async () => {
+  const worker = await mf.getWorker();
+  const tick = async (iso) => {
+    const res = await worker.scheduled({ cron: "*/5 * * * *", scheduledTime: new Date(iso) });
+    assert.equal(res.outcome, "ok");
+    return get("/last-fire");
+  };
+  const first = await tick("2026-12-01T10:12:00Z");
+  assert.deepEqual(first.outcomes.map((o) => o.outcome), ["idle"], "the store first sees the schedule at 10:12");
+  const fired = await tick("2026-12-01T10:15:10Z");
+  assert.equal(fired.outcomes[0].outcome, "fired");
+  assert.equal(fired.outcomes[0].runId, `every5.${Date.parse("2026-12-01T10:15:00Z") / 1000}.fire`);
+  assert.equal(fired.reports, 1);
+  const again = await tick("2026-12-01T10:16:00Z");
+  assert.equal(again.outcomes[0].outcome, "already-fired");
+  assert.equal(again.reports, 1, "the report ran once");
+});

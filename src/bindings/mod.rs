@@ -40,13 +40,15 @@ use crate::core::classify::provider_http_error;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::{EventEnvelope, StreamDelta};
 use crate::core::machine::ModelResponse;
+use crate::core::schedule::{compile_all, CompiledSchedule, Schedule};
 use crate::core::sweep::SweepOptions;
 use crate::core::trajectory::compare_json;
 use crate::core::transcript::{Message, ToolCall};
 use crate::runtime::{
     AbortSignal, Agent, AgentBuilder, AgentOptions, Clock, EventSink, ForkOptions, Hook, HookContext, Input, Model,
     ModelFeed, ModelRequest, NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult,
-    SendOptions, Sleep, SweepListener, Tool, ToolContext, ToolError, ToolOutput, ToolResultDraft, VecSink, Verdict,
+    ScheduleOutcome, SendOptions, SessionForkOptions, Sleep, SweepListener, Tool, ToolContext, ToolError, ToolOutput,
+    ToolResultDraft, VecSink, Verdict,
 };
 use crate::store::{JournalOptions, JournalStore, MemoryStore, PendingRun, RunStore};
 use crate::wasm_shared::{
@@ -791,6 +793,45 @@ impl JsStore {
 
 /// A durable agent over a JS model, JS tools and a [`JsStore`]. Every method returns a promise of a JSON
 /// string and rejects with a JS `Error` carrying `code`, `retryable`, `runId`, `approvalId`.
+/// Schedules whose definitions were checked (`compile_all`), for [`JsAgent::fire_schedules`] and
+/// [`JsAgent::run_schedules`].
+#[wasm_bindgen]
+pub struct JsSchedules {
+    compiled: Vec<CompiledSchedule>,
+}
+
+#[wasm_bindgen]
+impl JsSchedules {
+    /// Checks `schedules_json`, a JSON array of `{id, cron, input, missed?, graceMs?}`: throws
+    /// `STEADFAST_SESSION_ID_INVALID` for a bad id and `STEADFAST_CONFIG_INVALID` for anything else wrong (not
+    /// an array, an unknown field, a bad cron expression, an input without a user message, two schedules with
+    /// one id).
+    #[wasm_bindgen(constructor)]
+    pub fn new(schedules_json: &str) -> std::result::Result<JsSchedules, JsValue> {
+        let specs: Vec<Schedule> = serde_json::from_str(schedules_json).map_err(|e| {
+            js_error(&Error::new(
+                ErrorCode::ConfigInvalid,
+                format!("schedules must be an array of {{id, cron, input, missed?, graceMs?}}: {e}"),
+            ))
+        })?;
+        compile_all(specs).map(|compiled| JsSchedules { compiled }).map_err(|e| js_error(&e))
+    }
+}
+
+/// A session handle's id, checked (`STEADFAST_SESSION_ID_INVALID`).
+fn session_of<'a>(agent: &'a Agent, id: &str) -> Result<crate::runtime::Session<'a>> {
+    agent.session(id)
+}
+
+/// A history limit from JS: absent is every turn; otherwise a whole number >= 0.
+fn limit_of(limit: Option<f64>) -> Result<usize> {
+    match limit {
+        None => Ok(usize::MAX),
+        Some(n) if n.is_finite() && n >= 0.0 && n.fract() == 0.0 => Ok(n as usize),
+        Some(n) => Err(Error::invalid_input(format!("limit must be a whole number >= 0, not {n}"))),
+    }
+}
+
 #[wasm_bindgen]
 pub struct JsAgent {
     agent: Agent,
@@ -1156,5 +1197,143 @@ impl JsAgent {
     pub fn history(&self, run_id: String, limit: u32) -> Promise {
         let agent = self.agent.clone();
         promise(async move { agent.history(&run_id, limit as usize).await })
+    }
+
+    /// Checks a session id (`Agent::session`): throws `STEADFAST_SESSION_ID_INVALID` for a bad one.
+    #[wasm_bindgen(js_name = sessionCheck)]
+    pub fn session_check(&self, id: &str) -> std::result::Result<(), JsValue> {
+        session_of(&self.agent, id).map(|_| ()).map_err(|e| js_error(&e))
+    }
+
+    /// Sends the next turn of session `id` (`Session::send`; the other arguments as for `send`). Resolves to
+    /// the RunResult JSON.
+    #[wasm_bindgen(js_name = sessionSend)]
+    pub fn session_send(
+        &self,
+        id: String,
+        request_json: String,
+        options_json: Option<String>,
+        on_event: Option<Function>,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let session = session_of(&agent, &id)?;
+            let mut p = prepare(options_json, on_event, signal, "session send options")?;
+            let input = request_of(&request_json, &mut p.opts)?;
+            let result = session.send(input, p.opts).await?;
+            with_events(&result, p.sink)
+        })
+    }
+
+    /// Finishes session `id`'s interrupted newest turn (`Session::resume`; the arguments as for `resume`).
+    /// Resolves to the RunResult JSON, or `null` when there was nothing to do.
+    #[wasm_bindgen(js_name = sessionResume)]
+    pub fn session_resume(
+        &self,
+        id: String,
+        options_json: Option<String>,
+        on_event: Option<Function>,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let session = session_of(&agent, &id)?;
+            let p = prepare(options_json, on_event, signal, "session resume options")?;
+            match session.resume(p.opts).await? {
+                Some(result) => with_events(&result, p.sink),
+                None => Ok(Value::Null),
+            }
+        })
+    }
+
+    /// Session `id`'s turns, newest first (`Session::history`; `limit` absent: every turn). Resolves to the
+    /// SessionTurn JSON array.
+    #[wasm_bindgen(js_name = sessionHistory)]
+    pub fn session_history(&self, id: String, limit: Option<f64>) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let limit = limit_of(limit)?;
+            session_of(&agent, &id)?.history(limit).await
+        })
+    }
+
+    /// Forks session `id` (`Session::fork`; `options_json`: `{fromStep, newId?}`). Resolves to the SessionFork
+    /// JSON.
+    #[wasm_bindgen(js_name = sessionFork)]
+    pub fn session_fork(&self, id: String, options_json: String) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let opts: SessionForkOptions = serde_json::from_str(&options_json)
+                .map_err(|e| Error::invalid_input(format!("invalid session fork options: {e}")))?;
+            session_of(&agent, &id)?.fork(opts).await
+        })
+    }
+
+    /// Drops session `id`'s unfinished newest turn (`Session::discard_pending`). Resolves to the dropped run id
+    /// JSON, or `null`.
+    #[wasm_bindgen(js_name = sessionDiscardPending)]
+    pub fn session_discard_pending(&self, id: String) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { session_of(&agent, &id)?.discard_pending().await })
+    }
+
+    /// Deletes every turn of session `id` (`Session::delete`). Resolves to the number of turns deleted.
+    #[wasm_bindgen(js_name = sessionDelete)]
+    pub fn session_delete(&self, id: String) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { session_of(&agent, &id)?.delete().await })
+    }
+
+    /// Fires every due schedule once (`Agent::fire_schedules`; `options_json`, `on_event` and `signal` as for
+    /// `send`). Resolves to the ScheduleOutcome JSON array.
+    #[wasm_bindgen(js_name = fireSchedules)]
+    pub fn fire_schedules(
+        &self,
+        schedules: &JsSchedules,
+        options_json: Option<String>,
+        on_event: Option<Function>,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        let compiled = schedules.compiled.clone();
+        promise(async move {
+            let p = prepare(options_json, on_event, signal, "fireSchedule options")?;
+            Ok(agent.fire_schedules(&compiled, &p.opts).await)
+        })
+    }
+
+    /// Fires the schedules every `every_ms` until `signal` aborts (`Agent::run_schedules`; the first tick at
+    /// once, the ticks on the agent's clock; throws `STEADFAST_INVALID_INPUT` at once for an `every_ms` that is
+    /// not a number >= 1); `on_tick` is called with each tick's ScheduleOutcome JSON array
+    /// (a throwing `on_tick` is ignored: the facade catches). `on_event` as for `send`. Resolves to the number
+    /// of ticks.
+    #[wasm_bindgen(js_name = runSchedules)]
+    pub fn run_schedules(
+        &self,
+        schedules: &JsSchedules,
+        every_ms: f64,
+        on_tick: Function,
+        on_event: Option<Function>,
+        signal: Option<JsValue>,
+    ) -> std::result::Result<Promise, JsValue> {
+        if !(every_ms.is_finite() && every_ms >= 1.0) {
+            return Err(js_error(&Error::invalid_input(format!("intervalMs must be a number >= 1, not {every_ms}"))));
+        }
+        let agent = self.agent.clone();
+        let compiled = schedules.compiled.clone();
+        Ok(promise(async move {
+            let (stop, _link) = link_abort(signal)?;
+            let stop = stop.unwrap_or_default();
+            let (opts, _) = CallOptions::default().send_options(on_event);
+            let tick = |outcomes: &[ScheduleOutcome]| {
+                // Ignored (no else): outcomes (strings, numbers, error infos) always serialise.
+                if let Ok(json) = serde_json::to_string(outcomes) {
+                    // Ignored: the facade's `on_tick` catches what the user's callbacks throw.
+                    let _ = on_tick.call1(&JsValue::NULL, &JsValue::from_str(&json));
+                }
+            };
+            Ok(agent.run_schedules(&compiled, every_ms as u64, &opts, &tick, &stop).await)
+        }))
     }
 }

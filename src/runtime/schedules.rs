@@ -19,7 +19,7 @@ use crate::core::error::{ErrorCode, ErrorInfo, Result};
 use crate::core::ids::fire_run_id;
 use crate::core::machine::Start;
 use crate::core::schedule::{CompiledSchedule, Due};
-use crate::runtime::{Agent, SendOptions};
+use crate::runtime::{AbortSignal, Agent, SendOptions};
 use serde::{Deserialize, Serialize};
 
 /// What a tick did with one schedule.
@@ -146,6 +146,38 @@ impl Agent {
             out.push(self.fire_schedule(s, opts).await);
         }
         out
+    }
+
+    /// Fires `schedules` every `interval_ms` until `stop` is aborted (for long-lived hosts; on Workers call
+    /// [`Agent::fire_schedules`] once per cron invocation instead). The first tick is at once; each tick is one
+    /// [`Agent::fire_schedules`] with `opts` and `stop` as its abort signal (so aborting `stop` also aborts a
+    /// fire in flight: its run stays unfinished and the recovery sweep finishes it), then its outcomes go to
+    /// `on_tick`, then the loop sleeps on the agent's clock. Returns the number of ticks.
+    pub async fn run_schedules(
+        &self,
+        schedules: &[CompiledSchedule],
+        interval_ms: u64,
+        opts: &SendOptions,
+        on_tick: &dyn Fn(&[ScheduleOutcome]),
+        stop: &AbortSignal,
+    ) -> u64 {
+        let opts = SendOptions { abort: Some(stop.clone()), ..opts.clone() };
+        let mut ticks = 0;
+        while !stop.is_aborted() {
+            let outcomes = self.fire_schedules(schedules, &opts).await;
+            ticks += 1;
+            on_tick(&outcomes);
+            if stop.is_aborted() {
+                break;
+            }
+            let sleep = self.deps.sleep.clone();
+            let nap = sleep.sleep(interval_ms.max(1));
+            futures::pin_mut!(nap);
+            let aborted = stop.aborted();
+            futures::pin_mut!(aborted);
+            futures::future::select(nap, aborted).await;
+        }
+        ticks
     }
 
     /// Fires one schedule's due fire, if any (see the module docs).

@@ -66,6 +66,9 @@ const PUBLIC_EXPORTS = {
     "RecoveryRun", "ResultKind", "ResumeOptions", "RunEvent", "RunOnceOptions", "RunResult", "RunStats", "RunStatus",
     "SendOptions", "Store", "SweepOptions", "SweepReport", "TestClock", "TestClockOptions", "Tool", "ToolCall",
     "ToolContext", "ToolResult", "ToolSpec", "TrajectoryStep", "Usage",
+    "RunKind", "Session", "SessionFork", "SessionForkOptions", "SessionResumeOptions", "SessionSendOptions", "SessionTurn",
+    "FireScheduleOptions", "MissedFires", "Schedule", "ScheduleInput", "ScheduleOutcome", "Schedules",
+    "StartSchedulesOptions",
   ],
 };
 

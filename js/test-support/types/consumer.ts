@@ -29,6 +29,13 @@ import {
   type ResultKind,
   type KVNamespaceLike,
   type RunResult,
+  type RunKind,
+  type Schedule,
+  type ScheduleOutcome,
+  type Schedules,
+  type Session,
+  type SessionFork,
+  type SessionTurn,
 } from "steadfast";
 
 declare const env: { RUNS: KVNamespaceLike };
@@ -148,3 +155,43 @@ export const charge = defineTool<{ amount: number }>({
   execute: async ({ amount }, ctx) => ({ amount, id: ctx.toolCallId }),
   reconcile: async ({ amount }, { toolCallId }) => (amount > 0 ? `found ${toolCallId}` : null),
 });
+
+// Sessions and schedules: the generated types resolve, outcomes narrow on `outcome`, kinds are literals.
+export async function sessionsAndSchedules(): Promise<ScheduleOutcome[]> {
+  const agent = createAgent({ provider: mockModel(["hi"]), store: memoryStore() });
+  const session: Session = agent.session({ id: "chat-42" });
+  const r: RunResult = await session.send("Book a table", { onEvent: (e) => e.seq, businessState: { guests: 2 } });
+  const again: RunResult | null = await session.resume({ events: true });
+  const turns: SessionTurn[] = await session.history({ limit: 3 });
+  const turn: number | undefined = turns[0]?.turn;
+  const fork: SessionFork = await session.fork({ fromStep: 1, newId: "chat-43" });
+  const dropped: string | null = await session.discardPending();
+  const deleted: number = await session.delete();
+  // @ts-expect-error a session send takes no sessionId
+  void session.send("x", { sessionId: "other" });
+  const kinds: Array<RunKind | undefined> = (await agent.pending()).map((p) => (p.ownerId === undefined ? undefined : p.kind));
+  void [r.text, again?.status, turn, fork.checkpoint.runId, dropped, deleted, kinds, session.id];
+
+  const schedules: Schedule[] = [
+    { id: "hourly", cron: "0 * * * *", input: "Send the report" },
+    { id: "nightly", cron: "0 2 * * *", input: [{ role: "user", content: "Nightly" }], missed: "skip", graceMs: 60_000 },
+  ];
+  // @ts-expect-error not a MissedFires policy
+  const badMissed: Schedule = { id: "x", cron: "@daily", input: "x", missed: "sometimes" };
+  const outcomes = await agent.fireSchedule(schedules, { onEvent: (e) => e.type });
+  for (const o of outcomes) {
+    if (o.outcome === "fired") void [o.runId, o.fireAt, o.status];
+    else if (o.outcome === "failed") void [o.error.code, o.runId];
+    else if (o.outcome === "idle") void o.nextFireAt;
+  }
+  const loop: Schedules = agent.startSchedules(schedules, {
+    intervalMs: 60_000,
+    onFire: (o) => void o.fireAt,
+    onTick: (all) => void all.length,
+    onError: (error, failed) => void [error.code, failed?.runId],
+  });
+  await loop.stop();
+  await loop.done;
+  void badMissed;
+  return outcomes;
+}

@@ -76,6 +76,23 @@ const script = (name) =>
 const agentFor = (env, name) =>
   createAgent({ model: mockModel(script(name), { mode: "by-turn" }), tools, store: kvStore(env.RUNS, { settleMs: 50 }) });
 
+// Sessions and schedules over KV (each request builds new agent objects, as separate Worker invocations do).
+const chatAgent = (env) =>
+  createAgent({ model: mockModel(["First answer.", "Second answer."], { mode: "by-turn" }), store: kvStore(env.RUNS, { prefix: "chat/", settleMs: 50 }) });
+const scheduleCounts = { reports: 0 };
+const report = defineTool({ name: "report", description: "Send the report", execute: async () => `report ${++scheduleCounts.reports}` });
+const schedules = [{ id: "every5", cron: "*/5 * * * *", input: "Send the report" }];
+/** The agent a cron invocation builds: its clock reads the invocation's `scheduledTime` (real timers). */
+function cronAgent(env, scheduledTime) {
+  const clock = { now: () => scheduledTime, sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)) };
+  return createAgent({
+    model: mockModel([{ toolCalls: [{ name: "report" }] }, "Reported."], { mode: "by-turn" }),
+    tools: [report],
+    store: kvStore(env.RUNS, { prefix: "cron/", settleMs: 50, clock }),
+    clock,
+  });
+}
+
 const json = (v, status = 200) => new Response(JSON.stringify(v), { status, headers: { "content-type": "application/json" } });
 
 export default {
@@ -112,6 +129,19 @@ export default {
           const out = await seedRecoverExample({ store: kvStore(env.RUNS, { prefix: "seed/", clock }), clock });
           return json({ ...out, virtualMs: clock.now() - Date.UTC(2026, 0, 1), realMs: Date.now() - started });
         }
+        case "/session": {
+          const first = await chatAgent(env).session({ id: "chat-1" }).send("Hello");
+          const second = await chatAgent(env).session({ id: "chat-1" }).send("And then?");
+          const history = await chatAgent(env).session({ id: "chat-1" }).history();
+          return json({
+            runIds: [first.runId, second.runId],
+            texts: [first.text, second.text],
+            secondSaw: second.messages.filter((m) => m.role !== "system").map((m) => m.content),
+            history: history.map((t) => [t.turn, t.runId, t.status]),
+          });
+        }
+        case "/last-fire":
+          return json(JSON.parse((await env.RUNS.get("test/last-fire")) ?? "null"));
         case "/resolve": {
           const agent = agentFor(env, "refund");
           const [first] = await agent.approvals.list();
@@ -124,5 +154,10 @@ export default {
     } catch (e) {
       return json({ error: String(e), code: e.code, stack: e.stack }, 500);
     }
+  },
+  // A Worker's cron trigger: fire the due schedules once (the outcomes are kept for the test to read).
+  async scheduled(controller, env) {
+    const outcomes = await cronAgent(env, controller.scheduledTime).fireSchedule(schedules);
+    await env.RUNS.put("test/last-fire", JSON.stringify({ outcomes, reports: scheduleCounts.reports }));
   },
 };
