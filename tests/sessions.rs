@@ -378,3 +378,34 @@ fn two_sends_of_one_session_at_once_make_one_turn_and_the_other_is_told_busy() {
         assert_eq!(got, vec![Ok("s.turn-2".to_string()), Err("STEADFAST_SESSION_BUSY".to_string())], "seed {seed}");
     }
 }
+
+#[test]
+fn resume_by_session_id_finishes_its_turn_and_a_discarded_turn_takes_its_approvals_with_it() {
+    for (label, make) in envs() {
+        let env = make();
+        let c = Counters::default();
+        let agent = env.agent(MockModel::by_turn(script()), vec![counting_tool("book", &c)]);
+        let s = agent.session("s").unwrap();
+        let crash = SendOptions { crash: Some(CrashPoint { after_effects: 4, finish_in_flight: false }), ..opts() };
+        assert_eq!(block_on(s.send(INPUTS[0], crash)).unwrap_err().code, ErrorCode::Crashed, "{label}");
+        env.past_leases();
+        let r = block_on(agent.resume("s", opts())).unwrap().expect("the session's turn is resumed");
+        assert_eq!((r.run_id.as_str(), r.status), ("s.turn-1", RunStatus::Finished), "{label}");
+        assert!(block_on(agent.resume("s", opts())).unwrap().is_none(), "{label}: nothing left");
+        assert!(block_on(agent.resume("nobody", opts())).unwrap().is_none(), "{label}");
+
+        let gated = env.agent(MockModel::by_turn(script()), vec![gated_tool("book", &c)]);
+        let g = gated.session("g").unwrap();
+        let paused = block_on(g.send(INPUTS[0], opts())).unwrap();
+        assert_eq!(block_on(gated.approvals().list()).unwrap().len(), 1, "{label}");
+        assert_eq!(block_on(g.discard_pending()).unwrap().as_deref(), Some("g.turn-1"), "{label}");
+        assert!(block_on(gated.approvals().list()).unwrap().is_empty(), "{label}: withdrawn with its turn");
+        let err = block_on(gated.approvals().resolve(Resolve {
+            id: paused.approval_id.unwrap(),
+            approved: true,
+            note: None,
+        }))
+        .unwrap_err();
+        assert_eq!(err.code, ErrorCode::ApprovalNotFound, "{label}");
+    }
+}

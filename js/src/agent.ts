@@ -117,10 +117,14 @@ export interface Agent {
    * run is resumed, and only a new delivery sends `input`.
    */
   runOnce(deliveryId: string, input: Input, options?: RunOnceOptions): Promise<Delivery>;
-  /** Finishes an unfinished run; `null` when there is nothing to do. */
+  /**
+   * Finishes an unfinished run; `null` when there is nothing to do. An id that names no run but a session
+   * finishes that session's interrupted newest turn (as `session.resume()` does).
+   */
   resume(sessionId: string, options?: ResumeOptions): Promise<RunResult | null>;
   /**
-   * Every unfinished run (with `sessionId`, the id `resume` takes: the run id). `kind` says what the run is:
+   * Every unfinished run, with `sessionId` (the id `resume` takes: for a session's turn the session id, else
+   * the run id) and `checkpointId` (the run id). `kind` says what the run is:
    * `"run"` (a `send`, a fork, a delivery), `"session"` (a session's turn `<id>.turn-<n>`; `ownerId` is the
    * session id, and `session.resume()` finishes it) or `"schedule"` (a schedule's fire; `ownerId` is the
    * schedule id).

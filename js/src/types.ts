@@ -68,14 +68,16 @@ export type {
 };
 
 /**
- * An unfinished run as `pending()` lists it (the generated `PendingRun`), plus `sessionId`: the id `resume`
- * takes, under the name `send` and the documents use (the run id).
+ * An unfinished run as `pending()` lists it (the generated `PendingRun`), plus the names the documents use:
+ * `sessionId`, the id `agent.resume()` takes (a session turn's session id, else the run id), and
+ * `checkpointId`, the run's own id (`<session>.turn-<n>` for a session's turn).
  */
-export type PendingRun = GeneratedPendingRun & { sessionId: string };
+export type PendingRun = GeneratedPendingRun & { sessionId: string; checkpointId: string };
 
-/** Adds `sessionId` to a listed run (the run id, unless the core already named it). */
+/** Adds `sessionId` and `checkpointId` to a listed run. */
 export function withSessionId(run: GeneratedPendingRun & { sessionId?: string }): PendingRun {
-  return { ...run, sessionId: run.sessionId ?? run.runId };
+  const sessionId = run.sessionId ?? (run.kind === "session" && run.ownerId ? run.ownerId : run.runId);
+  return { ...run, sessionId, checkpointId: run.runId };
 }
 
 /**

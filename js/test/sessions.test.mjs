@@ -99,8 +99,11 @@ test("an interrupted turn is listed as kind 'session' and finished by session.re
   assert.equal(pending[0].kind, "session");
   assert.equal(pending[0].ownerId, "order-7");
   assert.equal(pending[0].status, "in-progress");
+  // As the documents have it: `sessionId` is the session's id (what agent.resume() takes), `checkpointId` the turn.
+  assert.deepEqual([pending[0].sessionId, pending[0].checkpointId], ["order-7", "order-7.turn-1"]);
 
-  const finished = await session.resume();
+  const finished = (await agent.resume(pending[0].sessionId)) ?? (await session.resume());
+  assert.equal(await session.resume(), null, "agent.resume(sessionId) finished the session's turn");
   assert.equal(finished?.runId, "order-7.turn-1");
   assert.equal(finished?.text, "Order charged and shipped.");
   assert.deepEqual([counts.charges, counts.shipAttempts], [1, 2], "the charge did not run again");
@@ -187,10 +190,10 @@ test("fork starts a new session from a turn; discardPending drops a paused turn 
   assert.equal(await session.discardPending(), "s1.turn-1");
   assert.equal(await session.discardPending(), null);
   assert.deepEqual(await agent.pending(), []);
-  // The dropped turn's approval is stale: deciding it runs nothing (the core withdraws it then, not at discard).
-  await assert.rejects(agent.approvals.resolve({ id: paused.approvalId, approved: true }), { code: "STEADFAST_APPROVAL_ORPHANED" });
-  assert.equal(counts.refunds, 0);
+  // The dropped turn's approval is withdrawn with it: gone from the inbox at once, and deciding it runs nothing.
   assert.deepEqual(await agent.approvals.list(), []);
+  await assert.rejects(agent.approvals.resolve({ id: paused.approvalId, approved: true }), { code: "STEADFAST_APPROVAL_NOT_FOUND" });
+  assert.equal(counts.refunds, 0);
   assert.deepEqual(await session.history(), []);
 });
 

@@ -278,9 +278,18 @@ impl Agent {
         res.ok_or_else(|| Error::internal("send produced no result"))
     }
 
-    /// Finishes an unfinished run; `None` when there is nothing to resume (unknown or finished run).
+    /// Finishes an unfinished run; `None` when there is nothing to resume (unknown or finished run). An id that
+    /// names no run but a session (`pending()` lists a session's turns under their session id) finishes the
+    /// session's interrupted newest turn, as `session(id).resume()` does.
     pub async fn resume(&self, run_id: &str, opts: SendOptions) -> Result<Option<RunResult>> {
-        self.execute(run_id, Start::Resume, &opts).await
+        let resumed = self.execute(run_id, Start::Resume, &opts).await?;
+        if resumed.is_none() && crate::core::ids::validate_session_id(run_id).is_ok() {
+            // Nothing under that run id (or a finished run): a session of that id may have an unfinished turn.
+            if self.deps.store.load(run_id).await?.is_none() {
+                return self.session(run_id)?.resume(opts).await;
+            }
+        }
+        Ok(resumed)
     }
 
     /// The approvals API.

@@ -184,7 +184,7 @@ impl Session<'_> {
                     .with_approval(approval));
                 }
                 RunStatus::InProgress => {
-                    let finished = self.agent.resume(&cp.run_id, opts.clone()).await?;
+                    let finished = self.agent.execute(&cp.run_id, Start::Resume, &opts).await?;
                     match finished {
                         Some(r) if r.status != RunStatus::Finished => {
                             // It paused on an approval: the new input waits for the decision.
@@ -225,7 +225,9 @@ impl Session<'_> {
     /// A turn waiting on an approval fails with `STEADFAST_SESSION_AWAITING_APPROVAL`.
     pub async fn resume(&self, opts: SendOptions) -> Result<Option<RunResult>> {
         match self.latest().await? {
-            Some((_, cp)) if cp.status != RunStatus::Finished => self.agent.resume(&cp.run_id, opts).await,
+            Some((_, cp)) if cp.status != RunStatus::Finished => {
+                self.agent.execute(&cp.run_id, Start::Resume, &opts).await
+            }
             _ => Ok(None),
         }
     }
@@ -310,11 +312,16 @@ impl Session<'_> {
         Ok(SessionFork { session_id: new_id, step: opts.from_step, checkpoint })
     }
 
-    /// Drops an unfinished newest turn (interrupted, failing, or waiting on an approval): deletes its run, so
-    /// the session continues from the turn before. Returns the dropped run id (`None`: nothing was pending).
+    /// Drops an unfinished newest turn (interrupted, failing, or waiting on an approval): withdraws its
+    /// approvals (they leave the inbox) and deletes its run, so the session continues from the turn before.
+    /// Returns the dropped run id (`None`: nothing was pending).
     pub async fn discard_pending(&self) -> Result<Option<String>> {
         match self.latest().await? {
             Some((n, cp)) if cp.status != RunStatus::Finished => {
+                let store = self.agent.store();
+                for id in &cp.approval_ids {
+                    store.delete_approval(id).await?;
+                }
                 self.agent.delete(&cp.run_id).await?;
                 self.set_hint(n - 1).await;
                 Ok(Some(cp.run_id))
