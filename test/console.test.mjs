@@ -17,7 +17,12 @@ const TOKEN = "console-token-0123456789";
 const SHOTS = "test-output/console";
 const BUNDLED = JSON.parse(fs.readFileSync("steadfast.config.json", "utf8"));
 // The demo agent with a 1 ms recovery interval, so one cron tick right after the crash resumes the run.
-const CONFIG = { ...BUNDLED, recovery: { ...BUNDLED.recovery, intervalMs: 1 } };
+const CONFIG = {
+  ...BUNDLED,
+  recovery: { ...BUNDLED.recovery, intervalMs: 1 },
+  // A schedule that does not fire during the tests (03:00 UTC), for the schedules page.
+  schedules: [{ id: "nightly-report", cron: "0 3 * * *", input: "Write the nightly report" }],
+};
 const CSP =
   "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; " +
   "form-action 'none'; frame-ancestors 'none'";
@@ -231,6 +236,9 @@ test("the demo's crashed run is listed with its error; after a cron tick it show
   const row = await text("#runs tr[data-run='order-7']");
   assert.match(row, /in-progress/);
   assert.match(row, /the worker process died while shipping \(demo\)/);
+  // What the sweep will do with it (GET /runs `next`): resume it at the next tick (its 1 ms backoff is over).
+  assert.equal(await page.locator("#runs tr[data-run='order-7'] td.next [data-plan]").getAttribute("data-plan"), "next-tick");
+  assert.match(row, /next sweep tick/);
   assert.match(await text("#counts"), /charges 1 · shipments 0 · refunds 0/);
   await shot("runs-crashed");
 
@@ -371,4 +379,49 @@ test("a token refused mid-session sends the operator back to sign in", async () 
   await waitText("#signin-message", "refused the stored token");
   assert.equal(await page.evaluate(() => sessionStorage.getItem("steadfast.token")), null);
   await shot("sign-in-token-refused");
+});
+
+test("a session's turn is listed as such and its session page shows the turns; the schedules page shows each schedule", async () => {
+  const paused = await api("POST", "/sessions/chat-9", { input: "Please refund order 9" });
+  assert.equal(paused.status, 200, JSON.stringify(paused.json));
+  assert.equal(paused.json.runId, "chat-9.turn-1");
+  assert.equal(paused.json.status, "awaiting-approval");
+  // The runs page reads the runs seen earlier in this tab, one of which an earlier test deleted (404, shown as such).
+  expectRefusals(404);
+  try {
+    // Signed in again (the test before revoked the tab's token).
+    await visit("");
+    await page.locator("#token").fill(TOKEN);
+    await page.locator("#signin button[type=submit]").click();
+    await page.locator("#no-runs, #runs").first().waitFor();
+    await visit("#/runs");
+    await waitText("#runs tr[data-run='chat-9.turn-1']", "turn of session chat-9");
+    assert.match(await text("#runs tr[data-run='chat-9.turn-1']"), /waits for a person/);
+    await page.locator("#runs tr[data-run='chat-9.turn-1'] a.kind").click();
+    await waitText("#session-id", "chat-9");
+    const row = await text("#turns tr[data-turn='1']");
+    assert.match(row, /chat-9\.turn-1/);
+    assert.match(row, /awaiting-approval/);
+    assert.match(row, /Please refund order 9/);
+    await shot("session");
+    await page.locator("#turns a.run-link").click();
+    await waitText("#run-session", "chat-9");
+  } finally {
+    const dropped = await api("POST", "/sessions/chat-9/discard-pending");
+    assert.equal(dropped.json.discarded, "chat-9.turn-1");
+  }
+
+  await visit("#/schedules");
+  await waitText("#schedules tr[data-schedule='nightly-report']", "0 3 * * *");
+  const before = await text("#schedules tr[data-schedule='nightly-report']");
+  assert.match(before, /run-once/);
+  assert.match(before, /not fired/);
+  const tick = await (await mf.getWorker()).scheduled({ cron: "* * * * *", scheduledTime: new Date() });
+  assert.equal(tick.outcome, "ok");
+  await page.locator("button.refresh").click();
+  await page.waitForFunction(() => !document.querySelector("#schedules tr[data-schedule='nightly-report']")?.textContent.includes("no tick yet"));
+  const shown = (await api("GET", "/schedules")).json.schedules[0];
+  assert.equal(typeof shown.since, "number");
+  assert.match(await text("#schedules tr[data-schedule='nightly-report']"), /not fired/);
+  await shot("schedules");
 });

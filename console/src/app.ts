@@ -1,6 +1,6 @@
-// The operator console: runs, a run's timeline and history, the approvals inbox, fork and compare. A single
-// page routed by the URL's fragment (#/runs, #/runs/<id>, #/approvals, #/compare/<a>/<b>); every view reads
-// the HTTP API afresh when shown (and on its Refresh button).
+// The operator console: runs, a run's timeline and history, the approvals inbox, fork and compare, sessions and
+// schedules. A single page routed by the URL's fragment (#/runs, #/runs/<id>, #/approvals, #/compare/<a>/<b>,
+// #/sessions/<id>, #/schedules); every view reads the HTTP API afresh when shown (and on its Refresh button).
 
 import type { ApprovalRecord } from "../../js/src/generated/ApprovalRecord.js";
 import type { Comparison } from "../../js/src/generated/Comparison.js";
@@ -8,7 +8,10 @@ import type { ForkResult } from "../../js/src/generated/ForkResult.js";
 import type { ForkPatch } from "../../js/src/generated/ForkPatch.js";
 import type { HistoryEntry } from "../../js/src/generated/HistoryEntry.js";
 import type { Message } from "../../js/src/generated/Message.js";
+import type { NextAttempt } from "../../js/src/generated/NextAttempt.js";
 import type { PendingRun } from "../../js/src/generated/PendingRun.js";
+import type { ScheduleStatus } from "../../js/src/generated/ScheduleStatus.js";
+import type { SessionTurn } from "../../js/src/generated/SessionTurn.js";
 import type { RunResult } from "../../js/src/generated/RunResult.js";
 import type { RunView } from "../../js/src/generated/RunView.js";
 import type { TrajectoryStep } from "../../js/src/generated/TrajectoryStep.js";
@@ -184,10 +187,37 @@ function sweepPanel(s: SweepView): HTMLElement {
   );
 }
 
+/** What a listed run belongs to: a session (linked to its turns) or a schedule (linked to the schedules). */
+function kindBadge(r: PendingRun): Child {
+  if (r.kind === "session" && r.ownerId) {
+    return h("a", { class: "badge kind", href: `#/sessions/${encodeURIComponent(r.ownerId)}` }, `turn of session ${r.ownerId}`);
+  }
+  if (r.kind === "schedule" && r.ownerId) {
+    return h("a", { class: "badge kind", href: "#/schedules" }, `fire of schedule ${r.ownerId}`);
+  }
+  return null;
+}
+
+/** The sweep's plan for a run (`next` in `GET /runs`), in words. */
+function nextText(n: NextAttempt | undefined): Child {
+  if (!n) return "—";
+  const words: Record<string, string> = {
+    "next-tick": "next sweep tick",
+    backoff: "backing off until",
+    outage: "waits on the outage breaker; next probe",
+    quarantine: "attempt cap: quarantined by the next tick",
+    "diagnosis-fork": "attempt cap: a diagnosis fork next tick",
+    quarantined: "not retried (resume by hand)",
+    "awaiting-person": "waits for a person",
+    "not-retryable": "not retried: fix the cause, then resume",
+  };
+  return h("span", { "data-plan": n.plan }, words[n.plan] ?? n.plan, n.at !== undefined ? ` ${time(n.at)}` : null);
+}
+
 async function renderRuns(filter: string): Promise<void> {
   const q = filter ? `?status=${encodeURIComponent(filter)}` : "";
   const [{ runs }, sweep] = await Promise.all([
-    api<{ runs: PendingRun[] }>("GET", `/runs${q}`),
+    api<{ runs: (PendingRun & { next: NextAttempt })[] }>("GET", `/runs${q}`),
     api<SweepView>("GET", "/sweep"),
   ]);
   remember(runs.map((r) => r.runId));
@@ -230,7 +260,7 @@ async function renderRuns(filter: string): Promise<void> {
       : h(
           "table",
           { id: "runs" },
-          h("thead", null, h("tr", null, ...["run", "status", "step", "last error", "attempts", "quarantined", "saved"].map((t) => h("th", null, t)))),
+          h("thead", null, h("tr", null, ...["run", "status", "step", "last error", "attempts", "next attempt", "saved"].map((t) => h("th", null, t)))),
           h(
             "tbody",
             null,
@@ -238,12 +268,12 @@ async function renderRuns(filter: string): Promise<void> {
               h(
                 "tr",
                 { "data-run": r.runId },
-                h("td", null, runLink(r.runId), r.healOf ? h("span", { class: "badge" }, `diagnosis fork of ${r.healOf}`) : null),
+                h("td", null, runLink(r.runId), r.healOf ? h("span", { class: "badge" }, `diagnosis fork of ${r.healOf}`) : null, kindBadge(r)),
                 h("td", null, statusBadge(r.status), r.approvalId ? h("span", { class: "muted" }, ` ${r.approvalId}`) : null),
                 h("td", null, r.step),
                 h("td", null, errorText(r.lastError)),
                 h("td", null, r.attempts),
-                h("td", null, r.quarantined ? h("span", { class: "badge bad" }, "quarantined") : "no"),
+                h("td", { class: "next" }, nextText(r.next), r.quarantined ? h("span", { class: "badge bad" }, "quarantined") : null),
                 h("td", null, time(r.savedAt)),
               ),
             ),
@@ -422,9 +452,11 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
       }
       fill(main, h("h2", null, id), h("p", { class: "ok", id: "deleted" }, `Run ${id} was deleted.`), h("a", { href: "#/runs" }, "Back to runs"));
     });
+  const turn = /^([A-Za-z0-9_-]{1,128})\.turn-([1-9][0-9]*)$/.exec(id);
   fill(
     main,
     h("h2", null, "Run ", h("span", { id: "run-id" }, id), " ", statusBadge(run.status)),
+    turn ? h("p", null, `Turn ${turn[2]} of session `, h("a", { href: `#/sessions/${encodeURIComponent(turn[1])}`, id: "run-session" }, turn[1])) : null,
     h(
       "div",
       { class: "row" },
@@ -626,6 +658,79 @@ async function renderCompare(a: string, b: string): Promise<void> {
   );
 }
 
+// ---------- a session's turns ----------
+
+async function renderSession(id: string): Promise<void> {
+  const { turns } = await api<{ sessionId: string; turns: SessionTurn[] }>("GET", `/sessions/${seg(id)}?limit=100`);
+  remember(turns.map((t) => t.runId));
+  const text = (m: Message): string => ("content" in m ? m.content : "");
+  fill(
+    main,
+    h("h2", null, "Session ", h("span", { id: "session-id" }, id)),
+    h("div", { class: "row" }, refreshButton(() => renderSession(id))),
+    h(
+      "table",
+      { id: "turns" },
+      h("thead", null, h("tr", null, ...["turn", "run", "status", "input", "answer", "steps", "usage", "saved"].map((t) => h("th", null, t)))),
+      h(
+        "tbody",
+        null,
+        ...turns.map((t) =>
+          h(
+            "tr",
+            { "data-turn": t.turn },
+            h("td", null, t.turn),
+            h("td", null, runLink(t.runId)),
+            h("td", null, statusBadge(t.status), t.approvalIds?.length ? h("a", { href: "#/approvals", class: "muted" }, " approval pending") : null),
+            h("td", null, t.input.map(text).join("\n")),
+            h("td", null, t.text || h("span", { class: "muted" }, "—")),
+            h("td", null, t.steps),
+            h("td", null, `${t.usage.inputTokens} / ${t.usage.outputTokens}`),
+            h("td", null, time(t.savedAt)),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
+// ---------- schedules ----------
+
+async function renderSchedules(): Promise<void> {
+  const { schedules } = await api<{ schedules: ScheduleStatus[] }>("GET", "/schedules");
+  fill(
+    main,
+    h("h2", null, "Schedules"),
+    h("div", { class: "row" }, refreshButton(renderSchedules)),
+    schedules.length === 0
+      ? h("p", { class: "muted", id: "no-schedules" }, "No schedules in this configuration (`schedules` in the agent configuration).")
+      : h(
+          "table",
+          { id: "schedules" },
+          h("thead", null, h("tr", null, ...["schedule", "cron", "missed fires", "first seen", "latest fire", "its run", "next fire"].map((t) => h("th", null, t)))),
+          h(
+            "tbody",
+            null,
+            ...schedules.map((s) =>
+              h(
+                "tr",
+                { "data-schedule": s.schedule.id },
+                h("td", null, s.schedule.id),
+                h("td", null, h("code", null, s.schedule.cron)),
+                h("td", null, s.schedule.missed ?? "run-once"),
+                h("td", null, s.since === null ? h("span", { class: "muted" }, "no tick yet") : time(s.since)),
+                h("td", null, time(s.lastFireAt)),
+                h("td", { class: "last-run" }, s.lastRun
+                    ? [runLink(s.lastRun.runId), " ", statusBadge(s.lastRun.status)]
+                    : h("span", { class: "muted" }, s.since !== null && s.lastFireAt !== null && s.lastFireAt < s.since ? "not fired: before the schedule was first seen" : "not fired")),
+                h("td", null, time(s.nextFireAt)),
+              ),
+            ),
+          ),
+        ),
+  );
+}
+
 // ---------- routing ----------
 
 function route(): void {
@@ -651,6 +756,8 @@ function route(): void {
     if (view === "runs" && parts[1]) await renderRun(parts[1]);
     else if (view === "approvals") await renderApprovals();
     else if (view === "compare") await renderCompare(parts[1] ?? "", parts[2] ?? "");
+    else if (view === "sessions" && parts[1]) await renderSession(parts[1]);
+    else if (view === "schedules") await renderSchedules();
     else await renderRuns("");
   });
 }
