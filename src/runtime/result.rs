@@ -93,6 +93,11 @@ pub struct RunStats {
     /// Bytes the store wrote for this execution.
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub store_bytes: u64,
+    /// Of `store_writes`, the writes of journal entries (KV keys, or an object's rows): what the durable
+    /// boundaries themselves cost, leases and indexes aside.
+    #[serde(default)]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub store_commit_writes: u64,
 }
 
 /// A machine driven to its verdict under a lease (see [`super::lease`]), before it is reported.
@@ -110,6 +115,7 @@ impl Driven {
         stats.store_reads = store.reads;
         stats.store_writes = store.writes;
         stats.store_bytes = store.bytes_written;
+        stats.store_commit_writes = store.commit_writes;
         match self.outcome.error {
             Some(e) => Err(e),
             None => Ok(RunResult::of(self.machine.checkpoint(), &self.outcome, stats)),

@@ -35,4 +35,9 @@ storeWrites: number,
 /**
  * Bytes the store wrote for this execution.
  */
-storeBytes: number, };
+storeBytes: number, 
+/**
+ * Of `store_writes`, the writes of journal entries (KV keys, or an object's rows): what the durable
+ * boundaries themselves cost, leases and indexes aside.
+ */
+storeCommitWrites: number, };
