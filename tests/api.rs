@@ -23,16 +23,20 @@ struct Fixture {
     counters: Counters,
 }
 
-fn fixture() -> Fixture {
+/// A simulated-time environment over the journal store on `kv`.
+fn journal_env(kv: MemoryKv) -> (Env, MemoryKv) {
     let clock = steadfast::runtime::ManualClock::new(1_700_000_000_000);
-    let kv = MemoryKv::new();
     let store = JournalStore::new(
         kv.clone(),
         Rc::new(clock.clone()),
         Rc::new(steadfast::runtime::ManualSleep::new(clock.clone())),
         JournalOptions::default(),
     );
-    let env = Env::with_store(Rc::new(store), clock);
+    (Env::with_store(Rc::new(store), clock), kv)
+}
+
+fn fixture() -> Fixture {
+    let (env, kv) = journal_env(MemoryKv::new());
     let counters = Counters::default();
     let model = MockModel::by_turn(vec![
         MockTurn::func(|req| {
@@ -66,14 +70,7 @@ fn session_fixture() -> Fixture {
         Some(Message::User { .. }) => MockTurn::text("Noted."),
         _ => MockTurn::text("Done."),
     });
-    let clock = steadfast::runtime::ManualClock::new(1_700_000_000_000);
-    let store = JournalStore::new(
-        f.kv.clone(),
-        Rc::new(clock.clone()),
-        Rc::new(steadfast::runtime::ManualSleep::new(clock.clone())),
-        JournalOptions::default(),
-    );
-    let env = Env::with_store(Rc::new(store), clock);
+    let (env, _) = journal_env(f.kv.clone());
     let model = MockModel::by_turn(vec![turn; 40]);
     let agent = env.agent(model, vec![counting_tool("charge", &f.counters), gated_tool("refund", &f.counters)]);
     Fixture { api: Api::new(agent, Some(TOKEN.into())), ..f }
@@ -884,15 +881,7 @@ fn the_schedules_route_shows_each_schedule_its_latest_fire_and_the_next() {
 #[test]
 fn the_runs_listing_says_what_the_sweep_will_do_next_with_each_run() {
     use steadfast::core::sweep::SweepOptions;
-    let clock = steadfast::runtime::ManualClock::new(1_700_000_000_000);
-    let kv = MemoryKv::new();
-    let store = JournalStore::new(
-        kv.clone(),
-        Rc::new(clock.clone()),
-        Rc::new(steadfast::runtime::ManualSleep::new(clock.clone())),
-        JournalOptions::default(),
-    );
-    let env = Env::with_store(Rc::new(store), clock);
+    let (env, kv) = journal_env(MemoryKv::new());
     let counters = Counters::default();
     let turn = MockTurn::func(|req| {
         let said = |w: &str| {

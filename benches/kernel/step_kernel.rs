@@ -108,6 +108,7 @@ impl StepKernel {
                 tool_calls: calls,
                 usage: Usage { input_tokens: 100, output_tokens: 50 },
                 stop_reason: Some("tool_calls".into()),
+                reasoning: Vec::new(),
             })
             .expect("the machine waits for the model");
         self.drive();

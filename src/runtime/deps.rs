@@ -38,6 +38,17 @@ pub(crate) struct Deps {
 }
 
 impl Deps {
+    /// Waits `ms` (at least 1) on the agent's timer, or until `stop` is aborted, whichever comes first (the
+    /// pause between two ticks of a loop).
+    pub(crate) async fn nap(&self, ms: u64, stop: &super::traits::AbortSignal) {
+        let sleep = self.sleep.clone();
+        let nap = sleep.sleep(ms.max(1));
+        futures::pin_mut!(nap);
+        let aborted = stop.aborted();
+        futures::pin_mut!(aborted);
+        futures::future::select(nap, aborted).await;
+    }
+
     /// The time now.
     pub(crate) fn now(&self) -> u64 {
         self.clock.now_ms()

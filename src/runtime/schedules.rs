@@ -170,12 +170,7 @@ impl Agent {
             if stop.is_aborted() {
                 break;
             }
-            let sleep = self.deps.sleep.clone();
-            let nap = sleep.sleep(interval_ms.max(1));
-            futures::pin_mut!(nap);
-            let aborted = stop.aborted();
-            futures::pin_mut!(aborted);
-            futures::future::select(nap, aborted).await;
+            self.deps.nap(interval_ms, stop).await;
         }
         ticks
     }

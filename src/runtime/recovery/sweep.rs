@@ -437,12 +437,7 @@ impl Agent {
             // Ignored: every error a tick fails with was passed to `listener.on_error` already; the loop goes on.
             let _ = self.sweep(opts, &listener).await;
             ticks += 1;
-            let sleep = self.deps.sleep.clone();
-            let nap = sleep.sleep(interval_ms.max(1));
-            futures::pin_mut!(nap);
-            let aborted = stop.aborted();
-            futures::pin_mut!(aborted);
-            futures::future::select(nap, aborted).await;
+            self.deps.nap(interval_ms, stop).await;
         }
         ticks
     }
