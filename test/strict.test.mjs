@@ -288,3 +288,22 @@ test("strict mode: an approval resolved days later (a new workerd over the persi
   const again = await call(a, "POST", `/approvals/${ids["later-1"]}`, { approved: true });
   assert.deepEqual([again.status, again.json.error?.code], [404, "STEADFAST_APPROVAL_NOT_FOUND"], again.text);
 });
+
+test("strict mode: a delivery executes in its run's object: 202 with Prefer: respond-async before its slow tool ends, finished with no cron tick, a redelivery acknowledged, the tool once", { timeout: 60000 }, async () => {
+  const [a, b] = replicas(oneSlowCall);
+  const before = srv.state.calls.length;
+  const started = Date.now();
+  // The Worker alone has no spawner and would answer 200 when the run ends: a 202 means the object runs it.
+  const accepted = await call(a, "POST", "/deliveries/evt-1", { input: "go" }, { prefer: "respond-async" });
+  assert.equal(accepted.status, 202, accepted.text);
+  assert.deepEqual(accepted.json, { runId: "dlv-evt-1", status: "accepted" });
+  assert.ok(Date.now() - started < srv.state.delayMs, "answered before the tool could finish");
+  const view = await waitFor(async () => {
+    const r = await call(b, "GET", "/runs/dlv-evt-1");
+    return r.json.status === "finished" && r;
+  });
+  assert.ok(view, "the delivery's run finished without a cron tick");
+  const again = await call(b, "POST", "/deliveries/evt-1", { input: "go" }, { prefer: "respond-async" });
+  assert.deepEqual([again.status, again.json.outcome, again.json.runId], [200, "acknowledged", "dlv-evt-1"], again.text);
+  assert.equal(srv.state.calls.length - before, 1, "the tool ran once");
+});
