@@ -682,8 +682,9 @@ impl Api {
         Api { agent, token: token.filter(|t| !t.is_empty()), demo: None, spawner: None, schedules: Vec::new() }
     }
 
-    /// Executes `send` and `resume` as tasks of their own through `spawner` (strict mode: inside the run's
-    /// object), so a run goes on to its end when the request goes, and `Prefer: respond-async` is honoured.
+    /// Executes `send`, `resume`, an approval's resolution and a delivery as tasks of their own through
+    /// `spawner` (strict mode: inside the run's object), so a run goes on to its end when the request goes,
+    /// and `Prefer: respond-async` is honoured.
     pub fn with_spawner(mut self, spawner: Spawner) -> Api {
         self.spawner = Some(spawner);
         self
