@@ -39,13 +39,17 @@
 //! | POST | `/__conformance` | the store conformance suite on the real KV binding: only in builds with the cargo
 //! feature `conformance` (tests), and only with the token |
 //!
-//! **Strict mode** (`"store": "durable-object"`): a request about one run (`/runs/{id}` and below) is served by
-//! that run's object ([`forward_target`] decides, after the token); the object serves it with an [`Api`] that
-//! has a [`Spawner`], so `send` and `resume` execute the run as a task of their own, to its end whatever the
-//! client does. `Prefer: respond-async` then answers `202 Accepted` with the run id as soon as the run has
-//! started (its first event); a refusal before that (busy, awaiting approval, bad input) is the usual coded
-//! error. Without a spawner (KV mode) the preference is ignored (RFC 7240 allows it): the request drives the
-//! run and answers when it ends.
+//! **Strict mode** (`"store": "durable-object"`): a request about one run is served by that run's object
+//! ([`forward_target`] decides, after the token): `/runs/{id}` and below; `POST /deliveries/{id}` (the object
+//! of its run, [`crate::runtime::delivery_run_id`]); `POST /approvals/{id}` (the object of the run the approval
+//! index names; the shell names that run to the object in the [`RUN_HEADER`] header, [`object_run`] reads it).
+//! The object serves it with an [`Api`] that has a [`Spawner`], so `send`, `resume`, a delivery and an
+//! approval's resolution execute the run as a task of their own, to its end whatever the client does.
+//! `Prefer: respond-async` then answers `202 Accepted` with the run id as soon as the run has started (its
+//! first event); a refusal before that (busy, awaiting approval, unknown or orphaned approval, bad input) is
+//! the usual coded error, and so is an answer that needs no execution (an approval that leaves others of its
+//! pause pending, a delivery already done). Without a spawner (KV mode) the preference is ignored (RFC 7240
+//! allows it): the request drives the run and answers when it ends.
 
 use crate::config::StoreMode;
 use crate::contract::{body_from_json, RunView, SendRequest};
@@ -57,11 +61,11 @@ use crate::core::ids::validate_run_id;
 use crate::core::schedule::CompiledSchedule;
 use crate::core::sweep::{SweepOptions, SweepState};
 use crate::runtime::traits::{EventSink, LocalFuture};
-use crate::runtime::{Agent, ForkOptions, Resolve, SendOptions, SessionForkOptions};
+use crate::runtime::{delivery_run_id, Agent, ForkOptions, Resolve, SendOptions, SessionForkOptions};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 /// Largest request body accepted.
@@ -324,6 +328,24 @@ fn run_id_segment(id: &str) -> Result<()> {
     validate_run_id(id)
 }
 
+/// An approval id segment: not empty, at most 100 letters, digits, `_` or `-`.
+fn approval_id_segment(id: &str) -> Result<()> {
+    non_empty_segment("approval", id)?;
+    if id.len() > 100 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+        return Err(bad("invalid approval id"));
+    }
+    Ok(())
+}
+
+/// A delivery id segment: not empty, at most 180 bytes.
+fn delivery_id_segment(id: &str) -> Result<()> {
+    non_empty_segment("delivery", id)?;
+    if id.len() > 180 {
+        return Err(bad("invalid delivery id"));
+    }
+    Ok(())
+}
+
 /// The credentials of an `Authorization: Bearer <token>` header. The scheme is case-insensitive (RFC 9110
 /// §11.1: `Bearer`, `bearer`, `BEARER`), separated from the token by one or more spaces; the token is returned
 /// as sent, without the surrounding spaces. `None` for any other scheme or a missing token.
@@ -402,27 +424,75 @@ pub fn admit(req: &ApiRequest, token: Option<&str>, conformance_route: bool) -> 
     Ok(Admission::Serve)
 }
 
-/// In strict mode, the run whose object serves this request: every route under `/runs/{id}` with a valid run id,
-/// once the request is admitted (the token is checked here first, so an unauthenticated request wakes no
-/// object and `mode` is not even read). `None`: the request is served where it arrived (listings, approvals,
-/// deliveries, compare, health, every refusal), and always in KV mode.
-pub fn forward_target(
+/// The header in which the Worker names, to a run's object, the run of a request whose path does not name it
+/// (`POST /approvals/{id}`). Set only by the Worker when it forwards (it replaces whatever the client sent);
+/// the objects are reachable only through the Worker.
+pub const RUN_HEADER: &str = "x-steadfast-run";
+
+/// A strict-mode request on its way to a run's object ([`forward_target`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Forward {
+    /// The run whose object serves the request.
+    pub run: String,
+    /// Whether the path does not name the run (an approval's resolution): the shell sends the request with
+    /// [`RUN_HEADER`] set to `run`, as [`object_run`] expects it.
+    pub name_run: bool,
+}
+
+/// What a request is about, for strict mode: a run its head names, or an approval whose run the index knows.
+enum About<'a> {
+    Run(String),
+    Approval(&'a str),
+}
+
+/// The run (or approval) a request is about, when its run's object serves it in strict mode: every route under
+/// `/runs/{id}` with a valid run id; `POST /deliveries/{id}` (its run: [`delivery_run_id`]) and
+/// `POST /approvals/{id}` with a valid id. Anything else is served where it arrived (and refused there).
+fn about(head: &ApiRequest) -> Option<About<'_>> {
+    let post = head.method.eq_ignore_ascii_case("POST");
+    match segments(&head.path).as_slice() {
+        ["runs", id, ..] if run_id_segment(id).is_ok() => Some(About::Run(id.to_string())),
+        ["deliveries", id] if post && delivery_id_segment(id).is_ok() => Some(About::Run(delivery_run_id(id))),
+        ["approvals", id] if post && approval_id_segment(id).is_ok() => Some(About::Approval(id)),
+        _ => None,
+    }
+}
+
+/// In strict mode, where this request is served: by the object of the run it is about, once it is admitted
+/// (the token is checked here first, so an unauthenticated request wakes no object and neither `mode` nor the
+/// index is read): `/runs/{id}` and below, `POST /deliveries/{id}`, and `POST /approvals/{id}` when
+/// `approval_run` (the approval index) names a valid run. `None`: the request is served where it arrived
+/// (listings, compare, health, every refusal; an approval the index does not know, or cannot be read for, whose
+/// resolution there answers `STEADFAST_APPROVAL_NOT_FOUND` or the index's error as in KV mode), and always in KV
+/// mode.
+pub async fn forward_target(
     head: &ApiRequest,
     token: Option<&str>,
     mode: impl FnOnce() -> Result<StoreMode>,
-) -> Option<String> {
+    approval_run: impl AsyncFnOnce(&str) -> Result<Option<String>>,
+) -> Option<Forward> {
     if !matches!(admit(head, token, false), Ok(Admission::Serve)) {
         return None;
     }
-    object_run(&head.path).filter(|_| mode().ok() == Some(StoreMode::DurableObject))
+    let about = about(head)?;
+    if mode().ok() != Some(StoreMode::DurableObject) {
+        return None;
+    }
+    match about {
+        About::Run(run) => Some(Forward { run, name_run: false }),
+        About::Approval(id) => match approval_run(id).await {
+            Ok(Some(run)) if validate_run_id(&run).is_ok() => Some(Forward { run, name_run: true }),
+            _ => None,
+        },
+    }
 }
 
-/// The run a path is about, when its object serves it in strict mode: `/runs/{id}` and every path below it,
-/// with a valid run id.
-pub fn object_run(path: &str) -> Option<String> {
-    match segments(path).as_slice() {
-        ["runs", id, ..] if run_id_segment(id).is_ok() => Some(id.to_string()),
-        _ => None,
+/// Inside a run's object: the run a forwarded request is about, as [`forward_target`] sent it (the path, or
+/// for an approval [`RUN_HEADER`]). `None`: not a request the Worker forwards (the object refuses it).
+pub fn object_run(head: &ApiRequest) -> Option<String> {
+    match about(head)? {
+        About::Run(run) => Some(run),
+        About::Approval(_) => head.header(RUN_HEADER).filter(|r| validate_run_id(r).is_ok()).map(str::to_string),
     }
 }
 
@@ -502,12 +572,12 @@ impl Drop for FrameReader {
 }
 
 /// One execution as its request sees it: the run's events (sent on as SSE frames for an SSE answer, until the
-/// run ends), whether it started (its first event), and its answer once it ended; the request waiting for
-/// either is woken.
+/// run ends), whether it started (its first event: the run it executes), and its answer once it ended; the
+/// request waiting for either is woken.
 #[derive(Default)]
 struct StartSink {
     frames: Option<FrameSender>,
-    started: Cell<bool>,
+    started: RefCell<Option<String>>,
     answer: RefCell<Option<ApiResponse>>,
     waiting: RefCell<Option<std::task::Waker>>,
 }
@@ -522,7 +592,8 @@ impl StartSink {
 
 impl EventSink for StartSink {
     fn emit(&self, event: &EventEnvelope) {
-        if !self.started.replace(true) {
+        if self.started.borrow().is_none() {
+            *self.started.borrow_mut() = Some(event.run_id.clone());
             self.wake();
         }
         if let Some(frames) = &self.frames {
@@ -619,8 +690,9 @@ impl Api {
         }
     }
 
-    /// Executes `send` and `resume` as tasks of their own through `spawner` (strict mode: inside the run's
-    /// object), so a run goes on to its end when the request goes, and `Prefer: respond-async` is honoured.
+    /// Executes `send`, `resume`, an approval's resolution and a delivery as tasks of their own through
+    /// `spawner` (strict mode: inside the run's object), so a run goes on to its end when the request goes,
+    /// and `Prefer: respond-async` is honoured.
     pub fn with_spawner(mut self, spawner: Spawner) -> Api {
         self.spawner = Some(spawner);
         self
@@ -699,9 +771,7 @@ impl Api {
                     return not_allowed();
                 }
                 parse_body::<Value>(&req.body, true)?;
-                let sink = Rc::new(StartSink::default());
-                let events: Option<Rc<dyn EventSink>> = self.spawner.is_some().then(|| sink.clone() as _);
-                let opts = SendOptions { events, ..SendOptions::default() };
+                let (sink, opts) = self.start_sink(SendOptions::default());
                 let agent = self.agent.clone();
                 let run_id = id.to_string();
                 let run = async move {
@@ -713,7 +783,7 @@ impl Api {
                         Err(e) => ApiResponse::error(&e),
                     }
                 };
-                Ok(self.execute(req, id, sink, Box::pin(run), None).await)
+                Ok(self.execute(req, sink, Box::pin(run), None).await)
             }
             ["runs", id, "history"] => {
                 run_id_segment(id)?;
@@ -762,33 +832,35 @@ impl Api {
                 _ => not_allowed(),
             },
             ["approvals", id] => {
-                non_empty_segment("approval", id)?;
-                if id.len() > 100 || !id.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
-                    return Err(bad("invalid approval id"));
-                }
+                approval_id_segment(id)?;
                 if m != "POST" {
                     return not_allowed();
                 }
                 let body: ResolveBody = parse_body(&req.body, false)?.ok_or_else(|| bad("empty body"))?;
-                let r = self
-                    .agent
-                    .approvals()
-                    .resolve(Resolve { id: id.to_string(), approved: body.approved, note: body.note })
-                    .await?;
-                Ok(ApiResponse::ok(&r))
+                let decision = Resolve { id: id.to_string(), approved: body.approved, note: body.note };
+                let (sink, opts) = self.start_sink(SendOptions::default());
+                let agent = self.agent.clone();
+                let run = async move {
+                    let resolved = agent.approvals().resolve_with(decision, opts).await;
+                    resolved.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::ok(&r))
+                };
+                Ok(self.execute(req, sink, Box::pin(run), None).await)
             }
             ["deliveries", id] => {
-                non_empty_segment("delivery", id)?;
-                if id.len() > 180 {
-                    return Err(bad("invalid delivery id"));
-                }
+                delivery_id_segment(id)?;
                 if m != "POST" {
                     return not_allowed();
                 }
                 let body: SendRequest = parse_body(&req.body, false)?.ok_or_else(|| bad("empty body"))?;
                 let (input, business_state) = body.into_parts()?;
-                let opts = SendOptions { business_state, ..SendOptions::default() };
-                Ok(ApiResponse::ok(&self.agent.run_once(id, input, opts).await?))
+                let (sink, opts) = self.start_sink(SendOptions { business_state, ..SendOptions::default() });
+                let agent = self.agent.clone();
+                let delivery_id = id.to_string();
+                let run = async move {
+                    let ran = agent.run_once(&delivery_id, input, opts).await;
+                    ran.map_or_else(|e| ApiResponse::error(&e), |d| ApiResponse::ok(&d))
+                };
+                Ok(self.execute(req, sink, Box::pin(run), None).await)
             }
             ["sessions", id] => {
                 let session = self.agent.session(id)?;
@@ -862,6 +934,14 @@ impl Api {
         }
     }
 
+    /// The execution's [`StartSink`] (no SSE frames) and `opts` with it as the events' sink when a spawner
+    /// executes the run (its first event is its start); without one, no sink is needed.
+    fn start_sink(&self, opts: SendOptions) -> (Rc<StartSink>, SendOptions) {
+        let sink = Rc::new(StartSink::default());
+        let events: Option<Rc<dyn EventSink>> = self.spawner.is_some().then(|| sink.clone() as _);
+        (sink, SendOptions { events, ..opts })
+    }
+
     /// `POST /sessions/{id}`: the session's next turn, answered like a send (SSE with
     /// `Accept: text/event-stream`).
     async fn session_send(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
@@ -899,7 +979,7 @@ impl Api {
         let run = async move {
             agent.send(&run_id, input, opts).await.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::ok(&r))
         };
-        Ok(self.execute(req, id, start, Box::pin(run), frames).await)
+        Ok(self.execute(req, start, Box::pin(run), frames).await)
     }
 
     /// Executes a run (`run` answers when it ends): here, in this request, without a spawner; with one, as a
@@ -911,7 +991,6 @@ impl Api {
     async fn execute(
         &self,
         req: &ApiRequest,
-        id: &str,
         start: Rc<StartSink>,
         run: LocalFuture<'static, ApiResponse>,
         frames: Option<FrameReader>,
@@ -930,7 +1009,7 @@ impl Api {
         let respond_async = prefers_async(req);
         let answer_from_start = respond_async || frames.is_some();
         let started = futures::future::poll_fn(|cx| {
-            if answer_from_start && start.started.get() {
+            if answer_from_start && start.started.borrow().is_some() {
                 return std::task::Poll::Ready(None);
             }
             match start.answer.borrow_mut().take() {
@@ -944,17 +1023,15 @@ impl Api {
         match (started.await, frames) {
             (Some(answer), _) => answer,
             (None, Some(frames)) if !respond_async => self.live(frames, None),
-            (None, _) => ApiResponse {
-                headers: vec![
-                    ("content-type".into(), "application/json".into()),
-                    ("location".into(), format!("/runs/{id}")),
-                    ("preference-applied".into(), "respond-async".into()),
-                ],
-                status: 202,
-                // The id is a valid run id (letters, digits, `_`, `-`, `.`): nothing to escape.
-                body: format!("{{\"runId\":\"{id}\",\"status\":\"accepted\"}}"),
-                live: None,
-            },
+            (None, _) => {
+                // Started: its first event named the run it executes (a send's, or an approval's or a
+                // delivery's run).
+                let id = start.started.borrow().clone().unwrap_or_default();
+                let mut r = ApiResponse::json(202, &json!({"runId": id, "status": "accepted"}));
+                r.headers.push(("location".into(), format!("/runs/{id}")));
+                r.headers.push(("preference-applied".into(), "respond-async".into()));
+                r
+            }
         }
     }
 
@@ -975,12 +1052,12 @@ impl Api {
         // Executed here until its first event (or its end, a refusal: the plain answer), then handed over.
         let ended = futures::future::poll_fn(|cx| match run.as_mut().poll(cx) {
             std::task::Poll::Ready(answer) => std::task::Poll::Ready(Some(answer)),
-            std::task::Poll::Pending if start.started.get() => std::task::Poll::Ready(None),
+            std::task::Poll::Pending if start.started.borrow().is_some() => std::task::Poll::Ready(None),
             std::task::Poll::Pending => std::task::Poll::Pending,
         })
         .await;
         match ended {
-            Some(answer) if !start.started.get() => answer,
+            Some(answer) if !start.started.borrow().is_some() => answer,
             // Ended with events: they are all in the frames already.
             Some(_) => self.live(frames, None),
             None => self.live(frames, Some(Box::pin(async move { drop(run.await) }))),

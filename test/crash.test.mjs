@@ -2,7 +2,9 @@
 // own, over Workers KV persisted in a directory; `kill -9` of the whole group (node + workerd) while slow
 // webhook tools are in flight; a new process on the same directory; the cron trigger fired until the run
 // finishes. The webhook endpoints are an idempotent local server on 127.0.0.1 that counts every request per
-// Idempotency-Key.
+// Idempotency-Key. In strict mode (`"store": "durable-object"`, the run objects' SQLite storage persisted beside
+// KV) the same crash is finished by the run object's alarm in the restarted workerd, with no request and no cron
+// tick.
 //
 // This file is also the Worker process itself: started with STEADFAST_CRASH_KV_DIR set, it serves the Worker
 // instead of defining tests (a separate fixture under test/ would be run as a test file by `node --test test/`).
@@ -42,6 +44,9 @@ async function serveWorker(kvDir) {
     compatibilityDate: "2026-04-01",
     kvNamespaces: ["RUNS"],
     kvPersist: kvDir,
+    // Strict mode's run objects (SQLite-backed), persisted beside KV; unused in KV mode.
+    durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true } },
+    durableObjectsPersist: `${kvDir}-objects`,
     bindings: { STEADFAST_TOKEN: process.env.STEADFAST_TOKEN, STEADFAST_CONFIG: process.env.STEADFAST_CONFIG },
     host: "127.0.0.1",
     port: 0,
@@ -177,8 +182,11 @@ function defineTests() {
   // The first request of a tool in `hold` is never answered (the process dies waiting for it); its effect is
   // stored all the same, and a retry with the same key gets the stored answer, as a payments API would do.
   const requests = []; // { tool, key, callId, runId }
-  const effects = new Map(); // key -> { tool, body }
-  const hold = new Set(["ship", "stock"]);
+  // The mock model's call ids repeat from run to run (call_<turn>_<i>), so the endpoint scopes a key to its
+  // run (the X-Steadfast-Run-Id header), as an API scopes keys to an account.
+  const effects = new Map(); // `<run id> <key>` -> { tool, body }
+  const ek = (runId, key) => `${runId} ${key}`;
+  const hold = new Set(["ship", "stock", "pack"]);
   const arrived = new Map([...hold].map((t) => [t, deferred()]));
   const held = [];
   function deferred() {
@@ -197,13 +205,14 @@ function defineTests() {
         res.writeHead(400, { "content-type": "application/json" });
         return res.end(JSON.stringify({ error: "Idempotency-Key is required" }));
       }
-      if (!effects.has(key)) effects.set(key, { tool, body: { tool, key, effect: effects.size + 1, args: JSON.parse(raw || "null") } });
+      const runId = req.headers["x-steadfast-run-id"];
+      if (!effects.has(ek(runId, key))) effects.set(ek(runId, key), { tool, body: { tool, key, effect: effects.size + 1, args: JSON.parse(raw || "null") } });
       if (hold.delete(tool)) {
         held.push(res);
         return arrived.get(tool).resolve();
       }
       res.writeHead(200, { "content-type": "application/json" });
-      res.end(JSON.stringify(effects.get(key).body));
+      res.end(JSON.stringify(effects.get(ek(runId, key)).body));
     });
   });
   const listening = new Promise((r) => server.listen(0, "127.0.0.1", r));
@@ -213,6 +222,7 @@ function defineTests() {
     server.closeAllConnections();
     await new Promise((r) => server.close(r));
     fs.rmSync(kvDir, { recursive: true, force: true });
+    fs.rmSync(`${kvDir}-objects`, { recursive: true, force: true });
   });
 
   test("kill -9 of workerd while slow webhooks run: a new process finishes the run, each effect once per key", { timeout: 120_000 }, async () => {
@@ -337,12 +347,12 @@ function defineTests() {
     assert.deepEqual([final.heldResults ?? [], final.intents ?? []], [[], []], "nothing left held or intended");
 
     for (const { call: c, result: r } of calls) {
-      const sent = requests.filter((q) => q.key === c.id);
+      const sent = requests.filter((q) => q.key === c.id && q.runId === RUN);
       assert.ok(sent.every((q) => q.callId === c.id && q.runId === RUN), `${c.name}: headers ${JSON.stringify(sent)}`);
       // Its real result: the endpoint's answer for this key (no validation, interrupted or fabricated result).
       assert.equal(r.kind, "execution", `${c.name}: ${JSON.stringify(r)}`);
       assert.equal(r.isError, false, `${c.name}: ${JSON.stringify(r)}`);
-      assert.deepEqual(JSON.parse(r.content), effects.get(c.id)?.body, `${c.name}: the endpoint's answer`);
+      assert.deepEqual(JSON.parse(r.content), effects.get(ek(RUN, c.id))?.body, `${c.name}: the endpoint's answer`);
       if (recordedAtCrash.has(c.id)) {
         assert.equal(sent.length, 1, `${c.name}'s result was recorded before the crash: it never ran again`);
         const { role: _, ...kept } = recordedAtCrash.get(c.id); // a held result has no role yet
@@ -355,8 +365,8 @@ function defineTests() {
       }
     }
     // One effect per Idempotency-Key, one key per call, no request for anything else.
-    assert.deepEqual([...effects.keys()].sort(), calls.map((c) => c.call.id).sort());
-    assert.ok(requests.every((q) => effects.get(q.key)?.tool === q.tool), JSON.stringify(requests));
+    assert.deepEqual([...effects.keys()].filter((k) => k.startsWith(`${RUN} `)).sort(), calls.map((c) => ek(RUN, c.call.id)).sort());
+    assert.ok(requests.every((q) => effects.get(ek(q.runId, q.key))?.tool === q.tool), JSON.stringify(requests));
 
     await killGroup(b);
     assert.deepEqual(groupMembers(b.pid), [], "no process left");
@@ -364,5 +374,81 @@ function defineTests() {
       `crash test: recovered ${recoveredIn} ms after kill -9 (${ticks} cron ticks; first tick inside the dead ` +
         `owner's lease: ${early}), ${requests.length} webhook requests, ${effects.size} effects`,
     );
+  });
+
+  test("strict mode: kill -9 of workerd mid-tool: restarted on the persisted state, the run object's alarm finishes the run with no request and no cron tick, each effect once per key", { timeout: 120_000 }, async () => {
+    await listening;
+    const RUN_S = "strict-7";
+    const base = `http://127.0.0.1:${server.address().port}/tools`;
+    const webhook = (name, sideEffecting) => ({ name, description: `${name} (test endpoint)`, inputSchema: { type: "object" },
+      url: `${base}/${name}`, sideEffecting, timeoutMs: 30_000 });
+    const config = {
+      store: "durable-object",
+      model: {
+        provider: "mock",
+        script: [
+          // a slow side effect (held by the endpoint: never answered before the crash) and a fast plain call
+          { toolCalls: [{ name: "pack", args: { order: 8 } }, { name: "weigh", args: { order: 8 } }] },
+          { text: "Order 8 is packed." },
+        ],
+      },
+      demoTools: false,
+      limits: { maxSteps: 4 },
+      // Short leases: the object's alarm (set when an execution starts, for when its lease could be taken over)
+      // comes soon after the dead owner's lease ends.
+      lease: { ttlMs: 2500, renewEveryMs: 800, graceMs: 100 },
+      recovery: { intervalMs: 1 },
+      tools: [webhook("pack", true), webhook("weigh", false)],
+      allowedHosts: ["127.0.0.1"],
+    };
+    const history = async (w) => {
+      const h = await call(w, "GET", `/runs/${RUN_S}/history?limit=1`);
+      assert.equal(h.status, 200, h.text);
+      return h.json[0].checkpoint;
+    };
+
+    // ----- process A: the run starts in its object (202: no client holds it), then the process dies -----
+    const a = await startWorker(config);
+    const accepted = await fetch(`${a.url}/runs/${RUN_S}`, { method: "POST", body: JSON.stringify({ input: "Pack order 8" }),
+      headers: { authorization: `Bearer ${TOKEN}`, prefer: "respond-async" } });
+    assert.equal(accepted.status, 202, await accepted.text());
+    await arrived.get("pack").promise;
+    const atCrash = await until("weigh's result to be recorded", async () => {
+      const cp = await history(a);
+      return cp.heldResults?.some((r) => r.name === "weigh") ? cp : null;
+    }, 15_000, a);
+    const call0 = Object.fromEntries(atCrash.messages.find((m) => m.toolCalls).toolCalls.map((c) => [c.name, c.id]));
+    assert.deepEqual(atCrash.intents, [call0.pack], "pack's intent is recorded, its outcome is not");
+    assert.ok(groupMembers(a.pid).some((m) => m.comm.startsWith("workerd")), "workerd runs in the group");
+    await killGroup(a);
+    const requestsAtCrash = requests.filter((q) => q.runId === RUN_S).length;
+    assert.equal(requestsAtCrash, 2, "pack (held) and weigh ran once each before the crash");
+
+    // ----- process B: same persisted KV and object storage. No request at all, no cron tick: workerd's alarm
+    // scheduler (persisted beside the objects) fires the run object's alarm, which resumes the run. -----
+    const b = await startWorker(config);
+    const restartedAt = Date.now();
+    await until("pack to run again (the object's alarm)", async () => requests.filter((q) => q.key === call0.pack && q.runId === RUN_S).length === 2,
+      20_000, b);
+    const run = await until("the run to finish", async () => {
+      const r = await call(b, "GET", `/runs/${RUN_S}`);
+      assert.equal(r.status, 200, r.text);
+      return r.json.status === "finished" ? r.json : null;
+    }, 20_000, b, 100);
+    const recoveredIn = Date.now() - restartedAt;
+    assert.equal(run.messages.at(-1).content, "Order 8 is packed.");
+    const results = run.messages.filter((m) => m.role === "tool");
+    assert.deepEqual(results.map((r) => r.toolCallId), [call0.pack, call0.weigh], "one result per call, in call order");
+    for (const r of results) {
+      assert.equal(r.kind, "execution", JSON.stringify(r));
+      assert.deepEqual(JSON.parse(r.content), effects.get(ek(RUN_S, r.toolCallId))?.body, "the endpoint's answer for its key");
+    }
+    const sent = (id) => requests.filter((q) => q.key === id && q.runId === RUN_S).length;
+    assert.equal(sent(call0.weigh), 1, "weigh's result was recorded before the crash: it never ran again");
+    assert.equal(sent(call0.pack), 2, "pack was in flight: ran once before the crash and once after, same key");
+    assert.deepEqual([...effects.keys()].filter((k) => k.startsWith(`${RUN_S} `)).sort(), [call0.pack, call0.weigh].map((k) => ek(RUN_S, k)).sort(), "one effect per key");
+    assert.equal(requests.filter((q) => q.runId === RUN_S).length, 3, "no other request");
+    await killGroup(b);
+    console.log(`strict crash test: the object's alarm finished the run ${recoveredIn} ms after the restart`);
   });
 }

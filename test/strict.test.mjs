@@ -6,6 +6,8 @@ import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
 import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { Miniflare } from "miniflare";
 import { apiCaller } from "./support/api.mjs";
 
@@ -29,10 +31,12 @@ const script = {
 
 // Two Workers ("replicas": separate isolates) over one KV namespace and one set of run objects (hosted by the
 // first), as two Worker instances in two locations would share them.
-function replicas(config, n = 2) {
+// `persist`: KV and the objects' SQLite storage kept in that directory (a later Miniflare over it sees them).
+function replicas(config, n = 2, persist) {
   assert.ok(fs.existsSync("build/index.js"), "build/index.js is missing: run ./scripts/build-worker");
   const bindings = { STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify({ store: "durable-object", ...config }) };
   const mf = new Miniflare({
+    ...(persist ? { kvPersist: path.join(persist, "kv"), durableObjectsPersist: path.join(persist, "do") } : {}),
     workers: Array.from({ length: n }, (_, i) => ({
       ...script,
       name: `replica-${i}`,
@@ -221,4 +225,85 @@ test("strict mode: a run whose execution failed is finished by its object's alar
   // The alarm fires again only while there is something to do: the finished run sets none.
   await sleep(3000);
   assert.equal((await call(a, "GET", "/demo/counts")).json.shipments, 1);
+});
+
+test("strict mode: an approval resolved days later (a new workerd over the persisted state) resumes its run inside the run's object: 202, the client gone, no cron tick, the tool once", { timeout: 90000 }, async () => {
+  // Simulated "days later": the first Miniflare (its workerd) pauses the runs on their approvals and is disposed;
+  // a new one starts over the same persisted KV and object storage, with nothing run in between (no cron tick,
+  // no alarm: a paused run sets none). The clock is not moved: the runs wait on a person, not on time.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "steadfast-strict-approval-"));
+  after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const gated = { ...oneSlowCall, tools: [{ ...slowTool, needsApproval: true }] };
+  const [first] = replicas(gated, 1, dir);
+  const ids = {};
+  for (const run of ["later-1", "later-2", "later-3"]) {
+    const paused = await call(first, "POST", `/runs/${run}`, { input: "go" });
+    assert.equal(paused.json.status, "awaiting-approval", paused.text);
+    ids[run] = paused.json.approvalId;
+  }
+  await first.mf.dispose();
+  instances.splice(instances.indexOf(first.mf), 1);
+  const before = srv.state.calls.length;
+
+  const [a, b] = replicas(gated, 2, dir);
+  // Unknown approval: the index does not know it; served by the Worker: 404 as in KV mode. Nothing runs.
+  const unknown = await call(a, "POST", "/approvals/apr_nope", { approved: true }, { prefer: "respond-async" });
+  assert.deepEqual([unknown.status, unknown.json.error?.code], [404, "STEADFAST_APPROVAL_NOT_FOUND"], unknown.text);
+  // Orphaned: its run deleted; resolved in the run's object: 410, the approval withdrawn. Nothing runs.
+  assert.equal((await call(b, "DELETE", "/runs/later-3")).status, 200);
+  const orphan = await call(a, "POST", `/approvals/${ids["later-3"]}`, { approved: true }, { prefer: "respond-async" });
+  assert.deepEqual([orphan.status, orphan.json.error?.code], [410, "STEADFAST_APPROVAL_ORPHANED"], orphan.text);
+  assert.equal(srv.state.calls.length, before, "no tool ran for a refused approval");
+
+  // 1) Prefer: respond-async: answered 202 naming the run as soon as it resumed, before its slow tool could end.
+  // The Worker alone has no spawner and would ignore the preference (answering 200 when the run ends): a 202
+  // means the run object executes the resolution as its own task. The client is gone after that answer.
+  const started = Date.now();
+  const accepted = await call(a, "POST", `/approvals/${ids["later-1"]}`, { approved: true }, { prefer: "respond-async" });
+  assert.equal(accepted.status, 202, accepted.text);
+  assert.deepEqual(accepted.json, { runId: "later-1", status: "accepted" });
+  assert.equal(accepted.headers.get("location"), "/runs/later-1");
+  assert.ok(Date.now() - started < srv.state.delayMs, "answered before the tool could finish");
+  // 2) The client aborts mid-tool (its connection closed before any answer).
+  const mid = srv.state.calls.length;
+  const disconnect = await postThenDisconnect(b.mf, `/approvals/${ids["later-2"]}`, { approved: true });
+  assert.ok(await waitFor(() => srv.state.calls.length > mid), "the approved tool started");
+  assert.equal(disconnect(), false, "the client left before any answer");
+
+  for (const run of ["later-1", "later-2"]) {
+    const view = await waitFor(async () => {
+      const r = await call(b, "GET", `/runs/${run}`);
+      return r.json.status === "finished" && r;
+    });
+    assert.ok(view, `${run} finished without its client and without a cron tick`);
+    const results = view.json.messages.filter((m) => m.role === "tool");
+    assert.equal(results.length, 1, "one result");
+    // An approved call's idempotency key is its approval's id.
+    const keyed = srv.state.calls.slice(before).filter((c) => c.key === ids[run]);
+    assert.equal(keyed.length, 1, `${run}: the tool ran once: ${JSON.stringify(srv.state.calls.slice(before))}`);
+  }
+  assert.equal(srv.state.calls.length - before, 2, "two tools, one per run");
+  assert.deepEqual((await call(a, "GET", "/approvals")).json, [], "both approvals consumed");
+  // A decided approval answered again: not found (withdrawn once its run moved on).
+  const again = await call(a, "POST", `/approvals/${ids["later-1"]}`, { approved: true });
+  assert.deepEqual([again.status, again.json.error?.code], [404, "STEADFAST_APPROVAL_NOT_FOUND"], again.text);
+});
+
+test("strict mode: a delivery executes in its run's object: 202 with Prefer: respond-async before its slow tool ends, finished with no cron tick, a redelivery acknowledged, the tool once", { timeout: 60000 }, async () => {
+  const [a, b] = replicas(oneSlowCall);
+  const before = srv.state.calls.length;
+  const started = Date.now();
+  // The Worker alone has no spawner and would answer 200 when the run ends: a 202 means the object runs it.
+  const accepted = await call(a, "POST", "/deliveries/evt-1", { input: "go" }, { prefer: "respond-async" });
+  assert.equal(accepted.status, 202, accepted.text);
+  assert.deepEqual(accepted.json, { runId: "dlv-evt-1", status: "accepted" });
+  assert.ok(Date.now() - started < srv.state.delayMs, "answered before the tool could finish");
+  const view = await waitFor(async () => {
+    const r = await call(b, "GET", "/runs/dlv-evt-1");
+    return r.json.status === "finished" && r;
+  });
+  assert.ok(view, "the delivery's run finished without a cron tick");
+  const again = await call(b, "POST", "/deliveries/evt-1", { input: "go" }, { prefer: "respond-async" });
+  assert.deepEqual([again.status, again.json.outcome, again.json.runId], [200, "acknowledged", "dlv-evt-1"], again.text);
+  assert.equal(srv.state.calls.length - before, 1, "the tool ran once");
 });

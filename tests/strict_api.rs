@@ -1,9 +1,12 @@
 //! Strict mode's API, natively: which requests the Worker hands to a run's object ([`forward_target`], over
-//! generated requests), and runs executed as tasks of their own ([`Api::with_spawner`], as inside a Durable
+//! generated requests: runs, deliveries, and approvals through the approval index; [`object_run`] inside the
+//! object), and runs executed as tasks of their own ([`Api::with_spawner`], as inside a Durable
 //! Object) over the object store (`ObjectStore` on `LocalObjects`: the objects' logic and strict fencing): a
 //! request that goes away mid-run does not stop its run, `Prefer: respond-async` answers 202 once the run has
 //! started, and concurrent sends to one run from several processes run it once (the others get
-//! `STEADFAST_SESSION_BUSY`). Generated cases print a one-line reproduction (`STRICT_API_SEED=<n>`).
+//! `STEADFAST_SESSION_BUSY`); an approval resolved in a later request, by a new process (the object's), resumes
+//! its run as the object's task (202 with `Prefer: respond-async`, the client gone, the tool run once), and
+//! unknown or orphaned approvals keep their coded errors. Generated cases print a one-line reproduction (`STRICT_API_SEED=<n>`).
 
 mod common;
 
@@ -16,7 +19,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use steadfast::api::{forward_target, Api, ApiRequest, ApiResponse, Spawner};
+use steadfast::api::{forward_target, object_run, Api, ApiRequest, ApiResponse, Forward, Spawner, RUN_HEADER};
 use steadfast::config::StoreMode;
 use steadfast::runtime::{FnTool, ManualClock, MockModel, MockTurn, Rng, Sleep, SplitMix64, Tool, ToolOutput};
 use steadfast::store::object::{LocalObjects, ObjectStore};
@@ -46,37 +49,52 @@ fn head(method: &str, path: &str, headers: &[(&str, &str)]) -> ApiRequest {
 }
 
 /// Generated: a request goes to a run's object exactly when it is admitted (the token configured and given,
-/// a declared size within the limit), its path is `/runs/{valid id}` or below, and the store is
-/// `durable-object`; the configuration (the mode) is read only for an admitted request about a run.
+/// a declared size within the limit), it is about one run (`/runs/{valid id}` or below, `POST /deliveries/{id}`,
+/// `POST /approvals/{id}` whose index entry names a valid run) and the store is `durable-object`; the
+/// configuration (the mode) is read only for an admitted request about a run, the approval index only after
+/// that for an approval in strict mode; an approval the index does not know (or cannot be read for) is served
+/// where it arrived. Inside the object, [`object_run`] finds the same run again from what the Worker sent.
 #[test]
 fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_generated() {
-    let paths: &[(&str, Option<&str>)] = &[
-        ("/runs/a", Some("a")),
-        ("/runs/order-7", Some("order-7")),
-        ("/runs/order-7/resume", Some("order-7")),
-        ("/runs/x.y/history", Some("x.y")),
-        ("/runs/r_1/fork", Some("r_1")),
-        ("/runs/r_1/anything/below", Some("r_1")),
-        ("/runs", None),
-        ("/runs/", None),
-        ("/runs//resume", None),
-        ("/runs/.bad", None),
-        ("/runs/bad.", None),
-        ("/runs/a.turn-3", Some("a.turn-3")),
-        ("/approvals", None),
-        ("/approvals/apr_1", None),
-        ("/deliveries/d-1", None),
-        ("/compare/a/b", None),
-        ("/health", None),
-        ("/demo/counts", None),
-        ("/", None),
-        ("/nope/a", None),
+    // (path, the run by path, the approval by path, methods that forward)
+    let paths: &[(&str, Option<&str>, Option<&str>, &[&str])] = &[
+        ("/runs/a", Some("a"), None, &["GET", "POST", "DELETE", "PUT", "HEAD"]),
+        ("/runs/order-7", Some("order-7"), None, &["GET", "POST", "DELETE", "PUT", "HEAD"]),
+        ("/runs/order-7/resume", Some("order-7"), None, &["GET", "POST", "DELETE", "PUT", "HEAD"]),
+        ("/runs/x.y/history", Some("x.y"), None, &["GET", "POST", "DELETE", "PUT", "HEAD"]),
+        ("/runs/r_1/fork", Some("r_1"), None, &["GET", "POST", "DELETE", "PUT", "HEAD"]),
+        ("/runs/r_1/anything/below", Some("r_1"), None, &["GET", "POST", "DELETE", "PUT", "HEAD"]),
+        ("/runs", None, None, &[]),
+        ("/runs/", None, None, &[]),
+        ("/runs//resume", None, None, &[]),
+        ("/runs/.bad", None, None, &[]),
+        ("/runs/bad.", None, None, &[]),
+        ("/runs/a.turn-3", Some("a.turn-3"), None, &["GET", "POST", "DELETE", "PUT", "HEAD"]),
+        ("/approvals", None, None, &[]),
+        ("/approvals/apr_1", None, Some("apr_1"), &["POST"]),
+        ("/approvals/apr_2", None, Some("apr_2"), &["POST"]),
+        ("/approvals/", None, None, &[]),
+        ("/approvals/a.b", None, None, &[]),
+        ("/approvals/apr_1/x", None, None, &[]),
+        ("/deliveries/d-1", Some("dlv-d-1"), None, &["POST"]),
+        ("/deliveries/", None, None, &[]),
+        ("/compare/a/b", None, None, &[]),
+        ("/health", None, None, &[]),
+        ("/demo/counts", None, None, &[]),
+        ("/", None, None, &[]),
+        ("/nope/a", None, None, &[]),
     ];
-    for_seeds("only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_generated", 0..400, |seed| {
+    // The index: apr_1 names run `held-1`, apr_2 a value that is no run id; any other approval is unknown.
+    let index = |id: &str| match id {
+        "apr_1" => Some("held-1".to_string()),
+        "apr_2" => Some("not a run id".to_string()),
+        _ => None,
+    };
+    for_seeds("only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_generated", 0..600, |seed| {
         let rng = SplitMix64::new(seed);
         let pick = |n: u64| rng.next_u64() % n;
-        let (path, run) = paths[pick(paths.len() as u64) as usize];
-        let method = ["GET", "POST", "DELETE", "PUT", "HEAD"][pick(5) as usize];
+        let (path, run, approval, forwarding) = paths[pick(paths.len() as u64) as usize];
+        let method = ["GET", "POST", "DELETE", "PUT", "HEAD", "post"][pick(6) as usize];
         let configured = [None, Some(TOKEN), Some("")][pick(3) as usize];
         let auth = [format!("Bearer {TOKEN}"), format!("bearer  {TOKEN}"), "Bearer wrong".into(), String::new()]
             [pick(4) as usize]
@@ -84,6 +102,7 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
         let length = ["", "12", "2000000", "ten"][pick(4) as usize];
         let mode = [StoreMode::Kv, StoreMode::DurableObject][pick(2) as usize];
         let mode_fails = pick(5) == 0;
+        let index_fails = pick(5) == 0;
         let mut headers = Vec::new();
         if !auth.is_empty() {
             headers.push(("authorization", auth.as_str()));
@@ -91,29 +110,75 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
         if !length.is_empty() {
             headers.push(("content-length", length));
         }
+        // A client's own run header changes nothing.
+        if pick(3) == 0 {
+            headers.push((RUN_HEADER, "spoofed"));
+        }
         let req = head(method, path, &headers);
-        let reads = Cell::new(0);
-        let got = forward_target(&req, configured, || {
-            reads.set(reads.get() + 1);
-            if mode_fails {
-                Err(steadfast::Error::new(steadfast::ErrorCode::ConfigInvalid, "bad config"))
-            } else {
-                Ok(mode)
-            }
-        });
+        let (reads, lookups) = (Cell::new(0), Cell::new(0));
+        let got = block_on(forward_target(
+            &req,
+            configured,
+            || {
+                reads.set(reads.get() + 1);
+                if mode_fails {
+                    Err(steadfast::Error::new(steadfast::ErrorCode::ConfigInvalid, "bad config"))
+                } else {
+                    Ok(mode)
+                }
+            },
+            async |id: &str| {
+                lookups.set(lookups.get() + 1);
+                if index_fails {
+                    Err(steadfast::Error::new(steadfast::ErrorCode::StoreUnavailable, "KV is down"))
+                } else {
+                    Ok(index(id))
+                }
+            },
+        ));
         let admitted = path != "/health"
             && configured == Some(TOKEN)
             && auth.trim_start().to_ascii_lowercase().starts_with("bearer ")
             && auth.ends_with(TOKEN)
             && (length.is_empty() || length == "12");
-        let expected = run.filter(|_| admitted && !mode_fails && mode == StoreMode::DurableObject);
-        assert_eq!(
-            got.as_deref(),
-            expected,
-            "{method} {path} token={configured:?} auth={auth:?} len={length:?} {mode:?}"
-        );
-        assert_eq!(reads.get(), u32::from(admitted && run.is_some()), "the configuration was read only when needed");
+        let about = forwarding.contains(&method.to_ascii_uppercase().as_str());
+        let strict = admitted && about && !mode_fails && mode == StoreMode::DurableObject;
+        let expected = match (run, approval) {
+            (Some(run), _) => Some(Forward { run: run.into(), name_run: false }),
+            (None, Some(a)) => {
+                index(a).filter(|r| !index_fails && r == "held-1").map(|run| Forward { run, name_run: true })
+            }
+            (None, None) => None,
+        }
+        .filter(|_| strict);
+        let case = format!("{method} {path} token={configured:?} auth={auth:?} len={length:?} {mode:?}");
+        assert_eq!(got, expected, "{case}");
+        assert_eq!(reads.get(), u32::from(admitted && about), "the configuration was read only when needed: {case}");
+        assert_eq!(lookups.get(), u32::from(strict && approval.is_some()), "the index read only when needed: {case}");
+        // Inside the object: the run from the path, or from the header the Worker set (replacing the client's).
+        if let Some(f) = &got {
+            let mut sent = req.clone();
+            if f.name_run {
+                sent.headers.retain(|(k, _)| !k.eq_ignore_ascii_case(RUN_HEADER));
+                sent.headers.push((RUN_HEADER.into(), f.run.clone()));
+            }
+            assert_eq!(object_run(&sent).as_deref(), Some(f.run.as_str()), "{case}");
+        }
     });
+}
+
+/// Inside a run's object, an approval's request without a valid run header names no run (the object refuses
+/// it: only the Worker forwards approvals, with the header).
+#[test]
+fn an_object_finds_an_approvals_run_only_in_the_header() {
+    let mut r = head("POST", "/approvals/apr_1", &[]);
+    assert_eq!(object_run(&r), None);
+    r.headers.push((RUN_HEADER.into(), ".bad".into()));
+    assert_eq!(object_run(&r), None);
+    r.headers[0].1 = "held-1".into();
+    assert_eq!(object_run(&r).as_deref(), Some("held-1"));
+    assert_eq!(object_run(&head("GET", "/approvals/apr_1", &[(RUN_HEADER, "held-1")])), None);
+    assert_eq!(object_run(&head("POST", "/runs/a", &[(RUN_HEADER, "held-1")])).as_deref(), Some("a"));
 }
 
 /// A door a tool waits at until the test opens it.
@@ -141,10 +206,11 @@ impl Door {
     }
 }
 
-/// A tool that counts its executions (per call id) and waits at `door` before answering.
-fn slow_tool(counters: &Counters, door: &Door) -> Rc<dyn Tool> {
+/// A tool that counts its executions (per call id) and waits at `door` before answering; `gated`: every call
+/// needs approval first.
+fn slow_tool(counters: &Counters, door: &Door, gated: bool) -> Rc<dyn Tool> {
     let (c, door) = (counters.clone(), door.clone());
-    Rc::new(FnTool::new("lookup", "looks up slowly", object_schema(), move |_args, ctx| {
+    let tool = FnTool::new("lookup", "looks up slowly", object_schema(), move |_args, ctx| {
         let (c, door) = (c.clone(), door.clone());
         async move {
             c.hit(&format!("call:{}", ctx.tool_call_id));
@@ -152,7 +218,8 @@ fn slow_tool(counters: &Counters, door: &Door) -> Rc<dyn Tool> {
             door.wait().await;
             Ok(ToolOutput::text("found"))
         }
-    }))
+    });
+    Rc::new(tool.needs_approval(gated))
 }
 
 /// Processes over one set of run objects (strict fencing) and one index, each an API whose runs are tasks of
@@ -163,6 +230,8 @@ struct Strict {
     counters: Counters,
     door: Door,
     processes: Cell<u64>,
+    /// The tool needs approval (for the processes made from now on).
+    gated: Cell<bool>,
 }
 
 /// A timer that never fires.
@@ -185,6 +254,7 @@ impl Strict {
             counters: Counters::default(),
             door: Door::default(),
             processes: Cell::new(1),
+            gated: Cell::new(false),
         }
     }
 
@@ -198,7 +268,7 @@ impl Strict {
             .clock(Rc::new(self.env.clock.clone()))
             .sleep(Rc::new(Frozen))
             .rng(Rc::new(SplitMix64::new(self.processes.replace(self.processes.get() + 1))))
-            .tool_rc(slow_tool(&self.counters, &self.door))
+            .tool_rc(slow_tool(&self.counters, &self.door, self.gated.get()))
             .build()
             .expect("agent builds");
         let api = Api::new(agent, Some(TOKEN.into()));
@@ -392,4 +462,133 @@ fn concurrent_sends_to_one_run_execute_it_once_the_others_are_busy_generated() {
             cp.messages.iter().filter(|m| matches!(m, steadfast::core::transcript::Message::Tool { .. })).count();
         assert_eq!(results, 1, "one result");
     });
+}
+
+fn resolve(approval: &str, prefer_async: bool) -> ApiRequest {
+    let mut r = head("POST", &format!("/approvals/{approval}"), &[("authorization", &format!("Bearer {TOKEN}"))]);
+    if prefer_async {
+        r.headers.push(("prefer".into(), "respond-async".into()));
+    }
+    r.body = br#"{"approved": true, "note": "fine"}"#.to_vec();
+    r
+}
+
+/// The answer to `req` from `api`, its tasks run meanwhile (bounded: a request still unanswered then fails).
+fn answer(s: &Strict, api: &Rc<Api>, req: ApiRequest) -> ApiResponse {
+    let mut f = request(api, req);
+    for _ in 0..10 {
+        if let Some(r) = poll(&mut f) {
+            return r;
+        }
+        s.run_tasks();
+    }
+    panic!("no answer");
+}
+
+/// A run paused on its approval (by a process of its own, which then ends): the approval's id.
+fn paused(s: &Strict, run_id: &str) -> String {
+    s.gated.set(true);
+    let r = answer(s, &s.api(true), send(run_id, false));
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!((r.status, v["status"].as_str()), (200, Some("awaiting-approval")), "{v}");
+    assert_eq!(s.counters.get("lookup"), 0, "nothing ran before the approval");
+    v["approvalId"].as_str().expect("an approval id").to_string()
+}
+
+/// Days later (simulated: the shared clock moves on three days; a new process, as the run's object woken by
+/// the forwarded request, serves it), the approval is resolved with `Prefer: respond-async`: 202 naming the
+/// run once it resumed, the client goes, and the run finishes as the object's task; the tool ran once.
+#[test]
+fn an_approval_resolved_days_later_resumes_its_run_as_the_objects_task() {
+    let s = Strict::new();
+    let approval = paused(&s, "held");
+    s.env.clock.advance(3 * 24 * 3_600_000);
+    let object = s.api(true);
+    let mut req = request(&object, resolve(&approval, true));
+    assert!(poll(&mut req).is_none(), "nothing ran yet: no answer");
+    s.run_tasks();
+    assert_eq!(s.counters.get("lookup"), 1, "the approved call is running");
+    let r = poll(&mut req).expect("answered once the run resumed");
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(serde_json::from_str::<Value>(&r.body).unwrap(), json!({"runId": "held", "status": "accepted"}));
+    assert!(r.headers.contains(&("location".into(), "/runs/held".into())));
+    drop(req); // The client is gone.
+    assert_eq!(s.status("held").as_deref(), Some("in-progress"), "202 before the run ended");
+    s.door.open();
+    s.run_tasks();
+    assert_eq!(s.status("held").as_deref(), Some("finished"));
+    assert_eq!(s.counters.get("lookup"), 1, "the tool ran once");
+    let approvals =
+        block_on(object.handle(head("GET", "/approvals", &[("authorization", &format!("Bearer {TOKEN}"))])));
+    assert_eq!(serde_json::from_str::<Value>(&approvals.body).unwrap(), json!([]), "the approval was consumed");
+}
+
+/// The same without the preference: the request waits for the run; the client aborts mid-tool and the run
+/// still finishes as the object's task.
+#[test]
+fn an_approval_whose_client_goes_away_mid_tool_still_finishes_its_run() {
+    let s = Strict::new();
+    let approval = paused(&s, "left");
+    let mut req = request(&s.api(true), resolve(&approval, false));
+    assert!(poll(&mut req).is_none());
+    s.run_tasks();
+    assert_eq!(s.counters.get("lookup"), 1, "the tool started");
+    assert!(poll(&mut req).is_none(), "the request waits for the run");
+    drop(req);
+    s.door.open();
+    s.run_tasks();
+    assert_eq!(s.status("left").as_deref(), Some("finished"));
+    assert_eq!(s.counters.get("lookup"), 1, "the tool ran once");
+}
+
+/// Refusals keep their codes inside the object, with or without the preference: an unknown approval is 404
+/// `STEADFAST_APPROVAL_NOT_FOUND`, a decided one answered again is refused, an approval whose run was deleted
+/// is 410 `STEADFAST_APPROVAL_ORPHANED`; no tool runs.
+#[test]
+fn unknown_and_orphaned_approvals_keep_their_errors_in_the_object() {
+    let s = Strict::new();
+    s.door.open();
+    for prefer in [false, true] {
+        let r = answer(&s, &s.api(true), resolve("apr_nope", prefer));
+        assert_eq!((r.status, code(&r).as_str()), (404, "STEADFAST_APPROVAL_NOT_FOUND"), "{}", r.body);
+    }
+    let approval = paused(&s, "gone");
+    let del = head("DELETE", "/runs/gone", &[("authorization", &format!("Bearer {TOKEN}"))]);
+    assert_eq!(block_on(s.api(true).handle(del)).status, 200);
+    let object = s.api(true);
+    let r = answer(&s, &object, resolve(&approval, true));
+    assert_eq!((r.status, code(&r).as_str()), (410, "STEADFAST_APPROVAL_ORPHANED"), "{}", r.body);
+    let r = answer(&s, &object, resolve(&approval, true));
+    assert_eq!((r.status, code(&r).as_str()), (404, "STEADFAST_APPROVAL_NOT_FOUND"), "withdrawn: {}", r.body);
+    assert_eq!(s.counters.get("lookup"), 0);
+}
+
+/// A delivery served by its run's object: 202 once its run started (naming the delivery's run), the run
+/// finishes as the object's task with its tool once; a redelivery is acknowledged at once (200, nothing runs).
+#[test]
+fn a_delivery_runs_as_the_objects_task_and_a_redelivery_is_acknowledged() {
+    let s = Strict::new();
+    let auth = format!("Bearer {TOKEN}");
+    let delivery = |prefer: bool| {
+        let mut r = head("POST", "/deliveries/evt-9", &[("authorization", &auth)]);
+        if prefer {
+            r.headers.push(("prefer".into(), "respond-async".into()));
+        }
+        r.body = br#"{"input": "look it up"}"#.to_vec();
+        r
+    };
+    let mut req = request(&s.api(true), delivery(true));
+    assert!(poll(&mut req).is_none(), "nothing ran yet: no answer");
+    s.run_tasks();
+    let r = poll(&mut req).expect("answered once the run started");
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(serde_json::from_str::<Value>(&r.body).unwrap(), json!({"runId": "dlv-evt-9", "status": "accepted"}));
+    drop(req);
+    s.door.open();
+    s.run_tasks();
+    assert_eq!(s.status("dlv-evt-9").as_deref(), Some("finished"));
+    let r = answer(&s, &s.api(true), delivery(true));
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!((r.status, v["outcome"].as_str()), (200, Some("acknowledged")), "{v}");
+    assert_eq!(s.counters.get("lookup"), 1, "the tool ran once");
 }

@@ -730,7 +730,7 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
     }
 
     /// The run an approval belongs to, from the index.
-    async fn approval_run(&self, id: &str) -> Result<Option<String>> {
+    pub async fn approval_run(&self, id: &str) -> Result<Option<String>> {
         self.count(|c| c.reads += 1);
         self.index.get(&self.approval_key(id)).await
     }

@@ -349,10 +349,18 @@ pub async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Respo
     console_error_panic_hook::set_once();
     let head = request_head(&req)?;
     let token = secret(&env, "STEADFAST_TOKEN");
-    // Strict mode: a run's requests go to its object, which serves them (and executes the run).
-    if let Some(run_id) = forward_target(&head, token.as_deref(), || config(&env).map(|c| c.store)) {
+    // Strict mode: a run's requests go to its object, which serves them (and executes the run); an approval's
+    // run is the one its index entry names.
+    let forward = forward_target(
+        &head,
+        token.as_deref(),
+        || config(&env).map(|c| c.store),
+        async |id: &str| approval_index(&env)?.approval_run(id).await,
+    )
+    .await;
+    if let Some(f) = forward {
         return match StubClient::new(&env) {
-            Ok(objects) => objects.forward(&run_id, req).await,
+            Ok(objects) => objects.forward(&f, req).await,
             Err(e) => to_response(ApiResponse::error(&e), spawn_local),
         };
     }
@@ -360,15 +368,20 @@ pub async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Respo
     to_response(serve(head, token, &mut host).await, wait_until(&ctx))
 }
 
+/// The approval index (strict mode), to find an approval's run.
+fn approval_index(env: &Env) -> Result<ObjectStore<Box<dyn ObjectClient>, WorkersKv>> {
+    Ok(ObjectStore::new(Box::new(StubClient::new(env)?), runs_kv(env)?, "", Rc::new(JsClock)))
+}
+
 /// A request the Worker forwarded to a run's object: served there by [`serve`], the runs inside the object.
 async fn serve_in_object(
     req: Request,
+    head: ApiRequest,
     env: &Env,
     run_id: String,
     core: Rc<RunObjectCore<object::SqlObjectStorage>>,
     state: Rc<worker::State>,
 ) -> worker::Result<Response> {
-    let head = request_head(&req)?;
     let token = secret(env, "STEADFAST_TOKEN");
     let mut host = WorkerHost { req, body: None, env, runs: Runs::Object(run_id, core, state) };
     to_response(serve(head, token, &mut host).await, spawn_local)

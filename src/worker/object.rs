@@ -6,6 +6,7 @@
 //! Tables: `journal(seq, part, snap, body)` keyed by `(seq, part)` and `meta(k, v)` keyed by `k`, both
 //! `WITHOUT ROWID` (the key is the table: one row written per insert, no secondary index).
 
+use crate::api::{Forward, RUN_HEADER};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::store::object::{JournalRow, ObjectClient, ObjectStorage, RunObjectCore, Write};
 use async_trait::async_trait;
@@ -14,7 +15,8 @@ use std::rc::Rc;
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 use worker::{
-    durable_object, DurableObject, Env, Method, Request, RequestInit, Response, SqlStorage, SqlStorageValue, State,
+    durable_object, DurableObject, Env, Headers, Method, Request, RequestInit, Response, SqlStorage, SqlStorageValue,
+    State,
 };
 
 /// The binding of the run objects (wrangler.toml `[[durable_objects.bindings]]`).
@@ -230,8 +232,11 @@ impl DurableObject for RunObject {
             let call = req.text().await?;
             return Response::ok(self.core.handle_json(&call));
         }
-        match crate::api::object_run(&path) {
-            Some(run_id) => super::serve_in_object(req, &self.env, run_id, self.core.clone(), self.state.clone()).await,
+        let head = super::request_head(&req)?;
+        match crate::api::object_run(&head) {
+            Some(run_id) => {
+                super::serve_in_object(req, head, &self.env, run_id, self.core.clone(), self.state.clone()).await
+            }
             None => super::to_response(
                 crate::api::ApiResponse::error(&Error::new(
                     ErrorCode::RouteNotFound,
@@ -276,9 +281,22 @@ impl StubClient {
 }
 
 impl StubClient {
-    /// Forwards a client's request about `run_id` to the run's object and answers with the object's response.
-    pub async fn forward(&self, run_id: &str, req: Request) -> worker::Result<Response> {
-        self.stub(run_id)?.fetch_with_request(req).await
+    /// Forwards a client's request to the object of the run it is about and answers with the object's response;
+    /// when the path does not name the run, the request goes with [`RUN_HEADER`] naming it (replacing any the
+    /// client sent).
+    pub async fn forward(&self, to: &Forward, req: Request) -> worker::Result<Response> {
+        let stub = self.stub(&to.run)?;
+        if !to.name_run {
+            return stub.fetch_with_request(req).await;
+        }
+        let headers = Headers::new();
+        for (k, v) in req.headers().entries() {
+            headers.set(&k, &v)?;
+        }
+        headers.set(RUN_HEADER, &to.run)?;
+        let mut init = RequestInit::new();
+        init.with_method(req.method()).with_headers(headers).with_body(req.inner().body().map(JsValue::from));
+        stub.fetch_with_request(Request::new_with_init(req.url()?.as_str(), &init)?).await
     }
 
     fn stub(&self, run_id: &str) -> worker::Result<worker::Stub> {
