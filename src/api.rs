@@ -1087,8 +1087,8 @@ impl Api {
     /// What the recovery sweep keeps between ticks, as `GET /sweep` shows it: its stored state as the sweep
     /// wrote it (`providerFailures` in a row, the open breaker's `outage` record or `null`, the last run examined
     /// as `cursor`, `lastOutageEnd`; the listing position `page` and the remembered `probe` run when set) plus
-    /// `breaker`: `open` or `closed`. No stored state is the sweep's initial one. A tick that changes nothing
-    /// writes nothing, so there is no "last tick". A stored state the sweep could not read is
+    /// `breaker`: `open` or `closed`. No stored state is the sweep's initial one. `lastTickAt` is when a tick last
+    /// wrote the state: every tick that changes something, an idle one at most every ten minutes. A stored state the sweep could not read is
     /// `STEADFAST_CHECKPOINT_CORRUPT` (the next tick replaces it).
     async fn sweep_state(&self) -> Result<ApiResponse> {
         // Read the way the sweep reads it (the same parser), then shown as stored.

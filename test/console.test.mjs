@@ -256,6 +256,9 @@ test("the demo's crashed run is listed with its error; after a cron tick it show
   assert.equal(sweep.breaker, "closed");
   assert.equal(await text("#sweep-breaker"), "closed");
   assert.match(await text("#sweep"), new RegExp(`provider failures in a row: 0 · last run examined: ${(sweep.cursor ?? "none").replace(/[.]/g, "\\.")}`));
+  // The tick recorded itself (it changed the state); the console shows when.
+  assert.equal(typeof sweep.lastTickAt, "number", JSON.stringify(sweep));
+  assert.match(await text("#sweep-tick"), /last tick recorded \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC/);
   await shot("runs-recovered");
 
   await page.locator("#seen-runs a.run-link", { hasText: "order-7" }).click();

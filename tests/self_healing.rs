@@ -1821,3 +1821,32 @@ fn stopping_recover_aborts_the_resume_in_flight_starts_nothing_more_and_keeps_th
     assert_eq!(recovered, vec!["a", "b"]);
     assert!(block_on(agent.pending()).unwrap().is_empty());
 }
+
+/// An idle deployment's sweep records its tick once, then at most every ten minutes (a few KV writes an hour,
+/// not one a minute), so the console can show the cron is alive.
+#[test]
+fn an_idle_sweep_records_its_tick_at_most_every_ten_minutes() {
+    let env = Env::journal_sim();
+    let agent = env.agent(steadfast::runtime::MockModel::new(vec![]), vec![]);
+    let store = agent.store().clone();
+    let tick = |label: &str| -> (u64, Option<u64>) {
+        let before = store.counters();
+        block_on(agent.sweep(&SweepOptions::default(), &steadfast::runtime::NoListener)).unwrap();
+        let writes = store.counters().since(&before).writes;
+        let state: steadfast::core::sweep::SweepState =
+            serde_json::from_str(&block_on(store.get_state("sweep")).unwrap().expect(label)).unwrap();
+        (writes, state.last_tick_at)
+    };
+    let t0 = env.clock.now_ms();
+    assert_eq!(tick("first"), (1, Some(t0)), "the first tick records itself");
+    let mut writes = 0;
+    for _ in 0..9 {
+        env.clock.advance(60_000);
+        let (w, at) = tick("idle");
+        writes += w;
+        assert_eq!(at, Some(t0), "an idle tick within ten minutes leaves the record");
+    }
+    assert_eq!(writes, 0, "nine idle minutes, no write");
+    env.clock.advance(60_000);
+    assert_eq!(tick("heartbeat"), (1, Some(t0 + 600_000)), "ten minutes on, the tick records itself again");
+}

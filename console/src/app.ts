@@ -173,6 +173,7 @@ type SweepView = {
   outage: { since: number; probes: number; nextProbeAt: number } | null;
   cursor: string | null;
   lastOutageEnd: number | null;
+  lastTickAt?: number;
 };
 
 function sweepPanel(s: SweepView): HTMLElement {
@@ -184,6 +185,12 @@ function sweepPanel(s: SweepView): HTMLElement {
     s.outage ? ` since ${time(s.outage.since)}, ${s.outage.probes} failed probes, next probe ${time(s.outage.nextProbeAt)}` : null,
     ` · provider failures in a row: ${s.providerFailures} · last run examined: ${s.cursor ?? "none"}`,
     s.lastOutageEnd !== null ? ` · last outage ended ${time(s.lastOutageEnd)}` : null,
+    " · ",
+    h(
+      "span",
+      { id: "sweep-tick" },
+      s.lastTickAt === undefined ? "no tick recorded yet" : `last tick recorded ${time(s.lastTickAt)} (an idle tick is recorded at most every 10 minutes)`,
+    ),
   );
 }
 

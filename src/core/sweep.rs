@@ -80,6 +80,22 @@ pub struct SweepState {
     pub probe: Option<String>,
     /// When the last outage ended: provider failures saved before it do not count toward quarantine.
     pub last_outage_end: Option<u64>,
+    /// When a tick last wrote this state: every tick that changes something, and otherwise at most every
+    /// [`HEARTBEAT_MS`] (so an idle deployment shows its cron is alive at a few writes an hour, within Workers
+    /// KV's free daily write allowance, instead of one write a minute).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_tick_at: Option<u64>,
+}
+
+/// How often an idle sweep (one that changes nothing) still records its tick: ten minutes.
+pub const HEARTBEAT_MS: u64 = 600_000;
+
+/// Whether a tick at `now` writes the state it read (`initial`) and ends with (`state`): when it changed, or when
+/// the last recorded tick is older than [`HEARTBEAT_MS`].
+pub fn tick_writes(initial: &SweepState, state: &SweepState, now: u64) -> bool {
+    let changed =
+        SweepState { last_tick_at: None, ..state.clone() } != SweepState { last_tick_at: None, ..initial.clone() };
+    changed || initial.last_tick_at.is_none_or(|t| now >= t.saturating_add(HEARTBEAT_MS))
 }
 
 /// What the sweep knows of a run (from the pending listing).
@@ -408,5 +424,18 @@ mod tests {
         assert_eq!(plan(&o, &s, 100_000_000, &during), Plan::Resume);
         let after = Candidate { saved_at: 155_000, ..run(10, 155_000) };
         assert_eq!(plan(&o, &s, 100_000_000, &after), Plan::Quarantine);
+    }
+
+    #[test]
+    fn an_idle_tick_records_itself_at_most_every_heartbeat_and_a_changing_tick_always() {
+        let t0 = 1_700_000_000_000;
+        let fresh = SweepState::default();
+        assert!(tick_writes(&fresh, &fresh, t0), "the first tick records itself");
+        let seen = SweepState { last_tick_at: Some(t0), ..SweepState::default() };
+        assert!(!tick_writes(&seen, &seen, t0 + 60_000), "an idle tick a minute later writes nothing");
+        assert!(!tick_writes(&seen, &seen, t0 + HEARTBEAT_MS - 1));
+        assert!(tick_writes(&seen, &seen, t0 + HEARTBEAT_MS), "the heartbeat is due");
+        let moved = SweepState { cursor: Some("r".into()), ..seen.clone() };
+        assert!(tick_writes(&seen, &moved, t0 + 1), "a change is written at once");
     }
 }

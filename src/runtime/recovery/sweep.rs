@@ -6,8 +6,8 @@ use crate::core::checkpoint::{FinishReason, RunStatus};
 use crate::core::classify::is_provider_outage;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::sweep::{
-    best_waiting, note_attempt, pick_probe, plan, probe_due, probe_rank, Attempt, Candidate, Plan, SweepOptions,
-    SweepState, HEAL_SUFFIX,
+    best_waiting, note_attempt, pick_probe, plan, probe_due, probe_rank, tick_writes, Attempt, Candidate, Plan,
+    SweepOptions, SweepState, HEAL_SUFFIX,
 };
 use crate::runtime::traits::AbortSignal;
 use crate::runtime::{Agent, RunResult, SendOptions};
@@ -245,7 +245,9 @@ impl Agent {
         }
         let listed = self.sweep_pages(opts, &mut state, &mut tick, &mut report, listener, &used).await;
         report.outage = state.outage.is_some();
-        if repair || state != initial {
+        let now = self.deps.now();
+        if repair || tick_writes(&initial, &state, now) {
+            state.last_tick_at = Some(now);
             // Ignored (no else): a SweepState (numbers, strings, options) always serialises.
             if let Ok(s) = serde_json::to_string(&state) {
                 if let Err(e) = store.put_state("sweep", &s).await {
