@@ -1,13 +1,13 @@
 #!/usr/bin/env node
 // The peers benchmark (issue "Per-step cost"): the same N-step, two-tool scripted workload (workload.mjs)
-//   (a) in workerd: steadfast's Worker (build/, from ./scripts/build-worker) vs a Worker on Cloudflare's Agents
+//   (a) in workerd: steadfast's Worker (build/, from ./scripts/build-worker; KV mode, and strict mode beside it) vs a Worker on Cloudflare's Agents
 //       SDK (cf-agent/worker.js: AIChatAgent on a SQLite Durable Object, the AI SDK's mock model), each in its
 //       own workerd (Miniflare), both tools fetching one local tool server on 127.0.0.1;
 //   (b) in node: steadfast's npm package (js/dist, from js/scripts/build.sh) vs LangGraph JS (node.mjs).
 // Repetitions are interleaved (the order of the contenders alternates every repetition), after untimed warm-up
 // runs; a run's time is the whole conversation turn as its caller sees it. Printed: medians per contender and
 // size, the median of the paired ratios (steadfast / peer, paired by repetition), and the goal lines
-// P9–P13 (see README.md). With --markdown FILE the tables and lines are also written to FILE as Markdown.
+// P9–P13 (see README.md), and P9-strict: P9's ratios for strict mode. With --markdown FILE the tables and lines are also written to FILE as Markdown.
 //
 // Usage: node run.mjs [--sizes 10,100,500] [--reps 7] [--only workerd|node] [--settle-ms MS] [--markdown FILE]
 import fs from "node:fs";
@@ -60,7 +60,7 @@ function startToolServer() {
 }
 
 // ---------- (a) workerd ----------
-function steadfastConfig(steps, toolBase) {
+function steadfastConfig(steps, toolBase, store = "kv") {
   const script = [];
   for (let i = 0; i < steps; i++) script.push({ toolCalls: stepCalls(i) });
   script.push({ text: FINAL_TEXT });
@@ -70,6 +70,7 @@ function steadfastConfig(steps, toolBase) {
     limits: { maxSteps: steps + 1 },
     tools: TOOLS.map((t) => ({ ...t, url: `${toolBase}/tools/${t.name}` })),
     allowedHosts: ["127.0.0.1"],
+    store,
     ...(SETTLE_MS !== "" ? { settleMs: Number(SETTLE_MS) } : {}),
   };
 }
@@ -79,7 +80,8 @@ const wasmRules = [
   { type: "CompiledWasm", include: ["**/*.wasm"] },
 ];
 
-function ourWorkers(toolBase) {
+// `store`: "kv" (the default mode) or "durable-object" (strict mode: each run in its own SQLite Durable Object).
+function ourWorkers(toolBase, store = "kv") {
   const build = path.join(root, "build");
   if (!fs.existsSync(path.join(build, "index.js"))) throw new Error(`${build}/index.js is missing: run ./scripts/build-worker`);
   return new Miniflare({
@@ -91,7 +93,8 @@ function ourWorkers(toolBase) {
       modulesRules: wasmRules,
       compatibilityDate: "2026-04-01",
       kvNamespaces: { RUNS: `runs-${n}` },
-      bindings: { STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify(steadfastConfig(n, toolBase)) },
+      durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true } },
+      bindings: { STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify(steadfastConfig(n, toolBase, store)) },
     })),
     cf: false,
   });
@@ -167,10 +170,12 @@ async function workerdPart() {
   const srv = await startToolServer();
   const toolBase = `http://127.0.0.1:${srv.address().port}`;
   const ours = ourWorkers(toolBase);
+  const strict = ourWorkers(toolBase, "durable-object");
   const cf = await cfWorker(toolBase);
   try {
     const res = await interleaved("workerd", [
       { name: "steadfast", run: (n) => oursWorkerd(ours, n) },
+      { name: "steadfast_strict", run: (n) => oursWorkerd(strict, n) },
       { name: "cf_agents", run: (n) => cfWorkerd(cf, n) },
     ]);
     say("## (a) workerd: steadfast Worker vs a Worker on the Agents SDK");
@@ -197,8 +202,22 @@ async function workerdPart() {
       );
     }
     say("");
-    return { ratios, perStep };
+    say("Strict mode (`\"store\": \"durable-object\"`: each run in its own SQLite Durable Object, no KV settle window), the same workload, interleaved with the two above; writes = the objects' rows and the KV index (RunStats.storeWrites, all-in):");
+    say("");
+    say("| steps | steadfast strict ms | Agents SDK ms | ratio (paired median) | steadfast strict writes/step |");
+    say("|---:|---:|---:|---:|---:|");
+    const strictRatios = {};
+    for (const n of SIZES) {
+      const a = res.steadfast_strict[n];
+      const b = res.cf_agents[n];
+      strictRatios[n] = pairedRatio(a, b);
+      const last = a[a.length - 1];
+      say(`| ${n} | ${fmt(median(a.map((x) => x.ms)))} | ${fmt(median(b.map((x) => x.ms)))} | ${strictRatios[n].toFixed(2)} | ${(last.writes / n).toFixed(2)} |`);
+    }
+    say("");
+    return { ratios, strictRatios, perStep };
   } finally {
+    await strict.dispose();
     await ours.dispose();
     await cf.dispose();
     srv.close();
@@ -249,6 +268,7 @@ const lines = {};
 if (ONLY !== "node") {
   const w = await workerdPart();
   lines.P9 = `P9 ${SIZES.map((n) => `vs_cf_agents_${n}=${w.ratios[n].toFixed(2)}`).join(" ")}`;
+  lines.P9s = `P9-strict ${SIZES.map((n) => `strict_vs_cf_agents_${n}=${w.strictRatios[n].toFixed(2)}`).join(" ")}`;
   // Worst case over the sizes run (the goals: ≤ 2.0 writes per step, ≤ 1.2× the transcript).
   const worst = (k) => Math.max(...SIZES.map((n) => w.perStep[n][k]));
   lines.P11 = `P11 writes_per_step_2tools=${worst("writes").toFixed(2)}`;
@@ -262,6 +282,6 @@ if (ONLY !== "workerd") {
     `(new_message_bytes_per_step=${nd.crossing.newMessages.toFixed(0)})`;
 }
 say("```");
-for (const k of ["P9", "P10", "P11", "P12", "P13"]) if (lines[k]) say(lines[k]);
+for (const k of ["P9", "P9s", "P10", "P11", "P12", "P13"]) if (lines[k]) say(lines[k]);
 say("```");
 if (MARKDOWN) fs.writeFileSync(MARKDOWN, out.join("\n") + "\n");
