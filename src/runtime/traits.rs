@@ -184,7 +184,9 @@ pub trait Tool {
 
     /// For a call whose intent was recorded but whose outcome was not (the process died in between): did the
     /// effect happen? `Ok(Some(output))` records that output as the result (the call does not run again);
-    /// `Ok(None)` runs it again. `key` is the call's idempotency key. The default says "unknown: run again".
+    /// `Ok(None)` runs it again. `key` is the call's id ([`ToolContext::tool_call_id`]; for an approved call,
+    /// [`ToolContext::idempotency_key`] was the approval id when it ran, so a tool that reconciles approved calls
+    /// keys its effects on the call id as well). The default says "unknown: run again".
     async fn reconcile(&self, _args: &Value, _key: &str) -> Result<Option<ToolOutput>, ToolError> {
         Ok(None)
     }
