@@ -11,6 +11,7 @@
 // the README's "On Workers KV").
 import fs from "node:fs";
 import { Miniflare } from "miniflare";
+import { builtWorker } from "../test/support/built.mjs";
 import { sseReader } from "../test/support/sse.mjs";
 
 const TOKEN = "bench-token-0123456789";
@@ -24,14 +25,7 @@ const script = [
 
 function worker(store) {
   return new Miniflare({
-    modules: true,
-    scriptPath: "build/index.js",
-    modulesRoot: "build",
-    modulesRules: [
-      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
-      { type: "CompiledWasm", include: ["**/*.wasm"] },
-    ],
-    compatibilityDate: "2026-04-01",
+    ...builtWorker(),
     kvNamespaces: ["RUNS"],
     durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true } },
     bindings: {

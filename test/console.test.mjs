@@ -11,6 +11,7 @@ import path from "node:path";
 import { Miniflare } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 import { chromium } from "playwright-core";
+import { builtWorker } from "./support/built.mjs";
 
 const CHROMIUM = "/usr/bin/chromium";
 const TOKEN = "console-token-0123456789";
@@ -77,14 +78,7 @@ before(async () => {
   const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
   assert.ok(workerOptions.assets, "wrangler.toml has an [assets] section");
   mf = new Miniflare({
-    modules: true,
-    scriptPath: "build/index.js",
-    modulesRoot: "build",
-    modulesRules: [
-      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
-      { type: "CompiledWasm", include: ["**/*.wasm"] },
-    ],
-    compatibilityDate: "2026-04-01",
+    ...builtWorker(),
     kvNamespaces: ["RUNS"],
     bindings: { STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify(CONFIG) },
     assets: workerOptions.assets,

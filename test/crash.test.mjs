@@ -16,6 +16,7 @@ import os from "node:os";
 import path from "node:path";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
+import { builtWorker } from "./support/built.mjs";
 
 const SELF = fileURLToPath(import.meta.url);
 const ROOT = path.resolve(path.dirname(SELF), "..");
@@ -34,14 +35,7 @@ if (process.env[KV_DIR_ENV]) {
 async function serveWorker(kvDir) {
   const { Miniflare } = await import("miniflare");
   const mf = new Miniflare({
-    modules: true,
-    scriptPath: path.join(ROOT, "build/index.js"),
-    modulesRoot: path.join(ROOT, "build"),
-    modulesRules: [
-      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
-      { type: "CompiledWasm", include: ["**/*.wasm"] },
-    ],
-    compatibilityDate: "2026-04-01",
+    ...builtWorker(path.join(ROOT, "build")),
     kvNamespaces: ["RUNS"],
     kvPersist: kvDir,
     // Strict mode's run objects (SQLite-backed), persisted beside KV; unused in KV mode.

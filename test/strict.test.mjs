@@ -10,6 +10,7 @@ import os from "node:os";
 import path from "node:path";
 import { Miniflare } from "miniflare";
 import { apiCaller } from "./support/api.mjs";
+import { builtWorker } from "./support/built.mjs";
 
 const TOKEN = "test-token-strict-0123";
 const BASE = "http://localhost";
@@ -18,16 +19,7 @@ after(async () => {
   for (const mf of instances) await mf.dispose();
 });
 
-const script = {
-  modules: true,
-  scriptPath: "build/index.js",
-  modulesRoot: "build",
-  modulesRules: [
-    { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
-    { type: "CompiledWasm", include: ["**/*.wasm"] },
-  ],
-  compatibilityDate: "2026-04-01",
-};
+const script = builtWorker();
 
 // Two Workers ("replicas": separate isolates) over one KV namespace and one set of run objects (hosted by the
 // first), as two Worker instances in two locations would share them.

@@ -7,6 +7,7 @@ import http from "node:http";
 import fs from "node:fs";
 import { Miniflare } from "miniflare";
 import { apiCaller } from "./support/api.mjs";
+import { builtWorker } from "./support/built.mjs";
 
 const TOKEN = "test-token-0123456789";
 const BASE = "http://localhost";
@@ -20,14 +21,7 @@ function worker({ config, token = TOKEN, kvPersist, bindings = {}, build = "buil
   if (config) b.STEADFAST_CONFIG = JSON.stringify(config);
   assert.ok(fs.existsSync(`${build}/index.js`), `${build}/index.js is missing: run ./scripts/build-worker${build === "build" ? "" : " --conformance"}`);
   const mf = new Miniflare({
-    modules: true,
-    scriptPath: `${build}/index.js`,
-    modulesRoot: build,
-    modulesRules: [
-      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
-      { type: "CompiledWasm", include: ["**/*.wasm"] },
-    ],
-    compatibilityDate: "2026-04-01",
+    ...builtWorker(build),
     kvNamespaces: ["RUNS"],
     kvPersist,
     // Strict mode's run objects (SQLite-backed RunObject, as wrangler.toml declares them).
@@ -46,17 +40,7 @@ after(async () => {
 
 // Two Workers (separate isolates: two "replicas") in one workerd, over one KV namespace.
 function replicas(configs) {
-  const shared = {
-    modules: true,
-    scriptPath: "build/index.js",
-    modulesRoot: "build",
-    modulesRules: [
-      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
-      { type: "CompiledWasm", include: ["**/*.wasm"] },
-    ],
-    compatibilityDate: "2026-04-01",
-    kvNamespaces: { RUNS: "runs-shared" },
-  };
+  const shared = { ...builtWorker(), kvNamespaces: { RUNS: "runs-shared" } };
   const mf = new Miniflare({
     workers: configs.map((config, i) => ({
       ...shared,

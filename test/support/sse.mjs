@@ -1,6 +1,7 @@
 // Shared by the live-SSE test (test/sse-live.test.mjs) and the first-delta benchmark (bench/first-delta.mjs): a
 // local streaming OpenAI-compatible provider on 127.0.0.1, the Worker's Miniflare options over it, and a reader
 // of server-sent events as they arrive.
+import { builtWorker } from "./built.mjs";
 import http from "node:http";
 
 // How long the provider holds its later tokens when nobody releases them: past it the stream completes anyway,
@@ -39,14 +40,7 @@ export function startStreamingProvider(log) {
 // Miniflare options for the built Worker (build/) in KV mode, its model the streaming provider on `port`.
 export function workerOptions(token, port) {
   return {
-    modules: true,
-    scriptPath: "build/index.js",
-    modulesRoot: "build",
-    modulesRules: [
-      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
-      { type: "CompiledWasm", include: ["**/*.wasm"] },
-    ],
-    compatibilityDate: "2026-04-01",
+    ...builtWorker(),
     kvNamespaces: ["RUNS"],
     durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true } },
     bindings: {
