@@ -4,11 +4,14 @@
 //! (a snapshot), so each turn stands alone: it is resumed, approved, listed, swept and deleted like any run.
 //!
 //! # Finding the newest turn
-//! The store keeps a hint, the state document `session/<id>` (the newest turn number a send saw), written after
-//! a turn is created. The hint is only a starting point: a lookup loads the turn it names and walks up while a
-//! newer turn exists (a lost or stale hint costs one load per turn it lags), and down while the named turn is
-//! gone (a discarded turn). So a session works whether or not the hint write landed; on Workers KV a turn made
-//! in another location moments ago may not be visible yet (best effort across locations, as every KV read).
+//! The store keeps a hint, the state document `session/<id>`: a turn number at or below the newest. The hint is
+//! only a starting point: a lookup loads the turn it names and walks up while a newer turn exists (one load per
+//! turn the hint lags), and down while the named turn is gone (a discarded turn). A lookup that walked
+//! [`HINT_LAG`] turns or more writes the hint anew, so the hint costs one KV write per few turns, not one per
+//! send: two sends a second apart never write the same key twice within a second (Workers KV's per-key limit),
+//! and a lookup loads at most [`HINT_LAG`] turns past the newest it needs. A session works whether or not a
+//! hint write landed; on Workers KV a turn made in another location moments ago may not be visible yet (best
+//! effort across locations, as every KV read).
 //!
 //! # Concurrency
 //! Two sends of one session at once: both see turn n finished and both try to create turn n+1; the run lease
@@ -24,6 +27,9 @@ use crate::core::machine::Start;
 use crate::core::transcript::{Message, Usage};
 use crate::runtime::{Agent, Input, RunResult, SendOptions};
 use serde::{Deserialize, Serialize};
+
+/// A lookup that walks this many turns from the hint writes the hint anew.
+pub const HINT_LAG: u32 = 4;
 
 /// Most turns a lookup walks from the hint before it gives up (a session whose hint lags this far is repaired
 /// by the next send's hint write).
@@ -154,14 +160,15 @@ impl Session<'_> {
                 }
             }
         }
-        if n != hint {
+        if walked >= HINT_LAG || (n < hint && walked > 0) {
             self.set_hint(n).await;
         }
         Ok(cp.map(|cp| (n, cp)))
     }
 
     /// Sends the next turn: finishes an unfinished newest turn first (its pending calls, then the model), then
-    /// starts turn n+1 from the conversation so far with `input`. Refused with
+    /// starts turn n+1 from the conversation so far with `input`. When finishing that turn is aborted (the
+    /// options' signal), its result is returned and `input` is not sent. Refused with
     /// `STEADFAST_SESSION_AWAITING_APPROVAL` while the newest turn waits on an approval, and with
     /// `STEADFAST_SESSION_BUSY` while another execution holds it or created the next turn meanwhile.
     pub async fn send(&self, input: impl Into<Input>, opts: SendOptions) -> Result<RunResult> {
@@ -186,7 +193,10 @@ impl Session<'_> {
                 RunStatus::InProgress => {
                     let finished = self.agent.execute(&cp.run_id, Start::Resume, &opts).await?;
                     match finished {
-                        Some(r) if r.status != RunStatus::Finished => {
+                        // Aborted by the caller's signal (or otherwise left unfinished): its result, as a send
+                        // that is aborted answers; the new input was not sent.
+                        Some(r) if r.status == RunStatus::InProgress => return Ok(r),
+                        Some(r) if r.status == RunStatus::AwaitingApproval => {
                             // It paused on an approval: the new input waits for the decision.
                             return Err(Error::new(
                                 ErrorCode::SessionAwaitingApproval,
@@ -214,11 +224,9 @@ impl Session<'_> {
         };
         let run_id = turn_run_id(&self.id, n + 1);
         let start = Start::Turn { prior: prior.map(Box::new), input };
-        let res = self.agent.execute(&run_id, start, &opts).await;
-        if res.is_ok() || self.agent.store().load(&run_id).await.ok().flatten().is_some() {
-            self.set_hint(n + 1).await;
-        }
-        res?.ok_or_else(|| Error::internal("a session turn produced no result"))
+        // The hint is not written here: the next lookups walk up from it (see the module docs).
+        let res = self.agent.execute(&run_id, start, &opts).await?;
+        res.ok_or_else(|| Error::internal("a session turn produced no result"))
     }
 
     /// Finishes an interrupted newest turn; `None` when there is none (no turn, or the newest is finished).
@@ -308,7 +316,6 @@ impl Session<'_> {
         cp.run_id = first.clone();
         cp.heal_of = None;
         let checkpoint = self.agent.write_new_run(&first, cp).await?;
-        Session { agent: self.agent, id: new_id.clone() }.set_hint(1).await;
         Ok(SessionFork { session_id: new_id, step: opts.from_step, checkpoint })
     }
 
