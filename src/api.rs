@@ -58,10 +58,14 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
+use crate::core::replay::Cursor;
 use crate::core::schedule::CompiledSchedule;
 use crate::core::sweep::{SweepOptions, SweepState};
 use crate::runtime::traits::{EventSink, LocalFuture};
-use crate::runtime::{delivery_run_id, Agent, ForkOptions, Resolve, SendOptions, SessionForkOptions};
+use crate::runtime::{
+    delivery_run_id, Agent, ForkOptions, Resolve, SendOptions, SessionForkOptions, WatchOptions, WatchStart, Watched,
+    Watchers,
+};
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -262,6 +266,8 @@ pub struct Api {
     spawner: Option<Spawner>,
     schedules: Vec<CompiledSchedule>,
     recovery: SweepOptions,
+    watchers: Option<Watchers>,
+    watch: WatchOptions,
 }
 
 #[derive(Deserialize)]
@@ -545,6 +551,11 @@ impl FrameSender {
     fn close(&self) {
         self.update(|q| q.closed = true);
     }
+
+    /// Whether the reader is gone (the client left).
+    fn gone(&self) -> bool {
+        self.0.borrow().gone
+    }
 }
 
 impl futures::Stream for FrameReader {
@@ -577,6 +588,8 @@ impl Drop for FrameReader {
 #[derive(Default)]
 struct StartSink {
     frames: Option<FrameSender>,
+    /// The journal position the run's events are durable through (the last `id:` sent).
+    position: std::cell::Cell<u64>,
     started: RefCell<Option<String>>,
     answer: RefCell<Option<ApiResponse>>,
     waiting: RefCell<Option<std::task::Waker>>,
@@ -599,7 +612,21 @@ impl EventSink for StartSink {
         if let Some(frames) = &self.frames {
             // A reader gone (the client left) takes nothing more; the run goes on without it.
             frames.send(sse_frame(event));
+            if let crate::core::events::Event::RunDone { status, .. } = event.event {
+                if status != RunStatus::InProgress {
+                    frames.send(sse_id(Cursor { position: self.position.get(), ended: true }));
+                }
+            }
         }
+    }
+
+    fn durable(&self, _run_id: &str, position: u64) {
+        if let Some(frames) = &self.frames {
+            if position != self.position.get() {
+                frames.send(sse_id(Cursor { position, ended: false }));
+            }
+        }
+        self.position.set(position);
     }
 }
 
@@ -687,7 +714,23 @@ impl Api {
             spawner: None,
             schedules: Vec::new(),
             recovery: SweepOptions::default(),
+            watchers: None,
+            watch: WatchOptions::default(),
         }
+    }
+
+    /// The hub of watchers the agent's executions report to (strict mode: the run object's), so that
+    /// `GET /runs/{id}/events` hears of each entry at once and passes on the unrecorded events live; without
+    /// one, a watch reads the run every [`WatchOptions::poll_ms`].
+    pub fn with_watchers(mut self, hub: Watchers) -> Api {
+        self.watchers = Some(hub);
+        self
+    }
+
+    /// How `GET /runs/{id}/events` waits (poll interval, longest watch).
+    pub fn with_watch_options(mut self, opts: WatchOptions) -> Api {
+        self.watch = opts;
+        self
     }
 
     /// Executes `send`, `resume`, an approval's resolution and a delivery as tasks of their own through
@@ -784,6 +827,13 @@ impl Api {
                     }
                 };
                 Ok(self.execute(req, sink, Box::pin(run), None).await)
+            }
+            ["runs", id, "events"] => {
+                run_id_segment(id)?;
+                if m != "GET" {
+                    return not_allowed();
+                }
+                self.watch(req, id).await
             }
             ["runs", id, "history"] => {
                 run_id_segment(id)?;
@@ -1077,6 +1127,61 @@ impl Api {
         }
     }
 
+    /// `GET /runs/{id}/events`: the run's recorded events after the `Last-Event-ID` header's cursor (or the
+    /// `after` query parameter; neither: from the start), then the new ones as they are recorded, as SSE, until
+    /// the run finishes or pauses ([`Agent::watch`]). `204` when the cursor already says the run ended at its
+    /// newest position (an SSE client stops reconnecting).
+    async fn watch(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
+        let from = match req.header("last-event-id").filter(|v| !v.trim().is_empty()).or(req.query("after")) {
+            Some(c) => Cursor::parse(c)?,
+            None => Cursor::default(),
+        };
+        match self.agent.watch_start(id, from).await? {
+            WatchStart::NotFound => {
+                return Err(
+                    Error::new(ErrorCode::CheckpointNotFound, format!("run '{id}' has no checkpoint")).with_run(id)
+                )
+            }
+            WatchStart::UpToDate => {
+                return Ok(ApiResponse { status: 204, headers: Vec::new(), body: String::new(), live: None })
+            }
+            WatchStart::Stream => {}
+        }
+        let (sender, frames) = frame_queue();
+        let agent = self.agent.clone();
+        let hub = self.watchers.clone();
+        let run_id = id.to_string();
+        let opts = self.watch;
+        let task = async move {
+            let seq = std::cell::Cell::new(0u64);
+            let push = |w: Watched| {
+                if sender.gone() {
+                    return false;
+                }
+                match w {
+                    Watched::Event(event) => {
+                        let at = agent.deps.now();
+                        let e = EventEnvelope {
+                            v: crate::core::events::EVENT_SCHEMA_VERSION,
+                            seq: seq.replace(seq.get() + 1),
+                            run_id: run_id.clone(),
+                            at,
+                            event,
+                        };
+                        sender.send(sse_frame(&e));
+                    }
+                    Watched::Through(c) => sender.send(sse_id(c)),
+                }
+                true
+            };
+            if let Err(e) = agent.watch(&run_id, from, hub.as_ref(), opts, &push).await {
+                push(Watched::Event(crate::core::events::Event::Error { error: e.info() }));
+            }
+            sender.close();
+        };
+        Ok(self.live(frames, Some(Box::pin(task))))
+    }
+
     async fn get_run(&self, id: &str) -> Result<ApiResponse> {
         let cp = self.agent.load(id).await?.ok_or_else(|| {
             Error::new(ErrorCode::CheckpointNotFound, format!("run '{id}' has no checkpoint")).with_run(id)
@@ -1145,13 +1250,20 @@ fn closing_frames(start: &Rc<StartSink>, run: LocalFuture<'static, ApiResponse>)
     })
 }
 
-/// One event as a server-sent event block: `id:` (its `seq`, what `Last-Event-ID` names), `event:` (its type)
-/// and `data:` (the envelope as JSON).
+/// One event as a server-sent event block: `event:` (its type) and `data:` (the envelope as JSON). Events
+/// carry no `id:`; the journal positions do ([`sse_id`]).
 pub fn sse_frame(e: &EventEnvelope) -> String {
     // Ignored (both): an EventEnvelope (strings, numbers, JSON values) always serialises.
     let data = serde_json::to_string(e).unwrap_or_default();
     let kind = serde_json::to_value(e).ok().and_then(|v| v["type"].as_str().map(String::from)).unwrap_or_default();
-    format!("id: {}\nevent: {kind}\ndata: {data}\n\n", e.seq)
+    format!("event: {kind}\ndata: {data}\n\n")
+}
+
+/// A block with only an `id:`: the stream has now sent every recorded event through this journal position
+/// (`12`), and with `.done` the run's end there (`12.done`). An SSE client keeps it as its last event id without
+/// dispatching an event, and sends it back as `Last-Event-ID` to `GET /runs/{id}/events` to go on from there.
+pub fn sse_id(cursor: Cursor) -> String {
+    format!("id: {cursor}\n\n")
 }
 
 /// Server-sent events: one [`sse_frame`] per event.

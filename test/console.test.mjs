@@ -263,6 +263,23 @@ test("the demo's crashed run is listed with its error; after a cron tick it show
   await shot("run-timeline");
 });
 
+test("an unfinished run's page updates live: a cron tick finishes it and the page shows it without Refresh", async () => {
+  const first = await api("POST", "/runs/order-9", { input: "Charge and ship order 9" });
+  assert.equal(first.status, 502);
+  await visit("#/runs/order-9");
+  await waitText("#run-status", "in-progress");
+  assert.match(await text("#live"), /Watching for new steps/);
+  const tick = await (await mf.getWorker()).scheduled({ cron: "* * * * *", scheduledTime: new Date() });
+  assert.equal(tick.outcome, "ok");
+  // No click: the page's watch (GET /runs/order-9/events) hears of the new entries and redraws.
+  await waitText("#run-status", "finished");
+  assert.equal(await page.locator("#live").count(), 0, "a finished run is not watched");
+  const results = await page.locator("#timeline li.tool pre.tool-result").allTextContents();
+  // (The demo's scripted model always names order 7; this run's tools are the second charge and shipment.)
+  assert.deepEqual(results, ["charged order 7 (charge #2)", "shipped order 7 (shipment #2)"]);
+  await shot("run-live");
+});
+
 test("a refund's approval is approved from the inbox and the run finishes", async () => {
   const sent = await api("POST", "/runs/refund-7", { input: "Please refund order 7" });
   assert.equal(sent.json.status, "awaiting-approval");

@@ -11,6 +11,7 @@ import path from "node:path";
 import { Miniflare } from "miniflare";
 import { apiCaller } from "./support/api.mjs";
 import { builtWorker } from "./support/built.mjs";
+import { sseReader } from "./support/sse.mjs";
 
 const TOKEN = "test-token-strict-0123";
 const BASE = "http://localhost";
@@ -123,6 +124,51 @@ test("strict mode: a run lives in its object: start, inspect, list, history, app
   const r = await call(bad, "POST", "/runs/x", { input: "x" });
   assert.deepEqual([r.status, r.json.error?.code], [500, "STEADFAST_CONFIG_INVALID"], r.text);
   assert.match(r.json.error.message, /store/);
+});
+
+// An event as the journal records it (what a stream adds, or the journal does not keep, left out).
+const asRecorded = ({ seq, at, v, replacedBy, ...rest }) => JSON.stringify(rest);
+const isRecorded = (e) => ["step", "tool.done", "approval.requested", "error"].includes(e.type) || (e.type === "run.done" && e.status !== "in-progress");
+
+test("strict mode: live events from the run's object to several watchers: one joining mid-run with Last-Event-ID gets the missed events once, then the live ones (tool.start), and the end", { timeout: 60000 }, async () => {
+  const twoSlowCalls = { ...oneSlowCall, model: { provider: "mock", script: [
+    { toolCalls: [{ name: "lookup", args: { q: "a" } }] }, { toolCalls: [{ name: "lookup", args: { q: "b" } }] }, { text: "looked up twice" }] } };
+  const [a, b] = replicas(twoSlowCalls);
+  const before = srv.state.calls.length;
+  const started = await a.dispatchFetch(`${BASE}/runs/watched`, { method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream", "content-type": "application/json" },
+    body: JSON.stringify({ input: "go" }) });
+  assert.equal(started.status, 200);
+  const first = sseReader(started.body);
+  let e;
+  while ((e = await first.next()) && e.type !== "tool.start");
+  assert.ok(e, "the first call started");
+  const cursor = first.lastId;
+  assert.match(cursor, /^[0-9]+$/, "a journal position");
+  // The second watcher joins through the other Worker while the first call runs, from the first's cursor.
+  const joined = await b.dispatchFetch(`${BASE}/runs/watched/events`, {
+    headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream", "last-event-id": cursor } });
+  assert.equal(joined.status, 200);
+  assert.match(joined.headers.get("content-type"), /text\/event-stream/);
+  const second = sseReader(joined.body);
+  const [firstRest, secondAll] = await Promise.all([
+    (async () => { const out = []; while ((e = await first.next())) out.push(e); return out; })(),
+    (async () => { const out = []; let x; while ((x = await second.next())) out.push(x); return out; })(),
+  ]);
+  // Recorded events: exactly those the first stream had after the cursor, in order; nothing twice.
+  assert.deepEqual(secondAll.filter(isRecorded).map(asRecorded), firstRest.filter(isRecorded).map(asRecorded));
+  assert.deepEqual(secondAll.map((x) => x.seq), secondAll.map((_, i) => i), "gapless seq");
+  // Live from the object: the second call's start, before its result.
+  const startAt = secondAll.findIndex((x) => x.type === "tool.start" && x.args?.q === "b");
+  const doneAt = secondAll.findIndex((x) => x.type === "tool.done" && x.toolCallId === secondAll[startAt]?.toolCallId);
+  assert.ok(startAt >= 0 && startAt < doneAt, JSON.stringify(secondAll.map((x) => x.type)));
+  assert.equal(secondAll.at(-1).type, "run.done");
+  assert.match(second.lastId, /^[0-9]+\.done$/);
+  assert.equal(second.lastId, first.lastId, "both streams end at the same cursor");
+  // Coming back with that cursor: nothing more (204: an EventSource stops reconnecting).
+  const again = await b.dispatchFetch(`${BASE}/runs/watched/events`, { headers: { authorization: `Bearer ${TOKEN}`, "last-event-id": second.lastId } });
+  assert.equal(again.status, 204);
+  assert.equal(srv.state.calls.length - before, 2, "each call ran once");
 });
 
 test("strict mode: two Worker instances send to one run at once: one runs it, the other gets STEADFAST_SESSION_BUSY, the tool runs once", { timeout: 60000 }, async () => {

@@ -8,6 +8,7 @@ import fs from "node:fs";
 import { Miniflare } from "miniflare";
 import { apiCaller } from "./support/api.mjs";
 import { builtWorker } from "./support/built.mjs";
+import { parseSse } from "./support/sse.mjs";
 
 const TOKEN = "test-token-0123456789";
 const BASE = "http://localhost";
@@ -57,6 +58,7 @@ function replicas(configs) {
 }
 
 const call = apiCaller(TOKEN, BASE);
+const auth = () => ({ authorization: `Bearer ${TOKEN}` });
 
 async function kvListing(mf) {
   const kv = await mf.getKVNamespace("RUNS");
@@ -534,7 +536,7 @@ test("OpenAI streamed (model.stream): the answer is read from its server-sent ev
   });
   const r = await call(mf, "POST", "/runs/oa-stream", { input: "Weather in Oslo?" }, { accept: "text/event-stream" });
   assert.equal(r.status, 200, r.text);
-  const events = r.text.split("\n\n").filter((b) => b.trim()).map((b) => JSON.parse(b.split("\n").find((l) => l.startsWith("data: ")).slice(6)));
+  const events = parseSse(r.text).events;
   assert.deepEqual(events.filter((e) => e.type === "text.delta").map((e) => [e.step, e.attempt, e.text]), [[1, 1, "Oslo is "], [1, 1, "sunny."]]);
   assert.equal(events.find((e) => e.type === "step").text, "Oslo is sunny.");
   const sent = srv.state.requests.filter((q) => q.path === "/v1/chat/completions").at(-1).body;
@@ -548,11 +550,39 @@ test("SSE: events in order with gapless seq, ending with run.done", async () => 
   const r = await call(mf, "POST", "/runs/sse-1", { input: "refund order 7" }, { accept: "text/event-stream" });
   assert.equal(r.status, 200);
   assert.match(r.headers.get("content-type"), /text\/event-stream/);
-  const events = r.text.split("\n\n").filter((b) => b.trim()).map((b) => JSON.parse(b.split("\n").find((l) => l.startsWith("data: ")).slice(6)));
+  const events = parseSse(r.text).events;
   events.forEach((e, i) => assert.equal(e.seq, i));
   assert.equal(events[0].type, "run.start");
   assert.equal(events.at(-1).type, "run.done");
   assert.ok(events.some((e) => e.type === "approval.requested"));
+});
+
+test("GET /runs/{id}/events replays the journal from any Last-Event-ID: the rest once, the end, then 204", async () => {
+  const mf = worker({ config: { recovery: fastRecovery } });
+  const r = await call(mf, "POST", "/runs/replay-1", { input: "refund order 7" }, { accept: "text/event-stream" });
+  const live = parseSse(r.text);
+  assert.match(live.ids.at(-1), /^[0-9]+\.done$/, "the paused run's stream ends with its cursor");
+  const whole = await mf.dispatchFetch(`${BASE}/runs/replay-1/events`, { headers: auth() });
+  assert.equal(whole.status, 200);
+  const wholeText = await whole.text();
+  const replayed = parseSse(wholeText);
+  const kinds = (events) => events.filter((e) => ["step", "tool.done", "approval.requested", "run.done"].includes(e.type)).map((e) => `${e.type}:${e.toolCallId ?? e.step ?? e.status}`);
+  assert.deepEqual(kinds(replayed.events), kinds(live.events));
+  assert.equal(replayed.ids.at(-1), live.ids.at(-1));
+  // From each cursor: what the whole replay has after that cursor's block, once.
+  for (const id of replayed.ids.filter((x) => !x.endsWith(".done"))) {
+    const rest = await mf.dispatchFetch(`${BASE}/runs/replay-1/events`, { headers: { ...auth(), "last-event-id": id } });
+    assert.equal(rest.status, 200, id);
+    const got = parseSse(await rest.text());
+    const after = parseSse(wholeText.slice(wholeText.indexOf(`id: ${id}\n\n`) + `id: ${id}\n\n`.length));
+    assert.deepEqual(kinds(got.events), kinds(after.events), id);
+    assert.equal(got.ids.at(-1), live.ids.at(-1), id);
+  }
+  const done = await mf.dispatchFetch(`${BASE}/runs/replay-1/events`, { headers: { ...auth(), "last-event-id": live.ids.at(-1) } });
+  assert.equal(done.status, 204);
+  const bad = await mf.dispatchFetch(`${BASE}/runs/replay-1/events`, { headers: { ...auth(), "last-event-id": "nope" } });
+  assert.equal(bad.status, 400);
+  assert.equal((await bad.json()).error.code, "STEADFAST_INVALID_INPUT");
 });
 
 test("/__conformance does not exist in the release build", async () => {

@@ -16,7 +16,11 @@
 //!   generated again;
 //! * a side-effecting call with `reconcile` takes effect at most once; one without runs a second time only when
 //!   its intent was recorded without an outcome; an approved call runs at most once;
-//! * the final transcript equals the reference's (ids included) where nothing made them differ legitimately.
+//! * the final transcript equals the reference's (ids included) where nothing made them differ legitimately;
+//! * the journal replays what was streamed: for every kept entry, the events [`recorded_events`] derives from
+//!   it are the recorded events the executions sent between the positions they reported (`durable`), and a
+//!   run's end or pause the journal derives is one an execution sent (what `GET /runs/{id}/events` and a
+//!   `Last-Event-ID` rely on).
 //!
 //! `cargo test --test generated_crashes -- --nocapture` prints
 //! `generated scenarios: N, crash runs: M, violations: 0`. More scenarios: `STEADFAST_SCENARIOS=5000`; one
@@ -30,12 +34,97 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use steadfast::core::checkpoint::{Checkpoint, RunStatus};
+use steadfast::core::events::{Event, EventEnvelope};
+use steadfast::core::replay::{is_recorded, recorded_events};
 use steadfast::core::transcript::{validate_transcript, Message, ResultKind, ToolCall};
+use steadfast::runtime::EventSink;
 use steadfast::runtime::{
     Agent, AgentOptions, CrashBudget, FnTool, MockModel, MockTurn, Resolve, Rng, SendOptions, Sleep, SplitMix64, Tool,
     ToolError, ToolOutput,
 };
 use steadfast::ErrorCode;
+
+/// What executions told their sink: events, and the journal positions they reached.
+#[derive(Default)]
+struct Recorder(RefCell<Vec<Heard>>);
+
+enum Heard {
+    Event(Event),
+    Durable(u64),
+}
+
+impl EventSink for Recorder {
+    fn emit(&self, e: &EventEnvelope) {
+        self.0.borrow_mut().push(Heard::Event(e.event.clone()));
+    }
+    fn durable(&self, _run_id: &str, position: u64) {
+        self.0.borrow_mut().push(Heard::Durable(position));
+    }
+}
+
+/// A recorded event as the journal can say it (`replacedBy` is not recorded), as text to compare.
+fn said(e: &Event) -> String {
+    let mut e = e.clone();
+    if let Event::ToolDone { replaced_by, .. } = &mut e {
+        *replaced_by = None;
+    }
+    serde_json::to_string(&e).unwrap()
+}
+
+/// Checks that the journal replays what the executions streamed (see the module docs). With `ends`, also that
+/// every end or pause the journal records was sent (not after a crash: a process killed right after committing
+/// the end never sent it; a watcher gets it from the journal).
+fn replay_matches(env: &Env, heard: &Recorder, ends_sent: bool) -> Vec<String> {
+    let mut found = Vec::new();
+    // The recorded events sent before each position was reached (those of a crashed execution after its last
+    // commit were never recorded: a new execution's first position drops them).
+    let mut segments: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    let (mut last, mut pending, mut ends) = (0u64, Vec::new(), BTreeSet::new());
+    for h in heard.0.borrow().iter() {
+        match h {
+            Heard::Event(e @ Event::RunDone { .. }) => {
+                ends.insert(said(e));
+            }
+            Heard::Event(e) if is_recorded(e) => pending.push(said(e)),
+            Heard::Event(_) => {}
+            Heard::Durable(q) => {
+                let taken = std::mem::take(&mut pending);
+                if *q > last {
+                    segments.entry(*q).or_default().extend(taken);
+                    last = *q;
+                }
+            }
+        }
+    }
+    let mut states = match block_on(env.store.history(RUN, usize::MAX)) {
+        Ok(s) => s,
+        Err(e) => return vec![format!("history: {e}")],
+    };
+    states.reverse();
+    for pair in states.windows(2) {
+        let (before, after) = (&pair[0], &pair[1]);
+        if before.seq <= 1 {
+            continue;
+        }
+        let mut derived = Vec::new();
+        for e in recorded_events(&before.checkpoint, &after.checkpoint) {
+            match e {
+                Event::RunDone { .. } if ends_sent && !ends.contains(&said(&e)) => {
+                    found.push(format!("entry {}: the journal says {} that no execution sent", after.seq, said(&e)))
+                }
+                Event::RunDone { .. } => {}
+                e => derived.push(said(&e)),
+            }
+        }
+        let mut live = segments.get(&after.seq).cloned().unwrap_or_default();
+        derived.sort();
+        live.sort();
+        if derived != live {
+            found.push(format!("entry {}: the journal replays {derived:?}, the executions sent {live:?}", after.seq));
+        }
+    }
+    found
+}
 
 const RUN: &str = "gen";
 
@@ -256,9 +345,11 @@ fn drive(
     world: &Rc<World>,
     budget: Option<Rc<CrashBudget>>,
     models: &mut Vec<MockModel>,
+    heard: &Rc<Recorder>,
 ) -> Result<Driven, String> {
     let a = agent(env, sc, world, models);
-    let opts = || SendOptions { crash_budget: budget.clone(), ..SendOptions::default() };
+    let events: Rc<dyn EventSink> = heard.clone();
+    let opts = || SendOptions { crash_budget: budget.clone(), events: Some(events.clone()), ..SendOptions::default() };
     for _ in 0..60 {
         let cp = block_on(a.load(RUN)).map_err(|e| format!("load: {e}"))?;
         let step: Result<(), steadfast::Error> = match &cp {
@@ -481,7 +572,8 @@ fn run_scenario(sc: &Scenario, store: &str, only_k: Option<usize>, totals: &mut 
     let world = Rc::new(World::default());
     let mut models = Vec::new();
     let budget = CrashBudget::new(usize::MAX, false);
-    let reference = match drive(&env, sc, &world, Some(budget.clone()), &mut models) {
+    let heard = Rc::new(Recorder::default());
+    let reference = match drive(&env, sc, &world, Some(budget.clone()), &mut models, &heard) {
         Ok(Driven::Done(cp)) => cp,
         Ok(Driven::Crashed) => unreachable!("no crash in the reference"),
         Err(e) => {
@@ -490,7 +582,7 @@ fn run_scenario(sc: &Scenario, store: &str, only_k: Option<usize>, totals: &mut 
         }
     };
     let effects = usize::MAX - budget.left.get().unwrap_or(0);
-    for v in check(sc, &reference, &world, None, &[]) {
+    for v in check(sc, &reference, &world, None, &[]).into_iter().chain(replay_matches(&env, &heard, true)) {
         totals.violations.push(format!("seed {} {store} reference: {v}", sc.seed));
     }
     let interrupted = |cp: &Checkpoint| {
@@ -506,7 +598,8 @@ fn run_scenario(sc: &Scenario, store: &str, only_k: Option<usize>, totals: &mut 
             let mut models = Vec::new();
             let ctx = format!("seed {} {store} k={k} finish_in_flight={finish_in_flight}", sc.seed);
             totals.crash_runs += 1;
-            match drive(&env, sc, &world, Some(CrashBudget::new(k, finish_in_flight)), &mut models) {
+            let heard = Rc::new(Recorder::default());
+            match drive(&env, sc, &world, Some(CrashBudget::new(k, finish_in_flight)), &mut models, &heard) {
                 Ok(Driven::Crashed) => {}
                 Ok(Driven::Done(_)) => {
                     totals.violations.push(format!("{ctx}: completed without reaching effect {k}"));
@@ -522,7 +615,7 @@ fn run_scenario(sc: &Scenario, store: &str, only_k: Option<usize>, totals: &mut 
             let calls_before: usize = models.iter().map(|m| m.call_count()).sum();
             world.after_crash.set(true);
             env.past_leases();
-            let done = match drive(&env, sc, &world, None, &mut models) {
+            let done = match drive(&env, sc, &world, None, &mut models, &heard) {
                 Ok(Driven::Done(cp)) => cp,
                 Ok(Driven::Crashed) => unreachable!("no crash after the crash"),
                 Err(e) => {
@@ -532,6 +625,7 @@ fn run_scenario(sc: &Scenario, store: &str, only_k: Option<usize>, totals: &mut 
             };
             let later: Vec<usize> = models.iter().flat_map(|m| m.calls()).skip(calls_before).map(|c| c.turn).collect();
             let mut found = check(sc, &done, &world, Some(&crash), &later);
+            found.extend(replay_matches(&env, &heard, false));
             if !sc.has_cancel && !interrupted(&done) && !interrupted(&reference) && done.messages != reference.messages
             {
                 found.push("the final transcript differs from the uninterrupted run's".into());

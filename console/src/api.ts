@@ -52,3 +52,51 @@ export async function api<T>(method: string, path: string, body?: unknown, tok =
   }
   return parsed as T;
 }
+
+/** One event of a watched run (`GET /runs/{id}/events`): its type and fields. */
+export type WatchedEvent = { type: string; [k: string]: unknown };
+
+/**
+ * Watches a run: `GET /runs/{id}/events` from the journal position `after`, read as it streams (fetch, so the
+ * token goes in the Authorization header, never in a URL). `onEvent` gets each event, `onPosition` each journal
+ * cursor (`12`, `12.done`). Resolves when the stream ends (the run finished or paused, the watch's time ran out)
+ * or `signal` aborts it; rejects with an {@link ApiError} when the watch is refused.
+ */
+export async function watch(
+  path: string,
+  after: string,
+  signal: AbortSignal,
+  onEvent: (e: WatchedEvent) => void,
+  onPosition: (id: string) => void,
+  tok = token.get(),
+): Promise<void> {
+  const res = await fetch(path, {
+    headers: { authorization: `Bearer ${tok ?? ""}`, accept: "text/event-stream", "last-event-id": after },
+    cache: "no-store",
+    credentials: "omit",
+    redirect: "error",
+    signal,
+  });
+  if (res.status === 204) return;
+  if (!res.ok || !res.body) {
+    throw new ApiError(res.status, `HTTP_${res.status}`, `watching ${path}: ${res.status}`);
+  }
+  const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buf += value;
+    let end: number;
+    while ((end = buf.indexOf("\n\n")) >= 0) {
+      const block = buf.slice(0, end);
+      buf = buf.slice(end + 2);
+      if (block.startsWith(":")) continue;
+      const lines = block.split("\n");
+      const id = lines.find((l) => l.startsWith("id: "));
+      const data = lines.find((l) => l.startsWith("data: "));
+      if (data) onEvent(JSON.parse(data.slice(6)) as WatchedEvent);
+      if (id) onPosition(id.slice(4));
+    }
+  }
+}

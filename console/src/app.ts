@@ -15,7 +15,7 @@ import type { SessionTurn } from "../../js/src/generated/SessionTurn.js";
 import type { RunResult } from "../../js/src/generated/RunResult.js";
 import type { RunView } from "../../js/src/generated/RunView.js";
 import type { TrajectoryStep } from "../../js/src/generated/TrajectoryStep.js";
-import { api, ApiError, seg, token } from "./api.js";
+import { api, ApiError, seg, token, watch } from "./api.js";
 import { confirmButton, fill, h, json, runLink, time, type Child } from "./dom.js";
 
 const main = document.getElementById("main") as HTMLElement;
@@ -23,6 +23,14 @@ const notice = document.getElementById("notice") as HTMLElement;
 const nav = document.getElementById("nav") as HTMLElement;
 const counts = document.getElementById("counts") as HTMLElement;
 const signOut = document.getElementById("sign-out") as HTMLButtonElement;
+
+/** The watch of the run on screen (stopped when the page changes). */
+let watching: AbortController | null = null;
+
+function stopWatching(): void {
+  watching?.abort();
+  watching = null;
+}
 
 // ---------- errors ----------
 
@@ -420,6 +428,38 @@ function forkForm(runId: string, entry: HistoryEntry, out: HTMLElement): HTMLEle
   return form;
 }
 
+/**
+ * Live updates of an unfinished run on screen: watches it from the newest position shown; each new journal
+ * entry redraws the page (which watches again from there), live-only events (a call starting, the model's
+ * text as it streams) show on the line above the timeline.
+ */
+function watchRun(id: string, after: number): void {
+  stopWatching();
+  const ctl = new AbortController();
+  watching = ctl;
+  const here = location.hash;
+  let redrawn = false;
+  const redraw = (): void => {
+    if (redrawn || ctl.signal.aborted || location.hash !== here) return;
+    redrawn = true;
+    void guarded(() => renderRun(id));
+  };
+  const live = (text: string): void => {
+    const line = document.getElementById("live");
+    if (line) line.textContent = text;
+  };
+  watch(`/runs/${seg(id)}/events`, String(after), ctl.signal, (e) => {
+    if (e.type === "tool.start") live(`Running ${String(e.name)}…`);
+    else if (e.type === "text.delta") live(`The model is writing…`);
+  }, (position) => {
+    if (Number.parseInt(position, 10) > after || position.endsWith(".done")) redraw();
+  })
+    .then(redraw)
+    .catch((e: unknown) => {
+      if (!ctl.signal.aborted) live(`Live updates stopped: ${describe(e)}`);
+    });
+}
+
 async function renderRun(id: string, said: HTMLElement | null = null): Promise<void> {
   const [run, history] = await Promise.all([
     api<RunView>("GET", `/runs/${seg(id)}`),
@@ -498,6 +538,7 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
     ),
     run.businessState !== null ? [h("h3", null, "Business state"), json(run.businessState)] : null,
     h("h3", null, "Timeline"),
+    run.status === "in-progress" ? h("p", { id: "live", class: "live" }, "Watching for new steps…") : null,
     timeline(run.messages),
     h("h3", null, "History"),
     h(
@@ -533,6 +574,7 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
     ),
     forkOut,
   );
+  if (run.status === "in-progress") watchRun(id, history[0]?.seq ?? 0);
 }
 
 // ---------- approvals inbox ----------
@@ -748,6 +790,7 @@ function route(): void {
   nav.hidden = false;
   signOut.hidden = false;
   showNotice(null);
+  stopWatching();
   let parts: string[];
   try {
     parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);

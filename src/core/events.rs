@@ -135,6 +135,18 @@ pub enum Event {
         /// Steps taken by the run.
         steps: u32,
     },
+    /// A watcher asked for events the journal no longer holds (it keeps a run's newest states, see
+    /// [`crate::store::JournalOptions::history_limit`]): the entries after `after` up to `until` cannot be
+    /// replayed; the events from `until` on follow. The run's state (`GET /runs/{id}`) has what they recorded.
+    #[serde(rename = "replay.gap")]
+    ReplayGap {
+        /// The position the watcher had seen through.
+        #[cfg_attr(feature = "ts", ts(type = "number"))]
+        after: u64,
+        /// The oldest position the journal still holds (its events are not replayed either).
+        #[cfg_attr(feature = "ts", ts(type = "number"))]
+        until: u64,
+    },
     /// The attempt failed.
     #[serde(rename = "error")]
     Error {
@@ -169,7 +181,8 @@ impl StreamDelta {
 pub struct EventEnvelope {
     /// Schema version.
     pub v: u32,
-    /// Gapless sequence number within one execution (send / resume / resolve), from 0.
+    /// Gapless sequence number within one event stream (an execution's, or one watcher's), from 0. Where a
+    /// stream resumes is the journal position, not the `seq` (see [`crate::core::replay::Cursor`]).
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub seq: u64,
     /// Run id.

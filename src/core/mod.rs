@@ -13,6 +13,7 @@ pub mod fork;
 pub mod ids;
 pub(crate) mod limits;
 pub mod machine;
+pub mod replay;
 pub mod retry;
 pub mod schedule;
 pub(crate) mod schema;

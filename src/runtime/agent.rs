@@ -5,7 +5,7 @@
 use super::approvals::Approvals;
 use super::deps::{Deps, RegisteredTool};
 use super::hooks::Hook;
-use super::traits::{Model, Tool, ToolSpec};
+use super::traits::{EventSink, Model, Tool, ToolSpec};
 use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::fingerprint::Fingerprint;
@@ -65,6 +65,7 @@ pub struct AgentBuilder {
     sleep: Option<Rc<dyn Sleep>>,
     rng: Option<Rc<dyn Rng>>,
     warn: Option<Warn>,
+    observer: Option<Rc<dyn EventSink>>,
 }
 
 /// Where an agent writes operator warnings, one line each (see [`AgentBuilder::warn`]).
@@ -145,6 +146,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Sets a sink that sees the events of every execution of this agent besides each call's own sink (and
+    /// that is told each journal position as it is committed): a hub of watchers, such as a run object's
+    /// ([`crate::runtime::Watchers`]).
+    pub fn observer(mut self, sink: Rc<dyn EventSink>) -> Self {
+        self.observer = Some(sink);
+        self
+    }
+
     /// Checks the configuration and builds the agent. Fails with `STEADFAST_CONFIG_INVALID` for duplicate or
     /// empty tool names, schemas that do not compile, a missing store, or (on wasm) a missing clock/timer.
     pub fn build(self) -> Result<Agent> {
@@ -210,6 +219,7 @@ impl AgentBuilder {
                 sleep,
                 rng,
                 warn: self.warn,
+                observer: self.observer,
                 fingerprint,
             }),
         })
@@ -252,6 +262,7 @@ impl Agent {
             sleep: None,
             rng: None,
             warn: None,
+            observer: None,
         }
     }
 

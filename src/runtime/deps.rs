@@ -34,6 +34,8 @@ pub(crate) struct Deps {
     pub(crate) rng: Rc<dyn Rng>,
     /// Where operator warnings go (see [`super::AgentBuilder::warn`]).
     pub(crate) warn: Option<super::agent::Warn>,
+    /// Sees every execution's events besides the caller's sink (see [`super::AgentBuilder::observer`]).
+    pub(crate) observer: Option<Rc<dyn super::traits::EventSink>>,
     pub(crate) options: AgentOptions,
 }
 

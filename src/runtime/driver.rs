@@ -11,7 +11,7 @@ use super::hooks::{HookContext, ToolResultDraft, Verdict};
 use super::options::CrashPoint;
 use super::options::SendOptions;
 use super::result::RunStats;
-use super::traits::{AbortSignal, EventSink, LocalFuture, ModelRequest, ToolContext, ToolError};
+use super::traits::{AbortSignal, EventSink, LocalFuture, ModelRequest, Tee, ToolContext, ToolError};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::{Event, EventEnvelope, StreamDelta, EVENT_SCHEMA_VERSION};
 use crate::core::machine::{Effect, Gate, ModelResponse, Outcome, RunMachine, ToolOutcome};
@@ -43,8 +43,12 @@ enum Race<T> {
 pub(crate) struct Driver<'a> {
     deps: &'a Deps,
     pub(crate) lease: Lease,
+    /// The call's options (read after construction only by the test build's fault injection).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
     opts: &'a SendOptions,
     abort: AbortSignal,
+    /// Where events go: the caller's sink and the agent's observer (either, both or none).
+    sink: Option<Rc<dyn EventSink>>,
     /// The next event's `seq` (shared with the delta callback of a streaming model call).
     seq: Rc<Cell<u64>>,
     pub(crate) stats: RunStats,
@@ -75,6 +79,10 @@ impl<'a> Driver<'a> {
             lease,
             opts,
             abort: opts.abort.clone().unwrap_or_default(),
+            sink: match (opts.events.clone(), deps.observer.clone()) {
+                (Some(a), Some(b)) => Some(Rc::new(Tee(a, b))),
+                (a, b) => a.or(b),
+            },
             seq: Rc::new(Cell::new(0)),
             stats: RunStats::default(),
             next_renew_at: now.saturating_add(deps.options.lease.renew_every_ms),
@@ -195,6 +203,7 @@ impl<'a> Driver<'a> {
             Some(Value::Object(map)) => map.clone(),
             _ => Map::new(),
         };
+        self.durable(m.committed_through());
         loop {
             self.maybe_renew().await?;
             if !abort_seen && self.abort.is_aborted() {
@@ -219,6 +228,7 @@ impl<'a> Driver<'a> {
                         race_with_tools(commit, &mut in_flight, &mut settled).await?;
                         self.last_commit_ms = self.now().saturating_sub(started);
                         self.stats.commits += 1;
+                        self.durable(entry.seq);
                         self.after_effect(&mut in_flight).await?;
                         deliver(&mut m, |m| m.notify_committed());
                     }
@@ -447,8 +457,15 @@ impl<'a> Driver<'a> {
         if let (Event::AgentDrift(drift), Some(warn)) = (&event, &self.deps.warn) {
             warn(&drift.warning(&self.lease.run_id));
         }
-        if let Some(sink) = &self.opts.events {
+        if let Some(sink) = &self.sink {
             emit_to(sink.as_ref(), &self.seq, &self.lease.run_id, self.now(), event);
+        }
+    }
+
+    /// Tells the sink that the journal holds the run through `position`.
+    fn durable(&self, position: u64) {
+        if let Some(sink) = &self.sink {
+            sink.durable(&self.lease.run_id, position);
         }
     }
 
@@ -592,7 +609,7 @@ impl<'a> Driver<'a> {
                 execution: &self.lease.owner.clone(),
             };
             let model = deps.model.clone();
-            let answer = match self.opts.events.clone() {
+            let answer = match self.sink.clone() {
                 // Someone listens: the answer's increments become events as they arrive.
                 Some(sink) => {
                     let (seq, run_id, clock) = (self.seq.clone(), self.lease.run_id.clone(), deps.clock.clone());

@@ -31,6 +31,7 @@ pub(crate) mod schedules;
 pub(crate) mod session;
 pub(crate) mod tools;
 pub(crate) mod traits;
+pub(crate) mod watch;
 
 pub use crate::rng::{Rng, SplitMix64};
 pub use crate::time::{Clock, Sleep};
@@ -59,3 +60,4 @@ pub use traits::{
     AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
     VecSink,
 };
+pub use watch::{Replay, WatchOptions, WatchStart, Watched, Watchers};

@@ -196,11 +196,30 @@ pub trait Tool {
 pub trait EventSink {
     /// One event.
     fn emit(&self, event: &EventEnvelope);
+
+    /// The run's journal now holds it through `position`: every recorded event emitted so far is in an entry
+    /// up to there (told once the execution has the run, and after each commit). Default: nothing to do.
+    fn durable(&self, _run_id: &str, _position: u64) {}
 }
 
 impl<F: Fn(&EventEnvelope)> EventSink for F {
     fn emit(&self, event: &EventEnvelope) {
         self(event)
+    }
+}
+
+/// Two sinks as one (the caller's and the agent's observer).
+pub(crate) struct Tee(pub Rc<dyn EventSink>, pub Rc<dyn EventSink>);
+
+impl EventSink for Tee {
+    fn emit(&self, event: &EventEnvelope) {
+        self.0.emit(event);
+        self.1.emit(event);
+    }
+
+    fn durable(&self, run_id: &str, position: u64) {
+        self.0.durable(run_id, position);
+        self.1.durable(run_id, position);
     }
 }
 

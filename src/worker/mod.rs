@@ -21,7 +21,7 @@ use crate::config::{AgentConfig, ConfigCache, StoreMode};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::providers::ModelPlatform;
 use crate::runtime::traits::LocalFuture;
-use crate::runtime::{Agent, RunResult, SweepListener};
+use crate::runtime::{Agent, RunResult, SweepListener, WatchOptions, Watchers};
 use crate::store::object::{ObjectClient, ObjectStore, OwnObject, RunObjectCore};
 use crate::store::{JournalOptions, JournalStore, PendingRun, RunStore};
 use crate::tools::demo::{demo_counts, demo_tools};
@@ -96,8 +96,9 @@ impl ModelPlatform for WorkerPlatform<'_> {
 enum Runs {
     /// As configured (`store`): Workers KV, or the run objects through their stubs.
     Configured,
-    /// Inside the object of this run (strict mode): its own storage for it, the stubs for any other run.
-    Object(String, Rc<RunObjectCore<object::SqlObjectStorage>>, Rc<worker::State>),
+    /// Inside the object of this run (strict mode): its own storage for it, the stubs for any other run, and
+    /// the object's watchers (told of every execution's events).
+    Object(String, Rc<RunObjectCore<object::SqlObjectStorage>>, Rc<worker::State>, Watchers),
 }
 
 fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
@@ -107,7 +108,7 @@ fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
     // One type of object client (boxed) keeps one copy of the object store's code in the Worker.
     let objects = |client: Box<dyn ObjectClient>| Rc::new(ObjectStore::new(client, kv.clone(), "", clock.clone()));
     let store: Rc<dyn RunStore> = match (runs, cfg.store) {
-        (Runs::Object(run_id, core, _), _) => {
+        (Runs::Object(run_id, core, _, _), _) => {
             objects(Box::new(OwnObject::new(run_id.clone(), core.clone(), StubClient::new(env)?)))
         }
         (Runs::Configured, StoreMode::DurableObject) => objects(Box::new(StubClient::new(env)?)),
@@ -132,6 +133,9 @@ fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
     }
     for t in cfg.webhook_tools(Rc::new(FetchClient))? {
         b = b.tool_rc(t);
+    }
+    if let Runs::Object(_, _, _, hub) = runs {
+        b = b.observer(Rc::new(hub.clone()));
     }
     b.build()
 }
@@ -220,7 +224,11 @@ impl Host for WorkerHost<'_> {
         let agent = build_agent(env, &cfg, &self.runs)?;
         let mut api =
             Api::new(agent, token).with_schedules(cfg.compiled_schedules()?).with_recovery(cfg.recovery.clone());
-        if let Runs::Object(_, _, state) = &self.runs {
+        if let Runs::Object(_, _, state, hub) = &self.runs {
+            // Every execution of the run happens in its object and tells the hub: a watch waits for it, and
+            // reads the run again only every 10 s should it miss something.
+            let watch = WatchOptions { poll_ms: 10_000, ..WatchOptions::default() };
+            api = api.with_watchers(hub.clone()).with_watch_options(watch);
             // Inside the run's object: runs execute as tasks of the object, not of the request, each with the
             // object's alarm set first for when its lease could be taken over (should the object die with it).
             let (state, at) = (state.clone(), api.agent().takeover_at());
@@ -381,20 +389,26 @@ async fn serve_in_object(
     run_id: String,
     core: Rc<RunObjectCore<object::SqlObjectStorage>>,
     state: Rc<worker::State>,
+    hub: Watchers,
 ) -> worker::Result<Response> {
     let token = secret(env, "STEADFAST_TOKEN");
-    let mut host = WorkerHost { req, body: None, env, runs: Runs::Object(run_id, core, state) };
+    let mut host = WorkerHost { req, body: None, env, runs: Runs::Object(run_id, core, state, hub) };
     to_response(serve(head, token, &mut host).await, spawn_local)
 }
 
 /// A run object's alarm: the run's own recovery step ([`Agent::wake`] decides), then its next alarm. A failed
 /// step is logged and looked at again once a lease could be taken over.
-async fn wake_object(env: &Env, core: Rc<RunObjectCore<object::SqlObjectStorage>>, state: Rc<worker::State>) {
+async fn wake_object(
+    env: &Env,
+    core: Rc<RunObjectCore<object::SqlObjectStorage>>,
+    state: Rc<worker::State>,
+    hub: Watchers,
+) {
     let mut fallback = None;
     let woken: Result<Option<u64>> = async {
         let Some(run_id) = core.run_id()? else { return Ok(None) };
         let cfg = config(env)?;
-        let agent = build_agent(env, &cfg, &Runs::Object(run_id.clone(), core, state.clone()))?;
+        let agent = build_agent(env, &cfg, &Runs::Object(run_id.clone(), core, state.clone(), hub))?;
         fallback = Some(agent.takeover_at());
         agent.wake(&run_id, &cfg.recovery).await
     }

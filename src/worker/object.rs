@@ -8,6 +8,7 @@
 
 use crate::api::{Forward, RUN_HEADER};
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::runtime::Watchers;
 use crate::store::object::{JournalRow, ObjectClient, ObjectStorage, RunObjectCore, Write};
 use async_trait::async_trait;
 use std::cell::Cell;
@@ -214,15 +215,18 @@ pub struct RunObject {
     core: Rc<RunObjectCore<SqlObjectStorage>>,
     state: Rc<State>,
     env: Env,
+    /// The watchers of the run (`GET /runs/{id}/events`), told by every execution in this object.
+    hub: Watchers,
 }
 
 impl DurableObject for RunObject {
     fn new(state: State, env: Env) -> Self {
-        RunObject { core: Rc::new(RunObjectCore::new(SqlObjectStorage::new(&state))), state: Rc::new(state), env }
+        let core = Rc::new(RunObjectCore::new(SqlObjectStorage::new(&state)));
+        RunObject { core, state: Rc::new(state), env, hub: Watchers::new() }
     }
 
     async fn alarm(&self) -> worker::Result<Response> {
-        super::wake_object(&self.env, self.core.clone(), self.state.clone()).await;
+        super::wake_object(&self.env, self.core.clone(), self.state.clone(), self.hub.clone()).await;
         Response::empty()
     }
 
@@ -235,7 +239,8 @@ impl DurableObject for RunObject {
         let head = super::request_head(&req)?;
         match crate::api::object_run(&head) {
             Some(run_id) => {
-                super::serve_in_object(req, head, &self.env, run_id, self.core.clone(), self.state.clone()).await
+                let (core, state, hub) = (self.core.clone(), self.state.clone(), self.hub.clone());
+                super::serve_in_object(req, head, &self.env, run_id, core, state, hub).await
             }
             None => super::to_response(
                 crate::api::ApiResponse::error(&Error::new(

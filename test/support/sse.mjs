@@ -52,14 +52,15 @@ export function workerOptions(token, port) {
   };
 }
 
-// Reads SSE blocks from a streamed body as they arrive: `next()` gives the next event (comments skipped), or
-// null at the end.
+// Reads SSE blocks from a streamed body as they arrive: `next()` gives the next event (comments and id-only
+// blocks skipped), or null at the end; `lastId` is the last `id:` read (a journal cursor, for Last-Event-ID).
 export function sseReader(body) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   let buf = "";
   return {
     reader,
+    lastId: null,
     async next() {
       for (;;) {
         const end = buf.indexOf("\n\n");
@@ -67,7 +68,11 @@ export function sseReader(body) {
           const block = buf.slice(0, end);
           buf = buf.slice(end + 2);
           if (block.startsWith(":")) continue;
+          const id = block.split("\n").find((l) => l.startsWith("id: "));
+          if (id) this.lastId = id.slice(4);
           const line = block.split("\n").find((l) => l.startsWith("data: "));
+          // An id-only block (a journal position) is not an event.
+          if (!line) continue;
           return JSON.parse(line.slice(6));
         }
         const { value, done } = await reader.read();
@@ -78,3 +83,18 @@ export function sseReader(body) {
   };
 }
 
+
+// The events and the ids (journal cursors) of a whole SSE body, in order.
+export function parseSse(text) {
+  const events = [];
+  const ids = [];
+  for (const block of text.split("\n\n")) {
+    if (!block.trim() || block.startsWith(":")) continue;
+    const lines = block.split("\n");
+    const id = lines.find((l) => l.startsWith("id: "));
+    if (id) ids.push(id.slice(4));
+    const data = lines.find((l) => l.startsWith("data: "));
+    if (data) events.push(JSON.parse(data.slice(6)));
+  }
+  return { events, ids };
+}

@@ -135,7 +135,15 @@ finishReason?: FinishReason,
 /**
  * Steps taken by the run.
  */
-steps: number, } | { "type": "error", 
+steps: number, } | { "type": "replay.gap", 
+/**
+ * The position the watcher had seen through.
+ */
+after: number, 
+/**
+ * The oldest position the journal still holds (its events are not replayed either).
+ */
+until: number, } | { "type": "error", 
 /**
  * The error.
  */

@@ -17,7 +17,8 @@ export type EventEnvelope = {
  */
 v: number, 
 /**
- * Gapless sequence number within one execution (send / resume / resolve), from 0.
+ * Gapless sequence number within one event stream (an execution's, or one watcher's), from 0. Where a
+ * stream resumes is the journal position, not the `seq` (see [`crate::core::replay::Cursor`]).
  */
 seq: number, 
 /**
@@ -151,7 +152,15 @@ finishReason?: FinishReason,
 /**
  * Steps taken by the run.
  */
-steps: number, } | { "type": "error", 
+steps: number, } | { "type": "replay.gap", 
+/**
+ * The position the watcher had seen through.
+ */
+after: number, 
+/**
+ * The oldest position the journal still holds (its events are not replayed either).
+ */
+until: number, } | { "type": "error", 
 /**
  * The error.
  */

@@ -164,6 +164,15 @@ impl RunMachine {
         &self.cp
     }
 
+    /// The journal position the run is committed through, as far as this machine knows: its state's, less
+    /// the entry it has asked to commit and not yet heard back about.
+    pub fn committed_through(&self) -> u64 {
+        match self.waiting {
+            Some(Wait::Commit) => self.cp.seq.saturating_sub(1),
+            _ => self.cp.seq,
+        }
+    }
+
     /// Replaces the extension state (progress-guard counters); committed with the next boundary.
     pub fn set_ext(&mut self, ext: Option<Value>) {
         if self.cp.ext != ext {

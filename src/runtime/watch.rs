@@ -1,0 +1,323 @@
+//! Watching a run (M22): its recorded events from the journal from a [`Cursor`] on, then the new ones as they
+//! are committed, until the run finishes or pauses.
+//!
+//! Recorded events (`step`, `tool.done`, `approval.requested`, `error`, `run.done`) come from the journal
+//! ([`recorded_events`]), so a watcher that joins late, or comes back with the last position it saw, gets each
+//! of them once and in journal order, whoever executes the run. After each entry the watcher is told its
+//! position ([`Watched::Through`]), which is what it resumes from.
+//!
+//! How new entries are noticed depends on where the run executes:
+//! * with a [`Watchers`] hub that sees the executions (a run object in strict mode, where every execution of its
+//!   run happens in the object): at once, and the events the journal does not record (`tool.start`, deltas,
+//!   `run.start`, `heal.action`, …) are passed on live as well;
+//! * without one (KV mode: the run may execute in another isolate or location): by reading the run again every
+//!   [`WatchOptions::poll_ms`] — recorded events only, as KV makes them visible.
+
+use super::agent::Agent;
+use super::traits::EventSink;
+use crate::core::checkpoint::{Checkpoint, RunStatus};
+use crate::core::error::Result;
+use crate::core::events::{Event, EventEnvelope};
+use crate::core::ids::validate_run_id;
+use crate::core::replay::{end_of, is_recorded, recorded_events, Cursor};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::{Rc, Weak};
+use std::task::{Poll, Waker};
+
+/// The recorded events of a run after a journal position ([`Agent::replay`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replay {
+    /// `(after, until)`: the journal no longer holds the entries after `after` up to `until` (their events are
+    /// lost to this replay; see [`Event::ReplayGap`]).
+    pub gap: Option<(u64, u64)>,
+    /// Each entry after the position: its journal position and its events.
+    pub entries: Vec<(u64, Vec<Event>)>,
+    /// The run's newest state read.
+    pub latest: Checkpoint,
+}
+
+/// What a watcher is sent, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Watched {
+    /// An event (recorded, replayed from the journal; or live, from the hub).
+    Event(Event),
+    /// The watcher has now seen everything through this cursor (the SSE `id:`).
+    Through(Cursor),
+}
+
+/// How a watch waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WatchOptions {
+    /// How often the run is read again when nothing tells the watcher of a new entry (no hub; with one, as a
+    /// fallback).
+    pub poll_ms: u64,
+    /// How long one watch lasts at most; the watcher then comes back with its last cursor.
+    pub max_ms: u64,
+}
+
+impl Default for WatchOptions {
+    fn default() -> Self {
+        WatchOptions { poll_ms: 2_000, max_ms: 300_000 }
+    }
+}
+
+/// How a watch answers before it streams ([`Agent::watch_start`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum WatchStart {
+    /// No such run.
+    NotFound,
+    /// The watcher has seen the run end at its newest position: nothing to send.
+    UpToDate,
+    /// There is something to send, or to wait for.
+    Stream,
+}
+
+impl Agent {
+    /// The recorded events of run `run_id` after journal position `after` (0: from its start), and its newest
+    /// state; `None` when there is no such run. The journal keeps a run's newest states only (the store's
+    /// history limit): events older than those are reported as a gap. Reads the run and its history.
+    pub async fn replay(&self, run_id: &str, after: u64) -> Result<Option<Replay>> {
+        validate_run_id(run_id)?;
+        let store = self.store();
+        let Some(cp) = store.load(run_id).await? else { return Ok(None) };
+        // The first entry records the input (and, for a fork or a session's turn, the conversation it starts
+        // from): no event of its own.
+        let after = after.max(1);
+        if cp.seq <= after {
+            return Ok(Some(Replay { gap: None, entries: Vec::new(), latest: cp }));
+        }
+        let want = usize::try_from(cp.seq - after + 1).unwrap_or(usize::MAX);
+        let mut states = store.history(run_id, want).await?;
+        states.reverse();
+        // The base: the newest state at or before `after`, else the oldest kept (with a gap before it).
+        let start = states.iter().rposition(|s| s.seq <= after).unwrap_or(0);
+        let Some(base) = states.get(start) else {
+            return Ok(Some(Replay { gap: None, entries: Vec::new(), latest: cp }));
+        };
+        let gap = (base.seq > after).then_some((after, base.seq));
+        let mut entries = Vec::new();
+        for pair in states[start..].windows(2) {
+            entries.push((pair[1].seq, recorded_events(&pair[0].checkpoint, &pair[1].checkpoint)));
+        }
+        let latest = match states.last() {
+            Some(s) if s.seq > cp.seq => s.checkpoint.clone(),
+            _ => cp,
+        };
+        Ok(Some(Replay { gap, entries, latest }))
+    }
+
+    /// Whether a watch of `run_id` from `from` has anything to send: [`WatchStart::UpToDate`] when the watcher
+    /// saw the run end at its newest position (an SSE client told so stops coming back: HTTP 204).
+    pub async fn watch_start(&self, run_id: &str, from: Cursor) -> Result<WatchStart> {
+        validate_run_id(run_id)?;
+        Ok(match self.store().load(run_id).await? {
+            None => WatchStart::NotFound,
+            Some(cp) if from.ended && cp.seq <= from.position && cp.status != RunStatus::InProgress => {
+                WatchStart::UpToDate
+            }
+            Some(_) => WatchStart::Stream,
+        })
+    }
+
+    /// Watches run `run_id` from `from`: sends `push` the recorded events after it and each position reached,
+    /// then waits for more (told by `hub`, or reading the run every [`WatchOptions::poll_ms`]), until the run is
+    /// finished or paused (a last `run.done` and the cursor `<position>.done`), `push` answers `false` (the
+    /// watcher left), or [`WatchOptions::max_ms`] passed. A run deleted meanwhile ends the watch with an `error`
+    /// event.
+    pub async fn watch(
+        &self,
+        run_id: &str,
+        from: Cursor,
+        hub: Option<&Watchers>,
+        opts: WatchOptions,
+        push: &dyn Fn(Watched) -> bool,
+    ) -> Result<()> {
+        validate_run_id(run_id)?;
+        // Subscribed before the first read: an entry committed meanwhile is noticed, not missed.
+        let sub = hub.map(|h| h.subscribe(run_id));
+        let deadline = self.deps.now().saturating_add(opts.max_ms);
+        let mut pos = from.position;
+        loop {
+            let Some(r) = self.replay(run_id, pos).await? else {
+                let gone = crate::core::error::Error::new(
+                    crate::core::error::ErrorCode::CheckpointNotFound,
+                    format!("run '{run_id}' was deleted"),
+                );
+                push(Watched::Event(Event::Error { error: gone.info() }));
+                return Ok(());
+            };
+            if let Some((after, until)) = r.gap {
+                if !push(Watched::Event(Event::ReplayGap { after, until })) {
+                    return Ok(());
+                }
+            }
+            let mut ended_at = None;
+            for (at, events) in r.entries {
+                for e in events {
+                    if matches!(e, Event::RunDone { .. }) {
+                        ended_at = Some(at);
+                    }
+                    if !push(Watched::Event(e)) {
+                        return Ok(());
+                    }
+                }
+                pos = at;
+                if !push(Watched::Through(Cursor { position: at, ended: false })) {
+                    return Ok(());
+                }
+            }
+            let cp = &r.latest;
+            pos = pos.max(cp.seq);
+            if cp.status != RunStatus::InProgress {
+                // Sent unless the entry that ended the run said so already (here, or before the cursor).
+                let said = ended_at == Some(pos) || (ended_at.is_none() && self.entry_ends(run_id, pos).await?);
+                if !said {
+                    push(Watched::Event(end_of(cp)));
+                }
+                push(Watched::Through(Cursor { position: pos, ended: true }));
+                return Ok(());
+            }
+            let now = self.deps.now();
+            if now >= deadline {
+                return Ok(());
+            }
+            let wait = opts.poll_ms.max(1).min(deadline - now);
+            if !self.wait_for_news(sub.as_ref(), wait, push).await {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether the entry at `position` recorded the run's end (its events hold a `run.done`).
+    async fn entry_ends(&self, run_id: &str, position: u64) -> Result<bool> {
+        let states = self.store().history(run_id, 2).await?;
+        Ok(match states.as_slice() {
+            [last, before, ..] if last.seq == position && before.seq + 1 == position => {
+                recorded_events(&before.checkpoint, &last.checkpoint).iter().any(|e| matches!(e, Event::RunDone { .. }))
+            }
+            _ => false,
+        })
+    }
+
+    /// Waits up to `ms` for news of the run, passing on the hub's live events meanwhile. `false`: the watcher
+    /// left.
+    async fn wait_for_news(&self, sub: Option<&Subscription>, ms: u64, push: &dyn Fn(Watched) -> bool) -> bool {
+        let sleep = self.deps.sleep.clone();
+        let timer = sleep.sleep(ms);
+        futures::pin_mut!(timer);
+        let Some(sub) = sub else {
+            timer.await;
+            return true;
+        };
+        loop {
+            let next = sub.next();
+            futures::pin_mut!(next);
+            match futures::future::select(next, timer.as_mut()).await {
+                futures::future::Either::Left((HubItem::Event(e), _)) => {
+                    if !push(Watched::Event(e)) {
+                        return false;
+                    }
+                }
+                futures::future::Either::Left((HubItem::Changed, _)) | futures::future::Either::Right(_) => {
+                    return true
+                }
+            }
+        }
+    }
+}
+
+/// What a hub tells one subscriber.
+enum HubItem {
+    /// An event the journal does not record.
+    Event(Event),
+    /// The run has a new entry, or an execution of it ended: read it again.
+    Changed,
+}
+
+struct Sub {
+    run_id: String,
+    items: VecDeque<HubItem>,
+    waker: Option<Waker>,
+}
+
+/// A hub of watchers, as an [`EventSink`] an agent's executions report to ([`super::AgentBuilder::observer`]):
+/// each subscriber of a run gets that run's unrecorded events as they happen and a nudge at every commit and
+/// at the end of every execution. Clones share the hub; a dropped subscription leaves it.
+#[derive(Clone, Default)]
+pub struct Watchers(Rc<RefCell<Vec<Weak<RefCell<Sub>>>>>);
+
+/// One watcher's place in a [`Watchers`] hub.
+pub struct Subscription(Rc<RefCell<Sub>>);
+
+impl Watchers {
+    /// A new empty hub.
+    pub fn new() -> Watchers {
+        Watchers::default()
+    }
+
+    fn subscribe(&self, run_id: &str) -> Subscription {
+        let sub = Rc::new(RefCell::new(Sub { run_id: run_id.to_string(), items: VecDeque::new(), waker: None }));
+        let mut subs = self.0.borrow_mut();
+        subs.retain(|w| w.strong_count() > 0);
+        subs.push(Rc::downgrade(&sub));
+        Subscription(sub)
+    }
+
+    /// How many watchers are subscribed.
+    pub fn len(&self) -> usize {
+        self.0.borrow().iter().filter(|w| w.strong_count() > 0).count()
+    }
+
+    /// Whether no watcher is subscribed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn tell(&self, run_id: &str, item: impl Fn() -> HubItem) {
+        let subs: Vec<_> = self.0.borrow().iter().filter_map(Weak::upgrade).collect();
+        for sub in subs {
+            let waker = {
+                let mut s = sub.borrow_mut();
+                if s.run_id != run_id {
+                    continue;
+                }
+                s.items.push_back(item());
+                s.waker.take()
+            };
+            if let Some(w) = waker {
+                w.wake();
+            }
+        }
+    }
+}
+
+impl EventSink for Watchers {
+    fn emit(&self, e: &EventEnvelope) {
+        if matches!(e.event, Event::RunDone { .. }) {
+            // The execution ended: whatever it recorded last is read from the journal.
+            self.tell(&e.run_id, || HubItem::Changed);
+        } else if !is_recorded(&e.event) {
+            self.tell(&e.run_id, || HubItem::Event(e.event.clone()));
+        }
+    }
+
+    fn durable(&self, run_id: &str, _position: u64) {
+        self.tell(run_id, || HubItem::Changed);
+    }
+}
+
+impl Subscription {
+    fn next(&self) -> impl std::future::Future<Output = HubItem> + '_ {
+        std::future::poll_fn(move |cx| {
+            let mut s = self.0.borrow_mut();
+            match s.items.pop_front() {
+                Some(item) => Poll::Ready(item),
+                None => {
+                    s.waker = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+    }
+}

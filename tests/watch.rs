@@ -1,0 +1,472 @@
+//! Watching a run: `GET /runs/{id}/events` and [`Agent::watch`] — recorded events replayed from the journal
+//! from any `Last-Event-ID` (each once, none missing), journal positions as the SSE ids, `204` for a watcher
+//! that saw the end, a gap reported when the journal no longer holds what was asked for, and the new events
+//! of a run executing elsewhere: by reading it again (KV mode), or told by a hub of watchers at once with the
+//! unrecorded events live (a run object in strict mode), to several watchers, one joining mid-run.
+
+mod common;
+
+use common::*;
+use futures::executor::LocalPool;
+use futures::task::LocalSpawnExt;
+use serde_json::{json, Value};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use steadfast::api::{Api, ApiRequest, ApiResponse};
+use steadfast::core::events::Event;
+use steadfast::core::replay::Cursor;
+use steadfast::runtime::{
+    Agent, AgentOptions, FnTool, ManualClock, MockModel, MockTurn, SendOptions, Sleep, SplitMix64, Tool, ToolOutput,
+    WatchOptions, Watched, Watchers,
+};
+use steadfast::store::{MemoryStore, RunStore};
+
+const TOKEN: &str = "watch-token";
+
+fn req(method: &str, path: &str, body: &str, headers: &[(&str, &str)]) -> ApiRequest {
+    let mut h = vec![("authorization".to_string(), format!("Bearer {TOKEN}"))];
+    h.extend(headers.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    ApiRequest { method: method.into(), path: path.into(), query: vec![], headers: h, body: body.as_bytes().to_vec() }
+}
+
+fn call(api: &Api, r: ApiRequest) -> ApiResponse {
+    block_on(async { api.handle(r).await.collected().await })
+}
+
+/// One SSE block: an event (its JSON) or an id-only block (a journal cursor).
+#[derive(Clone, Debug, PartialEq)]
+enum Block {
+    Event(Value),
+    Id(String),
+}
+
+fn blocks(text: &str) -> Vec<Block> {
+    text.split("\n\n")
+        .filter(|b| !b.trim().is_empty() && !b.starts_with(':'))
+        .map(|b| match b.strip_prefix("id: ") {
+            Some(id) => {
+                assert!(!id.contains('\n'), "an id block holds only the id: {b:?}");
+                Block::Id(id.to_string())
+            }
+            None => {
+                assert!(!b.lines().any(|l| l.starts_with("id:")), "an event block carries no id: {b:?}");
+                let data = b
+                    .lines()
+                    .find_map(|l| l.strip_prefix("data: "))
+                    .unwrap_or_else(|| panic!("no data line: {b:?} in {text}"));
+                Block::Event(serde_json::from_str(data).unwrap())
+            }
+        })
+        .collect()
+}
+
+/// An event as the journal records it: without what a stream adds (`seq`, `at`) or the journal does not keep
+/// (`replacedBy`).
+fn recorded(v: &Value) -> Option<Value> {
+    let t = v["type"].as_str().unwrap();
+    let keep = matches!(t, "step" | "tool.done" | "approval.requested" | "error")
+        || (t == "run.done" && v["status"] != "in-progress");
+    keep.then(|| {
+        let mut v = v.clone();
+        let o = v.as_object_mut().unwrap();
+        for k in ["seq", "at", "replacedBy", "v"] {
+            o.remove(k);
+        }
+        v
+    })
+}
+
+fn recorded_events(bs: &[Block]) -> Vec<Value> {
+    bs.iter()
+        .filter_map(|b| match b {
+            Block::Event(v) => recorded(v),
+            Block::Id(_) => None,
+        })
+        .collect()
+}
+
+fn fixture(store: Rc<dyn RunStore>) -> (Api, Counters) {
+    let env = Env::with_store(store, ManualClock::new(1_700_000_000_000));
+    let counters = Counters::default();
+    let model = MockModel::by_turn(vec![
+        MockTurn::tools([("lookup", json!({"order": 1})), ("lookup", json!({"order": 2}))]),
+        MockTurn::tools([("refund", json!({"order": 1}))]),
+        MockTurn::text("Refunded."),
+    ]);
+    let options = AgentOptions { tool_concurrency: 1, ..AgentOptions::default() };
+    let tools = vec![counting_tool("lookup", &counters), gated_tool("refund", &counters)];
+    (Api::new(env.agent_with(model, tools, options, ""), Some(TOKEN.into())), counters)
+}
+
+const SSE: (&str, &str) = ("accept", "text/event-stream");
+
+/// A run that pauses on an approval (answered as SSE: its stream) and is approved (answered as JSON).
+fn approved_run(api: &Api) -> Vec<Block> {
+    let first = call(api, req("POST", "/runs/w", r#"{"input": "refund order 1"}"#, &[SSE]));
+    assert_eq!(first.status, 200, "{}", first.body);
+    let first = blocks(&first.body);
+    let approval = first
+        .iter()
+        .find_map(|b| match b {
+            Block::Event(v) if v["type"] == "approval.requested" => Some(v["approvalId"].as_str().unwrap().to_string()),
+            _ => None,
+        })
+        .expect("the run asked for an approval");
+    let second = call(api, req("POST", &format!("/approvals/{approval}"), r#"{"approved": true}"#, &[]));
+    assert_eq!(second.status, 200, "{}", second.body);
+    first
+}
+
+#[test]
+fn a_watcher_replays_the_journal_from_every_cursor_each_recorded_event_once() {
+    let (api, counters) = fixture(Rc::new(MemoryStore::new()));
+    let first = approved_run(&api);
+    // The execution's own stream ends with the cursor of the pause: `<position>.done`.
+    let Some(Block::Id(paused)) = first.last() else { panic!("{first:?}") };
+    let paused = Cursor::parse(paused).unwrap();
+    assert!(paused.ended);
+
+    let whole = call(&api, req("GET", "/runs/w/events", "", &[]));
+    assert_eq!(whole.status, 200, "{}", whole.body);
+    assert!(whole.headers.iter().any(|(k, v)| k == "content-type" && v == "text/event-stream"));
+    let whole = blocks(&whole.body);
+    // The journal says what the live stream said, in the same order, and then the rest of the run.
+    let (live, replayed) = (recorded_events(&first), recorded_events(&whole));
+    assert_eq!(replayed[..live.len()], live[..]);
+    assert_eq!(replayed.len(), 9, "3 steps, 3 results, 1 approval, the pause and the end: {replayed:?}");
+    assert!(matches!(whole.last(), Some(Block::Id(id)) if id.ends_with(".done")), "{whole:?}");
+    // The stream's ids are the positions the live stream named, in order.
+    let ids = |bs: &[Block]| -> Vec<String> {
+        bs.iter()
+            .filter_map(|b| match b {
+                Block::Id(id) if !id.ends_with(".done") => Some(id.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let (live_ids, whole_ids) = (ids(&first), ids(&whole));
+    assert_eq!(whole_ids[..live_ids.len() - 1], live_ids[1..], "the first live id is where the run started");
+    // Every event of the watch is numbered without gaps.
+    let seqs: Vec<u64> = whole
+        .iter()
+        .filter_map(|b| match b {
+            Block::Event(v) => v["seq"].as_u64(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>());
+
+    // From each cursor: exactly what the whole replay has after it.
+    let cursors: Vec<(usize, String)> = whole
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| match b {
+            Block::Id(id) => Some((i, id.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(cursors.len() >= 6, "one cursor per entry: {cursors:?}");
+    for (i, cursor) in &cursors {
+        let rest = call(&api, req("GET", "/runs/w/events", "", &[("last-event-id", cursor)]));
+        if Some(&Block::Id(cursor.clone())) == whole.last() {
+            assert_eq!((rest.status, rest.body.as_str()), (204, ""), "a watcher that saw the end gets nothing");
+            continue;
+        }
+        assert_eq!(rest.status, 200, "{cursor}: {}", rest.body);
+        let rest = blocks(&rest.body);
+        assert_eq!(recorded_events(&rest), recorded_events(&whole[i + 1..]), "after {cursor}");
+        // The same through the query parameter (a client that cannot set headers).
+        let mut q = req("GET", "/runs/w/events", "", &[]);
+        q.query.push(("after".into(), cursor.clone()));
+        assert_eq!(recorded_events(&blocks(&call(&api, q).body)), recorded_events(&rest));
+    }
+    // The cursor the paused run's stream ended with: after the approval, the rest of the run.
+    let after_pause =
+        blocks(&call(&api, req("GET", "/runs/w/events", "", &[("last-event-id", &paused.to_string())])).body);
+    let at = whole.iter().position(|b| *b == Block::Id(paused.position.to_string())).unwrap();
+    assert_eq!(recorded_events(&after_pause), recorded_events(&whole[at + 1..]));
+    assert!(recorded_events(&after_pause).iter().any(|v| v["type"] == "tool.done" && v["name"] == "refund"));
+    // Watching ran nothing.
+    assert_eq!((counters.get("lookup"), counters.get("refund")), (2, 1));
+}
+
+#[test]
+fn bad_cursors_unknown_runs_and_other_methods_are_coded_errors() {
+    let (api, _) = fixture(Rc::new(MemoryStore::new()));
+    approved_run(&api);
+    for bad in ["x", "-1", "3.5", "1.done.done", "４"] {
+        let r = call(&api, req("GET", "/runs/w/events", "", &[("last-event-id", bad)]));
+        assert_eq!(r.status, 400, "{bad}: {}", r.body);
+        assert!(r.body.contains("STEADFAST_INVALID_INPUT"), "{}", r.body);
+    }
+    let r = call(&api, req("GET", "/runs/nope/events", "", &[]));
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert!(r.body.contains("STEADFAST_CHECKPOINT_NOT_FOUND"), "{}", r.body);
+    let r = call(&api, req("POST", "/runs/w/events", "{}", &[]));
+    assert_eq!(r.status, 405, "{}", r.body);
+    let mut anonymous = req("GET", "/runs/w/events", "", &[]);
+    anonymous.headers.clear();
+    assert_eq!(call(&api, anonymous).status, 401);
+    // A cursor past the run's newest position: nothing replayed, the run's end (it is finished).
+    let r = blocks(&call(&api, req("GET", "/runs/w/events", "", &[("last-event-id", "999")])).body);
+    assert!(matches!(&r[..], [Block::Event(v), Block::Id(_)] if v["type"] == "run.done"), "{r:?}");
+}
+
+#[test]
+fn a_cursor_older_than_the_kept_history_gets_a_gap_then_the_rest() {
+    let (api, _) = fixture(Rc::new(MemoryStore::with_history_limit(3)));
+    approved_run(&api);
+    let whole = blocks(&call(&api, req("GET", "/runs/w/events", "", &[])).body);
+    let Block::Event(first) = &whole[0] else { panic!("{whole:?}") };
+    assert_eq!(first["type"], "replay.gap", "{whole:?}");
+    let (after, until) = (first["after"].as_u64().unwrap(), first["until"].as_u64().unwrap());
+    assert_eq!(after, 1);
+    let Some(Block::Id(end)) = whole.last() else { panic!() };
+    let newest = Cursor::parse(end).unwrap().position;
+    assert_eq!(until, newest - 2, "three states kept: the base and two entries after it");
+    let ids: Vec<&Block> = whole.iter().filter(|b| matches!(b, Block::Id(_))).collect();
+    assert_eq!(ids.len(), 3, "two entries replayed, then the end: {whole:?}");
+}
+
+/// A sleep that gives way once (other tasks run) and advances the clock: time passes only as tasks wait.
+#[derive(Clone)]
+struct YieldSleep(ManualClock);
+
+#[async_trait::async_trait(?Send)]
+impl Sleep for YieldSleep {
+    async fn sleep(&self, ms: u64) {
+        self.0.advance(ms);
+        yield_now().await;
+    }
+}
+
+/// A sleep that never ends: a watcher that waits on it hears of news only from its hub.
+struct NeverSleep;
+
+#[async_trait::async_trait(?Send)]
+impl Sleep for NeverSleep {
+    async fn sleep(&self, _ms: u64) {
+        futures::future::pending::<()>().await
+    }
+}
+
+async fn yield_now() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// A tool that takes `turns` turns of the executor (other tasks run meanwhile).
+fn slow_tool(name: &str, turns: usize, counters: &Counters) -> Rc<dyn Tool> {
+    let c = counters.clone();
+    Rc::new(FnTool::new(name, name, object_schema(), move |_args, ctx| {
+        let c = c.clone();
+        async move {
+            for _ in 0..turns {
+                yield_now().await;
+            }
+            c.hit(&format!("call:{}", ctx.tool_call_id));
+            Ok(ToolOutput::text("ok"))
+        }
+    }))
+}
+
+fn agent(
+    store: Rc<dyn RunStore>,
+    clock: &ManualClock,
+    sleep: Rc<dyn Sleep>,
+    hub: Option<&Watchers>,
+    c: &Counters,
+) -> Agent {
+    let model = MockModel::by_turn(vec![
+        MockTurn::tools([("slow", json!({"n": 1})), ("slow", json!({"n": 2}))]),
+        MockTurn::tools([("slow", json!({"n": 3}))]),
+        MockTurn::text("Done."),
+    ]);
+    let mut b = Agent::builder(model)
+        .store_rc(store)
+        .clock(Rc::new(clock.clone()))
+        .sleep(sleep)
+        .rng(Rc::new(SplitMix64::new(7)))
+        .options(AgentOptions { tool_concurrency: 1, ..AgentOptions::default() })
+        .tool_rc(slow_tool("slow", 40, c));
+    if let Some(hub) = hub {
+        b = b.observer(Rc::new(hub.clone()));
+    }
+    b.build().unwrap()
+}
+
+type Seen = Rc<RefCell<Vec<Watched>>>;
+
+fn watcher(seen: &Seen) -> impl Fn(Watched) -> bool {
+    let seen = seen.clone();
+    move |w| {
+        seen.borrow_mut().push(w);
+        true
+    }
+}
+
+fn recorded_of(seen: &[Watched]) -> Vec<Event> {
+    seen.iter()
+        .filter_map(|w| match w {
+            Watched::Event(e) if steadfast::core::replay::is_recorded(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn last_cursor(seen: &[Watched]) -> Option<Cursor> {
+    seen.iter().rev().find_map(|w| match w {
+        Watched::Through(c) => Some(*c),
+        _ => None,
+    })
+}
+
+/// Waits (giving way) until run `id` exists.
+async fn exists(agent: &Agent, id: &str) {
+    while agent.load(id).await.unwrap().is_none() {
+        yield_now().await;
+    }
+}
+
+fn positions(seen: &[Watched]) -> Vec<u64> {
+    seen.iter()
+        .filter_map(|w| match w {
+            Watched::Through(c) if !c.ended => Some(c.position),
+            _ => None,
+        })
+        .collect()
+}
+
+fn unrecorded(seen: &[Watched]) -> Vec<Event> {
+    seen.iter()
+        .filter_map(|w| match w {
+            Watched::Event(e) if !steadfast::core::replay::is_recorded(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn without_a_hub_a_watcher_reads_a_run_executing_elsewhere_until_it_ends() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store: Rc<dyn RunStore> = Rc::new(MemoryStore::new());
+    let c = Counters::default();
+    let sleep: Rc<dyn Sleep> = Rc::new(YieldSleep(clock.clone()));
+    // Two "processes" over one store: one executes, one watches.
+    let runner = agent(store.clone(), &clock, sleep.clone(), None, &c);
+    let watching = agent(store.clone(), &clock, sleep, None, &c);
+    let mut pool = LocalPool::new();
+    let seen: Seen = Rc::default();
+    let done = Rc::new(Cell::new(false));
+    let (d, s) = (done.clone(), seen.clone());
+    let opts = WatchOptions { poll_ms: 5, max_ms: 10_000_000 };
+    pool.spawner()
+        .spawn_local(async move {
+            exists(&watching, "k").await;
+            watching.watch("k", Cursor::default(), None, opts, &watcher(&s)).await.unwrap();
+            d.set(true);
+        })
+        .unwrap();
+    pool.spawner()
+        .spawn_local(async move { drop(runner.send("k", "go", SendOptions::default()).await.unwrap()) })
+        .unwrap();
+    pool.run_until_stalled();
+    assert!(done.get(), "the watch ended with the run");
+    let seen = seen.borrow();
+    let rec = recorded_of(&seen);
+    assert_eq!(rec.iter().filter(|e| matches!(e, Event::Step { .. })).count(), 3, "{seen:?}");
+    assert_eq!(rec.iter().filter(|e| matches!(e, Event::ToolDone { .. })).count(), 3, "{seen:?}");
+    assert!(matches!(rec.last(), Some(Event::RunDone { steps: 3, .. })), "{rec:?}");
+    assert!(last_cursor(&seen).unwrap().ended);
+    assert!(unrecorded(&seen).is_empty(), "read again, not told: no unrecorded event reaches it");
+    let p = positions(&seen);
+    assert!(p.len() >= 5 && p.windows(2).all(|w| w[0] < w[1]), "every position once, in order: {p:?}");
+    for k in ["call:call_0_0", "call:call_0_1", "call:call_1_0"] {
+        assert_eq!(c.get(k), 1, "{k}");
+    }
+}
+
+#[test]
+fn with_a_hub_watchers_hear_at_once_and_one_joining_mid_run_gets_the_missed_events_once() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store: Rc<dyn RunStore> = Rc::new(MemoryStore::new());
+    let c = Counters::default();
+    let hub = Watchers::new();
+    let runner = agent(store.clone(), &clock, Rc::new(YieldSleep(clock.clone())), Some(&hub), &c);
+    // The watchers' timer never fires: only the hub can tell them anything.
+    let watching = agent(store.clone(), &clock, Rc::new(NeverSleep), None, &c);
+    let opts = WatchOptions { poll_ms: 1_000, max_ms: 10_000_000 };
+    let mut pool = LocalPool::new();
+    let (a_seen, b_seen): (Seen, Seen) = (Rc::default(), Rc::default());
+    let ended = Rc::new(Cell::new(0));
+    let b_from = Rc::new(Cell::new(None));
+    {
+        let (w, h, s, e) = (watching.clone(), hub.clone(), a_seen.clone(), ended.clone());
+        pool.spawner()
+            .spawn_local(async move {
+                exists(&w, "h").await;
+                w.watch("h", Cursor::default(), Some(&h), opts, &watcher(&s)).await.unwrap();
+                e.set(e.get() + 1);
+            })
+            .unwrap();
+    }
+    {
+        let (w, h, a, s, e, from) =
+            (watching.clone(), hub.clone(), a_seen.clone(), b_seen.clone(), ended.clone(), b_from.clone());
+        pool.spawner()
+            .spawn_local(async move {
+                // Joins once the first watcher has seen three entries, with its cursor (as `Last-Event-ID`).
+                let cursor = loop {
+                    match last_cursor(&a.borrow()) {
+                        Some(c) if c.position >= 3 => break c,
+                        _ => {}
+                    }
+                    yield_now().await;
+                };
+                from.set(Some(cursor));
+                w.watch("h", cursor, Some(&h), opts, &watcher(&s)).await.unwrap();
+                e.set(e.get() + 1);
+            })
+            .unwrap();
+    }
+    pool.spawner()
+        .spawn_local(async move { drop(runner.send("h", "go", SendOptions::default()).await.unwrap()) })
+        .unwrap();
+    pool.run_until_stalled();
+    assert_eq!(ended.get(), 2, "both watches ended with the run, told by the hub alone");
+    assert!(hub.is_empty(), "a finished watch leaves the hub");
+    let (a, b) = (a_seen.borrow(), b_seen.borrow());
+    let from = b_from.get().unwrap();
+    // The first watcher: the whole run, as the journal has it.
+    let whole = block_on(watching.replay("h", 0)).unwrap().unwrap();
+    let journal: Vec<Event> = whole.entries.into_iter().flat_map(|(_, e)| e).collect();
+    assert_eq!(recorded_of(&a), journal);
+    // The second: exactly what the first saw after the cursor it joined with — nothing twice, nothing missing.
+    let cut = a.iter().position(|w| *w == Watched::Through(from)).unwrap();
+    assert_eq!(recorded_of(&b), recorded_of(&a[cut + 1..]));
+    assert!(!recorded_of(&b).is_empty());
+    // Live, the unrecorded events: the first watcher heard every call start; the second the ones after it joined.
+    let starts = |seen: &[Watched]| -> Vec<String> {
+        unrecorded(seen)
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::ToolStart { tool_call_id, .. } => Some(tool_call_id),
+                _ => None,
+            })
+            .collect()
+    };
+    let (a_starts, b_starts) = (starts(&a), starts(&b));
+    assert!(b_starts.contains(&"call_1_0".to_string()), "the call started after it joined: {b_starts:?}");
+    assert!(b_starts.iter().all(|s| a_starts.contains(s)), "{a_starts:?} {b_starts:?}");
+    for k in ["call:call_0_0", "call:call_0_1", "call:call_1_0"] {
+        assert_eq!(c.get(k), 1, "{k}: watching ran nothing again");
+    }
+}
