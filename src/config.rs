@@ -199,9 +199,9 @@ pub struct ModelConfig {
     /// OpenAI-compatible servers that only know the older field: send the cap as `max_tokens`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub legacy_max_tokens: bool,
-    /// `openai` / `anthropic`: ask for streamed answers, so text arrives as `text.delta` events while the
-    /// run's events are listened to (the recorded turns are the same); `mock`: stream the script's texts word
-    /// by word.
+    /// `openai` / `anthropic` / `workers-ai`: ask for streamed answers, so text arrives as `text.delta` events
+    /// while the run's events are listened to (the recorded turns are the same); `mock`: stream the script's
+    /// texts word by word.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stream: bool,
     /// Sampling temperature (0-2).
@@ -267,13 +267,14 @@ impl ModelConfig {
         o
     }
 
-    /// The Workers AI provider's options: model id, temperature, `maxTokens`, extra `params`.
+    /// The Workers AI provider's options: model id, temperature, `maxTokens`, `stream`, extra `params`.
     pub fn workers_ai_options(&self) -> WorkersAiOptions {
         WorkersAiOptions {
             model: self.model_id().to_string(),
             temperature: self.temperature,
             max_tokens: self.max_tokens,
             extra: self.params.clone(),
+            stream: self.stream,
         }
     }
 }
@@ -642,9 +643,6 @@ impl AgentConfig {
                 errs.push(format!("model.temperature {t} must be between 0 and 2"));
             }
         }
-        if m.stream && m.provider == Provider::WorkersAi {
-            errs.push("model.stream is not supported for provider 'workers-ai' yet".into());
-        }
         match &m.script {
             Some(_) if m.provider != Provider::Mock => {
                 errs.push(format!("model.script is only for provider 'mock' (provider is '{provider}')"));
@@ -918,6 +916,10 @@ mod tests {
         assert_eq!(c.lease, LeaseOptions { ttl_ms: 90_000, ..LeaseOptions::default() });
         let c = AgentConfig::parse(r#"{"model": {"provider": "workers-ai", "model": "@cf/meta/llama"}}"#).unwrap();
         assert_eq!(c.model.api_key_secret_name(), None);
+        assert!(!c.model.workers_ai_options().stream);
+        let c =
+            AgentConfig::parse(r#"{"model": {"provider": "workers-ai", "model": "@cf/x", "stream": true}}"#).unwrap();
+        assert!(c.model.workers_ai_options().stream);
     }
 
     #[test]
@@ -978,8 +980,6 @@ mod tests {
         assert!(e.message.contains("workers-ai"), "{}", e.message);
         let e = err_of(r#"{"model": {"provider": "openai"}}"#);
         assert!(e.message.contains("model.model is required for provider 'openai'"), "{}", e.message);
-        let e = err_of(r#"{"model": {"provider": "workers-ai", "model": "@cf/x", "stream": true}}"#);
-        assert!(e.message.contains("model.stream is not supported for provider 'workers-ai'"), "{}", e.message);
     }
 
     #[test]
@@ -1194,6 +1194,18 @@ mod tests {
             self.0.borrow_mut().push((model.to_string(), input));
             Ok(json!({"response": "ok"}))
         }
+
+        /// The same answer, streamed in two events.
+        async fn run_streaming(
+            &self,
+            model: &str,
+            input: Value,
+            on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
+        ) -> Result<()> {
+            self.0.borrow_mut().push((model.to_string(), input));
+            on_chunk(b"data: {\"response\":\"o\"}\n\ndata: {\"response\":\"k\"}\n\ndata: [DONE]\n\n");
+            Ok(())
+        }
     }
 
     impl ModelPlatform for TestPlatform {
@@ -1247,7 +1259,8 @@ mod tests {
                     params: params.clone(),
                     script: None,
                     legacy_max_tokens: pick(3) == 0,
-                    stream: false,
+                    // Streaming only where the fakes answer in streams (the fake HTTP client answers JSON).
+                    stream: provider == Provider::WorkersAi && pick(2) == 0,
                 },
                 ..AgentConfig::default()
             };
@@ -1311,6 +1324,9 @@ mod tests {
                     );
                     assert_eq!(input.get("temperature").and_then(Value::as_f64), cfg.model.temperature, "{repro}");
                     assert_eq!(input.get("top_p"), params.get("top_p"), "{repro}");
+                    let stream = cfg.model.stream.then_some(&json!(true));
+                    assert_eq!(input.get("stream"), stream, "{repro}");
+                    assert_eq!(answer.text, "ok", "{repro}");
                 }
                 Provider::OpenAi | Provider::Anthropic => {
                     assert_eq!((answer.text.as_str(), requests.len()), ("ok", 1), "{repro}");

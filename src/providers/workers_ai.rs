@@ -1,7 +1,10 @@
 //! [`WorkersAiModel`]: Cloudflare Workers AI through the `AI` binding ([`AiBinding`], implemented by the
 //! Worker shell). The input is OpenAI-style (`messages`, `tools`); the output is either Workers AI's own shape
-//! (`{response, tool_calls: [{name, arguments}], usage}`) or an OpenAI-style `choices` shape.
+//! (`{response, tool_calls: [{name, arguments}], usage}`) or an OpenAI-style `choices` shape. With
+//! [`WorkersAiOptions::stream`] the binding is asked for `stream: true` and its server-sent events are read as
+//! they arrive ([`WorkersAiStream`]).
 
+use super::stream::{StreamDelta, StreamParser, WorkersAiStream};
 use super::{
     invalid_response, merge_extra, openai_messages, openai_tools, openai_usage, parse_openai_value, tool_call,
 };
@@ -21,12 +24,33 @@ use std::rc::Rc;
 pub trait AiBinding {
     /// Runs `model` on `input` and returns its output.
     async fn run(&self, model: &str, input: Value) -> Result<Value>;
+
+    /// Runs `model` on `input` (which asks for `stream: true`) and hands the bytes of the server-sent events it
+    /// answers with to `on_chunk` as they arrive, in chunks of any size; reading stops (and the stream is
+    /// cancelled) when `on_chunk` returns `false`. `Ok` once the stream has ended or been stopped. Errors: the
+    /// call failing (as [`AiBinding::run`]'s), a stream that fails mid-way (`STEADFAST_PROVIDER_NETWORK`), an
+    /// answer that is not a stream (`STEADFAST_PROVIDER_INVALID_RESPONSE`).
+    async fn run_streaming(
+        &self,
+        model: &str,
+        input: Value,
+        on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
+    ) -> Result<()>;
 }
 
 #[async_trait(?Send)]
 impl<B: AiBinding + ?Sized> AiBinding for Rc<B> {
     async fn run(&self, model: &str, input: Value) -> Result<Value> {
         (**self).run(model, input).await
+    }
+
+    async fn run_streaming(
+        &self,
+        model: &str,
+        input: Value,
+        on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
+    ) -> Result<()> {
+        (**self).run_streaming(model, input, on_chunk).await
     }
 }
 
@@ -40,13 +64,16 @@ pub struct WorkersAiOptions {
     pub max_tokens: Option<u32>,
     /// Sampling temperature (omitted when unset).
     pub temperature: Option<f64>,
-    /// More input fields (e.g. `top_p`, `seed`); they cannot replace `messages` or `tools`.
+    /// More input fields (e.g. `top_p`, `seed`); they cannot replace `messages`, `tools` or `stream`.
     pub extra: Map<String, Value>,
+    /// Ask for a streamed answer (`stream: true`): while someone listens to the run's events its text arrives
+    /// as `text.delta` events; the recorded turn is the same.
+    pub stream: bool,
 }
 
 impl Default for WorkersAiOptions {
     fn default() -> WorkersAiOptions {
-        WorkersAiOptions { model: String::new(), max_tokens: None, temperature: None, extra: Map::new() }
+        WorkersAiOptions { model: String::new(), max_tokens: None, temperature: None, extra: Map::new(), stream: false }
     }
 }
 
@@ -63,7 +90,7 @@ pub fn binding_error(text: &str) -> Error {
 }
 
 /// Builds the binding input: `{messages: [...OpenAI-style...], tools: [...OpenAI-style...]}` (tools omitted
-/// when empty) plus the optional parameters.
+/// when empty) plus the optional parameters, and `stream: true` when streaming.
 pub fn build_input(options: &WorkersAiOptions, messages: &[Message], tools: &[ToolSpec]) -> Value {
     let mut input = Map::new();
     // Ignored (the fallback): borrowed strings and JSON values always convert.
@@ -77,7 +104,10 @@ pub fn build_input(options: &WorkersAiOptions, messages: &[Message], tools: &[To
     if let Some(t) = options.temperature {
         input.insert("temperature".into(), json!(t));
     }
-    merge_extra(&mut input, &options.extra, &["messages", "tools"]);
+    if options.stream {
+        input.insert("stream".into(), json!(true));
+    }
+    merge_extra(&mut input, &options.extra, &["messages", "tools", "stream"]);
     Value::Object(input)
 }
 
@@ -148,11 +178,56 @@ impl<B: AiBinding> Model for WorkersAiModel<B> {
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
-        super::require_model("Workers AI", &self.options.model).map_err(|e| e.with_run(request.run_id))?;
-        let input = build_input(&self.options, request.messages, request.tools);
-        let output = self.binding.run(&self.options.model, input).await.map_err(|e| e.with_run(request.run_id))?;
-        parse_response(&output, request.step).map_err(|e| e.with_run(request.run_id))
+        self.generate_streaming(request, &|_| {}).await
     }
+
+    async fn generate_streaming(
+        &self,
+        request: ModelRequest<'_>,
+        on_delta: &dyn Fn(StreamDelta),
+    ) -> Result<ModelResponse> {
+        let run_id = request.run_id;
+        super::require_model("Workers AI", &self.options.model).map_err(|e| e.with_run(run_id))?;
+        let input = build_input(&self.options, request.messages, request.tools);
+        if self.options.stream {
+            let mut parser = WorkersAiStream::new(request.step);
+            return stream_call(&self.binding, &self.options.model, input, &mut parser, on_delta)
+                .await
+                .map_err(|e| e.with_run(run_id));
+        }
+        let output = self.binding.run(&self.options.model, input).await.map_err(|e| e.with_run(run_id))?;
+        parse_response(&output, request.step).map_err(|e| e.with_run(run_id))
+    }
+}
+
+/// One streamed binding call: the event bytes go to `parser` as they arrive, each increment to `on_delta`; the
+/// completed turn once the stream has ended. The binding's error (the call or the stream failing) comes first,
+/// then the parser's (an error event, an unreadable event: reading stops at it), then a stream that ended
+/// without a complete turn (`STEADFAST_PROVIDER_NETWORK`); all retryable.
+async fn stream_call(
+    binding: &dyn AiBinding,
+    model: &str,
+    input: Value,
+    parser: &mut dyn StreamParser,
+    on_delta: &dyn Fn(StreamDelta),
+) -> Result<ModelResponse> {
+    let mut failed: Option<Error> = None;
+    let mut deltas = Vec::new();
+    let mut on_chunk = |chunk: &[u8]| match parser.feed(chunk, &mut deltas) {
+        Ok(()) => {
+            deltas.drain(..).for_each(on_delta);
+            true
+        }
+        Err(e) => {
+            failed = Some(e);
+            false
+        }
+    };
+    binding.run_streaming(model, input, &mut on_chunk).await?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    parser.finish()
 }
 
 #[cfg(test)]
@@ -169,23 +244,72 @@ mod tests {
     use std::cell::RefCell;
     use std::collections::VecDeque;
 
+    /// One scripted answer of the fake binding: a whole output (for `run`), or a stream (for `run_streaming`):
+    /// its chunks, then how it ends (`Err`: the stream failing after the chunks).
+    enum Reply {
+        Whole(Result<Value>),
+        Stream(Vec<Vec<u8>>, Result<()>),
+    }
+
+    /// A scripted fake binding: records every call (model, input) and how many stream chunks it handed out.
     #[derive(Default)]
     struct FakeAi {
-        replies: RefCell<VecDeque<Result<Value>>>,
+        replies: RefCell<VecDeque<Reply>>,
         calls: RefCell<Vec<(String, Value)>>,
+        /// Chunks handed to `on_chunk` so far (over all calls).
+        fed: std::cell::Cell<usize>,
     }
 
     impl FakeAi {
         fn new(replies: Vec<Result<Value>>) -> Rc<FakeAi> {
-            Rc::new(FakeAi { replies: RefCell::new(replies.into()), calls: Default::default() })
+            FakeAi::scripted(replies.into_iter().map(Reply::Whole).collect())
+        }
+
+        fn scripted(replies: Vec<Reply>) -> Rc<FakeAi> {
+            Rc::new(FakeAi { replies: RefCell::new(replies.into()), ..FakeAi::default() })
+        }
+
+        /// A fake whose one answer streams `chunks`, then ends as `end`.
+        fn streaming(chunks: &[&[u8]], end: Result<()>) -> Rc<FakeAi> {
+            FakeAi::scripted(vec![Reply::Stream(chunks.iter().map(|c| c.to_vec()).collect(), end)])
+        }
+
+        fn next(&self, model: &str, input: Value) -> Option<Reply> {
+            self.calls.borrow_mut().push((model.to_string(), input));
+            self.replies.borrow_mut().pop_front()
         }
     }
 
     #[async_trait(?Send)]
     impl AiBinding for FakeAi {
         async fn run(&self, model: &str, input: Value) -> Result<Value> {
-            self.calls.borrow_mut().push((model.to_string(), input));
-            self.replies.borrow_mut().pop_front().unwrap_or_else(|| Err(Error::internal("fake ai: no reply left")))
+            match self.next(model, input) {
+                Some(Reply::Whole(r)) => r,
+                Some(Reply::Stream(..)) => Err(Error::internal("fake ai: a stream asked for without streaming")),
+                None => Err(Error::internal("fake ai: no reply left")),
+            }
+        }
+
+        async fn run_streaming(
+            &self,
+            model: &str,
+            input: Value,
+            on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
+        ) -> Result<()> {
+            match self.next(model, input) {
+                Some(Reply::Stream(chunks, end)) => {
+                    for c in &chunks {
+                        self.fed.set(self.fed.get() + 1);
+                        if !on_chunk(c) {
+                            return Ok(());
+                        }
+                    }
+                    end
+                }
+                Some(Reply::Whole(Err(e))) => Err(e),
+                Some(Reply::Whole(Ok(_))) => Err(Error::internal("fake ai: a whole answer asked for as a stream")),
+                None => Err(Error::internal("fake ai: no reply left")),
+            }
         }
     }
 
@@ -393,5 +517,157 @@ mod tests {
         let other = binding_error("AiError: 5007: internal");
         assert_eq!(other.code, ErrorCode::ProviderUnavailable);
         assert!(other.retryable && other.message.starts_with("Workers AI failed"));
+    }
+    /// The recorded Workers AI stream (`stream: true`) and the same answer not streamed.
+    const SSE: &str = include_str!("fixtures/workers_ai.sse");
+    const WHOLE: &str = include_str!("fixtures/workers_ai.json");
+
+    fn stream_opts() -> WorkersAiOptions {
+        WorkersAiOptions { stream: true, ..opts() }
+    }
+
+    /// A streamed `generate_streaming` (step 2, run `r1`): the answer, and each text delta with the number of
+    /// chunks the binding had handed out when the delta arrived.
+    fn run_streamed(ai: &Rc<FakeAi>) -> (Result<ModelResponse>, Vec<(usize, String)>) {
+        let (messages, tools) = (transcript(), tools());
+        let m = WorkersAiModel::new(ai.clone(), stream_opts());
+        let seen = RefCell::new(Vec::new());
+        let on_delta = |d: StreamDelta| match d {
+            StreamDelta::Text(t) => seen.borrow_mut().push((ai.fed.get(), t)),
+            StreamDelta::Reasoning(r) => panic!("Workers AI streams no reasoning: {r}"),
+        };
+        let request = ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2, execution: "e" };
+        let turn = block_on(m.generate_streaming(request, &on_delta));
+        (turn, seen.into_inner())
+    }
+
+    fn texts(deltas: &[(usize, String)]) -> Vec<&str> {
+        deltas.iter().map(|(_, t)| t.as_str()).collect()
+    }
+
+    /// `bytes` split every way the tests use: in two at every byte, byte by byte, and 200 seeded random
+    /// chunkings of 1 to 30 pieces (some empty).
+    fn chunkings(bytes: &[u8]) -> Vec<(String, Vec<&[u8]>)> {
+        use crate::rng::{Rng, SplitMix64};
+        let mut out: Vec<(String, Vec<&[u8]>)> =
+            (0..=bytes.len()).map(|k| (format!("split at byte {k}"), vec![&bytes[..k], &bytes[k..]])).collect();
+        out.push(("byte by byte".into(), bytes.chunks(1).collect()));
+        for seed in 0..200 {
+            let rng = SplitMix64::new(seed);
+            let mut cuts: Vec<usize> =
+                (0..1 + rng.next_u64() % 30).map(|_| (rng.next_u64() % (bytes.len() as u64 + 1)) as usize).collect();
+            cuts.sort_unstable();
+            let mut chunks = Vec::new();
+            let mut at = 0;
+            for c in cuts {
+                chunks.push(&bytes[at..c]);
+                at = c;
+            }
+            chunks.push(&bytes[at..]);
+            out.push((format!("random chunking seed {seed}"), chunks));
+        }
+        out
+    }
+
+    /// Streamed, the answer is the non-streamed turn however the binding's bytes are chunked; the input asks
+    /// for `stream: true`; each text delta is handed out in the very chunk that completes its event (not when
+    /// the stream ends), and the deltas add up to the turn's text.
+    #[test]
+    fn a_streamed_answer_hands_out_each_delta_as_its_event_arrives_and_is_the_non_streamed_turn() {
+        let expected = parse_response(&serde_json::from_str(WHOLE).unwrap(), 2).unwrap();
+        assert_eq!((expected.text.as_str(), expected.tool_calls.len()), ("Sunny in Zürich.", 1));
+        assert_eq!(expected.usage, Usage { input_tokens: 80, output_tokens: 20 });
+        // Where each of the three text events ends (its closing blank line included).
+        let ends: Vec<usize> = SSE.match_indices("\n\n").map(|(i, _)| i + 2).take(3).collect();
+        for (how, chunks) in chunkings(SSE.as_bytes()) {
+            let ai = FakeAi::streaming(&chunks, Ok(()));
+            let (turn, deltas) = run_streamed(&ai);
+            assert_eq!(turn.unwrap_or_else(|e| panic!("{how}: {e}")), expected, "{how}");
+            assert_eq!(texts(&deltas), ["Sunny", " in Zü", "rich."], "{how}");
+            let mut fed = 0;
+            let read: Vec<usize> = chunks
+                .iter()
+                .map(|c| {
+                    fed += c.len();
+                    fed
+                })
+                .collect();
+            for ((at, text), end) in deltas.iter().zip(&ends) {
+                let completing = 1 + read.iter().position(|r| r >= end).unwrap_or(usize::MAX - 1);
+                assert_eq!(
+                    *at, completing,
+                    "{how}: {text:?} arrived after chunk {at}, its event ends in chunk {completing}"
+                );
+            }
+            let calls = ai.calls.borrow();
+            assert_eq!(calls.len(), 1, "{how}");
+            assert_eq!(calls[0].1["stream"], json!(true), "{how}");
+        }
+    }
+
+    /// Without a listener (`generate`) a streamed answer is read through the same parser; `extra` cannot turn
+    /// streaming off; without `stream` the binding is never asked for a stream.
+    #[test]
+    fn generate_reads_a_streamed_answer_whole_and_extra_cannot_turn_streaming_off() {
+        let ai = FakeAi::streaming(&[SSE.as_bytes()], Ok(()));
+        let mut options = stream_opts();
+        options.extra.insert("stream".into(), json!(false));
+        let got = run(&ai, options).unwrap();
+        assert_eq!(got, parse_response(&serde_json::from_str(WHOLE).unwrap(), 2).unwrap());
+        assert_eq!(ai.calls.borrow()[0].1["stream"], json!(true));
+        let ai = FakeAi::new(vec![Ok(json!({"response": "whole"}))]);
+        assert_eq!(run(&ai, opts()).unwrap().text, "whole");
+        assert_eq!(ai.calls.borrow()[0].1.get("stream"), None);
+    }
+
+    /// Every way a stream can go wrong is a retryable provider failure with a code and the run id, never a
+    /// partial turn: cut short anywhere (`STEADFAST_PROVIDER_NETWORK`), failing mid-way (the binding's error,
+    /// after the deltas read so far), an error event (rate limit or outage; nothing after it is read), an
+    /// unreadable event, the call itself failing.
+    #[test]
+    fn a_stream_that_fails_or_ends_without_a_complete_turn_is_a_retryable_coded_failure() {
+        let check = |e: &Error, code: ErrorCode, what: &str| {
+            assert_eq!(e.code, code, "{what}: {e}");
+            assert!(e.retryable, "{what}");
+            assert_eq!(e.run_id.as_deref(), Some("r1"), "{what}");
+        };
+        let bytes = SSE.as_bytes();
+        for k in 0..bytes.len() {
+            let ai = FakeAi::streaming(&[&bytes[..k]], Ok(()));
+            let (turn, _) = run_streamed(&ai);
+            check(&turn.expect_err("cut short"), ErrorCode::ProviderNetwork, &format!("cut at byte {k}"));
+        }
+        let mid = SSE.find("data: {\"response\":\"rich").unwrap();
+        let reset = Error::new(ErrorCode::ProviderNetwork, "Workers AI's stream failed: connection reset");
+        let ai = FakeAi::streaming(&[&bytes[..mid]], Err(reset));
+        let (turn, deltas) = run_streamed(&ai);
+        let e = turn.expect_err("failed mid-way");
+        check(&e, ErrorCode::ProviderNetwork, "failed mid-way");
+        assert!(e.message.contains("connection reset"), "{}", e.message);
+        assert_eq!(texts(&deltas), ["Sunny", " in Zü"], "the deltas read before the failure were handed out");
+
+        let outage = b"data: {\"error\": {\"type\": \"server_error\", \"message\": \"5007: internal\"}}\n\n";
+        let rate =
+            b"data: {\"error\": {\"code\": \"rate_limit\", \"message\": \"3040: Capacity temporarily exceeded\"}}\n\n";
+        for (event, code) in
+            [(&outage[..], ErrorCode::ProviderUnavailable), (&rate[..], ErrorCode::ProviderRateLimited)]
+        {
+            let ai = FakeAi::streaming(&[&bytes[..mid], event, &bytes[mid..]], Ok(()));
+            let (turn, deltas) = run_streamed(&ai);
+            check(&turn.expect_err("error event"), code, "error event");
+            assert_eq!(texts(&deltas), ["Sunny", " in Zü"]);
+            assert_eq!(ai.fed.get(), 2, "reading stops at the error event");
+        }
+        let ai = FakeAi::streaming(&[b"data: {\"response\": \"Hi\"}\n\ndata: <html>oops\n\ndata: [DONE]\n\n"], Ok(()));
+        check(&run_streamed(&ai).0.expect_err("unreadable"), ErrorCode::ProviderInvalidResponse, "unreadable event");
+
+        let ai = FakeAi::scripted(vec![
+            Reply::Whole(Err(binding_error("AiError: 3040: Capacity temporarily exceeded"))),
+            Reply::Stream(vec![bytes.to_vec()], Ok(())),
+        ]);
+        let (turn, deltas) = run_streamed(&ai);
+        check(&turn.expect_err("call failed"), ErrorCode::ProviderRateLimited, "the call failing");
+        assert!(deltas.is_empty());
+        assert_eq!(ai.calls.borrow().len(), 1, "no retry inside the provider");
     }
 }

@@ -4,13 +4,17 @@
 
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::http::{CappedBody, HttpClient, HttpRequest, HttpResponse};
-use crate::providers::workers_ai::AiBinding;
+use crate::providers::workers_ai::{binding_error, AiBinding};
 use crate::runtime::Sleep;
 use crate::wasm_shared::JsSleep;
 use async_trait::async_trait;
 use futures::StreamExt;
+use js_sys::{Function, Promise, Reflect, JSON};
 use serde_json::Value;
-use worker::{AbortController, Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use worker::web_sys::ReadableStream;
+use worker::{AbortController, ByteStream, Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
 
 /// Timeout when a request gives none (`timeout_ms: 0`).
 const DEFAULT_TIMEOUT_MS: u64 = 60_000;
@@ -104,15 +108,55 @@ async fn exchange(
     result
 }
 
-/// The Workers AI binding.
+/// The Workers AI binding. Its JS `run(model, input)` is called directly, the input handed over as a plain JS
+/// object (`JSON.parse` of the JSON text): workers-rs's `Ai::run` converts with serde-wasm-bindgen's defaults,
+/// which turn JSON objects into JS `Map`s the binding does not read as its input.
 pub struct WorkersAi(pub worker::Ai);
+
+impl WorkersAi {
+    /// `AI.run(model, input)`, awaited: its output, or the binding's error as [`binding_error`] classifies it.
+    async fn call(&self, model: &str, input: &Value) -> Result<JsValue> {
+        let fail = |e: JsValue| binding_error(&worker::Error::from(e).to_string());
+        let ai: &JsValue = self.0.as_ref();
+        let run: Function = Reflect::get(ai, &JsValue::from_str("run")).and_then(|f| f.dyn_into()).map_err(fail)?;
+        let input = JSON::parse(&input.to_string()).map_err(fail)?;
+        let answer = run.call2(ai, &JsValue::from_str(model), &input).map_err(fail)?;
+        JsFuture::from(Promise::resolve(&answer)).await.map_err(fail)
+    }
+}
 
 #[async_trait(?Send)]
 impl AiBinding for WorkersAi {
+    /// The output read back as JSON (`JSON.stringify`; `undefined` is `null`).
     async fn run(&self, model: &str, input: Value) -> Result<Value> {
-        self.0
-            .run::<Value, Value>(model, input)
-            .await
-            .map_err(|e| crate::providers::workers_ai::binding_error(&e.to_string()))
+        let output = self.call(model, &input).await?;
+        let text = JSON::stringify(&output).ok().and_then(|t| t.as_string()).unwrap_or_else(|| "null".into());
+        serde_json::from_str(&text).map_err(|e| binding_error(&format!("its output is not JSON: {e}")))
+    }
+
+    /// The `ReadableStream` the binding answers a `stream: true` input with, read chunk by chunk.
+    async fn run_streaming(
+        &self,
+        model: &str,
+        input: Value,
+        on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
+    ) -> Result<()> {
+        let output = self.call(model, &input).await?;
+        let Ok(stream) = output.dyn_into::<ReadableStream>() else {
+            return Err(Error::new(
+                ErrorCode::ProviderInvalidResponse,
+                "Workers AI answered a streamed call with something that is not a stream",
+            ));
+        };
+        // Dropping it (on_chunk had enough, or an error) cancels the stream (wasm-streams cancels on drop).
+        let mut stream = ByteStream::from(stream);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk
+                .map_err(|e| Error::new(ErrorCode::ProviderNetwork, format!("Workers AI's stream failed: {e}")))?;
+            if !on_chunk(&chunk) {
+                break;
+            }
+        }
+        Ok(())
     }
 }
