@@ -30,7 +30,7 @@ const CSP =
 // Text a tool result is replaced with: markup that would run if the console parsed it as HTML.
 const INJECTED = `<script>window.__injected = "script"</script><img src="x" onerror="window.__injected = 'img'">`;
 
-let mf, base, context, page, userDataDir;
+let mf, base, context, page, userDataDir, options;
 const problems = []; // console errors and uncaught exceptions of the console page
 // HTTP statuses the current test expects an API call of the page to be answered with. Chromium logs every
 // non-2xx fetch as a console error ("Failed to load resource: ... status of 401"); only those, for API paths
@@ -77,15 +77,17 @@ before(async () => {
   // The assets options (directory, run_worker_first routing) exactly as wrangler reads them from wrangler.toml.
   const { workerOptions } = unstable_getMiniflareWorkerOptions("wrangler.toml");
   assert.ok(workerOptions.assets, "wrangler.toml has an [assets] section");
-  mf = new Miniflare({
+  options = (config, port) => ({
     ...builtWorker(),
     kvNamespaces: ["RUNS"],
-    bindings: { STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify(CONFIG) },
+    bindings: { STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify(config) },
     assets: workerOptions.assets,
     unsafeTriggerHandlers: true,
     cf: false,
     host: "127.0.0.1",
+    ...(port ? { port } : {}),
   });
+  mf = new Miniflare(options(CONFIG));
   base = (await mf.ready).href;
 
   fs.mkdirSync(SHOTS, { recursive: true });
@@ -438,4 +440,21 @@ test("a session's turn is listed as such and its session page shows the turns; t
   assert.equal(typeof shown.since, "number");
   assert.match(await text("#schedules tr[data-schedule='nightly-report']"), /not fired/);
   await shot("schedules");
+});
+
+test("model turns show their usage; a run resumed by a changed agent shows the change in its history", async () => {
+  const paused = await api("POST", "/runs/drift-1", { input: "please refund order 7" });
+  assert.equal(paused.json.status, "awaiting-approval", JSON.stringify(paused.json));
+  // The Worker restarts with other instructions (a deploy); its KV keeps the run.
+  await mf.setOptions(options({ ...CONFIG, instructions: `${CONFIG.instructions} Be brief.` }, Number(new URL(base).port)));
+  assert.equal((await mf.ready).href, base, "the same origin (the console's sign-in is kept)");
+  const approved = await api("POST", `/approvals/${paused.json.approvalId}`, { approved: true });
+  assert.equal(approved.json.status, "finished", JSON.stringify(approved.json));
+  await visit("#/runs/drift-1");
+  await waitText("#run-status", "finished");
+  const usage = await page.locator("#timeline li.assistant .usage").allTextContents();
+  assert.ok(usage.length >= 2 && usage.every((u) => /^ \d+ input \/ \d+ output tokens$/.test(u)), JSON.stringify(usage));
+  await waitText("#history td.drift", "agent changed: instructions changed");
+  assert.equal((await page.locator("#history td.drift").allTextContents()).filter((t) => t).length, 1, "one change, where it happened");
+  await shot("run-drift");
 });

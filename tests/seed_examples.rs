@@ -30,7 +30,7 @@ mod on_memory_store {
         assert_eq!(err.code, ErrorCode::CheckpointCorrupt);
         block_on(agent.delete("r")).unwrap();
         let done = block_on(agent.send("r", "again", opts())).unwrap();
-        assert_eq!(done.messages, vec![Message::user("again"), Message::assistant("fresh", vec![])]);
+        assert_eq!(done.messages, vec![Message::user("again"), answered("fresh")]);
     }
 }
 

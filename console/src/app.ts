@@ -4,6 +4,7 @@
 
 import type { ApprovalRecord } from "../../js/src/generated/ApprovalRecord.js";
 import type { Comparison } from "../../js/src/generated/Comparison.js";
+import type { Fingerprint } from "../../js/src/generated/Fingerprint.js";
 import type { ForkResult } from "../../js/src/generated/ForkResult.js";
 import type { ForkPatch } from "../../js/src/generated/ForkPatch.js";
 import type { HistoryEntry } from "../../js/src/generated/HistoryEntry.js";
@@ -346,6 +347,7 @@ function timeline(messages: Message[]): HTMLElement {
             "li",
             { class: "assistant" },
             h("span", { class: "who" }, `model turn ${turn}`),
+            m.usage ? h("span", { class: "muted usage" }, ` ${m.usage.inputTokens} input / ${m.usage.outputTokens} output tokens`) : null,
             m.content ? h("pre", { class: "text" }, m.content) : null,
             ...(m.toolCalls ?? []).map((c) =>
               h(
@@ -429,6 +431,24 @@ function forkForm(runId: string, entry: HistoryEntry, out: HTMLElement): HTMLEle
 }
 
 /**
+ * What changed in the agent between two recorded states (a resume by a changed agent records its fingerprint:
+ * the drift the `agent.drift` event reported live), or nothing.
+ */
+function drift(before: Fingerprint | null | undefined, after: Fingerprint | null | undefined): string | null {
+  if (!before || !after || before.hash === after.hash) return null;
+  const parts: string[] = [];
+  if (before.model !== after.model) parts.push(`model ${before.model} → ${after.model}`);
+  const added = Object.keys(after.tools).filter((t) => !(t in before.tools));
+  const removed = Object.keys(before.tools).filter((t) => !(t in after.tools));
+  const changed = Object.keys(after.tools).filter((t) => t in before.tools && before.tools[t] !== after.tools[t]);
+  if (added.length) parts.push(`tools added: ${added.join(", ")}`);
+  if (removed.length) parts.push(`tools removed: ${removed.join(", ")}`);
+  if (changed.length) parts.push(`schemas changed: ${changed.join(", ")}`);
+  if (before.instructions !== after.instructions) parts.push("instructions changed");
+  return `agent changed: ${parts.join("; ") || "fingerprint"}`;
+}
+
+/**
  * Live updates of an unfinished run on screen: watches it from the newest position shown; each new journal
  * entry redraws the page (which watches again from there), live-only events (a call starting, the model's
  * text as it streams) show on the line above the timeline.
@@ -451,6 +471,8 @@ function watchRun(id: string, after: number): void {
   watch(`/runs/${seg(id)}/events`, String(after), ctl.signal, (e) => {
     if (e.type === "tool.start") live(`Running ${String(e.name)}…`);
     else if (e.type === "text.delta") live(`The model is writing…`);
+    else if (e.type === "heal.action") live(`Self-healing: ${String(e.action)} on ${String(e.tool)} (${String(e.reason)})`);
+    else if (e.type === "agent.drift") live("The agent resuming this run differs from the one that started it.");
   }, (position) => {
     if (Number.parseInt(position, 10) > after || position.endsWith(".done")) redraw();
   })
@@ -544,7 +566,7 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
     h(
       "table",
       { id: "history" },
-      h("thead", null, h("tr", null, ...["seq", "step", "status", "saved", ""].map((t) => h("th", null, t)))),
+      h("thead", null, h("tr", null, ...["seq", "step", "status", "saved", "agent", ""].map((t) => h("th", null, t)))),
       h(
         "tbody",
         null,
@@ -557,6 +579,7 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
             h("td", null, e.step),
             h("td", null, e.status),
             h("td", null, time(e.savedAt)),
+            h("td", { class: "drift" }, drift(history[i + 1]?.checkpoint.fingerprint, e.checkpoint.fingerprint)),
             h(
               "td",
               null,

@@ -28,7 +28,7 @@ function expected(prompt, k, tag = "") {
     { role: "user", content: prompt },
   ];
   for (let i = 0; i < k - 1; i++) {
-    out.push({ role: "assistant", content: "", toolCalls: calls(i) });
+    out.push({ role: "assistant", content: "", toolCalls: calls(i), usage: { inputTokens: 1, outputTokens: 1 } });
     for (const c of calls(i))
       out.push({ role: "tool", toolCallId: c.id, name: c.name, content: `${c.name}${tag}: ${RESULT}`, isError: false, kind: "execution" });
   }
@@ -108,7 +108,7 @@ for (const steps of [10, 100, 500]) {
     const low = counted(model);
     const r = await send(agentOver(low, newMemoryStore(), steps), "r", prompt);
     assert.equal(r.status, "finished");
-    assert.deepEqual(r.messages, [...expected(prompt, steps + 1), { role: "assistant", content: "done" }]);
+    assert.deepEqual(r.messages, [...expected(prompt, steps + 1), { role: "assistant", content: "done", usage: { inputTokens: 1, outputTokens: 1 } }]);
     assert.equal(low.frames.length, steps + 1, "one frame per model call");
     assert.equal(model.requests, steps + 1);
     const first = frame(low.frames[0]);

@@ -96,15 +96,16 @@ pub fn recorded_events(prev: &Checkpoint, next: &Checkpoint) -> Vec<Event> {
     };
     for m in &next.messages[from..] {
         match m {
-            Message::Assistant { content, tool_calls, .. } => {
+            Message::Assistant { content, tool_calls, usage: turn, .. } => {
                 step += 1;
                 out.push(Event::Step {
                     step,
                     text: content.clone(),
                     tool_calls: tool_calls.clone(),
-                    // One model turn per entry: the entry's usage is that turn's.
-                    usage: usage.take().unwrap_or_default(),
+                    // As the turn recorded it; in an older transcript, the entry's (one model turn per entry).
+                    usage: turn.or(usage.take()).unwrap_or_default(),
                 });
+                usage = None;
             }
             Message::Tool(r) if !held_before.contains(r.tool_call_id.as_str()) => out.push(done(r)),
             _ => {}

@@ -89,6 +89,11 @@ pub enum Message {
         /// thinking was dropped or changed. Absent in transcripts written before they were kept.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         reasoning: Vec<Value>,
+        /// The tokens this turn used, as its provider reported them (absent when it reported none, in
+        /// transcripts written before they were kept, and in turns not made by a model call).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "ts", ts(optional))]
+        usage: Option<Usage>,
     },
     /// A tool result.
     Tool(ToolResult),
@@ -107,12 +112,24 @@ impl Message {
 
     /// An assistant message.
     pub fn assistant(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Message {
-        Message::Assistant { content: text.into(), tool_calls, reasoning: Vec::new() }
+        Message::Assistant { content: text.into(), tool_calls, reasoning: Vec::new(), usage: None }
     }
 
     /// Whether this is a system message.
     pub fn is_system(&self) -> bool {
         matches!(self, Message::System { .. })
+    }
+
+    /// Whether `other` is the same message, its recorded usage aside (a client re-sending a transcript may not
+    /// echo the usage a model turn recorded).
+    pub fn same_as(&self, other: &Message) -> bool {
+        match (self, other) {
+            (
+                Message::Assistant { content, tool_calls, reasoning, .. },
+                Message::Assistant { content: c, tool_calls: t, reasoning: r, .. },
+            ) => content == c && tool_calls == t && reasoning == r,
+            _ => self == other,
+        }
     }
 
     /// The tool calls of an assistant message (empty otherwise).

@@ -113,7 +113,7 @@ pub fn to_anthropic_messages(messages: &[Message]) -> (Option<String>, Vec<Anthr
                 continue;
             }
             Message::User { content } => ("user", text_block(content)),
-            Message::Assistant { content, tool_calls, reasoning } => {
+            Message::Assistant { content, tool_calls, reasoning, .. } => {
                 let mut blocks: Vec<AnthropicBlock<'_>> = reasoning.iter().map(AnthropicBlock::Verbatim).collect();
                 blocks.extend(text_block(content));
                 blocks.extend(tool_calls.iter().map(|c| AnthropicBlock::ToolUse {

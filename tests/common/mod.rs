@@ -183,3 +183,30 @@ pub fn text_deltas(sink: &steadfast::runtime::VecSink) -> Vec<(u32, String)> {
         })
         .collect()
 }
+
+/// A model turn as the mock model's answer records it: its text, no calls, the mock's usage (10 in, 5 out).
+pub fn answered(text: &str) -> steadfast::core::transcript::Message {
+    steadfast::core::transcript::Message::Assistant {
+        content: text.into(),
+        tool_calls: Vec::new(),
+        reasoning: Vec::new(),
+        usage: Some(steadfast::core::transcript::Usage { input_tokens: 10, output_tokens: 5 }),
+    }
+}
+
+/// The messages without the usage their model turns recorded (as a client may keep a transcript).
+pub fn without_usage(messages: &[steadfast::core::transcript::Message]) -> Vec<steadfast::core::transcript::Message> {
+    use steadfast::core::transcript::Message;
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::Assistant { content, tool_calls, reasoning, .. } => Message::Assistant {
+                content: content.clone(),
+                tool_calls: tool_calls.clone(),
+                reasoning: reasoning.clone(),
+                usage: None,
+            },
+            m => m.clone(),
+        })
+        .collect()
+}

@@ -179,9 +179,9 @@ fn finished_run_continues_as_a_conversation() {
         vec![
             Message::system("You book tables."),
             Message::user("Book a table for 2 tonight"),
-            Message::assistant("Booked for 2.", vec![]),
+            answered("Booked for 2."),
             Message::user("Make it 3 people"),
-            Message::assistant("Changed to 3.", vec![]),
+            answered("Changed to 3."),
         ]
     );
 }
@@ -193,7 +193,8 @@ fn resent_history_and_system_messages_are_not_duplicated() {
     let model = MockModel::new(vec![MockTurn::text("Hello!"), MockTurn::text("Fine.")]);
     let agent = env.agent_with(model, vec![], AgentOptions::default(), "Be brief.");
     let first = block_on(agent.send("c", "Hi", opts())).unwrap();
-    let mut input = first.messages.clone();
+    // As the client kept it: without the usage the model turn recorded (recognised all the same).
+    let mut input = without_usage(&first.messages);
     input.push(Message::system("You are a pirate now."));
     input.push(Message::user("How are you?"));
     let second = block_on(agent.send("c", input, opts())).unwrap();
@@ -202,9 +203,9 @@ fn resent_history_and_system_messages_are_not_duplicated() {
         vec![
             Message::system("Be brief."),
             Message::user("Hi"),
-            Message::assistant("Hello!", vec![]),
+            answered("Hello!"),
             Message::user("How are you?"),
-            Message::assistant("Fine.", vec![]),
+            answered("Fine."),
         ]
     );
 }

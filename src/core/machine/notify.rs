@@ -69,7 +69,13 @@ impl RunMachine {
             true => resp.stop_reason.as_deref().and_then(FinishReason::from_stop_reason),
             false => None,
         };
-        self.cp.messages.push(Message::Assistant { content: resp.text, tool_calls: calls, reasoning: resp.reasoning });
+        self.cp.messages.push(Message::Assistant {
+            content: resp.text,
+            tool_calls: calls,
+            reasoning: resp.reasoning,
+            // A model that reports no usage records none (not zero tokens).
+            usage: (resp.usage.total() > 0).then_some(resp.usage),
+        });
         self.progress();
         self.enter_turn(None);
         self.advance();

@@ -247,7 +247,8 @@ impl RunMachine {
             (RunStatus::Finished, Start::Send(input)) => {
                 let mut input = non_system(&input);
                 let history = non_system(&self.cp.messages);
-                if !history.is_empty() && input.len() >= history.len() && input[..history.len()] == history[..] {
+                let resent = input.len() >= history.len() && input.iter().zip(&history).all(|(a, b)| a.same_as(b));
+                if !history.is_empty() && resent {
                     input.drain(..history.len());
                 }
                 if input.is_empty() {
