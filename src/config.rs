@@ -396,6 +396,10 @@ pub struct AgentConfig {
     /// Schedules (M23): `{id, cron, input, missed?, graceMs?}` each, fired by the Worker's cron trigger.
     #[serde(default)]
     pub schedules: Vec<Schedule>,
+    /// The progress guard (M17: hint, then deny, then stop a tool that keeps failing the same way):
+    /// `{hintAfter?, denyAfter?, maxDenials?}` turns it on (`{}`: the defaults 2, 3, 3); absent: off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_guard: Option<crate::runtime::ProgressGuardOptions>,
 }
 
 fn default_settle_ms() -> u64 {
@@ -418,6 +422,7 @@ impl Default for AgentConfig {
             history_limit: DEFAULT_HISTORY_LIMIT,
             settle_ms: default_settle_ms(),
             schedules: Vec::new(),
+            progress_guard: None,
         }
     }
 }
@@ -957,6 +962,19 @@ mod tests {
         for bad in ["", "not json", "{", "[]", "{\"model\": ", "\u{0}"] {
             err_of(bad);
         }
+
+        let e = err_of(r#"{"progressGuard": {"hintAfterr": 2}}"#);
+        assert!(e.message.contains("at `progressGuard.hintAfterr`"), "{}", e.message);
+    }
+
+    #[test]
+    fn the_progress_guard_is_off_unless_configured() {
+        assert_eq!(AgentConfig::parse("{}").unwrap().progress_guard, None);
+        let on = AgentConfig::parse(r#"{"progressGuard": {}}"#).unwrap();
+        assert_eq!(on.progress_guard, Some(crate::runtime::ProgressGuardOptions::default()));
+        let set = AgentConfig::parse(r#"{"progressGuard": {"hintAfter": 1, "maxDenials": 5}}"#).unwrap();
+        let g = set.progress_guard.unwrap();
+        assert_eq!((g.hint_after, g.deny_after, g.max_denials), (1, 3, 5));
     }
 
     #[test]

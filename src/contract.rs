@@ -18,6 +18,7 @@
 
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorInfo, Result};
+use crate::core::events::HealRecord;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::transcript::{Message, Usage};
 use crate::runtime::{Input, ToolContext};
@@ -121,6 +122,8 @@ pub struct RunView {
     pub business_state: Option<Value>,
     /// When the state was saved (ms since the epoch, by the writer's clock).
     pub saved_at: u64,
+    /// What self-healing did in this run, oldest first (the newest 50).
+    pub heal_actions: Vec<HealRecord>,
 }
 
 impl From<Checkpoint> for RunView {
@@ -139,6 +142,7 @@ impl From<Checkpoint> for RunView {
             fingerprint: cp.fingerprint,
             business_state: cp.business_state,
             saved_at: cp.saved_at,
+            heal_actions: HealRecord::log(cp.ext.as_ref()),
         }
     }
 }

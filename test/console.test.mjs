@@ -458,3 +458,22 @@ test("model turns show their usage; a run resumed by a changed agent shows the c
   assert.equal((await page.locator("#history td.drift").allTextContents()).filter((t) => t).length, 1, "one change, where it happened");
   await shot("run-drift");
 });
+
+test("with the progress guard configured, what self-healing did shows at the calls it acted on", async () => {
+  // A Worker whose mock model keeps calling a tool that fails the same way (nothing listens on port 9).
+  const failing = { name: "lookup", description: "Looks up an order", url: "http://127.0.0.1:9/lookup",
+    inputSchema: { type: "object", properties: { order: { type: "number" } } } };
+  const script = [...Array.from({ length: 8 }, () => ({ toolCalls: [{ name: "lookup", args: { order: 7 } }] })), { text: "gave up" }];
+  const config = { ...CONFIG, progressGuard: {}, tools: [failing], allowedHosts: ["127.0.0.1"], model: { ...CONFIG.model, script } };
+  await mf.setOptions(options(config, Number(new URL(base).port)));
+  const r = await api("POST", "/runs/stuck-1", { input: "look up order 7" });
+  assert.equal(r.json.error?.code, "STEADFAST_RUN_NO_PROGRESS", JSON.stringify(r.json));
+  const view = (await api("GET", "/runs/stuck-1")).json;
+  assert.deepEqual(view.healActions.map((a) => a.action), ["hint", "hint", "deny", "deny", "deny", "stop"], JSON.stringify(view.healActions));
+  await visit("#/runs/stuck-1");
+  await waitText("#run-error", "STEADFAST_RUN_NO_PROGRESS");
+  const notes = await page.locator("#timeline .heal").evaluateAll((els) => els.map((e) => e.getAttribute("data-action")));
+  assert.deepEqual(notes, ["hint", "hint", "deny", "deny", "deny", "stop"]);
+  assert.match(await text("#timeline"), /self-healing: deny/);
+  await shot("run-heal");
+});

@@ -920,6 +920,29 @@ fn progress_guard_stops_a_model_calling_the_same_failing_tool_forever() {
     let hinted =
         cp.messages.iter().filter(|m| matches!(m, Message::Tool(r) if r.content.contains("[steadfast]"))).count();
     assert_eq!(hinted, 2);
+    // The run keeps what self-healing did (RunView.healActions), as the events said it, with its step.
+    let said: Vec<(String, String, String, u32)> = sink
+        .events()
+        .iter()
+        .filter_map(|e| match &e.event {
+            Event::HealAction { tool_call_id, action, reason, count, .. } => {
+                Some((tool_call_id.clone(), action.clone(), reason.clone(), *count))
+            }
+            _ => None,
+        })
+        .collect();
+    let view = steadfast::contract::RunView::from(cp);
+    let kept: Vec<(String, String, String, u32)> = view
+        .heal_actions
+        .iter()
+        .map(|r| (r.tool_call_id.clone(), r.action.clone(), r.reason.clone(), r.count))
+        .collect();
+    assert_eq!(kept, said);
+    assert!(view.heal_actions.iter().all(|r| r.tool == "read"));
+    let steps: Vec<u32> = view.heal_actions.iter().map(|r| r.step).collect();
+    assert!(steps.windows(2).all(|w| w[0] <= w[1]) && steps[0] >= 1, "{steps:?}");
+    let json = serde_json::to_value(&view).unwrap();
+    assert_eq!(json["healActions"][5]["action"], "stop", "{}", json["healActions"]);
 }
 
 #[test]
@@ -1849,4 +1872,57 @@ fn an_idle_sweep_records_its_tick_at_most_every_ten_minutes() {
     assert_eq!(writes, 0, "nine idle minutes, no write");
     env.clock.advance(60_000);
     assert_eq!(tick("heartbeat"), (1, Some(t0 + 600_000)), "ten minutes on, the tick records itself again");
+}
+
+/// A hook that reports a heal action after every tool call.
+struct Noting;
+
+#[async_trait::async_trait(?Send)]
+impl Hook for Noting {
+    fn name(&self) -> &str {
+        "noting"
+    }
+    async fn after_tool(
+        &self,
+        ctx: &mut HookContext<'_>,
+        call: &ToolCall,
+        _result: &mut ToolResultDraft,
+    ) -> Result<()> {
+        ctx.emit(Event::HealAction {
+            tool: call.name.clone(),
+            tool_call_id: call.id.clone(),
+            action: "hint".into(),
+            reason: format!("noted {}", call.id),
+            count: 1,
+        });
+        Ok(())
+    }
+}
+
+#[test]
+fn a_run_keeps_its_newest_fifty_heal_actions_across_processes() {
+    let env = Env::journal_sim();
+    let c = Counters::default();
+    let turns: Vec<MockTurn> =
+        (0..60).map(|i| MockTurn::tools([("work", json!({"n": i}))])).chain([MockTurn::text("done")]).collect();
+    let options = AgentOptions { max_steps: 70, loop_window: 0, ..AgentOptions::default() };
+    let agent = Agent::builder(MockModel::by_turn(turns))
+        .tool_rc(counting_tool("work", &c))
+        .hook(Noting)
+        .store_rc(env.store.clone())
+        .clock(Rc::new(env.clock.clone()))
+        .sleep(Rc::new(env.sleep.clone()))
+        .options(options)
+        .build()
+        .unwrap();
+    let done = block_on(agent.send("noted", "work 60 times", opts())).unwrap();
+    assert_eq!(done.status, RunStatus::Finished);
+    // Read back by another process: the newest 50 of the 60, in order.
+    let other = env.agent(MockModel::new(vec![]), vec![]);
+    let view = steadfast::contract::RunView::from(block_on(other.load("noted")).unwrap().unwrap());
+    assert_eq!(view.heal_actions.len(), steadfast::core::events::HEAL_LOG_MAX);
+    let ids: Vec<String> = view.heal_actions.iter().map(|r| r.tool_call_id.clone()).collect();
+    let want: Vec<String> = (10..60).map(|i| format!("call_{i}_0")).collect();
+    assert_eq!(ids, want);
+    assert_eq!(view.heal_actions[0].step, 11, "taken after the 11th model turn");
 }

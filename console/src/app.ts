@@ -7,6 +7,7 @@ import type { Comparison } from "../../js/src/generated/Comparison.js";
 import type { Fingerprint } from "../../js/src/generated/Fingerprint.js";
 import type { ForkResult } from "../../js/src/generated/ForkResult.js";
 import type { ForkPatch } from "../../js/src/generated/ForkPatch.js";
+import type { HealRecord } from "../../js/src/generated/HealRecord.js";
 import type { HistoryEntry } from "../../js/src/generated/HistoryEntry.js";
 import type { Message } from "../../js/src/generated/Message.js";
 import type { NextAttempt } from "../../js/src/generated/NextAttempt.js";
@@ -330,8 +331,23 @@ async function renderRuns(filter: string): Promise<void> {
 
 // ---------- one run: summary, actions, timeline, history, fork ----------
 
-function timeline(messages: Message[]): HTMLElement {
+/** What self-healing did about one call, as the run recorded it. */
+function healNotes(records: HealRecord[]): HTMLElement[] {
+  return records.map((r) =>
+    h(
+      "div",
+      { class: "heal", "data-action": r.action },
+      h("span", { class: "badge bad" }, `self-healing: ${r.action}`),
+      h("span", null, ` ${r.reason} (${r.count}×, step ${r.step})`),
+    ),
+  );
+}
+
+function timeline(messages: Message[], heal: HealRecord[] = []): HTMLElement {
   let turn = 0;
+  const answered = new Set(messages.flatMap((m) => (m.role === "tool" ? [m.toolCallId] : [])));
+  // Actions on a call without a result (a stop) come after the transcript.
+  const unplaced = heal.filter((r) => !answered.has(r.toolCallId));
   return h(
     "ol",
     { class: "timeline", id: "timeline" },
@@ -370,11 +386,13 @@ function timeline(messages: Message[]): HTMLElement {
             h("span", { class: m.kind === "execution" ? "badge" : "badge bad" }, m.kind),
             m.isError ? h("span", { class: "badge bad" }, "error") : null,
             h("pre", { class: "tool-result" }, m.content),
+            ...healNotes(heal.filter((r) => r.toolCallId === m.toolCallId)),
           );
         default:
           return h("li", null, json(m));
       }
     }),
+    unplaced.length ? h("li", { class: "tool failed" }, h("span", { class: "who" }, "self-healing"), ...healNotes(unplaced)) : null,
   );
 }
 
@@ -561,7 +579,7 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
     run.businessState !== null ? [h("h3", null, "Business state"), json(run.businessState)] : null,
     h("h3", null, "Timeline"),
     run.status === "in-progress" ? h("p", { id: "live", class: "live" }, "Watching for new steps…") : null,
-    timeline(run.messages),
+    timeline(run.messages, run.healActions),
     h("h3", null, "History"),
     h(
       "table",

@@ -155,6 +155,59 @@ pub enum Event {
     },
 }
 
+/// A self-healing action as the run records it (its `heal.action` event, with the step and time): kept in the
+/// checkpoint's hook state under [`HEAL_LOG_KEY`], the newest [`HEAL_LOG_MAX`], so the actions outlive the
+/// execution that took them (`RunView.healActions`, the console's timeline).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct HealRecord {
+    /// Tool name.
+    pub tool: String,
+    /// Call id.
+    pub tool_call_id: String,
+    /// `hint`, `deny` or `stop`.
+    pub action: String,
+    /// Why.
+    pub reason: String,
+    /// How many times so far.
+    pub count: u32,
+    /// The step (model turns so far) when it was taken.
+    pub step: u32,
+    /// When (ms since the epoch).
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub at: u64,
+}
+
+/// Where the heal log is kept in a checkpoint's hook state (`ext`), written by the runtime.
+pub const HEAL_LOG_KEY: &str = "healLog";
+
+/// How many heal records a run keeps (the newest).
+pub const HEAL_LOG_MAX: usize = 50;
+
+impl HealRecord {
+    /// The record of a `heal.action` event taken at `step` and `at`; `None` for any other event.
+    pub fn of(event: &Event, step: u32, at: u64) -> Option<HealRecord> {
+        match event {
+            Event::HealAction { tool, tool_call_id, action, reason, count } => Some(HealRecord {
+                tool: tool.clone(),
+                tool_call_id: tool_call_id.clone(),
+                action: action.clone(),
+                reason: reason.clone(),
+                count: *count,
+                step,
+                at,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The heal log of a checkpoint's hook state (empty when there is none, or it cannot be read).
+    pub fn log(ext: Option<&Value>) -> Vec<HealRecord> {
+        ext.and_then(|e| e.get(HEAL_LOG_KEY)).and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default()
+    }
+}
+
 /// An increment of a model turn while the provider streams it (see [`Event::TextDelta`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StreamDelta {

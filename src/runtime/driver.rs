@@ -13,7 +13,9 @@ use super::options::SendOptions;
 use super::result::RunStats;
 use super::traits::{AbortSignal, EventSink, LocalFuture, ModelRequest, Tee, ToolContext, ToolError};
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::core::events::{Event, EventEnvelope, StreamDelta, EVENT_SCHEMA_VERSION};
+use crate::core::events::{
+    Event, EventEnvelope, HealRecord, StreamDelta, EVENT_SCHEMA_VERSION, HEAL_LOG_KEY, HEAL_LOG_MAX,
+};
 use crate::core::machine::{Effect, Gate, ModelResponse, Outcome, RunMachine, ToolOutcome};
 use crate::core::retry::NextRetry;
 use crate::core::transcript::{Message, ToolCall};
@@ -147,6 +149,19 @@ impl<'a> Driver<'a> {
             }
         }
         for e in events {
+            if let Some(record) = HealRecord::of(&e, m.checkpoint().step_index, self.now()) {
+                // Kept with the run (committed with the next boundary), the newest HEAL_LOG_MAX.
+                let log = self.ext.entry(HEAL_LOG_KEY).or_insert_with(|| Value::Array(Vec::new()));
+                if !log.is_array() {
+                    *log = Value::Array(Vec::new());
+                }
+                if let (Value::Array(items), Ok(v)) = (log, serde_json::to_value(&record)) {
+                    items.push(v);
+                    let over = items.len().saturating_sub(HEAL_LOG_MAX);
+                    items.drain(..over);
+                }
+                self.ext_changed = true;
+            }
             self.emit(e);
         }
         if self.ext_changed {

@@ -17,7 +17,7 @@ use std::rc::Rc;
 /// Options of the progress guard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct ProgressGuardOptions {
     /// After this many identical failures of a tool, its result gets a hint (default 2).
     pub hint_after: u32,

@@ -134,6 +134,9 @@ fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
     for t in cfg.webhook_tools(Rc::new(FetchClient))? {
         b = b.tool_rc(t);
     }
+    if let Some(guard) = cfg.progress_guard {
+        b = b.hook(crate::runtime::ProgressGuard::new(guard));
+    }
     if let Runs::Object(_, _, _, hub) = runs {
         b = b.observer(Rc::new(hub.clone()));
     }

@@ -2,6 +2,7 @@
 import type { ErrorInfo } from "./ErrorInfo.js";
 import type { Fingerprint } from "./Fingerprint.js";
 import type { FinishReason } from "./FinishReason.js";
+import type { HealRecord } from "./HealRecord.js";
 import type { Message } from "./Message.js";
 import type { RunStatus } from "./RunStatus.js";
 import type { Usage } from "./Usage.js";
@@ -63,4 +64,8 @@ businessState: JsonValue | null,
 /**
  * When the state was saved (ms since the epoch, by the writer's clock).
  */
-savedAt: number, };
+savedAt: number, 
+/**
+ * What self-healing did in this run, oldest first (the newest 50).
+ */
+healActions: Array<HealRecord>, };
