@@ -207,6 +207,10 @@ pub struct ModelConfig {
     /// Sampling temperature (0-2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// How long one model call may take, in ms (an HTTP exchange, or a Workers AI call and its stream); past
+    /// it the call fails with `STEADFAST_PROVIDER_TIMEOUT` (retryable). Default: 60000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
     /// Extra provider parameters, merged into the request body.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub params: Map<String, Value>,
@@ -240,6 +244,7 @@ impl ModelConfig {
             legacy_max_tokens: self.legacy_max_tokens,
             stream: self.stream,
             extra: self.params.clone(),
+            timeout_ms: self.timeout_ms.unwrap_or(0),
             ..OpenAiOptions::default()
         };
         if let Some(b) = &self.base_url {
@@ -256,6 +261,7 @@ impl ModelConfig {
             temperature: self.temperature,
             stream: self.stream,
             extra: self.params.clone(),
+            timeout_ms: self.timeout_ms.unwrap_or(0),
             ..AnthropicOptions::default()
         };
         if let Some(b) = &self.base_url {
@@ -275,6 +281,7 @@ impl ModelConfig {
             max_tokens: self.max_tokens,
             extra: self.params.clone(),
             stream: self.stream,
+            timeout_ms: self.timeout_ms.unwrap_or(0),
         }
     }
 }
@@ -1208,7 +1215,7 @@ mod tests {
 
     #[async_trait(?Send)]
     impl crate::providers::AiBinding for FakeAi {
-        async fn run(&self, model: &str, input: Value) -> Result<Value> {
+        async fn run(&self, model: &str, input: Value, _timeout_ms: u64) -> Result<Value> {
             self.0.borrow_mut().push((model.to_string(), input));
             Ok(json!({"response": "ok"}))
         }
@@ -1218,6 +1225,7 @@ mod tests {
             &self,
             model: &str,
             input: Value,
+            _timeout_ms: u64,
             on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
         ) -> Result<()> {
             self.0.borrow_mut().push((model.to_string(), input));
@@ -1279,6 +1287,7 @@ mod tests {
                     legacy_max_tokens: pick(3) == 0,
                     // Streaming only where the fakes answer in streams (the fake HTTP client answers JSON).
                     stream: provider == Provider::WorkersAi && pick(2) == 0,
+                    timeout_ms: (pick(2) == 0).then(|| 1 + pick(90_000) as u64),
                 },
                 ..AgentConfig::default()
             };
@@ -1357,6 +1366,7 @@ mod tests {
                     };
                     let base = cfg.model.base_url.as_deref().unwrap_or(default_base).trim_end_matches('/');
                     assert_eq!(r.url, format!("{base}/{path}"), "{repro}");
+                    assert_eq!(r.timeout_ms, cfg.model.timeout_ms.unwrap_or(0), "{repro}");
                     assert!(r.headers.iter().any(|(k, v)| k == header && *v == value), "{:?}; {repro}", r.headers);
                     let body: Value = serde_json::from_str(r.body.as_deref().unwrap_or("")).unwrap();
                     assert_eq!(body["model"], json!(id), "params never replace the model; {repro}");

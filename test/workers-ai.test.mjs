@@ -73,7 +73,7 @@ function cut(bytes, offsets) {
 
 // A Worker whose AI binding answers with `plans` in order; `log` records the binding's calls and what it sent,
 // and what the test saw, in order. `release()` lets a held stream go on.
-function worker(plans, { stream = true } = {}) {
+function worker(plans, { stream = true, timeoutMs } = {}) {
   assert.ok(fs.existsSync("build/index.js"), "build/index.js is missing: run ./scripts/build-worker");
   const state = { calls: [], log: [], release: null };
   const released = new Promise((r) => (state.release = r));
@@ -87,7 +87,7 @@ function worker(plans, { stream = true } = {}) {
         durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true } },
         bindings: {
           STEADFAST_TOKEN: TOKEN,
-          STEADFAST_CONFIG: JSON.stringify({ model: { provider: "workers-ai", model: MODEL, stream, maxTokens: 64 } }),
+          STEADFAST_CONFIG: JSON.stringify({ model: { provider: "workers-ai", model: MODEL, stream, maxTokens: 64, ...(timeoutMs ? { timeoutMs } : {}) } }),
         },
         wrappedBindings: { AI: "fake-ai" },
       },
@@ -196,6 +196,31 @@ test("Workers AI streaming: a stream that errors mid-way and one that ends witho
   assert.equal(view.json.status, "finished", view.text);
   assert.equal(view.json.messages.at(-1).content, "Goodbye");
   assert.equal(view.json.messages.filter((m) => m.role === "assistant").length, 1, "only the completed turn is recorded");
+});
+
+test("Workers AI streaming: a stream that stalls is cut at model.timeoutMs (STEADFAST_PROVIDER_TIMEOUT, retried), not left hanging", async () => {
+  const plans = [
+    // Sends one event, then holds the rest (HOLD_MS, never released): the call must not wait for it.
+    { chunks: cut(sseBytes(["Sta", "lled"]), [encoder.encode(`data: ${JSON.stringify({ response: "Sta", p: "abc" })}\n\n`).length]), holdAfter: 1 },
+    { chunks: cut(sseBytes(["On", " time"]), [12]) },
+  ];
+  const { mf, state } = worker(plans, { timeoutMs: 400 });
+  const started = Date.now();
+  const events = await readAll(await post(mf, "wai-4"));
+  const took = Date.now() - started;
+  assert.ok(took < HOLD_MS, `cut after the timeout, not after the hold: ${took} ms`);
+  assert.equal(state.calls.length, 2, "the timed-out call was retried once");
+  assert.deepEqual(deltas(events, 1).map((e) => e.text), ["Sta"], "the stalled attempt's first delta was live");
+  assert.deepEqual(deltas(events, 2).map((e) => e.text), ["On", " time"]);
+  const view = await call(mf, "GET", "/runs/wai-4");
+  assert.equal(view.json.status, "finished", view.text);
+  assert.equal(view.json.messages.at(-1).content, "On time");
+  // A binding whose every call stalls: the run fails with the timeout's code once the retries are spent.
+  const stalled = Array.from({ length: 10 }, () => ({ chunks: cut(sseBytes(["x"]), [10]), holdAfter: 1 }));
+  const { mf: mf2 } = worker(stalled, { timeoutMs: 200 });
+  const failed = await call(mf2, "POST", "/runs/wai-5", { input: "hello" });
+  assert.equal(failed.status, 502, failed.text);
+  assert.equal(failed.json.error.code, "STEADFAST_PROVIDER_TIMEOUT", failed.text);
 });
 
 test("Workers AI without stream: the binding gets a plain JSON input without `stream` and its whole answer is the turn", async () => {

@@ -22,35 +22,39 @@ use std::rc::Rc;
 /// [`WorkersAiModel`] passes them through unchanged.
 #[async_trait(?Send)]
 pub trait AiBinding {
-    /// Runs `model` on `input` and returns its output.
-    async fn run(&self, model: &str, input: Value) -> Result<Value>;
+    /// Runs `model` on `input` and returns its output; after `timeout_ms` (0: the implementation's default)
+    /// without one, `STEADFAST_PROVIDER_TIMEOUT`.
+    async fn run(&self, model: &str, input: Value, timeout_ms: u64) -> Result<Value>;
 
     /// Runs `model` on `input` (which asks for `stream: true`) and hands the bytes of the server-sent events it
     /// answers with to `on_chunk` as they arrive, in chunks of any size; reading stops (and the stream is
     /// cancelled) when `on_chunk` returns `false`. `Ok` once the stream has ended or been stopped. Errors: the
     /// call failing (as [`AiBinding::run`]'s), a stream that fails mid-way (`STEADFAST_PROVIDER_NETWORK`), an
-    /// answer that is not a stream (`STEADFAST_PROVIDER_INVALID_RESPONSE`).
+    /// answer that is not a stream (`STEADFAST_PROVIDER_INVALID_RESPONSE`), a call and stream not ended within
+    /// `timeout_ms` (0: the implementation's default; `STEADFAST_PROVIDER_TIMEOUT`, the stream cancelled).
     async fn run_streaming(
         &self,
         model: &str,
         input: Value,
+        timeout_ms: u64,
         on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
     ) -> Result<()>;
 }
 
 #[async_trait(?Send)]
 impl<B: AiBinding + ?Sized> AiBinding for Rc<B> {
-    async fn run(&self, model: &str, input: Value) -> Result<Value> {
-        (**self).run(model, input).await
+    async fn run(&self, model: &str, input: Value, timeout_ms: u64) -> Result<Value> {
+        (**self).run(model, input, timeout_ms).await
     }
 
     async fn run_streaming(
         &self,
         model: &str,
         input: Value,
+        timeout_ms: u64,
         on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
     ) -> Result<()> {
-        (**self).run_streaming(model, input, on_chunk).await
+        (**self).run_streaming(model, input, timeout_ms, on_chunk).await
     }
 }
 
@@ -69,11 +73,21 @@ pub struct WorkersAiOptions {
     /// Ask for a streamed answer (`stream: true`): while someone listens to the run's events its text arrives
     /// as `text.delta` events; the recorded turn is the same.
     pub stream: bool,
+    /// How long one call (a streamed one to the end of its stream) may take, in ms (0: the binding's default,
+    /// 60 s in the Worker); past it, `STEADFAST_PROVIDER_TIMEOUT` (retryable).
+    pub timeout_ms: u64,
 }
 
 impl Default for WorkersAiOptions {
     fn default() -> WorkersAiOptions {
-        WorkersAiOptions { model: String::new(), max_tokens: None, temperature: None, extra: Map::new(), stream: false }
+        WorkersAiOptions {
+            model: String::new(),
+            max_tokens: None,
+            temperature: None,
+            extra: Map::new(),
+            stream: false,
+            timeout_ms: 0,
+        }
     }
 }
 
@@ -191,11 +205,14 @@ impl<B: AiBinding> Model for WorkersAiModel<B> {
         let input = build_input(&self.options, request.messages, request.tools);
         if self.options.stream {
             let mut parser = WorkersAiStream::new(request.step);
-            return stream_call(&self.binding, &self.options.model, input, &mut parser, on_delta)
-                .await
-                .map_err(|e| e.with_run(run_id));
+            let call = Call { model: &self.options.model, input, timeout_ms: self.options.timeout_ms };
+            return stream_call(&self.binding, call, &mut parser, on_delta).await.map_err(|e| e.with_run(run_id));
         }
-        let output = self.binding.run(&self.options.model, input).await.map_err(|e| e.with_run(run_id))?;
+        let output = self
+            .binding
+            .run(&self.options.model, input, self.options.timeout_ms)
+            .await
+            .map_err(|e| e.with_run(run_id))?;
         parse_response(&output, request.step).map_err(|e| e.with_run(run_id))
     }
 }
@@ -204,10 +221,16 @@ impl<B: AiBinding> Model for WorkersAiModel<B> {
 /// completed turn once the stream has ended. The binding's error (the call or the stream failing) comes first,
 /// then the parser's (an error event, an unreadable event: reading stops at it), then a stream that ended
 /// without a complete turn (`STEADFAST_PROVIDER_NETWORK`); all retryable.
+/// One call of the binding: which model, on what, within how long.
+struct Call<'m> {
+    model: &'m str,
+    input: Value,
+    timeout_ms: u64,
+}
+
 async fn stream_call(
     binding: &dyn AiBinding,
-    model: &str,
-    input: Value,
+    call: Call<'_>,
     parser: &mut dyn StreamParser,
     on_delta: &dyn Fn(StreamDelta),
 ) -> Result<ModelResponse> {
@@ -223,7 +246,7 @@ async fn stream_call(
             false
         }
     };
-    binding.run_streaming(model, input, &mut on_chunk).await?;
+    binding.run_streaming(call.model, call.input, call.timeout_ms, &mut on_chunk).await?;
     if let Some(e) = failed {
         return Err(e);
     }
@@ -258,6 +281,8 @@ mod tests {
         calls: RefCell<Vec<(String, Value)>>,
         /// Chunks handed to `on_chunk` so far (over all calls).
         fed: std::cell::Cell<usize>,
+        /// The timeout of each call.
+        timeouts: RefCell<Vec<u64>>,
     }
 
     impl FakeAi {
@@ -274,7 +299,8 @@ mod tests {
             FakeAi::scripted(vec![Reply::Stream(chunks.iter().map(|c| c.to_vec()).collect(), end)])
         }
 
-        fn next(&self, model: &str, input: Value) -> Option<Reply> {
+        fn next(&self, model: &str, input: Value, timeout_ms: u64) -> Option<Reply> {
+            self.timeouts.borrow_mut().push(timeout_ms);
             self.calls.borrow_mut().push((model.to_string(), input));
             self.replies.borrow_mut().pop_front()
         }
@@ -282,8 +308,8 @@ mod tests {
 
     #[async_trait(?Send)]
     impl AiBinding for FakeAi {
-        async fn run(&self, model: &str, input: Value) -> Result<Value> {
-            match self.next(model, input) {
+        async fn run(&self, model: &str, input: Value, timeout_ms: u64) -> Result<Value> {
+            match self.next(model, input, timeout_ms) {
                 Some(Reply::Whole(r)) => r,
                 Some(Reply::Stream(..)) => Err(Error::internal("fake ai: a stream asked for without streaming")),
                 None => Err(Error::internal("fake ai: no reply left")),
@@ -294,9 +320,10 @@ mod tests {
             &self,
             model: &str,
             input: Value,
+            timeout_ms: u64,
             on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
         ) -> Result<()> {
-            match self.next(model, input) {
+            match self.next(model, input, timeout_ms) {
                 Some(Reply::Stream(chunks, end)) => {
                     for c in &chunks {
                         self.fed.set(self.fed.get() + 1);
@@ -618,6 +645,22 @@ mod tests {
         let ai = FakeAi::new(vec![Ok(json!({"response": "whole"}))]);
         assert_eq!(run(&ai, opts()).unwrap().text, "whole");
         assert_eq!(ai.calls.borrow()[0].1.get("stream"), None);
+    }
+
+    /// `timeoutMs` reaches the binding with each call, streamed or not (0, the binding's default, when unset);
+    /// it is not an input field.
+    #[test]
+    fn the_timeout_goes_to_the_binding_with_every_call() {
+        let timed: WorkersAiOptions = serde_json::from_value(json!({"model": "m", "timeoutMs": 1500})).unwrap();
+        let ai = FakeAi::new(vec![Ok(json!({"response": "whole"}))]);
+        run(&ai, timed.clone()).unwrap();
+        assert_eq!(ai.calls.borrow()[0].1.get("timeoutMs"), None);
+        let ai2 = FakeAi::streaming(&[SSE.as_bytes()], Ok(()));
+        run(&ai2, WorkersAiOptions { stream: true, ..timed }).unwrap();
+        let ai3 = FakeAi::new(vec![Ok(json!({"response": "whole"}))]);
+        run(&ai3, opts()).unwrap();
+        let seen: Vec<u64> = [&ai, &ai2, &ai3].iter().flat_map(|a| a.timeouts.borrow().clone()).collect();
+        assert_eq!(seen, vec![1500, 1500, 0]);
     }
 
     /// Every way a stream can go wrong is a retryable provider failure with a code and the run id, never a

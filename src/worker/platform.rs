@@ -128,14 +128,42 @@ impl WorkersAi {
 #[async_trait(?Send)]
 impl AiBinding for WorkersAi {
     /// The output read back as JSON (`JSON.stringify`; `undefined` is `null`).
-    async fn run(&self, model: &str, input: Value) -> Result<Value> {
-        let output = self.call(model, &input).await?;
+    async fn run(&self, model: &str, input: Value, timeout_ms: u64) -> Result<Value> {
+        let output = within(timeout_ms, self.call(model, &input)).await?;
         let text = JSON::stringify(&output).ok().and_then(|t| t.as_string()).unwrap_or_else(|| "null".into());
         serde_json::from_str(&text).map_err(|e| binding_error(&format!("its output is not JSON: {e}")))
     }
 
     /// The `ReadableStream` the binding answers a `stream: true` input with, read chunk by chunk.
     async fn run_streaming(
+        &self,
+        model: &str,
+        input: Value,
+        timeout_ms: u64,
+        on_chunk: &mut dyn for<'c> FnMut(&'c [u8]) -> bool,
+    ) -> Result<()> {
+        within(timeout_ms, self.stream(model, input, on_chunk)).await
+    }
+}
+
+/// `work`, or `STEADFAST_PROVIDER_TIMEOUT` once `timeout_ms` (0: [`DEFAULT_TIMEOUT_MS`]) passed without its end
+/// (`work` is dropped: a stream it reads is cancelled).
+async fn within<T>(timeout_ms: u64, work: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    let limit_ms = if timeout_ms == 0 { DEFAULT_TIMEOUT_MS } else { timeout_ms };
+    let timeout = JsSleep.sleep(limit_ms);
+    futures::pin_mut!(work);
+    futures::pin_mut!(timeout);
+    match futures::future::select(work, timeout).await {
+        futures::future::Either::Left((r, _)) => r,
+        futures::future::Either::Right(_) => {
+            Err(Error::new(ErrorCode::ProviderTimeout, format!("Workers AI did not answer within {limit_ms} ms")))
+        }
+    }
+}
+
+impl WorkersAi {
+    /// A streamed call read to its end (or until `on_chunk` has had enough).
+    async fn stream(
         &self,
         model: &str,
         input: Value,
