@@ -331,6 +331,8 @@ mod tests {
             "fingerprint": cp.fingerprint,
             "businessState": cp.business_state,
             "savedAt": cp.saved_at,
+            // The heal log as the runtime keeps it in the hook state.
+            "healActions": cp.ext.as_ref().and_then(|e| e.get("healLog")).cloned().unwrap_or(json!([])),
         })
     }
 
@@ -367,7 +369,13 @@ mod tests {
             }),
             attempts: pick(rng, 12) as u32,
             finish_reason: maybe(2).then(|| reasons[pick(rng, 5) as usize]),
-            ext: maybe(2).then(|| json!({"progressGuard": {}})),
+            ext: maybe(2).then(|| match maybe(2) {
+                true => json!({"progressGuard": {}}),
+                false => json!({"healLog": (0..pick(rng, 3)).map(|i| json!({
+                    "tool": "t", "toolCallId": format!("c{i}"), "action": "hint", "reason": "failed twice",
+                    "count": i + 1, "step": i + 2, "at": 1_700_000_000_000u64 + i,
+                })).collect::<Vec<_>>()}),
+            }),
             seq: rng.next_u64() % 1_000,
             saved_at: 1_700_000_000_000 + rng.next_u64() % 1_000_000,
             ..Checkpoint::default()

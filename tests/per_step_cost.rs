@@ -152,16 +152,7 @@ fn results_settling_within_one_commits_time_share_one_entry() {
         let env = slow_commits_env(commit_ms);
         let mut tools = tools_completing_together();
         tools[1] = Rc::new(FnTool::new("quote", "quote", json!({"type": "object"}), move |args, _ctx| async move {
-            let mut yielded = false;
-            futures::future::poll_fn(|cx| {
-                if yielded {
-                    return std::task::Poll::Ready(());
-                }
-                yielded = true;
-                cx.waker().wake_by_ref();
-                std::task::Poll::Pending
-            })
-            .await;
+            yield_now().await;
             Ok(ToolOutput::text(format!("quote {}", args["sku"])))
         }));
         let options = AgentOptions { max_steps: steps as u32 + 1, ..AgentOptions::default() };

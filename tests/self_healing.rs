@@ -254,17 +254,7 @@ fn yielding_tool(name: &str, c: &Counters) -> Rc<dyn Tool> {
         let c = c.clone();
         let n = n.clone();
         async move {
-            let mut yielded = false;
-            futures::future::poll_fn(|cx| {
-                if yielded {
-                    std::task::Poll::Ready(())
-                } else {
-                    yielded = true;
-                    cx.waker().wake_by_ref();
-                    std::task::Poll::Pending
-                }
-            })
-            .await;
+            yield_now().await;
             c.hit(&format!("call:{}", ctx.tool_call_id));
             c.hit(&n);
             Ok(ToolOutput::text("done"))

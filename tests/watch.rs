@@ -16,8 +16,8 @@ use steadfast::api::{Api, ApiRequest, ApiResponse};
 use steadfast::core::events::Event;
 use steadfast::core::replay::Cursor;
 use steadfast::runtime::{
-    Agent, AgentOptions, FnTool, ManualClock, MockModel, MockTurn, SendOptions, Sleep, SplitMix64, Tool, ToolOutput,
-    WatchOptions, Watched, Watchers,
+    Agent, AgentOptions, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, SendOptions, Sleep, SplitMix64, Tool,
+    ToolOutput, WatchOptions, Watched, Watchers,
 };
 use steadfast::store::{MemoryStore, RunStore};
 
@@ -228,18 +228,6 @@ fn a_cursor_older_than_the_kept_history_gets_a_gap_then_the_rest() {
     assert_eq!(ids.len(), 3, "two entries replayed, then the end: {whole:?}");
 }
 
-/// A sleep that gives way once (other tasks run) and advances the clock: time passes only as tasks wait.
-#[derive(Clone)]
-struct YieldSleep(ManualClock);
-
-#[async_trait::async_trait(?Send)]
-impl Sleep for YieldSleep {
-    async fn sleep(&self, ms: u64) {
-        self.0.advance(ms);
-        yield_now().await;
-    }
-}
-
 /// A sleep that never ends: a watcher that waits on it hears of news only from its hub.
 struct NeverSleep;
 
@@ -248,19 +236,6 @@ impl Sleep for NeverSleep {
     async fn sleep(&self, _ms: u64) {
         futures::future::pending::<()>().await
     }
-}
-
-async fn yield_now() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if yielded {
-            return std::task::Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    })
-    .await
 }
 
 /// A tool that takes `turns` turns of the executor (other tasks run meanwhile).
@@ -359,7 +334,7 @@ fn without_a_hub_a_watcher_reads_a_run_executing_elsewhere_until_it_ends() {
     let clock = ManualClock::new(1_700_000_000_000);
     let store: Rc<dyn RunStore> = Rc::new(MemoryStore::new());
     let c = Counters::default();
-    let sleep: Rc<dyn Sleep> = Rc::new(YieldSleep(clock.clone()));
+    let sleep: Rc<dyn Sleep> = Rc::new(ManualSleep::new(clock.clone()));
     // Two "processes" over one store: one executes, one watches.
     let runner = agent(store.clone(), &clock, sleep.clone(), None, &c);
     let watching = agent(store.clone(), &clock, sleep, None, &c);
@@ -400,7 +375,7 @@ fn with_a_hub_watchers_hear_at_once_and_one_joining_mid_run_gets_the_missed_even
     let store: Rc<dyn RunStore> = Rc::new(MemoryStore::new());
     let c = Counters::default();
     let hub = Watchers::new();
-    let runner = agent(store.clone(), &clock, Rc::new(YieldSleep(clock.clone())), Some(&hub), &c);
+    let runner = agent(store.clone(), &clock, Rc::new(ManualSleep::new(clock.clone())), Some(&hub), &c);
     // The watchers' timer never fires: only the hub can tell them anything.
     let watching = agent(store.clone(), &clock, Rc::new(NeverSleep), None, &c);
     let opts = WatchOptions { poll_ms: 1_000, max_ms: 10_000_000 };

@@ -103,19 +103,8 @@ pub(crate) async fn stream_round_trip(
     parser: &mut dyn stream::StreamParser,
     on_delta: &dyn Fn(crate::core::events::StreamDelta),
 ) -> Result<ModelResponse> {
-    let mut failed: Option<Error> = None;
-    let mut deltas = Vec::new();
-    let mut on_chunk = |chunk: &[u8]| match parser.feed(chunk, &mut deltas) {
-        Ok(()) => {
-            deltas.drain(..).for_each(on_delta);
-            true
-        }
-        Err(e) => {
-            failed = Some(e);
-            false
-        }
-    };
-    let sent = client.send_streaming(request, &mut on_chunk).await;
+    let mut feed = stream::Feed::new(parser, on_delta);
+    let sent = client.send_streaming(request, &mut |chunk: &[u8]| feed.chunk(chunk)).await;
     let scrub = |mut e: Error| {
         e.message = redact(&e.message, api_key);
         e.with_run(run_id)
@@ -125,10 +114,7 @@ pub(crate) async fn stream_round_trip(
         let body = redact(&response.body, api_key);
         return Err(provider_http_error(response.status, response.header("retry-after"), &body).with_run(run_id));
     }
-    if let Some(e) = failed {
-        return Err(scrub(e.with_status(response.status)));
-    }
-    parser.finish().map_err(|e| scrub(e.with_status(response.status)))
+    feed.finish().map_err(|e| scrub(e.with_status(response.status)))
 }
 
 /// Sends `request` once. A non-2xx answer becomes the classified provider error; a transport error passes

@@ -105,6 +105,43 @@ pub trait StreamParser {
     fn finish(&mut self) -> Result<ModelResponse>;
 }
 
+/// A streamed answer's bytes on their way to a parser as they arrive: each increment goes to `on_delta` at
+/// once; the parser's first error is kept and ends the reading ([`Feed::chunk`] answers `false`).
+pub(crate) struct Feed<'a> {
+    parser: &'a mut dyn StreamParser,
+    on_delta: &'a dyn Fn(StreamDelta),
+    deltas: Vec<StreamDelta>,
+    failed: Option<Error>,
+}
+
+impl<'a> Feed<'a> {
+    pub(crate) fn new(parser: &'a mut dyn StreamParser, on_delta: &'a dyn Fn(StreamDelta)) -> Feed<'a> {
+        Feed { parser, on_delta, deltas: Vec::new(), failed: None }
+    }
+
+    /// The next chunk; `false` once the parser failed (read no more).
+    pub(crate) fn chunk(&mut self, chunk: &[u8]) -> bool {
+        match self.parser.feed(chunk, &mut self.deltas) {
+            Ok(()) => {
+                self.deltas.drain(..).for_each(self.on_delta);
+                true
+            }
+            Err(e) => {
+                self.failed = Some(e);
+                false
+            }
+        }
+    }
+
+    /// The stream ended: the parser's error if it failed, else the turn it assembled.
+    pub(crate) fn finish(self) -> Result<ModelResponse> {
+        match self.failed {
+            Some(e) => Err(e),
+            None => self.parser.finish(),
+        }
+    }
+}
+
 /// Reads a whole streamed body with `parser` (a transport that does not hand out chunks).
 pub fn parse_stream(parser: &mut dyn StreamParser, body: &str) -> Result<ModelResponse> {
     let mut deltas = Vec::new();

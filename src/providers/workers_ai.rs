@@ -234,23 +234,9 @@ async fn stream_call(
     parser: &mut dyn StreamParser,
     on_delta: &dyn Fn(StreamDelta),
 ) -> Result<ModelResponse> {
-    let mut failed: Option<Error> = None;
-    let mut deltas = Vec::new();
-    let mut on_chunk = |chunk: &[u8]| match parser.feed(chunk, &mut deltas) {
-        Ok(()) => {
-            deltas.drain(..).for_each(on_delta);
-            true
-        }
-        Err(e) => {
-            failed = Some(e);
-            false
-        }
-    };
-    binding.run_streaming(call.model, call.input, call.timeout_ms, &mut on_chunk).await?;
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    parser.finish()
+    let mut feed = super::stream::Feed::new(parser, on_delta);
+    binding.run_streaming(call.model, call.input, call.timeout_ms, &mut |chunk: &[u8]| feed.chunk(chunk)).await?;
+    feed.finish()
 }
 
 #[cfg(test)]
