@@ -1159,8 +1159,8 @@ impl Api {
                     return false;
                 }
                 match w {
-                    Watched::Event(event) => {
-                        let at = agent.deps.now();
+                    Watched::Event(event, at) => {
+                        let at = at.unwrap_or_else(|| agent.deps.now());
                         let e = EventEnvelope {
                             v: crate::core::events::EVENT_SCHEMA_VERSION,
                             seq: seq.replace(seq.get() + 1),
@@ -1175,7 +1175,7 @@ impl Api {
                 true
             };
             if let Err(e) = agent.watch(&run_id, from, hub.as_ref(), opts, &push).await {
-                push(Watched::Event(crate::core::events::Event::Error { error: e.info() }));
+                push(Watched::Event(crate::core::events::Event::Error { error: e.info() }, None));
             }
             sender.close();
         };

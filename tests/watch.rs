@@ -291,7 +291,7 @@ fn watcher(seen: &Seen) -> impl Fn(Watched) -> bool {
 fn recorded_of(seen: &[Watched]) -> Vec<Event> {
     seen.iter()
         .filter_map(|w| match w {
-            Watched::Event(e) if steadfast::core::replay::is_recorded(e) => Some(e.clone()),
+            Watched::Event(e, _) if steadfast::core::replay::is_recorded(e) => Some(e.clone()),
             _ => None,
         })
         .collect()
@@ -323,7 +323,7 @@ fn positions(seen: &[Watched]) -> Vec<u64> {
 fn unrecorded(seen: &[Watched]) -> Vec<Event> {
     seen.iter()
         .filter_map(|w| match w {
-            Watched::Event(e) if !steadfast::core::replay::is_recorded(e) => Some(e.clone()),
+            Watched::Event(e, _) if !steadfast::core::replay::is_recorded(e) => Some(e.clone()),
             _ => None,
         })
         .collect()
@@ -362,6 +362,13 @@ fn without_a_hub_a_watcher_reads_a_run_executing_elsewhere_until_it_ends() {
     assert!(matches!(rec.last(), Some(Event::RunDone { steps: 3, .. })), "{rec:?}");
     assert!(last_cursor(&seen).unwrap().ended);
     assert!(unrecorded(&seen).is_empty(), "read again, not told: no unrecorded event reaches it");
+    // Replayed events carry the time their entry was saved.
+    let history = block_on(store.history("k", 100)).unwrap();
+    let saved: std::collections::BTreeSet<u64> = history.iter().map(|h| h.saved_at).collect();
+    assert!(seen.iter().all(|w| match w {
+        Watched::Event(_, at) => at.is_some_and(|t| saved.contains(&t)),
+        _ => true,
+    }));
     let p = positions(&seen);
     assert!(p.len() >= 5 && p.windows(2).all(|w| w[0] < w[1]), "every position once, in order: {p:?}");
     for k in ["call:call_0_0", "call:call_0_1", "call:call_1_0"] {
@@ -422,7 +429,7 @@ fn with_a_hub_watchers_hear_at_once_and_one_joining_mid_run_gets_the_missed_even
     let from = b_from.get().unwrap();
     // The first watcher: the whole run, as the journal has it.
     let whole = block_on(watching.replay("h", 0)).unwrap().unwrap();
-    let journal: Vec<Event> = whole.entries.into_iter().flat_map(|(_, e)| e).collect();
+    let journal: Vec<Event> = whole.entries.into_iter().flat_map(|(_, _, e)| e).collect();
     assert_eq!(recorded_of(&a), journal);
     // The second: exactly what the first saw after the cursor it joined with — nothing twice, nothing missing.
     let cut = a.iter().position(|w| *w == Watched::Through(from)).unwrap();

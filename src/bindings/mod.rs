@@ -888,6 +888,12 @@ impl EventSink for FanOut {
             s.emit(event);
         }
     }
+
+    fn durable(&self, run_id: &str, position: u64) {
+        for s in &self.0 {
+            s.durable(run_id, position);
+        }
+    }
 }
 
 /// A JS `AbortSignal` linked to the run's [`AbortSignal`]; dropping it removes the listener.

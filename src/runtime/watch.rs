@@ -31,8 +31,9 @@ pub struct Replay {
     /// `(after, until)`: the journal no longer holds the entries after `after` up to `until` (their events are
     /// lost to this replay; see [`Event::ReplayGap`]).
     pub gap: Option<(u64, u64)>,
-    /// Each entry after the position: its journal position and its events.
-    pub entries: Vec<(u64, Vec<Event>)>,
+    /// Each entry after the position: its journal position, when it was saved (ms since the epoch) and its
+    /// events.
+    pub entries: Vec<(u64, u64, Vec<Event>)>,
     /// The run's newest state read.
     pub latest: Checkpoint,
 }
@@ -40,8 +41,9 @@ pub struct Replay {
 /// What a watcher is sent, in order.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Watched {
-    /// An event (recorded, replayed from the journal; or live, from the hub).
-    Event(Event),
+    /// An event: recorded, replayed from the journal (with the time its entry was saved), or live from the hub
+    /// (`None`: now).
+    Event(Event, Option<u64>),
     /// The watcher has now seen everything through this cursor (the SSE `id:`).
     Through(Cursor),
 }
@@ -98,7 +100,7 @@ impl Agent {
         let gap = (base.seq > after).then_some((after, base.seq));
         let mut entries = Vec::new();
         for pair in states[start..].windows(2) {
-            entries.push((pair[1].seq, recorded_events(&pair[0].checkpoint, &pair[1].checkpoint)));
+            entries.push((pair[1].seq, pair[1].saved_at, recorded_events(&pair[0].checkpoint, &pair[1].checkpoint)));
         }
         let latest = match states.last() {
             Some(s) if s.seq > cp.seq => s.checkpoint.clone(),
@@ -144,26 +146,26 @@ impl Agent {
                     crate::core::error::ErrorCode::CheckpointNotFound,
                     format!("run '{run_id}' was deleted"),
                 );
-                push(Watched::Event(Event::Error { error: gone.info() }));
+                push(Watched::Event(Event::Error { error: gone.info() }, None));
                 return Ok(());
             };
             if let Some((after, until)) = r.gap {
-                if !push(Watched::Event(Event::ReplayGap { after, until })) {
+                if !push(Watched::Event(Event::ReplayGap { after, until }, None)) {
                     return Ok(());
                 }
             }
             let mut ended_at = None;
-            for (at, events) in r.entries {
+            for (position, saved_at, events) in r.entries {
                 for e in events {
                     if matches!(e, Event::RunDone { .. }) {
-                        ended_at = Some(at);
+                        ended_at = Some(position);
                     }
-                    if !push(Watched::Event(e)) {
+                    if !push(Watched::Event(e, Some(saved_at))) {
                         return Ok(());
                     }
                 }
-                pos = at;
-                if !push(Watched::Through(Cursor { position: at, ended: false })) {
+                pos = position;
+                if !push(Watched::Through(Cursor { position, ended: false })) {
                     return Ok(());
                 }
             }
@@ -173,7 +175,7 @@ impl Agent {
                 // Sent unless the entry that ended the run said so already (here, or before the cursor).
                 let said = ended_at == Some(pos) || (ended_at.is_none() && self.entry_ends(run_id, pos).await?);
                 if !said {
-                    push(Watched::Event(end_of(cp)));
+                    push(Watched::Event(end_of(cp), Some(cp.saved_at)));
                 }
                 push(Watched::Through(Cursor { position: pos, ended: true }));
                 return Ok(());
@@ -215,7 +217,7 @@ impl Agent {
             futures::pin_mut!(next);
             match futures::future::select(next, timer.as_mut()).await {
                 futures::future::Either::Left((HubItem::Event(e), _)) => {
-                    if !push(Watched::Event(e)) {
+                    if !push(Watched::Event(e, None)) {
                         return false;
                     }
                 }
