@@ -42,7 +42,9 @@
 //! **Strict mode** (`"store": "durable-object"`): a request about one run is served by that run's object
 //! ([`forward_target`] decides, after the token): `/runs/{id}` and below; `POST /deliveries/{id}` (the object
 //! of its run, [`crate::runtime::delivery_run_id`]); `POST /approvals/{id}` (the object of the run the approval
-//! index names; the shell names that run to the object in the [`RUN_HEADER`] header, [`object_run`] reads it).
+//! index names; the shell names that run to the object in the [`RUN_HEADER`] header, [`object_run`] reads it);
+//! `POST /sessions/{id}` and `/sessions/{id}/resume` (the object of the turn the session executes first, named
+//! the same way).
 //! The object serves it with an [`Api`] that has a [`Spawner`], so `send`, `resume`, a delivery and an
 //! approval's resolution execute the run as a task of their own, to its end whatever the client does.
 //! `Prefer: respond-async` then answers `202 Accepted` with the run id as soon as the run has started (its
@@ -57,7 +59,7 @@ use crate::core::checkpoint::RunStatus;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::EventEnvelope;
 use crate::core::fork::ForkPatch;
-use crate::core::ids::validate_run_id;
+use crate::core::ids::{validate_run_id, validate_session_id};
 use crate::core::replay::Cursor;
 use crate::core::schedule::CompiledSchedule;
 use crate::core::sweep::{SweepOptions, SweepState};
@@ -445,10 +447,23 @@ pub struct Forward {
     pub name_run: bool,
 }
 
-/// What a request is about, for strict mode: a run its head names, or an approval whose run the index knows.
+/// What a request is about, for strict mode: a run its head names, an approval whose run the index knows, or
+/// a session whose next execution's run its turns name.
 enum About<'a> {
     Run(String),
     Approval(&'a str),
+    Session(&'a str),
+}
+
+/// What [`forward_target`] asks the platform to look up before it can name a request's run: an approval's run
+/// (the approval index), or the run a session's send or resume executes first
+/// ([`crate::runtime::Session::next_execution`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup<'a> {
+    /// The run of this approval.
+    Approval(&'a str),
+    /// The run this session's next send or resume executes first.
+    Session(&'a str),
 }
 
 /// The run (or approval) a request is about, when its run's object serves it in strict mode: every route under
@@ -460,14 +475,18 @@ fn about(head: &ApiRequest) -> Option<About<'_>> {
         ["runs", id, ..] if run_id_segment(id).is_ok() => Some(About::Run(id.to_string())),
         ["deliveries", id] if post && delivery_id_segment(id).is_ok() => Some(About::Run(delivery_run_id(id))),
         ["approvals", id] if post && approval_id_segment(id).is_ok() => Some(About::Approval(id)),
+        ["sessions", id] | ["sessions", id, "resume"] if post && validate_session_id(id).is_ok() => {
+            Some(About::Session(id))
+        }
         _ => None,
     }
 }
 
 /// In strict mode, where this request is served: by the object of the run it is about, once it is admitted
 /// (the token is checked here first, so an unauthenticated request wakes no object and neither `mode` nor the
-/// index is read): `/runs/{id}` and below, `POST /deliveries/{id}`, and `POST /approvals/{id}` when
-/// `approval_run` (the approval index) names a valid run. `None`: the request is served where it arrived
+/// index is read): `/runs/{id}` and below, `POST /deliveries/{id}`, `POST /approvals/{id}` when `lookup` (the
+/// approval index) names a valid run, and `POST /sessions/{id}` and `/sessions/{id}/resume` to the object of the
+/// run `lookup` says the session executes first (its unfinished newest turn, else its next one). `None`: the request is served where it arrived
 /// (listings, compare, health, every refusal; an approval the index does not know, or cannot be read for, whose
 /// resolution there answers `STEADFAST_APPROVAL_NOT_FOUND` or the index's error as in KV mode), and always in KV
 /// mode.
@@ -475,7 +494,7 @@ pub async fn forward_target(
     head: &ApiRequest,
     token: Option<&str>,
     mode: impl FnOnce() -> Result<StoreMode>,
-    approval_run: impl AsyncFnOnce(&str) -> Result<Option<String>>,
+    lookup: impl AsyncFnOnce(Lookup<'_>) -> Result<Option<String>>,
 ) -> Option<Forward> {
     if !matches!(admit(head, token, false), Ok(Admission::Serve)) {
         return None;
@@ -484,12 +503,14 @@ pub async fn forward_target(
     if mode().ok() != Some(StoreMode::DurableObject) {
         return None;
     }
-    match about {
-        About::Run(run) => Some(Forward { run, name_run: false }),
-        About::Approval(id) => match approval_run(id).await {
-            Ok(Some(run)) if validate_run_id(&run).is_ok() => Some(Forward { run, name_run: true }),
-            _ => None,
-        },
+    let asked = match about {
+        About::Run(run) => return Some(Forward { run, name_run: false }),
+        About::Approval(id) => Lookup::Approval(id),
+        About::Session(id) => Lookup::Session(id),
+    };
+    match lookup(asked).await {
+        Ok(Some(run)) if validate_run_id(&run).is_ok() => Some(Forward { run, name_run: true }),
+        _ => None,
     }
 }
 
@@ -498,7 +519,9 @@ pub async fn forward_target(
 pub fn object_run(head: &ApiRequest) -> Option<String> {
     match about(head)? {
         About::Run(run) => Some(run),
-        About::Approval(_) => head.header(RUN_HEADER).filter(|r| validate_run_id(r).is_ok()).map(str::to_string),
+        About::Approval(_) | About::Session(_) => {
+            head.header(RUN_HEADER).filter(|r| validate_run_id(r).is_ok()).map(str::to_string)
+        }
     }
 }
 
@@ -949,12 +972,23 @@ impl Api {
                 match *action {
                     "resume" => {
                         parse_body::<Value>(&req.body, true)?;
-                        Ok(match session.resume(SendOptions::default()).await? {
-                            Some(r) => ApiResponse::ok(&r),
-                            None => ApiResponse::ok(
-                                &json!({"sessionId": id, "resumed": false, "reason": "nothing to resume"}),
-                            ),
-                        })
+                        let (sink, opts) = self.start_sink(SendOptions::default());
+                        let agent = self.agent.clone();
+                        let session_id = id.to_string();
+                        let run = async move {
+                            let resumed = match agent.session(&session_id) {
+                                Ok(s) => s.resume(opts).await,
+                                Err(e) => Err(e),
+                            };
+                            match resumed {
+                                Ok(Some(r)) => ApiResponse::ok(&r),
+                                Ok(None) => ApiResponse::ok(
+                                    &json!({"sessionId": session_id, "resumed": false, "reason": "nothing to resume"}),
+                                ),
+                                Err(e) => ApiResponse::error(&e),
+                            }
+                        };
+                        Ok(self.execute(req, sink, Box::pin(run), None).await)
                     }
                     "fork" => {
                         let body: SessionForkBody = parse_body(&req.body, false)?.ok_or_else(|| bad("empty body"))?;
@@ -1000,7 +1034,7 @@ impl Api {
         let sse = req.header("accept").is_some_and(|a| a.contains("text/event-stream"));
         let (sender, frames) = sse.then(frame_queue).unzip();
         let start = Rc::new(StartSink { frames: sender, ..StartSink::default() });
-        let events: Option<Rc<dyn EventSink>> = sse.then(|| start.clone() as _);
+        let events: Option<Rc<dyn EventSink>> = (sse || self.spawner.is_some()).then(|| start.clone() as _);
         let opts = SendOptions { business_state, events, ..SendOptions::default() };
         let agent = self.agent.clone();
         let session_id = id.to_string();
@@ -1011,8 +1045,8 @@ impl Api {
             };
             res.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::ok(&r))
         };
-        // Sessions execute in the request (strict mode forwards only `/runs/…` to an object).
-        Ok(self.execute_here(start, Box::pin(run), frames).await)
+        // In strict mode, in the object of the turn it executes first (a task of the object's, as a run's send).
+        Ok(self.execute(req, start, Box::pin(run), frames).await)
     }
 
     async fn send(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {

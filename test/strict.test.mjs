@@ -171,6 +171,28 @@ test("strict mode: live events from the run's object to several watchers: one jo
   assert.equal(srv.state.calls.length - before, 2, "each call ran once");
 });
 
+test("strict mode: a session's send executes in the object of the turn it starts: 202 with Prefer: respond-async before its slow tool ends, the turn finishes with no cron tick, the next send goes to the next turn's object", { timeout: 60000 }, async () => {
+  const [a, b] = replicas(oneSlowCall);
+  const before = srv.state.calls.length;
+  for (const n of [1, 2]) {
+    const started = Date.now();
+    const accepted = await call(a, "POST", "/sessions/chat-1", { input: `turn ${n}` }, { prefer: "respond-async" });
+    assert.equal(accepted.status, 202, accepted.text);
+    assert.deepEqual(accepted.json, { runId: `chat-1.turn-${n}`, status: "accepted" });
+    assert.ok(Date.now() - started < srv.state.delayMs, "answered before the tool could finish");
+    const done = await waitFor(async () => {
+      const r = await call(b, "GET", "/sessions/chat-1");
+      return r.status === 200 && r.json.turns.length === n && r.json.turns[0].status === "finished" && r;
+    });
+    assert.ok(done, `turn ${n} finished in its object, without its client and without a cron tick`);
+  }
+  assert.equal(srv.state.calls.length - before, 2, "one tool call per turn, each once");
+  // Resuming a session with nothing unfinished: answered by the next turn's object, which runs nothing.
+  const resumed = await call(b, "POST", "/sessions/chat-1/resume");
+  assert.deepEqual([resumed.status, resumed.json.resumed], [200, false], resumed.text);
+  assert.deepEqual((await call(a, "GET", "/runs")).json.runs, [], "nothing left unfinished");
+});
+
 test("strict mode: two Worker instances send to one run at once: one runs it, the other gets STEADFAST_SESSION_BUSY, the tool runs once", { timeout: 60000 }, async () => {
   const [a, b] = replicas(oneSlowCall);
   for (let round = 0; round < 3; round++) {

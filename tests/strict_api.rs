@@ -19,7 +19,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use steadfast::api::{forward_target, object_run, Api, ApiRequest, ApiResponse, Forward, Spawner, RUN_HEADER};
+use steadfast::api::{forward_target, object_run, Api, ApiRequest, ApiResponse, Forward, Lookup, Spawner, RUN_HEADER};
 use steadfast::config::StoreMode;
 use steadfast::runtime::{FnTool, ManualClock, MockModel, MockTurn, Rng, Sleep, SplitMix64, Tool, ToolOutput};
 use steadfast::store::object::{LocalObjects, ObjectStore};
@@ -50,10 +50,11 @@ fn head(method: &str, path: &str, headers: &[(&str, &str)]) -> ApiRequest {
 
 /// Generated: a request goes to a run's object exactly when it is admitted (the token configured and given,
 /// a declared size within the limit), it is about one run (`/runs/{valid id}` or below, `POST /deliveries/{id}`,
-/// `POST /approvals/{id}` whose index entry names a valid run) and the store is `durable-object`; the
-/// configuration (the mode) is read only for an admitted request about a run, the approval index only after
-/// that for an approval in strict mode; an approval the index does not know (or cannot be read for) is served
-/// where it arrived. Inside the object, [`object_run`] finds the same run again from what the Worker sent.
+/// `POST /approvals/{id}` whose index entry names a valid run, `POST /sessions/{valid id}` and its `resume`, to
+/// the turn the session executes first) and the store is `durable-object`; the configuration (the mode) is read
+/// only for an admitted request about a run, the lookup (approval index, session turns) only after that in
+/// strict mode; an approval or session the lookup cannot name a run for (or cannot be read for) is served where
+/// it arrived. Inside the object, [`object_run`] finds the same run again from what the Worker sent.
 #[test]
 fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_generated() {
     // (path, the run by path, the approval by path, methods that forward)
@@ -77,6 +78,12 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
         ("/approvals/a.b", None, None, &[]),
         ("/approvals/apr_1/x", None, None, &[]),
         ("/deliveries/d-1", Some("dlv-d-1"), None, &["POST"]),
+        ("/sessions/s1", None, Some("session:s1"), &["POST"]),
+        ("/sessions/s1/resume", None, Some("session:s1"), &["POST"]),
+        ("/sessions/s1/fork", None, None, &[]),
+        ("/sessions/s1/discard-pending", None, None, &[]),
+        ("/sessions/bad.id", None, None, &[]),
+        ("/sessions/", None, None, &[]),
         ("/deliveries/", None, None, &[]),
         ("/compare/a/b", None, None, &[]),
         ("/health", None, None, &[]),
@@ -84,10 +91,12 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
         ("/", None, None, &[]),
         ("/nope/a", None, None, &[]),
     ];
-    // The index: apr_1 names run `held-1`, apr_2 a value that is no run id; any other approval is unknown.
+    // The lookups: apr_1 names run `held-1`, apr_2 a value that is no run id; any other approval is unknown;
+    // session s1 executes its turn 4 next.
     let index = |id: &str| match id {
         "apr_1" => Some("held-1".to_string()),
         "apr_2" => Some("not a run id".to_string()),
+        "session:s1" => Some("s1.turn-4".to_string()),
         _ => None,
     };
     for_seeds("only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_generated", 0..600, |seed| {
@@ -127,12 +136,16 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
                     Ok(mode)
                 }
             },
-            async |id: &str| {
+            async |asked: Lookup<'_>| {
                 lookups.set(lookups.get() + 1);
+                let key = match asked {
+                    Lookup::Approval(id) => id.to_string(),
+                    Lookup::Session(id) => format!("session:{id}"),
+                };
                 if index_fails {
                     Err(steadfast::Error::new(steadfast::ErrorCode::StoreUnavailable, "KV is down"))
                 } else {
-                    Ok(index(id))
+                    Ok(index(&key))
                 }
             },
         ));
@@ -145,9 +158,9 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
         let strict = admitted && about && !mode_fails && mode == StoreMode::DurableObject;
         let expected = match (run, approval) {
             (Some(run), _) => Some(Forward { run: run.into(), name_run: false }),
-            (None, Some(a)) => {
-                index(a).filter(|r| !index_fails && r == "held-1").map(|run| Forward { run, name_run: true })
-            }
+            (None, Some(a)) => index(a)
+                .filter(|r| !index_fails && (r == "held-1" || r == "s1.turn-4"))
+                .map(|run| Forward { run, name_run: true }),
             (None, None) => None,
         }
         .filter(|_| strict);

@@ -166,6 +166,17 @@ impl Session<'_> {
         Ok(cp.map(|cp| (n, cp)))
     }
 
+    /// The run this session's next send or resume executes first: its newest turn while that is unfinished,
+    /// else the next turn (`<id>.turn-1` for a session with none). Strict mode serves such a request in that
+    /// run's object.
+    pub async fn next_execution(&self) -> Result<String> {
+        Ok(match self.latest().await? {
+            None => turn_run_id(&self.id, 1),
+            Some((n, cp)) if cp.status == RunStatus::Finished => turn_run_id(&self.id, n + 1),
+            Some((n, _)) => turn_run_id(&self.id, n),
+        })
+    }
+
     /// Sends the next turn: finishes an unfinished newest turn first (its pending calls, then the model), then
     /// starts turn n+1 from the conversation so far with `input`. When finishing that turn is aborted (the
     /// options' signal), its result is returned and `input` is not sent. Refused with

@@ -16,7 +16,7 @@ mod platform;
 pub use object::StubClient;
 pub use platform::{FetchClient, WorkersAi};
 
-use crate::api::{forward_target, serve, Api, ApiRequest, ApiResponse, Host};
+use crate::api::{forward_target, serve, Api, ApiRequest, ApiResponse, Host, Lookup};
 use crate::config::{AgentConfig, ConfigCache, StoreMode};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::providers::ModelPlatform;
@@ -361,12 +361,19 @@ pub async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Respo
     let head = request_head(&req)?;
     let token = secret(&env, "STEADFAST_TOKEN");
     // Strict mode: a run's requests go to its object, which serves them (and executes the run); an approval's
-    // run is the one its index entry names.
+    // run is the one its index entry names, a session's the turn it executes first.
     let forward = forward_target(
         &head,
         token.as_deref(),
         || config(&env).map(|c| c.store),
-        async |id: &str| approval_index(&env)?.approval_run(id).await,
+        async |asked: Lookup<'_>| match asked {
+            Lookup::Approval(id) => approval_index(&env)?.approval_run(id).await,
+            Lookup::Session(id) => {
+                let cfg = config(&env)?;
+                let agent = build_agent(&env, &cfg, &Runs::Configured)?;
+                agent.session(id)?.next_execution().await.map(Some)
+            }
+        },
     )
     .await;
     if let Some(f) = forward {
