@@ -172,7 +172,9 @@ test("strict mode: live events from the run's object to several watchers: one jo
 });
 
 test("strict mode: a session's send executes in the object of the turn it starts: 202 with Prefer: respond-async before its slow tool ends, the turn finishes with no cron tick, the next send goes to the next turn's object", { timeout: 60000 }, async () => {
-  const [a, b] = replicas(oneSlowCall);
+  // The mock model reads the session's whole conversation: a script for two turns.
+  const turn = [{ toolCalls: [{ name: "lookup", args: { q: "x" } }] }, { text: "looked up" }];
+  const [a, b] = replicas({ ...oneSlowCall, model: { provider: "mock", script: [...turn, ...turn] } });
   const before = srv.state.calls.length;
   for (const n of [1, 2]) {
     const started = Date.now();
