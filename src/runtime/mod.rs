@@ -34,9 +34,9 @@ pub(crate) mod traits;
 pub(crate) mod watch;
 
 pub use crate::rng::{Rng, SplitMix64};
-pub use crate::time::{Clock, Sleep};
 #[cfg(feature = "testing")]
-pub use crate::time::{ManualClock, ManualSleep, SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
+pub use crate::time::{yield_now, ManualClock, ManualSleep, SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
+pub use crate::time::{Clock, Sleep};
 #[cfg(not(target_arch = "wasm32"))]
 pub use crate::time::{SystemClock, ThreadSleep};
 pub use agent::{Agent, AgentBuilder, Input, Warn};

@@ -56,16 +56,7 @@ impl ManualSleep {
 #[async_trait(?Send)]
 impl Sleep for ManualSleep {
     async fn sleep(&self, ms: u64) {
-        let mut yielded = false;
-        futures::future::poll_fn(|cx| {
-            if yielded {
-                return std::task::Poll::Ready(());
-            }
-            yielded = true;
-            cx.waker().wake_by_ref();
-            std::task::Poll::Pending
-        })
-        .await;
+        super::yield_now().await;
         self.slept.borrow_mut().push(ms);
         self.clock.advance(ms);
     }

@@ -19,6 +19,22 @@ pub use manual::{ManualClock, ManualSleep};
 #[cfg(feature = "testing")]
 pub use sim::{SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
 
+/// Gives way once: the task wakes itself and returns to its executor, so the executor's other tasks run before
+/// it goes on (tests' tools and timers that must let others interleave).
+#[cfg(feature = "testing")]
+pub async fn yield_now() {
+    let mut yielded = false;
+    futures::future::poll_fn(|cx| {
+        if yielded {
+            return std::task::Poll::Ready(());
+        }
+        yielded = true;
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
 use async_trait::async_trait;
 
 /// Wall clock.

@@ -492,7 +492,7 @@ mod tests {
             exec.spawn(async move {
                 seen.borrow_mut().push((i, t.now_ms()));
                 for _ in 0..3 {
-                    yield_now().await;
+                    crate::time::yield_now().await;
                 }
                 seen.borrow_mut().push((i, t.now_ms()));
                 t.sleep(1).await;
@@ -505,20 +505,6 @@ mod tests {
         exec.run();
         assert_eq!(seen.borrow().len(), 9);
         assert_eq!(exec.now_ms(), 1);
-    }
-
-    /// Yields once to the executor (wakes itself, then completes).
-    async fn yield_now() {
-        let mut yielded = false;
-        futures::future::poll_fn(|cx| {
-            if yielded {
-                return Poll::Ready(());
-            }
-            yielded = true;
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        })
-        .await
     }
 
     #[test]

@@ -211,16 +211,5 @@ pub fn without_usage(messages: &[steadfast::core::transcript::Message]) -> Vec<s
         .collect()
 }
 
-/// Gives way once: other tasks of the executor run before this one goes on.
-pub async fn yield_now() {
-    let mut yielded = false;
-    futures::future::poll_fn(|cx| {
-        if yielded {
-            return std::task::Poll::Ready(());
-        }
-        yielded = true;
-        cx.waker().wake_by_ref();
-        std::task::Poll::Pending
-    })
-    .await
-}
+#[allow(unused_imports)]
+pub use steadfast::runtime::yield_now;
