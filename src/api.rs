@@ -65,8 +65,8 @@ use crate::core::schedule::CompiledSchedule;
 use crate::core::sweep::{SweepOptions, SweepState};
 use crate::runtime::traits::{EventSink, LocalFuture};
 use crate::runtime::{
-    delivery_run_id, Agent, ForkOptions, Resolve, SendOptions, SessionForkOptions, WatchOptions, WatchStart, Watched,
-    Watchers,
+    delivery_run_id, Agent, ForkOptions, Input, Resolve, SendOptions, SessionForkOptions, WatchOptions, WatchStart,
+    Watched, Watchers,
 };
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -743,10 +743,12 @@ impl Api {
     }
 
     /// The hub of watchers the agent's executions report to (strict mode: the run object's), so that
-    /// `GET /runs/{id}/events` hears of each entry at once and passes on the unrecorded events live; without
-    /// one, a watch reads the run every [`WatchOptions::poll_ms`].
+    /// `GET /runs/{id}/events` hears of each entry at once and passes on the unrecorded events live, reading the
+    /// run again only every [`WatchOptions::HUB_POLL_MS`] should it miss something; without one, a watch reads
+    /// the run every [`WatchOptions::poll_ms`].
     pub fn with_watchers(mut self, hub: Watchers) -> Api {
         self.watchers = Some(hub);
+        self.watch.poll_ms = WatchOptions::HUB_POLL_MS;
         self
     }
 
@@ -1029,13 +1031,7 @@ impl Api {
     /// `POST /sessions/{id}`: the session's next turn, answered like a send (SSE with
     /// `Accept: text/event-stream`).
     async fn session_send(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
-        let body: SendRequest = parse_body(&req.body, true)?.unwrap_or_default();
-        let (input, business_state) = body.into_parts()?;
-        let sse = req.header("accept").is_some_and(|a| a.contains("text/event-stream"));
-        let (sender, frames) = sse.then(frame_queue).unzip();
-        let start = Rc::new(StartSink { frames: sender, ..StartSink::default() });
-        let events: Option<Rc<dyn EventSink>> = (sse || self.spawner.is_some()).then(|| start.clone() as _);
-        let opts = SendOptions { business_state, events, ..SendOptions::default() };
+        let (input, start, opts, frames) = self.send_parts(req)?;
         let agent = self.agent.clone();
         let session_id = id.to_string();
         let run = async move {
@@ -1049,7 +1045,11 @@ impl Api {
         Ok(self.execute(req, start, Box::pin(run), frames).await)
     }
 
-    async fn send(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
+    /// What a send (of a run or a session) needs from its request: the input, the execution's [`StartSink`]
+    /// (with SSE frames for `Accept: text/event-stream`), the options (business state; the sink as the events'
+    /// sink for an SSE answer or a spawned execution) and the frames' reader.
+    #[allow(clippy::type_complexity)]
+    fn send_parts(&self, req: &ApiRequest) -> Result<(Input, Rc<StartSink>, SendOptions, Option<FrameReader>)> {
         // An empty body is an empty request (one that does not parse was refused by `?`).
         let body: SendRequest = parse_body(&req.body, true)?.unwrap_or_default();
         let (input, business_state) = body.into_parts()?;
@@ -1057,7 +1057,11 @@ impl Api {
         let (sender, frames) = sse.then(frame_queue).unzip();
         let start = Rc::new(StartSink { frames: sender, ..StartSink::default() });
         let events: Option<Rc<dyn EventSink>> = (sse || self.spawner.is_some()).then(|| start.clone() as _);
-        let opts = SendOptions { business_state, events, ..SendOptions::default() };
+        Ok((input, start, SendOptions { business_state, events, ..SendOptions::default() }, frames))
+    }
+
+    async fn send(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
+        let (input, start, opts, frames) = self.send_parts(req)?;
         let agent = self.agent.clone();
         let run_id = id.to_string();
         let run = async move {
@@ -1205,6 +1209,8 @@ impl Api {
                         sender.send(sse_frame(&e));
                     }
                     Watched::Through(c) => sender.send(sse_id(c)),
+                    // About to wait: not for a client that left.
+                    Watched::Waiting => {}
                 }
                 true
             };

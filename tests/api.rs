@@ -913,3 +913,31 @@ fn the_runs_listing_says_what_the_sweep_will_do_next_with_each_run() {
     assert_eq!(soft["attempts"], 1, "{v}");
     assert_eq!(next("soft"), json!({"plan": "backoff", "at": soft["savedAt"].as_u64().unwrap() + 5_000}), "{v}");
 }
+
+/// What the SSE framing adds per event (README, BENCHMARKS.md `sse_overhead_bytes_per_event`): a `text.delta`
+/// block is its JSON and 26 bytes (`event: text.delta`, `data: `, the blank line); over a streamed run with its
+/// id-only position blocks, 26.0 bytes an event to one decimal over 1,000 deltas (the benchmark's run).
+/// Deterministic, so asserted.
+#[test]
+fn the_sse_framing_adds_26_bytes_an_event() {
+    let (env, _) = journal_env(MemoryKv::new());
+    let words: Vec<String> = (0..1000).map(|i| format!("w{i}")).collect();
+    let model = MockModel::new(vec![MockTurn::text(words.join(" "))]).streaming();
+    let api = Api::new(env.agent(model, vec![]), Some(TOKEN.into()));
+    let mut r = req("POST", "/runs/framed", r#"{"input": "talk"}"#);
+    r.headers.push(("accept".into(), "text/event-stream".into()));
+    let body = block_on(async { api.handle(r).await.collected().await }).body;
+    let (mut payload, mut events, mut deltas) = (0usize, 0usize, 0usize);
+    for block in body.split("\n\n").filter(|b| !b.is_empty()) {
+        let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else { continue };
+        payload += data.len();
+        events += 1;
+        if block.starts_with("event: text.delta\n") {
+            deltas += 1;
+            assert_eq!(block.len() + 2 - data.len(), 26, "{block}");
+        }
+    }
+    assert!(deltas >= 1000, "{deltas} deltas");
+    let per_event = (body.len() - payload) as f64 / events as f64;
+    assert!(per_event < 26.05, "{per_event:.3} bytes of framing an event");
+}

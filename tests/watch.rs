@@ -452,3 +452,38 @@ fn with_a_hub_watchers_hear_at_once_and_one_joining_mid_run_gets_the_missed_even
         assert_eq!(c.get(k), 1, "{k}: watching ran nothing again");
     }
 }
+
+#[test]
+fn a_watcher_that_left_stops_the_watch_before_it_reads_the_run_again() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store: Rc<dyn RunStore> = Rc::new(MemoryStore::new());
+    let c = Counters::default();
+    let runner = agent(store.clone(), &clock, Rc::new(ManualSleep::new(clock.clone())), None, &c);
+    let watching = agent(store.clone(), &clock, Rc::new(ManualSleep::new(clock.clone())), None, &c);
+    let mut pool = LocalPool::new();
+    let (waits, ended_while_running) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(false)));
+    let (w, e) = (waits.clone(), ended_while_running.clone());
+    let opts = WatchOptions { poll_ms: 5, max_ms: 10_000_000 };
+    pool.spawner()
+        .spawn_local(async move {
+            exists(&watching, "gone").await;
+            // The client goes as soon as the watch would wait for news.
+            let push = |x: Watched| match x {
+                Watched::Waiting => {
+                    w.set(w.get() + 1);
+                    false
+                }
+                _ => true,
+            };
+            watching.watch("gone", Cursor::default(), None, opts, &push).await.unwrap();
+            let cp = watching.load("gone").await.unwrap().unwrap();
+            e.set(cp.status == steadfast::core::checkpoint::RunStatus::InProgress);
+        })
+        .unwrap();
+    pool.spawner()
+        .spawn_local(async move { drop(runner.send("gone", "go", SendOptions::default()).await.unwrap()) })
+        .unwrap();
+    pool.run_until_stalled();
+    assert_eq!(waits.get(), 1, "asked once, then it stopped");
+    assert!(ended_while_running.get(), "the watch ended with its watcher, not with the run");
+}

@@ -46,6 +46,9 @@ pub enum Watched {
     Event(Event, Option<u64>),
     /// The watcher has now seen everything through this cursor (the SSE `id:`).
     Through(Cursor),
+    /// Nothing new: the watch is about to wait (answer `false` if the watcher is gone, and it stops reading the
+    /// run).
+    Waiting,
 }
 
 /// How a watch waits.
@@ -56,6 +59,11 @@ pub struct WatchOptions {
     pub poll_ms: u64,
     /// How long one watch lasts at most; the watcher then comes back with its last cursor.
     pub max_ms: u64,
+}
+
+impl WatchOptions {
+    /// How often a watch told by a hub of watchers reads the run anyway (a fallback; the hub tells it at once).
+    pub const HUB_POLL_MS: u64 = 10_000;
 }
 
 impl Default for WatchOptions {
@@ -182,6 +190,9 @@ impl Agent {
             }
             let now = self.deps.now();
             if now >= deadline {
+                return Ok(());
+            }
+            if !push(Watched::Waiting) {
                 return Ok(());
             }
             let wait = opts.poll_ms.max(1).min(deadline - now);

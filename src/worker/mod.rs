@@ -21,7 +21,7 @@ use crate::config::{AgentConfig, ConfigCache, StoreMode};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::providers::ModelPlatform;
 use crate::runtime::traits::LocalFuture;
-use crate::runtime::{Agent, RunResult, SweepListener, WatchOptions, Watchers};
+use crate::runtime::{Agent, RunResult, SweepListener, Watchers};
 use crate::store::object::{ObjectClient, ObjectStore, OwnObject, RunObjectCore};
 use crate::store::{JournalOptions, JournalStore, PendingRun, RunStore};
 use crate::tools::demo::{demo_counts, demo_tools};
@@ -228,10 +228,8 @@ impl Host for WorkerHost<'_> {
         let mut api =
             Api::new(agent, token).with_schedules(cfg.compiled_schedules()?).with_recovery(cfg.recovery.clone());
         if let Runs::Object(_, _, state, hub) = &self.runs {
-            // Every execution of the run happens in its object and tells the hub: a watch waits for it, and
-            // reads the run again only every 10 s should it miss something.
-            let watch = WatchOptions { poll_ms: 10_000, ..WatchOptions::default() };
-            api = api.with_watchers(hub.clone()).with_watch_options(watch);
+            // Every execution of the run happens in its object and tells the hub.
+            api = api.with_watchers(hub.clone());
             // Inside the run's object: runs execute as tasks of the object, not of the request, each with the
             // object's alarm set first for when its lease could be taken over (should the object die with it).
             let (state, at) = (state.clone(), api.agent().takeover_at());
