@@ -67,6 +67,9 @@ pub mod tools;
 #[cfg(any(feature = "worker", feature = "js"))]
 mod wasm_shared;
 
+#[cfg(any(feature = "worker", feature = "js"))]
+pub mod durable_sql;
+
 #[cfg(feature = "worker")]
 mod worker;
 

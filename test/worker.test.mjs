@@ -621,6 +621,9 @@ test("the test build's /__conformance needs the token, then passes the store sui
   // row written per durable boundary (measured by SQLite's rows_written, asserted inside the Worker).
   assert.match(r.text, /store conformance on DurableObject: ok \(11 suites, strict fencing\)/);
   assert.match(r.text, /strict_writes_per_boundary=1\.00 \(40 rows for 40 boundaries\)/);
+  // The runs kept inside one object, as the npm package's durableObjectStore keeps them (SqlRuns + SqlIndex
+  // over the object's SQL storage, run inside a real local object), strict fencing asserted.
+  assert.match(r.text, /store conformance on the runs of one Durable Object \(durableObjectStore\): ok \(11 suites, strict fencing\)/);
   console.log(r.text);
 });
 

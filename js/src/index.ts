@@ -5,7 +5,7 @@
 //   model.ts       the model interface a JS provider implements
 //   tools.ts       tools (`defineTool`)
 //   hooks.ts       hooks (`progressGuard`, `outputCheck`, custom `defineHook`)
-//   stores.ts      `memoryStore`, `kvStore`
+//   stores.ts      `memoryStore`, `kvStore`, `durableObjectStore`
 //   mock_model.ts  the scripted `mockModel`
 //   recovery.ts    sweep options and the `recover` loop
 //   session.ts     `agent.session({ id })`
@@ -68,7 +68,16 @@ export {
   type ProgressGuardHook,
   type ProgressGuardOptions,
 } from "./hooks.js";
-export { kvStore, memoryStore, type KVNamespaceLike, type KvStoreOptions, type Store } from "./stores.js";
+export {
+  durableObjectStore,
+  kvStore,
+  memoryStore,
+  type DurableObjectStorageLike,
+  type DurableObjectStoreOptions,
+  type KVNamespaceLike,
+  type KvStoreOptions,
+  type Store,
+} from "./stores.js";
 export { mockModel, ProviderHttpError, type MockModel, type MockModelOptions, type MockTurn } from "./mock_model.js";
 export type { RecoverOptions, Recovery, RecoveryRun, SweepOptions } from "./recovery.js";
 export type {

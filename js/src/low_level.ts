@@ -35,6 +35,12 @@ export function newKvStore(namespace: unknown, optionsJson?: string, clock?: unk
   return JsStore.kv(namespace, optionsJson ?? null, clock ?? null);
 }
 
+/** Strict mode's store in a Durable Object's SQLite storage (`storage`: its `ctx.storage`). */
+export function newDurableObjectStore(storage: unknown, prefix?: string, clock?: unknown): JsStore {
+  check();
+  return JsStore.durableObject(storage, prefix ?? null, clock ?? null);
+}
+
 /** Compares two runs given as JSON (checkpoints or transcripts); the Comparison JSON. */
 export function compareRuns(aJson: string, bJson: string): string {
   check();

@@ -1,5 +1,6 @@
-// Stores: in-memory, or a journal over a Workers KV namespace (both held by the wasm core).
-import { newKvStore, newMemoryStore } from "./low_level.js";
+// Stores: in-memory, a journal over a Workers KV namespace, or strict mode's store inside a Durable Object (all
+// held by the wasm core).
+import { newDurableObjectStore, newKvStore, newMemoryStore } from "./low_level.js";
 import { SteadfastError, sync } from "./errors.js";
 import type { JournalOptions } from "./generated/JournalOptions.js";
 import type { Clock } from "./clock.js";
@@ -13,7 +14,7 @@ export interface StoreHandle {
 
 /** A run store handle; agents created with the same handle share its runs and approvals. */
 export interface Store {
-  readonly kind: "memory" | "kv";
+  readonly kind: "memory" | "kv" | "durable-object";
   readonly [HANDLE]: StoreHandle;
 }
 
@@ -49,6 +50,47 @@ export function memoryStore(): Store {
 export function kvStore(namespace: KVNamespaceLike, options: KvStoreOptions = {}): Store {
   const { clock, ...journal } = options;
   return { kind: "kv", [HANDLE]: sync(() => newKvStore(namespace, JSON.stringify(journal), clock)) as unknown as StoreHandle };
+}
+
+/**
+ * The part of a SQLite-backed Durable Object's `ctx.storage` the store uses: `sql.exec` (synchronous
+ * statements) and `transactionSync`.
+ */
+export interface DurableObjectStorageLike {
+  readonly sql: { exec(query: string, ...bindings: unknown[]): unknown };
+  transactionSync<T>(closure: () => T): T;
+}
+
+/** Options of a Durable Object store. */
+export interface DurableObjectStoreOptions {
+  /** Keeps this store's runs apart from another store's in the same object (default none). */
+  prefix?: string;
+  /** The clock the store reads instead of the platform's; see `testClock`. */
+  clock?: Clock;
+}
+
+/**
+ * Strict mode's store inside your own SQLite-backed Durable Object (`durableObjectStore(ctx)` or
+ * `durableObjectStore(ctx.storage)`): the runs' journals (one row per durable boundary), leases, approvals and
+ * their index live in tables of the object's storage (`steadfast_journal`, `steadfast_meta`, `steadfast_index`).
+ * The object is single-threaded and its storage strongly consistent, so a lease excludes a second owner and a
+ * stale owner's commit is refused (`STEADFAST_SESSION_BUSY`); there is no settle window. The class must be
+ * declared with `new_sqlite_classes` in its wrangler migration. Runs live as long as the object's storage;
+ * recover them from the object's `alarm()` with `agent.sweep()`.
+ */
+export function durableObjectStore(
+  state: { readonly storage: DurableObjectStorageLike } | DurableObjectStorageLike,
+  options: DurableObjectStoreOptions = {},
+): Store {
+  // Anything else reaches the core, which refuses it with STEADFAST_CONFIG_INVALID.
+  const storage =
+    typeof state === "object" && state !== null && "sql" in state
+      ? state
+      : (state as { storage?: DurableObjectStorageLike } | undefined)?.storage;
+  return {
+    kind: "durable-object",
+    [HANDLE]: sync(() => newDurableObjectStore(storage, options.prefix, options.clock)) as unknown as StoreHandle,
+  };
 }
 
 /** The low-level store of an agent's `store` option. */

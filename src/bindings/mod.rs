@@ -44,12 +44,14 @@ use crate::core::schedule::{compile_all, CompiledSchedule, Schedule};
 use crate::core::sweep::SweepOptions;
 use crate::core::trajectory::compare_json;
 use crate::core::transcript::{Message, ToolCall};
+use crate::durable_sql::{Sql, SqlIndex, SqlRuns};
 use crate::runtime::{
     AbortSignal, Agent, AgentBuilder, AgentOptions, Clock, EventSink, ForkOptions, Hook, HookContext, Input, Model,
     ModelFeed, ModelRequest, NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult,
     ScheduleOutcome, SendOptions, SessionForkOptions, Sleep, SweepListener, Tool, ToolContext, ToolError, ToolOutput,
     ToolResultDraft, VecSink, Verdict,
 };
+use crate::store::object::ObjectStore;
 use crate::store::{JournalOptions, JournalStore, MemoryStore, PendingRun, RunStore};
 use crate::wasm_shared::{
     absent, call_async, from_value, js_message, js_rng, method, prop, set, settle, to_value, JsClock, JsSleep,
@@ -775,6 +777,25 @@ impl JsStore {
         let kv = WorkersKv::new(namespace).map_err(|e| js_error(&e))?;
         let store = JournalStore::new(kv, clock, sleep, opts);
         Ok(JsStore { store: Rc::new(store) })
+    }
+
+    /// Strict mode's store inside an application's own SQLite-backed Durable Object: the runs' journals, leases
+    /// and approvals, and their index, in tables of `storage` (the object's `ctx.storage`), with strict fencing
+    /// (a stale owner's commit is refused) and no settle window. `prefix` (optional) keeps several stores apart
+    /// in one object. `clock` as for [`JsStore::kv`].
+    #[wasm_bindgen(js_name = durableObject)]
+    pub fn durable_object(
+        storage: JsValue,
+        prefix: Option<String>,
+        clock: Option<JsValue>,
+    ) -> std::result::Result<JsStore, JsValue> {
+        let sql = Sql::new(storage);
+        sql.check().map_err(|e| js_error(&e))?;
+        let (clock, _) =
+            clock_of(&clock.unwrap_or(JsValue::UNDEFINED), "the store's clock").map_err(|e| js_error(&e))?;
+        let prefix = prefix.unwrap_or_default();
+        let runs = SqlRuns::new(sql.clone(), prefix.clone());
+        Ok(JsStore { store: Rc::new(ObjectStore::new(runs, SqlIndex::new(sql), prefix, clock)) })
     }
 
     /// `"memory"` for a new in-memory store, or a `KVNamespace` for a journal store with default options.

@@ -98,7 +98,7 @@ enum Runs {
     Configured,
     /// Inside the object of this run (strict mode): its own storage for it, the stubs for any other run, and
     /// the object's watchers (told of every execution's events).
-    Object(String, Rc<RunObjectCore<object::SqlObjectStorage>>, Rc<worker::State>, Watchers),
+    Object(String, Rc<RunObjectCore<crate::durable_sql::SqlObjectStorage>>, Rc<worker::State>, Watchers),
 }
 
 fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
@@ -290,7 +290,8 @@ async fn conformance(env: &Env) -> Result<String> {
     run_all(&make, &Capabilities { strict_fencing: false }).await;
     let kv_suites = n.get();
     let strict = conformance_objects(env, &kv, started).await?;
-    Ok(format!("store conformance on WorkersKv: ok ({kv_suites} suites)\n{strict}"))
+    let runs = object::StubClient::new(env)?.conformance_runs(&format!("conformance/{started}/runs")).await?;
+    Ok(format!("store conformance on WorkersKv: ok ({kv_suites} suites)\n{strict}\n{runs}"))
 }
 
 /// The same suite on the Durable Object store (strict fencing asserted) over the real `RUN_OBJECTS` binding,
@@ -395,7 +396,7 @@ async fn serve_in_object(
     head: ApiRequest,
     env: &Env,
     run_id: String,
-    core: Rc<RunObjectCore<object::SqlObjectStorage>>,
+    core: Rc<RunObjectCore<crate::durable_sql::SqlObjectStorage>>,
     state: Rc<worker::State>,
     hub: Watchers,
 ) -> worker::Result<Response> {
@@ -408,7 +409,7 @@ async fn serve_in_object(
 /// step is logged and looked at again once a lease could be taken over.
 async fn wake_object(
     env: &Env,
-    core: Rc<RunObjectCore<object::SqlObjectStorage>>,
+    core: Rc<RunObjectCore<crate::durable_sql::SqlObjectStorage>>,
     state: Rc<worker::State>,
     hub: Watchers,
 ) {

@@ -8,201 +8,16 @@
 
 use crate::api::{Forward, RUN_HEADER};
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::durable_sql::{Sql, SqlObjectStorage};
 use crate::runtime::Watchers;
-use crate::store::object::{JournalRow, ObjectClient, ObjectStorage, RunObjectCore, Write};
+use crate::store::object::{ObjectClient, RunObjectCore};
 use async_trait::async_trait;
-use std::cell::Cell;
 use std::rc::Rc;
-use wasm_bindgen::closure::Closure;
-use wasm_bindgen::{JsCast, JsValue};
-use worker::{
-    durable_object, DurableObject, Env, Headers, Method, Request, RequestInit, Response, SqlStorage, SqlStorageValue,
-    State,
-};
+use wasm_bindgen::JsValue;
+use worker::{durable_object, DurableObject, Env, Headers, Method, Request, RequestInit, Response, State};
 
 /// The binding of the run objects (wrangler.toml `[[durable_objects.bindings]]`).
 pub const BINDING: &str = "RUN_OBJECTS";
-
-const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS journal (seq INTEGER NOT NULL, part INTEGER NOT NULL, \
-    snap INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (seq, part)) WITHOUT ROWID; \
-    CREATE TABLE IF NOT EXISTS meta (k TEXT NOT NULL PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID";
-
-fn sql_error(e: impl std::fmt::Display) -> Error {
-    Error::new(ErrorCode::StoreFailed, format!("the run object's storage failed: {e}"))
-}
-
-/// [`ObjectStorage`] over a Durable Object's SQL storage.
-pub struct SqlObjectStorage {
-    sql: SqlStorage,
-    /// The storage object (for `transactionSync`).
-    raw: JsValue,
-    ready: Cell<bool>,
-    written: Rc<Cell<u64>>,
-}
-
-fn int(v: &SqlStorageValue) -> Result<u64> {
-    match v {
-        SqlStorageValue::Integer(i) => Ok(*i as u64),
-        SqlStorageValue::Float(f) => Ok(*f as u64),
-        SqlStorageValue::Null => Ok(0),
-        _ => Err(sql_error("expected a number, got text or bytes")),
-    }
-}
-
-fn text(v: SqlStorageValue) -> Result<String> {
-    match v {
-        SqlStorageValue::String(s) => Ok(s),
-        _ => Err(sql_error("expected text, got a number, bytes or null")),
-    }
-}
-
-/// Runs one statement and consumes it; the rows it wrote are added to `written`.
-fn run(
-    sql: &SqlStorage,
-    written: &Cell<u64>,
-    query: &str,
-    binds: Vec<SqlStorageValue>,
-) -> Result<Vec<Vec<SqlStorageValue>>> {
-    let cursor = sql.exec(query, binds).map_err(sql_error)?;
-    let rows = cursor.raw().collect::<worker::Result<Vec<_>>>().map_err(sql_error)?;
-    written.set(written.get() + cursor.rows_written() as u64);
-    Ok(rows)
-}
-
-fn apply(sql: &SqlStorage, written: &Cell<u64>, w: &Write) -> Result<()> {
-    match w {
-        Write::Insert(r) => run(
-            sql,
-            written,
-            "INSERT INTO journal (seq, part, snap, body) VALUES (?, ?, ?, ?)",
-            vec![(r.seq as i64).into(), (r.part as i64).into(), (r.snap as i64).into(), r.body.as_str().into()],
-        ),
-        Write::DeleteRowsFrom(from) => {
-            run(sql, written, "DELETE FROM journal WHERE seq >= ?", vec![(*from as i64).into()])
-        }
-        Write::Put(k, v) => run(
-            sql,
-            written,
-            "INSERT INTO meta (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v",
-            vec![k.as_str().into(), v.as_str().into()],
-        ),
-        Write::Remove(k) => run(sql, written, "DELETE FROM meta WHERE k = ?", vec![k.as_str().into()]),
-    }
-    .map(|_| ())
-}
-
-impl SqlObjectStorage {
-    /// The storage of the object with this state.
-    pub fn new(state: &State) -> SqlObjectStorage {
-        let storage = state.storage();
-        SqlObjectStorage {
-            sql: storage.sql(),
-            raw: AsRef::<JsValue>::as_ref(storage.as_raw()).clone(),
-            ready: Cell::new(false),
-            written: Rc::new(Cell::new(0)),
-        }
-    }
-
-    fn exec(&self, query: &str, binds: Vec<SqlStorageValue>) -> Result<Vec<Vec<SqlStorageValue>>> {
-        if !self.ready.get() {
-            run(&self.sql, &self.written, SCHEMA, vec![])?;
-            self.ready.set(true);
-        }
-        run(&self.sql, &self.written, query, binds)
-    }
-
-    fn rows(&self, query: &str, binds: Vec<SqlStorageValue>) -> Result<Vec<JournalRow>> {
-        self.exec(query, binds)?
-            .into_iter()
-            .map(|r| {
-                let mut it = r.into_iter();
-                let mut next = || it.next().ok_or_else(|| sql_error("a journal row has too few columns"));
-                Ok(JournalRow {
-                    seq: int(&next()?)?,
-                    part: int(&next()?)? as u32,
-                    snap: int(&next()?)? != 0,
-                    body: text(next()?)?,
-                })
-            })
-            .collect()
-    }
-}
-
-impl ObjectStorage for SqlObjectStorage {
-    fn rows_from(&self, from: u64) -> Result<Vec<JournalRow>> {
-        self.rows(
-            "SELECT seq, part, snap, body FROM journal WHERE seq >= ? ORDER BY seq, part",
-            vec![(from as i64).into()],
-        )
-    }
-
-    fn rows_from_last_snapshot(&self) -> Result<Vec<JournalRow>> {
-        self.rows(
-            "SELECT seq, part, snap, body FROM journal WHERE seq >= \
-             (SELECT COALESCE(MAX(seq), 0) FROM journal WHERE snap = 1) ORDER BY seq, part",
-            vec![],
-        )
-    }
-
-    fn last_seq(&self) -> Result<u64> {
-        let rows = self.exec("SELECT COALESCE(MAX(seq), 0) FROM journal", vec![])?;
-        rows.first().and_then(|r| r.first()).map(int).unwrap_or(Ok(0))
-    }
-
-    fn get(&self, key: &str) -> Result<Option<String>> {
-        let rows = self.exec("SELECT v FROM meta WHERE k = ?", vec![key.into()])?;
-        rows.into_iter().next().and_then(|r| r.into_iter().next()).map(text).transpose()
-    }
-
-    fn list(&self, prefix: &str) -> Result<Vec<(String, String)>> {
-        // `k >= prefix AND k < prefix + U+10FFFF`: the keys starting with `prefix`, in key order, on the key.
-        let end = format!("{prefix}\u{10FFFF}");
-        self.exec("SELECT k, v FROM meta WHERE k >= ? AND k < ? ORDER BY k", vec![prefix.into(), end.into()])?
-            .into_iter()
-            .map(|r| {
-                let mut it = r.into_iter();
-                let k = text(it.next().ok_or_else(|| sql_error("a meta row has no key"))?)?;
-                let v = text(it.next().ok_or_else(|| sql_error("a meta row has no value"))?)?;
-                Ok((k, v))
-            })
-            .collect()
-    }
-
-    fn write(&self, writes: Vec<Write>) -> Result<()> {
-        if !self.ready.get() {
-            self.exec("SELECT 1", vec![])?;
-        }
-        if writes.len() <= 1 {
-            // One statement is atomic on its own.
-            return writes.iter().try_for_each(|w| apply(&self.sql, &self.written, w));
-        }
-        // Several: `transactionSync` (rolls back when the callback throws; not wrapped by workers-rs).
-        let failure: Rc<Cell<Option<Error>>> = Rc::new(Cell::new(None));
-        let (sql, written, slot) = (self.sql.clone(), self.written.clone(), failure.clone());
-        let body = Closure::once(move || -> std::result::Result<JsValue, JsValue> {
-            match writes.iter().try_for_each(|w| apply(&sql, &written, w)) {
-                Ok(()) => Ok(JsValue::UNDEFINED),
-                Err(e) => {
-                    let msg = JsValue::from_str(&e.message);
-                    slot.set(Some(e));
-                    Err(msg)
-                }
-            }
-        });
-        let tx = js_sys::Reflect::get(&self.raw, &"transactionSync".into())
-            .ok()
-            .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
-            .ok_or_else(|| sql_error("transactionSync is missing (the object is not SQLite-backed)"))?;
-        match tx.call1(&self.raw, body.as_ref().unchecked_ref()) {
-            Ok(_) => Ok(()),
-            Err(e) => Err(failure.take().unwrap_or_else(|| sql_error(crate::wasm_shared::js_message(&e)))),
-        }
-    }
-
-    fn rows_written(&self) -> u64 {
-        self.written.get()
-    }
-}
 
 /// The path of the store calls ([`ObjectCall`]) on a run object; every other path is an API request the Worker
 /// forwarded (strict mode).
@@ -221,7 +36,9 @@ pub struct RunObject {
 
 impl DurableObject for RunObject {
     fn new(state: State, env: Env) -> Self {
-        let core = Rc::new(RunObjectCore::new(SqlObjectStorage::new(&state)));
+        let core = Rc::new(RunObjectCore::new(SqlObjectStorage::one_run(Sql::new(
+            AsRef::<JsValue>::as_ref(state.storage().as_raw()).clone(),
+        ))));
         RunObject { core, state: Rc::new(state), env, hub: Watchers::new() }
     }
 
@@ -235,6 +52,10 @@ impl DurableObject for RunObject {
         if path == STORE_PATH {
             let call = req.text().await?;
             return Response::ok(self.core.handle_json(&call));
+        }
+        #[cfg(feature = "conformance")]
+        if path == CONFORMANCE_RUNS_PATH {
+            return Response::ok(conformance_runs(&self.state).await);
         }
         let head = super::request_head(&req)?;
         match crate::api::object_run(&head) {
@@ -251,6 +72,38 @@ impl DurableObject for RunObject {
             ),
         }
     }
+}
+
+/// (Test builds) The path on which an object runs the store conformance suite on runs kept in its own storage.
+#[cfg(feature = "conformance")]
+const CONFORMANCE_RUNS_PATH: &str = "/__conformance-runs";
+
+/// (Test builds) The store conformance suite on the runs kept in one object, as the npm package's
+/// `durableObjectStore` keeps them ([`SqlRuns`](crate::durable_sql::SqlRuns) and
+/// [`SqlIndex`](crate::durable_sql::SqlIndex) over this object's SQL storage), strict fencing asserted; each
+/// suite function's runs under their own prefix. A violated rule aborts (the suite asserts).
+#[cfg(feature = "conformance")]
+async fn conformance_runs(state: &State) -> String {
+    use crate::durable_sql::{SqlIndex, SqlRuns};
+    use crate::runtime::ManualClock;
+    use crate::store::conformance::{run_all, Capabilities};
+    use crate::store::object::ObjectStore;
+    let sql = Sql::new(AsRef::<JsValue>::as_ref(state.storage().as_raw()).clone());
+    let n = std::cell::Cell::new(0u32);
+    let make = |clock: &ManualClock| {
+        n.set(n.get() + 1);
+        let prefix = format!("s{}/", n.get());
+        let store = || {
+            let runs = SqlRuns::new(sql.clone(), prefix.clone());
+            ObjectStore::new(runs, SqlIndex::new(sql.clone()), prefix.clone(), Rc::new(clock.clone()))
+        };
+        (store(), store())
+    };
+    run_all(&make, &Capabilities { strict_fencing: true }).await;
+    format!(
+        "store conformance on the runs of one Durable Object (durableObjectStore): ok ({} suites, strict fencing)",
+        n.get()
+    )
 }
 
 /// Sets the object's alarm for `at` (ms since the epoch; `None`: leaves it as it is). A failure is logged:
@@ -306,6 +159,18 @@ impl StubClient {
 
     fn stub(&self, run_id: &str) -> worker::Result<worker::Stub> {
         self.ns.id_from_name(&format!("{}{run_id}", self.prefix))?.get_stub()
+    }
+
+    /// (Test builds) Runs the store conformance suite on runs kept inside the object named `name`.
+    #[cfg(feature = "conformance")]
+    pub async fn conformance_runs(&self, name: &str) -> Result<String> {
+        let failed = |e: worker::Error| Error::new(ErrorCode::StoreUnavailable, format!("{name}: {e}"));
+        let stub = self.ns.id_from_name(name).and_then(|id| id.get_stub()).map_err(failed)?;
+        let mut init = RequestInit::new();
+        init.with_method(Method::Post);
+        let req =
+            Request::new_with_init(&format!("https://run-object{CONFORMANCE_RUNS_PATH}"), &init).map_err(failed)?;
+        stub.fetch_with_request(req).await.map_err(failed)?.text().await.map_err(failed)
     }
 
     /// Objects named `<prefix><run id>`.

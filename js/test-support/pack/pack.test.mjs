@@ -1,5 +1,5 @@
-// Packaging test: the tarball `npm pack` makes, installed into a fresh project, with js/examples/worker.ts
-// type-checked and bundled against the INSTALLED package (esbuild, `workerd` condition) and run in workerd
+// Packaging test: the tarball `npm pack` makes, installed into a fresh project, with js/examples/worker.ts and
+// js/examples/durable-object.ts type-checked and bundled against the INSTALLED package (esbuild, `workerd` condition) and run in workerd
 // through Miniflare (both from the repository root's node_modules). Run by scripts/pack-test.sh after build.sh.
 import test, { after, before } from "node:test";
 import assert from "node:assert/strict";
@@ -34,6 +34,7 @@ before(() => {
   run("npm", ["install", "--offline", "--no-audit", "--no-fund", "--no-package-lock", tarball], project);
   mkdirSync(join(project, "src"));
   copyFileSync(join(js, "examples/worker.ts"), join(project, "src/worker.ts"));
+  copyFileSync(join(js, "examples/durable-object.ts"), join(project, "src/durable-object.ts"));
 });
 
 test("the tarball has the built package and no runtime dependencies", () => {
@@ -52,11 +53,11 @@ test("the tarball has the built package and no runtime dependencies", () => {
 const PUBLIC_EXPORTS = {
   values: [
     "PropagatedToolError", "PropagatingToolError", "ProviderHttpError", "SessionAwaitingApprovalError", "SteadfastError",
-    "compareTrajectories", "createAgent", "defineHook", "defineTool", "kvStore", "memoryStore", "mockModel", "outputCheck",
+    "compareTrajectories", "createAgent", "defineHook", "defineTool", "durableObjectStore", "kvStore", "memoryStore", "mockModel", "outputCheck",
     "progressGuard", "testClock",
   ],
   types: [
-    "AbortSignalLike", "AfterToolAnswer", "Agent", "AgentDrift", "AgentOptions", "BeforeToolAnswer", "CustomHook",
+    "AbortSignalLike", "AfterToolAnswer", "DurableObjectStorageLike", "DurableObjectStoreOptions", "Agent", "AgentDrift", "AgentOptions", "BeforeToolAnswer", "CustomHook",
     "HookContext", "ApprovalRecord", "ApprovalStatus", "Checkpoint", "Clock",
     "Comparison", "Delivery",
     "ErrorCode", "ErrorInfo", "Event", "EventEnvelope", "Fingerprint", "FinishReason", "ForkOptions", "ForkResult",
@@ -86,7 +87,7 @@ test("the installed package exports exactly the public names (values at run time
   assert.deepEqual(exported.filter((s) => !isValue(s)).map((s) => s.name).sort(), [...PUBLIC_EXPORTS.types].sort(), "type-only exports of index.d.ts");
 });
 
-test("examples/worker.ts type-checks against the installed package", () => {
+test("examples/worker.ts and examples/durable-object.ts type-check against the installed package", () => {
   writeFileSync(
     join(project, "tsconfig.json"),
     JSON.stringify({
@@ -101,7 +102,7 @@ test("examples/worker.ts type-checks against the installed package", () => {
         skipLibCheck: false,
         types: [],
       },
-      files: ["src/worker.ts"],
+      files: ["src/worker.ts", "src/durable-object.ts"],
     }),
   );
   try {
@@ -176,4 +177,49 @@ test("examples/worker.ts, bundled against the installed package, recovers a prop
   assert.deepEqual(after.body, []);
   const charges = await call("GET", "/charges");
   assert.deepEqual(charges, { status: 200, body: { charges: 1 } });
+});
+
+test("examples/durable-object.ts, bundled against the installed package, keeps its runs in its own SQLite Durable Object and finishes a propagated failure from the object's alarm under workerd", async () => {
+  const outdir = join(project, "out-do");
+  run(
+    esbuild,
+    ["src/durable-object.ts", "--bundle", "--format=esm", "--platform=neutral", "--conditions=workerd", "--loader:.wasm=copy", `--outdir=${outdir}`, "--log-level=warning"],
+    project,
+  );
+  const objects = new Miniflare({
+    modules: true,
+    modulesRoot: outdir,
+    scriptPath: join(outdir, "durable-object.js"),
+    modulesRules: [
+      { type: "ESModule", include: ["**/*.js", "**/*.mjs"] },
+      { type: "CompiledWasm", include: ["**/*.wasm"] },
+    ],
+    compatibilityDate: "2026-04-01",
+    durableObjects: { ORDERS: { className: "Orders", useSQLite: true } },
+    cf: false,
+  });
+  try {
+    const call = async (method, path, body) => {
+      const res = await objects.dispatchFetch(`http://localhost${path}`, {
+        method,
+        ...(body === undefined ? {} : { body: JSON.stringify(body), headers: { "content-type": "application/json" } }),
+      });
+      return { status: res.status, body: await res.json() };
+    };
+    const sent = await call("POST", "/send", { sessionId: "order-7", input: "Charge and ship order 7" });
+    assert.equal(sent.status, 500, JSON.stringify(sent));
+    assert.equal(sent.body.code, "STEADFAST_TOOL_PROPAGATED", JSON.stringify(sent.body));
+    // No KV namespace and no cron trigger: the object's alarm (set 100 ms after the failure) finishes the run.
+    let state;
+    for (let i = 0; i < 100; i++) {
+      state = await call("GET", "/state?session=order-7");
+      if (state.body.status === "finished") break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    assert.deepEqual(state, { status: 200, body: { status: "finished", pending: 0, charges: 1 } });
+    // Another session is another object, with its own runs.
+    assert.deepEqual((await call("GET", "/state?session=order-8")).body, { status: null, pending: 0, charges: 0 });
+  } finally {
+    await objects.dispose();
+  }
 });
