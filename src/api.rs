@@ -445,6 +445,35 @@ pub struct Forward {
     /// Whether the path does not name the run (an approval's resolution): the shell sends the request with
     /// [`RUN_HEADER`] set to `run`, as [`object_run`] expects it.
     pub name_run: bool,
+    /// A session's send whose newest turn is in progress: the shell first sends `POST <this path>` (the
+    /// session's resume: no body, the request's authorization, [`RUN_HEADER`] set to `run`) to `run`'s object,
+    /// so that turn finishes in its own object, waits for its answer (not the client's), and asks
+    /// [`forward_target`] again, which then names the new turn's object. At most one such hop: a second answer
+    /// that asks for one again (the turn still unfinished: paused, or executing elsewhere) is forwarded as it is
+    /// (that object's session send answers why).
+    pub finish_first: Option<String>,
+}
+
+/// What a [`Lookup`] found: the run, and for a session whether it is the session's newest turn, in progress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Found {
+    /// The run.
+    pub run: String,
+    /// A session's newest turn, in progress ([`crate::runtime::NextExecution::in_progress`]).
+    pub in_progress: bool,
+}
+
+impl Found {
+    /// A run found by an index (no session turn).
+    pub fn run(run: String) -> Found {
+        Found { run, in_progress: false }
+    }
+}
+
+impl From<crate::runtime::NextExecution> for Found {
+    fn from(n: crate::runtime::NextExecution) -> Found {
+        Found { run: n.run_id, in_progress: n.in_progress }
+    }
 }
 
 /// What a request is about, for strict mode: a run its head names, an approval whose run the index knows, or
@@ -452,7 +481,8 @@ pub struct Forward {
 enum About<'a> {
     Run(String),
     Approval(&'a str),
-    Session(&'a str),
+    /// A session; whether the request is its send (not its resume).
+    Session(&'a str, bool),
 }
 
 /// What [`forward_target`] asks the platform to look up before it can name a request's run: an approval's run
@@ -475,9 +505,8 @@ fn about(head: &ApiRequest) -> Option<About<'_>> {
         ["runs", id, ..] if run_id_segment(id).is_ok() => Some(About::Run(id.to_string())),
         ["deliveries", id] if post && delivery_id_segment(id).is_ok() => Some(About::Run(delivery_run_id(id))),
         ["approvals", id] if post && approval_id_segment(id).is_ok() => Some(About::Approval(id)),
-        ["sessions", id] | ["sessions", id, "resume"] if post && validate_session_id(id).is_ok() => {
-            Some(About::Session(id))
-        }
+        ["sessions", id] if post && validate_session_id(id).is_ok() => Some(About::Session(id, true)),
+        ["sessions", id, "resume"] if post && validate_session_id(id).is_ok() => Some(About::Session(id, false)),
         _ => None,
     }
 }
@@ -486,15 +515,16 @@ fn about(head: &ApiRequest) -> Option<About<'_>> {
 /// (the token is checked here first, so an unauthenticated request wakes no object and neither `mode` nor the
 /// index is read): `/runs/{id}` and below, `POST /deliveries/{id}`, `POST /approvals/{id}` when `lookup` (the
 /// approval index) names a valid run, and `POST /sessions/{id}` and `/sessions/{id}/resume` to the object of the
-/// run `lookup` says the session executes first (its unfinished newest turn, else its next one). `None`: the request is served where it arrived
-/// (listings, compare, health, every refusal; an approval the index does not know, or cannot be read for, whose
+/// run `lookup` says the session executes first (its unfinished newest turn, else its next one; a send to a
+/// session whose newest turn is in progress finishes that turn in its object first: [`Forward::finish_first`]).
+/// `None`: the request is served where it arrived (listings, compare, health, every refusal; an approval the index does not know, or cannot be read for, whose
 /// resolution there answers `STEADFAST_APPROVAL_NOT_FOUND` or the index's error as in KV mode), and always in KV
 /// mode.
 pub async fn forward_target(
     head: &ApiRequest,
     token: Option<&str>,
     mode: impl FnOnce() -> Result<StoreMode>,
-    lookup: impl AsyncFnOnce(Lookup<'_>) -> Result<Option<String>>,
+    lookup: impl AsyncFnOnce(Lookup<'_>) -> Result<Option<Found>>,
 ) -> Option<Forward> {
     if !matches!(admit(head, token, false), Ok(Admission::Serve)) {
         return None;
@@ -503,13 +533,16 @@ pub async fn forward_target(
     if mode().ok() != Some(StoreMode::DurableObject) {
         return None;
     }
-    let asked = match about {
-        About::Run(run) => return Some(Forward { run, name_run: false }),
-        About::Approval(id) => Lookup::Approval(id),
-        About::Session(id) => Lookup::Session(id),
+    let (asked, send) = match about {
+        About::Run(run) => return Some(Forward { run, name_run: false, finish_first: None }),
+        About::Approval(id) => (Lookup::Approval(id), None),
+        About::Session(id, send) => (Lookup::Session(id), Some(id).filter(|_| send)),
     };
     match lookup(asked).await {
-        Ok(Some(run)) if validate_run_id(&run).is_ok() => Some(Forward { run, name_run: true }),
+        Ok(Some(found)) if validate_run_id(&found.run).is_ok() => {
+            let finish_first = send.filter(|_| found.in_progress).map(|id| format!("/sessions/{id}/resume"));
+            Some(Forward { run: found.run, name_run: true, finish_first })
+        }
         _ => None,
     }
 }
@@ -519,7 +552,7 @@ pub async fn forward_target(
 pub fn object_run(head: &ApiRequest) -> Option<String> {
     match about(head)? {
         About::Run(run) => Some(run),
-        About::Approval(_) | About::Session(_) => {
+        About::Approval(_) | About::Session(..) => {
             head.header(RUN_HEADER).filter(|r| validate_run_id(r).is_ok()).map(str::to_string)
         }
     }

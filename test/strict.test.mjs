@@ -195,6 +195,41 @@ test("strict mode: a session's send executes in the object of the turn it starts
   assert.deepEqual((await call(a, "GET", "/runs")).json.runs, [], "nothing left unfinished");
 });
 
+test("strict mode: a send to a session whose turn was interrupted finishes that turn in its own object, then starts the new turn in the new turn's object (live tool.start to a watcher there)", { timeout: 60000 }, async () => {
+  // Turn 1 ships (the demo's ship dies once per run); turn 2 looks up twice, slowly.
+  const script = [
+    { toolCalls: [{ name: "ship", args: { order: 7 } }] }, { text: "shipped" },
+    { toolCalls: [{ name: "lookup", args: { q: "a" } }] }, { toolCalls: [{ name: "lookup", args: { q: "b" } }] }, { text: "looked up twice" },
+  ];
+  const [a, b] = replicas({ ...oneSlowCall, model: { provider: "mock", script } });
+  const before = srv.state.calls.length;
+  const first = await call(a, "POST", "/sessions/chat-9", { input: "ship order 7" });
+  assert.equal(first.status, 502, first.text);
+  assert.equal((await call(b, "GET", "/runs/chat-9.turn-1")).json.status, "in-progress");
+  const accepted = await call(a, "POST", "/sessions/chat-9", { input: "now look up a and b" }, { prefer: "respond-async" });
+  assert.equal(accepted.status, 202, accepted.text);
+  assert.deepEqual(accepted.json, { runId: "chat-9.turn-2", status: "accepted" });
+  const turn1 = await call(b, "GET", "/runs/chat-9.turn-1");
+  assert.deepEqual([turn1.json.status, turn1.json.messages.at(-1).content], ["finished", "shipped"], "turn 1 finished before turn 2 started");
+  // Only the object executing turn 2 has its live events: a watcher of turn 2 (served by turn 2's object) sees
+  // the second lookup start before it ends.
+  const watched = await b.dispatchFetch(`${BASE}/runs/chat-9.turn-2/events`, {
+    headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream" } });
+  assert.equal(watched.status, 200);
+  const events = [];
+  const reader = sseReader(watched.body);
+  let e;
+  while ((e = await reader.next())) events.push(e);
+  const startAt = events.findIndex((x) => x.type === "tool.start" && x.args?.q === "b");
+  const doneAt = events.findIndex((x) => x.type === "tool.done" && x.toolCallId === events[startAt]?.toolCallId);
+  assert.ok(startAt >= 0 && startAt < doneAt, JSON.stringify(events.map((x) => x.type)));
+  assert.equal(events.at(-1).type, "run.done");
+  assert.equal((await call(b, "GET", "/runs/chat-9.turn-2")).json.messages.at(-1).content, "looked up twice");
+  assert.equal((await call(a, "GET", "/demo/counts")).json.shipments, 1, "shipped once");
+  assert.equal(srv.state.calls.length - before, 2, "each lookup once");
+  assert.deepEqual((await call(a, "GET", "/runs")).json.runs, [], "nothing left unfinished");
+});
+
 test("strict mode: two Worker instances send to one run at once: one runs it, the other gets STEADFAST_SESSION_BUSY, the tool runs once", { timeout: 60000 }, async () => {
   const [a, b] = replicas(oneSlowCall);
   for (let round = 0; round < 3; round++) {

@@ -8,7 +8,9 @@ use serde_json::json;
 use steadfast::core::checkpoint::RunStatus;
 use steadfast::core::sweep::SweepOptions;
 use steadfast::core::transcript::{validate_transcript, Message};
-use steadfast::runtime::{CrashPoint, MockModel, MockTurn, NoListener, Resolve, SendOptions, SessionForkOptions};
+use steadfast::runtime::{
+    CrashPoint, MockModel, MockTurn, NextExecution, NoListener, Resolve, SendOptions, SessionForkOptions,
+};
 use steadfast::store::RunKind;
 use steadfast::ErrorCode;
 
@@ -176,10 +178,20 @@ fn a_turn_killed_after_any_effect_is_finished_by_the_next_send_or_by_the_sweep_a
                 let model2 = MockModel::by_turn(script());
                 let fresh = env.agent(model2.clone(), vec![counting_tool("book", &c2)]);
                 let s2 = fresh.session("s").unwrap();
-                if block_on(fresh.load("s.turn-2")).unwrap().is_none() {
+                let turn2 = block_on(fresh.load("s.turn-2")).unwrap();
+                if turn2.is_none() {
                     // Killed before the turn's input was recorded: the send failed and the client sends again.
+                    let next = block_on(s2.next_execution()).unwrap();
+                    assert_eq!(next, NextExecution { run_id: "s.turn-2".into(), in_progress: false }, "{ctx}");
                     let r = block_on(s2.send(INPUTS[1], opts())).unwrap();
                     assert_eq!(r.run_id, "s.turn-2", "{ctx}");
+                } else {
+                    // An interrupted turn is what the session executes first (strict mode: in its own object,
+                    // before the next turn's); one that finished before the crash is not.
+                    let done = turn2.is_some_and(|cp| cp.status == RunStatus::Finished);
+                    let expected = if done { ("s.turn-3", false) } else { ("s.turn-2", true) };
+                    let next = block_on(s2.next_execution()).unwrap();
+                    assert_eq!((next.run_id.as_str(), next.in_progress), expected, "{ctx}");
                 }
                 match recover_by {
                     "send" => {
@@ -194,7 +206,10 @@ fn a_turn_killed_after_any_effect_is_finished_by_the_next_send_or_by_the_sweep_a
                         block_on(s2.send(INPUTS[2], opts())).unwrap();
                     }
                     _ => {
+                        // What strict mode does for a send: the session's resume, then the send.
                         block_on(s2.resume(opts())).unwrap();
+                        let next = block_on(s2.next_execution()).unwrap();
+                        assert_eq!(next, NextExecution { run_id: "s.turn-3".into(), in_progress: false }, "{ctx}");
                         block_on(s2.send(INPUTS[2], opts())).unwrap();
                     }
                 }
@@ -225,6 +240,9 @@ fn a_turn_waiting_on_an_approval_holds_the_session_until_it_is_resolved() {
         let s = agent.session("s").unwrap();
         let paused = block_on(s.send(INPUTS[0], opts())).unwrap();
         assert_eq!(paused.status, RunStatus::AwaitingApproval, "{label}");
+        // Unfinished but not in progress: a send is refused in that turn's object, no turn is finished first.
+        let next = block_on(s.next_execution()).unwrap();
+        assert_eq!(next, NextExecution { run_id: "s.turn-1".into(), in_progress: false }, "{label}");
         let calls = model.call_count();
         let err = block_on(s.send(INPUTS[1], opts())).unwrap_err();
         assert_eq!(err.code, ErrorCode::SessionAwaitingApproval, "{label}");

@@ -19,7 +19,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use steadfast::api::{forward_target, object_run, Api, ApiRequest, ApiResponse, Forward, Lookup, Spawner, RUN_HEADER};
+use steadfast::api::{
+    forward_target, object_run, Api, ApiRequest, ApiResponse, Forward, Found, Lookup, Spawner, RUN_HEADER,
+};
 use steadfast::config::StoreMode;
 use steadfast::runtime::{FnTool, ManualClock, MockModel, MockTurn, Rng, Sleep, SplitMix64, Tool, ToolOutput};
 use steadfast::store::object::{LocalObjects, ObjectStore};
@@ -92,7 +94,7 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
         ("/nope/a", None, None, &[]),
     ];
     // The lookups: apr_1 names run `held-1`, apr_2 a value that is no run id; any other approval is unknown;
-    // session s1 executes its turn 4 next.
+    // session s1 executes its turn 4 next (in progress, or the next turn: the seed says).
     let index = |id: &str| match id {
         "apr_1" => Some("held-1".to_string()),
         "apr_2" => Some("not a run id".to_string()),
@@ -112,6 +114,7 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
         let mode = [StoreMode::Kv, StoreMode::DurableObject][pick(2) as usize];
         let mode_fails = pick(5) == 0;
         let index_fails = pick(5) == 0;
+        let in_progress = pick(2) == 0;
         let mut headers = Vec::new();
         if !auth.is_empty() {
             headers.push(("authorization", auth.as_str()));
@@ -145,7 +148,8 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
                 if index_fails {
                     Err(steadfast::Error::new(steadfast::ErrorCode::StoreUnavailable, "KV is down"))
                 } else {
-                    Ok(index(&key))
+                    let session = key.starts_with("session:");
+                    Ok(index(&key).map(|run| Found { run, in_progress: session && in_progress }))
                 }
             },
         ));
@@ -157,10 +161,12 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
         let about = forwarding.contains(&method.to_ascii_uppercase().as_str());
         let strict = admitted && about && !mode_fails && mode == StoreMode::DurableObject;
         let expected = match (run, approval) {
-            (Some(run), _) => Some(Forward { run: run.into(), name_run: false }),
-            (None, Some(a)) => index(a)
-                .filter(|r| !index_fails && (r == "held-1" || r == "s1.turn-4"))
-                .map(|run| Forward { run, name_run: true }),
+            (Some(run), _) => Some(Forward { run: run.into(), name_run: false, finish_first: None }),
+            (None, Some(a)) => index(a).filter(|r| !index_fails && (r == "held-1" || r == "s1.turn-4")).map(|run| {
+                // A session's send (not its resume) whose newest turn is in progress finishes that turn first.
+                let finish_first = (path == "/sessions/s1" && in_progress).then(|| "/sessions/s1/resume".to_string());
+                Forward { run, name_run: true, finish_first }
+            }),
             (None, None) => None,
         }
         .filter(|_| strict);

@@ -54,7 +54,7 @@ pub use recovery::{
 };
 pub use result::{RunResult, RunStats};
 pub use schedules::{ScheduleOutcome, ScheduleStatus};
-pub use session::{Session, SessionFork, SessionForkOptions, SessionTurn, HINT_LAG as SESSION_HINT_LAG};
+pub use session::{NextExecution, Session, SessionFork, SessionForkOptions, SessionTurn, HINT_LAG as SESSION_HINT_LAG};
 pub use tools::FnTool;
 pub use traits::{
     AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,

@@ -119,6 +119,16 @@ pub struct SessionFork {
     pub checkpoint: Checkpoint,
 }
 
+/// The run a session's next send or resume executes first ([`Session::next_execution`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NextExecution {
+    /// The turn's run id.
+    pub run_id: String,
+    /// Whether it is the session's newest turn, in progress (interrupted, or executing elsewhere): a send
+    /// finishes it before it starts the next turn.
+    pub in_progress: bool,
+}
+
 impl Agent {
     /// The session `id` (1–128 characters of `A-Za-z0-9_-`, else `STEADFAST_SESSION_ID_INVALID`).
     pub fn session(&self, id: &str) -> Result<Session<'_>> {
@@ -168,12 +178,17 @@ impl Session<'_> {
 
     /// The run this session's next send or resume executes first: its newest turn while that is unfinished,
     /// else the next turn (`<id>.turn-1` for a session with none). Strict mode serves such a request in that
-    /// run's object.
-    pub async fn next_execution(&self) -> Result<String> {
+    /// run's object; a send to a session whose newest turn is in progress first finishes that turn in its own
+    /// object, then goes to the next turn's.
+    pub async fn next_execution(&self) -> Result<NextExecution> {
         Ok(match self.latest().await? {
-            None => turn_run_id(&self.id, 1),
-            Some((n, cp)) if cp.status == RunStatus::Finished => turn_run_id(&self.id, n + 1),
-            Some((n, _)) => turn_run_id(&self.id, n),
+            None => NextExecution { run_id: turn_run_id(&self.id, 1), in_progress: false },
+            Some((n, cp)) if cp.status == RunStatus::Finished => {
+                NextExecution { run_id: turn_run_id(&self.id, n + 1), in_progress: false }
+            }
+            Some((n, cp)) => {
+                NextExecution { run_id: turn_run_id(&self.id, n), in_progress: cp.status == RunStatus::InProgress }
+            }
         })
     }
 

@@ -16,7 +16,7 @@ mod platform;
 pub use object::StubClient;
 pub use platform::{FetchClient, WorkersAi};
 
-use crate::api::{forward_target, serve, Api, ApiRequest, ApiResponse, Host, Lookup};
+use crate::api::{forward_target, serve, Api, ApiRequest, ApiResponse, Forward, Found, Host, Lookup};
 use crate::config::{AgentConfig, ConfigCache, StoreMode};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::providers::ModelPlatform;
@@ -361,28 +361,42 @@ pub async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Respo
     let token = secret(&env, "STEADFAST_TOKEN");
     // Strict mode: a run's requests go to its object, which serves them (and executes the run); an approval's
     // run is the one its index entry names, a session's the turn it executes first.
-    let forward = forward_target(
-        &head,
-        token.as_deref(),
-        || config(&env).map(|c| c.store),
-        async |asked: Lookup<'_>| match asked {
-            Lookup::Approval(id) => approval_index(&env)?.approval_run(id).await,
-            Lookup::Session(id) => {
-                let cfg = config(&env)?;
-                let agent = build_agent(&env, &cfg, &Runs::Configured)?;
-                agent.session(id)?.next_execution().await.map(Some)
-            }
-        },
-    )
-    .await;
-    if let Some(f) = forward {
-        return match StubClient::new(&env) {
-            Ok(objects) => objects.forward(&f, req).await,
-            Err(e) => to_response(ApiResponse::error(&e), spawn_local),
+    if let Some(mut f) = route(&env, &head, token.as_deref()).await {
+        let objects = match StubClient::new(&env) {
+            Ok(objects) => objects,
+            Err(e) => return to_response(ApiResponse::error(&e), spawn_local),
         };
+        if let Some(path) = f.finish_first.take() {
+            // A session's turn in progress finishes in its own object first; that answer is not the client's.
+            if let Err(e) = objects.finish_first(&f, &path, &req).await {
+                console_error!("steadfast: finishing run '{}' first: {e}", f.run);
+            }
+            if let Some(next) = route(&env, &head, token.as_deref()).await {
+                f = next;
+            }
+        }
+        return objects.forward(&f, req).await;
     }
     let mut host = WorkerHost { req, body: None, env: &env, runs: Runs::Configured };
     to_response(serve(head, token, &mut host).await, wait_until(&ctx))
+}
+
+/// Strict mode: the object a request goes to ([`forward_target`]), with the platform's lookups.
+async fn route(env: &Env, head: &ApiRequest, token: Option<&str>) -> Option<Forward> {
+    forward_target(
+        head,
+        token,
+        || config(env).map(|c| c.store),
+        async |asked: Lookup<'_>| match asked {
+            Lookup::Approval(id) => Ok(approval_index(env)?.approval_run(id).await?.map(Found::run)),
+            Lookup::Session(id) => {
+                let cfg = config(env)?;
+                let agent = build_agent(env, &cfg, &Runs::Configured)?;
+                Ok(Some(agent.session(id)?.next_execution().await?.into()))
+            }
+        },
+    )
+    .await
 }
 
 /// The approval index (strict mode), to find an approval's run.

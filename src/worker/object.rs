@@ -157,6 +157,24 @@ impl StubClient {
         stub.fetch_with_request(Request::new_with_init(req.url()?.as_str(), &init)?).await
     }
 
+    /// Sends `POST <path>` (no body, the client's authorization, [`RUN_HEADER`] naming the run) to the object of
+    /// `to.run` and waits for its whole answer ([`Forward::finish_first`]).
+    pub async fn finish_first(&self, to: &Forward, path: &str, req: &Request) -> worker::Result<()> {
+        let headers = Headers::new();
+        if let Some(auth) = req.headers().get("authorization")? {
+            headers.set("authorization", &auth)?;
+        }
+        headers.set(RUN_HEADER, &to.run)?;
+        let mut url = req.url()?;
+        url.set_path(path);
+        url.set_query(None);
+        let mut init = RequestInit::new();
+        init.with_method(Method::Post).with_headers(headers);
+        let mut resp = self.stub(&to.run)?.fetch_with_request(Request::new_with_init(url.as_str(), &init)?).await?;
+        // Read to the end: the turn has finished (or failed) once its answer is complete.
+        resp.text().await.map(|_| ())
+    }
+
     fn stub(&self, run_id: &str) -> worker::Result<worker::Stub> {
         self.ns.id_from_name(&format!("{}{run_id}", self.prefix))?.get_stub()
     }
