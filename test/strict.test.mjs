@@ -230,6 +230,44 @@ test("strict mode: a send to a session whose turn was interrupted finishes that 
   assert.deepEqual((await call(a, "GET", "/runs")).json.runs, [], "nothing left unfinished");
 });
 
+test("strict mode: a schedule's due fire runs in the object of its run (live tool.start to a watcher there), once per fire time", { timeout: 60000 }, async () => {
+  const script = [{ toolCalls: [{ name: "lookup", args: { q: "a" } }] }, { toolCalls: [{ name: "lookup", args: { q: "b" } }] }, { text: "looked up twice" }];
+  const schedules = [{ id: "every-minute", cron: "* * * * *", input: "look up a and b" }];
+  const [a, b] = replicas({ ...oneSlowCall, model: { provider: "mock", script }, schedules });
+  const tick = async () => (await a.mf.getWorker("replica-0")).scheduled({ cron: "* * * * *" });
+  // The first tick notes the schedule (a fire time before it existed is not due); then say it exists since long ago.
+  assert.equal((await tick()).outcome, "ok");
+  const kv = await a.mf.getKVNamespace("RUNS", "replica-0");
+  const key = (await kv.list()).keys.map((k) => k.name).find((k) => k.endsWith("state/schedule/every-minute"));
+  assert.ok(key, "the schedule's first-seen time is in the index");
+  await kv.put(key, "0");
+  const before = srv.state.calls.length;
+  const ticked = tick();
+  // The fire's run appears in the listing once its object started it; its watcher is served by that object.
+  const listed = await waitFor(async () => (await call(b, "GET", "/runs")).json.runs?.find((r) => r.kind === "schedule"));
+  assert.ok(listed, "the fire's run is listed while it runs");
+  assert.match(listed.runId, /^every-minute\.\d+\.fire$/);
+  const watched = await b.dispatchFetch(`${BASE}/runs/${listed.runId}/events`, {
+    headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream" } });
+  assert.equal(watched.status, 200);
+  const events = [];
+  const reader = sseReader(watched.body);
+  let e;
+  while ((e = await reader.next())) events.push(e);
+  const startAt = events.findIndex((x) => x.type === "tool.start" && x.args?.q === "b");
+  const doneAt = events.findIndex((x) => x.type === "tool.done" && x.toolCallId === events[startAt]?.toolCallId);
+  assert.ok(startAt >= 0 && startAt < doneAt, JSON.stringify(events.map((x) => x.type)));
+  assert.equal(events.at(-1).type, "run.done");
+  assert.equal((await ticked).outcome, "ok");
+  const run = await call(b, "GET", `/runs/${listed.runId}`);
+  assert.deepEqual([run.json.status, run.json.messages.at(-1).content], ["finished", "looked up twice"]);
+  // Another tick in the same minute finds the fire's run: nothing runs again.
+  const again = await tick();
+  assert.equal(again.outcome, "ok");
+  const sameMinute = (await call(b, "GET", "/schedules")).json.schedules[0];
+  if (sameMinute.lastRun?.runId === listed.runId) assert.equal(srv.state.calls.length - before, 2, "each lookup once");
+});
+
 test("strict mode: two Worker instances send to one run at once: one runs it, the other gets STEADFAST_SESSION_BUSY, the tool runs once", { timeout: 60000 }, async () => {
   const [a, b] = replicas(oneSlowCall);
   for (let round = 0; round < 3; round++) {

@@ -284,3 +284,51 @@ fn run_schedules_ticks_on_the_agents_clock_and_fires_each_fire_time_once_until_s
     // Stopped before it starts: no tick.
     assert_eq!(block_on(agent.run_schedules(&every5, MIN, &SendOptions::default(), &|_| {}, &stop)), 0);
 }
+
+/// Strict mode's split of a tick: the due fire found here, run elsewhere (the fire's run's object) by
+/// `run_fire`, which runs only a past fire time of the schedule; every other outcome passes through.
+#[test]
+fn a_due_fire_is_handed_to_whoever_runs_it_and_run_fire_runs_only_past_fire_times_of_its_schedule() {
+    let env = Env::new();
+    let c = Counters::default();
+    let model = MockModel::by_turn(script());
+    let agent = env.agent(model.clone(), vec![counting_tool("report", &c)]);
+    let hourly = [schedule("hourly", "0 * * * *", MissedFires::RunOnce)];
+    let handed = RefCell::new(Vec::new());
+    let tick = || {
+        block_on(agent.fire_schedules_with(
+            &hourly,
+            async |s, due| {
+                handed.borrow_mut().push((s.spec.id.clone(), due.clone()));
+                agent.run_fire(s, due.fire_at, &SendOptions::default()).await
+            },
+            |o| o,
+        ))
+    };
+    // First seen at 22:13: nothing due, nothing handed over.
+    assert_eq!(kinds(&tick()), ["idle"]);
+    assert!(handed.borrow().is_empty());
+    env.clock.set(NEXT_HOUR + 5 * MIN);
+    assert_eq!(kinds(&tick()), ["fired"]);
+    let due = steadfast::runtime::DueFire { run_id: "hourly.1700002800.fire".into(), fire_at: NEXT_HOUR };
+    assert_eq!(*handed.borrow(), vec![("hourly".to_string(), due)]);
+    // Found by the next tick: not handed over again.
+    assert_eq!(kinds(&tick()), ["already-fired"]);
+    assert_eq!(handed.borrow().len(), 1);
+    // run_fire: the same fire again is already fired; a time that is no fire time of the schedule, or a fire
+    // time still to come, is refused and runs nothing.
+    let again = block_on(agent.run_fire(&hourly[0], NEXT_HOUR, &SendOptions::default()));
+    assert_eq!(kinds(&[again]), ["already-fired"]);
+    let calls = model.call_count();
+    for at in [NEXT_HOUR + 1_000, NEXT_HOUR + 60 * MIN] {
+        match block_on(agent.run_fire(&hourly[0], at, &SendOptions::default())) {
+            ScheduleOutcome::Failed { error, run_id, .. } => {
+                assert_eq!(error.code, ErrorCode::InvalidInput, "{at}");
+                assert!(block_on(agent.load(run_id.as_deref().unwrap())).unwrap().is_none(), "{at}: no run");
+            }
+            other => panic!("{at}: {other:?}"),
+        }
+    }
+    assert_eq!(model.call_count(), calls, "nothing ran");
+    assert_eq!(c.get("report"), 2);
+}

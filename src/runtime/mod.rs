@@ -53,7 +53,7 @@ pub use recovery::{
     SweepReport,
 };
 pub use result::{RunResult, RunStats};
-pub use schedules::{ScheduleOutcome, ScheduleStatus};
+pub use schedules::{DueFire, FireCall, ScheduleOutcome, ScheduleStatus};
 pub use session::{NextExecution, Session, SessionFork, SessionForkOptions, SessionTurn, HINT_LAG as SESSION_HINT_LAG};
 pub use tools::FnTool;
 pub use traits::{

@@ -15,7 +15,7 @@
 //! not due (see [`crate::core::schedule`]).
 
 use crate::core::checkpoint::RunStatus;
-use crate::core::error::{ErrorCode, ErrorInfo, Result};
+use crate::core::error::{Error, ErrorCode, ErrorInfo, Result};
 use crate::core::ids::fire_run_id;
 use crate::core::machine::Start;
 use crate::core::schedule::{CompiledSchedule, Due};
@@ -88,6 +88,26 @@ pub enum ScheduleOutcome {
         /// The error.
         error: ErrorInfo,
     },
+}
+
+/// A schedule's due fire ([`Agent::due_fire`]): the run it creates and its time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DueFire {
+    /// The fire's run id (`<schedule>.<time in s>.fire`).
+    pub run_id: String,
+    /// Fire time (ms since the epoch).
+    pub fire_at: u64,
+}
+
+/// A due fire sent to be run elsewhere (strict mode: to the object of its run): the schedule's id and the fire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FireCall {
+    /// Schedule id.
+    pub schedule: String,
+    /// The fire.
+    pub fire: DueFire,
 }
 
 /// A schedule as `GET /schedules` shows it: its definition, when the store first saw it, its latest fire time
@@ -177,22 +197,66 @@ impl Agent {
 
     /// Fires one schedule's due fire, if any (see the module docs).
     pub async fn fire_schedule(&self, schedule: &CompiledSchedule, opts: &SendOptions) -> ScheduleOutcome {
+        match self.due_fire(schedule).await {
+            Ok(due) => self.run_fire(schedule, due.fire_at, opts).await,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// [`Agent::fire_schedules`], each due fire run by `run_due` instead of here (strict mode: in the object of
+    /// the fire's run, which calls [`Agent::run_fire`]); every other outcome goes through `other`. One after
+    /// another; one schedule's failure does not stop the others.
+    pub async fn fire_schedules_with<T>(
+        &self,
+        schedules: &[CompiledSchedule],
+        run_due: impl AsyncFn(&CompiledSchedule, DueFire) -> T,
+        other: impl Fn(ScheduleOutcome) -> T,
+    ) -> Vec<T> {
+        let mut out = Vec::with_capacity(schedules.len());
+        for s in schedules {
+            out.push(match self.due_fire(s).await {
+                Ok(due) => run_due(s, due).await,
+                Err(outcome) => other(outcome),
+            });
+        }
+        out
+    }
+
+    /// What a tick finds for `schedule` before it runs anything: its due fire, whose run does not exist yet, or
+    /// the outcome that ends the tick for it (idle, skipped, already fired, failed). Notes the schedule's
+    /// first-seen time on the first tick.
+    pub async fn due_fire(&self, schedule: &CompiledSchedule) -> std::result::Result<DueFire, ScheduleOutcome> {
         let schedule_id = schedule.spec.id.clone();
         let now = self.deps.now();
         let since = match self.schedule_since(&schedule_id, now).await {
             Ok(since) => since,
-            Err(e) => return ScheduleOutcome::Failed { schedule_id, run_id: None, error: e.info() },
+            Err(e) => return Err(ScheduleOutcome::Failed { schedule_id, run_id: None, error: e.info() }),
         };
         let fire_at = match schedule.due(now, since) {
-            Due::Nothing => return ScheduleOutcome::Idle { next_fire_at: schedule.next_fire(now), schedule_id },
-            Due::Skip(fire_at) => return ScheduleOutcome::Skipped { schedule_id, fire_at },
+            Due::Nothing => return Err(ScheduleOutcome::Idle { next_fire_at: schedule.next_fire(now), schedule_id }),
+            Due::Skip(fire_at) => return Err(ScheduleOutcome::Skipped { schedule_id, fire_at }),
             Due::Fire(t) => t,
         };
         let run_id = fire_run_id(&schedule_id, fire_at / 1000);
         match self.store().load(&run_id).await {
-            Ok(Some(_)) => return ScheduleOutcome::AlreadyFired { schedule_id, run_id, fire_at },
-            Ok(None) => {}
-            Err(e) => return ScheduleOutcome::Failed { schedule_id, run_id: Some(run_id), error: e.info() },
+            Ok(Some(_)) => Err(ScheduleOutcome::AlreadyFired { schedule_id, run_id, fire_at }),
+            Ok(None) => Ok(DueFire { run_id, fire_at }),
+            Err(e) => Err(ScheduleOutcome::Failed { schedule_id, run_id: Some(run_id), error: e.info() }),
+        }
+    }
+
+    /// Runs `schedule`'s fire at `fire_at`: its run (`<schedule>.<time in s>.fire`) is created only if it does
+    /// not exist, under the run's lease (see the module docs). `fire_at` must be one of the schedule's fire times
+    /// and not in the future: anything else fails with `STEADFAST_INVALID_INPUT` and runs nothing.
+    pub async fn run_fire(&self, schedule: &CompiledSchedule, fire_at: u64, opts: &SendOptions) -> ScheduleOutcome {
+        let schedule_id = schedule.spec.id.clone();
+        let run_id = fire_run_id(&schedule_id, fire_at / 1000);
+        if schedule.previous_fire(fire_at) != Some(fire_at) || fire_at > self.deps.now() {
+            let error = Error::invalid_input(format!(
+                "{fire_at} is not a past fire time of schedule '{schedule_id}' ({:?})",
+                schedule.spec.cron
+            ));
+            return ScheduleOutcome::Failed { schedule_id, run_id: Some(run_id), error: error.info() };
         }
         let start = Start::Turn { prior: None, input: schedule.spec.input.messages() };
         match self.execute(&run_id, start, opts).await {

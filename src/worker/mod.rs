@@ -233,13 +233,7 @@ impl Host for WorkerHost<'_> {
             // Inside the run's object: runs execute as tasks of the object, not of the request, each with the
             // object's alarm set first for when its lease could be taken over (should the object die with it).
             let (state, at) = (state.clone(), api.agent().takeover_at());
-            api = api.with_spawner(Rc::new(move |task| {
-                let state = state.clone();
-                wasm_bindgen_futures::spawn_local(async move {
-                    object::set_alarm(&state, Some(at)).await;
-                    task.await
-                })
-            }));
+            api = api.with_spawner(Rc::new(move |task| object_task(state.clone(), at, task)));
         }
         // Ignored (no else): `build_agent` above failed already if the KV binding is missing.
         if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(env)) {
@@ -419,6 +413,52 @@ async fn serve_in_object(
     to_response(serve(head, token, &mut host).await, spawn_local)
 }
 
+/// Runs `task` as a task of a run's object, not of the request that started it, with the object's alarm set
+/// first for `at` (when its lease could be taken over, should the object die with it).
+fn object_task(state: Rc<worker::State>, at: u64, task: impl std::future::Future<Output = ()> + 'static) {
+    wasm_bindgen_futures::spawn_local(async move {
+        object::set_alarm(&state, Some(at)).await;
+        task.await
+    })
+}
+
+/// A schedule's due fire the cron tick sent to its run's object (strict mode, a [`crate::runtime::FireCall`]'s
+/// JSON): run there as a task of the object ([`Agent::run_fire`] decides), answered with its outcome's JSON
+/// once it ends (a tick that goes away leaves it running).
+async fn fire_in_object(
+    env: &Env,
+    call: &str,
+    core: Rc<RunObjectCore<crate::durable_sql::SqlObjectStorage>>,
+    state: Rc<worker::State>,
+    hub: Watchers,
+) -> String {
+    use crate::runtime::{FireCall, ScheduleOutcome};
+    let mut schedule_id = String::new();
+    let outcome: Result<ScheduleOutcome> = async {
+        let call: FireCall =
+            serde_json::from_str(call).map_err(|e| Error::invalid_input(format!("not a schedule's fire: {e}")))?;
+        schedule_id = call.schedule.clone();
+        let cfg = config(env)?;
+        let schedule = cfg.compiled_schedules()?.into_iter().find(|s| s.spec.id == call.schedule).ok_or_else(|| {
+            Error::new(ErrorCode::ConfigInvalid, format!("schedule '{}' is not configured", call.schedule))
+        })?;
+        let runs = Runs::Object(call.fire.run_id.clone(), core, state.clone(), hub);
+        let agent = build_agent(env, &cfg, &runs)?;
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let at = agent.takeover_at();
+        object_task(state, at, async move {
+            let outcome = agent.run_fire(&schedule, call.fire.fire_at, &crate::runtime::SendOptions::default()).await;
+            // Ignored: the tick that asked has gone; the fire ran all the same.
+            let _ = tx.send(outcome);
+        });
+        rx.await.map_err(|_| Error::internal("the fire's task ended without an outcome"))
+    }
+    .await;
+    let outcome = outcome.unwrap_or_else(|e| ScheduleOutcome::Failed { schedule_id, run_id: None, error: e.info() });
+    // Ignored: a ScheduleOutcome (strings, numbers) always serialises.
+    serde_json::to_string(&outcome).unwrap_or_default()
+}
+
 /// A run object's alarm: the run's own recovery step ([`Agent::wake`] decides), then its next alarm. A failed
 /// step is logged and looked at again once a lease could be taken over.
 async fn wake_object(
@@ -476,16 +516,32 @@ pub async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         let agent = build_agent(&env, &cfg, &Runs::Configured)?;
         let schedules = cfg.compiled_schedules()?;
         let send = crate::runtime::SendOptions::default();
-        let (fires, sweep) =
-            futures::join!(agent.fire_schedules(&schedules, &send), agent.sweep(&cfg.recovery, &ConsoleListener));
+        // Strict mode: each due fire runs in the object of its run (which answers its outcome as JSON).
+        let objects = match cfg.store {
+            StoreMode::DurableObject => Some(StubClient::new(&env)?),
+            StoreMode::Kv => None,
+        };
+        // Ignored (`unwrap_or_default`): a ScheduleOutcome (strings, numbers) always serialises.
+        let text = |o: crate::runtime::ScheduleOutcome| Ok(serde_json::to_string(&o).unwrap_or_default());
+        let fires = agent.fire_schedules_with(
+            &schedules,
+            async |s, due| match &objects {
+                Some(objects) => objects.fire(&s.spec.id, due).await,
+                None => text(agent.run_fire(s, due.fire_at, &send).await),
+            },
+            text,
+        );
+        let (fires, sweep) = futures::join!(fires, agent.sweep(&cfg.recovery, &ConsoleListener));
         Ok::<_, Error>((fires, sweep))
     }
     .await;
     match result {
         Ok((fires, sweep)) => {
             for fire in fires {
-                // Ignored: a ScheduleOutcome (strings, numbers) always serialises.
-                console_log!("steadfast schedule: {}", serde_json::to_string(&fire).unwrap_or_default());
+                match fire {
+                    Ok(outcome) => console_log!("steadfast schedule: {outcome}"),
+                    Err(e) => console_error!("steadfast schedule failed: {e}"),
+                }
             }
             match sweep {
                 Ok(r) => console_log!(

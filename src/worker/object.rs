@@ -9,7 +9,7 @@
 use crate::api::{Forward, RUN_HEADER};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::durable_sql::{Sql, SqlObjectStorage};
-use crate::runtime::Watchers;
+use crate::runtime::{DueFire, FireCall, Watchers};
 use crate::store::object::{ObjectClient, RunObjectCore};
 use async_trait::async_trait;
 use std::rc::Rc;
@@ -18,6 +18,10 @@ use worker::{durable_object, DurableObject, Env, Headers, Method, Request, Reque
 
 /// The binding of the run objects (wrangler.toml `[[durable_objects.bindings]]`).
 pub const BINDING: &str = "RUN_OBJECTS";
+
+/// The path of a schedule's due fire the cron tick sends to its run's object (a [`FireCall`]'s JSON); the
+/// answer is the fire's [`ScheduleOutcome`]'s JSON.
+const FIRE_PATH: &str = "/__fire";
 
 /// The path of the store calls ([`ObjectCall`]) on a run object; every other path is an API request the Worker
 /// forwarded (strict mode).
@@ -52,6 +56,11 @@ impl DurableObject for RunObject {
         if path == STORE_PATH {
             let call = req.text().await?;
             return Response::ok(self.core.handle_json(&call));
+        }
+        if path == FIRE_PATH {
+            let call = req.text().await?;
+            let (core, state, hub) = (self.core.clone(), self.state.clone(), self.hub.clone());
+            return Response::ok(super::fire_in_object(&self.env, &call, core, state, hub).await);
         }
         #[cfg(feature = "conformance")]
         if path == CONFORMANCE_RUNS_PATH {
@@ -173,6 +182,24 @@ impl StubClient {
         let mut resp = self.stub(&to.run)?.fetch_with_request(Request::new_with_init(url.as_str(), &init)?).await?;
         // Read to the end: the turn has finished (or failed) once its answer is complete.
         resp.text().await.map(|_| ())
+    }
+
+    /// Runs a schedule's due fire in the object of its run (strict mode); the object's answer (the fire's
+    /// [`ScheduleOutcome`](crate::runtime::ScheduleOutcome) as JSON), or why it could not be sent (the next tick,
+    /// or the sweep, takes the fire up).
+    pub async fn fire(&self, schedule_id: &str, due: DueFire) -> std::result::Result<String, String> {
+        let run_id = due.run_id.clone();
+        let call = FireCall { schedule: schedule_id.to_string(), fire: due };
+        async {
+            // Ignored: a FireCall (strings, a number) always serialises.
+            let body = serde_json::to_string(&call).unwrap_or_default();
+            let mut init = RequestInit::new();
+            init.with_method(Method::Post).with_body(Some(JsValue::from_str(&body)));
+            let req = Request::new_with_init(&format!("https://run-object{FIRE_PATH}"), &init)?;
+            self.stub(&run_id)?.fetch_with_request(req).await?.text().await
+        }
+        .await
+        .map_err(|e| format!("schedule '{schedule_id}', run '{run_id}': its object: {e}"))
     }
 
     fn stub(&self, run_id: &str) -> worker::Result<worker::Stub> {
