@@ -11,6 +11,16 @@
 //! * [`SqlIndex`]: the cross-run index of [`ObjectStore`](crate::store::object::ObjectStore) as a
 //!   [`KvBackend`] over a table of the same object (strongly consistent, unlike Workers KV).
 //!
+//! # In your own Durable Object (workers-rs, feature `durable-object`)
+//! One object can keep the runs of a conversation, a user or a tenant: build the agent over
+//! [`ObjectStore`](crate::store::object::ObjectStore)`::new(SqlRuns::new(sql.clone(), ""), SqlIndex::new(sql),
+//! "", Rc::new(JsClock))` with `let sql = Sql::new(state.storage().as_raw().into())`, and [`JsClock`] /
+//! [`JsSleep`] as the agent's clock and timer; recover interrupted runs from the object's `alarm` with
+//! [`Agent::sweep`](crate::Agent::sweep). The object serves one request at a time between awaits, and each
+//! store call is handled without one, so a lease check and the write it guards are atomic; a stale owner's
+//! commit is refused with `STEADFAST_SESSION_BUSY`. The store conformance suite runs on exactly these types
+//! inside a real object (the Worker's test build, `POST /__conformance`).
+//!
 //! Tables, all `WITHOUT ROWID` (the key is the table: one row written per insert, no secondary index):
 //! * one run per object (the Worker): `journal(seq, part, snap, body)` keyed by `(seq, part)`, `meta(k, v)`;
 //! * the runs of one object (npm): `steadfast_journal(run, seq, part, snap, body)` keyed by
@@ -20,6 +30,7 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::store::kv::{check_bulk, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
 use crate::store::object::{JournalRow, ObjectClient, ObjectStorage, RunObjectCore, Write};
 use crate::wasm_shared::{js_message, method, prop};
+pub use crate::wasm_shared::{JsClock, JsSleep};
 use async_trait::async_trait;
 use js_sys::Array;
 use std::cell::{Cell, RefCell};

@@ -13,7 +13,8 @@
 //! * [`store`] — the [`store::RunStore`] contract, its conformance suite and backends.
 //! * Front doors: [`api`] (the HTTP API, platform independent) and [`contract`] (the JSON both shells speak,
 //!   defined once); the shells `worker` (feature `worker`) and `bindings` (feature `js`) share
-//!   `wasm_shared` and only translate.
+//!   `wasm_shared` and only translate. `durable_sql` (feature `durable-object`, on with either shell) is strict
+//!   mode's store over a SQLite-backed Durable Object's storage, for a workers-rs user's own object too.
 //! * `time` and `rng` — crate-private leaves both the store and the runtime import: [`runtime::Clock`],
 //!   [`runtime::Sleep`], [`runtime::Rng`] (re-exported by the runtime) and, with the `testing` feature, their
 //!   manual and simulated versions. The store never imports the runtime.
@@ -64,10 +65,12 @@ pub mod store;
 mod time;
 pub mod tools;
 
-#[cfg(any(feature = "worker", feature = "js"))]
+#[cfg(feature = "durable-object")]
+// The JS helpers the two shells use are not all needed by `durable_sql` alone.
+#[cfg_attr(not(any(feature = "worker", feature = "js")), allow(dead_code))]
 mod wasm_shared;
 
-#[cfg(any(feature = "worker", feature = "js"))]
+#[cfg(feature = "durable-object")]
 pub mod durable_sql;
 
 #[cfg(feature = "worker")]
