@@ -195,6 +195,22 @@ test("strict mode: a session's send executes in the object of the turn it starts
   assert.deepEqual((await call(a, "GET", "/runs")).json.runs, [], "nothing left unfinished");
 });
 
+// Watches `runId` through `replica` from its start to its end: the lookup of `q` is seen starting (a live-only
+// event, told only by the object executing the run) before its result, and the stream ends with run.done.
+async function watchSeesLiveStart(replica, runId, q) {
+  const watched = await replica.dispatchFetch(`${BASE}/runs/${runId}/events`, {
+    headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream" } });
+  assert.equal(watched.status, 200);
+  const events = [];
+  const reader = sseReader(watched.body);
+  let e;
+  while ((e = await reader.next())) events.push(e);
+  const startAt = events.findIndex((x) => x.type === "tool.start" && x.args?.q === q);
+  const doneAt = events.findIndex((x) => x.type === "tool.done" && x.toolCallId === events[startAt]?.toolCallId);
+  assert.ok(startAt >= 0 && startAt < doneAt, JSON.stringify(events.map((x) => x.type)));
+  assert.equal(events.at(-1).type, "run.done");
+}
+
 test("strict mode: a send to a session whose turn was interrupted finishes that turn in its own object, then starts the new turn in the new turn's object (live tool.start to a watcher there)", { timeout: 60000 }, async () => {
   // Turn 1 ships (the demo's ship dies once per run); turn 2 looks up twice, slowly.
   const script = [
@@ -213,17 +229,7 @@ test("strict mode: a send to a session whose turn was interrupted finishes that 
   assert.deepEqual([turn1.json.status, turn1.json.messages.at(-1).content], ["finished", "shipped"], "turn 1 finished before turn 2 started");
   // Only the object executing turn 2 has its live events: a watcher of turn 2 (served by turn 2's object) sees
   // the second lookup start before it ends.
-  const watched = await b.dispatchFetch(`${BASE}/runs/chat-9.turn-2/events`, {
-    headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream" } });
-  assert.equal(watched.status, 200);
-  const events = [];
-  const reader = sseReader(watched.body);
-  let e;
-  while ((e = await reader.next())) events.push(e);
-  const startAt = events.findIndex((x) => x.type === "tool.start" && x.args?.q === "b");
-  const doneAt = events.findIndex((x) => x.type === "tool.done" && x.toolCallId === events[startAt]?.toolCallId);
-  assert.ok(startAt >= 0 && startAt < doneAt, JSON.stringify(events.map((x) => x.type)));
-  assert.equal(events.at(-1).type, "run.done");
+  await watchSeesLiveStart(b, "chat-9.turn-2", "b");
   assert.equal((await call(b, "GET", "/runs/chat-9.turn-2")).json.messages.at(-1).content, "looked up twice");
   assert.equal((await call(a, "GET", "/demo/counts")).json.shipments, 1, "shipped once");
   assert.equal(srv.state.calls.length - before, 2, "each lookup once");
@@ -247,17 +253,7 @@ test("strict mode: a schedule's due fire runs in the object of its run (live too
   const listed = await waitFor(async () => (await call(b, "GET", "/runs")).json.runs?.find((r) => r.kind === "schedule"));
   assert.ok(listed, "the fire's run is listed while it runs");
   assert.match(listed.runId, /^every-minute\.\d+\.fire$/);
-  const watched = await b.dispatchFetch(`${BASE}/runs/${listed.runId}/events`, {
-    headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream" } });
-  assert.equal(watched.status, 200);
-  const events = [];
-  const reader = sseReader(watched.body);
-  let e;
-  while ((e = await reader.next())) events.push(e);
-  const startAt = events.findIndex((x) => x.type === "tool.start" && x.args?.q === "b");
-  const doneAt = events.findIndex((x) => x.type === "tool.done" && x.toolCallId === events[startAt]?.toolCallId);
-  assert.ok(startAt >= 0 && startAt < doneAt, JSON.stringify(events.map((x) => x.type)));
-  assert.equal(events.at(-1).type, "run.done");
+  await watchSeesLiveStart(b, listed.runId, "b");
   assert.equal((await ticked).outcome, "ok");
   const run = await call(b, "GET", `/runs/${listed.runId}`);
   assert.deepEqual([run.json.status, run.json.messages.at(-1).content], ["finished", "looked up twice"]);

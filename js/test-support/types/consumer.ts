@@ -13,6 +13,7 @@ import {
   type TestClock,
   createAgent,
   defineTool,
+  durableObjectStore,
   kvStore,
   memoryStore,
   mockModel,
@@ -28,6 +29,8 @@ import {
   type Message,
   type ResultKind,
   type KVNamespaceLike,
+  type DurableObjectStorageLike,
+  type Store,
   type RunResult,
   type RunKind,
   type Schedule,
@@ -194,4 +197,17 @@ export async function sessionsAndSchedules(): Promise<ScheduleOutcome[]> {
   await loop.done;
   void badMissed;
   return outcomes;
+}
+
+// Strict mode inside an application's own Durable Object: the storage is typed structurally (no
+// @cloudflare/workers-types needed); the state object or its storage both do.
+declare const ctx: { storage: DurableObjectStorageLike & { setAlarm(at: number): Promise<void> } };
+export async function inADurableObject(): Promise<number> {
+  const stores: Store[] = [durableObjectStore(ctx), durableObjectStore(ctx.storage, { prefix: "tenant-a/" })];
+  // @ts-expect-error not a Durable Object's state or storage
+  durableObjectStore({ get: () => null });
+  const agent = createAgent({ provider: mockModel(["done"]), store: stores[0] });
+  const report = await agent.sweep({ intervalMs: 1 });
+  if (report.busy > 0) await ctx.storage.setAlarm(Date.now() + 1_000);
+  return stores.filter((s) => s.kind === "durable-object").length;
 }
