@@ -32,7 +32,7 @@ use crate::store::object::{JournalRow, ObjectClient, ObjectStorage, RunObjectCor
 use crate::wasm_shared::{js_message, method, prop};
 pub use crate::wasm_shared::{JsClock, JsSleep};
 use async_trait::async_trait;
-use js_sys::Array;
+use js_sys::{Array, Function};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -77,14 +77,16 @@ fn text(v: &JsValue) -> Result<String> {
 #[derive(Clone)]
 pub struct Sql {
     storage: JsValue,
+    /// `storage.sql` and its `exec`, looked up on first use.
+    exec: Rc<RefCell<Option<(JsValue, Function)>>>,
     written: Rc<Cell<u64>>,
 }
 
 impl Sql {
-    /// The SQL storage of `storage` (a Durable Object's `ctx.storage`). Its functions are looked up when used;
-    /// [`Sql::check`] looks now.
+    /// The SQL storage of `storage` (a Durable Object's `ctx.storage`). Its functions are looked up when first
+    /// used; [`Sql::check`] looks now.
     pub fn new(storage: JsValue) -> Sql {
-        Sql { storage, written: Rc::default() }
+        Sql { storage, exec: Rc::default(), written: Rc::default() }
     }
 
     /// `STEADFAST_CONFIG_INVALID` unless the storage has `sql.exec` and `transactionSync` (a SQLite-backed
@@ -93,19 +95,29 @@ impl Sql {
         let sqlite = |e: Error| {
             Error::new(ErrorCode::ConfigInvalid, format!("{} (is the Durable Object SQLite-backed?)", e.message))
         };
-        method(&prop(&self.storage, "sql"), "exec", "the Durable Object's storage.sql").map_err(sqlite)?;
+        self.exec().map_err(sqlite)?;
         method(&self.storage, "transactionSync", "the Durable Object's storage").map_err(sqlite)?;
         Ok(())
     }
 
+    /// `storage.sql` and its `exec` function.
+    fn exec(&self) -> Result<(JsValue, Function)> {
+        if let Some(found) = self.exec.borrow().as_ref() {
+            return Ok(found.clone());
+        }
+        let sql = prop(&self.storage, "sql");
+        let exec = method(&sql, "exec", "the Durable Object's storage.sql")?;
+        *self.exec.borrow_mut() = Some((sql.clone(), exec.clone()));
+        Ok((sql, exec))
+    }
+
     /// Runs one statement; its rows, each an array of column values. The rows it wrote are counted.
     fn run(&self, query: &str, binds: &[Bind]) -> Result<Vec<Array>> {
-        let sql = prop(&self.storage, "sql");
-        let exec = method(&sql, "exec", "the Durable Object's storage.sql").map_err(sql_error)?;
-        let args = Array::new();
-        args.push(&JsValue::from_str(query));
-        for b in binds {
-            args.push(&b.js());
+        let (sql, exec) = self.exec().map_err(sql_error)?;
+        let args = Array::new_with_length(binds.len() as u32 + 1);
+        args.set(0, JsValue::from_str(query));
+        for (i, b) in binds.iter().enumerate() {
+            args.set(i as u32 + 1, b.js());
         }
         let cursor = exec.apply(&sql, &args).map_err(|e| sql_error(js_message(&e)))?;
         let raw = method(&cursor, "raw", "a SQL cursor")
