@@ -44,7 +44,9 @@
 //! of its run, [`crate::runtime::delivery_run_id`]); `POST /approvals/{id}` (the object of the run the approval
 //! index names; the shell names that run to the object in the [`RUN_HEADER`] header, [`object_run`] reads it);
 //! `POST /sessions/{id}` and `/sessions/{id}/resume` (the object of the turn the session executes first, named
-//! the same way).
+//! the same way; a send whose newest turn is in progress has that turn finished in its own object first,
+//! [`Forward::finish_first`]). A schedule's due fire is not a request: the cron tick sends it to the object of
+//! its run ([`crate::runtime::Agent::due_fire`], [`crate::runtime::Agent::run_fire`]).
 //! The object serves it with an [`Api`] that has a [`Spawner`], so `send`, `resume`, a delivery and an
 //! approval's resolution execute the run as a task of their own, to its end whatever the client does.
 //! `Prefer: respond-async` then answers `202 Accepted` with the run id as soon as the run has started (its
@@ -517,9 +519,9 @@ fn about(head: &ApiRequest) -> Option<About<'_>> {
 /// approval index) names a valid run, and `POST /sessions/{id}` and `/sessions/{id}/resume` to the object of the
 /// run `lookup` says the session executes first (its unfinished newest turn, else its next one; a send to a
 /// session whose newest turn is in progress finishes that turn in its object first: [`Forward::finish_first`]).
-/// `None`: the request is served where it arrived (listings, compare, health, every refusal; an approval the index does not know, or cannot be read for, whose
-/// resolution there answers `STEADFAST_APPROVAL_NOT_FOUND` or the index's error as in KV mode), and always in KV
-/// mode.
+/// `None`: the request is served where it arrived (listings, compare, health, every refusal; an approval the
+/// index does not know, or cannot be read for, whose resolution there answers `STEADFAST_APPROVAL_NOT_FOUND` or
+/// the index's error as in KV mode), and always in KV mode.
 pub async fn forward_target(
     head: &ApiRequest,
     token: Option<&str>,
