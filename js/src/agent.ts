@@ -294,8 +294,11 @@ export function createAgent(options: AgentOptions): Agent {
     newAgent({ ...rest, model: lowModel, tools: tools.map(lowLevelTool), hooks: hooks.map(lowLevelHook) }, storeHandle(store)),
   );
   const fingerprint = JSON.parse(low.fingerprint()) as Fingerprint;
-  const send = (input: Input, opts: SendOptions): Promise<RunResult> =>
-    call(() =>
+  // Arguments go to the core as they are (`opts ?? {}`: a missing options object is a missing session id there);
+  // it answers a wrong one with a coded error.
+  const send = (input: Input, given: SendOptions): Promise<RunResult> => {
+    const opts = given ?? ({} as SendOptions);
+    return call(() =>
       low.send(
         opts.sessionId,
         sendRequest(input, opts.businessState),
@@ -304,16 +307,20 @@ export function createAgent(options: AgentOptions): Agent {
         opts.signal ?? null,
       ),
     );
+  };
   return {
     fingerprint,
     send,
     stream: (input, opts) => streamOf((onEvent) => send(input, { ...opts, onEvent })),
-    resume: (id, opts = {}) =>
-      call(() =>
+    resume: (id, given) => {
+      const opts = given ?? {};
+      return call(() =>
         low.resume(id, JSON.stringify({ events: opts.events ?? false }), eventCallback(opts.onEvent), opts.signal ?? null),
-      ),
-    runOnce: (deliveryId, input, opts = {}) =>
-      call(() =>
+      );
+    },
+    runOnce: (deliveryId, input, given) => {
+      const opts = given ?? {};
+      return call(() =>
         low.runOnce(
           deliveryId,
           sendRequest(input, opts.businessState),
@@ -321,7 +328,8 @@ export function createAgent(options: AgentOptions): Agent {
           eventCallback(opts.onEvent),
           opts.signal ?? null,
         ),
-      ),
+      );
+    },
     pending: async () => (await call<PendingRun[]>(() => low.pending())).map(withSessionId),
     session: (opts) => {
       const id = (opts as { id?: unknown } | null | undefined)?.id;
@@ -338,10 +346,12 @@ export function createAgent(options: AgentOptions): Agent {
       recoveryLoop((o, every, listener, signal) => low.recover(o, every ?? undefined, listener, signal), opts),
     approvals: {
       list: () => call(() => low.approvalsList()),
-      resolve: ({ id, approved, note }, opts = {}) =>
-        call(() => low.approvalsResolve(id, approved, note ?? null, eventCallback(opts.onEvent))),
+      resolve: (decision, opts) =>
+        call(() =>
+          low.approvalsResolve(decision?.id, decision?.approved, decision?.note, eventCallback(opts?.onEvent)),
+        ),
     },
-    fork: (id, opts) => call(() => low.fork(id, JSON.stringify(opts))),
+    fork: (id, opts) => call(() => low.fork(id, JSON.stringify(opts ?? null))),
     compareTrajectories: (a, b) => call(() => low.compare(a, b)),
     delete: async (id) => {
       await call(() => low.delete(id));

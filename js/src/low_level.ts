@@ -36,9 +36,9 @@ export function newKvStore(namespace: unknown, optionsJson?: string, clock?: unk
 }
 
 /** Strict mode's store in a Durable Object's SQLite storage (`storage`: its `ctx.storage`). */
-export function newDurableObjectStore(storage: unknown, prefix?: string, clock?: unknown): JsStore {
+export function newDurableObjectStore(storage: unknown, prefix?: unknown, clock?: unknown): JsStore {
   check();
-  return JsStore.durableObject(storage, prefix ?? null, clock ?? null);
+  return JsStore.durableObject(storage, prefix, clock);
 }
 
 /** Compares two runs given as JSON (checkpoints or transcripts); the Comparison JSON. */

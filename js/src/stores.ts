@@ -87,9 +87,11 @@ export function durableObjectStore(
     typeof state === "object" && state !== null && "sql" in state
       ? state
       : (state as { storage?: DurableObjectStorageLike } | undefined)?.storage;
+  // Checked by the core (a prefix that is not a string is STEADFAST_CONFIG_INVALID).
+  const { prefix, clock } = (options ?? {}) as DurableObjectStoreOptions;
   return {
     kind: "durable-object",
-    [HANDLE]: sync(() => newDurableObjectStore(storage, options.prefix, options.clock)) as unknown as StoreHandle,
+    [HANDLE]: sync(() => newDurableObjectStore(storage, prefix, clock)) as unknown as StoreHandle,
   };
 }
 

@@ -784,16 +784,18 @@ impl JsStore {
     /// (a stale owner's commit is refused) and no settle window. `prefix` (optional) keeps several stores apart
     /// in one object. `clock` as for [`JsStore::kv`].
     #[wasm_bindgen(js_name = durableObject)]
-    pub fn durable_object(
-        storage: JsValue,
-        prefix: Option<String>,
-        clock: Option<JsValue>,
-    ) -> std::result::Result<JsStore, JsValue> {
+    pub fn durable_object(storage: JsValue, prefix: JsValue, clock: JsValue) -> std::result::Result<JsStore, JsValue> {
         let sql = Sql::new(storage);
         sql.check().map_err(|e| js_error(&e))?;
-        let (clock, _) =
-            clock_of(&clock.unwrap_or(JsValue::UNDEFINED), "the store's clock").map_err(|e| js_error(&e))?;
-        let prefix = prefix.unwrap_or_default();
+        let prefix = match prefix.as_string() {
+            Some(p) => p,
+            None if absent(&prefix) => String::new(),
+            None => {
+                let e = Error::new(ErrorCode::ConfigInvalid, "the Durable Object store's prefix must be a string");
+                return Err(js_error(&e));
+            }
+        };
+        let (clock, _) = clock_of(&clock, "the store's clock").map_err(|e| js_error(&e))?;
         let runs = SqlRuns::new(sql.clone(), prefix.clone());
         Ok(JsStore { store: Rc::new(ObjectStore::new(runs, SqlIndex::new(sql), prefix, clock)) })
     }
@@ -844,12 +846,40 @@ fn session_of<'a>(agent: &'a Agent, id: &str) -> Result<crate::runtime::Session<
     agent.session(id)
 }
 
+/// A string a caller chose (an id, a note), as JS handed it. wasm-bindgen's own `String` argument reads any JS
+/// value as a string's bytes (a number or an object traps, or worse), so such arguments arrive as `JsValue` and
+/// are checked here: `STEADFAST_INVALID_INPUT` naming the argument when it is not a string.
+fn text_arg(v: &JsValue, what: &str) -> Result<String> {
+    v.as_string().ok_or_else(|| {
+        let kind = if v.is_null() { "null".to_string() } else { v.js_typeof().as_string().unwrap_or_default() };
+        Error::invalid_input(format!("{what} must be a string, not {kind}"))
+    })
+}
+
+/// [`text_arg`] for an optional one (`undefined` or `null`: none).
+fn opt_text_arg(v: &JsValue, what: &str) -> Result<Option<String>> {
+    if absent(v) {
+        Ok(None)
+    } else {
+        text_arg(v, what).map(Some)
+    }
+}
+
+/// A number a caller chose, as JS handed it (`None`: not a number; wasm-bindgen's own `f64` argument would
+/// throw an uncoded `TypeError` for a symbol or a BigInt).
+fn number_arg(v: &JsValue) -> std::result::Result<f64, String> {
+    v.as_f64().ok_or_else(|| if v.is_null() { "null".into() } else { v.js_typeof().as_string().unwrap_or_default() })
+}
+
 /// A history limit from JS: absent is every turn; otherwise a whole number >= 0.
-fn limit_of(limit: Option<f64>) -> Result<usize> {
-    match limit {
-        None => Ok(usize::MAX),
-        Some(n) if n.is_finite() && n >= 0.0 && n.fract() == 0.0 => Ok(n as usize),
-        Some(n) => Err(Error::invalid_input(format!("limit must be a whole number >= 0, not {n}"))),
+fn limit_of(limit: &JsValue) -> Result<usize> {
+    if absent(limit) {
+        return Ok(usize::MAX);
+    }
+    match number_arg(limit) {
+        Ok(n) if n.is_finite() && n >= 0.0 && n.fract() == 0.0 => Ok(n as usize),
+        Ok(n) => Err(Error::invalid_input(format!("limit must be a whole number >= 0, not {n}"))),
+        Err(kind) => Err(Error::invalid_input(format!("limit must be a whole number >= 0, not {kind}"))),
     }
 }
 
@@ -1072,7 +1102,7 @@ impl JsAgent {
     /// `aborted`, resumable). Resolves to the RunResult JSON.
     pub fn send(
         &self,
-        run_id: String,
+        run_id: JsValue,
         request_json: String,
         options_json: Option<String>,
         on_event: Option<Function>,
@@ -1080,6 +1110,7 @@ impl JsAgent {
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
+            let run_id = text_arg(&run_id, "sessionId")?;
             let mut p = prepare(options_json, on_event, signal, "send options")?;
             let input = request_of(&request_json, &mut p.opts)?;
             let result = agent.send(&run_id, input, p.opts).await?;
@@ -1091,13 +1122,14 @@ impl JsAgent {
     /// RunResult JSON, or `null` when there was nothing to do.
     pub fn resume(
         &self,
-        run_id: String,
+        run_id: JsValue,
         options_json: Option<String>,
         on_event: Option<Function>,
         signal: Option<JsValue>,
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
+            let run_id = text_arg(&run_id, "the session id")?;
             let p = prepare(options_json, on_event, signal, "resume options")?;
             match agent.resume(&run_id, p.opts).await? {
                 Some(result) => with_events(&result, p.sink),
@@ -1115,7 +1147,7 @@ impl JsAgent {
     #[wasm_bindgen(js_name = runOnce)]
     pub fn run_once(
         &self,
-        delivery_id: String,
+        delivery_id: JsValue,
         request_json: String,
         options_json: Option<String>,
         on_event: Option<Function>,
@@ -1123,6 +1155,7 @@ impl JsAgent {
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
+            let delivery_id = text_arg(&delivery_id, "deliveryId")?;
             let mut p = prepare(options_json, on_event, signal, "runOnce options")?;
             let input = request_of(&request_json, &mut p.opts)?;
             let delivery = agent.run_once(&delivery_id, input, p.opts).await?;
@@ -1142,13 +1175,16 @@ impl JsAgent {
     #[wasm_bindgen(js_name = approvalsResolve)]
     pub fn approvals_resolve(
         &self,
-        id: String,
-        approved: bool,
-        note: Option<String>,
+        id: JsValue,
+        approved: JsValue,
+        note: JsValue,
         on_event: Option<Function>,
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
+            let id = text_arg(&id, "the approval id")?;
+            let approved = approved.as_bool().ok_or_else(|| Error::invalid_input("approved must be true or false"))?;
+            let note = opt_text_arg(&note, "note")?;
             let (opts, _) = CallOptions::default().send_options(on_event);
             agent.approvals().resolve_with(Resolve { id, approved, note }, opts).await
         })
@@ -1161,9 +1197,10 @@ impl JsAgent {
     }
 
     /// Forks a run (`options_json`: `{fromStep, patch?, newId?}`); resolves to the ForkResult JSON.
-    pub fn fork(&self, run_id: String, options_json: String) -> Promise {
+    pub fn fork(&self, run_id: JsValue, options_json: String) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
+            let run_id = text_arg(&run_id, "the run id")?;
             let opts: ForkOptions = serde_json::from_str(&options_json)
                 .map_err(|e| Error::invalid_input(format!("invalid fork options: {e}")))?;
             agent.fork(&run_id, opts).await
@@ -1171,9 +1208,11 @@ impl JsAgent {
     }
 
     /// Compares two stored runs; resolves to the Comparison JSON.
-    pub fn compare(&self, a: String, b: String) -> Promise {
+    pub fn compare(&self, a: JsValue, b: JsValue) -> Promise {
         let agent = self.agent.clone();
-        promise(async move { agent.compare(&a, &b).await })
+        promise(
+            async move { agent.compare(&text_arg(&a, "the first run id")?, &text_arg(&b, "the second run id")?).await },
+        )
     }
 
     /// One recovery sweep tick (`options_json`: SweepOptions, optional); resolves to the SweepReport JSON.
@@ -1190,17 +1229,18 @@ impl JsAgent {
     pub fn recover(
         &self,
         options_json: Option<String>,
-        every_ms: Option<f64>,
+        every_ms: JsValue,
         listener: JsValue,
         signal: Option<JsValue>,
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
             let opts: SweepOptions = decode_opt(options_json, "recover options")?;
-            let every = match every_ms {
-                None => opts.interval_ms,
-                Some(ms) if ms.is_finite() && ms >= 0.0 => ms as u64,
-                Some(ms) => return Err(Error::invalid_input(format!("everyMs must be a number >= 0, not {ms}"))),
+            let every = match number_arg(&every_ms) {
+                _ if absent(&every_ms) => opts.interval_ms,
+                Ok(ms) if ms.is_finite() && ms >= 0.0 => ms as u64,
+                Ok(ms) => return Err(Error::invalid_input(format!("everyMs must be a number >= 0, not {ms}"))),
+                Err(kind) => return Err(Error::invalid_input(format!("everyMs must be a number >= 0, not {kind}"))),
             };
             let (stop, _link) = link_abort(signal)?;
             let stop = stop.unwrap_or_default();
@@ -1209,21 +1249,21 @@ impl JsAgent {
     }
 
     /// Deletes a run; resolves to `null`.
-    pub fn delete(&self, run_id: String) -> Promise {
+    pub fn delete(&self, run_id: JsValue) -> Promise {
         let agent = self.agent.clone();
-        promise(async move { agent.delete(&run_id).await })
+        promise(async move { agent.delete(&text_arg(&run_id, "the run id")?).await })
     }
 
     /// The run's checkpoint JSON, or `null`.
-    pub fn load(&self, run_id: String) -> Promise {
+    pub fn load(&self, run_id: JsValue) -> Promise {
         let agent = self.agent.clone();
-        promise(async move { agent.load(&run_id).await })
+        promise(async move { agent.load(&text_arg(&run_id, "the run id")?).await })
     }
 
     /// Past states of a run, newest first (JSON array).
-    pub fn history(&self, run_id: String, limit: u32) -> Promise {
+    pub fn history(&self, run_id: JsValue, limit: JsValue) -> Promise {
         let agent = self.agent.clone();
-        promise(async move { agent.history(&run_id, limit as usize).await })
+        promise(async move { agent.history(&text_arg(&run_id, "the run id")?, limit_of(&limit)?).await })
     }
 
     /// Checks a session id (`Agent::session`): throws `STEADFAST_SESSION_ID_INVALID` for a bad one.
@@ -1277,10 +1317,10 @@ impl JsAgent {
     /// Session `id`'s turns, newest first (`Session::history`; `limit` absent: every turn). Resolves to the
     /// SessionTurn JSON array.
     #[wasm_bindgen(js_name = sessionHistory)]
-    pub fn session_history(&self, id: String, limit: Option<f64>) -> Promise {
+    pub fn session_history(&self, id: String, limit: JsValue) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let limit = limit_of(limit)?;
+            let limit = limit_of(&limit)?;
             session_of(&agent, &id)?.history(limit).await
         })
     }
@@ -1339,14 +1379,20 @@ impl JsAgent {
     pub fn run_schedules(
         &self,
         schedules: &JsSchedules,
-        every_ms: f64,
+        every_ms: JsValue,
         on_tick: Function,
         on_event: Option<Function>,
         signal: Option<JsValue>,
     ) -> std::result::Result<Promise, JsValue> {
-        if !(every_ms.is_finite() && every_ms >= 1.0) {
-            return Err(js_error(&Error::invalid_input(format!("intervalMs must be a number >= 1, not {every_ms}"))));
-        }
+        let every_ms = match number_arg(&every_ms) {
+            Ok(ms) if ms.is_finite() && ms >= 1.0 => ms,
+            Ok(ms) => {
+                return Err(js_error(&Error::invalid_input(format!("intervalMs must be a number >= 1, not {ms}"))))
+            }
+            Err(kind) => {
+                return Err(js_error(&Error::invalid_input(format!("intervalMs must be a number >= 1, not {kind}"))))
+            }
+        };
         let agent = self.agent.clone();
         let compiled = schedules.compiled.clone();
         Ok(promise(async move {

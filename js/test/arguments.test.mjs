@@ -1,0 +1,70 @@
+// Wrong arguments from JavaScript: every value a caller hands the package where an id, a note, a flag or a number
+// belongs is answered with a coded SteadfastError — never a wasm trap ("memory access out of bounds": wasm-bindgen
+// read a number or an object as a string's bytes) or an uncoded TypeError — and the agent goes on working.
+// Every method below is tried with every wrong value (the whole matrix).
+import test from "node:test";
+import assert from "node:assert/strict";
+import { createAgent, durableObjectStore, memoryStore, mockModel, SteadfastError } from "steadfast";
+
+const NOT_STRINGS = [5, 0, NaN, -1.5, {}, [], ["a"], null, undefined, true, () => "a", Symbol("s"), 10n, new String("boxed")];
+const NOT_NUMBERS = ["50", "x", {}, [], null, true, () => 5, Symbol("n"), 10n, NaN, Infinity, -1, 1.5];
+const NOT_BOOLEANS = ["yes", 1, 0, {}, null, undefined, Symbol("b"), 1n];
+const NOT_NOTES = [5, {}, [], true, Symbol("note"), 2n];
+
+// A SQLite storage's shape, enough for the store's checks (node has no Durable Objects).
+const storage = {
+  sql: { exec: () => ({ raw: () => [][Symbol.iterator](), rowsWritten: 0 }) },
+  transactionSync: (f) => f(),
+};
+
+const agent = createAgent({ model: mockModel(["One.", "Two.", "Three."]), store: memoryStore() });
+const drain = async (iterable) => {
+  for await (const _ of iterable);
+};
+
+/** [label, the call with a wrong value, the codes it may answer with, the wrong values]. */
+const cases = [
+  ["send's sessionId", (v) => agent.send("hi", { sessionId: v }), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["stream's sessionId", (v) => drain(agent.stream("hi", { sessionId: v })), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["resume's id", (v) => agent.resume(v), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["runOnce's deliveryId", (v) => agent.runOnce(v, "hi"), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["load's id", (v) => agent.load(v), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["delete's id", (v) => agent.delete(v), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["history's id", (v) => agent.history(v), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["fork's id", (v) => agent.fork(v, { fromStep: 0 }), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["compareTrajectories' first id", (v) => agent.compareTrajectories(v, "a"), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["compareTrajectories' second id", (v) => agent.compareTrajectories("a", v), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["approvals.resolve's id", (v) => agent.approvals.resolve({ id: v, approved: true }), ["STEADFAST_INVALID_INPUT"], NOT_STRINGS],
+  ["approvals.resolve's approved", (v) => agent.approvals.resolve({ id: "apr_x", approved: v }), ["STEADFAST_INVALID_INPUT"], NOT_BOOLEANS],
+  ["approvals.resolve's note", (v) => agent.approvals.resolve({ id: "apr_x", approved: true, note: v }), ["STEADFAST_INVALID_INPUT"], NOT_NOTES],
+  ["session's id", (v) => agent.session({ id: v }), ["STEADFAST_SESSION_ID_INVALID"], NOT_STRINGS],
+  ["history's limit", (v) => agent.history("a", v), ["STEADFAST_INVALID_INPUT"], NOT_NUMBERS.filter((v) => v != null)],
+  ["a session's history limit", (v) => agent.session({ id: "s" }).history({ limit: v }), ["STEADFAST_INVALID_INPUT"], NOT_NUMBERS.filter((v) => v != null)],
+  ["durableObjectStore's prefix", (v) => durableObjectStore({ storage }, { prefix: v }), ["STEADFAST_CONFIG_INVALID"], NOT_NOTES],
+];
+
+const show = (v) => (typeof v === "symbol" ? v.toString() : typeof v === "bigint" ? `${v}n` : typeof v === "function" ? "a function" : JSON.stringify(v) ?? String(v));
+
+test("every wrong id, flag, note, limit or prefix is a coded error, never a wasm trap, and the agent goes on", async () => {
+  let tried = 0;
+  for (const [label, call, codes, values] of cases) {
+    for (const v of values) {
+      const where = `${label} = ${show(v)}`;
+      let error;
+      try {
+        await call(v);
+      } catch (e) {
+        error = e;
+      }
+      assert.ok(error instanceof SteadfastError, `${where}: ${error?.name}: ${error?.message ?? "no error"}`);
+      assert.ok(codes.includes(error.code), `${where}: ${error.code}: ${error.message}`);
+      tried++;
+    }
+  }
+  assert.equal(tried, cases.reduce((n, c) => n + c[3].length, 0));
+  // Nothing was recorded by a refused call, and the agent works as before.
+  assert.deepEqual(await agent.pending(), []);
+  const r = await agent.send("hi", { sessionId: "after" });
+  assert.deepEqual([r.status, r.text], ["finished", "One."]);
+  assert.equal((await agent.history("after")).length > 0, true);
+});
