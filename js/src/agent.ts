@@ -256,6 +256,8 @@ function freeze<T>(value: T): T {
 export function transcriptHolder(model: Model) {
   const runs = new Map<string, Message[]>();
   let tools: ToolSpec[] | undefined;
+  // A model without a `generate` function is handed on without one, for the core to refuse.
+  if (typeof model?.generate !== "function") return { id: model?.id, generate: model?.generate, release: () => undefined };
   return {
     id: model.id,
     generate: async (frameJson: string, onDelta?: (kind: string, text: string) => void): Promise<string | null> => {
@@ -291,7 +293,16 @@ export function createAgent(options: AgentOptions): Agent {
   }
   const lowModel = transcriptHolder(model);
   const low: JsAgent = sync(() =>
-    newAgent({ ...rest, model: lowModel, tools: tools.map(lowLevelTool), hooks: hooks.map(lowLevelHook) }, storeHandle(store)),
+    newAgent(
+      {
+        ...rest,
+        model: lowModel,
+        // Not arrays: handed on as they are, for the core to refuse (STEADFAST_CONFIG_INVALID).
+        tools: Array.isArray(tools) ? tools.map(lowLevelTool) : tools,
+        hooks: Array.isArray(hooks) ? hooks.map(lowLevelHook) : hooks,
+      },
+      storeHandle(store),
+    ),
   );
   const fingerprint = JSON.parse(low.fingerprint()) as Fingerprint;
   // Arguments go to the core as they are (`opts ?? {}`: a missing options object is a missing session id there);

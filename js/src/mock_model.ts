@@ -41,10 +41,13 @@ export class ProviderHttpError extends Error {
 
 /** A model that answers from a script (offline tests and demos). */
 export function mockModel(script: MockTurn[], options: MockModelOptions = {}): MockModel {
+  if (!Array.isArray(script)) {
+    throw new SteadfastError("STEADFAST_CONFIG_INVALID", "mockModel(script) needs an array of turns");
+  }
   const calls: ModelRequest[] = [];
-  const mode = options.mode ?? "sequential";
+  const mode = (options ?? {}).mode ?? "sequential";
   return {
-    id: options.id ?? "mock",
+    id: (options ?? {}).id ?? "mock",
     calls,
     async generate(request: ModelRequest): Promise<ModelResponse> {
       const index = mode === "sequential" ? calls.length : request.messages.filter((m) => m.role === "assistant").length;

@@ -42,13 +42,19 @@ export function defineTool<A = any>(tool: Tool<A>): Tool<A> {
 
 /** The low-level tool object the core calls: JSON in, the tool's value out. */
 export function lowLevelTool(t: Tool): object {
+  // Not an object: handed on as it is, for the core to refuse.
+  if (t === null || typeof t !== "object") return t as unknown as object;
   const needs = t.needsApproval;
   return {
     name: t.name,
     description: t.description,
     inputSchema: t.inputSchema,
     needsApproval: typeof needs === "function" ? (argsJson: string) => Boolean(needs(JSON.parse(argsJson))) : Boolean(needs),
-    execute: async (argsJson: string, ctxJson: string) => t.execute(JSON.parse(argsJson), JSON.parse(ctxJson) as ToolContext),
+    // Not a function: handed on as it is, for the core to refuse (STEADFAST_CONFIG_INVALID).
+    execute:
+      typeof t.execute === "function"
+        ? async (argsJson: string, ctxJson: string) => t.execute(JSON.parse(argsJson), JSON.parse(ctxJson) as ToolContext)
+        : t.execute,
     sideEffecting: t.sideEffecting,
     reconcile:
       typeof t.reconcile === "function"

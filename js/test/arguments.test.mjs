@@ -68,3 +68,25 @@ test("every wrong id, flag, note, limit or prefix is a coded error, never a wasm
   assert.deepEqual([r.status, r.text], ["finished", "One."]);
   assert.equal((await agent.history("after")).length > 0, true);
 });
+
+test("createAgent and mockModel refuse what is not a model, a tool list, a tool or a hook list with STEADFAST_CONFIG_INVALID", () => {
+  const model = mockModel(["hi"]);
+  const store = memoryStore();
+  const wrong = [
+    ["tools: 5", () => createAgent({ model, store, tools: 5 })],
+    ["tools: {}", () => createAgent({ model, store, tools: {} })],
+    ["tools: [null]", () => createAgent({ model, store, tools: [null] })],
+    ["tools: [5]", () => createAgent({ model, store, tools: [5] })],
+    ["a tool without execute", () => createAgent({ model, store, tools: [{ name: "a", description: "d" }] })],
+    ["a tool whose execute is a string", () => createAgent({ model, store, tools: [{ name: "a", description: "d", execute: "run" }] })],
+    ["hooks: 5", () => createAgent({ model, store, hooks: 5 })],
+    ["model: 5", () => createAgent({ model: 5, store })],
+    ["a model without generate", () => createAgent({ model: { id: "m" }, store })],
+    ["a model whose generate is an object", () => createAgent({ model: { id: "m", generate: {} }, store })],
+    ["mockModel(5)", () => mockModel(5)],
+    ["mockModel(null)", () => mockModel(null)],
+  ];
+  for (const [label, make] of wrong) {
+    assert.throws(make, (e) => e instanceof SteadfastError && e.code === "STEADFAST_CONFIG_INVALID", label);
+  }
+});
