@@ -8,7 +8,7 @@ import type { Model, ModelStream } from "./model.js";
 import type { Clock } from "./clock.js";
 import { recoveryLoop, type RecoverOptions, type Recovery, type SweepOptions } from "./recovery.js";
 import { storeHandle, type KVNamespaceLike, type Store } from "./stores.js";
-import { sessionHandle, type Session } from "./session.js";
+import { eventCallback, sessionHandle, type Session } from "./session.js";
 import {
   fireSchedules,
   scheduleLoop,
@@ -191,9 +191,6 @@ function sendRequest(input: Input, businessState: Json | undefined): string {
   return JSON.stringify({ input, businessState });
 }
 
-function eventCallback(onEvent: ((e: RunEvent) => void) | undefined): ((json: string) => void) | null {
-  return onEvent ? (json: string) => onEvent(JSON.parse(json) as RunEvent) : null;
-}
 
 /** The events of an execution as an async iterable: yielded as they arrive, then the execution's error. */
 function streamOf(run: (onEvent: (e: RunEvent) => void) => Promise<unknown>): AsyncIterable<RunEvent> {
@@ -352,9 +349,9 @@ export function createAgent(options: AgentOptions): Agent {
     },
     fireSchedule: (schedules, opts) => fireSchedules(low, schedules, opts),
     startSchedules: (schedules, opts) => scheduleLoop(low, schedules, opts),
-    sweep: (opts = {}) => call(() => low.sweep(JSON.stringify(opts))),
-    recover: (opts = {}) =>
-      recoveryLoop((o, every, listener, signal) => low.recover(o, every ?? undefined, listener, signal), opts),
+    sweep: (opts) => call(() => low.sweep(JSON.stringify(opts ?? {}))),
+    recover: (opts) =>
+      recoveryLoop((o, every, listener, signal) => low.recover(o, every ?? undefined, listener, signal), opts ?? {}),
     approvals: {
       list: () => call(() => low.approvalsList()),
       resolve: (decision, opts) =>

@@ -68,7 +68,8 @@ function schedulesJson(schedules: readonly Schedule[]): string {
 }
 
 /** `fireSchedule`: checks the schedules (a rejection with the coded error of the first bad one), fires. */
-export function fireSchedules(low: LowSchedules, schedules: readonly Schedule[], opts: FireScheduleOptions = {}): Promise<ScheduleOutcome[]> {
+export function fireSchedules(low: LowSchedules, schedules: readonly Schedule[], given?: FireScheduleOptions): Promise<ScheduleOutcome[]> {
+  const opts = given ?? {};
   return call(() => {
     const checked = newSchedules(schedulesJson(schedules));
     try {
@@ -85,8 +86,8 @@ export function fireSchedules(low: LowSchedules, schedules: readonly Schedule[],
 }
 
 /** `startSchedules`: checks the schedules and `intervalMs` at once (a throw), then runs the runtime's loop until stopped. */
-export function scheduleLoop(low: LowSchedules, schedules: readonly Schedule[], opts: StartSchedulesOptions = {}): Schedules {
-  const { intervalMs = 60_000, onFire, onTick, onError, onEvent, signal } = opts;
+export function scheduleLoop(low: LowSchedules, schedules: readonly Schedule[], given?: StartSchedulesOptions): Schedules {
+  const { intervalMs = 60_000, onFire, onTick, onError, onEvent, signal } = given ?? {};
   const checked = sync(() => newSchedules(schedulesJson(schedules)));
   const controller = new AbortController();
   const halt = () => controller.abort();

@@ -1,6 +1,6 @@
 // Sessions: `agent.session({ id })`, a multi-turn conversation whose every turn is its own checkpointed run
 // `<id>.turn-<n>` (the Rust runtime's `Session`, src/runtime/session.rs; this module translates it).
-import { call } from "./errors.js";
+import { call, SteadfastError } from "./errors.js";
 import type { SessionFork } from "./generated/SessionFork.js";
 import type { SessionForkOptions } from "./generated/SessionForkOptions.js";
 import type { SessionTurn } from "./generated/SessionTurn.js";
@@ -60,8 +60,11 @@ export interface Session {
   delete(): Promise<number>;
 }
 
-function eventCallback(onEvent: ((e: RunEvent) => void) | undefined): ((json: string) => void) | null {
-  return onEvent ? (json: string) => onEvent(JSON.parse(json) as RunEvent) : null;
+/** The low-level event callback of an `onEvent` option (`STEADFAST_INVALID_INPUT` when it is not a function). */
+export function eventCallback(onEvent: ((e: RunEvent) => void) | undefined): ((json: string) => void) | null {
+  if (onEvent === undefined || onEvent === null) return null;
+  if (typeof onEvent !== "function") throw new SteadfastError("STEADFAST_INVALID_INPUT", "onEvent must be a function");
+  return (json: string) => onEvent(JSON.parse(json) as RunEvent);
 }
 
 /** The low-level agent's session methods (src/bindings/mod.rs; structural, so the published types do not
@@ -79,8 +82,10 @@ export interface LowSessions {
 export function sessionHandle(low: LowSessions, id: string): Session {
   return {
     id,
-    send: (input, opts = {}) =>
-      call(() =>
+    // `?? {}`: a `null` options object reads as none.
+    send: (input, given) => {
+      const opts = given ?? {};
+      return call(() =>
         low.sessionSend(
           id,
           JSON.stringify({ input, businessState: opts.businessState }),
@@ -88,12 +93,15 @@ export function sessionHandle(low: LowSessions, id: string): Session {
           eventCallback(opts.onEvent),
           opts.signal ?? null,
         ),
-      ),
-    resume: (opts = {}) =>
-      call(() =>
+      );
+    },
+    resume: (given) => {
+      const opts = given ?? {};
+      return call(() =>
         low.sessionResume(id, JSON.stringify({ events: opts.events ?? false }), eventCallback(opts.onEvent), opts.signal ?? null),
-      ),
-    history: (opts = {}) => call(() => low.sessionHistory(id, opts.limit)),
+      );
+    },
+    history: (opts) => call(() => low.sessionHistory(id, opts?.limit)),
     fork: (opts) => call(() => low.sessionFork(id, JSON.stringify(opts ?? null))),
     discardPending: () => call(() => low.sessionDiscardPending(id)),
     delete: () => call(() => low.sessionDelete(id)),

@@ -90,3 +90,30 @@ test("createAgent and mockModel refuse what is not a model, a tool list, a tool 
     assert.throws(make, (e) => e instanceof SteadfastError && e.code === "STEADFAST_CONFIG_INVALID", label);
   }
 });
+
+test("a null options object reads as none, and an onEvent that is not a function is STEADFAST_INVALID_INPUT", async () => {
+  const agent = createAgent({ model: mockModel(["a", "b", "c", "d"], { mode: "by-turn" }), store: memoryStore() });
+  const session = agent.session({ id: "nulls" });
+  assert.equal((await session.send("hi", null)).status, "finished");
+  assert.equal(await session.resume(null), null);
+  assert.equal((await session.history(null)).length, 1);
+  assert.equal((await agent.resume("nulls.turn-1", null)), null);
+  assert.equal((await agent.sweep(null)).examined, 0);
+  assert.deepEqual(await agent.fireSchedule([], null), []);
+  const loop = agent.startSchedules([], null);
+  await loop.stop();
+  const recovery = agent.recover(null);
+  await recovery.stop();
+  assert.equal((await agent.runOnce("d-1", "hi", null)).outcome, "ran");
+  for (const onEvent of [5, "log", {}, true]) {
+    for (const [label, call] of [
+      ["send", () => agent.send("hi", { sessionId: `ev-${typeof onEvent}`, onEvent })],
+      ["a session's send", () => session.send("again", { onEvent })],
+      ["resume", () => agent.resume("x", { onEvent })],
+      ["approvals.resolve", () => agent.approvals.resolve({ id: "apr_x", approved: true }, { onEvent })],
+    ]) {
+      await assert.rejects(call(), (e) => e instanceof SteadfastError && e.code === "STEADFAST_INVALID_INPUT", `${label}: ${onEvent}`);
+    }
+  }
+  assert.deepEqual(await agent.pending(), [], "nothing was started by a refused call");
+});
