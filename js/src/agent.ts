@@ -273,7 +273,16 @@ export function transcriptHolder(model: Model) {
       const stream: ModelStream | undefined = onDelta
         ? { text: (delta) => onDelta("text", String(delta)), reasoning: (delta) => onDelta("reasoning", String(delta)) }
         : undefined;
-      return JSON.stringify((await model.generate(request, stream)) ?? null);
+      const answer = (await model.generate(request, stream)) ?? null;
+      try {
+        return JSON.stringify(answer);
+      } catch (e) {
+        // A reply JSON cannot write (a cycle, a BigInt) is the model's wrong answer, not a failed call to retry.
+        throw new SteadfastError(
+          "STEADFAST_PROVIDER_INVALID_RESPONSE",
+          `the model's answer cannot be serialised as JSON: ${(e as Error)?.message ?? String(e)}`,
+        );
+      }
     },
     release: (runId: string): void => {
       runs.delete(runId);

@@ -117,3 +117,18 @@ test("a null options object reads as none, and an onEvent that is not a function
   }
   assert.deepEqual(await agent.pending(), [], "nothing was started by a refused call");
 });
+
+test("a model reply JSON cannot write (a cycle, a BigInt) is STEADFAST_PROVIDER_INVALID_RESPONSE, not retried", async () => {
+  const cycle = { text: "x" };
+  cycle.self = cycle;
+  for (const reply of [cycle, { text: 10n }, { toolCalls: [{ name: "t", args: { n: 1n } }] }]) {
+    let calls = 0;
+    const model = { id: "m", generate: async () => (calls++, reply) };
+    const agent = createAgent({ model, store: memoryStore() });
+    await assert.rejects(
+      agent.send("go", { sessionId: "bad-reply" }),
+      (e) => e instanceof SteadfastError && e.code === "STEADFAST_PROVIDER_INVALID_RESPONSE" && e.retryable === false,
+    );
+    assert.equal(calls, 1, "a wrong answer is not asked for again");
+  }
+});
