@@ -850,10 +850,16 @@ fn session_of<'a>(agent: &'a Agent, id: &str) -> Result<crate::runtime::Session<
 /// value as a string's bytes (a number or an object traps, or worse), so such arguments arrive as `JsValue` and
 /// are checked here: `STEADFAST_INVALID_INPUT` naming the argument when it is not a string.
 fn text_arg(v: &JsValue, what: &str) -> Result<String> {
-    v.as_string().ok_or_else(|| {
-        let kind = if v.is_null() { "null".to_string() } else { v.js_typeof().as_string().unwrap_or_default() };
-        Error::invalid_input(format!("{what} must be a string, not {kind}"))
-    })
+    v.as_string().ok_or_else(|| Error::invalid_input(format!("{what} must be a string, not {}", js_kind(v))))
+}
+
+/// What a JS value is, for an error message: its `typeof`, or `null`.
+fn js_kind(v: &JsValue) -> String {
+    if v.is_null() {
+        "null".into()
+    } else {
+        v.js_typeof().as_string().unwrap_or_default()
+    }
 }
 
 /// [`text_arg`] for an optional one (`undefined` or `null`: none).
@@ -868,7 +874,7 @@ fn opt_text_arg(v: &JsValue, what: &str) -> Result<Option<String>> {
 /// A number a caller chose, as JS handed it (`None`: not a number; wasm-bindgen's own `f64` argument would
 /// throw an uncoded `TypeError` for a symbol or a BigInt).
 fn number_arg(v: &JsValue) -> std::result::Result<f64, String> {
-    v.as_f64().ok_or_else(|| if v.is_null() { "null".into() } else { v.js_typeof().as_string().unwrap_or_default() })
+    v.as_f64().ok_or_else(|| js_kind(v))
 }
 
 /// A history limit from JS: absent is every turn; otherwise a whole number >= 0.
