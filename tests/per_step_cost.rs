@@ -141,26 +141,36 @@ fn slow_commits_env(commit_ms: u64) -> Env {
     Env::with_store(store, clock)
 }
 
-/// Group commit across a short gap: `quote` settles one poll after `lookup` (not ready when `lookup`'s result is
-/// taken). With commits that take time (20 ms), the driver waits up to one commit's time for the other call of
-/// the turn, so both results still go into one entry: 2 entries a step. With commits that take no time (the
-/// window is empty) `lookup`'s result is committed alone: 3 entries a step.
+/// Group commit across a gap: `quote` settles after `lookup`, either one poll later or only once the clock has
+/// moved (on the simulated clock nothing moves it but the window's own timer: the call settles after the window
+/// closed). The driver waits for the other calls of the turn up to one commit's time, and at least 10 ms
+/// (commits that take no time, a Durable Object's, get that much): within it both results go into one entry
+/// (2 entries a step); after it `lookup`'s result is committed alone (3 entries a step).
 #[test]
-fn results_settling_within_one_commits_time_share_one_entry() {
-    for (commit_ms, entries_per_step) in [(20, 2), (0, 3)] {
+fn results_settling_within_the_group_window_share_one_entry() {
+    for (commit_ms, after_window, entries_per_step) in [(20, false, 2), (0, false, 2), (20, true, 3), (0, true, 3)] {
         let steps = 10;
         let env = slow_commits_env(commit_ms);
         let mut tools = tools_completing_together();
-        tools[1] = Rc::new(FnTool::new("quote", "quote", json!({"type": "object"}), move |args, _ctx| async move {
-            yield_now().await;
-            Ok(ToolOutput::text(format!("quote {}", args["sku"])))
+        let clock = env.clock.clone();
+        tools[1] = Rc::new(FnTool::new("quote", "quote", json!({"type": "object"}), move |args, _ctx| {
+            let clock = clock.clone();
+            async move {
+                let started = steadfast::runtime::Clock::now_ms(&clock);
+                yield_now().await;
+                while after_window && steadfast::runtime::Clock::now_ms(&clock) == started {
+                    yield_now().await;
+                }
+                Ok(ToolOutput::text(format!("quote {}", args["sku"])))
+            }
         }));
         let options = AgentOptions { max_steps: steps as u32 + 1, ..AgentOptions::default() };
         let agent = env.agent_with(MockModel::new(script(steps)), tools, options, "Look up and quote.");
         let done = block_on(agent.send("gap", "Look up and quote every item.", SendOptions::default())).unwrap();
-        assert_eq!(done.status, RunStatus::Finished);
-        assert!(validate_transcript(&done.messages).is_ok());
-        assert_eq!(done.stats.commits, entries_per_step * steps + 2, "commits taking {commit_ms} ms");
+        let case = format!("commits taking {commit_ms} ms, quote settling after the window: {after_window}");
+        assert_eq!(done.status, RunStatus::Finished, "{case}");
+        assert!(validate_transcript(&done.messages).is_ok(), "{case}");
+        assert_eq!(done.stats.commits, entries_per_step * steps + 2, "{case}");
     }
 }
 
@@ -206,5 +216,32 @@ fn a_call_that_aborts_its_run_is_cancelled_even_when_it_settles_with_other_calls
         let quote = results.iter().find(|r| r.name == "quote").expect("the aborting call has a result");
         assert_eq!(quote.kind, ResultKind::Cancelled, "{case}: {quote:?}");
         assert_ne!(quote.content, "halted", "{case}");
+    }
+}
+
+/// Strict mode (run objects; a commit there takes no time, so the group window is its 10 ms minimum): a two-tool
+/// step whose calls settle a poll apart writes 2 rows, the model turn and both results (it wrote 3 when the
+/// window was one commit's time, empty there); a run adds 3 fixed writes (its lease row, the index entry written
+/// and removed): 2.5 a step at 10 steps, 2.05 at 100 (3.5 / 3.05 before).
+#[test]
+fn a_two_tool_step_in_strict_mode_writes_two_rows() {
+    use steadfast::store::object::{LocalObjects, ObjectStore};
+    use steadfast::store::MemoryKv;
+    for steps in [10, 100] {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let store = Rc::new(ObjectStore::new(LocalObjects::default(), MemoryKv::new(), "", Rc::new(clock.clone())));
+        let env = Env::with_store(store.clone(), clock.clone());
+        let mut tools = tools_completing_together();
+        tools[1] = Rc::new(FnTool::new("quote", "quote", json!({"type": "object"}), move |args, _ctx| async move {
+            yield_now().await;
+            Ok(ToolOutput::text(format!("quote {}", args["sku"])))
+        }));
+        let options = AgentOptions { max_steps: steps as u32 + 1, ..AgentOptions::default() };
+        let agent = env.agent_with(MockModel::new(script(steps)), tools, options, "Look up and quote.");
+        let done = block_on(agent.send("strict", "Look up and quote every item.", SendOptions::default())).unwrap();
+        assert_eq!(done.status, RunStatus::Finished);
+        assert_eq!(done.stats.commits, 2 * steps + 2, "{steps} steps: rows (start + 2 a step + final)");
+        assert_eq!(done.stats.store_writes, 2 * steps as u64 + 5, "{steps} steps: writes, all-in");
+        assert_eq!(store.counters().writes, done.stats.store_writes, "{steps} steps: nothing uncounted");
     }
 }

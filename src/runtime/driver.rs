@@ -2,8 +2,9 @@
 //!
 //! It is the one place that awaits. It renews the lease while it waits, runs up to `tool_concurrency` tool
 //! calls at once (they keep running while a commit is written; the calls that settle meanwhile, or within one
-//! commit's time of each other, are recorded together in one entry: a group commit), retries model calls (the
-//! only retry layer, M15), watches the abort signal, numbers events, and can "crash" after any effect for tests.
+//! commit's time, at least 10 ms, of each other, are recorded together in one entry: a group commit), retries
+//! model calls (the only retry layer, M15), watches the abort signal, numbers events, and can "crash" after any
+//! effect for tests.
 
 use super::deps::Deps;
 use super::hooks::{HookContext, ToolResultDraft, Verdict};
@@ -33,6 +34,11 @@ use std::task::Poll;
 /// The longest a settled result waits for the other calls of its turn before it is committed (the group
 /// commit's window is the last commit's duration, capped by this).
 const GROUP_WINDOW_MAX_MS: u64 = 250;
+/// The shortest group commit window: a store whose commits take no measurable time (a Durable Object's SQLite,
+/// memory) would otherwise write one entry per settled result even when the calls of a turn settle a moment
+/// apart. The trade: a settled result may wait this long for the others before it is recorded (a crash in
+/// that moment runs it again, as it would during its commit); a turn's steps are not delayed by it.
+const GROUP_WINDOW_MIN_MS: u64 = 10;
 
 type InFlight = FuturesUnordered<LocalFuture<'static, (String, ToolOutcome)>>;
 
@@ -385,12 +391,11 @@ impl<'a> Driver<'a> {
     /// The group commit's window: a call settled while others of the turn still run. The step cannot go on
     /// before all of them are recorded, so waiting for them costs the step nothing as long as they settle
     /// within one commit's time: committing the first result alone would keep the next one waiting for that
-    /// commit anyway. So this waits, up to as long as the last commit took (at most [`GROUP_WINDOW_MAX_MS`]),
-    /// for more calls to settle into the same entry. A clock that does not move during a commit (tests)
-    /// makes the window empty.
+    /// commit anyway. So this waits, up to as long as the last commit took (at least [`GROUP_WINDOW_MIN_MS`],
+    /// at most [`GROUP_WINDOW_MAX_MS`]), for more calls to settle into the same entry.
     async fn gather(&mut self, in_flight: &mut InFlight, settled: &mut VecDeque<(String, ToolOutcome)>) {
-        let window = self.last_commit_ms.min(GROUP_WINDOW_MAX_MS);
-        if window == 0 || in_flight.is_empty() {
+        let window = self.last_commit_ms.clamp(GROUP_WINDOW_MIN_MS, GROUP_WINDOW_MAX_MS);
+        if in_flight.is_empty() {
             return;
         }
         let deadline = self.now().saturating_add(window);
