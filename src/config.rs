@@ -767,37 +767,64 @@ fn json_path_at(text: &str, line: usize, column: usize) -> String {
 }
 
 /// The parsed configuration, kept for the life of a process (a Worker isolate) so a warm request does not
-/// parse and validate it again. Keyed by the configuration's source text: a request whose source differs in
-/// any byte from the cached one (a changed `STEADFAST_CONFIG`, a new bundle) parses again and replaces the
-/// entry, so a changed configuration is never served stale. A source that fails to parse is not cached: it
-/// fails on every request, with its own error, and leaves the last valid entry in place.
+/// parse and validate it again. Keyed by the configuration's source text ([`ConfigCache::get`]), or by a value
+/// the text is read from whose equality implies the text's ([`ConfigCache::get_keyed`]: the Worker's
+/// `STEADFAST_CONFIG` as a JS value, compared with `===`, so a warm request does not copy the text into wasm):
+/// a request whose source differs in any byte from the cached one (a changed `STEADFAST_CONFIG`, a new bundle)
+/// parses again and replaces the entry, so a changed configuration is never served stale. A source that fails
+/// to parse is not cached: it fails on every request, with its own error, and leaves the last valid entry in
+/// place.
 ///
 /// Only the configuration is cached, not the agent built from it: the agent's store keeps per-execution state
 /// (journal writers, operation counters) and is built per request, with the request's secrets and bindings.
-#[derive(Default)]
-pub struct ConfigCache {
-    entry: std::cell::RefCell<Option<(String, Rc<AgentConfig>)>>,
+pub struct ConfigCache<K = String> {
+    entry: std::cell::RefCell<Option<(K, Rc<AgentConfig>)>>,
     parses: std::cell::Cell<u64>,
+}
+
+impl<K> Default for ConfigCache<K> {
+    fn default() -> Self {
+        ConfigCache { entry: std::cell::RefCell::new(None), parses: std::cell::Cell::new(0) }
+    }
+}
+
+impl<K: PartialEq> ConfigCache<K> {
+    /// The configuration `key` stands for: the cached one when `key` equals the cached key, else the text
+    /// `source(&key)` [`AgentConfig::parse`]d (and, when valid, cached under `key` in place of the previous
+    /// one). Equal keys must mean equal texts.
+    pub fn get_keyed(&self, key: K, source: impl FnOnce(&K) -> String) -> Result<Rc<AgentConfig>> {
+        if let Some(cfg) = self.hit(|cached| *cached == key) {
+            return Ok(cfg);
+        }
+        let text = source(&key);
+        self.parse(key, &text)
+    }
+
+    /// How many times the cache parsed a source (misses, failed parses included).
+    pub fn parses(&self) -> u64 {
+        self.parses.get()
+    }
+
+    fn hit(&self, same: impl FnOnce(&K) -> bool) -> Option<Rc<AgentConfig>> {
+        self.entry.borrow().as_ref().filter(|(cached, _)| same(cached)).map(|(_, cfg)| cfg.clone())
+    }
+
+    fn parse(&self, key: K, source: &str) -> Result<Rc<AgentConfig>> {
+        self.parses.set(self.parses.get() + 1);
+        let cfg = Rc::new(AgentConfig::parse(source)?);
+        *self.entry.borrow_mut() = Some((key, cfg.clone()));
+        Ok(cfg)
+    }
 }
 
 impl ConfigCache {
     /// The configuration of `source`: the cached one when `source` is the cached source, else
     /// [`AgentConfig::parse`]d (and, when valid, cached in place of the previous one).
     pub fn get(&self, source: &str) -> Result<Rc<AgentConfig>> {
-        if let Some((cached, cfg)) = self.entry.borrow().as_ref() {
-            if cached == source {
-                return Ok(cfg.clone());
-            }
+        match self.hit(|cached| cached == source) {
+            Some(cfg) => Ok(cfg),
+            None => self.parse(source.to_string(), source),
         }
-        self.parses.set(self.parses.get() + 1);
-        let cfg = Rc::new(AgentConfig::parse(source)?);
-        *self.entry.borrow_mut() = Some((source.to_string(), cfg.clone()));
-        Ok(cfg)
-    }
-
-    /// How many times [`ConfigCache::get`] parsed a source (cache misses, failed parses included).
-    pub fn parses(&self) -> u64 {
-        self.parses.get()
     }
 }
 
@@ -1163,16 +1190,37 @@ mod tests {
             let rng = SplitMix64::new(seed);
             let repro = format!("STEADFAST_CONFIG_SEED={seed} cargo test --lib config::tests::the_config_cache");
             let cache = ConfigCache::default();
+            // The same sequence through a cache keyed by the source's index (as the Worker keys by the JS value
+            // the text is read from): it reads the text only on a miss and answers exactly as `get`.
+            let keyed = ConfigCache::<usize>::default();
+            let mut last_keyed: Option<Rc<AgentConfig>> = None;
             let (mut cached, mut last, mut parses): (Option<&str>, Option<Rc<AgentConfig>>, u64) = (None, None, 0);
             for _ in 0..1 + rng.next_u64() % 40 {
                 // Repeats are likely (a warm isolate sees the same source again and again).
-                let source = if last.is_some() && rng.next_u64() % 2 == 0 {
-                    cached.unwrap()
-                } else {
-                    sources[(rng.next_u64() % sources.len() as u64) as usize].as_str()
+                let index = match (&last, rng.next_u64() % 2) {
+                    (Some(_), 0) => sources.iter().position(|s| Some(s.as_str()) == cached).unwrap(),
+                    _ => (rng.next_u64() % sources.len() as u64) as usize,
                 };
+                let source = sources[index].as_str();
                 let fresh = AgentConfig::parse(source);
                 let got = cache.get(source);
+                let read = std::cell::Cell::new(false);
+                let got_keyed = keyed.get_keyed(index, |i| {
+                    read.set(true);
+                    sources[*i].clone()
+                });
+                assert_eq!(read.get(), cached != Some(source), "{repro}: the text read only on a miss");
+                match (&got, &got_keyed) {
+                    (Ok(a), Ok(b)) => assert_eq!(a, b, "{repro}: {source}"),
+                    (Err(a), Err(b)) => assert_eq!(a, b, "{repro}: {source}"),
+                    _ => panic!("{repro}: {source}: get {got:?} vs get_keyed {got_keyed:?}"),
+                }
+                if let Ok(b) = &got_keyed {
+                    if cached == Some(source) {
+                        assert!(Rc::ptr_eq(b, last_keyed.as_ref().unwrap()), "{repro}: a cached key was parsed again");
+                    }
+                    last_keyed = Some(b.clone());
+                }
                 if cached != Some(source) {
                     parses += 1;
                 }
@@ -1189,6 +1237,7 @@ mod tests {
                     _ => panic!("{repro}: {source}: cache {got:?} vs parse {fresh:?}"),
                 }
                 assert_eq!(cache.parses(), parses, "{repro}: parses after {source}");
+                assert_eq!(keyed.parses(), parses, "{repro}: keyed parses after {source}");
             }
         }
     }

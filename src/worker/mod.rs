@@ -37,15 +37,21 @@ use worker::{
 const BUNDLED_CONFIG: &str = include_str!("../../steadfast.config.json");
 
 thread_local! {
-    /// The isolate's parsed configuration ([`ConfigCache`] decides when it is parsed again).
-    static CONFIG: ConfigCache = ConfigCache::default();
+    /// The isolate's parsed configuration ([`ConfigCache`] decides when it is parsed again), keyed by the
+    /// `STEADFAST_CONFIG` binding's JS value (`===`: equal strings, equal texts), so a warm request does not copy
+    /// the text into wasm.
+    static CONFIG: ConfigCache<wasm_bindgen::JsValue> = ConfigCache::default();
 }
 
-/// The configuration: `STEADFAST_CONFIG`, else the bundled one, through the isolate's [`ConfigCache`].
+/// The configuration: `STEADFAST_CONFIG` (a non-blank string), else the bundled one, through the isolate's
+/// [`ConfigCache`].
 fn config(env: &Env) -> Result<Rc<AgentConfig>> {
-    // Ignored (`.ok()`): the only failure is a variable that is not bound, which means the bundled config.
-    let var = env.var("STEADFAST_CONFIG").map(|v| v.to_string()).ok().filter(|s| !s.trim().is_empty());
-    CONFIG.with(|c| c.get(var.as_deref().unwrap_or(BUNDLED_CONFIG)))
+    // Ignored (read as `undefined`): the only failure is an env that is not an object, so no variable, which
+    // means the bundled config.
+    let var = js_sys::Reflect::get(env, &"STEADFAST_CONFIG".into()).unwrap_or_default();
+    CONFIG.with(|c| {
+        c.get_keyed(var, |v| v.as_string().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| BUNDLED_CONFIG.into()))
+    })
 }
 
 fn secret(env: &Env, name: &str) -> Option<String> {
