@@ -993,7 +993,21 @@ fn generated_hostile_requests_get_coded_answers_and_lose_nothing_recorded() {
         r#"{"fromStep": 1, "newId": "forked"}"#,
         "",
     ];
-    const QUERIES: &[&str] = &["-1", "0", "1", "abc", "99999999999999999999999", "1e3", "", "50", "finished", "%zz"];
+    const QUERIES: &[&str] = &[
+        "-1",
+        "0",
+        "1",
+        "abc",
+        "99999999999999999999999",
+        "18446744073709551615",
+        "4294967296",
+        "1e3",
+        "",
+        "50",
+        "finished",
+        "awaiting-approval",
+        "%zz",
+    ];
     const ACTIONS: &[&str] = &["resume", "fork", "discard-pending", "nope", ""];
     const METHODS: &[&str] = &["GET", "POST", "DELETE", "PUT", "get", ""];
     let seeds: Vec<u64> = match std::env::var("STEADFAST_HOSTILE_SEED") {
