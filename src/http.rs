@@ -140,6 +140,25 @@ impl CappedBody {
     }
 }
 
+/// An absolute URL as a platform hands it over (the Workers runtime's `Request.url`: parsed and normalised
+/// already), cut into its origin (`scheme://authority`), path (`/` when empty) and query (without `?`; the
+/// fragment dropped), without parsing it again. The Worker uses this instead of the `url` crate, whose IDNA
+/// tables cost the bundle 70 KB gzip (611,217 → 540,668 bytes) for a string the runtime has normalised.
+pub fn split_url(url: &str) -> (&str, &str, &str) {
+    let authority_at = url.find("://").map_or(0, |i| i + 3);
+    let path_at = url[authority_at..].find(['/', '?', '#']).map_or(url.len(), |i| authority_at + i);
+    let (origin, rest) = url.split_at(path_at);
+    let rest = rest.split('#').next().unwrap_or_default();
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    (origin, if path.is_empty() { "/" } else { path }, query)
+}
+
+/// A query string's `application/x-www-form-urlencoded` pairs, decoded (`+` is a space, percent escapes are
+/// bytes, invalid UTF-8 replaced), in order.
+pub fn query_pairs(query: &str) -> Vec<(String, String)> {
+    form_urlencoded::parse(query.as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,5 +206,56 @@ mod tests {
         let mut c = CappedBody::new(0);
         assert!(c.push(b"ok \xff done"));
         assert_eq!(c.finish(), ("ok \u{fffd} done".to_string(), false));
+    }
+
+    /// The Worker's URL split against the `url` crate it replaces, over generated URLs as the runtime hands them
+    /// over (parsed and normalised, which the crate does here first): the same path and the same decoded query
+    /// pairs, for hosts with ports and IPv6 literals, paths with escapes, dot segments and odd characters, and
+    /// queries with `+`, escapes, empty and repeated pairs and a fragment after them. `STEADFAST_URL_SEED=<n>`
+    /// replays one case.
+    #[test]
+    fn split_url_and_query_pairs_agree_with_the_url_crate_on_generated_urls() {
+        const HOSTS: &[&str] = &["example.com", "127.0.0.1:8787", "[::1]:80", "a.b.workers.dev", "EXAMPLE.com:443"];
+        const PARTS: &[&str] =
+            &["runs", "a b", "%2F", "..", ".", "ünï", "x%zz", "?", "#", "&", "=", "+", "", "a+b", "%20", ";", "@", ":"];
+        let seeds: Vec<u64> = match std::env::var("STEADFAST_URL_SEED") {
+            Ok(s) => vec![s.parse().expect("STEADFAST_URL_SEED is a number")],
+            Err(_) => (0..3_000).collect(),
+        };
+        for seed in seeds {
+            let rng = SplitMix64::new(seed);
+            let pick = |pool: &[&'static str]| pool[(rng.next_u64() % pool.len() as u64) as usize];
+            let scheme = if rng.next_u64() % 2 == 0 { "https" } else { "http" };
+            let mut raw = format!("{scheme}://{}", pick(HOSTS));
+            for _ in 0..rng.next_u64() % 5 {
+                raw.push('/');
+                raw.push_str(pick(PARTS));
+            }
+            if rng.next_u64() % 3 > 0 {
+                raw.push('?');
+                for i in 0..rng.next_u64() % 4 {
+                    if i > 0 {
+                        raw.push('&');
+                    }
+                    raw.push_str(pick(PARTS));
+                    if rng.next_u64() % 2 == 0 {
+                        raw.push('=');
+                        raw.push_str(pick(PARTS));
+                    }
+                }
+            }
+            if rng.next_u64() % 4 == 0 {
+                raw.push('#');
+                raw.push_str(pick(PARTS));
+            }
+            let repro = format!("STEADFAST_URL_SEED={seed} cargo test --lib split_url: {raw:?}");
+            let Ok(parsed) = url::Url::parse(&raw) else { continue };
+            let normalised = parsed.as_str();
+            let (origin, path, query) = split_url(normalised);
+            assert_eq!(origin, parsed.origin().ascii_serialization(), "{repro}");
+            assert_eq!(path, parsed.path(), "{repro}");
+            let expected: Vec<(String, String)> = parsed.query_pairs().map(|(k, v)| (k.into(), v.into())).collect();
+            assert_eq!(query_pairs(query), expected, "{repro}");
+        }
     }
 }

@@ -152,10 +152,11 @@ fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
 /// The request's head (method, path, query, headers): everything but the body, which [`serve`] reads later
 /// through [`WorkerHost`] once the request is admitted.
 fn request_head(req: &Request) -> worker::Result<ApiRequest> {
-    let url = req.url()?;
-    let query = url.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+    let url = req.inner().url();
+    let (_, path, query) = crate::http::split_url(&url);
     let headers = req.headers().entries().collect();
-    Ok(ApiRequest { method: req.method().to_string(), path: url.path().to_string(), query, headers, body: Vec::new() })
+    let (method, path, query) = (req.method().to_string(), path.to_string(), crate::http::query_pairs(query));
+    Ok(ApiRequest { method, path, query, headers, body: Vec::new() })
 }
 
 /// The response to send: a live body's chunks are sent as they come, and its task (the rest of a run executing in

@@ -163,7 +163,7 @@ impl StubClient {
         headers.set(RUN_HEADER, &to.run)?;
         let mut init = RequestInit::new();
         init.with_method(req.method()).with_headers(headers).with_body(req.inner().body().map(JsValue::from));
-        stub.fetch_with_request(Request::new_with_init(req.url()?.as_str(), &init)?).await
+        stub.fetch_with_request(Request::new_with_init(&req.inner().url(), &init)?).await
     }
 
     /// Sends `POST <path>` (no body, the client's authorization, [`RUN_HEADER`] naming the run) to the object of
@@ -174,12 +174,11 @@ impl StubClient {
             headers.set("authorization", &auth)?;
         }
         headers.set(RUN_HEADER, &to.run)?;
-        let mut url = req.url()?;
-        url.set_path(path);
-        url.set_query(None);
+        let url = req.inner().url();
+        let url = format!("{}{path}", crate::http::split_url(&url).0);
         let mut init = RequestInit::new();
         init.with_method(Method::Post).with_headers(headers);
-        let mut resp = self.stub(&to.run)?.fetch_with_request(Request::new_with_init(url.as_str(), &init)?).await?;
+        let mut resp = self.stub(&to.run)?.fetch_with_request(Request::new_with_init(&url, &init)?).await?;
         // Read to the end: the turn has finished (or failed) once its answer is complete.
         resp.text().await.map(|_| ())
     }
