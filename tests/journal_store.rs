@@ -1215,3 +1215,179 @@ fn an_acquisition_decides_on_the_load_before_it_only_while_that_read_is_recent()
         block_on(store.confirm_lease(&taken)).unwrap();
     }
 }
+
+/// One way of damaging a stored value: `unparseable` ones (cut, emptied, not the JSON written there) must
+/// never read as a state; the others (a field of another JSON type, a number at u64's edge) may read as one
+/// the store cannot tell from the truth, but must not panic anything either.
+fn damage(raw: &str, rng: &steadfast::runtime::SplitMix64) -> (String, bool) {
+    use steadfast::runtime::Rng;
+    let pick = |n: u64| rng.next_u64() % n;
+    match pick(7) {
+        0 => (String::new(), true),
+        1 => (
+            raw[..raw.char_indices().map(|(i, _)| i).nth(pick(raw.len().max(1) as u64) as usize).unwrap_or(0)]
+                .to_string(),
+            true,
+        ),
+        2 => (["null", "[]", "42", "\"x\"", "true", "{\"", "\u{0}"][pick(7) as usize].to_string(), true),
+        3 => ((0..1 + pick(40)).map(|_| (b'!' + pick(90) as u8) as char).collect(), true),
+        _ => {
+            let Ok(mut v) = serde_json::from_str::<serde_json::Value>(raw) else { return (String::new(), true) };
+            // Every field's path, then one of them changed.
+            fn paths(v: &serde_json::Value, at: Vec<String>, out: &mut Vec<Vec<String>>) {
+                if let serde_json::Value::Object(m) = v {
+                    for (k, x) in m {
+                        let mut p = at.clone();
+                        p.push(k.clone());
+                        out.push(p.clone());
+                        paths(x, p, out);
+                    }
+                }
+            }
+            let mut all = Vec::new();
+            paths(&v, Vec::new(), &mut all);
+            if all.is_empty() {
+                return ("{}".into(), true);
+            }
+            let path = &all[pick(all.len() as u64) as usize];
+            let mut x = &mut v;
+            for k in path {
+                x = x.get_mut(k).unwrap();
+            }
+            *x = match (&*x, pick(4)) {
+                (serde_json::Value::Number(_), 0) => json!(u64::MAX),
+                (serde_json::Value::Number(_), 1) => json!(-1),
+                (serde_json::Value::Number(_), _) => json!("7"),
+                (serde_json::Value::String(_), 0) => json!(7),
+                (serde_json::Value::String(_), _) => json!(["x"]),
+                (serde_json::Value::Bool(_), _) => json!("true"),
+                (serde_json::Value::Array(_), _) => json!({"x": 1}),
+                (serde_json::Value::Object(_), _) => json!([1]),
+                (serde_json::Value::Null, _) => json!({"x": [1]}),
+            };
+            (v.to_string(), false)
+        }
+    }
+}
+
+/// Generated damage to stored values: one value of a store holding a finished run, a run awaiting approval and
+/// an interrupted run (its journal entries, lease, end marker, approval record, index entry) is replaced by a
+/// damaged one (`damage`). Then every read and write path runs: load, history, pending, the approval list and
+/// its resolution, a resume, a continuation, a sweep tick. Nothing panics; every failure is a coded error; a
+/// value that no longer parses never reads as a state other than the one written; a fourth run stored beside
+/// them reads the same throughout; and every damaged run can be deleted and started again under its id.
+/// `STEADFAST_DAMAGE_SEED=<n>` replays one case.
+#[test]
+fn damaged_stored_values_get_coded_errors_never_a_panic_and_touch_no_other_run_generated() {
+    use steadfast::runtime::{NoListener, Rng, SplitMix64 as Rng64};
+    let seeds: Vec<u64> = match std::env::var("STEADFAST_DAMAGE_SEED") {
+        Ok(s) => vec![s.parse().expect("STEADFAST_DAMAGE_SEED is a number")],
+        Err(_) => (0..500).collect(),
+    };
+    let (mut unparseable, mut typed) = (0, 0);
+    for seed in seeds {
+        let repro = format!("STEADFAST_DAMAGE_SEED={seed} cargo test --test journal_store damaged_stored_values");
+        let rng = Rng64::new(seed);
+        let clock = ManualClock::new(1_700_000_000_000);
+        let kv = MemoryKv::new();
+        let store: Rc<dyn RunStore> = Rc::new(journal(kv.clone(), &clock));
+        let env = Env::with_store(store.clone(), clock.clone());
+        let counters = Counters::default();
+        let script = || {
+            MockModel::by_turn(vec![
+                MockTurn::func(|req| {
+                    match req
+                        .messages
+                        .iter()
+                        .any(|m| matches!(m, Message::User { content } if content.contains("refund")))
+                    {
+                        true => MockTurn::tools([("refund", json!({"order": 7}))]),
+                        false => MockTurn::tools([("charge", json!({"order": 7})), ("charge", json!({"order": 8}))]),
+                    }
+                }),
+                MockTurn::text("Done."),
+                MockTurn::text("Noted."),
+                MockTurn::text("Noted again."),
+            ])
+        };
+        let agent = || env.agent(script(), vec![counting_tool("charge", &counters), gated_tool("refund", &counters)]);
+        let a = agent();
+        block_on(a.send("fin", "charge order 7", SendOptions::default())).unwrap();
+        block_on(a.send("other", "charge order 7", SendOptions::default())).unwrap();
+        let wait = block_on(a.send("wait", "refund order 7", SendOptions::default())).unwrap();
+        let crash = SendOptions {
+            crash: Some(steadfast::runtime::CrashPoint { after_effects: 3, finish_in_flight: false }),
+            ..Default::default()
+        };
+        let _ = block_on(a.send("mid", "charge order 7", crash));
+        env.past_leases();
+        let runs = ["fin", "wait", "mid"];
+        let before: Vec<_> = runs.iter().map(|id| block_on(a.load(id)).unwrap()).collect();
+        let other = block_on(a.load("other")).unwrap();
+        let keys: Vec<String> = kv.keys().into_iter().filter(|k| !k.contains("other")).collect();
+        let key = &keys[(rng.next_u64() % keys.len() as u64) as usize];
+        let (value, broken) = damage(&kv.raw(key).unwrap_or_default(), &rng);
+        if broken {
+            unparseable += 1
+        } else {
+            typed += 1
+        }
+        kv.set_raw(key, &value);
+        let case = format!("{repro}: {key} = {value:?}");
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let a = agent();
+            // A failure is an `Error`, so it carries a code by construction; it must not be an internal one.
+            let coded = |what: &str, e: &steadfast::Error| {
+                assert_ne!(e.code, ErrorCode::Internal, "{case}: {what}: {e}");
+            };
+            for (id, was) in runs.iter().zip(&before) {
+                match block_on(a.load(id)) {
+                    Ok(now) if broken && now.is_some() => assert_eq!(&now, was, "{case}: {id} read as another state"),
+                    Ok(_) => {}
+                    Err(e) => coded("load", &e),
+                }
+                if let Err(e) = block_on(a.history(id, 10)) {
+                    coded("history", &e);
+                }
+            }
+            if let Err(e) = block_on(a.pending()) {
+                coded("pending", &e);
+            }
+            if let Err(e) = block_on(a.approvals().list()) {
+                coded("approvals", &e);
+            }
+            if let Some(id) = &wait.approval_id {
+                if let Err(e) = block_on(a.approvals().resolve(steadfast::runtime::Resolve {
+                    id: id.clone(),
+                    approved: true,
+                    note: None,
+                })) {
+                    coded("resolve", &e);
+                }
+            }
+            if let Err(e) = block_on(a.resume("mid", SendOptions::default())) {
+                coded("resume", &e);
+            }
+            if let Err(e) = block_on(a.send("fin", "and order 8", SendOptions::default())) {
+                coded("send", &e);
+            }
+            env.past_leases();
+            if let Err(e) = block_on(a.sweep(&SweepOptions::default(), &NoListener)) {
+                coded("sweep", &e);
+            }
+            assert_eq!(block_on(a.load("other")).unwrap(), other, "{case}: the run beside them changed");
+            for id in runs {
+                block_on(a.delete(id)).unwrap_or_else(|e| panic!("{case}: delete {id}: {e}"));
+                let again = block_on(agent().send(id, "charge order 9", SendOptions::default()));
+                let again = again.unwrap_or_else(|e| panic!("{case}: {id} started again: {e}"));
+                assert_eq!(again.status, RunStatus::Finished, "{case}: {id}");
+                assert!(validate_transcript(&again.messages).is_ok(), "{case}: {id}");
+            }
+        }));
+        if let Err(p) = outcome {
+            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            panic!("{case}: {}", msg.unwrap_or_default());
+        }
+    }
+    println!("damaged values: {unparseable} unparseable, {typed} of another type or at u64's edge");
+}

@@ -207,7 +207,57 @@ struct LeaseRecord {
 /// How long a deleted run's lease tombstone lives.
 const TOMBSTONE_TTL_S: u64 = 86_400;
 
+/// The largest journal seq (an entry's key carries 10 digits) and lease epoch a stored record may name. A
+/// stored number past it is damage, not a journal (the store's arithmetic on it would overflow): the record is
+/// read as corrupt.
+const MAX_SEQ: u64 = 9_999_999_999;
+
+fn in_range(what: &str, v: u64) -> std::result::Result<(), String> {
+    match v <= MAX_SEQ {
+        true => Ok(()),
+        false => Err(format!("{what} {v} is out of range")),
+    }
+}
+
+impl Progress {
+    /// Every seq and count it names is one a journal can have (its byte counts below 2^53).
+    fn check(&self) -> std::result::Result<(), String> {
+        in_range("head", self.head)?;
+        in_range("pruned", self.pruned)?;
+        in_range("entriesSince", self.entries_since)?;
+        for (what, bytes) in [("snapBytes", self.snap_bytes), ("bytesSince", self.bytes_since)] {
+            if bytes >= 1 << 53 {
+                return Err(format!("{what} {bytes} is out of range"));
+            }
+        }
+        self.snaps.iter().try_for_each(|s| in_range("a snapshot seq", *s))
+    }
+}
+
+/// A lease record or an end marker as stored: it parses, and every seq and epoch it names is in range.
+fn parse_record<T: serde::de::DeserializeOwned>(
+    raw: &str,
+    check: impl FnOnce(&T) -> std::result::Result<(), String>,
+) -> std::result::Result<T, String> {
+    let v: T = serde_json::from_str(raw).map_err(|e| e.to_string())?;
+    check(&v)?;
+    Ok(v)
+}
+
 impl LeaseRecord {
+    fn check(&self) -> std::result::Result<(), String> {
+        in_range("epoch", self.epoch)?;
+        in_range("from", self.from)?;
+        self.chain
+            .iter()
+            .try_for_each(|s| in_range("a segment's start", s.from).and(in_range("a segment's end", s.to)))?;
+        self.progress.check()
+    }
+
+    fn parse(raw: &str) -> std::result::Result<LeaseRecord, String> {
+        parse_record(raw, LeaseRecord::check)
+    }
+
     fn tag(&self) -> String {
         Keys::tag(self.epoch, &self.owner)
     }
@@ -459,7 +509,7 @@ fn corrupt(run_id: &str, what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 fn parse_marker(run_id: &str, raw: &str) -> Result<Progress> {
-    serde_json::from_str(raw).map_err(|e| corrupt(run_id, "an end marker", e))
+    parse_record(raw, Progress::check).map_err(|e| corrupt(run_id, "an end marker", e))
 }
 
 fn encode<T: Serialize>(v: &T) -> Result<String> {
@@ -601,7 +651,7 @@ impl<K: KvBackend> JournalStore<K> {
     async fn read_lease(&self, run_id: &str) -> Result<Option<LeaseRecord>> {
         match self.get(&self.keys.lease(run_id)).await? {
             None => Ok(None),
-            Some(s) => serde_json::from_str(&s).map(Some).map_err(|e| corrupt(run_id, "the lease", e)),
+            Some(s) => LeaseRecord::parse(&s).map(Some).map_err(|e| corrupt(run_id, "the lease", e)),
         }
     }
 
@@ -1498,7 +1548,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             // A deleted run's tombstone counts as no lease.
             let records: Vec<Option<Result<LeaseRecord, ()>>> = leases
                 .iter()
-                .map(|l| match l.as_ref().map(|l| serde_json::from_str::<LeaseRecord>(l).map_err(|_| ())) {
+                .map(|l| match l.as_ref().map(|l| LeaseRecord::parse(l).map_err(|_| ())) {
                     Some(Ok(rec)) if rec.deleted => None,
                     other => other,
                 })
@@ -1524,7 +1574,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                         .flatten()
                         // Ignored: an unreadable marker counts as not finished, so the run is kept and its resume
                         // reads it and reports the corruption.
-                        .and_then(|m| serde_json::from_str::<Progress>(&m).ok())
+                        .and_then(|m| parse_record(&m, Progress::check).ok())
                         .is_some_and(|p| p.finished)
                         .then_some(1_000),
                 };
