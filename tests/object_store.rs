@@ -3,6 +3,8 @@
 //! in a `MemoryKv`. The conformance suite runs in the module's own tests; these check its guarantees over
 //! generated cases and a whole agent run. A failing seed prints a one-line reproduction (`STRICT_SEED=<n>`).
 
+mod common;
+
 use futures::executor::block_on;
 use serde_json::json;
 use std::rc::Rc;
@@ -141,5 +143,123 @@ fn an_agent_run_over_run_objects_writes_one_row_per_boundary() {
         let other = store(&objects, &kv, &clock);
         assert_eq!(block_on(other.load("strict-run")).unwrap().map(|cp| cp.messages), Some(done.messages));
         assert!(block_on(other.pending()).unwrap().is_empty());
+    });
+}
+
+/// Generated damage to what run objects store (strict mode): one value of a run object holding a finished run,
+/// a run awaiting approval or an interrupted one — its lease, its approval record, or one of its journal rows —
+/// is replaced by a damaged one (`common::damage`: cut, emptied, not JSON, a field of another type, a number at
+/// u64's edge). Then load, history, the approvals, a resume, a continuation and a send run in a second process.
+/// Nothing panics; a failure is never `STEADFAST_INTERNAL`; a value that no longer parses never reads as a state
+/// other than the one written; a run in another object reads the same; every damaged run can be deleted and
+/// started again. A failing seed prints `STRICT_SEED=<n>`.
+#[test]
+fn damaged_object_values_get_coded_errors_never_a_panic_generated() {
+    use steadfast::store::object::{JournalRow, ObjectStorage, Write};
+    use steadfast::{Resolve, RunResult};
+    for_seeds("damaged_object_values_get_coded_errors_never_a_panic_generated", 0..300, |seed| {
+        let rng = SplitMix64::new(seed);
+        let clock = ManualClock::new(1_700_000_000_000);
+        let (objects, kv) = (LocalObjects::default(), MemoryKv::new());
+        let agent = || {
+            let model = MockModel::by_turn(vec![
+                MockTurn::func(|req| {
+                    let refund = req
+                        .messages
+                        .iter()
+                        .any(|m| matches!(m, Message::User { content } if content.contains("refund")));
+                    match refund {
+                        true => MockTurn::tools([("refund", json!({"order": 7}))]),
+                        false => MockTurn::tools([("charge", json!({"order": 7})), ("charge", json!({"order": 8}))]),
+                    }
+                }),
+                MockTurn::text("Done."),
+                MockTurn::text("Noted."),
+                MockTurn::text("Noted again."),
+            ]);
+            let tool = |name: &str, approval: bool| {
+                let t = FnTool::new(name, name, json!({"type": "object"}), |args, _ctx| async move {
+                    Ok(ToolOutput::text(format!("done {}", args["order"])))
+                });
+                t.needs_approval(approval)
+            };
+            Agent::builder(model)
+                .tool(tool("charge", false))
+                .tool(tool("refund", true))
+                .store(store(&objects, &kv, &clock))
+                .clock(Rc::new(clock.clone()))
+                .build()
+                .unwrap()
+        };
+        let a = agent();
+        block_on(a.send("fin", "charge order 7", SendOptions::default())).unwrap();
+        block_on(a.send("other", "charge order 7", SendOptions::default())).unwrap();
+        let wait: RunResult = block_on(a.send("wait", "refund order 7", SendOptions::default())).unwrap();
+        let crash = SendOptions {
+            crash: Some(steadfast::runtime::CrashPoint { after_effects: 3, finish_in_flight: false }),
+            ..Default::default()
+        };
+        let _ = block_on(a.send("mid", "charge order 7", crash));
+        clock.advance(61_000);
+        let runs = ["fin", "wait", "mid"];
+        let before: Vec<_> = runs.iter().map(|id| block_on(a.load(id)).unwrap()).collect();
+        let other = block_on(a.load("other")).unwrap();
+        // One value of one object: its meta (lease, approvals) or one journal row.
+        let id = runs[(rng.next_u64() % 3) as usize];
+        let storage = objects.object(id).storage().clone();
+        let meta = storage.list("").unwrap();
+        let rows = storage.rows_from(0).unwrap();
+        let k = (rng.next_u64() % (meta.len() + rows.len()) as u64) as usize;
+        let (what, broken) = if k < meta.len() {
+            let (key, raw) = &meta[k];
+            let (value, broken) = common::damage(raw, &rng);
+            storage.write(vec![Write::Put(key.clone(), value.clone())]).unwrap();
+            (format!("{id}: meta {key} = {value:?}"), broken)
+        } else {
+            let row = &rows[k - meta.len()];
+            let (value, broken) = common::damage(&row.body, &rng);
+            let mut again: Vec<Write> = vec![Write::DeleteRowsFrom(row.seq)];
+            for r in rows.iter().filter(|r| r.seq >= row.seq) {
+                let body = if r == row { value.clone() } else { r.body.clone() };
+                again.push(Write::Insert(JournalRow { body, ..r.clone() }));
+            }
+            storage.write(again).unwrap();
+            (format!("{id}: row {} = {value:?}", row.seq), broken)
+        };
+        let a = agent();
+        let coded = |op: &str, e: &steadfast::Error| assert_ne!(e.code, ErrorCode::Internal, "{what}: {op}: {e}");
+        for (id, was) in runs.iter().zip(&before) {
+            match block_on(a.load(id)) {
+                Ok(now) if broken && now.is_some() => assert_eq!(&now, was, "{what}: {id} read as another state"),
+                Ok(_) => {}
+                Err(e) => coded("load", &e),
+            }
+            if let Err(e) = block_on(a.history(id, 10)) {
+                coded("history", &e);
+            }
+        }
+        if let Err(e) = block_on(a.approvals().list()) {
+            coded("approvals", &e);
+        }
+        if let Some(approval) = &wait.approval_id {
+            let decision = Resolve { id: approval.clone(), approved: true, note: None };
+            if let Err(e) = block_on(a.approvals().resolve(decision)) {
+                coded("resolve", &e);
+            }
+        }
+        if let Err(e) = block_on(a.resume("mid", SendOptions::default())) {
+            coded("resume", &e);
+        }
+        if let Err(e) = block_on(a.send("fin", "and order 8", SendOptions::default())) {
+            coded("send", &e);
+        }
+        assert_eq!(block_on(a.load("other")).unwrap(), other, "{what}: the run in another object changed");
+        clock.advance(61_000);
+        for id in runs {
+            block_on(a.delete(id)).unwrap_or_else(|e| panic!("{what}: delete {id}: {e}"));
+            let again = block_on(agent().send(id, "charge order 9", SendOptions::default()))
+                .unwrap_or_else(|e| panic!("{what}: {id} started again: {e}"));
+            assert_eq!(again.status, RunStatus::Finished, "{what}: {id}");
+        }
     });
 }

@@ -373,7 +373,7 @@ impl<S: ObjectStorage> RunObjectCore<S> {
             ObjectRequest::Acquire { owner, now_ms, opts } => encode(&self.acquire(run_id, &owner, now_ms, &opts)?),
             ObjectRequest::Renew { lease, now_ms, opts } => {
                 self.check_lease(run_id, &lease)?;
-                let renewed = Lease { expires_at: now_ms + opts.ttl_ms, ..lease };
+                let renewed = Lease { expires_at: now_ms.saturating_add(opts.ttl_ms), ..lease };
                 self.storage.write(vec![Write::Put(LEASE.into(), encode(&renewed)?)])?;
                 encode(&renewed)
             }
@@ -443,11 +443,18 @@ impl<S: ObjectStorage> RunObjectCore<S> {
             Some(cur) if cur.owner != owner && now_ms < cur.expires_at.saturating_add(opts.grace_ms) => {
                 return Err(Error::busy(run_id, "another process holds its lease"));
             }
-            Some(cur) => cur.epoch + 1,
+            // A stored epoch at u64's edge is damage, not a count of takeovers.
+            Some(cur) => {
+                cur.epoch.checked_add(1).ok_or_else(|| corrupt(run_id, "the lease", "its epoch is out of range"))?
+            }
             None => 1,
         };
-        let lease =
-            Lease { run_id: run_id.to_string(), owner: owner.to_string(), epoch, expires_at: now_ms + opts.ttl_ms };
+        let lease = Lease {
+            run_id: run_id.to_string(),
+            owner: owner.to_string(),
+            epoch,
+            expires_at: now_ms.saturating_add(opts.ttl_ms),
+        };
         self.storage.write(vec![Write::Put(LEASE.into(), encode(&lease)?)])?;
         Ok(lease)
     }
@@ -462,7 +469,7 @@ impl<S: ObjectStorage> RunObjectCore<S> {
         let last = self.storage.last_seq()?;
         // A delta continues the journal; a snapshot may also start it again (a fork, a restart at seq 1), and
         // then replaces the entries from its seq on.
-        if seq != last + 1 && !(snapshot && seq >= 1 && seq <= last) {
+        if seq != last.saturating_add(1) && !(snapshot && seq >= 1 && seq <= last) {
             return Err(Error::internal(format!("run '{run_id}': entry {seq} does not follow entry {last}")));
         }
         // The hot path is one insert of one row; a restart or an entry over a row is one transaction.

@@ -213,3 +213,57 @@ pub fn without_usage(messages: &[steadfast::core::transcript::Message]) -> Vec<s
 
 #[allow(unused_imports)]
 pub use steadfast::runtime::yield_now;
+
+/// One way of damaging a stored value: `unparseable` ones (cut, emptied, not the JSON written there) must
+/// never read as a state; the others (a field of another JSON type, a number at u64's edge) may read as one
+/// the store cannot tell from the truth, but must not panic anything either.
+pub fn damage(raw: &str, rng: &steadfast::runtime::SplitMix64) -> (String, bool) {
+    use steadfast::runtime::Rng;
+    let pick = |n: u64| rng.next_u64() % n;
+    match pick(7) {
+        0 => (String::new(), true),
+        1 => (
+            raw[..raw.char_indices().map(|(i, _)| i).nth(pick(raw.len().max(1) as u64) as usize).unwrap_or(0)]
+                .to_string(),
+            true,
+        ),
+        2 => (["null", "[]", "42", "\"x\"", "true", "{\"", "\u{0}"][pick(7) as usize].to_string(), true),
+        3 => ((0..1 + pick(40)).map(|_| (b'!' + pick(90) as u8) as char).collect(), true),
+        _ => {
+            let Ok(mut v) = serde_json::from_str::<serde_json::Value>(raw) else { return (String::new(), true) };
+            // Every field's path, then one of them changed.
+            fn paths(v: &serde_json::Value, at: Vec<String>, out: &mut Vec<Vec<String>>) {
+                if let serde_json::Value::Object(m) = v {
+                    for (k, x) in m {
+                        let mut p = at.clone();
+                        p.push(k.clone());
+                        out.push(p.clone());
+                        paths(x, p, out);
+                    }
+                }
+            }
+            let mut all = Vec::new();
+            paths(&v, Vec::new(), &mut all);
+            if all.is_empty() {
+                return ("{}".into(), true);
+            }
+            let path = &all[pick(all.len() as u64) as usize];
+            let mut x = &mut v;
+            for k in path {
+                x = x.get_mut(k).unwrap();
+            }
+            *x = match (&*x, pick(4)) {
+                (serde_json::Value::Number(_), 0) => json!(u64::MAX),
+                (serde_json::Value::Number(_), 1) => json!(-1),
+                (serde_json::Value::Number(_), _) => json!("7"),
+                (serde_json::Value::String(_), 0) => json!(7),
+                (serde_json::Value::String(_), _) => json!(["x"]),
+                (serde_json::Value::Bool(_), _) => json!("true"),
+                (serde_json::Value::Array(_), _) => json!({"x": 1}),
+                (serde_json::Value::Object(_), _) => json!([1]),
+                (serde_json::Value::Null, _) => json!({"x": [1]}),
+            };
+            (v.to_string(), false)
+        }
+    }
+}
