@@ -525,3 +525,70 @@ fn a_stream_failing_mid_way_is_retried_and_streams_again() {
     assert_eq!(deltas, [(1, "Checking Zü".to_string()), (2, "Fine.".to_string())]);
     assert_eq!(r.stats.model_calls, 2);
 }
+
+/// Generated damage to provider replies: a real-shaped OpenAI or Anthropic answer asking for tools
+/// (`src/providers/fixtures/`) is damaged (`common::damage`: cut, emptied, not JSON, a field of another type, a
+/// number at u64's edge) and driven through an agent, the provider's final answer after it. The run finishes, or
+/// fails with a coded error that is not `STEADFAST_INTERNAL`; a finished or failed run's stored transcript is one
+/// the provider accepts (every call answered once, in order); nothing panics. `STEADFAST_REPLY_SEED=<n>`
+/// replays one case.
+#[test]
+fn damaged_provider_replies_end_in_a_valid_transcript_or_a_coded_error_generated() {
+    use steadfast::core::transcript::validate_transcript;
+    use steadfast::runtime::{Rng, SplitMix64};
+    const OPENAI_STOP: &str = r#"{"id": "chatcmpl-2", "object": "chat.completion", "choices": [{"index": 0,
+        "message": {"role": "assistant", "content": "It is sunny."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 90, "completion_tokens": 4}}"#;
+    let seeds: Vec<u64> = match std::env::var("STEADFAST_REPLY_SEED") {
+        Ok(s) => vec![s.parse().expect("STEADFAST_REPLY_SEED is a number")],
+        Err(_) => (0..400).collect(),
+    };
+    let (mut finished, mut failed, mut taken) = (0, 0, 0);
+    for seed in seeds {
+        let rng = SplitMix64::new(seed);
+        let use_openai = seed % 2 == 0;
+        let (reply, stop) =
+            if use_openai { (OPENAI_TOOLS_JSON, OPENAI_STOP) } else { (ANTHROPIC_THINKING_JSON, ANTHROPIC_END_TURN) };
+        let (damaged, _) = common::damage(reply, &rng);
+        let case =
+            format!("STEADFAST_REPLY_SEED={seed} cargo test --test providers damaged_provider_replies: {damaged}");
+        let env = Env::journal_sim();
+        let counters = Counters::default();
+        let http = Recorded::new(&[damaged.as_str()]);
+        for _ in 0..12 {
+            http.replies.borrow_mut().push_back((200, stop.to_string()));
+        }
+        let tools = vec![counting_tool("get_weather", &counters), counting_tool("weather", &counters)];
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let agent = match use_openai {
+                true => env.agent(openai(&http), tools),
+                false => env.agent(anthropic(&http), tools),
+            };
+            match block_on(agent.send("r", "Weather in Paris?", SendOptions::default())) {
+                Ok(r) => {
+                    finished += 1;
+                    // Refused as an answer (retried: the next reply answered) or taken as the turn it still is.
+                    if r.messages.iter().any(|m| matches!(m, Message::Tool(_))) {
+                        taken += 1;
+                    }
+                    assert!(validate_transcript(&r.messages).is_ok(), "{case}: {:?}", r.messages);
+                }
+                Err(e) => {
+                    failed += 1;
+                    assert_ne!(e.code, ErrorCode::Internal, "{case}: {e}");
+                }
+            }
+            if let Some(cp) = block_on(agent.load("r")).unwrap_or_else(|e| panic!("{case}: load: {e}")) {
+                assert!(validate_transcript(&cp.messages).is_ok(), "{case}: stored {:?}", cp.messages);
+            }
+        }));
+        if let Err(p) = outcome {
+            let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));
+            panic!("{case}: {}", msg.unwrap_or_default());
+        }
+    }
+    println!(
+        "damaged replies: {finished} runs finished ({taken} with the damaged reply's tool calls), {failed} failed"
+    );
+    assert!(taken > 0 && finished > taken, "damaged replies both taken as turns and refused: {taken} of {finished}");
+}
