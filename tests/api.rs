@@ -1029,7 +1029,7 @@ fn generated_hostile_requests_get_coded_answers_and_lose_nothing_recorded() {
             ["done", "keep"].iter().map(|id| (*id, messages(&f, id).expect("stored"))).collect();
         for i in 0..40 {
             // Mostly ids that exist or could, the right method and a body of the right shape, so requests get far.
-            let mut id_of = || if rng.next_u64() % 3 == 0 { pick(BAD_IDS) } else { pick(IDS) };
+            let id_of = || if rng.next_u64() % 3 == 0 { pick(BAD_IDS) } else { pick(IDS) };
             let (id, other) = (id_of(), id_of());
             let approval = match call(&f, req("GET", "/approvals", "")) {
                 (200, Value::Array(a)) if !a.is_empty() && rng.next_u64() % 2 == 0 => {
