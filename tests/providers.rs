@@ -535,7 +535,7 @@ fn a_stream_failing_mid_way_is_retried_and_streams_again() {
 #[test]
 fn damaged_provider_replies_end_in_a_valid_transcript_or_a_coded_error_generated() {
     use steadfast::core::transcript::validate_transcript;
-    use steadfast::runtime::{Rng, SplitMix64};
+    use steadfast::runtime::SplitMix64;
     const OPENAI_STOP: &str = r#"{"id": "chatcmpl-2", "object": "chat.completion", "choices": [{"index": 0,
         "message": {"role": "assistant", "content": "It is sunny."}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 90, "completion_tokens": 4}}"#;
