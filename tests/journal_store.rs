@@ -1282,53 +1282,17 @@ fn damaged_stored_values_get_coded_errors_never_a_panic_and_touch_no_other_run_g
         let case = format!("{repro}: {key} = {value:?}");
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let a = agent();
-            // A failure is an `Error`, so it carries a code by construction; it must not be an internal one.
-            let coded = |what: &str, e: &steadfast::Error| {
-                assert_ne!(e.code, ErrorCode::Internal, "{case}: {what}: {e}");
-            };
-            for (id, was) in runs.iter().zip(&before) {
-                match block_on(a.load(id)) {
-                    Ok(now) if broken && now.is_some() => assert_eq!(&now, was, "{case}: {id} read as another state"),
-                    Ok(_) => {}
-                    Err(e) => coded("load", &e),
-                }
-                if let Err(e) = block_on(a.history(id, 10)) {
-                    coded("history", &e);
-                }
-            }
+            let before: Vec<_> = runs.iter().copied().zip(before.iter().cloned()).collect();
+            every_path_after_damage(&a, &before, broken, wait.approval_id.as_deref(), &case);
             if let Err(e) = block_on(a.pending()) {
-                coded("pending", &e);
-            }
-            if let Err(e) = block_on(a.approvals().list()) {
-                coded("approvals", &e);
-            }
-            if let Some(id) = &wait.approval_id {
-                if let Err(e) = block_on(a.approvals().resolve(steadfast::runtime::Resolve {
-                    id: id.clone(),
-                    approved: true,
-                    note: None,
-                })) {
-                    coded("resolve", &e);
-                }
-            }
-            if let Err(e) = block_on(a.resume("mid", SendOptions::default())) {
-                coded("resume", &e);
-            }
-            if let Err(e) = block_on(a.send("fin", "and order 8", SendOptions::default())) {
-                coded("send", &e);
+                assert_ne!(e.code, ErrorCode::Internal, "{case}: pending: {e}");
             }
             env.past_leases();
             if let Err(e) = block_on(a.sweep(&SweepOptions::default(), &NoListener)) {
-                coded("sweep", &e);
+                assert_ne!(e.code, ErrorCode::Internal, "{case}: sweep: {e}");
             }
             assert_eq!(block_on(a.load("other")).unwrap(), other, "{case}: the run beside them changed");
-            for id in runs {
-                block_on(a.delete(id)).unwrap_or_else(|e| panic!("{case}: delete {id}: {e}"));
-                let again = block_on(agent().send(id, "charge order 9", SendOptions::default()));
-                let again = again.unwrap_or_else(|e| panic!("{case}: {id} started again: {e}"));
-                assert_eq!(again.status, RunStatus::Finished, "{case}: {id}");
-                assert!(validate_transcript(&again.messages).is_ok(), "{case}: {id}");
-            }
+            each_run_starts_again(agent, &runs, &case);
         }));
         if let Err(p) = outcome {
             let msg = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()));

@@ -156,7 +156,7 @@ fn an_agent_run_over_run_objects_writes_one_row_per_boundary() {
 #[test]
 fn damaged_object_values_get_coded_errors_never_a_panic_generated() {
     use steadfast::store::object::{JournalRow, ObjectStorage, Write};
-    use steadfast::{Resolve, RunResult};
+    use steadfast::RunResult;
     for_seeds("damaged_object_values_get_coded_errors_never_a_panic_generated", 0..300, |seed| {
         let rng = SplitMix64::new(seed);
         let clock = ManualClock::new(1_700_000_000_000);
@@ -227,39 +227,10 @@ fn damaged_object_values_get_coded_errors_never_a_panic_generated() {
             (format!("{id}: row {} = {value:?}", row.seq), broken)
         };
         let a = agent();
-        let coded = |op: &str, e: &steadfast::Error| assert_ne!(e.code, ErrorCode::Internal, "{what}: {op}: {e}");
-        for (id, was) in runs.iter().zip(&before) {
-            match block_on(a.load(id)) {
-                Ok(now) if broken && now.is_some() => assert_eq!(&now, was, "{what}: {id} read as another state"),
-                Ok(_) => {}
-                Err(e) => coded("load", &e),
-            }
-            if let Err(e) = block_on(a.history(id, 10)) {
-                coded("history", &e);
-            }
-        }
-        if let Err(e) = block_on(a.approvals().list()) {
-            coded("approvals", &e);
-        }
-        if let Some(approval) = &wait.approval_id {
-            let decision = Resolve { id: approval.clone(), approved: true, note: None };
-            if let Err(e) = block_on(a.approvals().resolve(decision)) {
-                coded("resolve", &e);
-            }
-        }
-        if let Err(e) = block_on(a.resume("mid", SendOptions::default())) {
-            coded("resume", &e);
-        }
-        if let Err(e) = block_on(a.send("fin", "and order 8", SendOptions::default())) {
-            coded("send", &e);
-        }
+        let before: Vec<_> = runs.iter().copied().zip(before.iter().cloned()).collect();
+        common::every_path_after_damage(&a, &before, broken, wait.approval_id.as_deref(), &what);
         assert_eq!(block_on(a.load("other")).unwrap(), other, "{what}: the run in another object changed");
         clock.advance(61_000);
-        for id in runs {
-            block_on(a.delete(id)).unwrap_or_else(|e| panic!("{what}: delete {id}: {e}"));
-            let again = block_on(agent().send(id, "charge order 9", SendOptions::default()))
-                .unwrap_or_else(|e| panic!("{what}: {id} started again: {e}"));
-            assert_eq!(again.status, RunStatus::Finished, "{what}: {id}");
-        }
+        common::each_run_starts_again(agent, &runs, &what);
     });
 }

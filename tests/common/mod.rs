@@ -267,3 +267,57 @@ pub fn damage(raw: &str, rng: &steadfast::runtime::SplitMix64) -> (String, bool)
         }
     }
 }
+
+/// After one stored value was damaged ([`damage`]): every read and write path a process takes on the runs of
+/// `before` (each with the state it had before the damage) — load, history, the approvals and the resolution of
+/// `approval`, a resume of `"mid"`, a continuation of `"fin"`. None may fail with `STEADFAST_INTERNAL`, and a
+/// load after damage to a value that no longer parses (`broken`) gives the state from `before` or none.
+pub fn every_path_after_damage(
+    a: &Agent,
+    before: &[(&str, Option<steadfast::Checkpoint>)],
+    broken: bool,
+    approval: Option<&str>,
+    case: &str,
+) {
+    // A failure is an `Error`, so it carries a code by construction; it must not be an internal one.
+    let coded =
+        |op: &str, e: &steadfast::Error| assert_ne!(e.code, steadfast::ErrorCode::Internal, "{case}: {op}: {e}");
+    for (id, was) in before {
+        match block_on(a.load(id)) {
+            Ok(now) if broken && now.is_some() => assert_eq!(&now, was, "{case}: {id} read as another state"),
+            Ok(_) => {}
+            Err(e) => coded("load", &e),
+        }
+        if let Err(e) = block_on(a.history(id, 10)) {
+            coded("history", &e);
+        }
+    }
+    if let Err(e) = block_on(a.approvals().list()) {
+        coded("approvals", &e);
+    }
+    if let Some(id) = approval {
+        let decision = steadfast::runtime::Resolve { id: id.to_string(), approved: true, note: None };
+        if let Err(e) = block_on(a.approvals().resolve(decision)) {
+            coded("resolve", &e);
+        }
+    }
+    if let Err(e) = block_on(a.resume("mid", steadfast::SendOptions::default())) {
+        coded("resume", &e);
+    }
+    if let Err(e) = block_on(a.send("fin", "and order 8", steadfast::SendOptions::default())) {
+        coded("send", &e);
+    }
+}
+
+/// Each of `runs` deleted and started again under its id by a new process (`agent`): it finishes, with a valid
+/// transcript, whatever damage it had.
+pub fn each_run_starts_again(agent: impl Fn() -> Agent, runs: &[&str], case: &str) {
+    for id in runs {
+        block_on(agent().delete(id)).unwrap_or_else(|e| panic!("{case}: delete {id}: {e}"));
+        let again = block_on(agent().send(id, "charge order 9", steadfast::SendOptions::default()))
+            .unwrap_or_else(|e| panic!("{case}: {id} started again: {e}"));
+        assert_eq!(again.status, steadfast::RunStatus::Finished, "{case}: {id}");
+        let valid = steadfast::core::transcript::validate_transcript(&again.messages);
+        assert!(valid.is_ok(), "{case}: {id}: {valid:?}");
+    }
+}
