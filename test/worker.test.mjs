@@ -679,3 +679,15 @@ test("a configured schedule fires from the cron trigger once per fire time, as a
   assert.ok(distinct.size >= 1 && distinct.size <= 2, [...distinct].join());
   assert.equal(charges, distinct.size, `one charge per fire time: ${[...distinct].join()}`);
 });
+
+test("STEADFAST_CONFIG as a JSON variable (wrangler.toml [vars] STEADFAST_CONFIG = { ... }) is that configuration; a JSON value that is not one is STEADFAST_CONFIG_INVALID", { timeout: 60000 }, async () => {
+  const config = { model: { provider: "mock", script: [{ text: "From the JSON variable." }] }, demoTools: false };
+  const json = worker({ bindings: { STEADFAST_CONFIG: config } });
+  for (const id of ["j1", "j2"]) {
+    const r = await call(json, "POST", `/runs/${id}`, { input: "hi" });
+    assert.deepEqual([r.status, r.json.text], [200, "From the JSON variable."], r.text);
+  }
+  const number = worker({ bindings: { STEADFAST_CONFIG: 42 } });
+  const r = await call(number, "POST", "/runs/n", { input: "hi" });
+  assert.equal(r.json.error?.code, "STEADFAST_CONFIG_INVALID", r.text);
+});

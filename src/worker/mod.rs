@@ -43,15 +43,26 @@ thread_local! {
     static CONFIG: ConfigCache<wasm_bindgen::JsValue> = ConfigCache::default();
 }
 
-/// The configuration: `STEADFAST_CONFIG` (a non-blank string), else the bundled one, through the isolate's
-/// [`ConfigCache`].
+/// The configuration: `STEADFAST_CONFIG` (a non-blank string, or a JSON variable: its JSON text), else the
+/// bundled one, through the isolate's [`ConfigCache`].
 fn config(env: &Env) -> Result<Rc<AgentConfig>> {
     // Ignored (read as `undefined`): the only failure is an env that is not an object, so no variable, which
     // means the bundled config.
     let var = js_sys::Reflect::get(env, &"STEADFAST_CONFIG".into()).unwrap_or_default();
-    CONFIG.with(|c| {
-        c.get_keyed(var, |v| v.as_string().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| BUNDLED_CONFIG.into()))
-    })
+    CONFIG.with(|c| c.get_keyed(var, config_text))
+}
+
+/// The configuration's text from `STEADFAST_CONFIG`'s value: a string as it is (blank: the bundled one), unbound
+/// the bundled one, and anything else — a JSON variable (wrangler.toml `[vars] STEADFAST_CONFIG = { … }`) — as
+/// JSON, which the configuration's parser then accepts or refuses with `STEADFAST_CONFIG_INVALID`.
+fn config_text(var: &wasm_bindgen::JsValue) -> String {
+    match var.as_string() {
+        Some(s) if s.trim().is_empty() => BUNDLED_CONFIG.into(),
+        Some(s) => s,
+        None if var.is_undefined() || var.is_null() => BUNDLED_CONFIG.into(),
+        // Ignored (`unwrap_or_default`): a value JSON cannot write is empty text, refused by the parser.
+        None => js_sys::JSON::stringify(var).ok().and_then(|s| s.as_string()).unwrap_or_default(),
+    }
 }
 
 fn secret(env: &Env, name: &str) -> Option<String> {
