@@ -71,7 +71,10 @@ impl Deps {
         match res {
             Ok((machine, outcome)) => Ok(Box::new(Driven { machine, outcome, stats: driver.stats })),
             Err(e) => {
-                if e.code != ErrorCode::Crashed && e.code != ErrorCode::SessionBusy && !e.retryable {
+                // A new run's first entry refused because the run exists (created meanwhile) is not this
+                // execution's run to mark.
+                let not_ours = e.code == ErrorCode::SessionExists;
+                if e.code != ErrorCode::Crashed && e.code != ErrorCode::SessionBusy && !e.retryable && !not_ours {
                     // The store refused a write for good (e.g. an entry over its value limit), so nothing of it
                     // was written: record the failed attempt on what is stored, so that `attempts` grows and the
                     // sweep sees a run that cannot progress instead of resuming it for ever.

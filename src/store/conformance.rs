@@ -50,6 +50,8 @@ pub async fn run_all<S: RunStore>(make: &dyn Fn(&ManualClock) -> (S, S), caps: &
     history_newest_first(&s, &c).await;
     let (s, _, c) = fresh();
     many_commits_stay_foldable(&s, &c, 30).await;
+    let (s, o, c) = fresh();
+    new_run_is_created_only_if_absent(&s, &o, &c).await;
 }
 
 fn opts() -> LeaseOptions {
@@ -320,6 +322,43 @@ pub async fn delete_forgets_run<S: RunStore>(store: &S, other: &S, clock: &Manua
     let (e1, cp1) = snapshot_entry("d", "again", clock.now_ms());
     other.commit(&l2, &e1, &cp1).await.expect("restart");
     assert_eq!(other.load("d").await.expect("load").expect("exists").messages, cp1.messages);
+}
+
+/// Entry 1 creates a run only if it has no journal: a later owner of its lease (this process or another one,
+/// the previous lease released or expired) that writes a first entry is refused with
+/// `STEADFAST_SESSION_EXISTS`, and the run keeps every entry; once deleted, the id can be created again.
+pub async fn new_run_is_created_only_if_absent<S: RunStore>(store: &S, other: &S, clock: &ManualClock) {
+    let o = opts();
+    let l = acquired(store, "n", "first", clock.now_ms(), &o, "lease").await;
+    let (e1, cp1) = snapshot_entry("n", "the first run", clock.now_ms());
+    store.commit(&l, &e1, &cp1).await.expect("create");
+    clock.advance(1_000);
+    let (e2, cp2) = delta_entry(&cp1, Message::user("recorded"), RunStatus::InProgress, clock.now_ms());
+    store.commit(&l, &e2, &cp2).await.expect("continue");
+    // The same owner cannot start the run over either.
+    let (again, again_cp) = snapshot_entry("n", "a replacement", clock.now_ms());
+    let err = store.commit(&l, &again, &again_cp).await.expect_err("a second first entry is refused");
+    assert_eq!((err.code, err.retryable), (ErrorCode::SessionExists, false), "{err:?}");
+    store.release_lease(&l).await.expect("release");
+    for (i, s) in [store, other].into_iter().enumerate() {
+        clock.advance(2_000);
+        let owner = format!("creator-{i}");
+        let l2 = acquired(s, "n", &owner, clock.now_ms(), &o, "a later owner").await;
+        let err = s.commit(&l2, &again, &again_cp).await.expect_err("refused over an existing journal");
+        assert_eq!(err.code, ErrorCode::SessionExists, "{err:?}");
+        s.release_lease(&l2).await.expect("release");
+    }
+    for s in [store, other] {
+        let now = s.load("n").await.expect("load").expect("the run is still there");
+        assert_eq!(now.messages, cp2.messages, "every recorded entry kept");
+        assert_eq!(now.seq, 2);
+    }
+    clock.advance(2_000);
+    store.delete("n").await.expect("delete");
+    clock.advance(2_000);
+    let l3 = acquired(other, "n", "recreator", clock.now_ms(), &o, "after delete").await;
+    other.commit(&l3, &again, &again_cp).await.expect("a deleted run's id is created again");
+    assert_eq!(other.load("n").await.expect("load").expect("exists").messages, again_cp.messages);
 }
 
 /// History returns past states newest first.

@@ -1363,12 +1363,8 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 }
             }
         }
-        if entry.seq != rec.progress.head + 1 {
-            return Err(Error::internal(format!(
-                "run '{run_id}': entry {} does not follow entry {}",
-                entry.seq, rec.progress.head
-            )));
-        }
+        // Entry 1 creates the run only if the journal this lease's acquisition read is empty.
+        super::check_next_seq(run_id, entry.seq, rec.progress.head)?;
         let p = &rec.progress;
         let is_snapshot = matches!(entry.body, EntryBody::Snapshot { .. });
         let due = !is_snapshot

@@ -157,24 +157,15 @@ impl RunStore for MemoryStore {
             .map_err(|e| too_large(&e, &format!("journal entry {}", entry.seq)).with_run(&lease.run_id))?;
         let limit = self.history_limit;
         let run = inner.runs.entry(run_id.clone()).or_default();
-        let is_snapshot = matches!(entry.body, EntryBody::Snapshot { .. });
-        if !is_snapshot {
-            // Deltas must continue the journal: a gap is a bug upstream, never written.
-            let last_seq = match run.journal.last() {
-                Some(s) => serde_json::from_str::<JournalEntry>(s)
-                    .map(|e| e.seq)
-                    .map_err(|e| corrupt(run_id, "the last entry", e))?,
-                None => 0,
-            };
-            if entry.seq != last_seq + 1 {
-                return Err(Error::internal(format!(
-                    "run '{run_id}': entry {} does not follow entry {last_seq}",
-                    entry.seq
-                )));
-            }
-        } else {
-            run.journal.clear();
-        }
+        // Every entry continues the journal; entry 1 creates the run only if it has none (checked with the
+        // write: nothing between them).
+        let last_seq = match run.journal.last() {
+            Some(s) => serde_json::from_str::<JournalEntry>(s)
+                .map(|e| e.seq)
+                .map_err(|e| corrupt(run_id, "the last entry", e))?,
+            None => 0,
+        };
+        super::check_next_seq(run_id, entry.seq, last_seq)?;
         run.journal.push(json);
         // Compact: keep `limit` past states foldable, behind one snapshot.
         let keep = limit + 1;

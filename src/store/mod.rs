@@ -10,6 +10,13 @@
 //!   entry, handed over so a backend may write a snapshot instead of a delta. A commit by a holder whose lease
 //!   was taken over fails with `STEADFAST_SESSION_BUSY` (*fencing*). Backends say in their docs whether fencing
 //!   is enforced atomically (`strict_fencing`) or by construction/check with a window (Workers KV).
+//! * **Creating a run.** The entry with `seq` 1 (a snapshot: a new run's whole first state — a send, a
+//!   session's turn, a fork) *creates* the run: it is written only if the run has no journal, and refused with
+//!   `STEADFAST_SESSION_EXISTS` (not retryable; nothing written, the existing run untouched) when it has one,
+//!   whoever holds the lease. Backends check it atomically with the write where they can (memory, run
+//!   objects); the journal store checks it against the journal its lease acquisition read (on Workers KV that
+//!   read may be stale in another location, as leases are: best effort across locations). A run is never
+//!   replaced: a deleted run's id may be created again.
 //! * **Load.** [`RunStore::load`] folds the journal. An entry or lease that cannot be decoded fails with
 //!   `STEADFAST_CHECKPOINT_CORRUPT` (not retryable); nothing else is lost. So does a journal with a gap (an
 //!   entry missing while a later one exists: a lost or deleted write): a load never folds past a gap nor
@@ -301,6 +308,26 @@ impl StoreCounters {
             commit_bytes: self.commit_bytes - earlier.commit_bytes,
         }
     }
+}
+
+/// Whether journal entry `seq` may follow a journal whose last entry is `last` (0: the run has none), as the
+/// contract says (`# Contract`, "Creating a run"): entry 1 creates the run and is refused with
+/// `STEADFAST_SESSION_EXISTS` when it exists; any other entry continues the journal (anything else is a bug
+/// upstream: `STEADFAST_INTERNAL`, never written).
+pub(crate) fn check_next_seq(run_id: &str, seq: u64, last: u64) -> Result<()> {
+    if seq == 1 && last >= 1 {
+        return Err(crate::core::error::Error::new(
+            crate::core::error::ErrorCode::SessionExists,
+            format!("run '{run_id}' exists already: a new run's first entry is not written over it (a run is never replaced)"),
+        )
+        .with_run(run_id));
+    }
+    if seq != last.saturating_add(1) {
+        return Err(crate::core::error::Error::internal(format!(
+            "run '{run_id}': entry {seq} does not follow entry {last}"
+        )));
+    }
+    Ok(())
 }
 
 /// Orders approval records oldest first, and within one pause in call order.

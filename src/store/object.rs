@@ -466,19 +466,15 @@ impl<S: ObjectStorage> RunObjectCore<S> {
                 .with_run(run_id)
         })?;
         self.check_lease(run_id, lease)?;
-        let last = self.storage.last_seq()?;
-        // A delta continues the journal; a snapshot may also start it again (a fork, a restart at seq 1), and
-        // then replaces the entries from its seq on.
-        if seq != last.saturating_add(1) && !(snapshot && seq >= 1 && seq <= last) {
-            return Err(Error::internal(format!("run '{run_id}': entry {seq} does not follow entry {last}")));
-        }
-        // The hot path is one insert of one row; a restart or an entry over a row is one transaction.
-        let restart = (seq <= last).then_some(Write::DeleteRowsFrom(seq));
+        // Entry 1 creates the run only if its object holds no journal; every other entry continues it. The
+        // check and the write are one synchronous step: no other request runs between them.
+        super::check_next_seq(run_id, seq, self.storage.last_seq()?)?;
+        // The hot path is one insert of one row; an entry over a row is one transaction.
         let rows = split_parts(entry, MAX_ROW_BYTES)
             .into_iter()
             .enumerate()
             .map(|(i, body)| Write::Insert(JournalRow { seq, part: i as u32, snap: snapshot, body: body.to_string() }));
-        self.storage.write(restart.into_iter().chain(rows).collect())
+        self.storage.write(rows.collect())
     }
 
     /// Checks rows as entries (whole, each at its seq; from a snapshot or seq 1 when `from_snapshot`) and

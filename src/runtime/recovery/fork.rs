@@ -85,11 +85,7 @@ impl Agent {
         };
         validate_run_id(&new_id)?;
         if store.load(&new_id).await?.is_some() {
-            return Err(Error::new(
-                ErrorCode::SessionExists,
-                format!("a run '{new_id}' exists already; pick another id"),
-            )
-            .with_run(&new_id));
+            return Err(run_exists(&new_id));
         }
         let mut cp = apply_patch(&entry.checkpoint, &new_id, &opts.patch)?;
         // A fork is a new run: it is a diagnosis fork only if `adjust` (the sweep) marks it so.
@@ -100,7 +96,10 @@ impl Agent {
     }
 
     /// Writes `cp` as the whole first entry (a snapshot) of the new run `new_id` and returns what was written.
-    /// The run exists once that entry is written by a confirmed owner of its lease.
+    /// The run exists once that entry is written by a confirmed owner of its lease. A run created under that id
+    /// since the caller looked (a send, another fork, an overlapping sweep tick) is never replaced: the run is
+    /// read again under the lease, and the store refuses a first entry over an existing journal; both answer
+    /// `STEADFAST_SESSION_EXISTS`.
     pub(crate) async fn write_new_run(&self, new_id: &str, mut cp: Checkpoint) -> Result<Checkpoint> {
         let store = self.store().clone();
         let now = self.deps.now();
@@ -108,7 +107,10 @@ impl Agent {
         cp.saved_at = now;
         let commit = JournalEntry { seq: 1, at: now, body: EntryBody::Snapshot { state: Box::new(cp.clone()) } };
         self.deps
-            .with_lease(new_id, false, async |lease, _| {
+            .with_lease(new_id, true, async |lease, existing| {
+                if existing.is_some() {
+                    return Err(run_exists(new_id));
+                }
                 store.commit(lease, &commit, &cp).await?;
                 store.confirm_lease(lease).await
             })
@@ -129,4 +131,9 @@ impl Agent {
         let (ca, cb) = (load(a).await?, load(b).await?);
         Ok(compare_checkpoints(&ca, &cb))
     }
+}
+
+/// The refusal of a new run whose id is taken.
+fn run_exists(new_id: &str) -> Error {
+    Error::new(ErrorCode::SessionExists, format!("a run '{new_id}' exists already; pick another id")).with_run(new_id)
 }
