@@ -16,7 +16,7 @@ use std::rc::Rc;
 use steadfast::core::approval::ApprovalRecord;
 use steadfast::core::checkpoint::{Checkpoint, JournalEntry, RunStatus};
 use steadfast::core::transcript::Message;
-use steadfast::runtime::{Agent, ForkOptions, LocalFuture, ManualClock, MockModel, MockTurn, SendOptions};
+use steadfast::runtime::{Agent, ForkOptions, LocalFuture, ManualClock, ManualSleep, MockModel, MockTurn, SendOptions};
 use steadfast::store::object::{LocalObjects, ObjectStore};
 use steadfast::store::{HistoryEntry, Lease, LeaseOptions, MemoryKv, PendingRun, RunStore};
 use steadfast::{ErrorCode, Result};
@@ -94,7 +94,13 @@ impl RunStore for RaceAfterCheck {
 fn envs() -> Vec<(&'static str, Env)> {
     let strict = {
         let clock = ManualClock::new(1_700_000_000_000);
-        let store = ObjectStore::new(LocalObjects::default(), MemoryKv::new(), "", Rc::new(clock.clone()));
+        let store = ObjectStore::new(
+            LocalObjects::default(),
+            MemoryKv::new(),
+            "",
+            Rc::new(clock.clone()),
+            Rc::new(ManualSleep::new(clock.clone())),
+        );
         Env::with_store(Rc::new(store), clock)
     };
     vec![("memory", Env::new()), ("journal", Env::journal_sim()), ("objects", strict)]

@@ -229,7 +229,13 @@ fn a_two_tool_step_in_strict_mode_writes_two_rows() {
     use steadfast::store::MemoryKv;
     for steps in [10, 100] {
         let clock = ManualClock::new(1_700_000_000_000);
-        let store = Rc::new(ObjectStore::new(LocalObjects::default(), MemoryKv::new(), "", Rc::new(clock.clone())));
+        let store = Rc::new(ObjectStore::new(
+            LocalObjects::default(),
+            MemoryKv::new(),
+            "",
+            Rc::new(clock.clone()),
+            Rc::new(ManualSleep::new(clock.clone())),
+        ));
         let env = Env::with_store(store.clone(), clock.clone());
         let mut tools = tools_completing_together();
         tools[1] = Rc::new(FnTool::new("quote", "quote", json!({"type": "object"}), move |args, _ctx| async move {

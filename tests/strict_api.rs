@@ -23,7 +23,9 @@ use steadfast::api::{
     forward_target, object_run, Api, ApiRequest, ApiResponse, Forward, Found, Lookup, Spawner, RUN_HEADER,
 };
 use steadfast::config::StoreMode;
-use steadfast::runtime::{FnTool, ManualClock, MockModel, MockTurn, Rng, Sleep, SplitMix64, Tool, ToolOutput};
+use steadfast::runtime::{
+    FnTool, ManualClock, ManualSleep, MockModel, MockTurn, Rng, Sleep, SplitMix64, Tool, ToolOutput,
+};
 use steadfast::store::object::{LocalObjects, ObjectStore};
 use steadfast::store::MemoryKv;
 
@@ -266,7 +268,13 @@ impl Sleep for Frozen {
 impl Strict {
     fn new() -> Strict {
         let clock = ManualClock::new(1_700_000_000_000);
-        let store = ObjectStore::new(LocalObjects::default(), MemoryKv::new(), "", Rc::new(clock.clone()));
+        let store = ObjectStore::new(
+            LocalObjects::default(),
+            MemoryKv::new(),
+            "",
+            Rc::new(clock.clone()),
+            Rc::new(ManualSleep::new(clock.clone())),
+        );
         Strict {
             env: Env::with_store(Rc::new(store), clock),
             pool: RefCell::new(LocalPool::new()),

@@ -795,9 +795,9 @@ impl JsStore {
                 return Err(js_error(&e));
             }
         };
-        let (clock, _) = clock_of(&clock, "the store's clock").map_err(|e| js_error(&e))?;
+        let (clock, sleep) = clock_of(&clock, "the store's clock").map_err(|e| js_error(&e))?;
         let runs = SqlRuns::new(sql.clone(), prefix.clone());
-        Ok(JsStore { store: Rc::new(ObjectStore::new(runs, SqlIndex::new(sql), prefix, clock)) })
+        Ok(JsStore { store: Rc::new(ObjectStore::new(runs, SqlIndex::new(sql), prefix, clock, sleep)) })
     }
 
     /// `"memory"` for a new in-memory store, or a `KVNamespace` for a journal store with default options.

@@ -85,7 +85,17 @@ pub struct SweepState {
     /// KV's free daily write allowance, instead of one write a minute).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_tick_at: Option<u64>,
+    /// The last run the sweep read to verify that its listing still says the truth, among the runs the listing
+    /// says to leave alone (waiting for a person, not retryable, quarantined): each tick verifies a few, after
+    /// this one in the listing's order, so every such run is verified in turn (see [`VERIFY_PER_TICK`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<String>,
 }
+
+/// Runs a tick reads to verify that their listing still says the truth, among those it would leave alone: a
+/// listing can be stale (an index write lost with the process that made it), and a run left alone on a stale
+/// listing would never be recovered.
+pub const VERIFY_PER_TICK: usize = 10;
 
 /// How often an idle sweep (one that changes nothing) still records its tick: ten minutes.
 pub const HEARTBEAT_MS: u64 = 600_000;
@@ -151,6 +161,12 @@ impl Plan {
     /// Whether the sweep touches the run (reads it, resumes it, or writes to it).
     pub fn acts(&self) -> bool {
         matches!(self, Plan::Resume | Plan::Probe | Plan::Quarantine | Plan::Heal)
+    }
+
+    /// Whether the sweep leaves the run alone for good as long as its listing stays as it is (so a stale
+    /// listing would leave it for ever): waiting for a person, not retryable, quarantined.
+    pub fn leaves_alone(&self) -> bool {
+        matches!(self, Plan::AwaitingPerson | Plan::NotRetryable | Plan::Quarantined)
     }
 }
 

@@ -75,15 +75,14 @@
 //! reproducible in tests. The hot path (a boundary's journal entry) is never retried here: a failed commit goes
 //! back to the runtime, which decides.
 
+use super::index::{IndexMeta, IndexOp};
 use super::keys::Keys;
-use super::kv::{
-    check_value, KvBackend, PutOptions, MAX_BULK_GET, MAX_LIST_LIMIT, MAX_METADATA_BYTES, MAX_VALUE_BYTES,
-};
+use super::kv::{check_value, KvBackend, PutOptions, MAX_BULK_GET, MAX_LIST_LIMIT, MAX_VALUE_BYTES};
 use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters};
 use crate::core::approval::ApprovalRecord;
 use crate::core::backoff::Backoff;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
-use crate::core::error::{Error, ErrorCode, ErrorInfo, Result};
+use crate::core::error::{Error, ErrorCode, Result};
 use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -212,6 +211,16 @@ const TOMBSTONE_TTL_S: u64 = 86_400;
 /// read as corrupt.
 const MAX_SEQ: u64 = 9_999_999_999;
 
+/// The epoch of the segment a run key names (`j/<tag>/<seq>`, `end/<tag>`, `void/<tag>`, after the run's
+/// prefix); `None` for any other key.
+fn segment_epoch(rest: &str) -> Option<u64> {
+    let (kind, tail) = rest.split_once('/')?;
+    if !matches!(kind, "j" | "end" | "void") {
+        return None;
+    }
+    tail.split('.').next()?.parse().ok()
+}
+
 fn in_range(what: &str, v: u64) -> std::result::Result<(), String> {
     match v <= MAX_SEQ {
         true => Ok(()),
@@ -276,133 +285,6 @@ const GAP_PROBE: u64 = MAX_BULK_GET as u64;
 const GAP_LIST_PAGES: usize = 4;
 /// Most times a read starts over because the journal changed under it (grew, or a release pruned it).
 const READ_RESTARTS: usize = 4;
-/// Most approval ids an index entry names.
-const MAX_INDEX_APPROVALS: usize = 8;
-/// Most characters of an error message an index entry keeps (fewer when its bytes would not fit).
-const MAX_INDEX_MESSAGE_CHARS: usize = 300;
-
-/// The pending index entry (value and list metadata), always within KV's metadata limit ([`IndexMeta::fit`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-struct IndexMeta {
-    s: RunStatus,
-    st: u32,
-    a: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    e: Option<ErrorInfo>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    ap: Vec<String>,
-    t: u64,
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    q: bool,
-    /// Diagnosis fork of (the checkpoint's `healOf` marker).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    h: Option<String>,
-}
-
-impl IndexMeta {
-    fn of(cp: &Checkpoint) -> IndexMeta {
-        IndexMeta {
-            s: cp.status,
-            st: cp.step_index,
-            a: cp.attempts,
-            e: cp.last_error.clone(),
-            ap: cp.approval_ids.iter().take(MAX_INDEX_APPROVALS).cloned().collect(),
-            t: cp.saved_at,
-            q: cp.quarantined,
-            h: cp.heal_of.clone(),
-        }
-        .fit()
-    }
-
-    /// Bytes of the serialised entry: what KV counts against its metadata limit.
-    fn bytes(&self) -> usize {
-        // Ignored: an IndexMeta (numbers, strings, a list of strings) always serialises.
-        serde_json::to_string(self).map(|s| s.len()).unwrap_or(usize::MAX)
-    }
-
-    /// Shrinks the entry until its serialised JSON fits KV's metadata limit, which counts **bytes** (a character
-    /// can take 4, an escaped control character 6): the error message is cut at a character boundary (at most
-    /// [`MAX_INDEX_MESSAGE_CHARS`] characters, fewer when they are wide), as late as the bytes allow; when even
-    /// an empty message does not fit, approval ids are dropped from the end. Status, step, attempts, the error's
-    /// code and the time always fit, so a commit never writes an index entry KV would refuse.
-    fn fit(mut self) -> IndexMeta {
-        const MARK: &str = "… [truncated]";
-        let full = self.e.as_ref().map(|e| e.message.clone()).unwrap_or_default();
-        let set = |m: &mut IndexMeta, text: String| {
-            if let Some(e) = m.e.as_mut() {
-                e.message = text;
-            }
-        };
-        loop {
-            if full.chars().count() <= MAX_INDEX_MESSAGE_CHARS {
-                set(&mut self, full.clone());
-                if self.bytes() <= MAX_METADATA_BYTES {
-                    return self;
-                }
-            }
-            set(&mut self, MARK.to_string());
-            let base = self.bytes();
-            if base <= MAX_METADATA_BYTES {
-                // Each kept character adds its escaped JSON width (serde_json escapes `"`, `\` and controls).
-                let mut budget = MAX_METADATA_BYTES - base;
-                let mut end = 0;
-                for (i, c) in full.char_indices().take(MAX_INDEX_MESSAGE_CHARS) {
-                    let w = match c {
-                        '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
-                        c if (c as u32) < 0x20 => 6,
-                        c => c.len_utf8(),
-                    };
-                    if w > budget {
-                        break;
-                    }
-                    budget -= w;
-                    end = i + c.len_utf8();
-                }
-                let mut head = full[..end].to_string();
-                loop {
-                    set(&mut self, format!("{head}{MARK}"));
-                    if self.bytes() <= MAX_METADATA_BYTES || head.pop().is_none() {
-                        return self;
-                    }
-                }
-            }
-            // Even an empty message does not fit: the approval ids are too long. Drop the last, try again.
-            if self.ap.pop().is_none() {
-                set(&mut self, String::new());
-                return self;
-            }
-        }
-    }
-
-    /// Same for the sweep's purposes (step and time aside).
-    fn same(&self, other: &IndexMeta) -> bool {
-        self.s == other.s
-            && self.a == other.a
-            && self.e == other.e
-            && self.ap == other.ap
-            && self.q == other.q
-            && self.h == other.h
-    }
-
-    fn pending(&self, run_id: &str) -> PendingRun {
-        let (kind, owner_id) = crate::store::RunKind::of(run_id);
-        PendingRun {
-            run_id: run_id.to_string(),
-            status: self.s,
-            approval_id: self.ap.first().cloned(),
-            approval_ids: self.ap.clone(),
-            step: self.st,
-            last_error: self.e.clone(),
-            attempts: self.a,
-            quarantined: self.q,
-            saved_at: self.t,
-            heal_of: self.h.clone(),
-            kind,
-            owner_id,
-        }
-    }
-}
-
 struct Writer {
     epoch: u64,
     owner: String,
@@ -418,12 +300,6 @@ struct Writer {
     confirm_at: u64,
     /// The read-back saw this writer's record: it owns the lease.
     confirmed: bool,
-}
-
-/// A write of the pending index.
-enum IndexOp {
-    Put(IndexMeta),
-    Delete,
 }
 
 impl Writer {
@@ -967,17 +843,7 @@ impl<K: KvBackend> JournalStore<K> {
     /// Lists the run as corrupt (so the sweep and operators see it), retrying a refused write like any write
     /// off the hot path; the read that found the corruption fails with its own error whatever happens here.
     async fn mark_corrupt(&self, run_id: &str, err: &Error) {
-        let meta = IndexMeta {
-            s: RunStatus::InProgress,
-            st: 0,
-            a: 0,
-            e: Some(err.info()),
-            ap: vec![],
-            t: 0,
-            q: false,
-            h: None,
-        }
-        .fit();
+        let meta = IndexMeta::corrupt(err);
         // Ignored: the read that found the corruption fails with its own error, and finds it (and marks it) again.
         let _ = self.put_index(run_id, &meta).await;
     }
@@ -1120,9 +986,12 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             }
         };
         let prev = seen.clone().filter(|r| !r.deleted);
+        // A run created over a tombstone starts past the deleted run's epochs (their keys may still be being
+        // deleted, and must not be this run's).
+        let first_epoch = seen.as_ref().filter(|r| r.deleted).map_or(1, |r| r.epoch.saturating_add(1));
         let mut rec = LeaseRecord {
             owner: owner.to_string(),
-            epoch: 1,
+            epoch: first_epoch,
             expires_at: now_ms.saturating_add(opts.ttl_ms),
             chain: Vec::new(),
             from: 1,
@@ -1450,25 +1319,37 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         self.forget_entries(run_id);
         let prefix = self.keys.run_prefix(run_id);
         let lease_key = self.keys.lease(run_id);
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self.list(&prefix, cursor.as_deref()).await?;
-            for k in &page.keys {
-                if k.name == lease_key {
-                    continue;
+        // The index entry before the run: a run created under this id once the tombstone is written lists itself
+        // after this (its first commit), so its entry is never the one removed here. (An execution that took
+        // the lease before the tombstone is deleted with the run: its next write is fenced.)
+        self.delete_retrying(&self.keys.pending(run_id)).await?;
+        // The tombstone next: from its write on, readers find no run (never a half-deleted journal), and a new
+        // run under this id starts past its epoch. It names the newest epoch deleted: the keys of that epoch
+        // and older are this run's; a run created meanwhile writes newer ones, which are left alone.
+        let epoch = match self.read_lease(run_id).await {
+            Ok(rec) => rec.map_or(0, |r| r.epoch),
+            // An unreadable record is replaced: the run is deleted whatever its lease says, up to the newest
+            // epoch its keys name.
+            Err(e) if e.code == ErrorCode::CheckpointCorrupt => {
+                let mut newest = 0;
+                let mut cursor: Option<String> = None;
+                loop {
+                    let page = self.list(&prefix, cursor.as_deref()).await?;
+                    for k in &page.keys {
+                        let rest = &k.name[prefix.len().min(k.name.len())..];
+                        newest = newest.max(segment_epoch(rest).filter(|e| *e < MAX_SEQ).unwrap_or(0));
+                    }
+                    match page.cursor {
+                        Some(c) => cursor = Some(c),
+                        None => break newest,
+                    }
                 }
-                self.delete_retrying(&k.name).await?;
             }
-            match page.cursor {
-                Some(c) => cursor = Some(c),
-                None => break,
-            }
-        }
-        // The lease last: without it no reader follows the (possibly half-deleted) chain. A tombstone rather than
-        // a delete (see `LeaseRecord::deleted`); it expires on its own.
+            Err(e) => return Err(e),
+        };
         let tombstone = LeaseRecord {
             owner: String::new(),
-            epoch: 0,
+            epoch,
             expires_at: 0,
             chain: Vec::new(),
             from: 0,
@@ -1478,7 +1359,21 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         };
         let ttl = PutOptions { metadata: None, expiration_ttl_s: Some(TOMBSTONE_TTL_S) };
         self.put_retrying(&lease_key, &encode(&tombstone)?, ttl).await?;
-        self.delete_retrying(&self.keys.pending(run_id)).await
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self.list(&prefix, cursor.as_deref()).await?;
+            for k in &page.keys {
+                let rest = &k.name[prefix.len().min(k.name.len())..];
+                if k.name == lease_key || segment_epoch(rest).is_some_and(|e| e > epoch) {
+                    continue;
+                }
+                self.delete_retrying(&k.name).await?;
+            }
+            match page.cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(()),
+            }
+        }
     }
 
     async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
@@ -1648,104 +1543,5 @@ impl<K: KvBackend> JournalStore<K> {
         let writers = self.writers.borrow();
         let w = writers.get(&lease.run_id)?;
         (w.owner == lease.owner && w.epoch == lease.epoch).then(|| w.rec.clone())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::rng::{Rng, SplitMix64};
-
-    fn meta(message: &str, ap: Vec<String>) -> IndexMeta {
-        let e = ErrorInfo { code: ErrorCode::ProviderUnavailable, message: message.to_string(), retryable: true };
-        IndexMeta {
-            s: RunStatus::AwaitingApproval,
-            st: 4_000_000_000,
-            a: 4_000_000_000,
-            e: Some(e),
-            ap,
-            t: u64::MAX,
-            q: true,
-            h: None,
-        }
-    }
-
-    fn kept(m: &IndexMeta) -> &str {
-        &m.e.as_ref().unwrap().message
-    }
-
-    /// Whatever the message (wide characters, escaped ones, any length), the index entry fits KV's 1,024 bytes
-    /// of metadata, keeps everything but the tail of the message, and cuts the message at a character boundary
-    /// as late as the bytes allow.
-    #[test]
-    fn index_metadata_fits_kv_bytes_for_messages_of_any_width_and_length() {
-        let ids: Vec<String> = (0..MAX_INDEX_APPROVALS).map(|i| format!("apr_{i:016x}0123abcd")).collect();
-        let rng = SplitMix64::new(7);
-        let alphabet = ['a', 'é', '中', '😀', '\u{1}', '"', '\\', '\n', '𝄞'];
-        let mut mixed = String::new();
-        for _ in 0..3_000 {
-            mixed.push(alphabet[(rng.next_u64() % alphabet.len() as u64) as usize]);
-        }
-        let mut checked = 0;
-        // Every length up to 3,000 characters for the wide classes (CJK: 3 bytes, CJK extension B and emoji: 4,
-        // mixed with escapes); up to 600 (twice the character cap) for the others.
-        for (class, max) in [
-            ("中", 3_000),
-            ("𠜎", 3_000),
-            ("😀", 3_000),
-            ("mixed", 3_000),
-            ("a", 600),
-            ("é", 600),
-            ("\u{1}", 600),
-            ("\"", 600),
-        ] {
-            for len in 0..=max {
-                let message: String =
-                    if class == "mixed" { mixed.chars().take(len).collect() } else { class.repeat(len) };
-                let fitted = meta(&message, ids.clone()).fit();
-                let n = fitted.bytes();
-                assert!(n <= MAX_METADATA_BYTES, "{class} × {len}: {n} bytes");
-                assert_eq!(fitted.ap, ids, "{class} × {len}: approval ids kept");
-                assert_eq!(
-                    (fitted.s, fitted.st, fitted.a, fitted.t, fitted.q),
-                    (RunStatus::AwaitingApproval, 4_000_000_000, 4_000_000_000, u64::MAX, true)
-                );
-                assert_eq!(fitted.e.as_ref().unwrap().code, ErrorCode::ProviderUnavailable);
-                let m = kept(&fitted);
-                if m != message {
-                    let head = m.strip_suffix("… [truncated]").unwrap_or_else(|| panic!("{class} × {len}: no marker"));
-                    assert!(message.starts_with(head), "{class} × {len}: a prefix of the message");
-                    let k = head.chars().count();
-                    assert!(k <= MAX_INDEX_MESSAGE_CHARS);
-                    if k < MAX_INDEX_MESSAGE_CHARS && k + 1 < message.chars().count() {
-                        // One character more would not fit: the cut is as late as the bytes allow.
-                        let mut longer = fitted.clone();
-                        let next: String = message.chars().take(k + 1).collect();
-                        longer.e.as_mut().unwrap().message = format!("{next}… [truncated]");
-                        assert!(longer.bytes() > MAX_METADATA_BYTES, "{class} × {len}: cut at {k} too early");
-                    }
-                } else {
-                    assert!(message.chars().count() <= MAX_INDEX_MESSAGE_CHARS);
-                }
-                checked += 1;
-            }
-        }
-        // ASCII keeps the historical 300 characters.
-        assert_eq!(kept(&meta(&"a".repeat(1_000), ids.clone()).fit()), format!("{}… [truncated]", "a".repeat(300)));
-        assert_eq!(checked, 4 * 3_001 + 4 * 601);
-    }
-
-    /// Approval ids too long to fit with the error are dropped from the end; the first ones and the code stay.
-    #[test]
-    fn index_metadata_drops_trailing_approval_ids_that_do_not_fit() {
-        let ids: Vec<String> = (0..MAX_INDEX_APPROVALS).map(|i| format!("apr_{i}_{}", "界".repeat(60))).collect();
-        let fitted = meta(&"😀".repeat(2_000), ids.clone()).fit();
-        assert!(fitted.bytes() <= MAX_METADATA_BYTES);
-        assert!(!fitted.ap.is_empty() && fitted.ap.len() < ids.len(), "{} ids", fitted.ap.len());
-        assert_eq!(fitted.ap[..], ids[..fitted.ap.len()]);
-        let huge = vec!["x".repeat(2_000)];
-        let fitted = meta("boom", huge).fit();
-        assert!(fitted.bytes() <= MAX_METADATA_BYTES && fitted.ap.is_empty());
-        assert_eq!(kept(&fitted), "boom");
     }
 }

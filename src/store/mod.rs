@@ -41,6 +41,7 @@
 pub mod conformance;
 #[cfg(feature = "testing")]
 pub mod faulty;
+pub(crate) mod index;
 pub mod journal;
 pub(crate) mod keys;
 pub mod kv;

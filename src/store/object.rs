@@ -27,21 +27,36 @@
 //!   so often), so its cost stays bounded. The object keeps its whole journal (history of any depth).
 //! * **Approvals** live in their run's object (`meta` rows `approval/<id>`). A deleted run keeps them (the
 //!   contract's orphans).
-//! * **The index** (in the [`KvBackend`]): `<prefix>idx/run/<run id>` while a run is unfinished, and
-//!   `<prefix>idx/approval/<approval id>` (list metadata `{"run": <run id>}`) for every approval record,
-//!   plus the runtime's state documents `<prefix>state/<name>`. The objects are the truth; the index only
-//!   says which objects to ask. A run's entry is written *before* its first commit by a process (so a run is
-//!   never missing from it; one KV write per run and process, not per boundary) and deleted after the commit
-//!   that finishes it (unless written less than a second before: KV's one write per second per key). An entry
-//!   whose object says the run is finished or gone is dropped by the next listing ([`RunStore::pending`],
-//!   [`RunStore::check_pending`]). A listing asks each listed run's object (one request each).
+//! * **The index** (in the [`KvBackend`]): `<prefix>idx/run/<run id>` while a run is unfinished, its list
+//!   metadata the run's listing summary ([`super::index::IndexMeta`]: status, step, attempts, last error,
+//!   approvals, quarantine, diagnosis marker, save time), and `<prefix>idx/approval/<approval id>` (list
+//!   metadata `{"run": <run id>}`) for every approval record, plus the runtime's state documents
+//!   `<prefix>state/<name>`. The objects are the truth; the index says which objects exist and what they
+//!   held when their entry was written.
+//!   * **Writes.** An execution writes its run's entry *before* its first commit (so a crash leaves the run
+//!     listed; one KV write per execution), again when a boundary changes the summary (at most once a second:
+//!     KV's limit per key), and removes it after the commit that finishes the run. The index is secondary: a
+//!     write KV refuses (a 429) or loses never fails a commit; it is repaired at a later boundary or at release
+//!     (an unfinished run's entry then waits out the second; a finished run's entry written less than a second
+//!     ago is left for the listings to drop). A delete removes the entry before the run, so a run created
+//!     under the id afterwards keeps the entry it writes.
+//!   * **Listings.** A sweep's page ([`RunStore::pending_page`]) is one `list` at any backlog: no run's object
+//!     is asked. The sweep checks ([`RunStore::check_pending`], one request per run) only the runs it acts on,
+//!     and verifies a few of those its listing says to leave alone (a listing can be stale). A full listing
+//!     ([`RunStore::pending`]) also asks the objects of the entries written in the last minute (at most 100),
+//!     which may describe runs that finished within a second of their entry. A check drops an entry whose
+//!     object holds a later state, or says finished or gone a minute after the entry was written (a younger
+//!     entry may be an execution's, written just before its first commit). A run whose read fails as corrupt is
+//!     listed as corrupt from then on. The approvals listing asks one object per run that holds approval
+//!     records, at most [`MAX_LISTED_OBJECTS`] (a Worker's subrequests are limited).
 
+use super::index::{IndexMeta, IndexOp, IndexView};
 use super::kv::{check_value, KvBackend, PutOptions, MAX_LIST_LIMIT};
 use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::time::Clock;
+use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -55,6 +70,24 @@ pub const MAX_ROW_BYTES: usize = 1_000_000;
 
 /// Most bytes of a `meta` value (a lease, an approval record): one row.
 pub const MAX_META_BYTES: usize = 2_000_000;
+
+/// Most run objects one approvals listing asks (one request each; a Worker's subrequests per invocation are
+/// limited: 1,000 on older plans).
+pub const MAX_LISTED_OBJECTS: usize = 500;
+
+/// Most index entries without a summary (written by an older version) a listing page summarises by asking
+/// their objects.
+const MAX_UNSUMMARISED_LOADS: usize = 50;
+
+/// Age past which the index entry of a run its object says is finished or gone is dropped by a check (see
+/// `ObjectStore::summaries`).
+const STALE_ENTRY_MS: u64 = 60_000;
+
+/// Most recent index entries one full listing ([`RunStore::pending`]) verifies with their objects.
+const MAX_VERIFIED_ENTRIES: usize = 100;
+
+/// Tries of an index write that must land (a release's repair, a delete's removal).
+const INDEX_WRITE_TRIES: u32 = 3;
 
 /// One journal row: a whole entry, or one part of an entry over [`MAX_ROW_BYTES`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -595,8 +628,9 @@ pub struct ObjectStore<C: ObjectClient, K: KvBackend> {
     index: K,
     prefix: String,
     clock: Rc<dyn Clock>,
-    /// Runs whose index entry this process wrote, and when.
-    indexed: RefCell<HashMap<String, u64>>,
+    sleep: Rc<dyn Sleep>,
+    /// Per run this process executes (holds the lease of): what it knows of the run's index entry.
+    indexed: RefCell<HashMap<String, IndexView>>,
     /// Approval ids whose index entry this process wrote or read (the value is unused: one map type with
     /// `indexed` keeps one copy of its code in the Worker).
     approvals: RefCell<HashMap<String, u64>>,
@@ -606,13 +640,21 @@ pub struct ObjectStore<C: ObjectClient, K: KvBackend> {
 }
 
 impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
-    /// A store reaching objects through `client`, with its index in `index` under `prefix`.
-    pub fn new(client: C, index: K, prefix: impl Into<String>, clock: Rc<dyn Clock>) -> ObjectStore<C, K> {
+    /// A store reaching objects through `client`, with its index in `index` under `prefix`; `sleep` waits out
+    /// KV's one write a second per key when an index write must be repaired.
+    pub fn new(
+        client: C,
+        index: K,
+        prefix: impl Into<String>,
+        clock: Rc<dyn Clock>,
+        sleep: Rc<dyn Sleep>,
+    ) -> ObjectStore<C, K> {
         ObjectStore {
             client,
             index,
             prefix: prefix.into(),
             clock,
+            sleep,
             indexed: RefCell::default(),
             approvals: RefCell::default(),
             counters: Cell::default(),
@@ -699,23 +741,70 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
 
     /// Drops a run's index entry its object disowns (finished or gone).
     async fn drop_stale(&self, run_id: &str) {
-        // Ignored: a stale entry that stays is dropped again by the next listing; it never hides a run.
+        // Ignored: a stale entry that stays is dropped again by the next check; it never hides a run.
         let _ = self.kv_delete(&self.run_key(run_id)).await;
-        self.indexed.borrow_mut().remove(run_id);
     }
 
-    /// The listing entries of `run_ids` (asked from their objects), `None` for a finished or deleted run.
-    async fn summaries(&self, run_ids: &[String]) -> Result<Vec<Option<PendingRun>>> {
-        let mut out = Vec::with_capacity(run_ids.len());
-        for id in run_ids {
-            let s = match self.fold(id).await {
-                Ok(Some(cp)) if cp.status != RunStatus::Finished => Some(PendingRun::of(&cp)),
+    /// Writes (`Put`) or removes (`Delete`) a run's index entry once, and records the outcome in its view.
+    /// Never fails: the index is secondary (the objects are the truth), so a write KV refuses (a 429: the key
+    /// was written within the second) or loses is remembered as dirty and repaired at the run's next boundary
+    /// or at release.
+    async fn write_index(&self, run_id: &str, op: IndexOp) {
+        let res = self.index_op(run_id, &op).await;
+        let now = self.clock.now_ms();
+        if let Some(view) = self.indexed.borrow_mut().get_mut(run_id) {
+            view.wrote(res.is_ok(), now);
+        }
+    }
+
+    async fn index_op(&self, run_id: &str, op: &IndexOp) -> Result<()> {
+        match op {
+            IndexOp::Put(meta) => {
+                // Ignored: an IndexMeta (numbers, strings) always serialises.
+                let meta = serde_json::to_value(meta).unwrap_or_default();
+                self.kv_put(&self.run_key(run_id), "", PutOptions { metadata: Some(meta), ..Default::default() }).await
+            }
+            IndexOp::Delete => self.kv_delete(&self.run_key(run_id)).await,
+        }
+    }
+
+    /// An index write off the hot path that must land (a release's repair, a delete): retried past KV's one
+    /// write a second per key (1 s, then 2 s), at most [`INDEX_WRITE_TRIES`] times.
+    async fn index_op_retrying(&self, run_id: &str, op: &IndexOp, written_at: Option<u64>) -> Result<()> {
+        if let Some(at) = written_at {
+            let wait = (at + 1_000).saturating_sub(self.clock.now_ms());
+            if wait > 0 {
+                self.sleep.sleep(wait).await;
+            }
+        }
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match self.index_op(run_id, op).await {
+                Err(e) if e.retryable && tries < INDEX_WRITE_TRIES => self.sleep.sleep(1_000 << (tries - 1)).await,
+                other => return other,
+            }
+        }
+    }
+
+    /// The listing entry of each of `runs` (run id, and the save time its index entry says) as its object
+    /// answers (one request each), `None` for a run that is finished or gone. The index entry of such a run is
+    /// dropped once the state it describes is [`STALE_ENTRY_MS`] old: a younger one may be an execution's entry
+    /// written just before its first commit, which the object has not seen yet.
+    async fn summaries(&self, runs: &[(String, u64)]) -> Result<Vec<Option<PendingRun>>> {
+        let mut out = Vec::with_capacity(runs.len());
+        for (id, listed_at) in runs {
+            let state = self.fold(id).await;
+            let s = match &state {
+                Ok(Some(cp)) if cp.status != RunStatus::Finished => Some(PendingRun::of(cp)),
                 Ok(_) => None,
                 // Not reaching the object is this listing's failure; anything else is the run's.
-                Err(e) if e.code == ErrorCode::StoreUnavailable => return Err(e),
-                Err(e) => Some(PendingRun::corrupt(id, &e)),
+                Err(e) if e.code == ErrorCode::StoreUnavailable => return Err(e.clone()),
+                Err(e) => Some(PendingRun::corrupt(id, e)),
             };
-            if s.is_none() {
+            // Stale for sure when the object holds a later state than the one the entry describes.
+            let later = matches!(&state, Ok(Some(cp)) if cp.saved_at > *listed_at);
+            if s.is_none() && (later || self.clock.now_ms().saturating_sub(*listed_at) >= STALE_ENTRY_MS) {
                 self.drop_stale(id).await;
             }
             out.push(s);
@@ -723,13 +812,25 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
         Ok(out)
     }
 
-    /// One page of run ids from the index.
-    async fn index_page(&self, cursor: Option<&str>, limit: usize) -> Result<(Vec<String>, Option<String>)> {
+    /// One page of the run index: each run with the summary its entry carries (`None`: an entry without one,
+    /// written before entries carried it).
+    async fn index_page(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<(String, Option<IndexMeta>)>, Option<String>)> {
         let prefix = format!("{}idx/run/", self.prefix);
         let page = self.index.list(&prefix, cursor, limit.clamp(1, MAX_LIST_LIMIT)).await?;
         self.count(|c| c.reads += 1);
-        let ids = page.keys.iter().filter_map(|k| k.name.strip_prefix(&prefix).map(str::to_string)).collect();
-        Ok((ids, page.cursor))
+        let runs = page
+            .keys
+            .into_iter()
+            .filter_map(|k| {
+                let id = k.name.strip_prefix(&prefix)?.to_string();
+                Some((id, k.metadata.and_then(|m| serde_json::from_value::<IndexMeta>(m).ok())))
+            })
+            .collect();
+        Ok((runs, page.cursor))
     }
 
     /// The run an approval belongs to, from the index.
@@ -742,7 +843,15 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
 #[async_trait(?Send)]
 impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
     async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        self.fold(run_id).await
+        let res = self.fold(run_id).await;
+        if let Err(e) = &res {
+            if e.code == ErrorCode::CheckpointCorrupt {
+                // Listed as corrupt from now on (the listing reads the index only). Ignored: the read fails with
+                // its own error either way, and the next read marks it again.
+                let _ = self.index_op(run_id, &IndexOp::Put(IndexMeta::corrupt(e))).await;
+            }
+        }
+        res
     }
 
     async fn acquire_lease(&self, run_id: &str, owner: &str, now_ms: u64, opts: &LeaseOptions) -> Result<Lease> {
@@ -754,25 +863,49 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
     }
 
     async fn release_lease(&self, lease: &Lease) -> Result<()> {
-        self.call_unit(&lease.run_id, ObjectRequest::Release { lease: lease.clone() }).await
+        let released = self.call_unit(&lease.run_id, ObjectRequest::Release { lease: lease.clone() }).await;
+        // The execution ends here. An unfinished run's entry it could not write is written now (retried past
+        // KV's one write a second): the run is listed as it is. A finished run's entry it could not remove yet
+        // (written less than a second ago) is left: listings drop it, as the object says the run is finished
+        // (see `summaries`); waiting here would delay every run that finishes within a second. The next
+        // execution (this process or another) starts from no view and writes the entry at its first boundary.
+        let view = self.indexed.borrow_mut().remove(&lease.run_id);
+        if let Some(view) = view {
+            let recent = view.written_at.is_some_and(|t| self.clock.now_ms().saturating_sub(t) < 1_000);
+            // Ignored (both): the index is secondary; an entry left wrong is what a later boundary, a listing or
+            // the sweep's check corrects (see the module docs).
+            match view.repair() {
+                Some(op @ IndexOp::Put(_)) => {
+                    let _ = self.index_op_retrying(&lease.run_id, &op, view.written_at).await;
+                }
+                Some(IndexOp::Delete) if !recent => {
+                    let _ = self.index_op(&lease.run_id, &IndexOp::Delete).await;
+                }
+                _ => {}
+            }
+        }
+        released
     }
 
     async fn commit(&self, lease: &Lease, entry: &JournalEntry, state: &Checkpoint) -> Result<()> {
         let run_id = &lease.run_id;
         let json = encode(entry)?;
         let finished = state.status == RunStatus::Finished;
-        // Listed before the object holds anything a listing should show: a run is never missing from the
-        // index (a refused commit leaves an entry for a run that exists; the next listing judges it).
-        if !finished && !self.indexed.borrow().contains_key(run_id) {
-            self.kv_put(&self.run_key(run_id), "", PutOptions::default()).await?;
-            self.indexed.borrow_mut().insert(run_id.clone(), self.clock.now_ms());
+        let meta = IndexMeta::of(state);
+        // Listed before the object holds anything a listing should show (a refused commit leaves an entry for
+        // a run that exists; a later check judges it): one KV write per run and execution, not per boundary.
+        let first = !self.indexed.borrow().contains_key(run_id);
+        if first {
+            let mut view = IndexView::default();
+            let op = view.plan(finished, meta.clone(), self.clock.now_ms());
+            self.indexed.borrow_mut().insert(run_id.clone(), view);
+            if let Some(op) = op {
+                self.write_index(run_id, op).await;
+            }
         }
         let snapshot = matches!(entry.body, EntryBody::Snapshot { .. });
+        let bytes = json.len() as u64;
         let request = ObjectRequest::Commit { lease: lease.clone(), seq: entry.seq, snapshot, entry: json };
-        let bytes = match &request {
-            ObjectRequest::Commit { entry, .. } => entry.len() as u64,
-            _ => 0,
-        };
         let (_, rows) = self.call_counted(run_id, request).await?;
         self.count(|c| {
             c.commits += 1;
@@ -780,50 +913,89 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
             c.commit_bytes += bytes;
             c.bytes_written += bytes;
         });
-        if finished {
-            let written = self.indexed.borrow().get(run_id).copied();
-            // KV refuses a second write to a key within a second: an entry written just now stays, and the
-            // next listing drops it (its object says the run is finished).
-            if written.is_none_or(|at| self.clock.now_ms().saturating_sub(at) >= 1_000) {
-                self.drop_stale(run_id).await;
-            }
+        // The entry is written: the commit has succeeded whatever happens to the index (see `write_index`).
+        let op = self.indexed.borrow_mut().get_mut(run_id).and_then(|v| v.plan(finished, meta, self.clock.now_ms()));
+        if let Some(op) = op {
+            self.write_index(run_id, op).await;
         }
         Ok(())
     }
 
+    /// The index entry first, then the run: an execution that takes the run's lease after the object deleted
+    /// it lists the run it creates after this removal, so its entry is never the one removed; one that held
+    /// the lease before is deleted with the run (its next commit is refused).
     async fn delete(&self, run_id: &str) -> Result<()> {
-        self.call_unit(run_id, ObjectRequest::Delete).await?;
-        self.kv_delete(&self.run_key(run_id)).await?;
-        self.indexed.borrow_mut().remove(run_id);
-        Ok(())
+        let written_at = self.indexed.borrow_mut().remove(run_id).and_then(|v| v.written_at);
+        self.index_op_retrying(run_id, &IndexOp::Delete, written_at).await?;
+        self.call_unit(run_id, ObjectRequest::Delete).await
     }
 
     async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
         HistoryEntry::newest(run_id, self.entries(run_id, ObjectRequest::History).await?.iter(), limit)
     }
 
+    /// The index's view of every unfinished run: list pages only (one KV operation per 1,000 runs), no
+    /// request to any run's object. An entry is as fresh as its run's last boundary that changed its summary;
+    /// a run that finished or was deleted while its entry could not be removed stays listed until a check
+    /// ([`RunStore::check_pending`], the sweep's) drops it.
     async fn pending(&self) -> Result<Vec<PendingRun>> {
         let mut out = Vec::new();
         let mut cursor: Option<String> = None;
         loop {
-            let (ids, next) = self.index_page(cursor.as_deref(), MAX_LIST_LIMIT).await?;
-            out.extend(self.summaries(&ids).await?.into_iter().flatten());
-            match next {
+            let page = self.pending_page(cursor.as_deref(), MAX_LIST_LIMIT).await?;
+            out.extend(page.runs);
+            match page.cursor {
                 Some(c) => cursor = Some(c),
-                None => return Ok(out),
+                None => break,
             }
         }
+        // The entries of the last minute may belong to runs that finished within a second of their entry being
+        // written (its removal would have been a second write within the second): their objects say, for at
+        // most MAX_VERIFIED_ENTRIES of them.
+        let now = self.clock.now_ms();
+        let recent: Vec<usize> = (0..out.len())
+            .filter(|&i| now.saturating_sub(out[i].saved_at) < STALE_ENTRY_MS)
+            .take(MAX_VERIFIED_ENTRIES)
+            .collect();
+        let listed: Vec<(String, u64)> = recent.iter().map(|&i| (out[i].run_id.clone(), out[i].saved_at)).collect();
+        let fresh = self.summaries(&listed).await?;
+        let mut gone = vec![false; out.len()];
+        for (&i, f) in recent.iter().zip(fresh) {
+            match f {
+                Some(run) => out[i] = run,
+                None => gone[i] = true,
+            }
+        }
+        let mut keep = gone.into_iter().map(|g| !g);
+        out.retain(|_| keep.next().unwrap_or(true));
+        Ok(out)
     }
 
+    /// One `list` of the index: each run's summary from its entry. An entry without one (written by an older
+    /// version) is summarised by its object, at most [`MAX_UNSUMMARISED_LOADS`] per page; any further such
+    /// entries are listed as in progress with nothing known (the sweep checks a run before acting on it).
     async fn pending_page(&self, cursor: Option<&str>, limit: usize) -> Result<PendingPage> {
-        let (ids, cursor) = self.index_page(cursor, limit).await?;
-        let runs = self.summaries(&ids).await?.into_iter().flatten().collect();
+        let (listed, cursor) = self.index_page(cursor, limit).await?;
+        let mut runs = Vec::with_capacity(listed.len());
+        let mut loads = 0;
+        for (id, meta) in listed {
+            match meta {
+                Some(meta) if meta.s == RunStatus::Finished => {}
+                Some(meta) => runs.push(meta.pending(&id)),
+                None if loads < MAX_UNSUMMARISED_LOADS => {
+                    loads += 1;
+                    runs.extend(self.summaries(&[(id, 0)]).await?.into_iter().flatten());
+                }
+                None => runs.push(IndexMeta::unknown().pending(&id)),
+            }
+        }
         Ok(PendingPage { runs, cursor })
     }
 
+    /// Asks each run's object (one request per run: callers bound `runs`).
     async fn check_pending(&self, runs: &[PendingRun]) -> Result<Vec<bool>> {
-        let ids: Vec<String> = runs.iter().map(|r| r.run_id.clone()).collect();
-        Ok(self.summaries(&ids).await?.into_iter().map(|s| s.is_some()).collect())
+        let listed: Vec<(String, u64)> = runs.iter().map(|r| (r.run_id.clone(), r.saved_at)).collect();
+        Ok(self.summaries(&listed).await?.into_iter().map(|s| s.is_some()).collect())
     }
 
     async fn put_approval(&self, record: &ApprovalRecord) -> Result<()> {
@@ -853,6 +1025,9 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
         }
     }
 
+    /// One request per run that holds approval records (not per record), at most [`MAX_LISTED_OBJECTS`]
+    /// runs: a Worker may make only so many subrequests per invocation. More is refused with
+    /// `STEADFAST_STORE_FAILED` (not retryable) before any object is asked.
     async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>> {
         let prefix = format!("{}idx/approval/", self.prefix);
         let mut runs = BTreeSet::new();
@@ -872,6 +1047,16 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
                 Some(c) => cursor = Some(c),
                 None => break,
             }
+        }
+        if runs.len() > MAX_LISTED_OBJECTS {
+            return Err(Error::new(
+                ErrorCode::StoreFailed,
+                format!(
+                    "{} runs hold approval records: more than the {MAX_LISTED_OBJECTS} run objects one listing asks \
+                     (a Worker's subrequests are limited); resolve or discard some",
+                    runs.len()
+                ),
+            ));
         }
         let mut out = Vec::new();
         for run in runs {
@@ -914,7 +1099,13 @@ mod tests {
     use crate::time::ManualClock;
 
     fn store(objects: &LocalObjects, kv: &MemoryKv, clock: &ManualClock) -> ObjectStore<LocalObjects, MemoryKv> {
-        ObjectStore::new(objects.clone(), kv.clone(), "", Rc::new(clock.clone()))
+        ObjectStore::new(
+            objects.clone(),
+            kv.clone(),
+            "",
+            Rc::new(clock.clone()),
+            Rc::new(crate::time::ManualSleep::new(clock.clone())),
+        )
     }
 
     #[test]

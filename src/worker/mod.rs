@@ -123,7 +123,8 @@ fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
     let clock = Rc::new(JsClock);
     let sleep = Rc::new(JsSleep);
     // One type of object client (boxed) keeps one copy of the object store's code in the Worker.
-    let objects = |client: Box<dyn ObjectClient>| Rc::new(ObjectStore::new(client, kv.clone(), "", clock.clone()));
+    let objects =
+        |client: Box<dyn ObjectClient>| Rc::new(ObjectStore::new(client, kv.clone(), "", clock.clone(), sleep.clone()));
     let store: Rc<dyn RunStore> = match (runs, cfg.store) {
         (Runs::Object(run_id, core, _, _), _) => {
             objects(Box::new(OwnObject::new(run_id.clone(), core.clone(), StubClient::new(env)?)))
@@ -325,7 +326,13 @@ async fn conformance_objects(env: &Env, kv: &WorkersKv, started: u64) -> Result<
         let store = || {
             // The binding is checked below, before the suite runs.
             let client = StubClient::new(env).map(|c| c.with_prefix(prefix.clone()));
-            ObjectStore::new(client.expect("RUN_OBJECTS"), kv.clone(), prefix.clone(), Rc::new(clock.clone()))
+            ObjectStore::new(
+                client.expect("RUN_OBJECTS"),
+                kv.clone(),
+                prefix.clone(),
+                Rc::new(clock.clone()),
+                Rc::new(ManualSleep::new(clock.clone())),
+            )
         };
         (store(), store())
     };
@@ -334,8 +341,13 @@ async fn conformance_objects(env: &Env, kv: &WorkersKv, started: u64) -> Result<
     // Rows per boundary: a snapshot, then deltas of growing size (one past a row's 1 MB, split over two rows).
     let clock = ManualClock::new(1_700_000_000_000);
     let prefix = format!("conformance/{started}/rows/");
-    let store =
-        ObjectStore::new(StubClient::new(env)?.with_prefix(prefix.clone()), kv.clone(), prefix, Rc::new(clock.clone()));
+    let store = ObjectStore::new(
+        StubClient::new(env)?.with_prefix(prefix.clone()),
+        kv.clone(),
+        prefix,
+        Rc::new(clock.clone()),
+        Rc::new(ManualSleep::new(clock.clone())),
+    );
     let lease = acquired(&store, "rows", "o", clock.now_ms(), &LeaseOptions::default(), "lease").await;
     let (e, mut cp) = snapshot_entry("rows", "start", clock.now_ms());
     let before = store.counters();
@@ -413,7 +425,7 @@ async fn route(env: &Env, head: &ApiRequest, token: Option<&str>) -> Option<Forw
 
 /// The approval index (strict mode), to find an approval's run.
 fn approval_index(env: &Env) -> Result<ObjectStore<Box<dyn ObjectClient>, WorkersKv>> {
-    Ok(ObjectStore::new(Box::new(StubClient::new(env)?), runs_kv(env)?, "", Rc::new(JsClock)))
+    Ok(ObjectStore::new(Box::new(StubClient::new(env)?), runs_kv(env)?, "", Rc::new(JsClock), Rc::new(JsSleep)))
 }
 
 /// A request the Worker forwarded to a run's object: served there by [`serve`], the runs inside the object.

@@ -104,7 +104,13 @@ async fn conformance_runs(state: &State) -> String {
         let prefix = format!("s{}/", n.get());
         let store = || {
             let runs = SqlRuns::new(sql.clone(), prefix.clone());
-            ObjectStore::new(runs, SqlIndex::new(sql.clone()), prefix.clone(), Rc::new(clock.clone()))
+            ObjectStore::new(
+                runs,
+                SqlIndex::new(sql.clone()),
+                prefix.clone(),
+                Rc::new(clock.clone()),
+                Rc::new(crate::runtime::ManualSleep::new(clock.clone())),
+            )
         };
         (store(), store())
     };

@@ -7,7 +7,7 @@ use crate::core::classify::is_provider_outage;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::sweep::{
     best_waiting, note_attempt, pick_probe, plan, probe_due, probe_rank, tick_writes, Attempt, Candidate, Plan,
-    SweepOptions, SweepState, HEAL_SUFFIX,
+    SweepOptions, SweepState, HEAL_SUFFIX, VERIFY_PER_TICK,
 };
 use crate::runtime::traits::AbortSignal;
 use crate::runtime::{Agent, RunResult, SendOptions};
@@ -197,6 +197,8 @@ pub(super) fn candidate(run: &PendingRun) -> Candidate<'_> {
 struct Tick {
     probe_free: bool,
     done: HashSet<String>,
+    /// Runs read this tick to verify their listing ([`VERIFY_PER_TICK`] at most).
+    verified: usize,
 }
 
 impl Agent {
@@ -236,7 +238,7 @@ impl Agent {
             }
         };
         let initial = state.clone();
-        let mut tick = Tick { probe_free: true, done: HashSet::new() };
+        let mut tick = Tick { probe_free: true, done: HashSet::new(), verified: 0 };
         // A due probe goes to the run the breaker remembers, wherever the listing stands.
         if probe_due(&state, self.deps.now()) && !stopped(listener) {
             if let Some(id) = state.probe.clone() {
@@ -355,6 +357,15 @@ impl Agent {
                 if p == Plan::Outage && tick.probe_free && chosen == Some(i) && probe_due(state, now) {
                     p = Plan::Probe;
                 }
+                if p.leaves_alone() && tick.verified < VERIFY_PER_TICK {
+                    let due = state.verified.as_deref().is_none_or(|v| run.run_id.as_str() > v);
+                    if due {
+                        tick.verified += 1;
+                        state.verified = Some(run.run_id.clone());
+                        self.verify(run, opts, state, tick, report, listener).await;
+                        continue;
+                    }
+                }
                 if !p.acts() {
                     if let Plan::Backoff { .. } = p {
                         report.backing_off += 1;
@@ -382,34 +393,7 @@ impl Agent {
                     report.stale += 1;
                     continue;
                 }
-                match p {
-                    Plan::Resume | Plan::Probe => {
-                        let probe = p == Plan::Probe;
-                        if probe {
-                            tick.probe_free = false;
-                            report.probe = Some(run.run_id.clone());
-                        }
-                        tick.done.insert(run.run_id.clone());
-                        report.resumed += 1;
-                        self.sweep_resume(&run.run_id, run.heal_of.as_deref(), probe, opts, state, report, listener)
-                            .await;
-                    }
-                    Plan::Quarantine => {
-                        self.quarantine(run, opts, report, listener).await;
-                        if let Some(original) = &run.heal_of {
-                            // The diagnosis fork failed too: both are quarantined.
-                            self.quarantine_by_id(original, opts, report, listener).await;
-                        }
-                    }
-                    Plan::Heal => {
-                        if self.heal(run, opts, state, report, listener).await {
-                            // The new fork ran: it is not resumed again this tick if a later page lists it.
-                            tick.done.insert(format!("{}{HEAL_SUFFIX}", run.run_id));
-                            report.resumed += 1;
-                        }
-                    }
-                    _ => {}
-                }
+                self.act(run, p, opts, state, tick, report, listener).await;
             }
             state.cursor = None;
             match page.cursor {
@@ -417,9 +401,90 @@ impl Agent {
                 None => {
                     state.page = None;
                     report.complete = true;
+                    if tick.verified < VERIFY_PER_TICK {
+                        // Every run left alone after the last verified one was verified: start the round again.
+                        state.verified = None;
+                    }
                     return Ok(());
                 }
             }
+        }
+    }
+
+    /// Does what `p` says with `run`: a resume (or the outage probe), a quarantine, a diagnosis fork.
+    #[allow(clippy::too_many_arguments)]
+    async fn act(
+        &self,
+        run: &PendingRun,
+        p: Plan,
+        opts: &SweepOptions,
+        state: &mut SweepState,
+        tick: &mut Tick,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) {
+        match p {
+            Plan::Resume | Plan::Probe => {
+                let probe = p == Plan::Probe;
+                if probe {
+                    tick.probe_free = false;
+                    report.probe = Some(run.run_id.clone());
+                }
+                tick.done.insert(run.run_id.clone());
+                report.resumed += 1;
+                self.sweep_resume(&run.run_id, run.heal_of.as_deref(), probe, opts, state, report, listener).await;
+            }
+            Plan::Quarantine => {
+                self.quarantine(run, opts, report, listener).await;
+                if let Some(original) = &run.heal_of {
+                    // The diagnosis fork failed too: both are quarantined.
+                    self.quarantine_by_id(original, opts, report, listener).await;
+                }
+            }
+            Plan::Heal => {
+                if self.heal(run, opts, state, report, listener).await {
+                    // The new fork ran: it is not resumed again this tick if a later page lists it.
+                    tick.done.insert(format!("{}{HEAL_SUFFIX}", run.run_id));
+                    report.resumed += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Reads a run the listing says to leave alone, and acts on what it really is: a listing can be stale (an
+    /// index write that failed, its repair lost with the process that would have made it), and a run left
+    /// alone on a stale listing would never be recovered. A run found finished or gone is checked through the
+    /// store, which drops its stale entry.
+    async fn verify(
+        &self,
+        listed: &PendingRun,
+        opts: &SweepOptions,
+        state: &mut SweepState,
+        tick: &mut Tick,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) {
+        let store = self.store().clone();
+        match store.load(&listed.run_id).await {
+            Ok(Some(cp)) if cp.status != RunStatus::Finished => {
+                let run = PendingRun::of(&cp);
+                let now = self.deps.now();
+                let mut p = plan(opts, state, now, &candidate(&run));
+                if p == Plan::Outage && tick.probe_free && probe_due(state, now) {
+                    p = Plan::Probe;
+                }
+                if p.acts() && !tick.done.contains(&run.run_id) {
+                    self.act(&run, p, opts, state, tick, report, listener).await;
+                }
+            }
+            Ok(_) => {
+                report.stale += 1;
+                // Ignored: the answer is known (finished or gone); the call only lets the store drop the entry.
+                let _ = store.check_pending(std::slice::from_ref(listed)).await;
+            }
+            // A run that cannot be read is listed as corrupt by the store and left for a person.
+            Err(e) => report.error(listener, &e, Some(&listed.run_id)),
         }
     }
 
