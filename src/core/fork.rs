@@ -8,7 +8,7 @@
 
 use super::checkpoint::{Checkpoint, RunStatus};
 use super::error::{Error, ErrorCode};
-use super::limits::check_depth;
+use super::limits::{check_depth, check_message_depth};
 use super::transcript::{validate_transcript, Message, ResultKind, ToolResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -72,9 +72,8 @@ pub fn apply_patch(source: &Checkpoint, new_run_id: &str, patch: &ForkPatch) -> 
     if let Some(state) = &patch.business_state {
         check_depth("patch.businessState", state).map_err(|e| e.with_run(&source.run_id))?;
     }
-    for call in patch.messages.iter().flatten().flat_map(|m| m.tool_calls()) {
-        check_depth(&format!("the arguments of tool call '{}' in patch.messages", call.id), &call.args)
-            .map_err(|e| e.with_run(&source.run_id))?;
+    for m in patch.messages.iter().flatten() {
+        check_message_depth("patch.messages", m).map_err(|e| e.with_run(&source.run_id))?;
     }
     if let Some(messages) = &patch.messages {
         validate_transcript(messages).map_err(|why| {

@@ -763,7 +763,7 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
 
     async fn commit(&self, lease: &Lease, entry: &JournalEntry, state: &Checkpoint) -> Result<()> {
         let run_id = &lease.run_id;
-        let json = encode(entry)?;
+        let json = entry.encode().map_err(|e| e.with_run(run_id))?;
         let finished = state.status == RunStatus::Finished;
         // Listed before the object holds anything a listing should show: a run is never missing from the
         // index (a refused commit leaves an entry for a run that exists; the next listing judges it).
