@@ -1167,6 +1167,165 @@ fn reconcile_prevents_a_second_charge_after_a_crash_between_effect_and_record() 
     }
 }
 
+/// What one generated diagnosis case did: charges per order, and how the case ended.
+struct HealCase {
+    charges: BTreeMap<i64, u32>,
+    orders: Vec<i64>,
+    healed: bool,
+    finished: bool,
+}
+
+/// One generated case of issue 26's fourth bug: a turn of charges (side-effecting, reconciled by the idempotency
+/// key they ran under) and lookups, cut short by a worker that dies after a charge and/or a crash at a generated
+/// effect; `reconcile` then fails `fail_reconciles` times, so the run reaches the attempt cap and the sweep
+/// (`retryWithDiagnosis`) gives it a diagnosis fork. The model re-issues a charge it is told did not run.
+fn heal_case(seed: u64) -> std::result::Result<HealCase, String> {
+    use steadfast::runtime::Rng;
+    let rng = steadfast::runtime::SplitMix64::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x4ea1);
+    let pick = |n: u64| rng.next_u64() % n;
+    let env = if seed % 2 == 0 { Env::journal_sim() } else { Env::new() };
+    let n_calls = 1 + pick(4) as usize;
+    // (tool, order): charges are orders 1.., lookups order 0.
+    let calls: Vec<(&str, i64)> =
+        (0..n_calls).map(|i| if pick(3) == 0 { ("lookup", 0) } else { ("charge", i as i64 + 1) }).collect();
+    let orders: Vec<i64> = calls.iter().filter(|(t, _)| *t == "charge").map(|(_, o)| *o).collect();
+    let dies_after: Vec<i64> = orders.iter().copied().filter(|_| pick(2) == 0).collect();
+    let crash =
+        (pick(3) != 0).then(|| CrashPoint { after_effects: 5 + pick(12) as usize, finish_in_flight: pick(2) == 0 });
+    let fail_reconciles = [1u32, 2, 3, 1_000][pick(4) as usize];
+    let so = SweepOptions { max_attempts: 2, retry_with_diagnosis: true, ..SweepOptions::default() };
+
+    let charges: Rc<RefCell<BTreeMap<i64, u32>>> = Rc::default();
+    let by_key: Rc<RefCell<BTreeMap<String, i64>>> = Rc::default();
+    let died: Rc<RefCell<Vec<i64>>> = Rc::default();
+    let reconcile_failures = Rc::new(Cell::new(0u32));
+    let order_of = |args: &serde_json::Value| args["order"].as_i64().unwrap_or(-1);
+    let (c, k, d) = (charges.clone(), by_key.clone(), died.clone());
+    let charge = FnTool::new("charge", "charge an order", json!({"type": "object"}), move |args, ctx| {
+        let order = order_of(&args);
+        *c.borrow_mut().entry(order).or_default() += 1;
+        k.borrow_mut().insert(ctx.idempotency_key().to_string(), order);
+        let dies = dies_after.contains(&order) && !d.borrow().contains(&order);
+        if dies {
+            d.borrow_mut().push(order);
+        }
+        async move {
+            match dies {
+                true => Err(ToolError::propagate("the worker died after the charge")),
+                false => Ok(ToolOutput::text(format!("charged order {order}"))),
+            }
+        }
+    });
+    let (k, f) = (by_key.clone(), reconcile_failures.clone());
+    let charge = charge.reconcile_with(move |args, key| {
+        f.set(f.get() + 1);
+        let failing = f.get() <= fail_reconciles;
+        let found = k.borrow().get(&key).copied();
+        async move {
+            if failing {
+                return Err(ToolError::propagate("the payment ledger is unavailable"));
+            }
+            Ok(found.map(|o| ToolOutput::text(format!("charged order {o} (found by reconcile, {})", order_of(&args)))))
+        }
+    });
+    let lookup = Rc::new(FnTool::new("lookup", "look up", json!({"type": "object"}), |_a, _c| async {
+        Ok(ToolOutput::text("found"))
+    }));
+    let first: Vec<(String, serde_json::Value)> =
+        calls.iter().map(|(t, o)| (t.to_string(), json!({ "order": o }))).collect();
+    let model = MockModel::new(
+        (0..40)
+            .map(|_| {
+                let first = first.clone();
+                MockTurn::func(move |req| {
+                    if !req.messages.iter().any(|m| matches!(m, Message::Assistant { .. })) {
+                        return MockTurn::tools(first.clone());
+                    }
+                    // Re-issue every charge the model was told did not run (and that has no successful charge).
+                    let mut call_order = BTreeMap::new();
+                    for m in req.messages {
+                        for c in m.tool_calls() {
+                            call_order.insert(c.id.clone(), (c.name.clone(), order_of(&c.args)));
+                        }
+                    }
+                    let results = req.messages.iter().filter_map(|m| match m {
+                        Message::Tool(r) => call_order.get(&r.tool_call_id).map(|(n, o)| (n.clone(), *o, r)),
+                        _ => None,
+                    });
+                    let (mut told_not_run, mut charged) = (Vec::new(), Vec::new());
+                    for (_, order, r) in results.filter(|(n, ..)| n == "charge") {
+                        match r.kind {
+                            ResultKind::NotRun => told_not_run.push(order),
+                            _ if !r.is_error => charged.push(order),
+                            _ => {}
+                        }
+                    }
+                    let again: Vec<(String, serde_json::Value)> = told_not_run
+                        .into_iter()
+                        .filter(|o| !charged.contains(o))
+                        .map(|o| ("charge".to_string(), json!({ "order": o })))
+                        .collect();
+                    if again.is_empty() {
+                        MockTurn::text("done")
+                    } else {
+                        MockTurn::tools(again)
+                    }
+                })
+            })
+            .collect(),
+    );
+    let agent = env.agent_with(model, vec![Rc::new(charge), lookup], one_try(), "");
+    let send = SendOptions { crash, ..opts() };
+    // The first attempt: cut short by the dying charge or the crash, or done.
+    let _ = block_on(agent.send("job", "charge the orders", send));
+    env.past_leases();
+    let l = Recorder::default();
+    for _ in 0..12 {
+        env.clock.advance(121_000);
+        block_on(agent.sweep(&so, &l)).map_err(|e| format!("sweep: {e}"))?;
+    }
+    let healed = block_on(agent.load("job.heal")).map_err(|e| format!("load job.heal: {e}"))?;
+    let finished = match (&healed, block_on(agent.load("job")).map_err(|e| format!("load job: {e}"))?) {
+        (Some(h), _) if h.status == RunStatus::Finished => true,
+        (_, Some(o)) => o.status == RunStatus::Finished,
+        (_, None) => false,
+    };
+    let charges = charges.borrow().clone();
+    Ok(HealCase { charges, orders, healed: healed.is_some(), finished })
+}
+
+/// Issue 26, bug 4: a diagnosis fork never tells the model that a call which may have run "did not run". A
+/// charge whose intent was recorded with no outcome reaches the `<id>.heal` fork as an open intent, which the
+/// fork's resume reconciles under the original's key: over generated turns, crash positions, dying charges and
+/// reconcile failures, no order is ever charged twice, and a run that finishes (original or fork) charged every
+/// order exactly once. Repro: `STEADFAST_HEAL_SEED=<seed> cargo test --test self_healing diagnosis_forks`.
+#[test]
+fn diagnosis_forks_never_charge_an_order_twice_over_generated_crashes() {
+    let seeds: Vec<u64> = match std::env::var("STEADFAST_HEAL_SEED") {
+        Ok(s) => vec![s.parse().expect("a seed")],
+        Err(_) => (0..160).collect(),
+    };
+    let (mut healed, mut finished) = (0, 0);
+    for seed in seeds {
+        let repro = format!("repro: STEADFAST_HEAL_SEED={seed} cargo test --test self_healing diagnosis_forks");
+        let case = heal_case(seed).unwrap_or_else(|e| panic!("{e}; {repro}"));
+        for (order, n) in &case.charges {
+            assert!(*n <= 1, "order {order} charged {n} times ({:?}); {repro}", case.charges);
+        }
+        if case.finished {
+            for order in &case.orders {
+                assert_eq!(case.charges.get(order), Some(&1), "order {order} of a finished run; {repro}");
+            }
+        }
+        healed += usize::from(case.healed);
+        finished += usize::from(case.finished && case.healed);
+    }
+    if std::env::var("STEADFAST_HEAL_SEED").is_err() {
+        println!("diagnosis cases: {healed} healed by a fork, {finished} of them finished");
+        assert!(healed >= 40 && finished >= 20, "the cases exercise forks: {healed} healed, {finished} finished");
+    }
+}
+
 #[test]
 fn run_once_acknowledges_redeliveries_without_model_calls() {
     let env = Env::journal_sim();
