@@ -1122,7 +1122,7 @@ fn ledger_charge(charges: Rc<Cell<u32>>, ledger: Rc<RefCell<BTreeMap<String, u32
         let (c1, l1) = (c1.clone(), l1.clone());
         async move {
             c1.set(c1.get() + 1);
-            l1.borrow_mut().insert(ctx.tool_call_id.clone(), c1.get());
+            l1.borrow_mut().insert(ctx.idempotency_key().to_string(), c1.get());
             Ok(ToolOutput::text(format!("charge #{}", c1.get())))
         }
     });
@@ -1165,6 +1165,139 @@ fn reconcile_prevents_a_second_charge_after_a_crash_between_effect_and_record() 
                 .any(|m| matches!(m, Message::Tool(r) if r.content.contains("found by reconcile"))));
         }
     }
+}
+
+/// A payment endpoint that honours `Idempotency-Key` as Stripe does: the first answer for a key is kept and given
+/// again to every later request with that key. Counts charges per order and records every key it was sent.
+#[derive(Clone, Default)]
+struct Endpoint {
+    answers: Rc<RefCell<BTreeMap<String, String>>>,
+    charges: Rc<RefCell<BTreeMap<i64, u32>>>,
+    keys: Rc<RefCell<Vec<String>>>,
+}
+
+impl Endpoint {
+    fn tool(&self) -> Rc<dyn Tool> {
+        let ep = self.clone();
+        Rc::new(FnTool::new("charge", "charge an order", json!({"type": "object"}), move |args, ctx| {
+            let key = ctx.idempotency_key().to_string();
+            ep.keys.borrow_mut().push(key.clone());
+            let cached = ep.answers.borrow().get(&key).cloned();
+            let answer = cached.unwrap_or_else(|| {
+                let order = args["order"].as_i64().unwrap_or(-1);
+                *ep.charges.borrow_mut().entry(order).or_default() += 1;
+                let answer = format!("charged order {order}");
+                ep.answers.borrow_mut().insert(key, answer.clone());
+                answer
+            });
+            async move { Ok(ToolOutput::text(answer)) }
+        }))
+    }
+
+    fn charges(&self, order: i64) -> u32 {
+        self.charges.borrow().get(&order).copied().unwrap_or(0)
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.keys.borrow().clone()
+    }
+}
+
+fn charge_script(orders: &[i64]) -> Vec<MockTurn> {
+    let mut turns: Vec<MockTurn> =
+        orders.iter().map(|o| MockTurn::tools([("charge", json!({ "order": o }))])).collect();
+    turns.push(MockTurn::text("done"));
+    turns
+}
+
+/// The tool results of a transcript, in order.
+fn results(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some(r.content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 26, bug 5: the key tools get is unique across runs and stable across resumes. The mock model, like
+/// providers that omit call ids, gives every run's first call the same id; an endpoint that honours the key
+/// used to answer run B's payment with run A's cached result. Now B is charged, a run deleted and started
+/// again under the same id is charged again, and a call run again after a crash is answered from the cache.
+#[test]
+fn idempotency_keys_are_unique_across_runs_and_stable_across_resumes() {
+    for (label, env) in [("memory", Env::new()), ("journal", Env::journal_sim())] {
+        let ep = Endpoint::default();
+        let a = env.agent(MockModel::by_turn(charge_script(&[5])), vec![ep.tool()]);
+        let ra = block_on(a.send("a", "charge 5", opts())).unwrap();
+        let b = env.agent(MockModel::by_turn(charge_script(&[7])), vec![ep.tool()]);
+        let rb = block_on(b.send("b", "charge 7", opts())).unwrap();
+        assert_eq!(ra.messages[1].tool_calls()[0].id, rb.messages[1].tool_calls()[0].id, "{label}: same call ids");
+        assert_eq!(results(&rb.messages), vec!["charged order 7"], "{label}: B's own answer, not A's");
+        assert_eq!((ep.charges(5), ep.charges(7)), (1, 1), "{label}");
+
+        // Deleted and started again under the same id: a new run, new keys.
+        block_on(a.delete("a")).unwrap();
+        let again = env.agent(MockModel::by_turn(charge_script(&[9])), vec![ep.tool()]);
+        let r = block_on(again.send("a", "charge 9", opts())).unwrap();
+        assert_eq!(results(&r.messages), vec!["charged order 9"], "{label}");
+
+        // The charge took effect, its answer was lost with the process: the resume sends the same key.
+        let c = env.agent(MockModel::by_turn(charge_script(&[11])), vec![ep.tool()]);
+        let crash = SendOptions { crash: Some(CrashPoint { after_effects: 8, finish_in_flight: true }), ..opts() };
+        block_on(c.send("c", "charge 11", crash)).unwrap_err();
+        env.past_leases();
+        let c2 = env.agent(MockModel::by_turn(charge_script(&[11])), vec![ep.tool()]);
+        let r = block_on(c2.resume("c", opts())).unwrap().unwrap();
+        assert_eq!(results(&r.messages), vec!["charged order 11"], "{label}");
+        assert_eq!(ep.charges(11), 1, "{label}: charged once");
+
+        let keys = ep.keys();
+        assert_eq!(keys.len(), 5, "{label}: {keys:?}");
+        assert_eq!(keys[3], keys[4], "{label}: the resumed call kept its key");
+        let distinct: std::collections::BTreeSet<&String> = keys[..4].iter().collect();
+        assert_eq!(distinct.len(), 4, "{label}: every run's call has its own key: {keys:?}");
+        assert!(keys.iter().all(|k| k.len() == 32 && k.chars().all(|c| c.is_ascii_hexdigit())), "{keys:?}");
+    }
+}
+
+/// A fork re-sends a call it copied from its source with the source's key (the source may have run it: the
+/// endpoint answers with the source's result, it does not charge twice); the fork's own model turns get keys of
+/// its own, distinct from the source's calls with the same ids; a `messages` patch makes every call the fork's own.
+#[test]
+fn a_fork_resends_a_copied_call_under_its_source_key_and_its_own_calls_get_keys_of_its_own() {
+    let env = Env::journal_sim();
+    let ep = Endpoint::default();
+    let agent = || env.agent(MockModel::by_turn(charge_script(&[1, 2])), vec![ep.tool()]);
+    let crash = SendOptions { crash: Some(CrashPoint { after_effects: 8, finish_in_flight: true }), ..opts() };
+    block_on(agent().send("src", "charge 1 then 2", crash)).unwrap_err();
+    env.past_leases();
+    assert_eq!(ep.charges(1), 1, "the charge happened; its answer was lost");
+    let source_key = ep.keys()[0].clone();
+
+    let fork = block_on(agent().fork("src", ForkOptions { from_step: 1, ..Default::default() })).unwrap();
+    let done = block_on(agent().resume(&fork.run_id, opts())).unwrap().unwrap();
+    assert_eq!(results(&done.messages), vec!["charged order 1", "charged order 2"]);
+    assert_eq!(ep.keys()[1], source_key, "the copied call is sent with its source's key");
+    assert_eq!(ep.charges(1), 1, "and answered from the endpoint's cache");
+    let fork_own = ep.keys()[2].clone();
+
+    // The source finishes too: its second call has the same id as the fork's, not the same key.
+    let src = block_on(agent().resume("src", opts())).unwrap().unwrap();
+    assert_eq!(src.messages[3].tool_calls()[0].id, done.messages[3].tool_calls()[0].id);
+    assert_eq!(ep.keys()[3], source_key);
+    assert_ne!(ep.keys()[4], fork_own, "the source's own call and the fork's own call have different keys");
+    assert_eq!(ep.charges(2), 2, "two runs, two charges of order 2");
+
+    // The same transcript given as a `messages` patch: its calls are the fork's own, so the endpoint acts again.
+    let stored = block_on(agent().history("src", 50)).unwrap();
+    let at_step_1 = stored.iter().find(|h| h.step == 1).unwrap();
+    let patch = ForkPatch { messages: Some(at_step_1.checkpoint.messages[..2].to_vec()), ..Default::default() };
+    let rewritten = block_on(agent().fork("src", ForkOptions { from_step: 1, patch, new_id: None })).unwrap();
+    block_on(agent().resume(&rewritten.run_id, opts())).unwrap().unwrap();
+    assert_ne!(ep.keys()[5], source_key);
+    assert_eq!(ep.charges(1), 2, "a rewritten transcript's call is a new call");
 }
 
 /// What one generated diagnosis case did: charges per order, and how the case ended.

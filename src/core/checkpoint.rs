@@ -7,6 +7,7 @@
 
 use super::error::{ErrorInfo, Result};
 use super::fingerprint::Fingerprint;
+use super::idempotency::CopiedScope;
 use super::transcript::{Message, ToolResult, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -130,6 +131,17 @@ pub struct Checkpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub heal_of: Option<String>,
+    /// The scope of the idempotency keys of this run's own tool calls (`<run id>:<random nonce>`; see
+    /// [`crate::core::idempotency`]). Set when the run is created, written by its first snapshot and never
+    /// changed (deltas do not carry it), so a call keeps its key across resumes. `None` for runs created before
+    /// scopes existed: their scope is the run id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub key_scope: Option<String>,
+    /// For a fork: which key scopes cover the messages it copied from its source (a fork of a fork: nested), so
+    /// the calls it copied keep their keys. Written with [`Checkpoint::key_scope`], never changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copied_scopes: Vec<CopiedScope>,
     /// The last failed attempt, cleared by the next saved progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]

@@ -58,11 +58,18 @@ pub struct ForkPatch {
 /// applied in order: `messages`, `business_state`, `tool_result`, `append_input`; a `messages` patch drops every
 /// intent and start mark (its calls are the fork's own), and a call the patch answers needs neither.
 ///
+/// The calls the fork copies keep the source's idempotency keys (`copied_scopes`, see
+/// [`crate::core::idempotency`]); the fork's own scope is given when it is written (`key_scope` is `None` here). A
+/// `messages` patch makes every call the fork's own.
+///
 /// Fails with `STEADFAST_INVALID_INPUT` when the patched transcript is invalid or `tool_result` names a call
 /// that is not in the transcript, and with `STEADFAST_CHECKPOINT_CORRUPT` when the source transcript itself
 /// is invalid (and no `messages` patch replaced it).
 pub fn apply_patch(source: &Checkpoint, new_run_id: &str, patch: &ForkPatch) -> Result<Checkpoint, Error> {
     let mut cp = source.clone();
+    // The calls it copies keep the source's idempotency keys; the fork's own scope is set when it is written.
+    cp.copied_scopes = source.scopes_for_fork();
+    cp.key_scope = None;
     cp.run_id = new_run_id.to_string();
     cp.status = RunStatus::InProgress;
     cp.approval_ids.clear();
@@ -88,6 +95,7 @@ pub fn apply_patch(source: &Checkpoint, new_run_id: &str, patch: &ForkPatch) -> 
         cp.queued_input.clear();
         cp.intents.clear();
         cp.started_tool_call_ids.clear();
+        cp.copied_scopes.clear();
     } else if let Err(why) = validate_transcript(&cp.messages) {
         return Err(Error::new(
             ErrorCode::CheckpointCorrupt,

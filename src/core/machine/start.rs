@@ -100,6 +100,7 @@ impl RunMachine {
         self.cp.input_len = input.len();
         self.cp.messages.extend(input);
         self.cp.business_state = self.cfg.business_state.clone();
+        self.cp.key_scope = self.cfg.key_scope.clone();
         self.snapshot_next = true;
         self.dirty = true;
         self.emit(Event::RunStart { resumed: false, step: 0 });
@@ -123,6 +124,7 @@ impl RunMachine {
         cp.total_usage = prior.total_usage;
         cp.total_usage.at_least(prior.usage);
         cp.ext = prior.ext;
+        cp.key_scope = self.cfg.key_scope.clone();
         cp.status = RunStatus::Finished;
         self.cp = cp;
         self.start_stored_run(Start::Send(input))?;
