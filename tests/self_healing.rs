@@ -1300,6 +1300,49 @@ fn a_fork_resends_a_copied_call_under_its_source_key_and_its_own_calls_get_keys_
     assert_eq!(ep.charges(1), 2, "a rewritten transcript's call is a new call");
 }
 
+/// An approved call marked started that was running when the process died may have taken effect: a fork of
+/// that state (as any resume of it) records it `interrupted` and never runs it again, nor asks for its approval
+/// again (a second approval would run it a second time).
+#[test]
+fn a_fork_of_a_started_approved_call_records_it_interrupted_and_never_runs_it_again() {
+    let script = || MockModel::by_turn(vec![MockTurn::tools([("refund", json!({"order": 7}))]), MockTurn::text("ok")]);
+    for make in [Env::new as fn() -> Env, Env::journal_sim] {
+        // Approved; the process dies after effect k of the resolution. The first k at which the refund has run
+        // (taken effect, its result lost) is the case.
+        let (env, c) = (1..20)
+            .find_map(|k| {
+                let (env, c) = (make(), Counters::default());
+                let agent = env.agent(script(), vec![gated_tool("refund", &c)]);
+                let id = block_on(agent.send("pay", "refund order 7", opts())).unwrap().approval_id.unwrap();
+                let crash =
+                    SendOptions { crash: Some(CrashPoint { after_effects: k, finish_in_flight: true }), ..opts() };
+                let resolve = Resolve { id, approved: true, note: None };
+                block_on(agent.approvals().resolve_with(resolve, crash)).unwrap_err();
+                (c.get("refund") == 1).then_some((env, c))
+            })
+            .expect("a crash point after the refund ran");
+        env.past_leases();
+        let agent = env.agent(script(), vec![gated_tool("refund", &c)]);
+        let stored = block_on(agent.load("pay")).unwrap().unwrap();
+        assert_eq!(stored.started_tool_call_ids.len(), 1, "the refund is marked started");
+
+        let fork = block_on(agent.fork("pay", ForkOptions { from_step: 1, ..Default::default() })).unwrap();
+        assert_eq!(fork.checkpoint.started_tool_call_ids, stored.started_tool_call_ids);
+        let done = block_on(agent.resume(&fork.run_id, opts())).unwrap().unwrap();
+        assert_eq!(done.status, RunStatus::Finished, "no second approval asked");
+        let kinds: Vec<ResultKind> = done
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool(r) => Some(r.kind),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kinds, vec![ResultKind::Interrupted]);
+        assert_eq!(c.get("refund"), 1, "the refund ran once");
+    }
+}
+
 /// What one generated diagnosis case did: charges per order, and how the case ended.
 struct HealCase {
     charges: BTreeMap<i64, u32>,
