@@ -154,11 +154,13 @@ impl From<Checkpoint> for RunView {
 pub struct ToolCallContext {
     /// Run id.
     pub run_id: String,
-    /// The call id: unchanged when the same call runs again on resume.
+    /// The call id the model gave: unique within the run, not across runs. Key effects by `idempotencyKey`.
     pub tool_call_id: String,
     /// For an approved call, the approval id.
     pub approval_id: Option<String>,
-    /// The approval id for approved calls, else the call id: send it as `Idempotency-Key`.
+    /// The approval id for an approved call, else the call key (32 hex digits, unique across runs, unchanged
+    /// when the same call runs again on resume): send it as `Idempotency-Key`, and look an effect up by it in
+    /// `reconcile`.
     pub idempotency_key: String,
 }
 
@@ -398,15 +400,17 @@ mod tests {
 
     #[test]
     fn a_tool_is_told_its_idempotency_key() {
+        let key = crate::core::idempotency::call_key("r:00", "call_1");
         let ctx = |approval: Option<&str>| ToolContext {
             run_id: "r".into(),
             tool_call_id: "call_1".into(),
+            call_key: key.clone(),
             approval_id: approval.map(String::from),
             abort: crate::runtime::AbortSignal::new(),
         };
         assert_eq!(
             serde_json::to_value(ToolCallContext::from(&ctx(None))).unwrap(),
-            json!({"runId": "r", "toolCallId": "call_1", "approvalId": null, "idempotencyKey": "call_1"})
+            json!({"runId": "r", "toolCallId": "call_1", "approvalId": null, "idempotencyKey": key})
         );
         assert_eq!(ToolCallContext::from(&ctx(Some("ap_1"))).idempotency_key, "ap_1");
     }

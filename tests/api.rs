@@ -180,8 +180,20 @@ fn bad_requests_get_coded_4xx_and_change_nothing() {
     let no_token = ApiRequest { method: "GET".into(), path: "/runs".into(), ..Default::default() };
     let wrong_token =
         ApiRequest { headers: vec![("authorization".into(), "Bearer nope".into())], ..req("GET", "/runs", "") };
+    // An assistant message whose reasoning is nested 100 levels deep: readable as a body, not as a journal entry.
+    let mut deep = json!("thought");
+    for _ in 0..100 {
+        deep = json!([deep]);
+    }
+    let deep_reasoning = json!({"input": [
+        {"role": "user", "content": "earlier"},
+        {"role": "assistant", "content": "answer", "reasoning": [deep]},
+        {"role": "user", "content": "go on"},
+    ]})
+    .to_string();
     let cases: Vec<(&str, ApiRequest, u16, &str)> = vec![
         ("malformed JSON", req("POST", "/runs/a", "{input:"), 400, "STEADFAST_INVALID_INPUT"),
+        ("deep reasoning in the input", req("POST", "/runs/a", &deep_reasoning), 400, "STEADFAST_INVALID_INPUT"),
         ("wrong type", req("POST", "/runs/a", r#"{"input": 42}"#), 400, "STEADFAST_INVALID_INPUT"),
         ("unknown field", req("POST", "/runs/a", r#"{"inputs": "x"}"#), 400, "STEADFAST_INVALID_INPUT"),
         (

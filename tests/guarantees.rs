@@ -229,3 +229,118 @@ fn a_commit_refused_for_good_is_recorded_as_a_failed_attempt() {
         assert_eq!(c.get("t"), 1);
     }
 }
+
+/// A model (a JS model, a hook, a provider without its own check) whose turns carry one reasoning block nested
+/// `depth` levels deep; each turn the same.
+struct DeepThinker {
+    depth: usize,
+}
+
+#[async_trait::async_trait(?Send)]
+impl steadfast::runtime::Model for DeepThinker {
+    fn id(&self) -> &str {
+        "deep-thinker"
+    }
+    async fn generate(
+        &self,
+        _request: steadfast::runtime::ModelRequest<'_>,
+    ) -> steadfast::Result<steadfast::core::machine::ModelResponse> {
+        Ok(steadfast::core::machine::ModelResponse {
+            text: "thought about it".into(),
+            reasoning: vec![nested(self.depth)],
+            ..Default::default()
+        })
+    }
+}
+
+/// Issue 26, bug 6: a reasoning block nested deep enough to parse as a reply but not as a journal entry used to
+/// be committed, and every later load was `STEADFAST_CHECKPOINT_CORRUPT`. Over a generated set of depths around
+/// the limit (every depth near it, and seeded ones beyond), on the memory store and the journal store: each run
+/// either commits and reads back what the model said, or is refused with a coded, non-retryable error and stays
+/// loadable, listable and resumable (never corrupt). Repro of one depth: `STEADFAST_DEPTH=<d> cargo test --test
+/// guarantees deep_reasoning`.
+#[test]
+fn deep_reasoning_is_committed_and_read_back_or_refused_with_a_code_never_stored_unreadable() {
+    use steadfast::core::checkpoint::MAX_ENTRY_DEPTH;
+    use steadfast::runtime::Rng;
+    let depths: Vec<usize> = match std::env::var("STEADFAST_DEPTH") {
+        Ok(d) => vec![d.parse().expect("a depth")],
+        Err(_) => {
+            let rng = steadfast::runtime::SplitMix64::new(26);
+            let mut d: Vec<usize> = (MAX_ENTRY_DEPTH - 14..=MAX_ENTRY_DEPTH + 4).collect();
+            d.extend((0..8).map(|_| 60 + (rng.next_u64() % 140) as usize));
+            d
+        }
+    };
+    for (label, env) in envs() {
+        let (mut kept, mut refused) = (0, 0);
+        for &depth in &depths {
+            let ctx = format!("{label}, reasoning {depth} levels deep (STEADFAST_DEPTH={depth})");
+            let id = format!("think-{depth}");
+            let a = env.agent(DeepThinker { depth }, vec![]);
+            match block_on(a.send(&id, "think", SendOptions::default())) {
+                Ok(done) => {
+                    kept += 1;
+                    assert_eq!(done.status, RunStatus::Finished, "{ctx}");
+                    let stored = block_on(a.load(&id)).unwrap_or_else(|e| panic!("{ctx}: {e}")).unwrap();
+                    let reasoning = stored.messages.iter().find_map(|m| match m {
+                        Message::Assistant { reasoning, .. } if !reasoning.is_empty() => Some(reasoning.clone()),
+                        _ => None,
+                    });
+                    assert_eq!(reasoning, Some(vec![nested(depth)]), "{ctx}: read back as the model said it");
+                }
+                Err(e) => {
+                    refused += 1;
+                    assert_eq!(e.code, steadfast::ErrorCode::StoreFailed, "{ctx}: {e}");
+                    assert!(!e.retryable, "{ctx}");
+                    let stored = block_on(a.load(&id)).unwrap_or_else(|e| panic!("{ctx}: load after refusal: {e}"));
+                    let stored = stored.expect("the run's first entry was written");
+                    assert_eq!(stored.attempts, 1, "{ctx}: the refused attempt is recorded");
+                    block_on(a.pending()).unwrap_or_else(|e| panic!("{ctx}: pending: {e}"));
+                    block_on(a.history(&id, 10)).unwrap_or_else(|e| panic!("{ctx}: history: {e}"));
+                    env.past_leases();
+                    let e = block_on(a.resume(&id, SendOptions::default())).unwrap_err();
+                    assert_eq!(e.code, steadfast::ErrorCode::StoreFailed, "{ctx}: resumed, refused again");
+                    // A model that thinks less finishes the run, which reads back.
+                    env.past_leases();
+                    let b = env.agent(DeepThinker { depth: 3 }, vec![]);
+                    let done = block_on(b.resume(&id, SendOptions::default())).unwrap().unwrap();
+                    assert_eq!(done.status, RunStatus::Finished, "{ctx}");
+                    assert!(block_on(b.load(&id)).unwrap().is_some(), "{ctx}");
+                }
+            }
+        }
+        if std::env::var("STEADFAST_DEPTH").is_err() {
+            assert!(kept > 5 && refused > 5, "{label}: the depths straddle the limit ({kept} kept, {refused} refused)");
+        }
+    }
+}
+
+/// The doors: an input assistant message (over HTTP, JS or Rust) and a fork's `patch.messages` carrying a
+/// reasoning block deeper than the 64-level limit are refused with `STEADFAST_INVALID_INPUT` before anything is
+/// written, as their tool arguments are.
+#[test]
+fn deep_reasoning_in_input_messages_and_fork_patches_is_refused_before_anything_is_written() {
+    for (label, env) in envs() {
+        let a = env.agent(MockModel::by_turn(vec![MockTurn::text("ok"), MockTurn::text("ok")]), vec![]);
+        let thought = |depth: usize| Message::Assistant {
+            content: "earlier answer".into(),
+            tool_calls: vec![],
+            reasoning: vec![nested(depth)],
+            usage: None,
+        };
+        let input = |depth: usize| vec![Message::user("earlier"), thought(depth), Message::user("go on")];
+        let e = block_on(a.send("in", input(65), SendOptions::default())).unwrap_err();
+        assert_eq!(e.code, steadfast::ErrorCode::InvalidInput, "{label}: {e}");
+        assert!(e.message.contains("reasoning"), "{}", e.message);
+        assert!(block_on(a.load("in")).unwrap().is_none(), "{label}: nothing stored");
+        let done = block_on(a.send("in", input(64), SendOptions::default())).unwrap();
+        assert_eq!(done.status, RunStatus::Finished, "{label}");
+
+        let patch = steadfast::core::fork::ForkPatch { messages: Some(input(65)), ..Default::default() };
+        let e =
+            block_on(a.fork("in", steadfast::runtime::ForkOptions { from_step: 1, patch, new_id: None })).unwrap_err();
+        assert_eq!(e.code, steadfast::ErrorCode::InvalidInput, "{label}: {e}");
+        assert!(block_on(a.load("in.fork-1")).unwrap().is_none(), "{label}");
+    }
+}

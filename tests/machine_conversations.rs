@@ -14,7 +14,7 @@ use steadfast::core::error::{Error, ErrorCode};
 use steadfast::core::events::Event;
 use steadfast::core::fingerprint::Fingerprint;
 use steadfast::core::machine::{
-    DriftPolicy, Effect, Gate, MachineConfig, ModelResponse, Outcome, RunMachine, Start, ToolOutcome,
+    DriftPolicy, Effect, Gate, KeyedCall, MachineConfig, ModelResponse, Outcome, RunMachine, Start, ToolOutcome,
 };
 use steadfast::core::transcript::{validate_transcript, Message, ResultKind, ToolCall, ToolResult, Usage};
 
@@ -41,8 +41,12 @@ fn config_with(model: &str, tools: &[&str]) -> MachineConfig {
         loop_window: 4,
         business_state: None,
         max_tool_result_bytes: 256 * 1024,
+        key_scope: Some(SCOPE.into()),
     }
 }
+
+/// The idempotency-key scope the runtime gives a new run in these stories.
+const SCOPE: &str = "run-1:0123456789abcdef0123456789abcdef";
 
 fn config() -> MachineConfig {
     config_with("mock", TOOLS)
@@ -321,8 +325,11 @@ impl Story {
     fn expect_reconcile(&mut self, ids: &[&str]) -> &mut Self {
         match self.next("Reconcile") {
             Effect::Reconcile { calls } => {
-                let got: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+                let got: Vec<&str> = calls.iter().map(|c| c.call.id.as_str()).collect();
                 assert_eq!(got, ids, "Reconcile asks about these calls");
+                for c in &calls {
+                    assert_eq!(Some(&c.key), self.cp().call_key(&c.call.id).as_ref(), "reconciled under its call key");
+                }
             }
             other => panic!("expected Reconcile {ids:?}, got {other:#?}"),
         }
@@ -337,9 +344,10 @@ impl Story {
 
     fn expect_run_tool(&mut self, id: &str) -> &mut Self {
         match self.next("RunTool") {
-            Effect::RunTool { call, approval_id } => {
+            Effect::RunTool { call, approval_id, key } => {
                 assert_eq!(call.id, id, "RunTool for the wrong call");
                 assert_eq!(approval_id, None, "a call that needed no approval runs without an approval id");
+                assert_eq!(Some(key), self.cp().call_key(id), "a call runs with its call key");
             }
             other => panic!("expected RunTool {id}, got {other:#?}"),
         }
@@ -348,9 +356,10 @@ impl Story {
 
     fn expect_run_approved(&mut self, id: &str, approval: &str) -> &mut Self {
         match self.next("RunTool") {
-            Effect::RunTool { call, approval_id } => {
+            Effect::RunTool { call, approval_id, key } => {
                 assert_eq!(call.id, id, "RunTool for the wrong call");
                 assert_eq!(approval_id.as_deref(), Some(approval), "an approved call carries its approval id");
+                assert_eq!(Some(key), self.cp().call_key(id), "and its call key");
             }
             other => panic!("expected RunTool {id} (approved), got {other:#?}"),
         }
@@ -1328,6 +1337,45 @@ fn a_call_beside_an_unreconciled_side_effect_is_gated_once_after_the_reconcile_r
     assert!(!h.ran_tool("c1"));
 }
 
+/// Issue 26, bug 5: the machine hands every tool run and reconcile round the call's key, derived from the scope
+/// the new run was given (written by its first snapshot, never by a delta): another process resuming the stored
+/// run runs and reconciles the same call under the same key, whatever scope its configuration would give a new
+/// run; a run written before scopes keys its calls by its id alone.
+#[test]
+fn calls_run_and_reconcile_under_keys_of_the_scope_the_run_was_created_with() {
+    use steadfast::core::idempotency::call_key;
+    let crashed = intent_recorded_and_both_calls_running();
+    let key = |s: &Story, id: &str| {
+        s.log.iter().find_map(|e| match e {
+            Effect::RunTool { call, key, .. } if call.id == id => Some(key.clone()),
+            Effect::Reconcile { calls } => calls.iter().find(|c| c.call.id == id).map(|c| c.key.clone()),
+            _ => None,
+        })
+    };
+    let first = key(&crashed, "c1").unwrap();
+    assert_eq!(first, call_key(SCOPE, "c1"));
+    assert_ne!(first, key(&crashed, "c2").unwrap());
+    assert_eq!(crashed.stored().key_scope.as_deref(), Some(SCOPE));
+    assert!(
+        crashed.journal[1..].iter().all(|e| !serde_json::to_string(e).unwrap().contains(SCOPE)),
+        "deltas never carry the scope"
+    );
+    let other = MachineConfig { key_scope: Some("r:another".into()), ..config() };
+    let mut r = Story::resume(&crashed, other, Start::Resume).unwrap();
+    r.expect_reconcile(&["c1"]);
+    assert_eq!(key(&r, "c1"), Some(first.clone()), "reconciled under the key it ran under");
+    r.reconcile(vec![("c1", None)]).expect_gate(&["c2"]).gate(vec![("c2", Gate::Run)]);
+    r.expect_run_tool("c1").expect_run_tool("c2");
+    assert_eq!(key(&r, "c1"), Some(first), "and run again under it");
+
+    // A run stored before scopes existed.
+    let mut old = crashed.stored();
+    old.key_scope = None;
+    let mut o = Story::start(config(), Some(old), Start::Resume).unwrap();
+    o.expect_reconcile(&["c1"]);
+    assert_eq!(key(&o, "c1"), Some(call_key(RUN, "c1")));
+}
+
 #[test]
 fn reconcile_answers_are_taken_only_for_the_calls_asked_about() {
     let crashed = intent_recorded_and_both_calls_running();
@@ -1378,7 +1426,7 @@ enum Owed {
     Commit,
     Model,
     Gate(Vec<ToolCall>),
-    Reconcile(Vec<ToolCall>),
+    Reconcile(Vec<KeyedCall>),
     Pause,
 }
 
@@ -1568,8 +1616,10 @@ fn play(seed: u64, probing: bool) -> (Vec<String>, Checkpoint) {
                         s.gate(verdicts);
                     }
                     Some(Owed::Reconcile(calls)) => {
-                        let answers =
-                            calls.iter().map(|c| (c.id.as_str(), rng.chance(50).then(|| ok("it happened")))).collect();
+                        let answers = calls
+                            .iter()
+                            .map(|c| (c.call.id.as_str(), rng.chance(50).then(|| ok("it happened"))))
+                            .collect();
                         s.reconcile(answers);
                     }
                     Some(Owed::Pause) => {

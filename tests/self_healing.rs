@@ -1122,7 +1122,7 @@ fn ledger_charge(charges: Rc<Cell<u32>>, ledger: Rc<RefCell<BTreeMap<String, u32
         let (c1, l1) = (c1.clone(), l1.clone());
         async move {
             c1.set(c1.get() + 1);
-            l1.borrow_mut().insert(ctx.tool_call_id.clone(), c1.get());
+            l1.borrow_mut().insert(ctx.idempotency_key().to_string(), c1.get());
             Ok(ToolOutput::text(format!("charge #{}", c1.get())))
         }
     });
@@ -1164,6 +1164,341 @@ fn reconcile_prevents_a_second_charge_after_a_crash_between_effect_and_record() 
                 .iter()
                 .any(|m| matches!(m, Message::Tool(r) if r.content.contains("found by reconcile"))));
         }
+    }
+}
+
+/// A payment endpoint that honours `Idempotency-Key` as Stripe does: the first answer for a key is kept and given
+/// again to every later request with that key. Counts charges per order and records every key it was sent.
+#[derive(Clone, Default)]
+struct Endpoint {
+    answers: Rc<RefCell<BTreeMap<String, String>>>,
+    charges: Rc<RefCell<BTreeMap<i64, u32>>>,
+    keys: Rc<RefCell<Vec<String>>>,
+}
+
+impl Endpoint {
+    fn tool(&self) -> Rc<dyn Tool> {
+        let ep = self.clone();
+        Rc::new(FnTool::new("charge", "charge an order", json!({"type": "object"}), move |args, ctx| {
+            let key = ctx.idempotency_key().to_string();
+            ep.keys.borrow_mut().push(key.clone());
+            let cached = ep.answers.borrow().get(&key).cloned();
+            let answer = cached.unwrap_or_else(|| {
+                let order = args["order"].as_i64().unwrap_or(-1);
+                *ep.charges.borrow_mut().entry(order).or_default() += 1;
+                let answer = format!("charged order {order}");
+                ep.answers.borrow_mut().insert(key, answer.clone());
+                answer
+            });
+            async move { Ok(ToolOutput::text(answer)) }
+        }))
+    }
+
+    fn charges(&self, order: i64) -> u32 {
+        self.charges.borrow().get(&order).copied().unwrap_or(0)
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.keys.borrow().clone()
+    }
+}
+
+fn charge_script(orders: &[i64]) -> Vec<MockTurn> {
+    let mut turns: Vec<MockTurn> =
+        orders.iter().map(|o| MockTurn::tools([("charge", json!({ "order": o }))])).collect();
+    turns.push(MockTurn::text("done"));
+    turns
+}
+
+/// The tool results of a transcript, in order.
+fn results(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some(r.content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 26, bug 5: the key tools get is unique across runs and stable across resumes. The mock model, like
+/// providers that omit call ids, gives every run's first call the same id; an endpoint that honours the key
+/// used to answer run B's payment with run A's cached result. Now B is charged, a run deleted and started
+/// again under the same id is charged again, and a call run again after a crash is answered from the cache.
+#[test]
+fn idempotency_keys_are_unique_across_runs_and_stable_across_resumes() {
+    for (label, env) in [("memory", Env::new()), ("journal", Env::journal_sim())] {
+        let ep = Endpoint::default();
+        let a = env.agent(MockModel::by_turn(charge_script(&[5])), vec![ep.tool()]);
+        let ra = block_on(a.send("a", "charge 5", opts())).unwrap();
+        let b = env.agent(MockModel::by_turn(charge_script(&[7])), vec![ep.tool()]);
+        let rb = block_on(b.send("b", "charge 7", opts())).unwrap();
+        assert_eq!(ra.messages[1].tool_calls()[0].id, rb.messages[1].tool_calls()[0].id, "{label}: same call ids");
+        assert_eq!(results(&rb.messages), vec!["charged order 7"], "{label}: B's own answer, not A's");
+        assert_eq!((ep.charges(5), ep.charges(7)), (1, 1), "{label}");
+
+        // Deleted and started again under the same id: a new run, new keys.
+        block_on(a.delete("a")).unwrap();
+        let again = env.agent(MockModel::by_turn(charge_script(&[9])), vec![ep.tool()]);
+        let r = block_on(again.send("a", "charge 9", opts())).unwrap();
+        assert_eq!(results(&r.messages), vec!["charged order 9"], "{label}");
+
+        // The charge took effect, its answer was lost with the process: the resume sends the same key.
+        let c = env.agent(MockModel::by_turn(charge_script(&[11])), vec![ep.tool()]);
+        let crash = SendOptions { crash: Some(CrashPoint { after_effects: 8, finish_in_flight: true }), ..opts() };
+        block_on(c.send("c", "charge 11", crash)).unwrap_err();
+        env.past_leases();
+        let c2 = env.agent(MockModel::by_turn(charge_script(&[11])), vec![ep.tool()]);
+        let r = block_on(c2.resume("c", opts())).unwrap().unwrap();
+        assert_eq!(results(&r.messages), vec!["charged order 11"], "{label}");
+        assert_eq!(ep.charges(11), 1, "{label}: charged once");
+
+        let keys = ep.keys();
+        assert_eq!(keys.len(), 5, "{label}: {keys:?}");
+        assert_eq!(keys[3], keys[4], "{label}: the resumed call kept its key");
+        let distinct: std::collections::BTreeSet<&String> = keys[..4].iter().collect();
+        assert_eq!(distinct.len(), 4, "{label}: every run's call has its own key: {keys:?}");
+        assert!(keys.iter().all(|k| k.len() == 32 && k.chars().all(|c| c.is_ascii_hexdigit())), "{keys:?}");
+    }
+}
+
+/// A fork re-sends a call it copied from its source with the source's key (the source may have run it: the
+/// endpoint answers with the source's result, it does not charge twice); the fork's own model turns get keys of
+/// its own, distinct from the source's calls with the same ids; a `messages` patch makes every call the fork's own.
+#[test]
+fn a_fork_resends_a_copied_call_under_its_source_key_and_its_own_calls_get_keys_of_its_own() {
+    let env = Env::journal_sim();
+    let ep = Endpoint::default();
+    let agent = || env.agent(MockModel::by_turn(charge_script(&[1, 2])), vec![ep.tool()]);
+    let crash = SendOptions { crash: Some(CrashPoint { after_effects: 8, finish_in_flight: true }), ..opts() };
+    block_on(agent().send("src", "charge 1 then 2", crash)).unwrap_err();
+    env.past_leases();
+    assert_eq!(ep.charges(1), 1, "the charge happened; its answer was lost");
+    let source_key = ep.keys()[0].clone();
+
+    let fork = block_on(agent().fork("src", ForkOptions { from_step: 1, ..Default::default() })).unwrap();
+    let done = block_on(agent().resume(&fork.run_id, opts())).unwrap().unwrap();
+    assert_eq!(results(&done.messages), vec!["charged order 1", "charged order 2"]);
+    assert_eq!(ep.keys()[1], source_key, "the copied call is sent with its source's key");
+    assert_eq!(ep.charges(1), 1, "and answered from the endpoint's cache");
+    let fork_own = ep.keys()[2].clone();
+
+    // The source finishes too: its second call has the same id as the fork's, not the same key.
+    let src = block_on(agent().resume("src", opts())).unwrap().unwrap();
+    assert_eq!(src.messages[3].tool_calls()[0].id, done.messages[3].tool_calls()[0].id);
+    assert_eq!(ep.keys()[3], source_key);
+    assert_ne!(ep.keys()[4], fork_own, "the source's own call and the fork's own call have different keys");
+    assert_eq!(ep.charges(2), 2, "two runs, two charges of order 2");
+
+    // The same transcript given as a `messages` patch: its calls are the fork's own, so the endpoint acts again.
+    let stored = block_on(agent().history("src", 50)).unwrap();
+    let at_step_1 = stored.iter().find(|h| h.step == 1).unwrap();
+    let patch = ForkPatch { messages: Some(at_step_1.checkpoint.messages[..2].to_vec()), ..Default::default() };
+    let rewritten = block_on(agent().fork("src", ForkOptions { from_step: 1, patch, new_id: None })).unwrap();
+    block_on(agent().resume(&rewritten.run_id, opts())).unwrap().unwrap();
+    assert_ne!(ep.keys()[5], source_key);
+    assert_eq!(ep.charges(1), 2, "a rewritten transcript's call is a new call");
+}
+
+/// An approved call marked started that was running when the process died may have taken effect: a fork of
+/// that state (as any resume of it) records it `interrupted` and never runs it again, nor asks for its approval
+/// again (a second approval would run it a second time).
+#[test]
+fn a_fork_of_a_started_approved_call_records_it_interrupted_and_never_runs_it_again() {
+    let script = || MockModel::by_turn(vec![MockTurn::tools([("refund", json!({"order": 7}))]), MockTurn::text("ok")]);
+    for make in [Env::new as fn() -> Env, Env::journal_sim] {
+        // Approved; the process dies after effect k of the resolution. The first k at which the refund has run
+        // (taken effect, its result lost) is the case.
+        let (env, c) = (1..20)
+            .find_map(|k| {
+                let (env, c) = (make(), Counters::default());
+                let agent = env.agent(script(), vec![gated_tool("refund", &c)]);
+                let id = block_on(agent.send("pay", "refund order 7", opts())).unwrap().approval_id.unwrap();
+                let crash =
+                    SendOptions { crash: Some(CrashPoint { after_effects: k, finish_in_flight: true }), ..opts() };
+                let resolve = Resolve { id, approved: true, note: None };
+                block_on(agent.approvals().resolve_with(resolve, crash)).unwrap_err();
+                (c.get("refund") == 1).then_some((env, c))
+            })
+            .expect("a crash point after the refund ran");
+        env.past_leases();
+        let agent = env.agent(script(), vec![gated_tool("refund", &c)]);
+        let stored = block_on(agent.load("pay")).unwrap().unwrap();
+        assert_eq!(stored.started_tool_call_ids.len(), 1, "the refund is marked started");
+
+        let fork = block_on(agent.fork("pay", ForkOptions { from_step: 1, ..Default::default() })).unwrap();
+        assert_eq!(fork.checkpoint.started_tool_call_ids, stored.started_tool_call_ids);
+        let done = block_on(agent.resume(&fork.run_id, opts())).unwrap().unwrap();
+        assert_eq!(done.status, RunStatus::Finished, "no second approval asked");
+        let kinds: Vec<ResultKind> = done
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool(r) => Some(r.kind),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kinds, vec![ResultKind::Interrupted]);
+        assert_eq!(c.get("refund"), 1, "the refund ran once");
+    }
+}
+
+/// What one generated diagnosis case did: charges per order, and how the case ended.
+struct HealCase {
+    charges: BTreeMap<i64, u32>,
+    orders: Vec<i64>,
+    healed: bool,
+    finished: bool,
+}
+
+/// One generated case of issue 26's fourth bug: a turn of charges (side-effecting, reconciled by the idempotency
+/// key they ran under) and lookups, cut short by a worker that dies after a charge and/or a crash at a generated
+/// effect; `reconcile` then fails `fail_reconciles` times, so the run reaches the attempt cap and the sweep
+/// (`retryWithDiagnosis`) gives it a diagnosis fork. The model re-issues a charge it is told did not run.
+fn heal_case(seed: u64) -> std::result::Result<HealCase, String> {
+    use steadfast::runtime::Rng;
+    let rng = steadfast::runtime::SplitMix64::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x4ea1);
+    let pick = |n: u64| rng.next_u64() % n;
+    let env = if seed % 2 == 0 { Env::journal_sim() } else { Env::new() };
+    let n_calls = 1 + pick(4) as usize;
+    // (tool, order): charges are orders 1.., lookups order 0.
+    let calls: Vec<(&str, i64)> =
+        (0..n_calls).map(|i| if pick(3) == 0 { ("lookup", 0) } else { ("charge", i as i64 + 1) }).collect();
+    let orders: Vec<i64> = calls.iter().filter(|(t, _)| *t == "charge").map(|(_, o)| *o).collect();
+    let dies_after: Vec<i64> = orders.iter().copied().filter(|_| pick(2) == 0).collect();
+    let crash =
+        (pick(3) != 0).then(|| CrashPoint { after_effects: 5 + pick(12) as usize, finish_in_flight: pick(2) == 0 });
+    let fail_reconciles = [1u32, 2, 3, 1_000][pick(4) as usize];
+    let so = SweepOptions { max_attempts: 2, retry_with_diagnosis: true, ..SweepOptions::default() };
+
+    let charges: Rc<RefCell<BTreeMap<i64, u32>>> = Rc::default();
+    let by_key: Rc<RefCell<BTreeMap<String, i64>>> = Rc::default();
+    let died: Rc<RefCell<Vec<i64>>> = Rc::default();
+    let reconcile_failures = Rc::new(Cell::new(0u32));
+    let order_of = |args: &serde_json::Value| args["order"].as_i64().unwrap_or(-1);
+    let (c, k, d) = (charges.clone(), by_key.clone(), died.clone());
+    let charge = FnTool::new("charge", "charge an order", json!({"type": "object"}), move |args, ctx| {
+        let order = order_of(&args);
+        *c.borrow_mut().entry(order).or_default() += 1;
+        k.borrow_mut().insert(ctx.idempotency_key().to_string(), order);
+        let dies = dies_after.contains(&order) && !d.borrow().contains(&order);
+        if dies {
+            d.borrow_mut().push(order);
+        }
+        async move {
+            match dies {
+                true => Err(ToolError::propagate("the worker died after the charge")),
+                false => Ok(ToolOutput::text(format!("charged order {order}"))),
+            }
+        }
+    });
+    let (k, f) = (by_key.clone(), reconcile_failures.clone());
+    let charge = charge.reconcile_with(move |args, key| {
+        f.set(f.get() + 1);
+        let failing = f.get() <= fail_reconciles;
+        let found = k.borrow().get(&key).copied();
+        async move {
+            if failing {
+                return Err(ToolError::propagate("the payment ledger is unavailable"));
+            }
+            Ok(found.map(|o| ToolOutput::text(format!("charged order {o} (found by reconcile, {})", order_of(&args)))))
+        }
+    });
+    let lookup = Rc::new(FnTool::new("lookup", "look up", json!({"type": "object"}), |_a, _c| async {
+        Ok(ToolOutput::text("found"))
+    }));
+    let first: Vec<(String, serde_json::Value)> =
+        calls.iter().map(|(t, o)| (t.to_string(), json!({ "order": o }))).collect();
+    let model = MockModel::new(
+        (0..40)
+            .map(|_| {
+                let first = first.clone();
+                MockTurn::func(move |req| {
+                    if !req.messages.iter().any(|m| matches!(m, Message::Assistant { .. })) {
+                        return MockTurn::tools(first.clone());
+                    }
+                    // Re-issue every charge the model was told did not run (and that has no successful charge).
+                    let mut call_order = BTreeMap::new();
+                    for m in req.messages {
+                        for c in m.tool_calls() {
+                            call_order.insert(c.id.clone(), (c.name.clone(), order_of(&c.args)));
+                        }
+                    }
+                    let results = req.messages.iter().filter_map(|m| match m {
+                        Message::Tool(r) => call_order.get(&r.tool_call_id).map(|(n, o)| (n.clone(), *o, r)),
+                        _ => None,
+                    });
+                    let (mut told_not_run, mut charged) = (Vec::new(), Vec::new());
+                    for (_, order, r) in results.filter(|(n, ..)| n == "charge") {
+                        match r.kind {
+                            ResultKind::NotRun => told_not_run.push(order),
+                            _ if !r.is_error => charged.push(order),
+                            _ => {}
+                        }
+                    }
+                    let again: Vec<(String, serde_json::Value)> = told_not_run
+                        .into_iter()
+                        .filter(|o| !charged.contains(o))
+                        .map(|o| ("charge".to_string(), json!({ "order": o })))
+                        .collect();
+                    if again.is_empty() {
+                        MockTurn::text("done")
+                    } else {
+                        MockTurn::tools(again)
+                    }
+                })
+            })
+            .collect(),
+    );
+    let agent = env.agent_with(model, vec![Rc::new(charge), lookup], one_try(), "");
+    let send = SendOptions { crash, ..opts() };
+    // The first attempt: cut short by the dying charge or the crash, or done.
+    let _ = block_on(agent.send("job", "charge the orders", send));
+    env.past_leases();
+    let l = Recorder::default();
+    for _ in 0..12 {
+        env.clock.advance(121_000);
+        block_on(agent.sweep(&so, &l)).map_err(|e| format!("sweep: {e}"))?;
+    }
+    let healed = block_on(agent.load("job.heal")).map_err(|e| format!("load job.heal: {e}"))?;
+    let finished = match (&healed, block_on(agent.load("job")).map_err(|e| format!("load job: {e}"))?) {
+        (Some(h), _) if h.status == RunStatus::Finished => true,
+        (_, Some(o)) => o.status == RunStatus::Finished,
+        (_, None) => false,
+    };
+    let charges = charges.borrow().clone();
+    Ok(HealCase { charges, orders, healed: healed.is_some(), finished })
+}
+
+/// Issue 26, bug 4: a diagnosis fork never tells the model that a call which may have run "did not run". A
+/// charge whose intent was recorded with no outcome reaches the `<id>.heal` fork as an open intent, which the
+/// fork's resume reconciles under the original's key: over generated turns, crash positions, dying charges and
+/// reconcile failures, no order is ever charged twice, and a run that finishes (original or fork) charged every
+/// order exactly once. Repro: `STEADFAST_HEAL_SEED=<seed> cargo test --test self_healing diagnosis_forks`.
+#[test]
+fn diagnosis_forks_never_charge_an_order_twice_over_generated_crashes() {
+    let seeds: Vec<u64> = match std::env::var("STEADFAST_HEAL_SEED") {
+        Ok(s) => vec![s.parse().expect("a seed")],
+        Err(_) => (0..160).collect(),
+    };
+    let (mut healed, mut finished) = (0, 0);
+    for seed in seeds {
+        let repro = format!("repro: STEADFAST_HEAL_SEED={seed} cargo test --test self_healing diagnosis_forks");
+        let case = heal_case(seed).unwrap_or_else(|e| panic!("{e}; {repro}"));
+        for (order, n) in &case.charges {
+            assert!(*n <= 1, "order {order} charged {n} times ({:?}); {repro}", case.charges);
+        }
+        if case.finished {
+            for order in &case.orders {
+                assert_eq!(case.charges.get(order), Some(&1), "order {order} of a finished run; {repro}");
+            }
+        }
+        healed += usize::from(case.healed);
+        finished += usize::from(case.finished && case.healed);
+    }
+    if std::env::var("STEADFAST_HEAL_SEED").is_err() {
+        println!("diagnosis cases: {healed} healed by a fork, {finished} of them finished");
+        assert!(healed >= 40 && finished >= 20, "the cases exercise forks: {healed} healed, {finished} finished");
     }
 }
 

@@ -449,3 +449,37 @@ fn rapid_sends_write_the_turn_hint_once_per_few_turns() {
     let hint: u32 = block_on(store.get_state("session/fast")).unwrap().unwrap().parse().unwrap();
     assert!(hint <= 24 && 24 - hint <= steadfast::runtime::SESSION_HINT_LAG, "hint {hint}");
 }
+
+/// A session fork copies a turn whose call may have run (the process died while it ran): the fork's turn sends
+/// it again under the key it ran under (issue 26, bug 5), and its own later calls get keys of their own.
+#[test]
+fn a_session_fork_resends_a_copied_pending_call_under_the_key_it_ran_under() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use steadfast::runtime::{FnTool, Tool, ToolOutput};
+    for (label, make) in envs() {
+        let env = make();
+        let keys: Rc<RefCell<Vec<String>>> = Rc::default();
+        let k = keys.clone();
+        let book: Rc<dyn Tool> =
+            Rc::new(FnTool::new("book", "book a table", json!({"type": "object"}), move |_a, ctx| {
+                k.borrow_mut().push(ctx.idempotency_key().to_string());
+                async { Ok(ToolOutput::text("booked")) }
+            }));
+        let model = || MockModel::by_turn(script());
+        let crash = SendOptions { crash: Some(CrashPoint { after_effects: 8, finish_in_flight: true }), ..opts() };
+        let agent = env.agent(model(), vec![book.clone()]);
+        block_on(agent.session("pay").unwrap().send(INPUTS[0], crash)).unwrap_err();
+        env.past_leases();
+        let fork =
+            block_on(agent.session("pay").unwrap().fork(SessionForkOptions { from_step: 1, new_id: None })).unwrap();
+        let agent = env.agent(model(), vec![book.clone()]);
+        let f = agent.session(&fork.session_id).unwrap();
+        block_on(f.resume(opts())).unwrap();
+        block_on(f.send(INPUTS[1], opts())).unwrap();
+        let keys = keys.borrow().clone();
+        assert_eq!(keys.len(), 4, "{label}: {keys:?}");
+        assert_eq!(keys[0], keys[1], "{label}: the copied call keeps its key");
+        assert!(keys[2] != keys[0] && keys[3] != keys[0] && keys[2] != keys[3], "{label}: {keys:?}");
+    }
+}

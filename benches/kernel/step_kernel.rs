@@ -55,6 +55,7 @@ fn config() -> MachineConfig {
         loop_window: 0,
         business_state: None,
         max_tool_result_bytes: 256 * 1024,
+        key_scope: None,
     }
 }
 

@@ -16,7 +16,8 @@ export interface Tool<A = any> {
    * `PropagatedToolError` (`PropagatingToolError`), or any error with `propagate: true`: then `send` rejects
    * with `STEADFAST_TOOL_PROPAGATED` (the error's message; `retryable` as the error says, default `true`) and
    * the run stays resumable.
-   * Caution: a call may run again on resume (after a crash): make it idempotent with `ctx.idempotencyKey`.
+   * Caution: a call may run again on resume (after a crash): make it idempotent with `ctx.idempotencyKey` (unique
+   * across runs, unchanged when the same call runs again; the approval id for an approved call).
    */
   execute(args: A, ctx: ToolContext): unknown | Promise<unknown>;
   /**
@@ -27,12 +28,12 @@ export interface Tool<A = any> {
    */
   sideEffecting?: boolean;
   /**
-   * Did the effect of a call whose outcome was not recorded happen? Look it up by `ctx.toolCallId` (the
-   * `toolCallId` `execute` got; record it with the effect): return the call's output (recorded as its result,
-   * the call does not run again), or `null`/`undefined` for "not found" (the call runs again). A throw fails
-   * the resume with `STEADFAST_TOOL_PROPAGATED` (the run stays resumable).
+   * Did the effect of a call whose outcome was not recorded happen? Look it up by `ctx.idempotencyKey` (the
+   * `idempotencyKey` `execute` got; record it with the effect): return the call's output (recorded as its
+   * result, the call does not run again), or `null`/`undefined` for "not found" (the call runs again). A throw
+   * fails the resume with `STEADFAST_TOOL_PROPAGATED` (the run stays resumable).
    */
-  reconcile?(args: A, ctx: { toolCallId: string }): unknown | Promise<unknown>;
+  reconcile?(args: A, ctx: { idempotencyKey: string }): unknown | Promise<unknown>;
 }
 
 /** Defines a tool (identity, for typing). */
@@ -58,7 +59,8 @@ export function lowLevelTool(t: Tool): object {
     sideEffecting: t.sideEffecting,
     reconcile:
       typeof t.reconcile === "function"
-        ? async (argsJson: string, ctxJson: string) => t.reconcile?.(JSON.parse(argsJson), JSON.parse(ctxJson) as { toolCallId: string })
+        ? async (argsJson: string, ctxJson: string) =>
+            t.reconcile?.(JSON.parse(argsJson), JSON.parse(ctxJson) as { idempotencyKey: string })
         : t.reconcile,
   };
 }

@@ -1,13 +1,13 @@
 // Side-effecting JS tools: the intent of a `sideEffecting` call is recorded before it runs; a resume that finds an
-// intent without an outcome asks `reconcile(args, {toolCallId})` first, so an effect that happened (a charge
-// committed, then the call timed out) is recorded instead of done twice.
+// intent without an outcome asks `reconcile(args, {idempotencyKey})` first (the key `execute` got), so an effect
+// that happened (a charge committed, then the call timed out) is recorded instead of done twice.
 import test from "node:test";
 import assert from "node:assert/strict";
 import { createAgent, defineTool, memoryStore, mockModel, PropagatingToolError } from "steadfast";
 
 /** A payment API that commits the charge, then (the first time) times out before answering. */
 function payments() {
-  const ledger = new Map(); // toolCallId -> charge number
+  const ledger = new Map(); // idempotency key -> charge number
   let charges = 0;
   let timeouts = 1;
   return {
@@ -15,9 +15,9 @@ function payments() {
     get charges() {
       return charges;
     },
-    charge(toolCallId) {
+    charge(key) {
       charges += 1;
-      ledger.set(toolCallId, charges);
+      ledger.set(key, charges);
       if (timeouts > 0) {
         timeouts -= 1;
         throw new PropagatingToolError("the payment API timed out after committing");
@@ -33,7 +33,7 @@ function chargeTool(api, { reconcile, sideEffecting } = {}) {
     description: "Charge the card",
     inputSchema: { type: "object", properties: { amount: { type: "number" } }, required: ["amount"] },
     sideEffecting,
-    execute: async (_args, ctx) => api.charge(ctx.toolCallId),
+    execute: async (_args, ctx) => api.charge(ctx.idempotencyKey),
     reconcile,
   });
 }
@@ -45,7 +45,7 @@ test("reconcile finds the committed charge: the resume records it and does not c
   const seen = [];
   const reconcile = async (args, ctx) => {
     seen.push([args, ctx]);
-    const n = api.ledger.get(ctx.toolCallId);
+    const n = api.ledger.get(ctx.idempotencyKey);
     return n === undefined ? null : `charge #${n} (found by reconcile)`;
   };
   const store = memoryStore();
@@ -60,7 +60,10 @@ test("reconcile finds the committed charge: the resume records it and does not c
   assert.equal(api.charges, 1, "charged once");
   assert.equal(seen.length, 1);
   assert.deepEqual(seen[0][0], { amount: 5 });
-  assert.equal(seen[0][1].toolCallId, cp.intents[0]);
+  assert.deepEqual(Object.keys(seen[0][1]), ["idempotencyKey"]);
+  assert.match(seen[0][1].idempotencyKey, /^[0-9a-f]{32}$/, "the call key");
+  assert.deepEqual([...api.ledger.keys()], [seen[0][1].idempotencyKey], "the key the charge ran under");
+  assert.notEqual(seen[0][1].idempotencyKey, cp.intents[0], "not the bare call id");
   assert.ok(r.messages.some((m) => m.role === "tool" && m.content === "charge #1 (found by reconcile)"));
   assert.deepEqual((await again.load("order")).intents ?? [], [], "the outcome closed the intent");
 });
@@ -86,7 +89,7 @@ test("a reconcile that throws fails the resume (STEADFAST_TOOL_PROPAGATED) and k
   let broken = true;
   const reconcile = async (_args, ctx) => {
     if (broken) throw new Error("ledger unreachable");
-    return api.ledger.has(ctx.toolCallId) ? "found" : null;
+    return api.ledger.has(ctx.idempotencyKey) ? "found" : null;
   };
   const agent = createAgent({ model: script(), tools: [chargeTool(api, { reconcile })], store: memoryStore() });
   await assert.rejects(agent.send("charge 5", { sessionId: "order" }));

@@ -574,12 +574,13 @@ impl Tool for JsTool {
         self.side_effecting
     }
 
-    /// Calls the JS `reconcile(argsJson, ctxJson)` (`ctxJson`: `{toolCallId}`): `null`/`undefined` means "no
-    /// effect found, run it again"; any other value is the call's output, recorded without running it. A throw
-    /// fails the resume (`STEADFAST_TOOL_PROPAGATED`, resumable).
+    /// Calls the JS `reconcile(argsJson, ctxJson)` (`ctxJson`: `{idempotencyKey}`, the key `execute` got as
+    /// `ctx.idempotencyKey`): `null`/`undefined` means "no effect found, run it again"; any other value is the
+    /// call's output, recorded without running it. A throw fails the resume (`STEADFAST_TOOL_PROPAGATED`,
+    /// resumable).
     async fn reconcile(&self, args: &Value, key: &str) -> std::result::Result<Option<ToolOutput>, ToolError> {
         let Some(f) = &self.reconcile else { return Ok(None) };
-        let ctx = serde_json::json!({ "toolCallId": key }).to_string();
+        let ctx = serde_json::json!({ "idempotencyKey": key }).to_string();
         let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx));
         match call_async(f, &self.obj, &js_args).await {
             Ok(v) if absent(&v) => Ok(None),

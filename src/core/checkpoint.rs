@@ -7,6 +7,7 @@
 
 use super::error::{ErrorInfo, Result};
 use super::fingerprint::Fingerprint;
+use super::idempotency::CopiedScope;
 use super::transcript::{Message, ToolResult, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -130,6 +131,17 @@ pub struct Checkpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub heal_of: Option<String>,
+    /// The scope of the idempotency keys of this run's own tool calls (`<run id>:<random nonce>`; see
+    /// [`crate::core::idempotency`]). Set when the run is created, written by its first snapshot and never
+    /// changed (deltas do not carry it), so a call keeps its key across resumes. `None` for runs created before
+    /// scopes existed: their scope is the run id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub key_scope: Option<String>,
+    /// For a fork: which key scopes cover the messages it copied from its source (a fork of a fork: nested), so
+    /// the calls it copied keep their keys. Written with [`Checkpoint::key_scope`], never changed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copied_scopes: Vec<CopiedScope>,
     /// The last failed attempt, cleared by the next saved progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
@@ -371,6 +383,74 @@ pub enum EntryBody {
         #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option", rename = "x", alias = "ext")]
         ext: Option<Option<Value>>,
     },
+}
+
+/// Deepest nesting (objects and arrays) of an encoded snapshot entry a store accepts; a delta may be nested
+/// one level less (see [`JournalEntry::encode`]).
+///
+/// serde_json reads at most 127 levels. A store may answer its entries inside one JSON array (the Durable
+/// Object store does), one level more: 126. And a store may write the state a delta leads to as a snapshot of
+/// its own (the journal store's periodic snapshots, the memory store's compaction), in which every part a delta
+/// carries (messages, business state, extension state) sits one level deeper than in the delta: so a delta gets
+/// one level less, and a snapshot a store makes of accepted entries is never refused.
+pub const MAX_ENTRY_DEPTH: usize = 126;
+
+/// The nesting depth of JSON text (objects and arrays; brackets inside strings do not count). One pass over
+/// the bytes, nothing allocated. The text is assumed to be well-formed JSON (as serde_json writes it).
+pub fn json_text_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in text.as_bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+impl JournalEntry {
+    /// The entry as every store writes it: its JSON text, which reads back.
+    ///
+    /// The one encoder of journal entries, so that what is committed can always be read back, whatever field
+    /// carries the value: an entry nested deeper than [`MAX_ENTRY_DEPTH`] (a snapshot) or one level less (a
+    /// delta) is refused with `STEADFAST_STORE_FAILED` (not retryable: it would never fit), and the store writes
+    /// nothing. The values that enter a run from outside are held to 64 levels long before this (the doors of
+    /// `core::limits`); this is the last line, checked on the encoded text (one pass, no allocation).
+    pub fn encode(&self) -> Result<String> {
+        let text = serde_json::to_string(self)
+            .map_err(|e| super::error::Error::internal(format!("journal entry {} cannot be encoded: {e}", self.seq)))?;
+        let limit = match self.body {
+            EntryBody::Snapshot { .. } => MAX_ENTRY_DEPTH,
+            EntryBody::Delta { .. } => MAX_ENTRY_DEPTH - 1,
+        };
+        let depth = json_text_depth(&text);
+        if depth > limit {
+            return Err(super::error::Error::new(
+                super::error::ErrorCode::StoreFailed,
+                format!(
+                    "journal entry {} is nested {depth} levels deep; at most {limit} levels can be read back, so it was \
+                     not written",
+                    self.seq
+                ),
+            ));
+        }
+        Ok(text)
+    }
 }
 
 /// `Option<Option<T>>` on the wire: absent = `None` (unchanged), `null` = `Some(None)` (cleared).
@@ -679,6 +759,83 @@ mod tests {
         let s_short = serde_json::to_string(&s).unwrap();
         assert!(s_short.starts_with(r#"{"s":1,"a":1700000000000,"b":{"t":"s","c":{"runId":"p""#), "{s_short}");
         assert_eq!(serde_json::from_str::<JournalEntry>(&s_short).unwrap(), s);
+    }
+
+    fn nested(depth: usize) -> Value {
+        let mut v = serde_json::json!("a [string] with {brackets} and \"quotes\\");
+        for i in 0..depth {
+            v = if i % 2 == 0 { serde_json::json!([v, "]"]) } else { serde_json::json!({ "k}": v }) };
+        }
+        v
+    }
+
+    fn delta_with_state(depth: usize) -> JournalEntry {
+        JournalEntry {
+            seq: 2,
+            at: 1,
+            body: EntryBody::Delta {
+                from: 0,
+                messages: vec![],
+                head: HeaderPatch::default(),
+                business_state: Some(Some(nested(depth))),
+                fingerprint: None,
+                ext: None,
+            },
+        }
+    }
+
+    /// The text depth is the value depth, whatever brackets and escapes the strings hold.
+    #[test]
+    fn the_depth_of_encoded_text_counts_containers_not_brackets_in_strings() {
+        for d in [0, 1, 2, 7, 64, 125, 126, 127, 300] {
+            let v = nested(d);
+            assert_eq!(json_text_depth(&serde_json::to_string(&v).unwrap()), crate::core::limits::json_depth(&v));
+        }
+        assert_eq!(json_text_depth(r#""[[[""#), 0);
+        assert_eq!(json_text_depth(r#"{"a":"\\","b":[{}],"c":"\"]"}"#), 3);
+    }
+
+    /// The encoder's limit is serde_json's, less what the stores add: every entry it accepts reads back, alone
+    /// and inside a store's answer array, and so does the snapshot a store makes of the state it leads to; the
+    /// first depth it refuses would not read back inside the array (the limit is not lower than it must be).
+    #[test]
+    fn every_entry_the_encoder_accepts_reads_back_and_the_first_it_refuses_would_not() {
+        let mut accepted = 0;
+        for depth in 100..140 {
+            let delta = delta_with_state(depth);
+            let mut state = Checkpoint::new("r");
+            state.seq = 1;
+            state.apply(&delta).unwrap();
+            let snapshot = JournalEntry { seq: 2, at: 1, body: EntryBody::Snapshot { state: Box::new(state) } };
+            for (kind, entry) in [("delta", &delta), ("snapshot", &snapshot)] {
+                let limit = if kind == "delta" { MAX_ENTRY_DEPTH - 1 } else { MAX_ENTRY_DEPTH };
+                let text_depth = json_text_depth(&serde_json::to_string(entry).unwrap());
+                match entry.encode() {
+                    Ok(text) => {
+                        accepted += 1;
+                        assert!(text_depth <= limit, "{kind} at {text_depth}");
+                        assert_eq!(&serde_json::from_str::<JournalEntry>(&text).unwrap(), entry, "{kind}");
+                        let listed: Vec<JournalEntry> = serde_json::from_str(&format!("[{text}]")).unwrap();
+                        assert_eq!(&listed[0], entry, "{kind} {text_depth} inside an array");
+                    }
+                    Err(e) => {
+                        assert_eq!(e.code, super::super::error::ErrorCode::StoreFailed);
+                        assert!(!e.retryable);
+                        assert!(e.message.contains(&format!("nested {text_depth} levels")), "{}", e.message);
+                        assert!(text_depth > limit, "{kind} at {text_depth} refused");
+                        if text_depth == MAX_ENTRY_DEPTH + 1 {
+                            let text = serde_json::to_string(entry).unwrap();
+                            assert!(serde_json::from_str::<Vec<JournalEntry>>(&format!("[{text}]")).is_err());
+                        }
+                    }
+                }
+            }
+            // A store's own snapshot of what an accepted delta leads to is accepted too.
+            if delta.encode().is_ok() {
+                assert!(snapshot.encode().is_ok(), "the snapshot after a delta {depth} deep");
+            }
+        }
+        assert!(accepted > 20, "{accepted}");
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //! ([`pick_history_step`]), applies the patch ([`apply_patch`]) and saves the result as the in-progress
 //! checkpoint of the new run (default id [`default_fork_id`]). The fork keeps the source's step count and usage,
 //! so the rest of the `maxSteps` budget applies to it; recorded results are not re-run, calls without a result
-//! run first on resume (and go through approval again).
+//! run first on resume (and go through approval again), except those the source may have run already: an open
+//! intent is reconciled first, a started approved call is recorded `interrupted` (see [`apply_patch`]).
 
 use super::checkpoint::{Checkpoint, RunStatus};
 use super::error::{Error, ErrorCode};
-use super::limits::check_depth;
+use super::limits::{check_depth, check_message_depth};
 use super::transcript::{validate_transcript, Message, ResultKind, ToolResult};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -48,16 +49,27 @@ pub struct ForkPatch {
 /// Builds the fork's checkpoint from `source` (a history entry) and `patch`.
 ///
 /// The fork starts as a copy of `source` renamed to `new_run_id`, in progress, with no approvals, finish reason,
-/// last error, attempts, quarantine mark, started calls, recorded intents or journal position (`seq = 0`): its
-/// pending calls are a new run's and go through the gate (hooks, approval) again. The transcript, step count,
-/// usage, input window, fingerprint, extension state and `saved_at` are kept. The patch is then applied in order:
-/// `messages`, `business_state`, `tool_result`, `append_input`.
+/// last error, attempts, quarantine mark or journal position (`seq = 0`): its pending calls go through the gate
+/// (hooks, approval) again. The transcript, step count, usage, input window, fingerprint, extension state and
+/// `saved_at` are kept. So is what the source knew about its pending calls, because the source may have run
+/// them: a call with a recorded intent and no result stays an open intent (the fork's resume asks the tool's
+/// `reconcile` before running it again, as a resume of the source would), and an approved call marked started
+/// stays marked (the fork's resume records it `interrupted`, never runs it a second time). The patch is then
+/// applied in order: `messages`, `business_state`, `tool_result`, `append_input`; a `messages` patch drops every
+/// intent and start mark (its calls are the fork's own), and a call the patch answers needs neither.
+///
+/// The calls the fork copies keep the source's idempotency keys (`copied_scopes`, see
+/// [`crate::core::idempotency`]); the fork's own scope is given when it is written (`key_scope` is `None` here). A
+/// `messages` patch makes every call the fork's own.
 ///
 /// Fails with `STEADFAST_INVALID_INPUT` when the patched transcript is invalid or `tool_result` names a call
 /// that is not in the transcript, and with `STEADFAST_CHECKPOINT_CORRUPT` when the source transcript itself
 /// is invalid (and no `messages` patch replaced it).
 pub fn apply_patch(source: &Checkpoint, new_run_id: &str, patch: &ForkPatch) -> Result<Checkpoint, Error> {
     let mut cp = source.clone();
+    // The calls it copies keep the source's idempotency keys; the fork's own scope is set when it is written.
+    cp.copied_scopes = source.scopes_for_fork();
+    cp.key_scope = None;
     cp.run_id = new_run_id.to_string();
     cp.status = RunStatus::InProgress;
     cp.approval_ids.clear();
@@ -65,16 +77,13 @@ pub fn apply_patch(source: &Checkpoint, new_run_id: &str, patch: &ForkPatch) -> 
     cp.last_error = None;
     cp.attempts = 0;
     cp.seq = 0;
-    cp.started_tool_call_ids.clear();
-    cp.intents.clear();
     cp.quarantined = false;
 
     if let Some(state) = &patch.business_state {
         check_depth("patch.businessState", state).map_err(|e| e.with_run(&source.run_id))?;
     }
-    for call in patch.messages.iter().flatten().flat_map(|m| m.tool_calls()) {
-        check_depth(&format!("the arguments of tool call '{}' in patch.messages", call.id), &call.args)
-            .map_err(|e| e.with_run(&source.run_id))?;
+    for m in patch.messages.iter().flatten() {
+        check_message_depth("patch.messages", m).map_err(|e| e.with_run(&source.run_id))?;
     }
     if let Some(messages) = &patch.messages {
         validate_transcript(messages).map_err(|why| {
@@ -84,6 +93,9 @@ pub fn apply_patch(source: &Checkpoint, new_run_id: &str, patch: &ForkPatch) -> 
         cp.messages = messages.clone();
         cp.held_results.clear();
         cp.queued_input.clear();
+        cp.intents.clear();
+        cp.started_tool_call_ids.clear();
+        cp.copied_scopes.clear();
     } else if let Err(why) = validate_transcript(&cp.messages) {
         return Err(Error::new(
             ErrorCode::CheckpointCorrupt,
@@ -103,6 +115,7 @@ pub fn apply_patch(source: &Checkpoint, new_run_id: &str, patch: &ForkPatch) -> 
     if let Some(text) = &patch.append_input {
         cp.queued_input.push(Message::user(text.clone()));
     }
+    keep_marks_of_open_calls(&mut cp);
 
     validate_transcript(&cp.messages).map_err(|why| {
         Error::invalid_input(format!("fork of run '{}': the patched transcript is invalid: {why}", source.run_id))
@@ -183,10 +196,30 @@ fn replace_tool_result(cp: &mut Checkpoint, source_id: &str, patch: &ToolResultP
     Ok(())
 }
 
+/// Keeps the intents and start marks of the calls of the last turn that still have no result (placed or held),
+/// and only those.
+fn keep_marks_of_open_calls(cp: &mut Checkpoint) {
+    let placed = cp.messages.iter().rev().take_while(|m| matches!(m, Message::Tool(_))).count();
+    let turn = cp.messages.len().saturating_sub(placed);
+    let open: Vec<&str> = match turn.checked_sub(1).and_then(|i| cp.messages.get(i)) {
+        Some(last) => last
+            .tool_calls()
+            .iter()
+            .skip(placed)
+            .map(|c| c.id.as_str())
+            .filter(|id| !cp.held_results.iter().any(|r| r.tool_call_id == *id))
+            .collect(),
+        None => Vec::new(),
+    };
+    let intents = cp.intents.iter().filter(|id| open.contains(&id.as_str())).cloned().collect();
+    let started = cp.started_tool_call_ids.iter().filter(|id| open.contains(&id.as_str())).cloned().collect();
+    (cp.intents, cp.started_tool_call_ids) = (intents, started);
+}
+
 /// Moves held results into the transcript while the next unanswered call of the last turn has one (the same
 /// placement the run machine does when it records a result), so a fork never resumes with a result that is
 /// held but no call left to run that would place it.
-fn place_held_results(cp: &mut Checkpoint) {
+pub(crate) fn place_held_results(cp: &mut Checkpoint) {
     loop {
         let placed = cp.messages.iter().rev().take_while(|m| matches!(m, Message::Tool(_))).count();
         let turn = cp.messages.len().saturating_sub(placed);
@@ -285,11 +318,46 @@ mod tests {
         let fork = apply_patch(&paused(), "pay.fork-1", &ForkPatch::default()).unwrap();
         assert_eq!(fork.status, RunStatus::InProgress);
         assert!(fork.approval_ids.is_empty());
-        assert!(fork.started_tool_call_ids.is_empty());
-        assert!(fork.intents.is_empty());
         assert!(!fork.quarantined);
         assert_eq!(fork.attempts, 0);
         assert_eq!(fork.finish_reason, None);
+    }
+
+    /// The source may have run a call it recorded an intent or a start mark for: the fork keeps both for the
+    /// calls still without a result (its resume reconciles the intent and records the started call
+    /// `interrupted`, as a resume of the source would), never hands such a call out as one that did not run.
+    #[test]
+    fn a_fork_keeps_the_intents_and_start_marks_of_calls_still_without_a_result() {
+        let fork = apply_patch(&paused(), "pay.fork-1", &ForkPatch::default()).unwrap();
+        assert_eq!(fork.started_tool_call_ids, vec!["c2".to_string()]);
+        assert_eq!(fork.intents, vec!["c3".to_string()]);
+
+        // A call the patch answers needs neither (a held result counts as an answer).
+        let answer = |id: &str| ForkPatch {
+            tool_result: Some(ToolResultPatch { tool_call_id: id.into(), result: json!("done") }),
+            ..Default::default()
+        };
+        let fork = apply_patch(&paused(), "pay.fork-1", &answer("c2")).unwrap();
+        assert!(fork.started_tool_call_ids.is_empty());
+        assert_eq!(fork.intents, vec!["c3".to_string()]);
+        let fork = apply_patch(&paused(), "pay.fork-1", &answer("c3")).unwrap();
+        assert_eq!(fork.held_results.len(), 1);
+        assert_eq!(fork.started_tool_call_ids, vec!["c2".to_string()]);
+        assert!(fork.intents.is_empty());
+
+        // A rewritten transcript's calls are the fork's own: no mark carries over, even for a call id it reuses.
+        let mut messages = paused().messages;
+        messages.truncate(2);
+        let rewrite = ForkPatch { messages: Some(messages), ..Default::default() };
+        let fork = apply_patch(&paused(), "pay.fork-1", &rewrite).unwrap();
+        assert!(fork.started_tool_call_ids.is_empty() && fork.intents.is_empty());
+
+        // Marks of calls that are not pending in the last turn (stale) are dropped.
+        let mut src = paused();
+        src.intents.push("c1".into());
+        src.started_tool_call_ids.push("gone".into());
+        let fork = apply_patch(&src, "pay.fork-1", &ForkPatch::default()).unwrap();
+        assert_eq!((fork.started_tool_call_ids, fork.intents), (vec!["c2".to_string()], vec!["c3".to_string()]));
     }
 
     #[test]

@@ -3,14 +3,18 @@
 //! * **JSON depth.** serde_json refuses to read JSON nested deeper than 128 levels. A value accepted into a
 //!   checkpoint sits a few levels deep inside a journal entry (entry → body → state → messages → call → args), so
 //!   every value that enters from outside — tool arguments from the model, business state from a caller or a
-//!   tool, hook state, fork patches, input messages — may be at most [`MAX_JSON_DEPTH`] levels deep. Deeper
-//!   values are refused at the door with a clear error, never stored and then found unreadable.
+//!   tool, hook state, fork patches, input messages (their calls' arguments and reasoning blocks), a model's
+//!   reasoning blocks — may be at most [`MAX_JSON_DEPTH`] levels deep. Deeper values are refused at the door
+//!   with a clear error, never stored and then found unreadable. Behind the doors, the one journal-entry
+//!   encoder ([`crate::core::checkpoint::JournalEntry::encode`]) refuses any entry that could not be read back,
+//!   so a field added later without a door cannot make a run unreadable either.
 //! * **Tool results.** A tool result longer than the agent's `maxToolResultBytes` (default
 //!   [`DEFAULT_MAX_TOOL_RESULT_BYTES`]) is cut at a character boundary and ends with a marker the model can read,
 //!   saying how long the full result was. Workers KV takes values of at most 25 MiB; one boundary may carry
 //!   several results and a periodic snapshot the whole transcript.
 
 use super::error::{Error, Result};
+use super::transcript::Message;
 use serde_json::Value;
 
 /// Deepest nesting of a JSON value accepted into a checkpoint (an object or array is one level).
@@ -51,6 +55,21 @@ pub fn check_depth(what: &str, v: &Value) -> Result<()> {
         return Err(Error::invalid_input(format!(
             "{what} is nested {depth} levels deep; at most {MAX_JSON_DEPTH} levels are accepted"
         )));
+    }
+    Ok(())
+}
+
+/// Fails with `STEADFAST_INVALID_INPUT` when a value `message` would carry into the checkpoint — a tool call's
+/// arguments, a reasoning block — is nested deeper than [`MAX_JSON_DEPTH`]. `whose` names where the message
+/// comes from (`"the input"`, `"patch.messages"`).
+pub fn check_message_depth(whose: &str, message: &Message) -> Result<()> {
+    for call in message.tool_calls() {
+        check_depth(&format!("the arguments of tool call '{}' in {whose}", call.id), &call.args)?;
+    }
+    if let Message::Assistant { reasoning, .. } = message {
+        for block in reasoning {
+            check_depth(&format!("a reasoning block of an assistant message in {whose}"), block)?;
+        }
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod error;
 pub mod events;
 pub mod fingerprint;
 pub mod fork;
+pub mod idempotency;
 pub mod ids;
 pub(crate) mod limits;
 pub mod machine;

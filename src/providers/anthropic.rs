@@ -243,7 +243,17 @@ impl TurnBuilder {
     pub(crate) fn block(&mut self, block: &Value, step: u32) -> std::result::Result<(), String> {
         match block.get("type").and_then(Value::as_str) {
             Some("text") => self.text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
-            Some("thinking" | "redacted_thinking") => self.reasoning.push(block.clone()),
+            Some("thinking" | "redacted_thinking") => {
+                // Kept in the transcript as it came: it must read back from the journal.
+                let depth = crate::core::limits::json_depth(block);
+                if depth > crate::core::limits::MAX_JSON_DEPTH {
+                    return Err(format!(
+                        "a thinking block nested {depth} levels deep; at most {} levels are accepted",
+                        crate::core::limits::MAX_JSON_DEPTH
+                    ));
+                }
+                self.reasoning.push(block.clone())
+            }
             Some("tool_use") => {
                 let i = self.tool_calls.len();
                 let name = block
@@ -557,6 +567,45 @@ mod tests {
         assert_eq!(r.tool_calls[1].args, json!({}));
         assert_eq!(r.tool_calls[1].invalid, None);
         assert_eq!(r.usage, Usage { input_tokens: 15, output_tokens: 3 });
+    }
+
+    /// A thinking block is kept in the transcript as it came, so one nested deeper than the checkpoint's limit is
+    /// an invalid answer (retried), never a turn that could not be read back; at the limit it is kept. Whole and
+    /// streamed answers alike.
+    #[test]
+    fn a_thinking_block_nested_past_the_limit_is_an_invalid_response() {
+        use crate::core::limits::MAX_JSON_DEPTH;
+        use crate::providers::stream::{parse_stream, AnthropicStream};
+        let block = |depth: usize| {
+            // `{"type": "thinking", …}` is one level; the signature holds the rest.
+            let mut v = json!("sig");
+            for _ in 1..depth {
+                v = json!([v]);
+            }
+            json!({"type": "thinking", "thinking": "hmm", "signature": v})
+        };
+        for depth in [MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 100] {
+            let body = json!({"content": [block(depth), {"type": "text", "text": "hi"}], "stop_reason": "end_turn"});
+            let events = format!(
+                "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"usage\":{{\"input_tokens\":1}}}}}}\n\n\
+                 event: content_block_start\ndata: {}\n\n\
+                 event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+                 event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":2}}}}\n\n\
+                 event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n",
+                json!({"type": "content_block_start", "index": 0, "content_block": block(depth)})
+            );
+            let whole = parse_response(&body.to_string(), 1);
+            let streamed = parse_stream(&mut AnthropicStream::new(1), &events);
+            for (how, r) in [("whole", whole), ("streamed", streamed)] {
+                if depth <= MAX_JSON_DEPTH {
+                    assert_eq!(r.unwrap().reasoning, vec![block(depth)], "{how} {depth}");
+                } else {
+                    let e = r.unwrap_err();
+                    assert_eq!(e.code, ErrorCode::ProviderInvalidResponse, "{how} {depth}");
+                    assert!(e.message.contains(&format!("nested {depth} levels")), "{how}: {}", e.message);
+                }
+            }
+        }
     }
 
     #[test]

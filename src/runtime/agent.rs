@@ -362,7 +362,12 @@ impl Agent {
                     // Another send created this turn between the first read and the lease.
                     return Err(turn_taken(run_id));
                 }
-                let machine = RunMachine::start(deps.machine_config(run_id, opts), cp, start, deps.now())?;
+                let mut cfg = deps.machine_config(run_id, opts);
+                if cp.is_none() {
+                    // This execution creates the run: it gets its idempotency-key scope.
+                    cfg.key_scope = Some(deps.new_key_scope(run_id));
+                }
+                let machine = RunMachine::start(cfg, cp, start, deps.now())?;
                 deps.drive(lease, machine, opts).await.map(Some)
             })
             .await?;

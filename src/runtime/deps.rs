@@ -61,6 +61,12 @@ impl Deps {
         format!("{prefix}_{:016x}{:08x}", self.rng.next_u64(), self.rng.next_u64() as u32)
     }
 
+    /// A fresh idempotency-key scope for the new run `run_id`: its id and 128 random bits from the agent's
+    /// `Rng` (see [`crate::core::idempotency`]).
+    pub(crate) fn new_key_scope(&self, run_id: &str) -> String {
+        crate::core::idempotency::new_scope(run_id, (self.rng.next_u64(), self.rng.next_u64()))
+    }
+
     /// The registered tool named `name`.
     pub(crate) fn tool(&self, name: &str) -> Option<&RegisteredTool> {
         self.tools.iter().find(|t| t.tool.name() == name)
@@ -78,6 +84,7 @@ impl Deps {
             loop_window: self.options.loop_window,
             business_state: opts.business_state.clone(),
             max_tool_result_bytes: self.options.max_tool_result_bytes,
+            key_scope: None,
         }
     }
 }

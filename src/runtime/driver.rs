@@ -17,7 +17,7 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::{
     Event, EventEnvelope, HealRecord, StreamDelta, EVENT_SCHEMA_VERSION, HEAL_LOG_KEY, HEAL_LOG_MAX,
 };
-use crate::core::machine::{Effect, Gate, ModelResponse, Outcome, RunMachine, ToolOutcome};
+use crate::core::machine::{Effect, Gate, KeyedCall, ModelResponse, Outcome, RunMachine, ToolOutcome};
 use crate::core::retry::NextRetry;
 use crate::core::transcript::{Message, ToolCall};
 use crate::store::Lease;
@@ -41,6 +41,13 @@ const GROUP_WINDOW_MAX_MS: u64 = 250;
 const GROUP_WINDOW_MIN_MS: u64 = 10;
 
 type InFlight = FuturesUnordered<LocalFuture<'static, (String, ToolOutcome)>>;
+
+/// A tool call cleared to run, waiting for a slot: its approval id (an approved call) and its call key.
+struct Launch {
+    call: ToolCall,
+    approval_id: Option<String>,
+    key: String,
+}
 
 enum Race<T> {
     Done(T),
@@ -217,7 +224,7 @@ impl<'a> Driver<'a> {
     /// (tests), a lost lease (BUSY) or a store failure.
     pub(crate) async fn drive(&mut self, mut m: RunMachine) -> Result<(RunMachine, Outcome)> {
         let mut in_flight: InFlight = FuturesUnordered::new();
-        let mut queue: VecDeque<(ToolCall, Option<String>)> = VecDeque::new();
+        let mut queue: VecDeque<Launch> = VecDeque::new();
         let mut settled: VecDeque<(String, ToolOutcome)> = VecDeque::new();
         let mut abort_seen = false;
         self.ext = match &m.checkpoint().ext {
@@ -308,7 +315,7 @@ impl<'a> Driver<'a> {
                             Err(e) => m.notify_failed(e),
                         }
                     }
-                    Effect::RunTool { mut call, approval_id } => {
+                    Effect::RunTool { mut call, approval_id, key } => {
                         let mut denied = None;
                         if approval_id.is_some() {
                             // Hooks saw this call at the gate; they see it again right before it runs.
@@ -325,7 +332,7 @@ impl<'a> Driver<'a> {
                         }
                         match denied {
                             Some(reason) => settled.push_back((call.id.clone(), ToolOutcome::Denied { reason })),
-                            None => queue.push_back((call, approval_id)),
+                            None => queue.push_back(Launch { call, approval_id, key }),
                         }
                         self.start_queued(&m, &mut queue, &mut in_flight).await?;
                         self.after_effect(&mut in_flight).await?;
@@ -441,16 +448,17 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// Asks each side-effecting tool whether an effect whose outcome was not recorded happened.
-    async fn reconcile(&mut self, calls: &[ToolCall]) -> Result<Vec<(String, Option<ToolOutcome>)>> {
+    /// Asks each side-effecting tool whether an effect whose outcome was not recorded happened (by the call key
+    /// it ran under).
+    async fn reconcile(&mut self, calls: &[KeyedCall]) -> Result<Vec<(String, Option<ToolOutcome>)>> {
         let mut out = Vec::new();
-        for call in calls {
+        for KeyedCall { call, key } in calls {
             let Some(t) = self.deps.tool(&call.name) else {
                 out.push((call.id.clone(), None));
                 continue;
             };
             let tool = t.tool.clone();
-            match tool.reconcile(&call.args, &call.id).await {
+            match tool.reconcile(&call.args, key).await {
                 Ok(Some(o)) => out.push((
                     call.id.clone(),
                     Some(ToolOutcome::Ok { content: o.content, business_state: o.business_state }),
@@ -662,11 +670,11 @@ impl<'a> Driver<'a> {
     async fn start_queued(
         &mut self,
         m: &RunMachine,
-        queue: &mut VecDeque<(ToolCall, Option<String>)>,
+        queue: &mut VecDeque<Launch>,
         in_flight: &mut InFlight,
     ) -> Result<()> {
         let limit = self.deps.options.tool_concurrency.max(1);
-        if in_flight.len() >= limit || !queue.iter().any(|(c, _)| m.is_running(&c.id)) {
+        if in_flight.len() >= limit || !queue.iter().any(|l| m.is_running(&l.call.id)) {
             return Ok(());
         }
         self.ensure_lease().await?;
@@ -676,23 +684,24 @@ impl<'a> Driver<'a> {
 
     /// Starts queued calls up to the concurrency limit. A call the machine no longer waits for (the attempt
     /// failed or was aborted meanwhile) is dropped, never started.
-    fn fill(&mut self, m: &RunMachine, queue: &mut VecDeque<(ToolCall, Option<String>)>, in_flight: &mut InFlight) {
+    fn fill(&mut self, m: &RunMachine, queue: &mut VecDeque<Launch>, in_flight: &mut InFlight) {
         let limit = self.deps.options.tool_concurrency.max(1);
         while in_flight.len() < limit {
-            let Some((call, approval_id)) = queue.pop_front() else { break };
-            if !m.is_running(&call.id) {
+            let Some(launch) = queue.pop_front() else { break };
+            if !m.is_running(&launch.call.id) {
                 continue;
             }
             self.stats.tool_runs += 1;
-            in_flight.push(self.start_tool(call, approval_id));
+            in_flight.push(self.start_tool(launch));
         }
     }
 
-    fn start_tool(&self, call: ToolCall, approval_id: Option<String>) -> LocalFuture<'static, (String, ToolOutcome)> {
+    fn start_tool(&self, Launch { call, approval_id, key }: Launch) -> LocalFuture<'static, (String, ToolOutcome)> {
         let tool = self.deps.tools.iter().find(|t| t.tool.name() == call.name).map(|t| t.tool.clone());
         let ctx = ToolContext {
             run_id: self.lease.run_id.clone(),
             tool_call_id: call.id.clone(),
+            call_key: key,
             approval_id,
             abort: self.abort.clone(),
         };

@@ -339,6 +339,8 @@ impl Session<'_> {
             ));
         }
         let mut cp = source;
+        // The calls it copies keep the source turn's idempotency keys (a pending one may have run there).
+        cp.copied_scopes = cp.scopes_for_fork();
         cp.run_id = first.clone();
         cp.heal_of = None;
         let checkpoint = self.agent.write_new_run(&first, cp).await?;

@@ -46,9 +46,9 @@ impl FnTool {
         self
     }
 
-    /// Marks the tool side-effecting with a reconcile function `f(args, tool_call_id)`: after a crash between
-    /// the effect and its record, it says whether the effect happened (`Some(output)`) or not (see
-    /// [`Tool::reconcile`] for the key).
+    /// Marks the tool side-effecting with a reconcile function `f(args, key)`: after a crash between the effect
+    /// and its record, it says whether the effect happened (`Some(output)`) or not. `key` is the call's
+    /// [`crate::runtime::ToolContext::idempotency_key`] when it ran (see [`Tool::reconcile`]).
     pub fn reconcile_with<F, Fut>(mut self, f: F) -> FnTool
     where
         F: Fn(Value, String) -> Fut + 'static,

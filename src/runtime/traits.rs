@@ -78,18 +78,22 @@ pub trait Model {
 pub struct ToolContext {
     /// Run id.
     pub run_id: String,
-    /// The call id: unchanged when the same call runs again on resume. Use it as an idempotency key.
+    /// The call id the model gave (or the runtime made up): unique within the run, not across runs (providers
+    /// that omit ids make every run's first call `call_1_0`). Key effects by [`ToolContext::idempotency_key`].
     pub tool_call_id: String,
-    /// For an approved call, the approval id (a second idempotency key).
+    /// The call key: 32 hex digits, unique across runs, unchanged when the same call runs again on resume (a
+    /// fork's copied calls keep their source's); see [`crate::core::idempotency`].
+    pub call_key: String,
+    /// For an approved call, the approval id.
     pub approval_id: Option<String>,
     /// Aborted when the run is aborted.
     pub abort: AbortSignal,
 }
 
 impl ToolContext {
-    /// The key to send as `Idempotency-Key`: the approval id for approved calls, else the call id.
+    /// The key to send as `Idempotency-Key`: the approval id for an approved call, else the call key.
     pub fn idempotency_key(&self) -> &str {
-        self.approval_id.as_deref().unwrap_or(&self.tool_call_id)
+        self.approval_id.as_deref().unwrap_or(&self.call_key)
     }
 }
 
@@ -184,9 +188,9 @@ pub trait Tool {
 
     /// For a call whose intent was recorded but whose outcome was not (the process died in between): did the
     /// effect happen? `Ok(Some(output))` records that output as the result (the call does not run again);
-    /// `Ok(None)` runs it again. `key` is the call's id ([`ToolContext::tool_call_id`]; for an approved call,
-    /// [`ToolContext::idempotency_key`] was the approval id when it ran, so a tool that reconciles approved calls
-    /// keys its effects on the call id as well). The default says "unknown: run again".
+    /// `Ok(None)` runs it again. `key` is the call key ([`ToolContext::call_key`]), which was the call's
+    /// [`ToolContext::idempotency_key`] when it ran (intents are recorded only for calls that were not approved):
+    /// look the effect up by the key `execute` used. The default says "unknown: run again".
     async fn reconcile(&self, _args: &Value, _key: &str) -> Result<Option<ToolOutput>, ToolError> {
         Ok(None)
     }

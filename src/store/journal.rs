@@ -1239,11 +1239,14 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         let due = !is_snapshot
             && p.entries_since + 1 >= self.opts.snapshot_every
             && p.bytes_since >= self.opts.snapshot_growth.saturating_mul(p.snap_bytes);
-        // A snapshot is an optimisation: one over KV's value limit is not written, the entry stays a delta (and
-        // the next attempt waits another `snapshot_every` entries).
+        // A snapshot is an optimisation: one over KV's value limit (or, were it possible, one the encoder
+        // refuses) is not written, the entry stays a delta (and the next attempt waits another `snapshot_every`
+        // entries).
         let snapshot = if due {
             let state = Box::new(state.clone());
-            Some(encode(&JournalEntry { seq: entry.seq, at: entry.at, body: EntryBody::Snapshot { state } })?)
+            JournalEntry { seq: entry.seq, at: entry.at, body: EntryBody::Snapshot { state } }
+                .encode()
+                .ok()
                 .filter(|raw| raw.len() <= MAX_VALUE_BYTES)
         } else {
             None
@@ -1252,7 +1255,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         let want_snapshot = is_snapshot || snapshot.is_some();
         let raw = match snapshot {
             Some(raw) => raw,
-            None => encode(entry)?,
+            None => entry.encode().map_err(|e| e.with_run(run_id))?,
         };
         // An entry KV would refuse is refused here, before anything is written (not retryable: it would never
         // fit).

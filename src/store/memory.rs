@@ -152,7 +152,7 @@ impl RunStore for MemoryStore {
         let mut inner = self.inner.borrow_mut();
         Self::check_lease(&inner, lease)?;
         let run_id = &lease.run_id;
-        let json = serde_json::to_string(entry).map_err(|e| Error::internal(format!("cannot encode entry: {e}")))?;
+        let json = entry.encode().map_err(|e| e.with_run(run_id))?;
         check_value(&json)
             .map_err(|e| too_large(&e, &format!("journal entry {}", entry.seq)).with_run(&lease.run_id))?;
         let limit = self.history_limit;
@@ -179,9 +179,12 @@ impl RunStore for MemoryStore {
                     at: at_cut.saved_at,
                     body: EntryBody::Snapshot { state: Box::new(at_cut) },
                 };
-                let snap = serde_json::to_string(&snap).map_err(|e| Error::internal(e.to_string()))?;
-                run.journal.drain(..=cut);
-                run.journal.insert(0, snap);
+                // A snapshot of accepted entries always encodes (see `MAX_ENTRY_DEPTH`); were it refused, the
+                // journal would only stay uncompacted.
+                if let Ok(snap) = snap.encode() {
+                    run.journal.drain(..=cut);
+                    run.journal.insert(0, snap);
+                }
             }
         }
         inner.commits += 1;

@@ -889,7 +889,7 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
 
     async fn commit(&self, lease: &Lease, entry: &JournalEntry, state: &Checkpoint) -> Result<()> {
         let run_id = &lease.run_id;
-        let json = encode(entry)?;
+        let json = entry.encode().map_err(|e| e.with_run(run_id))?;
         let finished = state.status == RunStatus::Finished;
         let meta = IndexMeta::of(state);
         // Listed before the object holds anything a listing should show (a refused commit leaves an entry for

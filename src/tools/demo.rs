@@ -181,7 +181,13 @@ mod tests {
     use futures::executor::block_on;
 
     fn ctx(run: &str, call: &str) -> ToolContext {
-        ToolContext { run_id: run.into(), tool_call_id: call.into(), approval_id: None, abort: AbortSignal::new() }
+        ToolContext {
+            run_id: run.into(),
+            tool_call_id: call.into(),
+            call_key: crate::core::idempotency::call_key(run, call),
+            approval_id: None,
+            abort: AbortSignal::new(),
+        }
     }
 
     fn tool(tools: &[Rc<dyn Tool>], name: &str) -> Rc<dyn Tool> {

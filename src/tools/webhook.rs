@@ -7,8 +7,9 @@
 //!   whitespace or control characters, percent-encoded or non-ASCII host names — is refused rather than
 //!   guessed at; the request goes to the URL as re-assembled from the checked parts.
 //! * **Idempotency.** Each call sends `Idempotency-Key: <ctx.idempotency_key()>` (the approval id for an
-//!   approved call, else the tool call id, which is unchanged when the same call re-runs on resume), plus
-//!   `X-Steadfast-Run-Id`, `X-Steadfast-Tool-Call-Id` and, for approved calls, `X-Steadfast-Approval-Id`.
+//!   approved call, else the call key: unique across runs, unchanged when the same call re-runs on resume; see
+//!   [`crate::core::idempotency`]), plus `X-Steadfast-Run-Id`, `X-Steadfast-Tool-Call-Id` and, for approved
+//!   calls, `X-Steadfast-Approval-Id`.
 //! * **Results.** The arguments are the JSON body (`GET` sends no body). The response body is capped at
 //!   `maxResponseBytes` while it is read (the transport stops reading past the cap, see [`crate::http`]), and
 //!   `timeoutMs` covers the whole response, headers and body. A 2xx answer is the tool's output (JSON kept as
@@ -608,6 +609,7 @@ mod tests {
         ToolContext {
             run_id: "run-1".into(),
             tool_call_id: call.into(),
+            call_key: crate::core::idempotency::call_key("run-1:00", call),
             approval_id: approval.map(String::from),
             abort: AbortSignal::new(),
         }
@@ -629,7 +631,7 @@ mod tests {
     }
 
     #[test]
-    fn post_sends_body_headers_and_call_id_as_idempotency_key() {
+    fn post_sends_body_headers_and_the_call_key_as_idempotency_key() {
         let http = FakeHttp::with(vec![FakeHttp::ok(200, r#"{"ok": true, "id": 12}"#)]);
         let mut cfg = WebhookToolConfig::new("create_ticket", "https://api.example.com/v1/tickets?x=1#frag");
         cfg.headers.insert("X-Api-Version".into(), "2024-01".into());
@@ -646,7 +648,8 @@ mod tests {
         assert_eq!(r.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES, "the transport caps while reading");
         assert_eq!(serde_json::from_str::<Value>(r.body.as_deref().unwrap()).unwrap(), json!({"title": "broken"}));
         assert_eq!(header(r, "content-type"), Some("application/json"));
-        assert_eq!(header(r, "idempotency-key"), Some("call_0_0"));
+        let key = crate::core::idempotency::call_key("run-1:00", "call_0_0");
+        assert_eq!(header(r, "idempotency-key"), Some(key.as_str()));
         assert_eq!(header(r, "x-steadfast-run-id"), Some("run-1"));
         assert_eq!(header(r, "x-steadfast-tool-call-id"), Some("call_0_0"));
         assert_eq!(header(r, "x-steadfast-approval-id"), None);
@@ -683,7 +686,7 @@ mod tests {
         assert_eq!(r.url, "https://api.example.com:8443/orders");
         assert_eq!(r.body, None);
         assert_eq!(header(r, "content-type"), None);
-        assert_eq!(header(r, "idempotency-key"), Some("c1"));
+        assert_eq!(header(r, "idempotency-key"), Some(ctx("c1", None).call_key.as_str()));
     }
 
     #[test]

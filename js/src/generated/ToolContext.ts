@@ -9,7 +9,7 @@ export type ToolContext = {
  */
 runId: string, 
 /**
- * The call id: unchanged when the same call runs again on resume.
+ * The call id the model gave: unique within the run, not across runs. Key effects by `idempotencyKey`.
  */
 toolCallId: string, 
 /**
@@ -17,6 +17,8 @@ toolCallId: string,
  */
 approvalId: string | null, 
 /**
- * The approval id for approved calls, else the call id: send it as `Idempotency-Key`.
+ * The approval id for an approved call, else the call key (32 hex digits, unique across runs, unchanged
+ * when the same call runs again on resume): send it as `Idempotency-Key`, and look an effect up by it in
+ * `reconcile`.
  */
 idempotencyKey: string, };

@@ -155,8 +155,8 @@ export const charge = defineTool<{ amount: number }>({
   name: "charge",
   description: "Charge",
   sideEffecting: true,
-  execute: async ({ amount }, ctx) => ({ amount, id: ctx.toolCallId }),
-  reconcile: async ({ amount }, { toolCallId }) => (amount > 0 ? `found ${toolCallId}` : null),
+  execute: async ({ amount }, ctx) => ({ amount, id: ctx.toolCallId, key: ctx.idempotencyKey }),
+  reconcile: async ({ amount }, { idempotencyKey }) => (amount > 0 ? `found ${idempotencyKey}` : null),
 });
 
 // Sessions and schedules: the generated types resolve, outcomes narrow on `outcome`, kinds are literals.

@@ -69,7 +69,8 @@ mod step;
 mod types;
 
 pub use types::{
-    DriftPolicy, Effect, Gate, MachineConfig, ModelResponse, Outcome, Start, ToolOutcome, MAX_ERROR_RESULT_CHARS,
+    DriftPolicy, Effect, Gate, KeyedCall, MachineConfig, ModelResponse, Outcome, Start, ToolOutcome,
+    MAX_ERROR_RESULT_CHARS,
 };
 
 use crate::core::checkpoint::{Checkpoint, FinishReason};
@@ -179,6 +180,14 @@ impl RunMachine {
             self.cp.ext = ext;
             self.dirty = true;
         }
+    }
+
+    /// The call key of a call of the transcript ([`crate::core::idempotency`]). Every call the machine hands
+    /// out is in its transcript; the fallback (the run's own scope) is never used.
+    fn key_of(&self, call: &ToolCall) -> String {
+        self.cp
+            .call_key(&call.id)
+            .unwrap_or_else(|| crate::core::idempotency::call_key(self.cp.own_key_scope(), &call.id))
     }
 
     /// Tool calls of the last turn that have no result yet, in call order.

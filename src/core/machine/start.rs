@@ -8,7 +8,7 @@ use crate::core::approval::Decision;
 use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::Event;
-use crate::core::limits::check_depth;
+use crate::core::limits::{check_depth, check_message_depth};
 use crate::core::transcript::{Message, ToolCall, Usage};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -28,9 +28,8 @@ impl RunMachine {
             check_depth("businessState", bs).map_err(|e| e.with_run(&run_id))?;
         }
         if let Start::Send(input) | Start::Turn { input, .. } = &start {
-            for call in input.iter().flat_map(|m| m.tool_calls()) {
-                check_depth(&format!("the arguments of tool call '{}' in the input", call.id), &call.args)
-                    .map_err(|e| e.with_run(&run_id))?;
+            for m in input {
+                check_message_depth("the input", m).map_err(|e| e.with_run(&run_id))?;
             }
         }
         let mut m = RunMachine {
@@ -101,6 +100,7 @@ impl RunMachine {
         self.cp.input_len = input.len();
         self.cp.messages.extend(input);
         self.cp.business_state = self.cfg.business_state.clone();
+        self.cp.key_scope = self.cfg.key_scope.clone();
         self.snapshot_next = true;
         self.dirty = true;
         self.emit(Event::RunStart { resumed: false, step: 0 });
@@ -124,6 +124,7 @@ impl RunMachine {
         cp.total_usage = prior.total_usage;
         cp.total_usage.at_least(prior.usage);
         cp.ext = prior.ext;
+        cp.key_scope = self.cfg.key_scope.clone();
         cp.status = RunStatus::Finished;
         self.cp = cp;
         self.start_stored_run(Start::Send(input))?;

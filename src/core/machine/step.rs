@@ -2,7 +2,7 @@
 //! durable, then the effects that need the committed state (actions).
 
 use super::calls::{CallState, TurnCalls};
-use super::{cut_short, Effect, Outcome, Phase, RunMachine, Wait, MAX_ERROR_RESULT_CHARS};
+use super::{cut_short, Effect, KeyedCall, Outcome, Phase, RunMachine, Wait, MAX_ERROR_RESULT_CHARS};
 use crate::core::approval::{ApprovalRecord, ApprovalStatus, Decision};
 use crate::core::checkpoint::{Checkpoint, EntryBody, FinishReason, Header, JournalEntry, RunStatus};
 use crate::core::error::{cap_chars, Error};
@@ -225,6 +225,7 @@ impl RunMachine {
             self.transitions();
             let calls = self.calls.calls_in(&CallState::AwaitingReconcile);
             if !calls.is_empty() {
+                let calls = calls.into_iter().map(|call| KeyedCall { key: self.key_of(&call), call }).collect();
                 self.effects.push_back(Effect::Reconcile { calls });
                 self.waiting = Some(Wait::Reconcile);
                 return;
@@ -341,7 +342,8 @@ impl RunMachine {
     fn launch(&mut self, call: ToolCall, approval_id: Option<String>) {
         self.calls.set(&call.id, CallState::Running);
         self.emit(Event::ToolStart { tool_call_id: call.id.clone(), name: call.name.clone(), args: call.args.clone() });
-        self.effects.push_back(Effect::RunTool { call, approval_id });
+        let key = self.key_of(&call);
+        self.effects.push_back(Effect::RunTool { call, approval_id, key });
     }
 
     fn commit(&mut self) {

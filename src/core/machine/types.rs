@@ -48,6 +48,10 @@ pub struct MachineConfig {
     pub business_state: Option<Value>,
     /// Longest tool result kept (bytes); longer ones are cut with a marker (see [`crate::core::limits`]).
     pub max_tool_result_bytes: usize,
+    /// The idempotency-key scope a run this execution creates gets
+    /// ([`crate::core::idempotency::new_scope`]: the run id and a random nonce, drawn by the runtime). Ignored
+    /// for a stored run, which keeps its own; a new run without one keys its calls by its id alone.
+    pub key_scope: Option<String>,
 }
 
 /// How a machine is started.
@@ -159,6 +163,15 @@ pub struct ModelResponse {
     pub reasoning: Vec<Value>,
 }
 
+/// A tool call with its call key ([`crate::core::idempotency`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyedCall {
+    /// The call.
+    pub call: ToolCall,
+    /// Its call key.
+    pub key: String,
+}
+
 /// How an execution ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Outcome {
@@ -189,17 +202,20 @@ pub enum Effect {
         calls: Vec<ToolCall>,
     },
     /// Side-effecting calls whose intent was recorded but whose outcome was not: ask each tool's `reconcile`
-    /// whether the effect happened; answer with [`RunMachine::notify_reconciled`](super::RunMachine::notify_reconciled).
+    /// whether the effect happened (under the call's key); answer with
+    /// [`RunMachine::notify_reconciled`](super::RunMachine::notify_reconciled).
     Reconcile {
-        /// The calls, in call order.
-        calls: Vec<ToolCall>,
+        /// The calls with their call keys, in call order.
+        calls: Vec<KeyedCall>,
     },
     /// Start a tool call; answer (any time later) with [`RunMachine::notify_tool_settled`](super::RunMachine::notify_tool_settled).
     RunTool {
         /// The call.
         call: ToolCall,
-        /// The approval id for an approved call (an idempotency key).
+        /// The approval id for an approved call (its idempotency key).
         approval_id: Option<String>,
+        /// The call key ([`crate::core::idempotency`]): the idempotency key of a call that was not approved.
+        key: String,
     },
     /// Append this entry to the run's journal (full state: [`RunMachine::checkpoint`](super::RunMachine::checkpoint)); answer with
     /// [`RunMachine::notify_committed`](super::RunMachine::notify_committed).

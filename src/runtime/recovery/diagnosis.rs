@@ -6,9 +6,10 @@ use super::fork::ForkOptions;
 use super::sweep::{SweepListener, SweepReport};
 use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::{cap_chars, ErrorInfo};
-use crate::core::fork::ForkPatch;
+use crate::core::fork::{place_held_results, ForkPatch};
 use crate::core::ids::validate_run_id;
 use crate::core::sweep::{SweepOptions, SweepState, HEAL_SUFFIX};
+use crate::core::transcript::{Message, ResultKind, ToolResult};
 use crate::runtime::{Agent, RunResult};
 use crate::store::PendingRun;
 
@@ -58,9 +59,10 @@ impl Agent {
                 let note = diagnosis_note(run.attempts, run.last_error.as_ref());
                 let patch = ForkPatch { append_input: Some(note), ..ForkPatch::default() };
                 let fork = ForkOptions { from_step: step, patch, new_id: Some(heal_id.clone()) };
-                // Calls of the failing turn that have no result are not run again blindly: they get a `not-run`
-                // result, and the model reads the note before deciding what to do. The fork is marked as this
-                // run's diagnosis fork in its own checkpoint.
+                // Calls of the failing turn that have no result and cannot have run are not run again blindly:
+                // they get a `not-run` result, and the model reads the note before deciding what to do. Calls that
+                // may have run stay open for the fork's resume to settle (see `close_pending_calls`). The fork is
+                // marked as this run's diagnosis fork in its own checkpoint.
                 let failure = run.last_error.clone();
                 let attempts = run.attempts;
                 let original = run.run_id.clone();
@@ -107,25 +109,28 @@ impl Agent {
     }
 }
 
-/// Gives every call of the last turn that has no result a `not-run` error result (held results are placed in
-/// call order), so a diagnosis fork starts with a complete transcript.
+/// Gives every call of the last turn that has no result, and that the failing run cannot have started, a
+/// `not-run` error result (placed in call order, or held behind an earlier call still open), so the model reads
+/// the diagnosis note with what happened to each call.
+///
+/// A call the run may have started is never called `not-run`: a side-effecting call whose intent was recorded
+/// with no outcome stays an open intent, which the fork's resume reconciles with the tool (under the original's
+/// key) before running it again, and an approved call marked started keeps its mark, so the fork's resume records
+/// it `interrupted` — exactly what a resume of the original would do.
 fn close_pending_calls(cp: &mut Checkpoint, attempts: u32, error: Option<&ErrorInfo>) {
     let Some(turn) = cp.messages.iter().rposition(|m| !m.tool_calls().is_empty()) else { return };
     let calls = cp.messages[turn].tool_calls().to_vec();
-    let answered: Vec<String> = cp.messages[turn + 1..]
-        .iter()
-        .filter_map(|m| match m {
-            crate::core::transcript::Message::Tool(r) => Some(r.tool_call_id.clone()),
-            _ => None,
-        })
-        .collect();
-    if answered.len() >= calls.len() || cp.messages.len() != turn + 1 + answered.len() {
+    let answered = cp.messages[turn + 1..].iter().take_while(|m| matches!(m, Message::Tool(_))).count();
+    if answered >= calls.len() || cp.messages.len() != turn + 1 + answered {
         return;
     }
     let why = error.map(|e| format!("{}: {}", e.code.as_str(), cap_chars(&e.message, 300))).unwrap_or_default();
-    for call in calls.iter().skip(answered.len()) {
-        let held = cp.held_results.iter().position(|r| r.tool_call_id == call.id).map(|i| cp.held_results.remove(i));
-        let result = held.unwrap_or_else(|| crate::core::transcript::ToolResult {
+    for call in calls.iter().skip(answered) {
+        let may_have_run = cp.intents.contains(&call.id) || cp.started_tool_call_ids.contains(&call.id);
+        if may_have_run || cp.held_results.iter().any(|r| r.tool_call_id == call.id) {
+            continue;
+        }
+        cp.held_results.push(ToolResult {
             tool_call_id: call.id.clone(),
             name: call.name.clone(),
             // Ignored (`unwrap_or_default` below): a string always serialises.
@@ -134,12 +139,10 @@ fn close_pending_calls(cp: &mut Checkpoint, attempts: u32, error: Option<&ErrorI
                 serde_json::to_string(&why).unwrap_or_default()
             ),
             is_error: true,
-            kind: crate::core::transcript::ResultKind::NotRun,
+            kind: ResultKind::NotRun,
         });
-        cp.messages.push(crate::core::transcript::Message::Tool(result));
     }
-    cp.held_results.clear();
-    cp.intents.clear();
+    place_held_results(cp);
 }
 
 #[cfg(test)]

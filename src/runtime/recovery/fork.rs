@@ -96,13 +96,15 @@ impl Agent {
     }
 
     /// Writes `cp` as the whole first entry (a snapshot) of the new run `new_id` and returns what was written.
-    /// The run exists once that entry is written by a confirmed owner of its lease. A run created under that id
-    /// since the caller looked (a send, another fork, an overlapping sweep tick) is never replaced: the run is
+    /// The run exists once that entry is written by a confirmed owner of its lease. It gets an idempotency-key
+    /// scope of its own (`cp.copied_scopes` says which keys the calls it copied keep). A run created under that
+    /// id since the caller looked (a send, another fork, an overlapping sweep tick) is never replaced: the run is
     /// read again under the lease, and the store refuses a first entry over an existing journal; both answer
     /// `STEADFAST_SESSION_EXISTS`.
     pub(crate) async fn write_new_run(&self, new_id: &str, mut cp: Checkpoint) -> Result<Checkpoint> {
         let store = self.store().clone();
         let now = self.deps.now();
+        cp.key_scope = Some(self.deps.new_key_scope(new_id));
         cp.seq = 1;
         cp.saved_at = now;
         let commit = JournalEntry { seq: 1, at: now, body: EntryBody::Snapshot { state: Box::new(cp.clone()) } };
