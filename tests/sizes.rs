@@ -202,6 +202,84 @@ fn a_turn_of_eight_4_mib_results_is_recorded_and_no_tool_runs_again() {
     }
 }
 
+/// A KV that fails the writes of journal entries (transiently, as a 503 would) after the first `allowed`, while
+/// `failing` is set.
+#[derive(Clone)]
+struct FailingEntries {
+    inner: MemoryKv,
+    allowed: Rc<Cell<usize>>,
+    failing: Rc<Cell<bool>>,
+    attempts: Rc<Cell<usize>>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl KvBackend for FailingEntries {
+    async fn get(&self, key: &str) -> steadfast::Result<Option<String>> {
+        self.inner.get(key).await
+    }
+    async fn get_many(&self, keys: &[String]) -> steadfast::Result<Vec<Option<String>>> {
+        self.inner.get_many(keys).await
+    }
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> steadfast::Result<()> {
+        if key.contains("/j/") {
+            match self.allowed.get() {
+                0 if self.failing.get() => {
+                    self.attempts.set(self.attempts.get() + 1);
+                    let e = steadfast::Error::new(ErrorCode::StoreUnavailable, "KV PUT failed: 503 (injected)");
+                    return Err(e.with_status(503));
+                }
+                0 => {}
+                n => self.allowed.set(n - 1),
+            }
+        }
+        self.inner.put(key, value, opts).await
+    }
+    async fn delete(&self, key: &str) -> steadfast::Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> steadfast::Result<ListPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+}
+
+/// A commit whose write KV refuses transiently is retried only while the lease holds: the driver does not renew
+/// the lease while it waits for a commit, and past the lease's expiry another process may take the run over
+/// (cutting the journal before the entry). With a 5 s lease and every write of the run's second entry failing,
+/// the commit gives up after the 1 s and 2 s retries, before the lease expires; the run stays resumable and the
+/// resume finishes it. (The hot path was retried for up to 15 s — 1, 2, 4 and 8 s — past the lease, although
+/// the store's docs said it was never retried.)
+#[test]
+fn a_failing_commit_is_retried_only_while_the_lease_holds() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = FailingEntries {
+        inner: MemoryKv::new(),
+        allowed: Rc::new(Cell::new(1)),
+        failing: Rc::new(Cell::new(true)),
+        attempts: Rc::new(Cell::new(0)),
+    };
+    let sleep = Rc::new(ManualSleep::new(clock.clone()));
+    let store = JournalStore::new(kv.clone(), Rc::new(clock.clone()), sleep, JournalOptions::default());
+    let env = Env::with_store(Rc::new(store), clock.clone());
+    let lease = steadfast::store::LeaseOptions { ttl_ms: 5_000, renew_every_ms: 2_000, grace_ms: 5_000 };
+    let options = AgentOptions { lease, ..AgentOptions::default() };
+    let counters = Counters::default();
+    let script = vec![MockTurn::tools([("t", json!({}))]), MockTurn::text("done")];
+    let agent = env.agent_with(MockModel::by_turn(script), vec![counting_tool("t", &counters)], options, "");
+    let started = clock.now_ms();
+    let err = block_on(agent.send("r", "go", SendOptions::default())).unwrap_err();
+    assert_eq!((err.code, err.retryable), (ErrorCode::StoreUnavailable, true), "{err}");
+    let spent = clock.now_ms() - started;
+    assert!(spent < lease.ttl_ms, "the commit gave up after {spent} ms, past the lease");
+    assert_eq!(kv.attempts.get(), 3, "the write and its retries 1 s and 2 s later");
+    let stored = block_on(agent.load("r")).unwrap().expect("the first entry is stored");
+    assert_eq!((stored.status, stored.seq), (RunStatus::InProgress, 1));
+    kv.failing.set(false);
+    clock.advance(11_000);
+    let done = block_on(agent.resume("r", SendOptions::default())).unwrap().expect("resumed");
+    assert_eq!((done.status, done.text.as_str()), (RunStatus::Finished, "done"));
+    assert_eq!(counters.get("t"), 1);
+}
+
 /// Runs `case(seed)` for every seed (or only `SIZES_SEED`, when set), naming a failing seed with a one-line
 /// reproduction.
 fn for_seeds(test: &str, seeds: std::ops::Range<u64>, case: impl Fn(u64)) {
@@ -293,4 +371,69 @@ fn journals_of_generated_sizes_round_trip_on_kv_generated() {
         clock.advance(1_000);
         assert!(block_on(journal_over(&kv, &clock).load("g")).unwrap() == Some(last), "{sizes:?}: continued");
     });
+}
+
+/// A KV whose writes of journal entries take `ms` of (simulated) time, during which, when `steal` is set,
+/// another process takes the run's lease over (its record replaced by one naming another owner).
+struct SlowEntries {
+    inner: MemoryKv,
+    clock: ManualClock,
+    ms: u64,
+    steal: Cell<bool>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl KvBackend for SlowEntries {
+    async fn get(&self, key: &str) -> steadfast::Result<Option<String>> {
+        self.inner.get(key).await
+    }
+    async fn get_many(&self, keys: &[String]) -> steadfast::Result<Vec<Option<String>>> {
+        self.inner.get_many(keys).await
+    }
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> steadfast::Result<()> {
+        if let Some((run, _)) = key.split_once("/j/") {
+            self.clock.advance(self.ms);
+            let lease_key = format!("{run}/lease");
+            if let (true, Some(raw)) = (self.steal.get(), self.inner.raw(&lease_key)) {
+                let mut rec: serde_json::Value = serde_json::from_str(&raw).unwrap();
+                rec["owner"] = json!("another");
+                rec["epoch"] = json!(rec["epoch"].as_u64().unwrap() + 1);
+                self.inner.set_raw(&lease_key, &rec.to_string());
+            }
+        }
+        self.inner.put(key, value, opts).await
+    }
+    async fn delete(&self, key: &str) -> steadfast::Result<()> {
+        self.inner.delete(key).await
+    }
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> steadfast::Result<ListPage> {
+        self.inner.list(prefix, cursor, limit).await
+    }
+}
+
+/// An entry acknowledged after the lease expired (a slow write: the lease is not renewed during a commit) is
+/// reported committed only if the lease, read back, is still the writer's; if another process took the run over
+/// meanwhile (its cut may lie before the entry, where no reader looks), the commit fails with
+/// `STEADFAST_SESSION_BUSY`. (A late write used to be reported committed either way.)
+#[test]
+fn an_entry_written_past_the_lease_counts_only_while_the_lease_is_still_held() {
+    use steadfast::store::conformance::{acquired, snapshot_entry};
+    use steadfast::store::{LeaseOptions, RunStore};
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = SlowEntries { inner: MemoryKv::new(), clock: clock.clone(), ms: 6_000, steal: Cell::new(false) };
+    let sleep = Rc::new(ManualSleep::new(clock.clone()));
+    let store = JournalStore::new(kv, Rc::new(clock.clone()), sleep, JournalOptions::default());
+    let o = LeaseOptions { ttl_ms: 5_000, renew_every_ms: 2_000, grace_ms: 5_000 };
+    let lease = block_on(acquired(&store, "kept", "w", clock.now_ms(), &o, "acquire"));
+    let (e, cp) = snapshot_entry("kept", "x", clock.now_ms());
+    block_on(store.commit(&lease, &e, &cp)).expect("written late, but the lease is still this writer's");
+    assert!(clock.now_ms() >= lease.expires_at);
+    assert!(block_on(store.load("kept")).unwrap() == Some(cp));
+    store.kv().steal.set(true);
+    let lease = block_on(acquired(&store, "taken", "w", clock.now_ms(), &o, "acquire"));
+    let (e, cp) = snapshot_entry("taken", "x", clock.now_ms());
+    let err = block_on(store.commit(&lease, &e, &cp)).expect_err("taken over while the entry was written");
+    assert_eq!(err.code, ErrorCode::SessionBusy, "{err}");
+    let err = block_on(store.commit(&lease, &e, &cp)).expect_err("and the writer knows it lost the lease");
+    assert_eq!(err.code, ErrorCode::SessionBusy, "{err}");
 }

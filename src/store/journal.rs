@@ -71,7 +71,7 @@
 //! * **The index is secondary.** Once a boundary's entry is written the commit has succeeded; a failed index
 //!   write marks the index dirty and is repaired at the next boundary or at release.
 //! * **429s** off the hot path (lease writes racing, approvals, the index) are retried with backoff from 1 s,
-//!   bounded, then fail with `STEADFAST_STORE_RATE_LIMITED` (retryable).
+//!   bounded, then fail with `STEADFAST_STORE_RATE_LIMITED` (retryable). On the hot path see *Retries*.
 //!
 //! # Retries: a deliberate second layer
 //! The runtime's model-call retry (M15) is the only layer that retries *model calls*. This store keeps a
@@ -82,14 +82,21 @@
 //! * reads failing with `STEADFAST_STORE_UNAVAILABLE`: 3 retries, 200 / 400 / 800 ms (`READ_BACKOFF`);
 //! * writes off the hot path (approvals, the index, end markers, deletes): `write_retries` retries, doubling
 //!   from 1 s (`WRITE_BACKOFF`); lease renewals use the same delays, and stop at the lease's expiry;
+//! * the hot path (a boundary's entry, its parts and header): the same delays, **bounded by the lease**: a retry
+//!   is made only if it starts before the lease's expiry by this process's clock (the driver does not renew the
+//!   lease while it waits for a commit, and past the expiry another process may take the run over and cut the
+//!   journal before the entry); an entry acknowledged at or after the expiry is reported committed only if the
+//!   lease, read back, is still this writer's (else `STEADFAST_SESSION_BUSY`). Then a failure goes back to the
+//!   runtime, which ends the attempt (the run stays resumable). A 429 here can only follow this writer's own
+//!   attempt whose acknowledgement was lost (the key is new and written once), and a transient failure usually
+//!   passes within a second: retrying what the lease allows keeps a turn's results from being run again;
 //! * lease writes while acquiring: 1 s after a 429, 200 ms after a transient failure, never growing
 //!   (`LEASE_RATE_LIMITED`, `LEASE_TRANSIENT`): the acquirer reads the lease again before every write and
 //!   must finish within its settle window.
 //!
 //! Every delay is a [`Backoff`] (the crate's one definition, in core), without jitter: KV's limit is one write
 //! per second per key, not a crowd of clients to spread out, and fixed delays keep the store's timings
-//! reproducible in tests. The hot path (a boundary's journal entry) is never retried here: a failed commit goes
-//! back to the runtime, which decides.
+//! reproducible in tests.
 
 use super::keys::Keys;
 use super::kv::{
@@ -149,7 +156,8 @@ pub struct JournalOptions {
     pub snapshot_every: u64,
     /// Bytes since the last snapshot must reach this multiple of its size (default 3).
     pub snapshot_growth: u64,
-    /// Retries of a rate-limited or failed write off the hot path (default 4: 1 s, 2 s, 4 s, 8 s).
+    /// Retries of a rate-limited or failed write (default 4: 1 s, 2 s, 4 s, 8 s); on the hot path only those
+    /// that start before the lease's expiry.
     pub write_retries: u32,
     /// Most entries deleted when a finished run releases its lease (default 200; a split entry's parts go with
     /// it).
@@ -787,11 +795,11 @@ impl<K: KvBackend> JournalStore<K> {
     /// Writes journal entry `seq`'s value `raw` at `key` (the hot path): one write when it fits one value
     /// ([`MAX_PART_BYTES`]), else its parts and then the header naming them, at `key` — so a reader that finds
     /// the header finds every part, and an entry whose writes stopped part way has no header and was never
-    /// written as far as readers go. Returns how many parts (0: one value). Each write is retried, see
-    /// [`JournalStore::put_entry_value`].
-    async fn write_entry(&self, run_id: &str, key: &str, seq: u64, raw: &str) -> Result<usize> {
+    /// written as far as readers go. Returns how many parts (0: one value). Each write is retried within the
+    /// lease (`expires_at`), see [`JournalStore::put_entry_value`].
+    async fn write_entry(&self, run_id: &str, key: &str, seq: u64, raw: &str, expires_at: u64) -> Result<usize> {
         if raw.len() <= MAX_PART_BYTES {
-            self.put_entry_value(key, raw).await?;
+            self.put_entry_value(key, raw, expires_at).await?;
             return Ok(0);
         }
         let parts = split_parts(raw, MAX_PART_BYTES);
@@ -801,18 +809,21 @@ impl<K: KvBackend> JournalStore<K> {
                 .with_run(run_id));
         }
         for (n, part) in parts.iter().enumerate() {
-            self.put_entry_value(&Keys::part(key, n), part).await?;
+            self.put_entry_value(&Keys::part(key, n), part, expires_at).await?;
         }
         let header =
             SplitHeader { seq, bytes: raw.len() as u64, parts: parts.iter().map(|p| p.len() as u64).collect() };
-        self.put_entry_value(key, &encode(&SplitValue { split: header })?).await?;
+        self.put_entry_value(key, &encode(&SplitValue { split: header })?, expires_at).await?;
         Ok(parts.len())
     }
 
     /// One write of the hot path (a journal entry, a part of one, or its header): a 429 or a transient failure
-    /// is retried (`WRITE_BACKOFF`, at most `write_retries` times). The key is written once, so a retry after a
-    /// lost acknowledgement writes the same bytes again.
-    async fn put_entry_value(&self, key: &str, value: &str) -> Result<()> {
+    /// is retried (`WRITE_BACKOFF`, at most `write_retries` times) only while the retry starts before the
+    /// lease's expiry, `expires_at` (by this process's clock): the driver does not renew the lease during a
+    /// commit, and past its expiry another process may take the run over, cutting the journal before this
+    /// entry. Then the failure goes back to the runtime. The key is written once, so a retry after a lost
+    /// acknowledgement writes the same bytes again.
+    async fn put_entry_value(&self, key: &str, value: &str, expires_at: u64) -> Result<()> {
         self.count(|c| {
             c.commit_writes += 1;
             c.commit_bytes += value.len() as u64;
@@ -824,8 +835,12 @@ impl<K: KvBackend> JournalStore<K> {
             match self.kv.put(key, value, PutOptions::default()).await {
                 Ok(()) => return Ok(()),
                 Err(e) if e.retryable && retries < self.opts.write_retries => {
+                    let delay = WRITE_BACKOFF.window(retries);
+                    if self.clock.now_ms().saturating_add(delay) >= expires_at {
+                        return Err(e);
+                    }
                     self.count(|c| c.write_retries += 1);
-                    self.sleep.sleep(WRITE_BACKOFF.window(retries)).await;
+                    self.sleep.sleep(delay).await;
                     retries += 1;
                 }
                 Err(e) => return Err(e),
@@ -1643,7 +1658,21 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         };
         let key = self.keys.entry(run_id, &rec.tag(), entry.seq);
         self.count(|c| c.commits += 1);
-        let parts = self.write_entry(run_id, &key, entry.seq, &raw).await?;
+        let parts = self.write_entry(run_id, &key, entry.seq, &raw, rec.expires_at).await?;
+        if self.clock.now_ms() >= rec.expires_at {
+            // Written after the lease expired (by this process's clock): reported as committed only while the
+            // lease is still this writer's (past its expiry another process may have cut the journal before it).
+            match self.read_lease(run_id).await? {
+                Some(cur) if cur.owner == lease.owner && cur.epoch == lease.epoch => {}
+                _ => {
+                    self.writers.borrow_mut().remove(run_id);
+                    return Err(Error::busy(
+                        run_id,
+                        "its lease expired while its entry was written, and was taken over",
+                    ));
+                }
+            }
+        }
         let finished = state.status == RunStatus::Finished;
         let now = self.clock.now_ms();
         let index_write = {
