@@ -23,8 +23,9 @@
 //! * **One row per boundary.** A commit writes one journal row (`journal(seq, part, snap, body)`, `WITHOUT
 //!   ROWID`, keyed by `(seq, part)`: no secondary index). An entry over [`MAX_ROW_BYTES`] (the object's row
 //!   limit is 2 MB) is split over several rows of one transaction, whatever its size (eight 4 MiB tool results
-//!   of one turn, a fork's first snapshot of a large run). A load folds from the newest snapshot entry (the machine writes one every
-//!   so often), so its cost stays bounded. The object keeps its whole journal (history of any depth).
+//!   of one turn, a fork's first snapshot of a large run). A load folds from the newest snapshot entry (the
+//!   machine writes one every so often), so its cost stays bounded. The object keeps its whole journal
+//!   (history of any depth).
 //! * **Approvals** live in their run's object (`meta` rows `approval/<id>`). A deleted run keeps them (the
 //!   contract's orphans).
 //! * **The index** (in the [`KvBackend`]): `<prefix>idx/run/<run id>` while a run is unfinished, and
