@@ -222,6 +222,29 @@ fn a_split_entry_is_read_whole_or_reported() {
     assert!(block_on(other().load("s")).unwrap() == Some(done));
 }
 
+/// An entry an earlier version stored whole, over one bulk read (25 MB) but within KV's 25 MiB value limit, is
+/// read with a single `get` once KV refuses even a bulk get of it alone; the run loads exactly.
+#[test]
+fn an_entry_stored_whole_over_25_mb_is_read_with_a_single_get() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = MemoryKv::new();
+    let store = journal(kv.clone(), &clock);
+    let lease = block_on(conformance::acquired(&store, "old", "o", clock.now_ms(), &LEASE, "acquire"));
+    let (e1, cp1) = conformance::snapshot_entry("old", "x", clock.now_ms());
+    block_on(store.commit(&lease, &e1, &cp1)).unwrap();
+    let (e2, cp2) = conformance::delta_entry(&cp1, Message::user("o".repeat(25_500_000)), RunStatus::InProgress, 2);
+    let raw = serde_json::to_string(&e2).unwrap();
+    assert!(raw.len() > 25_000_000 && raw.len() <= 25 * 1024 * 1024);
+    let key = kv.keys().into_iter().find(|k| k.ends_with("/0000000001")).unwrap().replace("/0000000001", "/0000000002");
+    block_on(kv.put(&key, &raw, PutOptions::default())).unwrap();
+    drop((e2, raw));
+    let before = kv.counts();
+    assert!(block_on(journal(kv.clone(), &clock).load("old")).unwrap() == Some(cp2), "loads exactly");
+    let c = kv.counts();
+    assert!(c.bulk_refused > before.bulk_refused, "{c:?}");
+    assert_eq!(c.gets - before.gets, 2, "the lease, then the entry alone: {c:?}");
+}
+
 /// A periodic snapshot is an optimisation: when the state it would hold does not fit one value (it would take
 /// several writes where the delta takes one), the entry is written as the delta it is, and the run loads (and
 /// goes on) exactly.
