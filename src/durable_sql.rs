@@ -27,7 +27,7 @@
 //!   `(run, seq, part)`, `steadfast_meta(run, k, v)` keyed by `(run, k)`, and `steadfast_index(k, v, meta)`.
 
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::store::kv::{check_bulk, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
+use crate::store::kv::{check_bulk, check_bulk_bytes, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
 use crate::store::object::{JournalRow, ObjectClient, ObjectStorage, RunObjectCore, Write};
 use crate::wasm_shared::{js_message, method, prop};
 pub use crate::wasm_shared::{JsClock, JsSleep};
@@ -402,6 +402,8 @@ impl KvBackend for SqlIndex {
         for k in keys {
             out.push(self.get(k).await?);
         }
+        // KV's bulk-read limit, kept like its other limits.
+        check_bulk_bytes(&out)?;
         Ok(out)
     }
 

@@ -6,7 +6,7 @@
 
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::runtime::{Clock, Sleep, SplitMix64};
-use crate::store::kv::{check_bulk, check_key, check_put, kv_error_code, KvBackend, ListKey, ListPage, PutOptions};
+use crate::store::kv::{check_bulk, check_key, check_put, kv_error, KvBackend, ListKey, ListPage, PutOptions};
 use async_trait::async_trait;
 use js_sys::{Array, Function, Object, Promise, Reflect, JSON};
 use serde_json::Value;
@@ -143,20 +143,10 @@ pub fn js_rng() -> SplitMix64 {
 // ---------------------------------------------------------------------------------------------------------
 // Workers KV.
 
-/// The crate error for a failed KV call.
-fn kv_error(e: &JsValue) -> Error {
-    let text = js_message(e);
-    match kv_error_code(&text) {
-        ErrorCode::StoreRateLimited => {
-            Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
-        }
-        code => Error::new(code, format!("Workers KV failed: {text}")),
-    }
-}
-
 /// The [`KvBackend`] over a Workers `KVNamespace` object (a Worker's binding, or one a JS caller hands the npm
 /// package): `get`, bulk `get(keys[])` (a `Map`, one KV operation for up to 100 keys), `put` (with metadata
-/// and TTL), `delete`, `list`. A failure's message is classified by [`kv_error_code`].
+/// and TTL), `delete`, `list`. A failure's message is classified by [`kv_error`] (a bulk get over 25 MB: the
+/// binding's 413, which the journal store reads in smaller bulk gets).
 #[derive(Clone)]
 pub struct WorkersKv {
     ns: JsValue,
@@ -175,7 +165,7 @@ impl WorkersKv {
     async fn call(&self, name: &str, args: &Array) -> Result<JsValue> {
         let f =
             method(&self.ns, name, "the KV namespace").map_err(|e| Error::new(ErrorCode::StoreFailed, e.message))?;
-        call_async(&f, &self.ns, args).await.map_err(|e| kv_error(&e))
+        call_async(&f, &self.ns, args).await.map_err(|e| kv_error(&js_message(&e)))
     }
 }
 

@@ -5,9 +5,12 @@ mod common;
 use common::*;
 use serde_json::json;
 use std::rc::Rc;
+use steadfast::core::approval::ApprovalRecord;
+use steadfast::core::checkpoint::JournalEntry;
 use steadfast::core::checkpoint::RunStatus;
 use steadfast::core::transcript::{validate_transcript, Message, ResultKind};
 use steadfast::runtime::{CrashPoint, FnTool, MockModel, MockTurn, Resolve, SendOptions, Tool, ToolOutput};
+use steadfast::store::{HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters};
 
 /// A side-effecting tool without `reconcile` that counts executions per call id.
 fn side_effecting_tool(name: &str, c: &Counters) -> Rc<dyn Tool> {
@@ -209,13 +212,89 @@ fn tool_results_over_the_cap_are_truncated_with_a_marker() {
     }
 }
 
-/// An entry the store refuses for good (over KV's 25 MiB value limit) is a failed attempt: it is recorded
-/// (`lastError`, `attempts`) on the stored run, not retried by the sweep for ever.
+/// A store refusing for good (`STEADFAST_STORE_FAILED`) every journal entry over `max` bytes, as a backend with
+/// a small value limit would; everything else goes to `inner`.
+struct Refusing {
+    inner: Rc<dyn RunStore>,
+    max: usize,
+}
+
+#[async_trait::async_trait(?Send)]
+impl RunStore for Refusing {
+    async fn load(&self, run_id: &str) -> steadfast::Result<Option<steadfast::Checkpoint>> {
+        self.inner.load(run_id).await
+    }
+    async fn acquire_lease(&self, run_id: &str, owner: &str, now: u64, o: &LeaseOptions) -> steadfast::Result<Lease> {
+        self.inner.acquire_lease(run_id, owner, now, o).await
+    }
+    async fn confirm_lease(&self, lease: &Lease) -> steadfast::Result<()> {
+        self.inner.confirm_lease(lease).await
+    }
+    async fn renew_lease(&self, lease: &Lease, now: u64, o: &LeaseOptions) -> steadfast::Result<Lease> {
+        self.inner.renew_lease(lease, now, o).await
+    }
+    async fn release_lease(&self, lease: &Lease) -> steadfast::Result<()> {
+        self.inner.release_lease(lease).await
+    }
+    async fn commit(
+        &self,
+        lease: &Lease,
+        entry: &JournalEntry,
+        state: &steadfast::Checkpoint,
+    ) -> steadfast::Result<()> {
+        let n = serde_json::to_string(entry).unwrap().len();
+        if n > self.max {
+            let msg = format!("journal entry {} cannot be stored: {n} bytes (max {})", entry.seq, self.max);
+            return Err(steadfast::Error::new(steadfast::ErrorCode::StoreFailed, msg));
+        }
+        self.inner.commit(lease, entry, state).await
+    }
+    async fn delete(&self, run_id: &str) -> steadfast::Result<()> {
+        self.inner.delete(run_id).await
+    }
+    async fn history(&self, run_id: &str, limit: usize) -> steadfast::Result<Vec<HistoryEntry>> {
+        self.inner.history(run_id, limit).await
+    }
+    async fn pending(&self) -> steadfast::Result<Vec<PendingRun>> {
+        self.inner.pending().await
+    }
+    async fn pending_page(&self, cursor: Option<&str>, limit: usize) -> steadfast::Result<PendingPage> {
+        self.inner.pending_page(cursor, limit).await
+    }
+    async fn check_pending(&self, runs: &[PendingRun]) -> steadfast::Result<Vec<bool>> {
+        self.inner.check_pending(runs).await
+    }
+    async fn put_approval(&self, record: &ApprovalRecord) -> steadfast::Result<()> {
+        self.inner.put_approval(record).await
+    }
+    async fn get_approval(&self, id: &str) -> steadfast::Result<Option<ApprovalRecord>> {
+        self.inner.get_approval(id).await
+    }
+    async fn list_approvals(&self) -> steadfast::Result<Vec<ApprovalRecord>> {
+        self.inner.list_approvals().await
+    }
+    async fn delete_approval(&self, id: &str) -> steadfast::Result<()> {
+        self.inner.delete_approval(id).await
+    }
+    async fn get_state(&self, name: &str) -> steadfast::Result<Option<String>> {
+        self.inner.get_state(name).await
+    }
+    async fn put_state(&self, name: &str, value: &str) -> steadfast::Result<()> {
+        self.inner.put_state(name, value).await
+    }
+    fn counters(&self) -> StoreCounters {
+        self.inner.counters()
+    }
+}
+
+/// An entry the store refuses for good (here a store whose entries hold at most 1 MiB) is a failed attempt: it
+/// is recorded (`lastError`, `attempts`) on the stored run, not retried by the sweep for ever.
 #[test]
 fn a_commit_refused_for_good_is_recorded_as_a_failed_attempt() {
     for (label, env) in envs() {
+        let env = Env::with_store(Rc::new(Refusing { inner: env.store.clone(), max: 1024 * 1024 }), env.clock);
         let c = Counters::default();
-        let script = vec![MockTurn::tools([("t", json!({}))]), MockTurn::text("x".repeat(26 * 1024 * 1024))];
+        let script = vec![MockTurn::tools([("t", json!({}))]), MockTurn::text("x".repeat(2 * 1024 * 1024))];
         let a = env.agent(MockModel::by_turn(script), vec![counting_tool("t", &c)]);
         let e = block_on(a.send("huge", "go", SendOptions::default())).unwrap_err();
         assert_eq!(e.code, steadfast::ErrorCode::StoreFailed, "{label}: {e:?}");
@@ -342,5 +421,18 @@ fn deep_reasoning_in_input_messages_and_fork_patches_is_refused_before_anything_
             block_on(a.fork("in", steadfast::runtime::ForkOptions { from_step: 1, patch, new_id: None })).unwrap_err();
         assert_eq!(e.code, steadfast::ErrorCode::InvalidInput, "{label}: {e}");
         assert!(block_on(a.load("in.fork-1")).unwrap().is_none(), "{label}");
+    }
+}
+
+/// A final answer over Workers KV's 25 MiB value limit is recorded like any other (the store splits what its
+/// platform needs split) and reads back.
+#[test]
+fn a_final_answer_over_25_mib_is_recorded_and_reads_back() {
+    for (label, env) in envs() {
+        let answer = "x".repeat(26 * 1024 * 1024);
+        let a = env.agent(MockModel::by_turn(vec![MockTurn::text(answer.clone())]), vec![]);
+        let done = block_on(a.send("huge", "go", SendOptions::default())).unwrap();
+        assert_eq!((done.status, done.text == answer), (RunStatus::Finished, true), "{label}");
+        assert!(block_on(a.load("huge")).unwrap().unwrap().messages == done.messages, "{label}");
     }
 }

@@ -19,7 +19,8 @@ use steadfast::runtime::{
 };
 use steadfast::store::conformance::{self, Capabilities};
 use steadfast::store::faulty::{FaultOptions, FaultyKv};
-use steadfast::store::kv::{KvBackend, ListPage, PutOptions, MAX_VALUE_BYTES};
+use steadfast::store::journal::MAX_PART_BYTES;
+use steadfast::store::kv::{KvBackend, ListPage, PutOptions};
 use steadfast::store::sim::{SimKv, SimOptions};
 use steadfast::store::{JournalOptions, JournalStore, LeaseOptions, MemoryKv, RunStore};
 use steadfast::ErrorCode;
@@ -111,23 +112,142 @@ fn conformance_with_retryable_faults_on_every_backend() {
     assert!(injected.rate_limited + injected.transient + injected.acks_lost > 0, "{injected:?}");
 }
 
-/// An entry over KV's 25 MiB value limit: `STEADFAST_STORE_FAILED`, nothing written, on every backend.
+/// Entries and journals of any size, on every KV backend (MemoryKv, SimKv in one location and across two, and
+/// retryable faults): an entry of 30 MiB is stored as values of at most a part and reads back (a fork's first
+/// snapshot of it too), a journal over one 25 MB bulk read loads, has history and continues; approval records
+/// and state documents over 25 MiB are refused. Every KV value stays within KV's 25 MiB and every bulk read
+/// within its 25 MB (the simulator refuses anything else).
 #[test]
-fn oversized_entries_are_refused_on_every_backend() {
+fn entries_and_journals_of_any_size_are_recorded_and_read_on_every_backend() {
+    fn check<K: KvBackend>(a: &JournalStore<K>, b: &JournalStore<K>, clock: &ManualClock) {
+        block_on(conformance::large_entry_commits_and_loads_back(a, b, clock));
+        block_on(conformance::journal_over_a_bulk_read_loads_and_continues(a, b, clock));
+        block_on(conformance::records_over_the_value_limit_are_refused_and_write_nothing(a));
+    }
     let clock = ManualClock::new(1_700_000_000_000);
-    block_on(conformance::oversized_entry_is_refused_and_writes_nothing(&journal(MemoryKv::new(), &clock), &clock));
+    let kv = MemoryKv::new();
+    let (a, b) = pair(kv.clone(), kv.clone(), &clock);
+    check(&a, &b, &clock);
+    let largest = kv.keys().iter().map(|k| kv.raw(k).unwrap().len()).max().unwrap();
+    assert!(largest <= MAX_PART_BYTES, "{largest}");
+    assert!(kv.keys().iter().any(|k| k.ends_with("/0000000002/001")), "the 30 MiB entry was split: {:?}", kv.keys());
+    let c = kv.counts();
+    assert!(c.bulk_refused > 0, "some bulk reads were over 25 MB and read again in smaller ones: {c:?}");
+    drop((a, b, kv));
+
     let clock = ManualClock::new(1_700_000_000_000);
-    let kv = sim(&clock, 1, 60_000);
-    block_on(conformance::oversized_entry_is_refused_and_writes_nothing(&journal(kv.clone(), &clock), &clock));
-    let entry2 = kv.keys().into_iter().find(|k| k.ends_with("/0000000002")).unwrap();
-    assert_eq!(kv.key_counts(&entry2).puts, 1, "the refused entry was never sent to KV");
+    let kv = sim(&clock, 2, 900);
+    let (a, b) = pair(kv.at(0), kv.at(1), &clock);
+    check(&a, &b, &clock);
+    drop((a, b, kv));
+
     let clock = ManualClock::new(1_700_000_000_000);
-    let faulty = FaultyKv::new(MemoryKv::new(), retryable_faults(5));
-    block_on(conformance::oversized_entry_is_refused_and_writes_nothing(&journal(faulty, &clock), &clock));
+    let kv = MemoryKv::new();
+    let (a, b) = pair(FaultyKv::new(kv.clone(), retryable_faults(5)), FaultyKv::new(kv, retryable_faults(15)), &clock);
+    check(&a, &b, &clock);
+    let injected = a.kv().injected();
+    assert!(injected.rate_limited + injected.transient + injected.acks_lost > 0, "{injected:?}");
 }
 
-/// A snapshot is an optimisation: when the state it would hold is over KV's value limit, the entry is written
-/// as the delta it is, and the run loads (and goes on) exactly.
+/// An entry split over several values is written once, whole or not at all as far as readers go: its parts
+/// first, the header naming them last. Parts without a header (the writer stopped part way) are never read;
+/// a part missing while its header exists (a lost write) is corrupt once KV's listing confirms it; a part that
+/// is not the size its header says is corrupt; a takeover reads the split entry, and a finished run's release
+/// prunes its parts with it.
+#[test]
+fn a_split_entry_is_read_whole_or_reported() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = MemoryKv::new();
+    let store = journal(kv.clone(), &clock);
+    let lease_s = block_on(conformance::acquired(&store, "s", "o", clock.now_ms(), &LEASE, "acquire"));
+    let (e1, cp1) = conformance::snapshot_entry("s", "x", clock.now_ms());
+    block_on(store.commit(&lease_s, &e1, &cp1)).unwrap();
+    let big = Message::user("é".repeat(MAX_PART_BYTES / 2 + 1_000));
+    let (e2, cp2) = conformance::delta_entry(&cp1, big, RunStatus::InProgress, 2);
+    block_on(store.commit(&lease_s, &e2, &cp2)).unwrap();
+    drop(e2);
+    let entry2 = kv.keys().into_iter().find(|k| k.ends_with("/0000000002")).unwrap();
+    let header = kv.raw(&entry2).unwrap();
+    assert!(header.starts_with("{\"split\":{\"seq\":2,") && header.len() < 200, "{header}");
+    let parts: Vec<String> = kv.keys().into_iter().filter(|k| k.starts_with(&format!("{entry2}/"))).collect();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert!(parts.iter().all(|p| kv.raw(p).unwrap().len() <= MAX_PART_BYTES));
+    let other = || journal(kv.clone(), &clock);
+    assert!(block_on(other().load("s")).unwrap() == Some(cp2.clone()));
+
+    // A part that is not the size its header says.
+    let part0 = kv.raw(&parts[0]).unwrap();
+    kv.set_raw(&parts[0], &part0[..part0.len() - 2]);
+    let err = block_on(other().load("s")).unwrap_err();
+    assert_eq!(err.code, ErrorCode::CheckpointCorrupt, "{err}");
+    assert!(err.message.contains("part 0"), "{err}");
+    kv.set_raw(&parts[0], &part0);
+    drop(part0);
+    // A part missing while its header exists: a lost write (the listing shows the header, not the part).
+    let part1 = kv.raw(&parts[1]).unwrap();
+    block_on(kv.delete(&parts[1])).unwrap();
+    let err = block_on(other().load("s")).unwrap_err();
+    assert_eq!(err.code, ErrorCode::CheckpointCorrupt, "{err}");
+    assert!(err.message.contains("part 1 of journal entry 2"), "{err}");
+    block_on(kv.put(&parts[1], &part1, PutOptions::default())).unwrap();
+    drop(part1);
+    assert!(block_on(other().load("s")).unwrap() == Some(cp2.clone()), "whole again");
+
+    // Another run's writer writes entry 3's first part and stops (the process died part way): no header, so
+    // readers see the run as it was before entry 3.
+    let p_store = journal(kv.clone(), &clock);
+    let lease_p = block_on(conformance::acquired(&p_store, "p", "o", clock.now_ms(), &LEASE, "acquire"));
+    let (e1, cp1) = conformance::snapshot_entry("p", "x", clock.now_ms());
+    block_on(p_store.commit(&lease_p, &e1, &cp1)).unwrap();
+    let (e2, cp2p) = conformance::delta_entry(&cp1, Message::user("y"), RunStatus::InProgress, 2);
+    block_on(p_store.commit(&lease_p, &e2, &cp2p)).unwrap();
+    let entry3 = kv.keys().into_iter().find(|k| k.starts_with("run/p/j/") && k.ends_with("/0000000002")).unwrap();
+    let entry3 = entry3.replace("/0000000002", "/0000000003");
+    block_on(kv.put(&format!("{entry3}/000"), "{\"seq\":3,\"at\":3,\"body\":{\"t", PutOptions::default())).unwrap();
+    assert!(block_on(other().load("p")).unwrap() == Some(cp2p), "parts without a header are not an entry");
+
+    // A takeover reads the split entry; the finished run's release prunes entry 2 with its parts.
+    let opts = JournalOptions { history_limit: 1, ..JournalOptions::default() };
+    let next = JournalStore::new(kv.clone(), Rc::new(clock.clone()), Rc::new(ManualSleep::new(clock.clone())), opts);
+    clock.set(lease_s.expires_at + LEASE.grace_ms);
+    let l2 = block_on(conformance::acquired(&next, "s", "o2", clock.now_ms(), &LEASE, "take over"));
+    assert!(block_on(next.load("s")).unwrap() == Some(cp2.clone()), "the takeover reads the split entry");
+    let (e3, mut done) = conformance::delta_entry(&cp2, Message::assistant("done", vec![]), RunStatus::Finished, 9);
+    drop(cp2);
+    done.seq = e3.seq;
+    let e3 = JournalEntry { body: EntryBody::Snapshot { state: Box::new(done.clone()) }, ..e3 };
+    block_on(next.commit(&l2, &e3, &done)).unwrap();
+    block_on(next.release_lease(&l2)).unwrap();
+    assert!(kv.keys().iter().all(|k| !k.starts_with(&entry2)), "entry 2 and its parts pruned: {:?}", kv.keys());
+    assert!(block_on(other().load("s")).unwrap() == Some(done));
+}
+
+/// An entry an earlier version stored whole, over one bulk read (25 MB) but within KV's 25 MiB value limit, is
+/// read with a single `get` once KV refuses even a bulk get of it alone; the run loads exactly.
+#[test]
+fn an_entry_stored_whole_over_25_mb_is_read_with_a_single_get() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let kv = MemoryKv::new();
+    let store = journal(kv.clone(), &clock);
+    let lease = block_on(conformance::acquired(&store, "old", "o", clock.now_ms(), &LEASE, "acquire"));
+    let (e1, cp1) = conformance::snapshot_entry("old", "x", clock.now_ms());
+    block_on(store.commit(&lease, &e1, &cp1)).unwrap();
+    let (e2, cp2) = conformance::delta_entry(&cp1, Message::user("o".repeat(25_500_000)), RunStatus::InProgress, 2);
+    let raw = serde_json::to_string(&e2).unwrap();
+    assert!(raw.len() > 25_000_000 && raw.len() <= 25 * 1024 * 1024);
+    let key = kv.keys().into_iter().find(|k| k.ends_with("/0000000001")).unwrap().replace("/0000000001", "/0000000002");
+    block_on(kv.put(&key, &raw, PutOptions::default())).unwrap();
+    drop((e2, raw));
+    let before = kv.counts();
+    assert!(block_on(journal(kv.clone(), &clock).load("old")).unwrap() == Some(cp2), "loads exactly");
+    let c = kv.counts();
+    assert!(c.bulk_refused > before.bulk_refused, "{c:?}");
+    assert_eq!(c.gets - before.gets, 2, "the lease, then the entry alone: {c:?}");
+}
+
+/// A periodic snapshot is an optimisation: when the state it would hold does not fit one value (it would take
+/// several writes where the delta takes one), the entry is written as the delta it is, and the run loads (and
+/// goes on) exactly.
 #[test]
 fn a_snapshot_over_the_value_limit_falls_back_to_the_delta() {
     let clock = ManualClock::new(1_700_000_000_000);
@@ -135,7 +255,7 @@ fn a_snapshot_over_the_value_limit_falls_back_to_the_delta() {
     let opts = JournalOptions { snapshot_every: 1, snapshot_growth: 0, ..JournalOptions::default() };
     let store = JournalStore::new(kv.clone(), Rc::new(clock.clone()), Rc::new(ManualSleep::new(clock.clone())), opts);
     let lease = block_on(conformance::acquired(&store, "s", "o", clock.now_ms(), &LEASE, "acquire"));
-    let (e1, cp1) = conformance::snapshot_entry("s", &"a".repeat(MAX_VALUE_BYTES - 3 * 1024 * 1024), clock.now_ms());
+    let (e1, cp1) = conformance::snapshot_entry("s", &"a".repeat(MAX_PART_BYTES - 3 * 1024 * 1024), clock.now_ms());
     block_on(store.commit(&lease, &e1, &cp1)).unwrap();
     let mut cp = cp1;
     for i in 0..2 {
@@ -147,8 +267,8 @@ fn a_snapshot_over_the_value_limit_falls_back_to_the_delta() {
     }
     let sizes: Vec<usize> = kv.keys().iter().filter(|k| k.contains("/j/")).map(|k| kv.raw(k).unwrap().len()).collect();
     assert_eq!(sizes.len(), 3);
-    assert!(sizes.iter().all(|n| *n <= MAX_VALUE_BYTES), "{sizes:?}");
-    assert!(sizes[1..].iter().all(|n| *n < 4 * 1024 * 1024), "snapshots due but over 25 MiB: deltas {sizes:?}");
+    assert!(sizes.iter().all(|n| *n <= MAX_PART_BYTES), "{sizes:?}");
+    assert!(sizes[1..].iter().all(|n| *n < 4 * 1024 * 1024), "snapshots due but over one value: deltas {sizes:?}");
     assert_eq!(block_on(store.load("s")).unwrap().unwrap(), cp);
 }
 

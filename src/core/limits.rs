@@ -10,8 +10,9 @@
 //!   so a field added later without a door cannot make a run unreadable either.
 //! * **Tool results.** A tool result longer than the agent's `maxToolResultBytes` (default
 //!   [`DEFAULT_MAX_TOOL_RESULT_BYTES`]) is cut at a character boundary and ends with a marker the model can read,
-//!   saying how long the full result was. Workers KV takes values of at most 25 MiB; one boundary may carry
-//!   several results and a periodic snapshot the whole transcript.
+//!   saying how long the full result was. One boundary may carry several results (eight of 4 MiB make a 32 MiB
+//!   journal entry) and a snapshot the whole transcript: every store records entries of any size, splitting
+//!   what its platform cannot hold in one value (the store contract's "Limits").
 
 use super::error::{Error, Result};
 use super::transcript::Message;
@@ -23,8 +24,8 @@ pub const MAX_JSON_DEPTH: usize = 64;
 /// Default cap of one tool result's text (bytes).
 pub const DEFAULT_MAX_TOOL_RESULT_BYTES: usize = 256 * 1024;
 
-/// Largest `maxToolResultBytes` a configuration may set (a KV value holds 25 MiB; a turn may carry several
-/// results).
+/// Largest `maxToolResultBytes` a configuration may set (a turn may carry several results: eight make a 32 MiB
+/// entry, which the stores split as their platform needs).
 pub const MAX_TOOL_RESULT_BYTES: usize = 4 * 1024 * 1024;
 
 /// The nesting depth of a value: 0 for a scalar, 1 for `[]` or `{}` of scalars, and so on. Iterative, so a

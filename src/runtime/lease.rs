@@ -75,7 +75,7 @@ impl Deps {
                 // execution's run to mark.
                 let not_ours = e.code == ErrorCode::SessionExists;
                 if e.code != ErrorCode::Crashed && e.code != ErrorCode::SessionBusy && !e.retryable && !not_ours {
-                    // The store refused a write for good (e.g. an entry over its value limit), so nothing of it
+                    // The store refused a write for good (`STEADFAST_STORE_FAILED`), so nothing of it
                     // was written: record the failed attempt on what is stored, so that `attempts` grows and the
                     // sweep sees a run that cannot progress instead of resuming it for ever.
                     self.record_failure(lease, &e).await;

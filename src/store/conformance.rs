@@ -395,21 +395,108 @@ pub async fn many_commits_stay_foldable(store: &impl RunStore, clock: &ManualClo
     assert_eq!(loaded.messages.len() as u64, n + 1);
 }
 
-/// An entry over Workers KV's value limit (25 MiB) is refused with `STEADFAST_STORE_FAILED` (not retryable:
-/// it would never fit), nothing is written, and the run goes on from the state before it. Not part of
-/// [`run_all`] (it allocates ~100 MB, too much inside a Worker): every backend's native tests call it.
-pub async fn oversized_entry_is_refused_and_writes_nothing(store: &impl RunStore, clock: &ManualClock) {
+/// A journal entry over Workers KV's value limit (25 MiB) — what eight 4 MiB tool results settling together, or
+/// a fork's first snapshot of a large run, make — is stored and loads back exactly, in history too (each backend
+/// splits it as its platform needs: KV values, object rows), and the run goes on after it; so does a new run
+/// whose first entry is a snapshot of that whole state (a fork). Not part of [`run_all`] (it allocates a few
+/// hundred MB, too much inside a Worker): every backend's native tests call it.
+pub async fn large_entry_commits_and_loads_back<S: RunStore>(store: &S, other: &S, clock: &ManualClock) {
     let o = opts();
     let l = acquired(store, "big", "o", clock.now_ms(), &o, "lease").await;
     let (e1, cp1) = snapshot_entry("big", "x", clock.now_ms());
     store.commit(&l, &e1, &cp1).await.expect("commit");
-    let huge = "r".repeat(crate::store::kv::MAX_VALUE_BYTES);
-    let (e2, cp2) = delta_entry(&cp1, Message::user(huge), RunStatus::InProgress, clock.now_ms());
-    let err = store.commit(&l, &e2, &cp2).await.expect_err("over the value limit");
-    assert_eq!((err.code, err.retryable), (ErrorCode::StoreFailed, false), "{err}");
-    assert_eq!(store.load("big").await.expect("load"), Some(cp1.clone()), "nothing was written");
     clock.advance(1_000);
-    let (e2, cp2) = delta_entry(&cp1, Message::user("small"), RunStatus::InProgress, clock.now_ms());
-    store.commit(&l, &e2, &cp2).await.expect("the same step, within the limit");
-    assert_eq!(store.load("big").await.expect("load"), Some(cp2));
+    let (e2, cp2) = delta_entry(&cp1, Message::user("r".repeat(30 * 1024 * 1024)), RunStatus::InProgress, 2);
+    store.commit(&l, &e2, &cp2).await.expect("an entry of 30 MiB is stored");
+    drop(e2);
+    for reader in [store, other] {
+        assert!(reader.load("big").await.expect("load") == Some(cp2.clone()), "the entry loads back exactly");
+    }
+    let h = other.history("big", 2).await.expect("history");
+    assert_eq!(h.iter().map(|h| h.seq).collect::<Vec<_>>(), vec![2, 1]);
+    assert!(h[0].checkpoint == cp2 && h[1].checkpoint == cp1, "history holds the state of the large entry");
+    drop(h);
+    clock.advance(1_000);
+    let (e3, cp3) = delta_entry(&cp2, Message::assistant("read it", vec![]), RunStatus::Finished, 3);
+    drop(cp2);
+    store.commit(&l, &e3, &cp3).await.expect("the run goes on");
+    store.release_lease(&l).await.expect("release");
+    clock.advance(1_000);
+    assert!(other.load("big").await.expect("load after release") == Some(cp3.clone()));
+    // A new run whose first entry is the whole large state.
+    let lf = acquired(other, "big-fork", "f", clock.now_ms(), &o, "fork lease").await;
+    let mut fork = cp3;
+    fork.run_id = "big-fork".into();
+    fork.seq = 1;
+    fork.saved_at = clock.now_ms();
+    let first = JournalEntry { seq: 1, at: fork.saved_at, body: EntryBody::Snapshot { state: Box::new(fork.clone()) } };
+    other.commit(&lf, &first, &fork).await.expect("a snapshot of 30 MiB is stored");
+    drop(first);
+    other.release_lease(&lf).await.expect("release");
+    clock.advance(1_000);
+    assert!(store.load("big-fork").await.expect("load the fork") == Some(fork), "the snapshot loads back exactly");
+}
+
+/// A run whose entries total over one Workers KV bulk read (25 MB; here twelve entries of 2.5 MiB, each well
+/// within a value) is written, then read by another process: it loads, has history, is listed while unfinished,
+/// and continues — the next owner takes it over and finishes it. Not part of [`run_all`] (memory, as above).
+pub async fn journal_over_a_bulk_read_loads_and_continues<S: RunStore>(store: &S, other: &S, clock: &ManualClock) {
+    let o = opts();
+    let l = acquired(store, "wide", "o", clock.now_ms(), &o, "lease").await;
+    let (e1, mut cp) = snapshot_entry("wide", "x", clock.now_ms());
+    store.commit(&l, &e1, &cp).await.expect("commit");
+    for i in 0..12u64 {
+        clock.advance(100);
+        let big = Message::user(format!("{i}:{}", "w".repeat(5 * 1024 * 1024 / 2)));
+        let (e, next) = delta_entry(&cp, big, RunStatus::InProgress, 10 + i);
+        store.commit(&l, &e, &next).await.expect("commit");
+        cp = next;
+    }
+    let bytes: usize = cp.messages.iter().map(|m| serde_json::to_string(m).map(|s| s.len()).unwrap_or(0)).sum();
+    assert!(bytes > 31_000_000, "the journal holds {bytes} bytes");
+    store.release_lease(&l).await.expect("release");
+    clock.advance(1_000);
+    for reader in [other, store] {
+        assert!(reader.load("wide").await.expect("load") == Some(cp.clone()), "loads exactly");
+    }
+    let h = other.history("wide", 2).await.expect("history");
+    assert_eq!(h.iter().map(|h| h.seq).collect::<Vec<_>>(), vec![13, 12]);
+    assert!(h[0].checkpoint == cp, "the newest state first");
+    drop(h);
+    let pending = other.pending().await.expect("pending");
+    assert_eq!(pending.iter().map(|p| p.run_id.as_str()).collect::<Vec<_>>(), vec!["wide"]);
+    assert_eq!(other.check_pending(&pending).await.expect("check"), vec![true]);
+    let l2 = acquired(other, "wide", "o2", clock.now_ms(), &o, "the next owner").await;
+    let resumed = other.load("wide").await.expect("load under the lease").expect("exists");
+    assert!(resumed == cp, "the next owner reads the whole journal");
+    let (e, done) = delta_entry(&cp, Message::assistant("done", vec![]), RunStatus::Finished, 99);
+    other.commit(&l2, &e, &done).await.expect("it continues");
+    other.release_lease(&l2).await.expect("release");
+    clock.advance(1_000);
+    assert!(store.load("wide").await.expect("load") == Some(done), "and ends");
+    assert!(store.pending().await.expect("pending").is_empty());
+}
+
+/// Approval records and state documents are single values: over Workers KV's value limit (25 MiB) they are
+/// refused with `STEADFAST_STORE_FAILED` (not retryable), writing nothing. Not part of [`run_all`] (memory).
+pub async fn records_over_the_value_limit_are_refused_and_write_nothing(store: &impl RunStore) {
+    let huge = "n".repeat(crate::store::kv::MAX_VALUE_BYTES);
+    let rec = ApprovalRecord {
+        id: "apr_big".into(),
+        run_id: "r".into(),
+        tool_call: ToolCall { id: "c1".into(), name: "pay".into(), args: json!({}), invalid: None },
+        batch: vec!["apr_big".into()],
+        status: ApprovalStatus::Pending,
+        note: Some(huge.clone()),
+        step: 1,
+        created_at: 10,
+        decided_at: None,
+        fingerprint: None,
+    };
+    let err = store.put_approval(&rec).await.expect_err("an approval record over 25 MiB");
+    assert_eq!((err.code, err.retryable), (ErrorCode::StoreFailed, false), "{err}");
+    assert_eq!(store.get_approval("apr_big").await.expect("get"), None, "nothing written");
+    let err = store.put_state("big", &format!("{huge}x")).await.expect_err("a document over 25 MiB");
+    assert_eq!((err.code, err.retryable), (ErrorCode::StoreFailed, false), "{err}");
+    assert_eq!(store.get_state("big").await.expect("get"), None, "nothing written");
 }

@@ -11,7 +11,8 @@
 //! (`idx/pending/<id>`) is written only when a run's status, attempts or last error change, not per boundary.
 //!
 //! # Contract on KV
-//! * **Hot path: one write per boundary** (the entry), no read, no key written twice within a second.
+//! * **Hot path: one write per boundary** (the entry; an entry over [`MAX_PART_BYTES`] takes one write per
+//!   20 MiB part and one for its header, see *Sizes*), no read, no key written twice within a second.
 //! * **Fencing by construction.** A stale writer keeps writing into its own segment, past the cut, where no
 //!   reader looks: its late writes are never read. It stops with `STEADFAST_SESSION_BUSY` at its next renewal,
 //!   or at its next commit once its lease has expired by its own clock (then the commit re-reads the lease).
@@ -37,8 +38,9 @@
 //!   strict single-writer guarantees use a strongly consistent store.
 //! * **Snapshots and history.** A new run starts with a snapshot entry; a later snapshot replaces a delta when
 //!   `snapshot_every` entries and `snapshot_growth` × the last snapshot's bytes have accumulated since the last
-//!   one, so bytes written stay O(n) and a load folds a bounded number of entries. A snapshot over KV's value
-//!   limit is not written (the entry stays a delta). When a finished run releases its lease, entries older than
+//!   one, so bytes written stay O(n) and a load folds a bounded number of entries. A periodic snapshot that
+//!   would not fit one value ([`MAX_PART_BYTES`]) is not written (the entry stays a delta: one write, not
+//!   several). When a finished run releases its lease, entries older than
 //!   needed for `history_limit` states are deleted (at most `prune_batch`); the end marker records what was
 //!   pruned, and readers read it with the first entries (one bulk get), so pruning never makes a run
 //!   unreadable.
@@ -49,13 +51,27 @@
 //!   `STEADFAST_STORE_UNAVAILABLE`. Folding past a gap, or cutting the journal at it, would drop recorded
 //!   steps and a resume would redo them. A lost *last* entry cannot be told from the end of the journal by a
 //!   reader whose lease view ends before it.
-//! * **Limits.** An entry over KV's value limit (25 MiB) is refused with `STEADFAST_STORE_FAILED` (not
-//!   retryable) before anything is written. The index entry is capped in bytes of serialised JSON, so it always
-//!   fits KV's 1,024 bytes of metadata.
+//! * **Sizes: every entry is recordable.** An entry over [`MAX_PART_BYTES`] (20 MiB) is split over several
+//!   write-once values: its parts `…/<seq>/<n>` (each at most 20 MiB) first, then a header at the entry's own
+//!   key naming them (`{"split": {seq, bytes, parts}}`, a few dozen bytes). A reader that finds the header finds
+//!   every part (a part missing while its header exists is judged like a gap); an entry whose writes stopped
+//!   part way has no header, so it was never written as far as readers go (its parts are garbage, dropped with
+//!   the run). A finished run's release prunes parts with their entry (the lease and the end marker list the
+//!   split entries not yet pruned). Every journal value thus fits a KV value (25 MiB) and, alone, a bulk read.
+//!   The index entry is capped in bytes of serialised JSON, so it always fits KV's 1,024 bytes of metadata.
+//! * **Sizes: every run is readable.** A bulk get returns at most 25 MB; KV refuses a larger one whole (HTTP
+//!   413, [`is_bulk_too_large`]). Reads ask for up to 100 keys at first and, once a read has seen a large value,
+//!   for as many as fit 25 MB at the largest size seen; a refused bulk get is read again as two halves (a
+//!   single value over 25 MB — KV stores up to 25 MiB — with `get`). A split entry's parts are read in bulk gets
+//!   packed by the sizes its header names. So a load, history, the takeover probe, the pending check and the
+//!   approval listing read a run of any size at about its bytes / 25 MB bulk gets, plus at most about
+//!   log2(100) ≈ 7 refused ones each time a larger value than any before turns up (measured: a finished run's
+//!   26 MB journal of 28 entries loads in 6 operations, the lease and 5 bulk gets, 2 of them refused; see
+//!   `tests/sizes.rs`). Each bulk get, refused or not, is one of an invocation's 1,000 operations.
 //! * **The index is secondary.** Once a boundary's entry is written the commit has succeeded; a failed index
 //!   write marks the index dirty and is repaired at the next boundary or at release.
 //! * **429s** off the hot path (lease writes racing, approvals, the index) are retried with backoff from 1 s,
-//!   bounded, then fail with `STEADFAST_STORE_RATE_LIMITED` (retryable).
+//!   bounded, then fail with `STEADFAST_STORE_RATE_LIMITED` (retryable). On the hot path see *Retries*.
 //!
 //! # Retries: a deliberate second layer
 //! The runtime's model-call retry (M15) is the only layer that retries *model calls*. This store keeps a
@@ -66,18 +82,28 @@
 //! * reads failing with `STEADFAST_STORE_UNAVAILABLE`: 3 retries, 200 / 400 / 800 ms (`READ_BACKOFF`);
 //! * writes off the hot path (approvals, the index, end markers, deletes): `write_retries` retries, doubling
 //!   from 1 s (`WRITE_BACKOFF`); lease renewals use the same delays, and stop at the lease's expiry;
+//! * the hot path (a boundary's entry, its parts and header): the same delays, **bounded by the lease**: a retry
+//!   is made only if it starts before the lease's expiry by this process's clock (the driver does not renew the
+//!   lease while it waits for a commit, and past the expiry another process may take the run over and cut the
+//!   journal before the entry); an entry acknowledged at or after the expiry is reported committed only if the
+//!   lease, read back, is still this writer's (else `STEADFAST_SESSION_BUSY`). Then a failure goes back to the
+//!   runtime, which ends the attempt (the run stays resumable). A 429 here can only follow this writer's own
+//!   attempt whose acknowledgement was lost (the key is new and written once), and a transient failure usually
+//!   passes within a second: retrying what the lease allows keeps a turn's results from being run again;
 //! * lease writes while acquiring: 1 s after a 429, 200 ms after a transient failure, never growing
 //!   (`LEASE_RATE_LIMITED`, `LEASE_TRANSIENT`): the acquirer reads the lease again before every write and
 //!   must finish within its settle window.
 //!
 //! Every delay is a [`Backoff`] (the crate's one definition, in core), without jitter: KV's limit is one write
 //! per second per key, not a crowd of clients to spread out, and fixed delays keep the store's timings
-//! reproducible in tests. The hot path (a boundary's journal entry) is never retried here: a failed commit goes
-//! back to the runtime, which decides.
+//! reproducible in tests.
 
 use super::index::{IndexMeta, IndexOp};
 use super::keys::Keys;
-use super::kv::{check_value, KvBackend, PutOptions, MAX_BULK_GET, MAX_LIST_LIMIT, MAX_VALUE_BYTES};
+use super::kv::{
+    is_bulk_too_large, KvBackend, PutOptions, MAX_BULK_GET, MAX_BULK_GET_BYTES, MAX_LIST_LIMIT, MAX_VALUE_BYTES,
+};
+use super::object::split_parts;
 use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters};
 use crate::core::approval::ApprovalRecord;
 use crate::core::backoff::Backoff;
@@ -86,7 +112,7 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::Future;
 use std::rc::Rc;
@@ -130,9 +156,11 @@ pub struct JournalOptions {
     pub snapshot_every: u64,
     /// Bytes since the last snapshot must reach this multiple of its size (default 3).
     pub snapshot_growth: u64,
-    /// Retries of a rate-limited or failed write off the hot path (default 4: 1 s, 2 s, 4 s, 8 s).
+    /// Retries of a rate-limited or failed write (default 4: 1 s, 2 s, 4 s, 8 s); on the hot path only those
+    /// that start before the lease's expiry.
     pub write_retries: u32,
-    /// Most entries deleted when a finished run releases its lease (default 200).
+    /// Most entries deleted when a finished run releases its lease (default 200; a split entry's parts go with
+    /// it).
     pub prune_batch: usize,
 }
 
@@ -179,6 +207,10 @@ struct Progress {
     entries_since: u64,
     pruned: u64,
     finished: bool,
+    /// The entries split over several values that no release pruned yet: `[seq, parts]` (a release deletes
+    /// their parts with them).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    split: Vec<[u64; 2]>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -239,7 +271,83 @@ impl Progress {
                 return Err(format!("{what} {bytes} is out of range"));
             }
         }
-        self.snaps.iter().try_for_each(|s| in_range("a snapshot seq", *s))
+        self.snaps.iter().try_for_each(|s| in_range("a snapshot seq", *s))?;
+        self.split.iter().try_for_each(|[s, parts]| {
+            in_range("a split entry's seq", *s)?;
+            match (1..=MAX_PARTS as u64).contains(parts) {
+                true => Ok(()),
+                false => Err(format!("a split entry's {parts} parts are out of range")),
+            }
+        })
+    }
+}
+
+/// Most bytes of one KV value of a journal entry. An entry over it is split over several values, its
+/// **parts** (`…/<seq>/<n>`, each at most this long), written first, and a small **header** at the entry's own
+/// key, written last, naming them ([`SplitHeader`]). Every journal value then fits a KV value (25 MiB) and, on
+/// its own, a bulk read (25 MB), so a reader can always read it in bulk. 20 MiB: the fewest values that do.
+pub const MAX_PART_BYTES: usize = 20 * 1024 * 1024;
+
+/// Most parts of one entry (a part's key carries three digits): ~19.5 GiB, far past any entry a process holds.
+const MAX_PARTS: usize = 999;
+
+/// How a header value starts (a journal entry's JSON starts with `{"seq":`).
+const SPLIT_MARK: &str = "{\"split\":";
+
+/// The header of an entry split over several values (stored as `{"split": …}` at the entry's key).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+struct SplitHeader {
+    /// The entry's seq.
+    seq: u64,
+    /// The entry's bytes (the parts joined).
+    bytes: u64,
+    /// Each part's bytes, in order.
+    parts: Vec<u64>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SplitValue {
+    split: SplitHeader,
+}
+
+impl SplitHeader {
+    /// The header of entry `seq` as stored: it parses, names its seq, and its parts (1 to [`MAX_PARTS`], each a
+    /// KV value) add up to its bytes.
+    fn parse(raw: &str, seq: u64) -> std::result::Result<SplitHeader, String> {
+        let h = serde_json::from_str::<SplitValue>(raw).map_err(|e| e.to_string())?.split;
+        if h.seq != seq {
+            return Err(format!("its header says seq {}", h.seq));
+        }
+        if h.parts.is_empty() || h.parts.len() > MAX_PARTS {
+            return Err(format!("its header names {} parts", h.parts.len()));
+        }
+        if h.parts.iter().any(|n| *n > MAX_VALUE_BYTES as u64) || h.parts.iter().sum::<u64>() != h.bytes {
+            return Err(format!("its header's parts {:?} do not make its {} bytes", h.parts, h.bytes));
+        }
+        Ok(h)
+    }
+}
+
+/// How many journal entries that should exist one read of a run's journal asks for in one bulk get: all of a
+/// batch (up to [`MAX_BULK_GET`] keys) until the read has seen a large value, then as many as fit
+/// [`MAX_BULK_GET_BYTES`] at the largest value seen so far. Keys that should hold nothing (past the head, past
+/// a missing entry: the gap probe) are not counted, so probing past the end stays one bulk get. One per read,
+/// so a large run never narrows the reads of a small one. A batch that is over 25 MB all the same (values
+/// larger than any seen before) is read in halves ([`JournalStore::get_many_sized`]).
+#[derive(Default)]
+struct ReadWidth {
+    largest: Cell<usize>,
+}
+
+impl ReadWidth {
+    /// Entries that should exist to ask for in one bulk get.
+    fn keys(&self) -> usize {
+        (MAX_BULK_GET_BYTES / self.largest.get().max(1)).clamp(1, MAX_BULK_GET)
+    }
+
+    fn saw<'a>(&self, values: impl IntoIterator<Item = &'a Option<String>>) {
+        let n = values.into_iter().flatten().map(String::len).max().unwrap_or(0);
+        self.largest.set(self.largest.get().max(n));
     }
 }
 
@@ -444,14 +552,49 @@ impl<K: KvBackend> JournalStore<K> {
         self.read_retrying(|| self.kv.get(key)).await
     }
 
+    /// `keys`' values (at most [`MAX_BULK_GET`] keys), in bulk gets sized to KV's limits
+    /// ([`JournalStore::get_many_sized`]).
     async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
-        self.read_retrying(|| self.kv.get_many(keys)).await
+        self.get_many_sized(keys).await
+    }
+
+    /// `keys`' values (at most [`MAX_BULK_GET`] keys) in one bulk get when KV allows it. A bulk get KV refuses as
+    /// too large (its values total over 25 MB: HTTP 413, one operation spent) is read again as two halves, and so
+    /// on; a single key it refuses (a value over 25 MB alone: KV stores values up to 25 MiB) is read with `get`.
+    /// So every stored value is readable; callers that read many large values size their batches
+    /// ([`ReadWidth`]) so that this rarely happens.
+    async fn get_many_sized(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
+        let mut out = Vec::with_capacity(keys.len());
+        // The ranges still to read, the next one on top.
+        let mut todo = vec![0..keys.len()];
+        while let Some(r) = todo.pop() {
+            if r.is_empty() {
+                continue;
+            }
+            match self.read_retrying(|| self.kv.get_many(&keys[r.clone()])).await {
+                Ok(values) => out.extend(values),
+                Err(e) if is_bulk_too_large(&e) && r.len() > 1 => {
+                    let mid = r.start + r.len() / 2;
+                    todo.push(mid..r.end);
+                    todo.push(r.start..mid);
+                }
+                Err(e) if is_bulk_too_large(&e) => out.push(self.get(&keys[r.start]).await?),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
     }
 
     /// `keys`' values: the first `fixed` (leases, markers, the index) read from KV, the journal entries after
-    /// them from [`SeenEntries`] when this process has read them, else from KV; one bulk get for all that is
-    /// read, none when every value was seen.
-    async fn get_entries(&self, run_id: &str, keys: &[String], fixed: usize) -> Result<Vec<Option<String>>> {
+    /// them from [`SeenEntries`] when this process has read them, else from KV: one bulk get for all that is
+    /// read (halved while KV refuses it as too large), none when every value was seen. `width` learns the sizes.
+    async fn get_entries(
+        &self,
+        run_id: &str,
+        keys: &[String],
+        fixed: usize,
+        width: &ReadWidth,
+    ) -> Result<Vec<Option<String>>> {
         let mut out: Vec<Option<String>> = vec![None; keys.len()];
         let mut fetch = Vec::new();
         {
@@ -466,7 +609,9 @@ impl<K: KvBackend> JournalStore<K> {
         }
         if !fetch.is_empty() {
             let wanted: Vec<String> = fetch.iter().map(|&i| keys[i].clone()).collect();
-            for (i, v) in fetch.into_iter().zip(self.get_many(&wanted).await?) {
+            let values = self.get_many_sized(&wanted).await?;
+            width.saw(&values);
+            for (i, v) in fetch.into_iter().zip(values) {
                 out[i] = v;
             }
         }
@@ -524,6 +669,62 @@ impl<K: KvBackend> JournalStore<K> {
         self.write_retrying(|| self.kv.delete(key)).await
     }
 
+    /// Writes journal entry `seq`'s value `raw` at `key` (the hot path): one write when it fits one value
+    /// ([`MAX_PART_BYTES`]), else its parts and then the header naming them, at `key` — so a reader that finds
+    /// the header finds every part, and an entry whose writes stopped part way has no header and was never
+    /// written as far as readers go. Returns how many parts (0: one value). Each write is retried within the
+    /// lease (`expires_at`), see [`JournalStore::put_entry_value`].
+    async fn write_entry(&self, run_id: &str, key: &str, seq: u64, raw: &str, expires_at: u64) -> Result<usize> {
+        if raw.len() <= MAX_PART_BYTES {
+            self.put_entry_value(key, raw, expires_at).await?;
+            return Ok(0);
+        }
+        let parts = split_parts(raw, MAX_PART_BYTES);
+        if parts.len() > MAX_PARTS {
+            let why = format!("{} bytes is more than {MAX_PARTS} parts of {MAX_PART_BYTES} bytes", raw.len());
+            return Err(Error::new(ErrorCode::StoreFailed, format!("run '{run_id}': journal entry {seq}: {why}"))
+                .with_run(run_id));
+        }
+        for (n, part) in parts.iter().enumerate() {
+            self.put_entry_value(&Keys::part(key, n), part, expires_at).await?;
+        }
+        let header =
+            SplitHeader { seq, bytes: raw.len() as u64, parts: parts.iter().map(|p| p.len() as u64).collect() };
+        self.put_entry_value(key, &encode(&SplitValue { split: header })?, expires_at).await?;
+        Ok(parts.len())
+    }
+
+    /// One write of the hot path (a journal entry, a part of one, or its header): a 429 or a transient failure
+    /// is retried (`WRITE_BACKOFF`, at most `write_retries` times) only while the retry starts before the
+    /// lease's expiry, `expires_at` (by this process's clock): the driver does not renew the lease during a
+    /// commit, and past its expiry another process may take the run over, cutting the journal before this
+    /// entry. Then the failure goes back to the runtime. The key is written once, so a retry after a lost
+    /// acknowledgement writes the same bytes again.
+    async fn put_entry_value(&self, key: &str, value: &str, expires_at: u64) -> Result<()> {
+        self.count(|c| {
+            c.commit_writes += 1;
+            c.commit_bytes += value.len() as u64;
+            c.bytes_written += value.len() as u64;
+        });
+        let mut retries = 0;
+        loop {
+            self.count(|c| c.writes += 1);
+            match self.kv.put(key, value, PutOptions::default()).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.retryable && retries < self.opts.write_retries => {
+                    let delay = WRITE_BACKOFF.window(retries);
+                    if self.clock.now_ms().saturating_add(delay) >= expires_at {
+                        return Err(e);
+                    }
+                    self.count(|c| c.write_retries += 1);
+                    self.sleep.sleep(delay).await;
+                    retries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     async fn read_lease(&self, run_id: &str) -> Result<Option<LeaseRecord>> {
         match self.get(&self.keys.lease(run_id)).await? {
             None => Ok(None),
@@ -574,7 +775,7 @@ impl<K: KvBackend> JournalStore<K> {
     async fn judge_gap(
         &self,
         run_id: &str,
-        missing: (u64, &str),
+        missing: (&str, &str),
         later: (&str, &str),
         before: Option<&str>,
     ) -> Result<Error> {
@@ -582,13 +783,56 @@ impl<K: KvBackend> JournalStore<K> {
         let checks = [Some((missing.1, false)), Some((later.1, true)), before.map(|b| (b, true))];
         for (key, want) in checks.into_iter().flatten() {
             if self.listed(key).await? != Some(want) {
-                let msg = format!("run '{run_id}': journal entry {m} is not visible here yet while {what} is; retry");
+                let msg = format!("run '{run_id}': {m} is not visible here yet while {what} is; retry");
                 return Ok(Error::new(ErrorCode::StoreUnavailable, msg).with_run(run_id));
             }
         }
         let why =
             format!("it is missing while {what} exists (a lost or deleted write; resuming would redo recorded steps)");
-        Ok(corrupt(run_id, &format!("journal entry {m}"), why))
+        Ok(corrupt(run_id, m, why))
+    }
+
+    /// The value of journal entry `seq` read at `key`: `raw` itself, or — when `raw` is the header of an entry
+    /// split over several values ([`MAX_PART_BYTES`]) — its parts, read in bulk gets packed by the sizes the
+    /// header names, and joined; with how many parts there were (0: not split). A part missing while its header
+    /// (written after every part) exists is judged like a gap ([`JournalStore::judge_gap`]): not visible here
+    /// yet (retryable), or lost (corrupt).
+    async fn join_entry(&self, run_id: &str, seq: u64, key: &str, raw: String) -> Result<(String, usize)> {
+        if !raw.starts_with(SPLIT_MARK) {
+            return Ok((raw, 0));
+        }
+        let what = format!("journal entry {seq}");
+        let header = SplitHeader::parse(&raw, seq).map_err(|e| corrupt(run_id, &what, e))?;
+        let sizes = &header.parts;
+        let mut joined = String::new();
+        let mut next = 0;
+        while next < sizes.len() {
+            // As many parts as one bulk get returns (at least one: each part fits a bulk get on its own).
+            let (from, mut bytes) = (next, 0u64);
+            while next < sizes.len()
+                && next - from < MAX_BULK_GET
+                && (next == from || bytes + sizes[next] <= MAX_BULK_GET_BYTES as u64)
+            {
+                bytes += sizes[next];
+                next += 1;
+            }
+            let keys: Vec<String> = (from..next).map(|n| Keys::part(key, n)).collect();
+            let values = self.get_many_sized(&keys).await?;
+            for ((n, part), part_key) in (from..next).zip(values).zip(&keys) {
+                let Some(part) = part else {
+                    let missing = format!("part {n} of {what}");
+                    return Err(self
+                        .judge_gap(run_id, (&missing, part_key), (&format!("{what}'s header"), key), None)
+                        .await?);
+                };
+                if part.len() as u64 != sizes[n] {
+                    let why = format!("its part {n} is {} bytes where its header says {}", part.len(), sizes[n]);
+                    return Err(corrupt(run_id, &what, why));
+                }
+                joined.push_str(&part);
+            }
+        }
+        Ok((joined, sizes.len()))
     }
 
     /// Reads a run's journal from the fold start `start_of(progress)` to its end; returns the entries and
@@ -614,6 +858,7 @@ impl<K: KvBackend> JournalStore<K> {
         let mut exact = own;
         let mut marker_read = own;
         let mut start = start_of(&rec.progress);
+        let width = ReadWidth::default();
         for _ in 0..READ_RESTARTS {
             let mut out: Vec<(JournalEntry, u64)> = Vec::new();
             let mut seq = start;
@@ -632,17 +877,24 @@ impl<K: KvBackend> JournalStore<K> {
                 let mut keys: Vec<String> = marker_key.iter().cloned().collect();
                 let mut seqs = Vec::new();
                 let mut next = seq;
+                // Entries that should exist (up to the head, before any missing one), at most `width` of them.
+                let (cap, mut expected) = (width.keys(), 0);
                 while keys.len() < MAX_BULK_GET && next <= last {
+                    let should_exist = miss.is_none() && next <= rec.progress.head;
+                    if should_exist && expected == cap {
+                        break;
+                    }
                     let Some(tag) = rec.tag_for(next) else { break };
                     keys.push(self.keys.entry(run_id, &tag, next));
                     seqs.push(next);
+                    expected += usize::from(should_exist);
                     next += 1;
                 }
                 if seqs.is_empty() {
                     break;
                 }
                 let fixed = usize::from(marker_key.is_some());
-                let mut values = self.get_entries(run_id, &keys, fixed).await?.into_iter();
+                let mut values = self.get_entries(run_id, &keys, fixed, &width).await?.into_iter();
                 if marker_key.is_some() {
                     marker_read = true;
                     if let Some(raw) = values.next().flatten() {
@@ -662,6 +914,7 @@ impl<K: KvBackend> JournalStore<K> {
                     }
                     match (v, miss) {
                         (Some(raw), None) => {
+                            let (raw, _) = self.join_entry(run_id, *s, key, raw).await?;
                             let e: JournalEntry = serde_json::from_str(&raw)
                                 .map_err(|e| corrupt(run_id, &format!("journal entry {s}"), e))?;
                             if e.seq != *s {
@@ -726,7 +979,8 @@ impl<K: KvBackend> JournalStore<K> {
                 }
             }
             let before = (m > start).then(|| key_of(m - 1));
-            return Err(self.judge_gap(run_id, (m, &key_of(m)), (&what, &later_key), before.as_deref()).await?);
+            let missing = format!("journal entry {m}");
+            return Err(self.judge_gap(run_id, (&missing, &key_of(m)), (&what, &later_key), before.as_deref()).await?);
         }
         Err(Error::new(
             ErrorCode::StoreUnavailable,
@@ -771,6 +1025,7 @@ impl<K: KvBackend> JournalStore<K> {
         let mut first = true;
         let mut miss: Option<u64> = None;
         let mut next = cut + 1;
+        let width = ReadWidth::default();
         loop {
             let mut keys = Vec::new();
             if first {
@@ -784,7 +1039,7 @@ impl<K: KvBackend> JournalStore<K> {
                 next += 1;
             }
             let fixed = if first { 2 } else { 0 };
-            let mut values = self.get_entries(run_id, &keys, fixed).await?.into_iter();
+            let mut values = self.get_entries(run_id, &keys, fixed, &width).await?.into_iter();
             if first {
                 let end = values.next().flatten();
                 // Ignored: an unreadable index entry counts as none, so this owner's first commit rewrites it.
@@ -802,6 +1057,7 @@ impl<K: KvBackend> JournalStore<K> {
             for ((s, v), key) in seqs.into_iter().zip(values).zip(&keys[fixed..]) {
                 match (v, miss) {
                     (Some(raw), None) => {
+                        let (raw, parts) = self.join_entry(run_id, s, key, raw).await?;
                         let e: JournalEntry = serde_json::from_str(&raw)
                             .map_err(|e| corrupt(run_id, &format!("journal entry {s}"), e))?;
                         if e.seq != s {
@@ -812,6 +1068,9 @@ impl<K: KvBackend> JournalStore<K> {
                             ));
                         }
                         self.remember_entry(run_id, key, &raw);
+                        if parts > 0 {
+                            progress.split.push([s, parts as u64]);
+                        }
                         cut = s;
                         progress.head = s;
                         if matches!(e.body, EntryBody::Snapshot { .. }) {
@@ -826,8 +1085,9 @@ impl<K: KvBackend> JournalStore<K> {
                     }
                     (Some(_), Some(m)) => {
                         let (missing, later) = (self.keys.entry(run_id, &tag, m), self.keys.entry(run_id, &tag, s));
+                        let what = format!("journal entry {m}");
                         return Err(self
-                            .judge_gap(run_id, (m, &missing), (&format!("entry {s}"), &later), None)
+                            .judge_gap(run_id, (&what, &missing), (&format!("entry {s}"), &later), None)
                             .await?);
                     }
                     (None, None) => miss = Some(s),
@@ -1188,9 +1448,15 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             let keep_from = progress.head.saturating_add(1).saturating_sub(self.opts.history_limit.max(1) as u64);
             let floor = Self::snapshot_at_or_before(&rec, keep_from.max(1));
             let mut seq = progress.pruned.max(1);
-            while seq < floor && deletes.len() < self.opts.prune_batch {
+            let mut entries = 0;
+            while seq < floor && entries < self.opts.prune_batch {
                 if let Some(tag) = rec.tag_for(seq) {
-                    deletes.push(self.keys.entry(run_id, &tag, seq));
+                    let key = self.keys.entry(run_id, &tag, seq);
+                    // The parts of a split entry go with it.
+                    let parts = progress.split.iter().find(|[s, _]| *s == seq).map_or(0, |[_, n]| *n as usize);
+                    deletes.push(key.clone());
+                    deletes.extend((0..parts).map(|n| Keys::part(&key, n)));
+                    entries += 1;
                 }
                 seq += 1;
             }
@@ -1199,6 +1465,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 // of `floor` leaves deltas whose only fold start is a snapshot at or after `seq`.
                 progress.pruned = seq;
                 progress.snaps.retain(|s| *s >= seq);
+                progress.split.retain(|[s, _]| *s >= seq);
             }
         }
         let marker = encode(&progress)?;
@@ -1239,15 +1506,15 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         let due = !is_snapshot
             && p.entries_since + 1 >= self.opts.snapshot_every
             && p.bytes_since >= self.opts.snapshot_growth.saturating_mul(p.snap_bytes);
-        // A snapshot is an optimisation: one over KV's value limit (or, were it possible, one the encoder
-        // refuses) is not written, the entry stays a delta (and the next attempt waits another `snapshot_every`
-        // entries).
+        // A periodic snapshot is an optimisation: one that would not fit one value (it would take several writes
+        // where the delta takes one), or (were it possible) one the encoder refuses, is not written, the entry
+        // stays a delta (and the next attempt waits another `snapshot_every` entries).
         let snapshot = if due {
             let state = Box::new(state.clone());
             JournalEntry { seq: entry.seq, at: entry.at, body: EntryBody::Snapshot { state } }
                 .encode()
                 .ok()
-                .filter(|raw| raw.len() <= MAX_VALUE_BYTES)
+                .filter(|raw| raw.len() <= MAX_PART_BYTES)
         } else {
             None
         };
@@ -1257,26 +1524,23 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             Some(raw) => raw,
             None => entry.encode().map_err(|e| e.with_run(run_id))?,
         };
-        // An entry KV would refuse is refused here, before anything is written (not retryable: it would never
-        // fit).
-        check_value(&raw).map_err(|e| {
-            Error::new(
-                e.code,
-                format!(
-                    "run '{run_id}': journal entry {} cannot be stored: {} (the Workers KV limit)",
-                    entry.seq, e.message
-                ),
-            )
-            .with_run(run_id)
-        })?;
         let key = self.keys.entry(run_id, &rec.tag(), entry.seq);
-        self.count(|c| {
-            c.commits += 1;
-            c.commit_writes += 1;
-            c.commit_bytes += raw.len() as u64
-        });
-        // Write-once key: a retry after a lost acknowledgement writes the same bytes again.
-        self.put_retrying(&key, &raw, PutOptions::default()).await?;
+        self.count(|c| c.commits += 1);
+        let parts = self.write_entry(run_id, &key, entry.seq, &raw, rec.expires_at).await?;
+        if self.clock.now_ms() >= rec.expires_at {
+            // Written after the lease expired (by this process's clock): reported as committed only while the
+            // lease is still this writer's (past its expiry another process may have cut the journal before it).
+            match self.read_lease(run_id).await? {
+                Some(cur) if cur.owner == lease.owner && cur.epoch == lease.epoch => {}
+                _ => {
+                    self.writers.borrow_mut().remove(run_id);
+                    return Err(Error::busy(
+                        run_id,
+                        "its lease expired while its entry was written, and was taken over",
+                    ));
+                }
+            }
+        }
         let finished = state.status == RunStatus::Finished;
         let now = self.clock.now_ms();
         let index_write = {
@@ -1284,6 +1548,9 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
             let Some(w) = writers.get_mut(run_id) else { return Err(Error::busy(run_id, "lease lost during commit")) };
             let p = &mut w.rec.progress;
             p.head = entry.seq;
+            if parts > 0 {
+                p.split.push([entry.seq, parts as u64]);
+            }
             if want_snapshot {
                 p.snaps.push(entry.seq);
                 p.snap_bytes = raw.len() as u64;

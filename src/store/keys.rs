@@ -3,6 +3,8 @@
 //! ```text
 //! <prefix>run/<id>/lease                     lease record: owner, epoch, expiry, segment chain (acquire/renew)
 //! <prefix>run/<id>/j/<tag>/<seq:010>         one journal entry, written once by the segment's owner
+//! <prefix>run/<id>/j/<tag>/<seq:010>/<n:03>  part n of an entry too large for one value (its entry key holds
+//!                                            a header naming the parts, written after them)
 //! <prefix>run/<id>/end/<tag>                 end marker of a segment: its owner released the lease (write-once)
 //! <prefix>run/<id>/void/<tag>                that acquisition gave its lease up after writing it (write-once)
 //! <prefix>idx/pending/<id>                   exists while the run is unfinished; value = list metadata
@@ -44,6 +46,11 @@ impl Keys {
     /// One journal entry.
     pub fn entry(&self, run_id: &str, tag: &str, seq: u64) -> String {
         format!("{}run/{run_id}/j/{tag}/{seq:010}", self.prefix)
+    }
+
+    /// Part `part` of the journal entry at `entry_key` (an entry split over several values).
+    pub fn part(entry_key: &str, part: usize) -> String {
+        format!("{entry_key}/{part:03}")
     }
 
     /// A segment's end marker.
@@ -89,7 +96,7 @@ impl Keys {
 
     /// Checks that the longest key of a run fits the KV limit (512 bytes).
     pub fn check_run(&self, run_id: &str, owner: &str) -> Result<()> {
-        let longest = self.entry(run_id, &Keys::tag(999_999, owner), 9_999_999_999);
+        let longest = Keys::part(&self.entry(run_id, &Keys::tag(999_999, owner), 9_999_999_999), 999);
         debug_assert!(longest.len() >= self.end(run_id, &Keys::tag(0, owner)).len());
         check_key(&longest)
     }
@@ -105,6 +112,7 @@ mod tests {
         assert_eq!(k.lease("r1"), "sf/run/r1/lease");
         assert_eq!(k.entry("r1", &Keys::tag(3, "own_a"), 42), "sf/run/r1/j/000003.own_a/0000000042");
         assert_eq!(k.end("r1", "000003.own_a"), "sf/run/r1/end/000003.own_a");
+        assert_eq!(Keys::part(&k.entry("r1", "000003.own_a", 42), 7), "sf/run/r1/j/000003.own_a/0000000042/007");
         assert_eq!(k.pending("r1"), "sf/idx/pending/r1");
         assert_eq!(k.run_of_pending("sf/idx/pending/r1"), Some("r1"));
         assert_eq!(k.approval("apr_1"), "sf/approval/apr_1");

@@ -2,7 +2,11 @@
 //! [`MemoryKv`], a strongly consistent in-process implementation.
 //!
 //! # Contract
-//! * `get_many` takes at most [`MAX_BULK_GET`] keys and counts as one operation.
+//! * `get_many` takes at most [`MAX_BULK_GET`] keys and counts as one operation. When the values it would
+//!   return total more than [`MAX_BULK_GET_BYTES`] (Workers KV: "25 MB", HTTP 413 "Total size of request
+//!   exceeds the limit of 25MB") the whole read fails with `STEADFAST_STORE_FAILED` and status 413
+//!   ([`bulk_too_large`] builds that error, [`is_bulk_too_large`] recognises it); it still counts as an
+//!   operation. Such keys can be read in smaller bulk gets, and a single value (≤ 25 MiB) always with `get`.
 //! * `put` values are strings of at most [`MAX_VALUE_BYTES`] bytes; `metadata` is JSON of at most
 //!   [`MAX_METADATA_BYTES`] bytes, returned by `list`; `expiration_ttl_s`, when set, is at least
 //!   [`MIN_EXPIRATION_TTL_S`]. Every backend checks a write with [`check_put`] before it changes anything.
@@ -24,6 +28,10 @@ use std::rc::Rc;
 
 /// Most keys in one bulk get.
 pub const MAX_BULK_GET: usize = 100;
+/// Most bytes of values one bulk get may return. Workers KV documents "25 MB" (and Miniflare counts UTF-16 code
+/// units against 25 MiB); counted here in UTF-8 bytes (never fewer than either), against the decimal 25 MB: a
+/// read within this bound is within KV's on every count.
+pub const MAX_BULK_GET_BYTES: usize = 25_000_000;
 /// Most keys in one list page.
 pub const MAX_LIST_LIMIT: usize = 1_000;
 /// Largest value (25 MiB).
@@ -128,16 +136,12 @@ pub fn check_put(key: &str, value: &str, opts: &PutOptions) -> Result<()> {
 /// The code of an error the Workers KV binding threw, from its text. The binding reports a refused request as
 /// `KV <METHOD> failed: <status> <text>` (workerd `kv.c++`): 429 is the per-key write rate
 /// (`STEADFAST_STORE_RATE_LIMITED`); any other 4xx — 400 (bad TTL, bad cursor, illegal key), 413 (value or
-/// metadata too large), 414 (key too long) — is a request KV will never accept (`STEADFAST_STORE_FAILED`);
+/// metadata too large, a bulk get over 25 MB), 414 (key too long) — is a request KV will never accept as it is
+/// (`STEADFAST_STORE_FAILED`);
 /// so are the binding's own validation errors (`TypeError`s about key names, serialisation failures). Anything
 /// else (5xx, network, the per-invocation operation limit) is transient (`STEADFAST_STORE_UNAVAILABLE`).
 pub fn kv_error_code(text: &str) -> ErrorCode {
-    let status = text.find(" failed: ").and_then(|i| {
-        let rest = &text[i + " failed: ".len()..];
-        let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
-        (digits.len() == 3).then(|| digits.parse::<u16>().ok()).flatten()
-    });
-    match status {
+    match kv_status(text) {
         Some(429) => ErrorCode::StoreRateLimited,
         Some(408) => ErrorCode::StoreUnavailable,
         Some(s) if (400..500).contains(&s) => ErrorCode::StoreFailed,
@@ -159,6 +163,58 @@ pub fn kv_error_code(text: &str) -> ErrorCode {
         }
         None => ErrorCode::StoreUnavailable,
     }
+}
+
+/// The crate error for an error the Workers KV binding threw, from its text: the code from [`kv_error_code`],
+/// and the HTTP status when the text names one (a bulk get over 25 MB is `KV GET_BULK failed: 413 …`, which
+/// [`is_bulk_too_large`] then recognises).
+pub fn kv_error(text: &str) -> Error {
+    let err = match kv_error_code(text) {
+        ErrorCode::StoreRateLimited => {
+            Error::new(ErrorCode::StoreRateLimited, format!("Workers KV refused the write (429): {text}"))
+        }
+        code => Error::new(code, format!("Workers KV failed: {text}")),
+    };
+    match kv_status(text) {
+        Some(status) => err.with_status(status),
+        None => err,
+    }
+}
+
+/// The HTTP status in a binding's error text (`KV <METHOD> failed: <status> <text>`).
+fn kv_status(text: &str) -> Option<u16> {
+    let i = text.find(" failed: ")?;
+    let rest = &text[i + " failed: ".len()..];
+    let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
+    (digits.len() == 3).then(|| digits.parse::<u16>().ok()).flatten()
+}
+
+/// The error of a bulk get whose values total `total` bytes, over [`MAX_BULK_GET_BYTES`]: what Workers KV
+/// answers (HTTP 413), as every in-process backend reports it.
+pub fn bulk_too_large(total: usize) -> Error {
+    Error::new(
+        ErrorCode::StoreFailed,
+        format!(
+            "KV GET_BULK failed: 413 Total size of request exceeds the limit of 25MB ({total} bytes, max \
+             {MAX_BULK_GET_BYTES})"
+        ),
+    )
+    .with_status(413)
+}
+
+/// Whether a failed `get_many` was refused because its values total over [`MAX_BULK_GET_BYTES`] (the same keys
+/// can be read in smaller bulk gets).
+pub fn is_bulk_too_large(e: &Error) -> bool {
+    e.code == ErrorCode::StoreFailed && e.status == Some(413)
+}
+
+/// Checks the values a bulk get read against [`MAX_BULK_GET_BYTES`] ([`bulk_too_large`] when over).
+pub fn check_bulk_bytes(values: &[Option<String>]) -> Result<()> {
+    let total: usize = values.iter().flatten().map(String::len).sum();
+    if total > MAX_BULK_GET_BYTES {
+        return Err(bulk_too_large(total));
+    }
+    Ok(())
 }
 
 /// Checks a bulk get size.
@@ -208,6 +264,9 @@ pub struct KvCounts {
     pub bulk_gets: u64,
     /// Keys read by bulk reads (billed per key).
     pub bulk_keys: u64,
+    /// Bulk reads refused because their values totalled over [`MAX_BULK_GET_BYTES`] (each also counted in
+    /// `bulk_gets`: an operation toward the per-invocation limit).
+    pub bulk_refused: u64,
     /// Writes.
     pub puts: u64,
     /// Bytes written (values).
@@ -289,6 +348,11 @@ impl KvBackend for MemoryKv {
         check_bulk(keys)?;
         let mut inner = self.0.borrow_mut();
         inner.counts.bulk_gets += 1;
+        let total: usize = keys.iter().filter_map(|k| inner.map.get(k)).map(|(v, _)| v.len()).sum();
+        if total > MAX_BULK_GET_BYTES {
+            inner.counts.bulk_refused += 1;
+            return Err(bulk_too_large(total));
+        }
         inner.counts.bulk_keys += keys.len() as u64;
         Ok(keys.iter().map(|k| inner.map.get(k).map(|(v, _)| v.clone())).collect())
     }
@@ -373,6 +437,61 @@ mod tests {
             assert!(check_put("k", &value[..MAX_VALUE_BYTES], &PutOptions::default()).is_ok());
             assert_eq!(check_put("k", &value, &PutOptions::default()).unwrap_err().code, ErrorCode::StoreFailed);
         });
+    }
+
+    /// A bulk get whose values total over 25 MB fails as a whole, like Workers KV's 413, with an error the
+    /// journal store recognises; it counts as an operation; the same keys read in smaller bulk gets, and a value
+    /// over 25 MB alone with `get`.
+    #[test]
+    fn bulk_gets_over_25_mb_are_refused_as_a_whole_with_a_recognisable_413() {
+        futures::executor::block_on(async {
+            let kv = MemoryKv::new();
+            let twelve = "x".repeat(12_000_000);
+            for k in ["a", "b", "c"] {
+                kv.put(k, &twelve, PutOptions::default()).await.unwrap();
+            }
+            kv.put("big", &"y".repeat(MAX_VALUE_BYTES), PutOptions::default()).await.unwrap();
+            let keys = |ks: &[&str]| ks.iter().map(|k| k.to_string()).collect::<Vec<String>>();
+            let err = kv.get_many(&keys(&["a", "b", "c"])).await.unwrap_err();
+            assert!(is_bulk_too_large(&err), "{err:?}");
+            assert_eq!((err.code, err.retryable, err.status), (ErrorCode::StoreFailed, false, Some(413)));
+            assert!(err.message.contains("36000000 bytes"), "{err}");
+            let two = kv.get_many(&keys(&["a", "b", "missing"])).await.unwrap();
+            assert_eq!(two.iter().flatten().map(String::len).sum::<usize>(), 24_000_000, "exactly within the limit");
+            assert!(is_bulk_too_large(&kv.get_many(&keys(&["big"])).await.unwrap_err()), "one value over 25 MB");
+            assert_eq!(kv.get("big").await.unwrap().map(|v| v.len()), Some(MAX_VALUE_BYTES));
+            let c = kv.counts();
+            assert_eq!((c.bulk_gets, c.bulk_refused, c.bulk_keys, c.gets), (3, 2, 3, 1), "{c:?}");
+            // At the limit exactly it is read; one byte more is refused.
+            let at = MemoryKv::new();
+            at.put("p", &"p".repeat(MAX_BULK_GET_BYTES - 1), PutOptions::default()).await.unwrap();
+            at.put("q", "q", PutOptions::default()).await.unwrap();
+            assert!(at.get_many(&keys(&["p", "q"])).await.is_ok());
+            at.put("q", "qq", PutOptions::default()).await.unwrap();
+            assert!(is_bulk_too_large(&at.get_many(&keys(&["p", "q"])).await.unwrap_err()));
+            assert!(check_bulk_bytes(&[Some("p".repeat(MAX_BULK_GET_BYTES))]).is_ok());
+            assert!(is_bulk_too_large(&check_bulk_bytes(&[Some("p".repeat(MAX_BULK_GET_BYTES + 1))]).unwrap_err()));
+        });
+    }
+
+    /// The binding's 413 on a bulk get over 25 MB (workerd: `KV GET_BULK failed: <status> <text>`) is the same
+    /// error as the simulators': the journal store reads those keys in smaller bulk gets. Other 413s (a value
+    /// or metadata too large) keep their status too, and a status-less text gets none.
+    #[test]
+    fn the_bindings_bulk_read_413_is_recognised_as_too_large() {
+        let e = kv_error("Error: KV GET_BULK failed: 413 Total size of request exceeds the limit of 25MB");
+        assert!(is_bulk_too_large(&e), "{e:?}");
+        assert_eq!((e.code, e.retryable, e.status), (ErrorCode::StoreFailed, false, Some(413)));
+        let e = kv_error("js error: JsValue(Error: KV GET_BULK failed: 413 Payload Too Large\n    at f)");
+        assert!(is_bulk_too_large(&e), "{e:?}");
+        let e = kv_error("Error: KV PUT failed: 429 Too Many Requests");
+        assert_eq!((e.code, e.status), (ErrorCode::StoreRateLimited, Some(429)));
+        let e = kv_error("Error: KV GET_BULK failed: 502 Bad Gateway");
+        assert_eq!((e.code, e.retryable, e.status), (ErrorCode::StoreUnavailable, true, Some(502)));
+        assert!(!is_bulk_too_large(&e));
+        let e = kv_error("Error: Network connection lost (key run/413/lease)");
+        assert_eq!((e.code, e.status), (ErrorCode::StoreUnavailable, None));
+        assert!(!is_bulk_too_large(&bulk_too_large(1).with_retryable(true).with_status(414)));
     }
 
     /// The texts the Workers KV binding throws (workerd `kv.c++`, miniflare's validator): a request KV will

@@ -4,9 +4,10 @@
 //! real backend. Clones share the same data: two `Agent`s over clones of one `MemoryStore` behave like two
 //! processes over one database.
 //!
-//! It refuses what Workers KV would refuse, so a program that works on it works on KV: a journal entry, an
-//! approval record or a state document over KV's value limit ([`MAX_VALUE_BYTES`], 25 MiB) fails with
-//! `STEADFAST_STORE_FAILED` (not retryable) and writes nothing.
+//! Journal entries of any size are kept (the store contract's "Limits": what ran is recordable). It refuses what
+//! every backend refuses, so a program that works on it works on KV: an approval record or a state document over
+//! KV's value limit ([`MAX_VALUE_BYTES`], 25 MiB) fails with `STEADFAST_STORE_FAILED` (not retryable) and
+//! writes nothing.
 
 use super::kv::{check_value, MAX_VALUE_BYTES};
 use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore};
@@ -153,8 +154,6 @@ impl RunStore for MemoryStore {
         Self::check_lease(&inner, lease)?;
         let run_id = &lease.run_id;
         let json = entry.encode().map_err(|e| e.with_run(run_id))?;
-        check_value(&json)
-            .map_err(|e| too_large(&e, &format!("journal entry {}", entry.seq)).with_run(&lease.run_id))?;
         let limit = self.history_limit;
         let run = inner.runs.entry(run_id.clone()).or_default();
         // Every entry continues the journal; entry 1 creates the run only if it has none (checked with the
@@ -311,15 +310,16 @@ mod tests {
         });
     }
 
+    /// Entries and journals of any size are recorded and read; approval records and state documents over KV's
+    /// value limit are refused.
     #[test]
-    fn memory_store_refuses_what_kv_would_refuse() {
+    fn memory_store_records_entries_of_any_size_and_refuses_oversized_records() {
         futures::executor::block_on(async {
             let store = MemoryStore::new();
-            conformance::oversized_entry_is_refused_and_writes_nothing(&store, &ManualClock::new(0)).await;
-            let huge = "a".repeat(MAX_VALUE_BYTES + 1);
-            let err = store.put_state("big", &huge).await.unwrap_err();
-            assert_eq!((err.code, err.retryable), (ErrorCode::StoreFailed, false));
-            assert_eq!(store.get_state("big").await.unwrap(), None);
+            let clock = ManualClock::new(1_700_000_000_000);
+            conformance::large_entry_commits_and_loads_back(&store, &store.clone(), &clock).await;
+            conformance::journal_over_a_bulk_read_loads_and_continues(&store, &store.clone(), &clock).await;
+            conformance::records_over_the_value_limit_are_refused_and_write_nothing(&store).await;
         });
     }
 

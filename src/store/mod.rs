@@ -21,8 +21,15 @@
 //!   `STEADFAST_CHECKPOINT_CORRUPT` (not retryable); nothing else is lost. So does a journal with a gap (an
 //!   entry missing while a later one exists: a lost or deleted write): a load never folds past a gap nor
 //!   returns the journal cut at it.
-//! * **Limits.** Every backend refuses what Workers KV would refuse — an entry, approval record or document
-//!   over 25 MiB — with `STEADFAST_STORE_FAILED` (not retryable), writing nothing.
+//! * **Limits (sizes are part of the model).** Whatever ran is recordable: a journal entry of any size is
+//!   committed (eight 4 MiB tool results settling together, a fork's or a session turn's first snapshot of a
+//!   large run), each backend splitting it as its platform needs (Workers KV: values of at most 20 MiB under
+//!   write-once keys, the header naming them written last; a Durable Object: rows of at most 1 MB in one
+//!   transaction), so that a commit either records the whole entry or, as far as readers go, nothing of it.
+//!   Whatever is recorded is readable: a load, history, listing or takeover reads a run whose journal totals
+//!   any size, its reads sized to the platform's limits (a Workers KV bulk read returns at most 25 MB). Approval
+//!   records and state documents are single values: over Workers KV's 25 MiB they are refused with
+//!   `STEADFAST_STORE_FAILED` (not retryable), writing nothing.
 //! * **Leases.** [`RunStore::acquire_lease`] fails with `STEADFAST_SESSION_BUSY` while another owner holds an
 //!   unexpired lease (expiry plus `grace_ms`, for clock skew); otherwise it starts a new epoch.
 //!   [`RunStore::renew_lease`] never takes a lease back from another owner. [`RunStore::release_lease`] ends it.

@@ -23,7 +23,10 @@
 //!   lock: set it below 1000 (or to 0) so that no correctness argument can lean on it.
 //! * **Limits** (always on): key ≤ 512 bytes (not empty, `.` or `..`), value ≤ 25 MiB, metadata ≤ 1,024
 //!   bytes of JSON, expiration TTL ≥ 60 s, bulk get ≤ 100 keys; a violation fails at once with the
-//!   non-retryable `STEADFAST_STORE_FAILED` and changes nothing.
+//!   non-retryable `STEADFAST_STORE_FAILED` and changes nothing. A bulk get whose values total over 25 MB
+//!   ([`MAX_BULK_GET_BYTES`](super::kv::MAX_BULK_GET_BYTES)) fails as a whole like Workers KV's 413
+//!   ([`bulk_too_large`](super::kv::bulk_too_large)), after it reached KV: it counts as an operation
+//!   (`bulk_gets`, `bulk_refused`), not per key.
 //! * **List.** Eventually consistent: the origin key set as it was `list_lag_ms` ago, plus the listing
 //!   location's own (visible) writes since then. Expired keys are never listed. Cursors are **opaque** tokens
 //!   (never a key name; an unknown or foreign cursor fails with `STEADFAST_STORE_FAILED`). With
@@ -42,7 +45,10 @@
 //! from one generator seeded with `seed`; under a deterministic scheduler such as
 //! [`crate::time::SimExecutor`] a run repeats exactly per seed.
 
-use super::kv::{check_bulk, check_key, check_put, KvBackend, KvCounts, ListKey, ListPage, PutOptions, MAX_LIST_LIMIT};
+use super::kv::{
+    bulk_too_large, check_bulk, check_key, check_put, KvBackend, KvCounts, ListKey, ListPage, PutOptions,
+    MAX_BULK_GET_BYTES, MAX_LIST_LIMIT,
+};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::rng::{Rng, SplitMix64};
 use crate::time::{Clock, Sleep};
@@ -486,6 +492,7 @@ impl SimKv {
             gets: a.gets + c.gets,
             bulk_gets: a.bulk_gets + c.bulk_gets,
             bulk_keys: a.bulk_keys + c.bulk_keys,
+            bulk_refused: a.bulk_refused + c.bulk_refused,
             puts: a.puts + c.puts,
             bytes_written: a.bytes_written + c.bytes_written,
             deletes: a.deletes + c.deletes,
@@ -621,16 +628,26 @@ impl KvBackend for SimKv {
         self.begin()?;
         let loc = self.loc;
         self.timed(|inner, now| {
+            let mut out = Vec::with_capacity(keys.len());
+            for k in keys {
+                out.push(inner.read(loc, k, now));
+            }
+            let total: usize = out.iter().flatten().map(String::len).sum();
+            if total > MAX_BULK_GET_BYTES {
+                inner.count(loc, None, |c| {
+                    c.bulk_gets += 1;
+                    c.bulk_refused += 1;
+                });
+                return Err(bulk_too_large(total));
+            }
             inner.count(loc, None, |c| {
                 c.bulk_gets += 1;
                 c.bulk_keys += keys.len() as u64;
             });
-            let mut out = Vec::with_capacity(keys.len());
-            for k in keys {
-                if loc.is_some() {
+            if loc.is_some() {
+                for k in keys {
                     inner.key_counts.entry(k.clone()).or_default().bulk_keys += 1;
                 }
-                out.push(inner.read(loc, k, now));
             }
             Ok(out)
         })
@@ -986,6 +1003,30 @@ mod tests {
         assert_eq!(refused(0), (0, 0), "off: two writes within a second both land");
         let (n, counted) = refused(500);
         assert!((70..=130).contains(&n) && counted == n, "about half: {n}");
+    }
+
+    /// A bulk get whose values total over 25 MB fails as a whole with the 413 the journal store recognises, in
+    /// every location and at the origin; it is an operation of the invocation, billed per key only when read.
+    #[test]
+    fn bulk_gets_over_25_mb_fail_like_workers_kv() {
+        let (_, kv) = sim(2);
+        let thirteen = "t".repeat(13_000_000);
+        put(&kv, "a", &thirteen).unwrap();
+        put(&kv, "b", &thirteen).unwrap();
+        put(&kv, "c", "small").unwrap();
+        let keys: Vec<String> = ["a", "b", "c"].iter().map(|k| k.to_string()).collect();
+        for handle in [kv.clone(), kv.at(1), kv.origin()] {
+            let err = block_on(handle.get_many(&keys)).unwrap_err();
+            assert!(crate::store::kv::is_bulk_too_large(&err), "{err:?}");
+            assert_eq!((err.code, err.retryable), (ErrorCode::StoreFailed, false));
+            let halves =
+                [block_on(handle.get_many(&keys[..1])).unwrap(), block_on(handle.get_many(&keys[1..])).unwrap()];
+            assert_eq!(halves.concat().iter().flatten().map(String::len).sum::<usize>(), 26_000_005);
+        }
+        let c = kv.counts();
+        assert_eq!((c.bulk_gets, c.bulk_refused, c.bulk_keys), (6, 2, 6), "{c:?}");
+        assert_eq!(kv.key_counts("a").bulk_keys, 2, "a refused read is not billed per key");
+        assert_eq!(kv.invocation_operations(), 3 + 3, "3 puts, a refused and two bulk gets (location 0)");
     }
 
     #[test]

@@ -33,10 +33,12 @@ snapshotEvery: number,
  */
 snapshotGrowth: number, 
 /**
- * Retries of a rate-limited or failed write off the hot path (default 4: 1 s, 2 s, 4 s, 8 s).
+ * Retries of a rate-limited or failed write (default 4: 1 s, 2 s, 4 s, 8 s); on the hot path only those
+ * that start before the lease's expiry.
  */
 writeRetries: number, 
 /**
- * Most entries deleted when a finished run releases its lease (default 200).
+ * Most entries deleted when a finished run releases its lease (default 200; a split entry's parts go with
+ * it).
  */
 pruneBatch: number, };

@@ -76,7 +76,7 @@ pub enum Start {
     /// Mark the stored run quarantined (the recovery sweep gave up on it): one commit, nothing runs.
     Quarantine,
     /// Record a failed attempt on the stored run (`lastError`, `attempts + 1`) when the attempt's own commit was
-    /// refused (e.g. an entry over the store's value limit): one commit, nothing runs.
+    /// refused for good (`STEADFAST_STORE_FAILED`): one commit, nothing runs.
     Failed(Error),
 }
 
