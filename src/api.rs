@@ -214,9 +214,14 @@ impl ApiResponse {
         ApiResponse::with(200, v)
     }
 
-    /// The coded JSON error response for `e`.
+    /// The coded JSON error response for `e`; a retryable error with a retry hint also says it in `Retry-After`
+    /// (whole seconds, rounded up).
     pub fn error(e: &Error) -> ApiResponse {
-        ApiResponse::json(status_of(e), &json!({ "error": e }))
+        let mut r = ApiResponse::json(status_of(e), &json!({ "error": e }));
+        if let (true, Some(ms)) = (e.retryable, e.retry_after_ms) {
+            r.headers.push(("retry-after".into(), ms.div_ceil(1000).to_string()));
+        }
+        r
     }
 
     /// This response with a live body read to its end (its task run alongside) into `body`: for callers that
@@ -547,6 +552,25 @@ pub async fn forward_target(
         }
         _ => None,
     }
+}
+
+/// How long a client waits before sending again a request that could not reach its run's object
+/// ([`forward_failed`]).
+pub const FORWARD_RETRY_AFTER_MS: u64 = 1_000;
+
+/// The answer to a strict-mode request the Worker could not forward to its run's object, or whose object failed
+/// before answering (`why`: the platform's words: the object was reset by a deploy or an eviction, is
+/// overloaded, the call broke in transit): `STEADFAST_STORE_UNAVAILABLE` (503, retryable, `Retry-After: 1`),
+/// naming the run. Whether the request took effect in the object is unknown: `GET /runs/{id}` tells, and a
+/// send or a resume sent again continues the run from its journal.
+pub fn forward_failed(to: &Forward, why: &str) -> ApiResponse {
+    let e = Error::new(
+        ErrorCode::StoreUnavailable,
+        format!("run '{}': its run object did not answer ({why}); it may or may not have taken the request", to.run),
+    )
+    .with_run(&to.run)
+    .with_retry_after_ms(Some(FORWARD_RETRY_AFTER_MS));
+    ApiResponse::error(&e)
 }
 
 /// Inside a run's object: the run a forwarded request is about, as [`forward_target`] sent it (the path, or
@@ -1451,6 +1475,36 @@ mod tests {
             admit(&head("GET", "/__conformance", &auth), Some("t0k"), true).unwrap_err().code,
             ErrorCode::MethodNotAllowed
         );
+    }
+
+    /// A request the Worker could not forward to its run's object (the object reset, overloaded) is a coded,
+    /// retryable JSON answer naming the run, with `Retry-After` (it used to be the platform's plain-text 500).
+    #[test]
+    fn a_failed_forward_is_a_coded_retryable_503_with_retry_after() {
+        let to = Forward { run: "order-7".into(), name_run: false, finish_first: None };
+        let r = forward_failed(&to, "Error: Durable Object reset because its code was updated.");
+        assert_eq!(r.status, 503);
+        assert!(r.headers.contains(&("content-type".into(), "application/json".into())), "{:?}", r.headers);
+        assert!(r.headers.contains(&("retry-after".into(), "1".into())), "{:?}", r.headers);
+        let body: Value = serde_json::from_str(&r.body).unwrap();
+        let e = &body["error"];
+        assert_eq!((e["code"].as_str(), e["retryable"].as_bool()), (Some("STEADFAST_STORE_UNAVAILABLE"), Some(true)));
+        assert_eq!((e["runId"].as_str(), e["retryAfterMs"].as_u64()), (Some("order-7"), Some(FORWARD_RETRY_AFTER_MS)));
+        assert!(e["message"].as_str().unwrap().contains("reset because its code was updated"), "{e}");
+    }
+
+    #[test]
+    fn retry_after_is_sent_for_retryable_errors_with_a_hint_only() {
+        let retry_after =
+            |e: Error| ApiResponse::error(&e).headers.into_iter().find(|(k, _)| k == "retry-after").map(|(_, v)| v);
+        let limited = |ms| Error::new(ErrorCode::ProviderRateLimited, "").with_retry_after_ms(ms);
+        assert_eq!(retry_after(limited(Some(1))), Some("1".into()), "rounded up to a second");
+        assert_eq!(retry_after(limited(Some(2_000))), Some("2".into()));
+        assert_eq!(retry_after(limited(Some(2_001))), Some("3".into()));
+        assert_eq!(retry_after(limited(Some(0))), Some("0".into()));
+        assert_eq!(retry_after(limited(None)), None);
+        let refused = Error::new(ErrorCode::ProviderBadRequest, "").with_retry_after_ms(Some(5_000));
+        assert_eq!(retry_after(refused), None, "not retryable: no invitation to retry");
     }
 
     #[test]
