@@ -36,6 +36,7 @@
 //! | POST | `/sessions/{id}/discard-pending` | drop an unfinished newest turn → `{sessionId, discarded}` |
 //! | DELETE | `/sessions/{id}` | delete every turn → `{sessionId, deletedTurns}` |
 //! | GET | `/schedules` | `{schedules}`: each configured schedule's [`crate::runtime::ScheduleStatus`] |
+//! | GET | `/demo/counts` | the demo tools' effect counters; `204` (no body) when the demo tools are off |
 //! | POST | `/__conformance` | the store conformance suite on the real KV binding: only in builds with the cargo
 //! feature `conformance` (tests), and only with the token |
 //!
@@ -953,8 +954,10 @@ impl Api {
                 }
                 Ok(ApiResponse::ok(&self.agent.compare(a, b).await?))
             }
-            ["demo", "counts"] if self.demo.is_some() => match (m.as_str(), &self.demo) {
+            // Without the demo tools: `204`, no counters (a client such as the console asks without an error).
+            ["demo", "counts"] => match (m.as_str(), &self.demo) {
                 ("GET", Some(counts)) => Ok(ApiResponse::ok(&counts().await?)),
+                ("GET", None) => Ok(ApiResponse { status: 204, headers: Vec::new(), body: String::new(), live: None }),
                 _ => not_allowed(),
             },
             ["sweep"] => match m.as_str() {

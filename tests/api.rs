@@ -1088,3 +1088,17 @@ fn generated_hostile_requests_get_coded_answers_and_lose_nothing_recorded() {
         assert_eq!((s, v["status"].clone()), (200, json!("finished")), "{repro}: {v}");
     }
 }
+
+/// `GET /demo/counts` without the demo tools is `204` with no body (the console asks it on every page; it used
+/// to be a 404, an error in the browser's console each time); another method is still `405`.
+#[test]
+fn demo_counts_without_the_demo_tools_is_204_not_an_error() {
+    let f = fixture();
+    let r = block_on(f.api.handle(req("GET", "/demo/counts", "")));
+    assert_eq!((r.status, r.body.as_str()), (204, ""));
+    assert_eq!(call(&f, req("POST", "/demo/counts", "{}")).0, 405);
+    let counted = Api::new(f.api.agent().clone(), Some(TOKEN.into()))
+        .with_demo_counts(Rc::new(|| Box::pin(async { Ok(json!({"charges": 2})) })));
+    let r = block_on(counted.handle(req("GET", "/demo/counts", "")));
+    assert_eq!((r.status, r.body.as_str()), (200, r#"{"charges":2}"#));
+}
