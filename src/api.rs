@@ -68,8 +68,8 @@ use crate::core::schedule::CompiledSchedule;
 use crate::core::sweep::{SweepOptions, SweepState};
 use crate::runtime::traits::{EventSink, LocalFuture};
 use crate::runtime::{
-    delivery_run_id, Agent, ForkOptions, Input, Resolve, SendOptions, SessionForkOptions, WatchOptions, WatchStart,
-    Watched, Watchers,
+    delivery_run_id, Agent, ForkOptions, Input, Resolve, SendOptions, SessionForkOptions, WatchOptions, WatchSink,
+    WatchStart, Watched, Watchers,
 };
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -590,14 +590,45 @@ fn prefers_async(req: &ApiRequest) -> bool {
     req.header("prefer").is_some_and(|p| p.to_ascii_lowercase().contains("respond-async"))
 }
 
+/// How many bytes of SSE frames may wait for a client that reads slower than its run produces them. A frame
+/// that would pass it (while others wait) cuts the client off: the frames already waiting are still sent, then
+/// [`SSE_CUT_OFF`], and the stream ends; the run goes on without it (a watch stops). The client comes back with
+/// `GET /runs/{id}/events` and the last `id:` it read as `Last-Event-ID` (an `EventSource` does so by itself) and
+/// gets the rest of what the journal recorded. A frame that finds none waiting is always queued, whatever its size.
+/// (A watch sends the journal's entries at the client's pace, one entry once the previous one was read, so only
+/// the live events of a run executing meanwhile can pile up.)
+pub const SSE_BACKLOG_BYTES: usize = 1024 * 1024;
+
+/// The comment that ends a stream whose client fell [`SSE_BACKLOG_BYTES`] behind.
+pub const SSE_CUT_OFF: &str = ": cut off: this client fell 1 MiB of events behind; resume with GET /runs/{id}/events \
+                               and the last id as Last-Event-ID\n\n";
+
 /// The SSE frames of one execution on their way from its events to a live body: queued by the run, read by the
-/// body; closed when the run ends, no longer filled once the reader is gone (the client left).
+/// body; closed when the run ends, no longer filled once the reader is gone (the client left) or has fallen
+/// [`SSE_BACKLOG_BYTES`] behind (cut off).
 #[derive(Default)]
 struct FrameQueue {
     frames: std::collections::VecDeque<String>,
+    /// The bytes of `frames`.
+    bytes: usize,
     closed: bool,
     gone: bool,
+    /// The reader fell too far behind: nothing more is queued, and the stream ends after [`SSE_CUT_OFF`].
+    cut: bool,
     reader: Option<std::task::Waker>,
+    /// A writer waiting for the reader to take every frame ([`FrameSender::drained`]).
+    writer: Option<std::task::Waker>,
+}
+
+impl FrameQueue {
+    /// The waiting writer, to wake once the queue is empty or will take nothing more.
+    fn writer_to_wake(&mut self) -> Option<std::task::Waker> {
+        if self.frames.is_empty() || self.gone || self.cut {
+            self.writer.take()
+        } else {
+            None
+        }
+    }
 }
 
 /// The run's end of a [`FrameQueue`].
@@ -613,21 +644,45 @@ fn frame_queue() -> (FrameSender, FrameReader) {
 
 impl FrameSender {
     fn update(&self, f: impl FnOnce(&mut FrameQueue)) {
-        let reader = {
+        let (reader, writer) = {
             let mut q = self.0.borrow_mut();
             f(&mut q);
-            q.reader.take()
+            (q.reader.take(), q.writer_to_wake())
         };
-        if let Some(w) = reader {
+        for w in [reader, writer].into_iter().flatten() {
             w.wake();
         }
     }
 
+    /// Resolves once the reader has taken every frame (`true`), or will take none (`false`: gone or cut off).
+    fn drained(&self) -> impl std::future::Future<Output = bool> + '_ {
+        futures::future::poll_fn(move |cx| {
+            let mut q = self.0.borrow_mut();
+            if q.gone || q.cut {
+                std::task::Poll::Ready(false)
+            } else if q.frames.is_empty() {
+                std::task::Poll::Ready(true)
+            } else {
+                q.writer = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        })
+    }
+
     fn send(&self, frame: String) {
         self.update(|q| {
-            if !q.gone {
-                q.frames.push_back(frame)
+            if q.gone || q.cut {
+                return;
             }
+            if !q.frames.is_empty() && q.bytes.saturating_add(frame.len()) > SSE_BACKLOG_BYTES {
+                // Too far behind: cut off after what waits (its last `id:` is where the client resumes).
+                q.cut = true;
+                q.closed = true;
+                q.frames.push_back(SSE_CUT_OFF.to_string());
+                return;
+            }
+            q.bytes += frame.len();
+            q.frames.push_back(frame);
         });
     }
 
@@ -635,9 +690,10 @@ impl FrameSender {
         self.update(|q| q.closed = true);
     }
 
-    /// Whether the reader is gone (the client left).
+    /// Whether the reader takes no more frames: gone (the client left) or cut off (too far behind).
     fn gone(&self) -> bool {
-        self.0.borrow().gone
+        let q = self.0.borrow();
+        q.gone || q.cut
     }
 }
 
@@ -647,7 +703,16 @@ impl futures::Stream for FrameReader {
     fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<String>> {
         let mut q = self.0.borrow_mut();
         match q.frames.pop_front() {
-            Some(frame) => std::task::Poll::Ready(Some(frame)),
+            Some(frame) => {
+                // The cut-off notice was never counted.
+                q.bytes = q.bytes.saturating_sub(frame.len());
+                let writer = q.writer_to_wake();
+                drop(q);
+                if let Some(w) = writer {
+                    w.wake();
+                }
+                std::task::Poll::Ready(Some(frame))
+            }
             None if q.closed => std::task::Poll::Ready(None),
             None => {
                 q.reader = Some(cx.waker().clone());
@@ -662,6 +727,12 @@ impl Drop for FrameReader {
         let mut q = self.0.borrow_mut();
         q.gone = true;
         q.frames.clear();
+        q.bytes = 0;
+        let writer = q.writer.take();
+        drop(q);
+        if let Some(w) = writer {
+            w.wake();
+        }
     }
 }
 
@@ -1276,7 +1347,10 @@ impl Api {
                 }
                 true
             };
-            if let Err(e) = agent.watch(&run_id, from, hub.as_ref(), opts, &push).await {
+            // The journal's entries at the client's pace; live events as they come (a client that falls
+            // SSE_BACKLOG_BYTES behind them is cut off).
+            let sink = PacedFrames { push: &push, frames: &sender };
+            if let Err(e) = agent.watch(&run_id, from, hub.as_ref(), opts, &sink).await {
                 push(Watched::Event(crate::core::events::Event::Error { error: e.info() }, None));
             }
             sender.close();
@@ -1337,6 +1411,23 @@ impl Api {
             shown.push(v);
         }
         Ok(ApiResponse::ok(&json!({ "runs": shown })))
+    }
+}
+
+/// A watch's frames as its [`WatchSink`]: each item pushed as it comes, the next journal entry once the client has
+/// read what it was sent.
+struct PacedFrames<'a, F: Fn(Watched) -> bool> {
+    push: &'a F,
+    frames: &'a FrameSender,
+}
+
+impl<F: Fn(Watched) -> bool> WatchSink for PacedFrames<'_, F> {
+    fn push(&self, item: Watched) -> bool {
+        (self.push)(item)
+    }
+
+    fn drained(&self) -> LocalFuture<'_, bool> {
+        Box::pin(self.frames.drained())
     }
 }
 

@@ -1089,6 +1089,99 @@ fn generated_hostile_requests_get_coded_answers_and_lose_nothing_recorded() {
     }
 }
 
+/// The events of SSE text as `(type, toolCallId or step)`: what a live answer and a replay of the journal both
+/// say of a recorded event (their `seq` and `at` differ).
+fn event_keys(text: &str) -> Vec<(String, String)> {
+    sse_events(text)
+        .iter()
+        .map(|e| {
+            let which = e.get("toolCallId").or(e.get("step")).map(|v| v.to_string()).unwrap_or_default();
+            (e["type"].as_str().unwrap_or_default().to_string(), which)
+        })
+        .collect()
+}
+
+/// The last `id:` of SSE text (the journal position a client resumes from).
+fn last_id(text: &str) -> Option<String> {
+    text.split("\n\n").filter_map(|b| b.strip_prefix("id: ")).last().map(str::to_string)
+}
+
+/// A live body read only after its task ran to its end (a client that reads nothing meanwhile): the chunks it
+/// then holds, which is everything that was queued for it.
+fn unread_until_the_end(resp: ApiResponse) -> Vec<String> {
+    let (chunks, task) = resp.live.expect("a live body").take().expect("taken once").into_stream();
+    if let Some(task) = task {
+        block_on(task);
+    }
+    block_on(chunks.collect::<Vec<String>>())
+}
+
+/// A client that reads none of its SSE answer while the run produces more than [`SSE_BACKLOG_BYTES`] of frames
+/// is cut off: what waits for it never exceeds the bound, the stream ends with [`SSE_CUT_OFF`] after the last
+/// frame that fitted, the run finishes all the same, and `GET /runs/{id}/events` from the last `id:` it got
+/// sends the rest of the journal's events, each once. A watch replays the journal at its client's pace: one
+/// that reads gets it all in one stream, however large; one that reads nothing holds one entry's frames until
+/// the watch's time is up, and resumes the same way. Generated over step sizes (seeded). (The queue used to
+/// grow with every event, unbounded, in the process — the run object in strict mode — for as long as the
+/// client lagged.)
+#[test]
+fn a_client_reading_too_slowly_is_cut_off_at_the_backlog_bound_and_resumes_from_its_last_id() {
+    use steadfast::api::{SSE_BACKLOG_BYTES, SSE_CUT_OFF};
+    let rng = SplitMix64::new(0x51_0e_7e);
+    for case in 0..6 {
+        let pad = 120_000 + (rng.next_u64() % 180_000) as usize;
+        let turns = 2 + (SSE_BACKLOG_BYTES + pad) / pad;
+        let repro = format!("case {case}: {turns} steps of {pad} bytes");
+        let env = Env::new();
+        let counters = Counters::default();
+        let mut script: Vec<MockTurn> =
+            (0..turns).map(|i| MockTurn::tools([("charge", json!({"i": i, "pad": "p".repeat(pad)}))])).collect();
+        script.push(MockTurn::text("Done."));
+        let api = Api::new(
+            env.agent(MockModel::by_turn(script), vec![counting_tool("charge", &counters)]),
+            Some(TOKEN.into()),
+        );
+        let f = Fixture { api, kv: MemoryKv::new(), counters: counters.clone() };
+        let bounded = |chunks: &[String]| -> String {
+            let queued: usize = chunks.iter().filter(|c| c.as_str() != SSE_CUT_OFF).map(String::len).sum();
+            assert!(queued <= SSE_BACKLOG_BYTES, "{repro}: {queued} bytes waited for the client");
+            chunks.concat()
+        };
+        let whole_run = |chunks: &[String]| -> String {
+            let text = bounded(chunks);
+            assert_eq!(chunks.last().map(String::as_str), Some(SSE_CUT_OFF), "{repro}: cut off, and said so");
+            assert_eq!(chunks.iter().filter(|c| c.as_str() == SSE_CUT_OFF).count(), 1, "{repro}");
+            text
+        };
+        // A send answered as SSE, its client reading nothing.
+        let live = whole_run(&unread_until_the_end(block_on(f.api.handle(sse_req("slow")))));
+        let (status, run) = call(&f, req("GET", "/runs/slow", ""));
+        assert_eq!((status, run["status"].as_str()), (200, Some("finished")), "{repro}: {run}");
+        assert_eq!(counters.get("charge"), turns as u32, "{repro}: each call ran once");
+        // The journal's events from the start, read by a client that keeps up: all of them, in one stream.
+        let all = block_on(block_on(f.api.handle(req("GET", "/runs/slow/events", ""))).collected()).body;
+        assert!(all.len() > SSE_BACKLOG_BYTES && !all.contains(SSE_CUT_OFF), "{repro}: {} bytes", all.len());
+        let all = event_keys(&all);
+        assert_eq!(all.last().map(|e| e.0.as_str()), Some("run.done"), "{repro}");
+        // The same watch, its client reading nothing: one entry waits for it until the watch's time is up.
+        let watched = bounded(&unread_until_the_end(block_on(f.api.handle(req("GET", "/runs/slow/events", "")))));
+        for cut in [live, watched] {
+            let last = last_id(&cut).unwrap_or_else(|| panic!("{repro}: an id before the cut"));
+            let before: Vec<_> = event_keys(&cut[..cut.rfind(&format!("id: {last}\n\n")).unwrap()])
+                .into_iter()
+                .filter(|e| all.contains(e))
+                .collect();
+            let mut resume = req("GET", "/runs/slow/events", "");
+            resume.headers.push(("last-event-id".into(), last.clone()));
+            let rest = block_on(block_on(f.api.handle(resume)).collected()).body;
+            let mut seen = before.clone();
+            seen.extend(event_keys(&rest));
+            assert_eq!(seen, all, "{repro}: resumed from id {last}: each recorded event once");
+            assert!(!before.is_empty() && !event_keys(&rest).is_empty(), "{repro}: cut mid-run");
+        }
+    }
+}
+
 /// `GET /demo/counts` without the demo tools is `204` with no body (the console asks it on every page; it used
 /// to be a 404, an error in the browser's console each time); another method is still `405`.
 #[test]
