@@ -5,7 +5,8 @@
 //!
 //! **Order of a request** ([`serve`]): the head alone decides first ([`admit`]: `/health`, then the bearer
 //! token, then a declared `Content-Length` over [`MAX_BODY_BYTES`]); only an authorized request has its body
-//! read (capped while reading) and only then is the configuration read and the agent built. An
+//! read (capped while reading: past the cap nothing is kept, and the rest is read and dropped up to
+//! [`MAX_DRAINED_BYTES`] before the `413`) and only then is the configuration read and the agent built. An
 //! unauthenticated caller therefore never makes the Worker parse a body, read its configuration or build an
 //! agent, and learns nothing about either.
 //!
@@ -79,6 +80,14 @@ use std::rc::Rc;
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// How much of a body over [`MAX_BODY_BYTES`] is still read (and dropped, not kept) before the `413` is sent:
+/// a body that ends within it is read to its end, so the client, and any proxy between it and the Worker, gets
+/// the answer after a complete request. (A partly read chunked body whose rest is cancelled breaks the exchange
+/// for a proxy in front: wrangler dev's answered `503 Your worker restarted mid-request` instead of the `413`.)
+/// Past it the rest is not read: a client that sends more (an endless body) gets the `413` as its connection
+/// allows.
+pub const MAX_DRAINED_BYTES: usize = 16 * 1024 * 1024;
 
 /// A request, as the shell hands it over.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -411,7 +420,8 @@ pub enum Admission {
 /// Decides what a request may do from its head: `/health` is answered at once (no token needed); every other
 /// route needs the bearer token ([`authorize`]); then a declared `Content-Length` over [`MAX_BODY_BYTES`] is
 /// `STEADFAST_PAYLOAD_TOO_LARGE` (413) and an unreadable one `STEADFAST_INVALID_INPUT`, before a byte of the
-/// body is read. `POST /__conformance` is [`Admission::Conformance`] only when `conformance_route` (a build with
+/// body is read ([`serve`] then reads and drops such a body, up to [`MAX_DRAINED_BYTES`], before it answers).
+/// `POST /__conformance` is [`Admission::Conformance`] only when `conformance_route` (a build with
 /// the `conformance` feature); otherwise it is an ordinary unknown route.
 pub fn admit(req: &ApiRequest, token: Option<&str>, conformance_route: bool) -> Result<Admission> {
     let parts = segments(&req.path);
@@ -813,11 +823,15 @@ pub trait Host {
     }
 }
 
-/// Reads the body from `host`, refusing it as soon as it passes [`MAX_BODY_BYTES`] (the rest is not read).
+/// Reads the body from `host`, refusing it once it passes [`MAX_BODY_BYTES`]: nothing more is kept, and the
+/// rest is read (dropped) to its end or up to [`MAX_DRAINED_BYTES`] in all before the refusal is answered.
 async fn read_body(host: &mut dyn Host) -> Result<Vec<u8>> {
     let mut body = Vec::new();
     while let Some(chunk) = host.body_chunk().await? {
         if body.len() + chunk.len() > MAX_BODY_BYTES {
+            let read = body.len() + chunk.len();
+            drop(body);
+            drain_body(host, read).await;
             return Err(payload_too_large());
         }
         body.extend_from_slice(&chunk);
@@ -825,14 +839,35 @@ async fn read_body(host: &mut dyn Host) -> Result<Vec<u8>> {
     Ok(body)
 }
 
+/// Reads what is left of the body and drops it, to its end or until [`MAX_DRAINED_BYTES`] were read in all
+/// (`read`: the bytes read already).
+async fn drain_body(host: &mut dyn Host, mut read: usize) {
+    while read < MAX_DRAINED_BYTES {
+        match host.body_chunk().await {
+            Ok(Some(c)) => read += c.len(),
+            // Ended, or broke off: the refusal is the answer either way.
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
+
 /// Serves one request in the order that keeps unauthenticated callers away from everything else: [`admit`]
 /// the head (health, token, declared size), then read the body (`GET`/`HEAD`: none) capped at
 /// [`MAX_BODY_BYTES`] while reading, then build the API ([`Host::api`]: configuration and agent) and route.
-/// `head` is the request without its body. Never panics; every failure is a coded JSON error.
+/// `head` is the request without its body. An authorized body that declares a length over the cap but within
+/// [`MAX_DRAINED_BYTES`] is read and dropped before its `413` (as one found over the cap while reading); every
+/// other refusal from the head is answered without reading a byte. Never panics; every failure is a coded JSON
+/// error.
 pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn Host) -> ApiResponse {
     let admitted = admit(&head, token.as_deref(), host.conformance_route());
     let m = head.method.to_ascii_uppercase();
-    if !matches!(admitted, Ok(Admission::Serve)) || m == "GET" || m == "HEAD" {
+    let bodiless = m == "GET" || m == "HEAD";
+    // `admit` checks the declared length only once the token matched.
+    let declared_over = matches!(&admitted, Err(e) if e.code == ErrorCode::PayloadTooLarge);
+    let declared = head.header("content-length").and_then(|l| l.trim().parse::<u64>().ok());
+    if declared_over && !bodiless && declared.is_some_and(|n| n <= MAX_DRAINED_BYTES as u64) {
+        drain_body(host, 0).await;
+    } else if !matches!(admitted, Ok(Admission::Serve)) || bodiless {
         host.discard_body();
     }
     let result = async {

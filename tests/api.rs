@@ -608,21 +608,24 @@ fn health_needs_neither_token_nor_configuration() {
 fn oversized_body_is_refused_while_reading() {
     let f = fixture();
     let auth = ("authorization".to_string(), format!("Bearer {TOKEN}"));
-    for chunk in [1usize, 1000, 4096, 65_536, MAX_BODY_BYTES + 1] {
+    for chunk in [1000, 4096, 65_536, MAX_BODY_BYTES + 1] {
         let mut host = FakeHost::new(Some(f.api.agent().clone()), &[b'x'; 65_536]);
         host.endless = true;
         host.chunk = chunk;
         let r = block_on(serve(head("POST", "/runs/a", vec![auth.clone()]), Some(TOKEN.into()), &mut host));
         assert_eq!((r.status, code_of(&r).as_str()), (413, "STEADFAST_PAYLOAD_TOO_LARGE"), "chunk {chunk}");
-        assert!(host.bytes_read <= MAX_BODY_BYTES + chunk.min(65_536), "read {} bytes", host.bytes_read);
-        assert!(host.bytes_read > MAX_BODY_BYTES - chunk.min(65_536));
+        // Past the cap nothing is kept; the rest is read (dropped) up to the drain bound, then no more.
+        let drained = steadfast::api::MAX_DRAINED_BYTES;
+        assert!(host.bytes_read < drained + chunk.min(65_536), "read {} bytes", host.bytes_read);
+        assert!(host.bytes_read >= drained);
         assert_eq!(host.builds, 0);
     }
-    let declared = ("content-length".to_string(), (MAX_BODY_BYTES + 1).to_string());
+    // A declared length over the drain bound: refused before the first chunk.
+    let declared = ("content-length".to_string(), (steadfast::api::MAX_DRAINED_BYTES + 1).to_string());
     let mut host = FakeHost::new(Some(f.api.agent().clone()), b"{}");
     let r = block_on(serve(head("POST", "/runs/a", vec![auth.clone(), declared]), Some(TOKEN.into()), &mut host));
     assert_eq!(r.status, 413);
-    assert_eq!((host.chunks_read, host.builds), (0, 0));
+    assert_eq!((host.chunks_read, host.builds, host.discarded), (0, 0, true));
     // Exactly at the limit is fine (the body is then read and parsed).
     let body = format!(r#"{{"input": "{}"}}"#, "y".repeat(MAX_BODY_BYTES - 13));
     assert_eq!(body.len(), MAX_BODY_BYTES);
@@ -1179,6 +1182,46 @@ fn a_client_reading_too_slowly_is_cut_off_at_the_backlog_bound_and_resumes_from_
             assert_eq!(seen, all, "{repro}: resumed from id {last}: each recorded event once");
             assert!(!before.is_empty() && !event_keys(&rest).is_empty(), "{repro}: cut mid-run");
         }
+    }
+}
+
+/// A body over the limit that ends is read to its end (dropped, not kept) before the `413`, with or without a
+/// declared length, so a proxy in front of the Worker sees a complete request (wrangler dev's answered
+/// `503 Your worker restarted mid-request`, or reset the upload, when the Worker answered a 2 MiB body it had
+/// read half of, or none of); an endless one stops being read at [`steadfast::api::MAX_DRAINED_BYTES`]. None
+/// builds the agent.
+#[test]
+fn a_body_over_the_limit_is_read_to_its_end_before_the_413_up_to_the_drain_bound() {
+    use steadfast::api::MAX_DRAINED_BYTES;
+    let f = fixture();
+    let auth = ("authorization".to_string(), format!("Bearer {TOKEN}"));
+    let rng = SplitMix64::new(0xd4a1);
+    for case in 0..12 {
+        let len = MAX_BODY_BYTES + 1 + (rng.next_u64() % (3 * MAX_BODY_BYTES as u64)) as usize;
+        let chunk = [1usize << 10, 16 << 10, 64 << 10, 1 << 20][case % 4];
+        let mut host = FakeHost::new(Some(f.api.agent().clone()), &vec![b'x'; len]);
+        host.chunk = chunk;
+        let mut headers = vec![auth.clone()];
+        let declared = case % 3 == 0;
+        if declared {
+            headers.push(("content-length".into(), len.to_string()));
+        }
+        let r = block_on(serve(head("POST", "/runs/a", headers), Some(TOKEN.into()), &mut host));
+        let repro = format!("case {case}: {len} bytes in chunks of {chunk}, length declared: {declared}");
+        assert_eq!((r.status, code_of(&r).as_str()), (413, "STEADFAST_PAYLOAD_TOO_LARGE"), "{repro}");
+        assert_eq!(host.bytes_read, len, "{repro}: read to its end before the answer");
+        assert_eq!(host.builds, 0, "{repro}");
+    }
+    for chunk in [4096usize, 65_536] {
+        let mut host = FakeHost::new(Some(f.api.agent().clone()), &[b'x'; 65_536]);
+        (host.endless, host.chunk) = (true, chunk);
+        let r = block_on(serve(head("POST", "/runs/a", vec![auth.clone()]), Some(TOKEN.into()), &mut host));
+        assert_eq!(r.status, 413);
+        assert!(
+            host.bytes_read >= MAX_DRAINED_BYTES && host.bytes_read < MAX_DRAINED_BYTES + chunk,
+            "{}",
+            host.bytes_read
+        );
     }
 }
 
