@@ -5,7 +5,8 @@
 //!
 //! **Order of a request** ([`serve`]): the head alone decides first ([`admit`]: `/health`, then the bearer
 //! token, then a declared `Content-Length` over [`MAX_BODY_BYTES`]); only an authorized request has its body
-//! read (capped while reading) and only then is the configuration read and the agent built. An
+//! read (capped while reading: past the cap nothing is kept, and the rest is read and dropped up to
+//! [`MAX_DRAINED_BYTES`] before the `413`) and only then is the configuration read and the agent built. An
 //! unauthenticated caller therefore never makes the Worker parse a body, read its configuration or build an
 //! agent, and learns nothing about either.
 //!
@@ -36,6 +37,7 @@
 //! | POST | `/sessions/{id}/discard-pending` | drop an unfinished newest turn → `{sessionId, discarded}` |
 //! | DELETE | `/sessions/{id}` | delete every turn → `{sessionId, deletedTurns}` |
 //! | GET | `/schedules` | `{schedules}`: each configured schedule's [`crate::runtime::ScheduleStatus`] |
+//! | GET | `/demo/counts` | the demo tools' effect counters; `204` (no body) when the demo tools are off |
 //! | POST | `/__conformance` | the store conformance suite on the real KV binding: only in builds with the cargo
 //! feature `conformance` (tests), and only with the token |
 //!
@@ -67,8 +69,8 @@ use crate::core::schedule::CompiledSchedule;
 use crate::core::sweep::{SweepOptions, SweepState};
 use crate::runtime::traits::{EventSink, LocalFuture};
 use crate::runtime::{
-    delivery_run_id, Agent, ForkOptions, Input, Resolve, SendOptions, SessionForkOptions, WatchOptions, WatchStart,
-    Watched, Watchers,
+    delivery_run_id, Agent, ForkOptions, Input, Resolve, SendOptions, SessionForkOptions, WatchOptions, WatchSink,
+    WatchStart, Watched, Watchers,
 };
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -78,6 +80,14 @@ use std::rc::Rc;
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// How much of a body over [`MAX_BODY_BYTES`] is still read (and dropped, not kept) before the `413` is sent:
+/// a body that ends within it is read to its end, so the client, and any proxy between it and the Worker, gets
+/// the answer after a complete request. (A partly read chunked body whose rest is cancelled breaks the exchange
+/// for a proxy in front: wrangler dev's answered `503 Your worker restarted mid-request` instead of the `413`.)
+/// Past it the rest is not read: a client that sends more (an endless body) gets the `413` as its connection
+/// allows.
+pub const MAX_DRAINED_BYTES: usize = 16 * 1024 * 1024;
 
 /// A request, as the shell hands it over.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -214,9 +224,14 @@ impl ApiResponse {
         ApiResponse::with(200, v)
     }
 
-    /// The coded JSON error response for `e`.
+    /// The coded JSON error response for `e`; a retryable error with a retry hint also says it in `Retry-After`
+    /// (whole seconds, rounded up).
     pub fn error(e: &Error) -> ApiResponse {
-        ApiResponse::json(status_of(e), &json!({ "error": e }))
+        let mut r = ApiResponse::json(status_of(e), &json!({ "error": e }));
+        if let (true, Some(ms)) = (e.retryable, e.retry_after_ms) {
+            r.headers.push(("retry-after".into(), ms.div_ceil(1000).to_string()));
+        }
+        r
     }
 
     /// This response with a live body read to its end (its task run alongside) into `body`: for callers that
@@ -405,7 +420,8 @@ pub enum Admission {
 /// Decides what a request may do from its head: `/health` is answered at once (no token needed); every other
 /// route needs the bearer token ([`authorize`]); then a declared `Content-Length` over [`MAX_BODY_BYTES`] is
 /// `STEADFAST_PAYLOAD_TOO_LARGE` (413) and an unreadable one `STEADFAST_INVALID_INPUT`, before a byte of the
-/// body is read. `POST /__conformance` is [`Admission::Conformance`] only when `conformance_route` (a build with
+/// body is read ([`serve`] then reads and drops such a body, up to [`MAX_DRAINED_BYTES`], before it answers).
+/// `POST /__conformance` is [`Admission::Conformance`] only when `conformance_route` (a build with
 /// the `conformance` feature); otherwise it is an ordinary unknown route.
 pub fn admit(req: &ApiRequest, token: Option<&str>, conformance_route: bool) -> Result<Admission> {
     let parts = segments(&req.path);
@@ -549,6 +565,25 @@ pub async fn forward_target(
     }
 }
 
+/// How long a client waits before sending again a request that could not reach its run's object
+/// ([`forward_failed`]).
+pub const FORWARD_RETRY_AFTER_MS: u64 = 1_000;
+
+/// The answer to a strict-mode request the Worker could not forward to its run's object, or whose object failed
+/// before answering (`why`: the platform's words: the object was reset by a deploy or an eviction, is
+/// overloaded, the call broke in transit): `STEADFAST_STORE_UNAVAILABLE` (503, retryable, `Retry-After: 1`),
+/// naming the run. Whether the request took effect in the object is unknown: `GET /runs/{id}` tells, and a
+/// send or a resume sent again continues the run from its journal.
+pub fn forward_failed(to: &Forward, why: &str) -> ApiResponse {
+    let e = Error::new(
+        ErrorCode::StoreUnavailable,
+        format!("run '{}': its run object did not answer ({why}); it may or may not have taken the request", to.run),
+    )
+    .with_run(&to.run)
+    .with_retry_after_ms(Some(FORWARD_RETRY_AFTER_MS));
+    ApiResponse::error(&e)
+}
+
 /// Inside a run's object: the run a forwarded request is about, as [`forward_target`] sent it (the path, or
 /// for an approval [`RUN_HEADER`]). `None`: not a request the Worker forwards (the object refuses it).
 pub fn object_run(head: &ApiRequest) -> Option<String> {
@@ -565,14 +600,45 @@ fn prefers_async(req: &ApiRequest) -> bool {
     req.header("prefer").is_some_and(|p| p.to_ascii_lowercase().contains("respond-async"))
 }
 
+/// How many bytes of SSE frames may wait for a client that reads slower than its run produces them. A frame
+/// that would pass it (while others wait) cuts the client off: the frames already waiting are still sent, then
+/// [`SSE_CUT_OFF`], and the stream ends; the run goes on without it (a watch stops). The client comes back with
+/// `GET /runs/{id}/events` and the last `id:` it read as `Last-Event-ID` (an `EventSource` does so by itself) and
+/// gets the rest of what the journal recorded. A frame that finds none waiting is always queued, whatever its size.
+/// (A watch sends the journal's entries at the client's pace, one entry once the previous one was read, so only
+/// the live events of a run executing meanwhile can pile up.)
+pub const SSE_BACKLOG_BYTES: usize = 1024 * 1024;
+
+/// The comment that ends a stream whose client fell [`SSE_BACKLOG_BYTES`] behind.
+pub const SSE_CUT_OFF: &str = ": cut off: this client fell 1 MiB of events behind; resume with GET /runs/{id}/events \
+                               and the last id as Last-Event-ID\n\n";
+
 /// The SSE frames of one execution on their way from its events to a live body: queued by the run, read by the
-/// body; closed when the run ends, no longer filled once the reader is gone (the client left).
+/// body; closed when the run ends, no longer filled once the reader is gone (the client left) or has fallen
+/// [`SSE_BACKLOG_BYTES`] behind (cut off).
 #[derive(Default)]
 struct FrameQueue {
     frames: std::collections::VecDeque<String>,
+    /// The bytes of `frames`.
+    bytes: usize,
     closed: bool,
     gone: bool,
+    /// The reader fell too far behind: nothing more is queued, and the stream ends after [`SSE_CUT_OFF`].
+    cut: bool,
     reader: Option<std::task::Waker>,
+    /// A writer waiting for the reader to take every frame ([`FrameSender::drained`]).
+    writer: Option<std::task::Waker>,
+}
+
+impl FrameQueue {
+    /// The waiting writer, to wake once the queue is empty or will take nothing more.
+    fn writer_to_wake(&mut self) -> Option<std::task::Waker> {
+        if self.frames.is_empty() || self.gone || self.cut {
+            self.writer.take()
+        } else {
+            None
+        }
+    }
 }
 
 /// The run's end of a [`FrameQueue`].
@@ -588,21 +654,45 @@ fn frame_queue() -> (FrameSender, FrameReader) {
 
 impl FrameSender {
     fn update(&self, f: impl FnOnce(&mut FrameQueue)) {
-        let reader = {
+        let (reader, writer) = {
             let mut q = self.0.borrow_mut();
             f(&mut q);
-            q.reader.take()
+            (q.reader.take(), q.writer_to_wake())
         };
-        if let Some(w) = reader {
+        for w in [reader, writer].into_iter().flatten() {
             w.wake();
         }
     }
 
+    /// Resolves once the reader has taken every frame (`true`), or will take none (`false`: gone or cut off).
+    fn drained(&self) -> impl std::future::Future<Output = bool> + '_ {
+        futures::future::poll_fn(move |cx| {
+            let mut q = self.0.borrow_mut();
+            if q.gone || q.cut {
+                std::task::Poll::Ready(false)
+            } else if q.frames.is_empty() {
+                std::task::Poll::Ready(true)
+            } else {
+                q.writer = Some(cx.waker().clone());
+                std::task::Poll::Pending
+            }
+        })
+    }
+
     fn send(&self, frame: String) {
         self.update(|q| {
-            if !q.gone {
-                q.frames.push_back(frame)
+            if q.gone || q.cut {
+                return;
             }
+            if !q.frames.is_empty() && q.bytes.saturating_add(frame.len()) > SSE_BACKLOG_BYTES {
+                // Too far behind: cut off after what waits (its last `id:` is where the client resumes).
+                q.cut = true;
+                q.closed = true;
+                q.frames.push_back(SSE_CUT_OFF.to_string());
+                return;
+            }
+            q.bytes += frame.len();
+            q.frames.push_back(frame);
         });
     }
 
@@ -610,9 +700,10 @@ impl FrameSender {
         self.update(|q| q.closed = true);
     }
 
-    /// Whether the reader is gone (the client left).
+    /// Whether the reader takes no more frames: gone (the client left) or cut off (too far behind).
     fn gone(&self) -> bool {
-        self.0.borrow().gone
+        let q = self.0.borrow();
+        q.gone || q.cut
     }
 }
 
@@ -622,7 +713,16 @@ impl futures::Stream for FrameReader {
     fn poll_next(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<String>> {
         let mut q = self.0.borrow_mut();
         match q.frames.pop_front() {
-            Some(frame) => std::task::Poll::Ready(Some(frame)),
+            Some(frame) => {
+                // The cut-off notice was never counted.
+                q.bytes = q.bytes.saturating_sub(frame.len());
+                let writer = q.writer_to_wake();
+                drop(q);
+                if let Some(w) = writer {
+                    w.wake();
+                }
+                std::task::Poll::Ready(Some(frame))
+            }
             None if q.closed => std::task::Poll::Ready(None),
             None => {
                 q.reader = Some(cx.waker().clone());
@@ -637,6 +737,12 @@ impl Drop for FrameReader {
         let mut q = self.0.borrow_mut();
         q.gone = true;
         q.frames.clear();
+        q.bytes = 0;
+        let writer = q.writer.take();
+        drop(q);
+        if let Some(w) = writer {
+            w.wake();
+        }
     }
 }
 
@@ -717,11 +823,15 @@ pub trait Host {
     }
 }
 
-/// Reads the body from `host`, refusing it as soon as it passes [`MAX_BODY_BYTES`] (the rest is not read).
+/// Reads the body from `host`, refusing it once it passes [`MAX_BODY_BYTES`]: nothing more is kept, and the
+/// rest is read (dropped) to its end or up to [`MAX_DRAINED_BYTES`] in all before the refusal is answered.
 async fn read_body(host: &mut dyn Host) -> Result<Vec<u8>> {
     let mut body = Vec::new();
     while let Some(chunk) = host.body_chunk().await? {
         if body.len() + chunk.len() > MAX_BODY_BYTES {
+            let read = body.len() + chunk.len();
+            drop(body);
+            drain_body(host, read).await;
             return Err(payload_too_large());
         }
         body.extend_from_slice(&chunk);
@@ -729,14 +839,35 @@ async fn read_body(host: &mut dyn Host) -> Result<Vec<u8>> {
     Ok(body)
 }
 
+/// Reads what is left of the body and drops it, to its end or until [`MAX_DRAINED_BYTES`] were read in all
+/// (`read`: the bytes read already).
+async fn drain_body(host: &mut dyn Host, mut read: usize) {
+    while read < MAX_DRAINED_BYTES {
+        match host.body_chunk().await {
+            Ok(Some(c)) => read += c.len(),
+            // Ended, or broke off: the refusal is the answer either way.
+            Ok(None) | Err(_) => break,
+        }
+    }
+}
+
 /// Serves one request in the order that keeps unauthenticated callers away from everything else: [`admit`]
 /// the head (health, token, declared size), then read the body (`GET`/`HEAD`: none) capped at
 /// [`MAX_BODY_BYTES`] while reading, then build the API ([`Host::api`]: configuration and agent) and route.
-/// `head` is the request without its body. Never panics; every failure is a coded JSON error.
+/// `head` is the request without its body. An authorized body that declares a length over the cap but within
+/// [`MAX_DRAINED_BYTES`] is read and dropped before its `413` (as one found over the cap while reading); every
+/// other refusal from the head is answered without reading a byte. Never panics; every failure is a coded JSON
+/// error.
 pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn Host) -> ApiResponse {
     let admitted = admit(&head, token.as_deref(), host.conformance_route());
     let m = head.method.to_ascii_uppercase();
-    if !matches!(admitted, Ok(Admission::Serve)) || m == "GET" || m == "HEAD" {
+    let bodiless = m == "GET" || m == "HEAD";
+    // `admit` checks the declared length only once the token matched.
+    let declared_over = matches!(&admitted, Err(e) if e.code == ErrorCode::PayloadTooLarge);
+    let declared = head.header("content-length").and_then(|l| l.trim().parse::<u64>().ok());
+    if declared_over && !bodiless && declared.is_some_and(|n| n <= MAX_DRAINED_BYTES as u64) {
+        drain_body(host, 0).await;
+    } else if !matches!(admitted, Ok(Admission::Serve)) || bodiless {
         host.discard_body();
     }
     let result = async {
@@ -929,8 +1060,10 @@ impl Api {
                 }
                 Ok(ApiResponse::ok(&self.agent.compare(a, b).await?))
             }
-            ["demo", "counts"] if self.demo.is_some() => match (m.as_str(), &self.demo) {
+            // Without the demo tools: `204`, no counters (a client such as the console asks without an error).
+            ["demo", "counts"] => match (m.as_str(), &self.demo) {
                 ("GET", Some(counts)) => Ok(ApiResponse::ok(&counts().await?)),
+                ("GET", None) => Ok(ApiResponse { status: 204, headers: Vec::new(), body: String::new(), live: None }),
                 _ => not_allowed(),
             },
             ["sweep"] => match m.as_str() {
@@ -1249,7 +1382,10 @@ impl Api {
                 }
                 true
             };
-            if let Err(e) = agent.watch(&run_id, from, hub.as_ref(), opts, &push).await {
+            // The journal's entries at the client's pace; live events as they come (a client that falls
+            // SSE_BACKLOG_BYTES behind them is cut off).
+            let sink = PacedFrames { push: &push, frames: &sender };
+            if let Err(e) = agent.watch(&run_id, from, hub.as_ref(), opts, &sink).await {
                 push(Watched::Event(crate::core::events::Event::Error { error: e.info() }, None));
             }
             sender.close();
@@ -1310,6 +1446,23 @@ impl Api {
             shown.push(v);
         }
         Ok(ApiResponse::ok(&json!({ "runs": shown })))
+    }
+}
+
+/// A watch's frames as its [`WatchSink`]: each item pushed as it comes, the next journal entry once the client has
+/// read what it was sent.
+struct PacedFrames<'a, F: Fn(Watched) -> bool> {
+    push: &'a F,
+    frames: &'a FrameSender,
+}
+
+impl<F: Fn(Watched) -> bool> WatchSink for PacedFrames<'_, F> {
+    fn push(&self, item: Watched) -> bool {
+        (self.push)(item)
+    }
+
+    fn drained(&self) -> LocalFuture<'_, bool> {
+        Box::pin(self.frames.drained())
     }
 }
 
@@ -1451,6 +1604,36 @@ mod tests {
             admit(&head("GET", "/__conformance", &auth), Some("t0k"), true).unwrap_err().code,
             ErrorCode::MethodNotAllowed
         );
+    }
+
+    /// A request the Worker could not forward to its run's object (the object reset, overloaded) is a coded,
+    /// retryable JSON answer naming the run, with `Retry-After` (it used to be the platform's plain-text 500).
+    #[test]
+    fn a_failed_forward_is_a_coded_retryable_503_with_retry_after() {
+        let to = Forward { run: "order-7".into(), name_run: false, finish_first: None };
+        let r = forward_failed(&to, "Error: Durable Object reset because its code was updated.");
+        assert_eq!(r.status, 503);
+        assert!(r.headers.contains(&("content-type".into(), "application/json".into())), "{:?}", r.headers);
+        assert!(r.headers.contains(&("retry-after".into(), "1".into())), "{:?}", r.headers);
+        let body: Value = serde_json::from_str(&r.body).unwrap();
+        let e = &body["error"];
+        assert_eq!((e["code"].as_str(), e["retryable"].as_bool()), (Some("STEADFAST_STORE_UNAVAILABLE"), Some(true)));
+        assert_eq!((e["runId"].as_str(), e["retryAfterMs"].as_u64()), (Some("order-7"), Some(FORWARD_RETRY_AFTER_MS)));
+        assert!(e["message"].as_str().unwrap().contains("reset because its code was updated"), "{e}");
+    }
+
+    #[test]
+    fn retry_after_is_sent_for_retryable_errors_with_a_hint_only() {
+        let retry_after =
+            |e: Error| ApiResponse::error(&e).headers.into_iter().find(|(k, _)| k == "retry-after").map(|(_, v)| v);
+        let limited = |ms| Error::new(ErrorCode::ProviderRateLimited, "").with_retry_after_ms(ms);
+        assert_eq!(retry_after(limited(Some(1))), Some("1".into()), "rounded up to a second");
+        assert_eq!(retry_after(limited(Some(2_000))), Some("2".into()));
+        assert_eq!(retry_after(limited(Some(2_001))), Some("3".into()));
+        assert_eq!(retry_after(limited(Some(0))), Some("0".into()));
+        assert_eq!(retry_after(limited(None)), None);
+        let refused = Error::new(ErrorCode::ProviderBadRequest, "").with_retry_after_ms(Some(5_000));
+        assert_eq!(retry_after(refused), None, "not retryable: no invitation to retry");
     }
 
     #[test]

@@ -441,3 +441,33 @@ test("strict mode: a delivery executes in its run's object: 202 with Prefer: res
   assert.deepEqual([again.status, again.json.outcome, again.json.runId], [200, "acknowledged", "dlv-evt-1"], again.text);
   assert.equal(srv.state.calls.length - before, 1, "the tool ran once");
 });
+
+test("strict mode: a request whose run object fails before answering (reset, overloaded) is a coded, retryable 503 with Retry-After, not a plain-text 500", { timeout: 60000 }, async () => {
+  assert.ok(fs.existsSync("build/index.js"), "build/index.js is missing: run ./scripts/build-worker");
+  // The run objects are hosted by a Worker whose objects throw as an overloaded (or reset) object does.
+  const broken = `export class RunObject {
+    async fetch() { throw new Error("Durable Object is overloaded. Requests queued for too long. (test)"); }
+  }
+  export default { fetch: () => new Response("objects only") };`;
+  const objects = { RUN_OBJECTS: { className: "RunObject", useSQLite: true, scriptName: "objects" } };
+  const mf = new Miniflare({
+    workers: [
+      { ...script, name: "worker", kvNamespaces: ["RUNS"], durableObjects: objects,
+        bindings: { STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify({ store: "durable-object" }) } },
+      { name: "objects", modules: true, script: broken, compatibilityDate: script.compatibilityDate, durableObjects: objects },
+    ],
+    cf: false,
+  });
+  instances.push(mf);
+  const worker = { dispatchFetch: async (url, init) => (await mf.getWorker("worker")).fetch(url, init) };
+  for (const [method, p, body] of [["POST", "/runs/r-1", { input: "hi" }], ["GET", "/runs/r-1", undefined], ["POST", "/runs/r-1/resume", undefined]]) {
+    const r = await call(worker, method, p, body);
+    assert.equal(r.status, 503, `${method} ${p}: ${r.text}`);
+    assert.equal(r.headers.get("content-type"), "application/json", `${method} ${p}`);
+    assert.equal(r.headers.get("retry-after"), "1", `${method} ${p}`);
+    assert.equal(r.json.error?.code, "STEADFAST_STORE_UNAVAILABLE", r.text);
+    assert.equal(r.json.error.retryable, true, r.text);
+    assert.equal(r.json.error.runId, "r-1", r.text);
+    assert.match(r.json.error.message, /overloaded/, r.text);
+  }
+});

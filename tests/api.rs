@@ -620,21 +620,24 @@ fn health_needs_neither_token_nor_configuration() {
 fn oversized_body_is_refused_while_reading() {
     let f = fixture();
     let auth = ("authorization".to_string(), format!("Bearer {TOKEN}"));
-    for chunk in [1usize, 1000, 4096, 65_536, MAX_BODY_BYTES + 1] {
+    for chunk in [1000, 4096, 65_536, MAX_BODY_BYTES + 1] {
         let mut host = FakeHost::new(Some(f.api.agent().clone()), &[b'x'; 65_536]);
         host.endless = true;
         host.chunk = chunk;
         let r = block_on(serve(head("POST", "/runs/a", vec![auth.clone()]), Some(TOKEN.into()), &mut host));
         assert_eq!((r.status, code_of(&r).as_str()), (413, "STEADFAST_PAYLOAD_TOO_LARGE"), "chunk {chunk}");
-        assert!(host.bytes_read <= MAX_BODY_BYTES + chunk.min(65_536), "read {} bytes", host.bytes_read);
-        assert!(host.bytes_read > MAX_BODY_BYTES - chunk.min(65_536));
+        // Past the cap nothing is kept; the rest is read (dropped) up to the drain bound, then no more.
+        let drained = steadfast::api::MAX_DRAINED_BYTES;
+        assert!(host.bytes_read < drained + chunk.min(65_536), "read {} bytes", host.bytes_read);
+        assert!(host.bytes_read >= drained);
         assert_eq!(host.builds, 0);
     }
-    let declared = ("content-length".to_string(), (MAX_BODY_BYTES + 1).to_string());
+    // A declared length over the drain bound: refused before the first chunk.
+    let declared = ("content-length".to_string(), (steadfast::api::MAX_DRAINED_BYTES + 1).to_string());
     let mut host = FakeHost::new(Some(f.api.agent().clone()), b"{}");
     let r = block_on(serve(head("POST", "/runs/a", vec![auth.clone(), declared]), Some(TOKEN.into()), &mut host));
     assert_eq!(r.status, 413);
-    assert_eq!((host.chunks_read, host.builds), (0, 0));
+    assert_eq!((host.chunks_read, host.builds, host.discarded), (0, 0, true));
     // Exactly at the limit is fine (the body is then read and parsed).
     let body = format!(r#"{{"input": "{}"}}"#, "y".repeat(MAX_BODY_BYTES - 13));
     assert_eq!(body.len(), MAX_BODY_BYTES);
@@ -1100,4 +1103,151 @@ fn generated_hostile_requests_get_coded_answers_and_lose_nothing_recorded() {
         let (s, v) = call(&f, req("POST", "/runs/after-all", r#"{"input": "charge order 7"}"#));
         assert_eq!((s, v["status"].clone()), (200, json!("finished")), "{repro}: {v}");
     }
+}
+
+/// The events of SSE text as `(type, toolCallId or step)`: what a live answer and a replay of the journal both
+/// say of a recorded event (their `seq` and `at` differ).
+fn event_keys(text: &str) -> Vec<(String, String)> {
+    sse_events(text)
+        .iter()
+        .map(|e| {
+            let which = e.get("toolCallId").or(e.get("step")).map(|v| v.to_string()).unwrap_or_default();
+            (e["type"].as_str().unwrap_or_default().to_string(), which)
+        })
+        .collect()
+}
+
+/// The last `id:` of SSE text (the journal position a client resumes from).
+fn last_id(text: &str) -> Option<String> {
+    text.split("\n\n").filter_map(|b| b.strip_prefix("id: ")).last().map(str::to_string)
+}
+
+/// A live body read only after its task ran to its end (a client that reads nothing meanwhile): the chunks it
+/// then holds, which is everything that was queued for it.
+fn unread_until_the_end(resp: ApiResponse) -> Vec<String> {
+    let (chunks, task) = resp.live.expect("a live body").take().expect("taken once").into_stream();
+    if let Some(task) = task {
+        block_on(task);
+    }
+    block_on(chunks.collect::<Vec<String>>())
+}
+
+/// A client that reads none of its SSE answer while the run produces more than [`SSE_BACKLOG_BYTES`] of frames
+/// is cut off: what waits for it never exceeds the bound, the stream ends with [`SSE_CUT_OFF`] after the last
+/// frame that fitted, the run finishes all the same, and `GET /runs/{id}/events` from the last `id:` it got
+/// sends the rest of the journal's events, each once. A watch replays the journal at its client's pace: one
+/// that reads gets it all in one stream, however large; one that reads nothing holds one entry's frames until
+/// the watch's time is up, and resumes the same way. Generated over step sizes (seeded). (The queue used to
+/// grow with every event, unbounded, in the process — the run object in strict mode — for as long as the
+/// client lagged.)
+#[test]
+fn a_client_reading_too_slowly_is_cut_off_at_the_backlog_bound_and_resumes_from_its_last_id() {
+    use steadfast::api::{SSE_BACKLOG_BYTES, SSE_CUT_OFF};
+    let rng = SplitMix64::new(0x51_0e_7e);
+    for case in 0..6 {
+        let pad = 120_000 + (rng.next_u64() % 180_000) as usize;
+        let turns = 2 + (SSE_BACKLOG_BYTES + pad) / pad;
+        let repro = format!("case {case}: {turns} steps of {pad} bytes");
+        let env = Env::new();
+        let counters = Counters::default();
+        let mut script: Vec<MockTurn> =
+            (0..turns).map(|i| MockTurn::tools([("charge", json!({"i": i, "pad": "p".repeat(pad)}))])).collect();
+        script.push(MockTurn::text("Done."));
+        let api = Api::new(
+            env.agent(MockModel::by_turn(script), vec![counting_tool("charge", &counters)]),
+            Some(TOKEN.into()),
+        );
+        let f = Fixture { api, kv: MemoryKv::new(), counters: counters.clone() };
+        let bounded = |chunks: &[String]| -> String {
+            let queued: usize = chunks.iter().filter(|c| c.as_str() != SSE_CUT_OFF).map(String::len).sum();
+            assert!(queued <= SSE_BACKLOG_BYTES, "{repro}: {queued} bytes waited for the client");
+            chunks.concat()
+        };
+        let whole_run = |chunks: &[String]| -> String {
+            let text = bounded(chunks);
+            assert_eq!(chunks.last().map(String::as_str), Some(SSE_CUT_OFF), "{repro}: cut off, and said so");
+            assert_eq!(chunks.iter().filter(|c| c.as_str() == SSE_CUT_OFF).count(), 1, "{repro}");
+            text
+        };
+        // A send answered as SSE, its client reading nothing.
+        let live = whole_run(&unread_until_the_end(block_on(f.api.handle(sse_req("slow")))));
+        let (status, run) = call(&f, req("GET", "/runs/slow", ""));
+        assert_eq!((status, run["status"].as_str()), (200, Some("finished")), "{repro}: {run}");
+        assert_eq!(counters.get("charge"), turns as u32, "{repro}: each call ran once");
+        // The journal's events from the start, read by a client that keeps up: all of them, in one stream.
+        let all = block_on(block_on(f.api.handle(req("GET", "/runs/slow/events", ""))).collected()).body;
+        assert!(all.len() > SSE_BACKLOG_BYTES && !all.contains(SSE_CUT_OFF), "{repro}: {} bytes", all.len());
+        let all = event_keys(&all);
+        assert_eq!(all.last().map(|e| e.0.as_str()), Some("run.done"), "{repro}");
+        // The same watch, its client reading nothing: one entry waits for it until the watch's time is up.
+        let watched = bounded(&unread_until_the_end(block_on(f.api.handle(req("GET", "/runs/slow/events", "")))));
+        for cut in [live, watched] {
+            let last = last_id(&cut).unwrap_or_else(|| panic!("{repro}: an id before the cut"));
+            let before: Vec<_> = event_keys(&cut[..cut.rfind(&format!("id: {last}\n\n")).unwrap()])
+                .into_iter()
+                .filter(|e| all.contains(e))
+                .collect();
+            let mut resume = req("GET", "/runs/slow/events", "");
+            resume.headers.push(("last-event-id".into(), last.clone()));
+            let rest = block_on(block_on(f.api.handle(resume)).collected()).body;
+            let mut seen = before.clone();
+            seen.extend(event_keys(&rest));
+            assert_eq!(seen, all, "{repro}: resumed from id {last}: each recorded event once");
+            assert!(!before.is_empty() && !event_keys(&rest).is_empty(), "{repro}: cut mid-run");
+        }
+    }
+}
+
+/// A body over the limit that ends is read to its end (dropped, not kept) before the `413`, with or without a
+/// declared length, so a proxy in front of the Worker sees a complete request (wrangler dev's answered
+/// `503 Your worker restarted mid-request`, or reset the upload, when the Worker answered a 2 MiB body it had
+/// read half of, or none of); an endless one stops being read at [`steadfast::api::MAX_DRAINED_BYTES`]. None
+/// builds the agent.
+#[test]
+fn a_body_over_the_limit_is_read_to_its_end_before_the_413_up_to_the_drain_bound() {
+    use steadfast::api::MAX_DRAINED_BYTES;
+    let f = fixture();
+    let auth = ("authorization".to_string(), format!("Bearer {TOKEN}"));
+    let rng = SplitMix64::new(0xd4a1);
+    for case in 0..12 {
+        let len = MAX_BODY_BYTES + 1 + (rng.next_u64() % (3 * MAX_BODY_BYTES as u64)) as usize;
+        let chunk = [1usize << 10, 16 << 10, 64 << 10, 1 << 20][case % 4];
+        let mut host = FakeHost::new(Some(f.api.agent().clone()), &vec![b'x'; len]);
+        host.chunk = chunk;
+        let mut headers = vec![auth.clone()];
+        let declared = case % 3 == 0;
+        if declared {
+            headers.push(("content-length".into(), len.to_string()));
+        }
+        let r = block_on(serve(head("POST", "/runs/a", headers), Some(TOKEN.into()), &mut host));
+        let repro = format!("case {case}: {len} bytes in chunks of {chunk}, length declared: {declared}");
+        assert_eq!((r.status, code_of(&r).as_str()), (413, "STEADFAST_PAYLOAD_TOO_LARGE"), "{repro}");
+        assert_eq!(host.bytes_read, len, "{repro}: read to its end before the answer");
+        assert_eq!(host.builds, 0, "{repro}");
+    }
+    for chunk in [4096usize, 65_536] {
+        let mut host = FakeHost::new(Some(f.api.agent().clone()), &[b'x'; 65_536]);
+        (host.endless, host.chunk) = (true, chunk);
+        let r = block_on(serve(head("POST", "/runs/a", vec![auth.clone()]), Some(TOKEN.into()), &mut host));
+        assert_eq!(r.status, 413);
+        assert!(
+            host.bytes_read >= MAX_DRAINED_BYTES && host.bytes_read < MAX_DRAINED_BYTES + chunk,
+            "{}",
+            host.bytes_read
+        );
+    }
+}
+
+/// `GET /demo/counts` without the demo tools is `204` with no body (the console asks it on every page; it used
+/// to be a 404, an error in the browser's console each time); another method is still `405`.
+#[test]
+fn demo_counts_without_the_demo_tools_is_204_not_an_error() {
+    let f = fixture();
+    let r = block_on(f.api.handle(req("GET", "/demo/counts", "")));
+    assert_eq!((r.status, r.body.as_str()), (204, ""));
+    assert_eq!(call(&f, req("POST", "/demo/counts", "{}")).0, 405);
+    let counted = Api::new(f.api.agent().clone(), Some(TOKEN.into()))
+        .with_demo_counts(Rc::new(|| Box::pin(async { Ok(json!({"charges": 2})) })));
+    let r = block_on(counted.handle(req("GET", "/demo/counts", "")));
+    assert_eq!((r.status, r.body.as_str()), (200, r#"{"charges":2}"#));
 }

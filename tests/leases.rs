@@ -444,3 +444,134 @@ fn a_store_failure_anywhere_in_a_leased_operation_leaves_the_lease_free() {
     }
     panic!("the story should end within 200 operations");
 }
+
+/// A [`MemoryStore`] whose lease confirmations are refused with `STEADFAST_SESSION_BUSY` while `refuse` is set,
+/// as the journal store refuses one when a racing acquirer's record won; it logs the confirmations and the
+/// approval records written (with their status).
+#[derive(Clone, Default)]
+struct ConfirmRefused {
+    inner: steadfast::store::MemoryStore,
+    refuse: Rc<Cell<bool>>,
+    log: Rc<RefCell<Vec<String>>>,
+}
+
+#[async_trait(?Send)]
+impl RunStore for ConfirmRefused {
+    async fn load(&self, run_id: &str) -> Result<Option<steadfast::core::checkpoint::Checkpoint>> {
+        self.inner.load(run_id).await
+    }
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        now_ms: u64,
+        opts: &LeaseOptions,
+    ) -> Result<steadfast::store::Lease> {
+        self.inner.acquire_lease(run_id, owner, now_ms, opts).await
+    }
+    async fn confirm_lease(&self, lease: &steadfast::store::Lease) -> Result<()> {
+        if self.refuse.get() {
+            self.log.borrow_mut().push("confirm refused".into());
+            return Err(Error::busy(&lease.run_id, "another process took its lease at the same time (injected)"));
+        }
+        self.log.borrow_mut().push("confirmed".into());
+        self.inner.confirm_lease(lease).await
+    }
+    async fn renew_lease(
+        &self,
+        lease: &steadfast::store::Lease,
+        now_ms: u64,
+        opts: &LeaseOptions,
+    ) -> Result<steadfast::store::Lease> {
+        self.inner.renew_lease(lease, now_ms, opts).await
+    }
+    async fn release_lease(&self, lease: &steadfast::store::Lease) -> Result<()> {
+        self.inner.release_lease(lease).await
+    }
+    async fn commit(
+        &self,
+        lease: &steadfast::store::Lease,
+        entry: &steadfast::core::checkpoint::JournalEntry,
+        state: &steadfast::core::checkpoint::Checkpoint,
+    ) -> Result<()> {
+        self.inner.commit(lease, entry, state).await
+    }
+    async fn delete(&self, run_id: &str) -> Result<()> {
+        self.inner.delete(run_id).await
+    }
+    async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<steadfast::store::HistoryEntry>> {
+        self.inner.history(run_id, limit).await
+    }
+    async fn pending(&self) -> Result<Vec<steadfast::store::PendingRun>> {
+        self.inner.pending().await
+    }
+    async fn put_approval(&self, record: &steadfast::core::approval::ApprovalRecord) -> Result<()> {
+        self.log.borrow_mut().push(format!("approval {} {:?}", record.id, record.status));
+        self.inner.put_approval(record).await
+    }
+    async fn get_approval(&self, id: &str) -> Result<Option<steadfast::core::approval::ApprovalRecord>> {
+        self.inner.get_approval(id).await
+    }
+    async fn list_approvals(&self) -> Result<Vec<steadfast::core::approval::ApprovalRecord>> {
+        self.inner.list_approvals().await
+    }
+    async fn delete_approval(&self, id: &str) -> Result<()> {
+        self.inner.delete_approval(id).await
+    }
+    async fn get_state(&self, name: &str) -> Result<Option<String>> {
+        self.inner.get_state(name).await
+    }
+    async fn put_state(&self, name: &str, value: &str) -> Result<()> {
+        self.inner.put_state(name, value).await
+    }
+}
+
+/// The decision that resumes a paused run is recorded only after the resolver's lease is confirmed. A resolver
+/// whose confirmation is refused (a racing acquirer won the lease) gets `STEADFAST_SESSION_BUSY` and leaves the
+/// approval pending: no tool ran, and the reviewer who decides next — the other way — is not refused with
+/// `STEADFAST_APPROVAL_ALREADY_DECIDED`. (The decision used to be written before the confirmation, so the
+/// loser's approval stuck.) Pauses of one to three approvals, each decided in turn, the last one raced.
+#[test]
+fn an_approval_is_not_decided_by_a_resolver_whose_lease_is_not_confirmed() {
+    use steadfast::core::approval::ApprovalStatus;
+    for calls in 1..=3usize {
+        let clock = ManualClock::new(T0);
+        let store = ConfirmRefused::default();
+        let env = Env::with_store(Rc::new(store.clone()), clock.clone());
+        let counters = Counters::default();
+        let turn = MockTurn::tools((0..calls).map(|i| ("refund", json!({"order": i}))).collect::<Vec<_>>());
+        let agent =
+            env.agent(MockModel::by_turn(vec![turn, MockTurn::text("done")]), vec![gated_tool("refund", &counters)]);
+        let paused = block_on(agent.send("r", "refund them", SendOptions::default())).unwrap();
+        assert_eq!(paused.status, RunStatus::AwaitingApproval);
+        let ids = paused.approval_ids.clone();
+        assert_eq!(ids.len(), calls);
+        let decide = |id: &str, approved: bool| {
+            block_on(agent.approvals().resolve(steadfast::runtime::Resolve { id: id.into(), approved, note: None }))
+        };
+        // Every decision but the last leaves the run waiting (no lease is taken).
+        for id in &ids[..calls - 1] {
+            assert_eq!(decide(id, true).unwrap().status, RunStatus::AwaitingApproval);
+        }
+        let last = &ids[calls - 1];
+        store.refuse.set(true);
+        store.log.borrow_mut().clear();
+        let err = decide(last, true).unwrap_err();
+        assert_eq!(err.code, ErrorCode::SessionBusy, "calls {calls}: {err:?}");
+        let log = store.log.borrow().clone();
+        assert_eq!(log, ["confirm refused"], "calls {calls}: nothing recorded before the confirmation: {log:?}");
+        let stored = block_on(store.inner.get_approval(last)).unwrap().expect("the record stays");
+        assert_eq!(stored.status, ApprovalStatus::Pending, "calls {calls}");
+        assert_eq!(counters.get("refund"), 0, "calls {calls}");
+        // The lease the loser took lapses; the next reviewer decides the other way.
+        store.refuse.set(false);
+        env.past_leases();
+        let done = decide(last, false).unwrap_or_else(|e| panic!("calls {calls}: {e:?}"));
+        assert_eq!(done.status, RunStatus::Finished, "calls {calls}");
+        assert_eq!(counters.get("refund"), (calls - 1) as u32, "calls {calls}: the approved ones ran, once");
+        let log = store.log.borrow().clone();
+        let confirmed = log.iter().position(|l| l == "confirmed").unwrap_or(usize::MAX);
+        let recorded = log.iter().position(|l| l.starts_with("approval ")).unwrap_or(usize::MAX);
+        assert!(confirmed < recorded, "calls {calls}: confirmed, then recorded: {log:?}");
+    }
+}

@@ -207,7 +207,9 @@ fn content_filter_finish_reason_is_mapped() {
 }
 
 /// Tool arguments cut mid-JSON by the token limit: the call never runs, the model reads a validation result
-/// saying the arguments were not valid JSON (quoting them), and no internal placeholder reaches it.
+/// saying the arguments were not valid JSON (quoting them), its own turn goes back with the arguments it wrote
+/// (they used to go back as `{}`, as if it had called the tool without arguments), and no internal placeholder
+/// reaches it.
 #[test]
 fn tool_arguments_cut_mid_json_get_a_validation_result_saying_so() {
     let env = Env::new();
@@ -231,7 +233,7 @@ fn tool_arguments_cut_mid_json_get_a_validation_result_saying_so() {
     assert_eq!(r.finish_reason, Some(FinishReason::Stop));
     let second = &http.bodies()[1];
     let messages = second["messages"].as_array().unwrap();
-    assert_eq!(messages[1]["tool_calls"][0]["function"]["arguments"], "{}");
+    assert_eq!(messages[1]["tool_calls"][0]["function"]["arguments"], "{\"city\": \"Par");
     let result = messages[2]["content"].as_str().unwrap();
     assert!(
         result.starts_with("invalid arguments for 'weather': the arguments were not valid JSON")
@@ -241,6 +243,57 @@ fn tool_arguments_cut_mid_json_get_a_validation_result_saying_so() {
     assert!(!second.to_string().contains("_raw"), "no internal placeholder reaches the model");
     assert_eq!(second["max_completion_tokens"], 512, "the cap goes as max_completion_tokens");
     assert_eq!(second.get("max_tokens"), None);
+}
+
+/// Wherever the token limit cuts a tool call's arguments (every prefix of them that is not a JSON object), the
+/// next request sends the model's turn back with exactly the text it produced, and the call is answered with a
+/// validation result; the stored run holds that text too. Non-streamed and streamed answers alike.
+#[test]
+fn tool_arguments_cut_anywhere_go_back_to_the_model_as_it_wrote_them() {
+    let whole = r#"{"city": "Zürich", "days": [1, 2], "unit": "celsius"}"#;
+    let mut cuts = 0;
+    for (end, _) in whole.char_indices().chain([(whole.len(), ' ')]) {
+        let cut = &whole[..end];
+        if matches!(serde_json::from_str::<Value>(cut), Ok(Value::Object(_))) || cut.trim().is_empty() {
+            continue;
+        }
+        for streamed in [false, true] {
+            let case = format!("cut after {end} bytes, streamed {streamed}: {cut}");
+            let args = Value::String(cut.to_string());
+            let first = if streamed {
+                let chunk = json!({"choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [{"index": 0,
+                    "id": "call_C", "type": "function", "function": {"name": "weather", "arguments": args}}]}}]});
+                let end = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]});
+                format!("data: {chunk}\n\ndata: {end}\n\ndata: [DONE]\n\n")
+            } else {
+                json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "call_C", "type": "function", "function": {"name": "weather", "arguments": args}}]},
+                    "finish_reason": "length"}]})
+                .to_string()
+            };
+            let env = Env::new();
+            let counters = Counters::default();
+            let then = if streamed { openai_text_sse("Which city?") } else { openai_text_json("Which city?") };
+            let http = Recorded::new(&[first.as_str(), &then]);
+            let options = OpenAiOptions { model: "gpt-4.1-mini".into(), stream: streamed, ..OpenAiOptions::default() };
+            let model = OpenAiModel::new(http.clone(), "sk-test".into(), options);
+            let agent = env.agent(model, vec![counting_tool("weather", &counters)]);
+            let r = block_on(agent.send("cut", "Weather?", SendOptions::default()))
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(r.text, "Which city?", "{case}");
+            assert_eq!(counters.get("weather"), 0, "{case}");
+            let second = &http.bodies()[1];
+            let call = &second["messages"][1]["tool_calls"][0];
+            assert_eq!(call["function"]["arguments"], cut, "{case}: {second}");
+            assert_eq!(second["messages"][2]["tool_call_id"], "call_C", "{case}");
+            let stored = block_on(agent.load("cut")).unwrap().unwrap();
+            let Message::Assistant { tool_calls, .. } = &stored.messages[1] else { panic!("{case}: {stored:?}") };
+            assert_eq!(tool_calls[0].args, Value::String(cut.to_string()), "{case}");
+            assert!(tool_calls[0].invalid.is_some(), "{case}");
+            cuts += 1;
+        }
+    }
+    assert!(cuts > 90, "{cuts} cuts");
 }
 
 /// The result says both this run's usage and the conversation's: a finished run continued as a conversation

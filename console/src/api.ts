@@ -39,6 +39,8 @@ export async function api<T>(method: string, path: string, body?: unknown, tok =
   } catch (e) {
     throw new ApiError(0, "CONSOLE_NETWORK", `${method} ${path} did not reach the Worker: ${String(e)}`);
   }
+  // No content (`GET /demo/counts` without the demo tools): nothing to parse.
+  if (res.status === 204) return null as T;
   const text = await res.text();
   let parsed: unknown;
   try {

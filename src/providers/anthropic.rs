@@ -153,9 +153,9 @@ fn text_block(text: &str) -> Vec<AnthropicBlock<'_>> {
     }
 }
 
-/// `tool_use.input` must be an object: null becomes `{}`. Providers mark non-object arguments
-/// [`crate::core::transcript::ToolCall::invalid`] and keep `{}`; only transcripts written before that may hold
-/// one, which is wrapped as `{"_raw": v}`.
+/// `tool_use.input` must be an object: null becomes `{}`, and anything else (unusable arguments, which providers
+/// keep as the model produced them and mark [`crate::core::transcript::ToolCall::invalid`]) is wrapped as
+/// `{"_raw": v}`, so the model reads back what it wrote.
 fn tool_input(args: &Value) -> Cow<'_, Value> {
     match args {
         Value::Object(_) => Cow::Borrowed(args),
@@ -562,7 +562,7 @@ mod tests {
         let r = parse_response(&body.to_string(), 4).unwrap();
         assert_eq!(r.text, "");
         assert_eq!(r.tool_calls[0].id, "call_4_0");
-        assert_eq!(r.tool_calls[0].args, json!({}));
+        assert_eq!(r.tool_calls[0].args, json!("{\"city\": Par"), "kept as the model wrote it");
         assert!(r.tool_calls[0].invalid.is_some());
         assert_eq!(r.tool_calls[1].args, json!({}));
         assert_eq!(r.tool_calls[1].invalid, None);

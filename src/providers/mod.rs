@@ -177,18 +177,19 @@ fn not_an_object(v: &Value) -> String {
 }
 
 /// A tool call from a provider's parts: `args` given as a JSON string (see [`parse_arguments`]) or as a JSON
-/// value; missing or null arguments are `{}`. Unusable arguments are kept as `{}` with the reason in
-/// [`ToolCall::invalid`]: the call never runs and the model reads the reason as a `validation` result.
+/// value; missing or null arguments are `{}`. Unusable arguments are kept as the model produced them (text that
+/// is not a JSON object as that text, e.g. arguments cut off at the output token limit; any other value as it
+/// is) with the reason in [`ToolCall::invalid`]: the call never runs, the model reads the reason as a
+/// `validation` result, and its own turn goes back to it with the arguments it wrote (never a made-up `{}`).
 pub(crate) fn new_call(id: String, name: &str, args: Option<&Value>) -> ToolCall {
-    let parsed = match args {
-        None | Some(Value::Null) => Ok(json!({})),
-        Some(Value::String(s)) => parse_arguments(s),
-        Some(v @ Value::Object(_)) => Ok(v.clone()),
-        Some(other) => Err(not_an_object(other)),
-    };
-    let (args, invalid) = match parsed {
-        Ok(v) => (v, None),
-        Err(why) => (json!({}), Some(why)),
+    let (args, invalid) = match args {
+        None | Some(Value::Null) => (json!({}), None),
+        Some(Value::String(s)) => match parse_arguments(s) {
+            Ok(v) => (v, None),
+            Err(why) => (Value::String(s.clone()), Some(why)),
+        },
+        Some(v @ Value::Object(_)) => (v.clone(), None),
+        Some(other) => (other.clone(), Some(not_an_object(other))),
     };
     ToolCall { id, name: name.to_string(), args, invalid }
 }
@@ -299,8 +300,9 @@ pub(crate) fn body_text<M: Serialize>(fields: &Map<String, Value>, messages: &M)
     serde_json::to_string(&Body(fields, messages)).unwrap_or_else(|_| "{}".into())
 }
 
-/// Tool-call arguments as the JSON string OpenAI expects (a `{"_raw": s}` placeholder, which transcripts written
-/// before unusable arguments were marked [`ToolCall::invalid`] may hold, goes back as `s`).
+/// Tool-call arguments as the JSON string OpenAI expects: unusable arguments kept as the text the model wrote
+/// ([`new_call`]) go back as that text, and so does a `{"_raw": s}` placeholder, which transcripts written before
+/// unusable arguments were marked [`ToolCall::invalid`] may hold.
 fn arguments_string(args: &Value) -> String {
     if let Some(obj) = args.as_object() {
         if obj.len() == 1 {
@@ -311,6 +313,7 @@ fn arguments_string(args: &Value) -> String {
     }
     match args {
         Value::Null => "{}".to_string(),
+        Value::String(text) => text.clone(),
         other => other.to_string(),
     }
 }
@@ -451,7 +454,7 @@ mod tests {
     use crate::core::transcript::{ResultKind, ToolResult};
 
     #[test]
-    fn unusable_arguments_are_marked_invalid_with_the_reason_and_no_placeholder() {
+    fn unusable_arguments_are_marked_invalid_with_the_reason_and_kept_as_produced() {
         assert_eq!(parse_arguments(r#"{"a":1}"#), Ok(json!({"a": 1})));
         assert_eq!(parse_arguments(" "), Ok(json!({})));
         let cut = parse_arguments("{\"city\": \"Par").unwrap_err();
@@ -465,11 +468,24 @@ mod tests {
         assert_eq!((ok.args, ok.invalid), (json!({"b": 2}), None));
         assert_eq!(new_call("c".into(), "t", None).args, json!({}));
         assert_eq!(new_call("c".into(), "t", Some(&Value::Null)).args, json!({}));
-        for bad in [json!("{\"a\":"), json!(7), json!(["x"])] {
+        for bad in [json!("{\"a\":"), json!("[1]"), json!(7), json!(["x"])] {
             let c = new_call("c".into(), "t", Some(&bad));
-            assert_eq!(c.args, json!({}), "no placeholder reaches the transcript for {bad}");
+            assert_eq!(c.args, bad, "the arguments as the model produced them, no placeholder, for {bad}");
             assert!(c.invalid.is_some(), "{bad}");
         }
+    }
+
+    #[test]
+    fn unusable_arguments_go_back_to_openai_as_the_model_wrote_them() {
+        let calls = vec![
+            new_call("a".into(), "t", Some(&json!("{\"city\": \"Par"))),
+            new_call("b".into(), "t", Some(&json!(["x"]))),
+            new_call("c".into(), "t", Some(&json!("{\"city\": \"Rome\"}"))),
+        ];
+        let v = serde_json::to_value(openai_messages(&[Message::assistant("", calls)], true)).unwrap();
+        let args: Vec<&str> =
+            (0..3).map(|i| v[0]["tool_calls"][i]["function"]["arguments"].as_str().unwrap()).collect();
+        assert_eq!(args, ["{\"city\": \"Par", "[\"x\"]", "{\"city\":\"Rome\"}"]);
     }
 
     #[test]

@@ -107,6 +107,9 @@ impl Approvals<'_> {
                     Start::Approvals(decisions),
                     deps.now(),
                 )?;
+                // The decision is recorded only once the lease is confirmed (`RunStore::confirm_lease`): a resolver
+                // that lost the lease to a racing acquirer leaves the approval as it was, for the winner's view.
+                store.confirm_lease(lease).await?;
                 store.put_approval(&rec).await?;
                 driven_past = Some(batch);
                 deps.drive(lease, machine, &opts).await.map(Leased::Driven)

@@ -60,4 +60,4 @@ pub use traits::{
     AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
     VecSink,
 };
-pub use watch::{Replay, WatchOptions, WatchStart, Watched, Watchers};
+pub use watch::{Replay, WatchOptions, WatchSink, WatchStart, Watched, Watchers};

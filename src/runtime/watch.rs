@@ -14,7 +14,7 @@
 //!   [`WatchOptions::poll_ms`] — recorded events only, as KV makes them visible.
 
 use super::agent::Agent;
-use super::traits::EventSink;
+use super::traits::{EventSink, LocalFuture};
 use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::Result;
 use crate::core::events::{Event, EventEnvelope};
@@ -49,6 +49,25 @@ pub enum Watched {
     /// Nothing new: the watch is about to wait (answer `false` if the watcher is gone, and it stops reading the
     /// run).
     Waiting,
+}
+
+/// Where a watch sends what it sees ([`Agent::watch`]). A closure `Fn(Watched) -> bool` is one that takes each
+/// entry at once.
+pub trait WatchSink {
+    /// Takes one item; `false`: the watcher is gone (the watch stops).
+    fn push(&self, item: Watched) -> bool;
+
+    /// Resolves once the watcher has taken what it was sent, so a replay of the journal goes on at the watcher's
+    /// pace, one entry at a time; `false`: the watcher is gone. Default: at once.
+    fn drained(&self) -> LocalFuture<'_, bool> {
+        Box::pin(std::future::ready(true))
+    }
+}
+
+impl<F: Fn(Watched) -> bool> WatchSink for F {
+    fn push(&self, item: Watched) -> bool {
+        self(item)
+    }
 }
 
 /// How a watch waits.
@@ -130,19 +149,21 @@ impl Agent {
         })
     }
 
-    /// Watches run `run_id` from `from`: sends `push` the recorded events after it and each position reached,
-    /// then waits for more (told by `hub`, or reading the run every [`WatchOptions::poll_ms`]), until the run is
-    /// finished or paused (a last `run.done` and the cursor `<position>.done`), `push` answers `false` (the
-    /// watcher left), or [`WatchOptions::max_ms`] passed. A run deleted meanwhile ends the watch with an `error`
-    /// event.
+    /// Watches run `run_id` from `from`: sends `sink` the recorded events after it and each position reached
+    /// (the next entry once the sink has taken the last one: [`WatchSink::drained`]), then waits for more (told
+    /// by `hub`, or reading the run every [`WatchOptions::poll_ms`]), until the run is finished or paused (a last
+    /// `run.done` and the cursor `<position>.done`), the sink answers `false` (the watcher left), or
+    /// [`WatchOptions::max_ms`] passed (also while waiting for the sink). A run deleted meanwhile ends the watch
+    /// with an `error` event.
     pub async fn watch(
         &self,
         run_id: &str,
         from: Cursor,
         hub: Option<&Watchers>,
         opts: WatchOptions,
-        push: &dyn Fn(Watched) -> bool,
+        sink: &dyn WatchSink,
     ) -> Result<()> {
+        let push = |item| sink.push(item);
         validate_run_id(run_id)?;
         // Subscribed before the first read: an entry committed meanwhile is noticed, not missed.
         let sub = hub.map(|h| h.subscribe(run_id));
@@ -176,6 +197,9 @@ impl Agent {
                 if !push(Watched::Through(Cursor { position, ended: false })) {
                     return Ok(());
                 }
+                if !self.drained(sink, deadline).await {
+                    return Ok(());
+                }
             }
             let cp = &r.latest;
             pos = pos.max(cp.seq);
@@ -196,9 +220,23 @@ impl Agent {
                 return Ok(());
             }
             let wait = opts.poll_ms.max(1).min(deadline - now);
-            if !self.wait_for_news(sub.as_ref(), wait, push).await {
+            if !self.wait_for_news(sub.as_ref(), wait, &push).await {
                 return Ok(());
             }
+        }
+    }
+
+    /// Waits until `sink` has taken what it was sent: `false` when it is gone, or when the watch's `deadline`
+    /// passes first (the watcher comes back with its last cursor).
+    async fn drained(&self, sink: &dyn WatchSink, deadline: u64) -> bool {
+        let left = deadline.saturating_sub(self.deps.now());
+        let sleep = self.deps.sleep.clone();
+        let timer = sleep.sleep(left);
+        let drained = sink.drained();
+        futures::pin_mut!(timer);
+        match futures::future::select(drained, timer).await {
+            futures::future::Either::Left((taken, _)) => taken,
+            futures::future::Either::Right(_) => false,
         }
     }
 

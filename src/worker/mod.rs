@@ -16,7 +16,7 @@ mod platform;
 pub use object::StubClient;
 pub use platform::{FetchClient, WorkersAi};
 
-use crate::api::{forward_target, serve, Api, ApiRequest, ApiResponse, Forward, Found, Host, Lookup};
+use crate::api::{forward_failed, forward_target, serve, Api, ApiRequest, ApiResponse, Forward, Found, Host, Lookup};
 use crate::config::{AgentConfig, ConfigCache, StoreMode};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::providers::ModelPlatform;
@@ -399,7 +399,11 @@ pub async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Respo
                 f = next;
             }
         }
-        return objects.forward(&f, req).await;
+        return match objects.forward(&f, req).await {
+            Ok(answer) => Ok(answer),
+            // The object could not be reached or failed before answering: a coded, retryable answer.
+            Err(e) => to_response(forward_failed(&f, &e.to_string()), spawn_local),
+        };
     }
     let mut host = WorkerHost { req, body: None, env: &env, runs: Runs::Configured };
     to_response(serve(head, token, &mut host).await, wait_until(&ctx))
