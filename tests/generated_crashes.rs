@@ -640,6 +640,7 @@ fn generated_scenarios_crashed_after_every_effect_keep_every_call_guarantee() {
     let n: u64 = std::env::var("STEADFAST_SCENARIOS").ok().and_then(|s| s.parse().ok()).unwrap_or(500);
     let only: Option<u64> = std::env::var("STEADFAST_SCENARIO_SEED").ok().and_then(|s| s.parse().ok());
     let only_k: Option<usize> = std::env::var("STEADFAST_CRASH_AT").ok().and_then(|s| s.parse().ok());
+    assert!(n >= 1, "STEADFAST_SCENARIOS=0 checks nothing");
     let seeds: Vec<u64> = match only {
         Some(s) => vec![s],
         None => (1..=n).collect(),

@@ -1659,6 +1659,7 @@ fn answers_out_of_turn_are_refused_at_every_step_of_generated_stories_and_change
         Ok(seed) => vec![seed.parse().expect("a number")],
         Err(_) => {
             let n = std::env::var("STEADFAST_STORIES").ok().and_then(|n| n.parse().ok()).unwrap_or(500);
+            assert!(n >= 1, "STEADFAST_STORIES=0 checks nothing");
             (1..=n).collect()
         }
     };

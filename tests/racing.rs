@@ -22,7 +22,8 @@
 //! lease protocol prevents them.
 //!
 //! Every configuration asserts ceilings on `D` and `L = 0`. Knobs: `RACING_TRIALS=<n>` trials per configuration
-//! (default 400); `RACING_SEED=<seed>` replays one trial of each selected configuration with a log, e.g.
+//! (default 400; at least 1); `RACING_SEED=<seed>` replays one trial of each selected configuration with a log
+//! and asserts what holds for every trial (no lost boundary; no double execution where the ceiling is none), e.g.
 //! `RACING_SEED=17 cargo test --test racing one_location_realistic -- --nocapture`.
 
 use async_trait::async_trait;
@@ -697,7 +698,13 @@ fn seed_base(config: &Config) -> u64 {
         * 1_000
 }
 
-fn run(config: &Config, test_name: &str, default_trials: u64) -> Option<Totals> {
+/// A configuration's trials ([`Totals`]), or with `RACING_SEED` one trial replayed with its log (`Replay`).
+enum Ran {
+    Totals(Totals),
+    Replay(Trial),
+}
+
+fn run(config: &Config, test_name: &str, default_trials: u64) -> Ran {
     let reference = reference_messages();
     if let Some(seed) = env_u64("RACING_SEED") {
         let (t, log) = trial(config, seed, &reference, true);
@@ -706,9 +713,10 @@ fn run(config: &Config, test_name: &str, default_trials: u64) -> Option<Totals> 
             "overlapping executions: {}, re-executions of recorded calls: {}, double executions: {}, calls run more than once: {}, lost boundary: {}",
             t.overlapping, t.recorded, t.doubles, t.rerun_calls, t.lost_boundary
         );
-        return None;
+        return Ran::Replay(t);
     }
     let n = env_u64("RACING_TRIALS").unwrap_or(default_trials);
+    assert!(n >= 1, "RACING_TRIALS=0 checks nothing");
     let base = seed_base(config);
     let mut s = Totals { trials: n, ..Totals::default() };
     for seed in base..base + n {
@@ -742,7 +750,7 @@ fn run(config: &Config, test_name: &str, default_trials: u64) -> Option<Totals> 
     if let Some(seed) = s.double_seeds.first() {
         println!("  seeds with a double execution: {:?}; replay: RACING_SEED={seed} cargo test --test racing {test_name} -- --nocapture", s.double_seeds);
     }
-    Some(s)
+    Ran::Totals(s)
 }
 
 /// The most a configuration may show: trials with a double execution, and double executions, both per
@@ -753,7 +761,23 @@ struct Ceiling {
     doubles_per_1000_trials: u64,
 }
 
-fn check(s: &Totals, c: Ceiling) {
+/// Checks what ran against the configuration's ceiling: over many trials, the rates; a replayed trial, what
+/// holds for every trial (no lost boundary; no double execution where the ceiling is none).
+fn check(ran: Ran, c: Ceiling) {
+    let s = match ran {
+        Ran::Totals(s) => s,
+        Ran::Replay(t) => {
+            assert!(!t.lost_boundary, "the replayed trial lost a boundary");
+            if c.trials_with_double_per_mille == 0 {
+                assert_eq!(t.doubles, 0, "the replayed trial ran a tool twice where the ceiling is none");
+            }
+            return;
+        }
+    };
+    check_totals(&s, c);
+}
+
+fn check_totals(s: &Totals, c: Ceiling) {
     assert_eq!(s.lost, 0, "lost boundaries: {s:?}");
     assert!(
         s.trials_with_double * 1_000 <= c.trials_with_double_per_mille * s.trials,
@@ -773,59 +797,65 @@ fn check(s: &Totals, c: Ceiling) {
 // two acquirers that both read "no lease" and both read their own record back, one of them having written late.
 #[test]
 fn one_location_realistic() {
-    if let Some(s) = run(&ONE_LOCATION, "one_location_realistic", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
-    }
+    check(
+        run(&ONE_LOCATION, "one_location_realistic", 400),
+        Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 },
+    );
 }
 
 // 0 measured (3,000 trials), but not a guarantee: a write that stays invisible in its own location for longer than
 // the settle window defeats the read-back (the KV docs call same-location read-your-writes "usual").
 #[test]
 fn one_location_visibility_delay() {
-    if let Some(s) = run(&ONE_LOCATION_VISIBILITY, "one_location_visibility_delay", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
-    }
+    check(
+        run(&ONE_LOCATION_VISIBILITY, "one_location_visibility_delay", 400),
+        Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 },
+    );
 }
 
 #[test]
 fn one_location_without_429() {
-    if let Some(s) = run(&ONE_LOCATION_NO_429, "one_location_without_429", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
-    }
+    check(
+        run(&ONE_LOCATION_NO_429, "one_location_without_429", 400),
+        Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 },
+    );
 }
 
 #[test]
 fn one_location_with_kv_operations_slower_than_the_settle_window() {
-    if let Some(s) = run(&ONE_LOCATION_SLOW_TAIL, "one_location_with_kv_operations_slower_than_the_settle_window", 400)
-    {
-        check(&s, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
+    let ran = run(&ONE_LOCATION_SLOW_TAIL, "one_location_with_kv_operations_slower_than_the_settle_window", 400);
+    if let Ran::Totals(s) = &ran {
         assert!(s.voided > 0, "slow lease writes were given up and marked void: {s:?}");
     }
+    check(ran, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
 }
 
 // Across locations leases are best effort. Measured (2,000 trials): 27‰ of trials, 125 doubles per 1,000 trials
 // (before the settle window: 70‰, 309) — all from a replica whose location had cached the run as missing.
 #[test]
 fn two_locations_default_lease() {
-    if let Some(s) = run(&TWO_LOCATIONS, "two_locations_default_lease", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 40, doubles_per_1000_trials: 200 });
-    }
+    check(
+        run(&TWO_LOCATIONS, "two_locations_default_lease", 400),
+        Ceiling { trials_with_double_per_mille: 40, doubles_per_1000_trials: 200 },
+    );
 }
 
 // Measured (2,000 trials): 0 (before the settle window: 15‰ of trials, 59 doubles per 1,000).
 #[test]
 fn two_locations_no_read_before_the_run_exists() {
-    if let Some(s) = run(&TWO_LOCATIONS_NO_EARLY_READ, "two_locations_no_read_before_the_run_exists", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 });
-    }
+    check(
+        run(&TWO_LOCATIONS_NO_EARLY_READ, "two_locations_no_read_before_the_run_exists", 400),
+        Ceiling { trials_with_double_per_mille: 0, doubles_per_1000_trials: 0 },
+    );
 }
 
 // Measured (2,000 trials): 32‰ of trials, 128 doubles per 1,000 trials (before: 69‰, 287).
 #[test]
 fn two_locations_long_lease() {
-    if let Some(s) = run(&TWO_LOCATIONS_LONG_LEASE, "two_locations_long_lease", 400) {
-        check(&s, Ceiling { trials_with_double_per_mille: 45, doubles_per_1000_trials: 200 });
-    }
+    check(
+        run(&TWO_LOCATIONS_LONG_LEASE, "two_locations_long_lease", 400),
+        Ceiling { trials_with_double_per_mille: 45, doubles_per_1000_trials: 200 },
+    );
 }
 
 /// The count itself: when leases exclude nothing (each replica but the first on a KV of its own), replicas that
@@ -833,8 +863,11 @@ fn two_locations_long_lease() {
 #[test]
 fn the_count_sees_overlapping_owners_when_leases_exclude_nothing() {
     let config = Config { name: "harness check, leases that exclude nothing", split_brain: true, ..ONE_LOCATION };
-    if let Some(s) = run(&config, "the_count_sees_overlapping_owners_when_leases_exclude_nothing", 100) {
-        assert_eq!(s.lost, 0, "lost boundaries: {s:?}");
-        assert!(s.trials_with_double * 10 >= s.trials, "overlaps are counted: {s:?}");
+    match run(&config, "the_count_sees_overlapping_owners_when_leases_exclude_nothing", 100) {
+        Ran::Totals(s) => {
+            assert_eq!(s.lost, 0, "lost boundaries: {s:?}");
+            assert!(s.trials_with_double * 10 >= s.trials, "overlaps are counted: {s:?}");
+        }
+        Ran::Replay(t) => assert!(!t.lost_boundary, "the replayed trial lost a boundary"),
     }
 }

@@ -2019,6 +2019,7 @@ fn while_the_breaker_is_open_and_a_run_waits_on_it_a_due_tick_probes() {
             (0..std::env::var("STEADFAST_SWEEP_SEEDS").ok().and_then(|n| n.parse().ok()).unwrap_or(120)).collect()
         }
     };
+    assert!(!seeds.is_empty(), "STEADFAST_SWEEP_SEEDS=0 checks nothing");
     let (mut probed, mut opened) = (0, 0);
     for &seed in &seeds {
         match probe_scenario(seed) {
