@@ -261,3 +261,53 @@ fn the_sweep_recovers_a_run_whose_index_entry_went_stale() {
         assert!(stale_cases > 0, "{kind:?}: no crash point left the index stale");
     }
 }
+
+/// A resolution that dies between recording its decision and resuming the run leaves a pause with every
+/// approval decided and no one left to decide: the sweep finishes it with the recorded decision (it left such a
+/// run paused for ever), the approved call running once.
+#[test]
+fn the_sweep_finishes_a_resolution_that_died_after_recording_its_decision() {
+    for kind in [Kind::Journal, Kind::Objects] {
+        let mut stuck_cases = 0;
+        for k in 1..=8 {
+            let clock = ManualClock::new(1_700_000_000_000);
+            let kv = HookKv::new(MemoryKv::new());
+            let objects = LocalObjects::default();
+            let counters = Counters::default();
+            let a = agent(store(kind, &kv, &objects, &clock), &clock, &counters);
+            let paused = block_on(a.send("r", "go", SendOptions::default())).unwrap();
+            clock.advance(2_000);
+            let crash = SendOptions {
+                crash: Some(CrashPoint { after_effects: k, finish_in_flight: false }),
+                ..Default::default()
+            };
+            let id = paused.approval_id.clone().unwrap();
+            let decision = Resolve { id: id.clone(), approved: true, note: None };
+            let resolver = agent(store(kind, &kv, &objects, &clock), &clock, &counters);
+            if block_on(resolver.approvals().resolve_with(decision, crash)).is_ok() {
+                continue;
+            }
+            let run = block_on(a.load("r")).unwrap().unwrap();
+            let rec = block_on(a.store().get_approval(&id)).unwrap();
+            let decided = rec.is_some_and(|r| r.status != steadfast::core::approval::ApprovalStatus::Pending);
+            if run.status != RunStatus::AwaitingApproval || !decided {
+                continue;
+            }
+            stuck_cases += 1;
+            assert!(block_on(a.approvals().list()).unwrap().is_empty(), "{kind:?} k={k}: nothing left to decide");
+            let mut finished = false;
+            for _ in 0..3 {
+                clock.advance(70_000);
+                let sweeper = agent(store(kind, &kv, &objects, &clock), &clock, &counters);
+                block_on(sweeper.sweep(&SweepOptions::default(), &NoListener)).unwrap();
+                if block_on(a.load("r")).unwrap().unwrap().status == RunStatus::Finished {
+                    finished = true;
+                    break;
+                }
+            }
+            assert!(finished, "{kind:?} k={k}: the decided pause was left as it was");
+            assert_eq!(counters.get("pay"), 1, "{kind:?} k={k}: the approved call ran once");
+        }
+        assert!(stuck_cases > 0, "{kind:?}: no crash point left a decided pause");
+    }
+}

@@ -452,6 +452,52 @@ impl Agent {
         }
     }
 
+    /// A paused run whose every approval is decided waits on nobody: a resolution was interrupted (its process
+    /// died between recording a decision and resuming the run) or two reviewers decided its last two approvals
+    /// at once (each saw the other pending). The sweep finishes the resolution with the recorded decisions (a
+    /// decision given again is accepted), as a reviewer's retry would.
+    async fn finish_resolution(
+        &self,
+        cp: &crate::core::checkpoint::Checkpoint,
+        tick: &mut Tick,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) {
+        use crate::core::approval::ApprovalStatus;
+        let mut last = None;
+        for id in &cp.approval_ids {
+            match self.store().get_approval(id).await {
+                Ok(Some(r)) if r.status != ApprovalStatus::Pending => last = Some(r),
+                // Someone's decision is still awaited (or the record is gone: its resolution reports that).
+                Ok(_) => return,
+                Err(e) => {
+                    report.error(listener, &e, Some(&cp.run_id));
+                    return;
+                }
+            }
+        }
+        let Some(rec) = last else { return };
+        tick.done.insert(cp.run_id.clone());
+        report.resumed += 1;
+        let decision = crate::runtime::Resolve {
+            id: rec.id.clone(),
+            approved: rec.status == ApprovalStatus::Approved,
+            note: rec.note.clone(),
+        };
+        let opts = SendOptions { abort: listener.stop().cloned(), ..SendOptions::default() };
+        match self.approvals().resolve_with(decision, opts).await {
+            Ok(result) if result.status == RunStatus::Finished => {
+                self.recovered(&cp.run_id, None, &result, report, listener).await
+            }
+            Ok(_) => {}
+            Err(e) if e.code == ErrorCode::SessionBusy => report.busy += 1,
+            Err(e) => {
+                report.errors += 1;
+                report.error(listener, &e, Some(&cp.run_id));
+            }
+        }
+    }
+
     /// Reads a run the listing says to leave alone, and acts on what it really is: a listing can be stale (an
     /// index write that failed, its repair lost with the process that would have made it), and a run left
     /// alone on a stale listing would never be recovered. A run found finished or gone is checked through the
@@ -467,6 +513,9 @@ impl Agent {
     ) {
         let store = self.store().clone();
         match store.load(&listed.run_id).await {
+            Ok(Some(cp)) if cp.status == RunStatus::AwaitingApproval => {
+                self.finish_resolution(&cp, tick, report, listener).await;
+            }
             Ok(Some(cp)) if cp.status != RunStatus::Finished => {
                 let run = PendingRun::of(&cp);
                 let now = self.deps.now();
