@@ -45,7 +45,7 @@ pub async fn run_all<S: RunStore>(make: &dyn Fn(&ManualClock) -> (S, S), caps: &
     let (s, _, c) = fresh();
     pending_pages_list_each_unfinished_run_once(&s, &c).await;
     let (s, o, c) = fresh();
-    delete_forgets_run(&s, &o, &c).await;
+    delete_forgets_run(&s, &o, &c, caps).await;
     let (s, _, c) = fresh();
     history_newest_first(&s, &c).await;
     let (s, _, c) = fresh();
@@ -303,19 +303,34 @@ pub async fn pending_pages_list_each_unfinished_run_once(store: &impl RunStore, 
         .await
         .expect("finish");
     store.release_lease(l1).await.expect("release");
+    store.release_lease(&leases[5].0).await.expect("release");
     store.delete("q5").await.expect("delete");
     clock.advance(2_000);
     assert_eq!(store.check_pending(&listed).await.expect("check"), vec![true, false, true, true, false]);
 }
 
-/// Delete removes the journal and the lease.
-pub async fn delete_forgets_run<S: RunStore>(store: &S, other: &S, clock: &ManualClock) {
+/// Delete removes the journal and the lease. While an execution holds the lease, a backend with strict fencing
+/// deletes the run and refuses the execution's next commit; one without (Workers KV) refuses the delete with
+/// `STEADFAST_SESSION_BUSY`, and the run stays whole.
+pub async fn delete_forgets_run<S: RunStore>(store: &S, other: &S, clock: &ManualClock, caps: &Capabilities) {
     let o = opts();
     let l = acquired(store, "d", "o", clock.now_ms(), &o, "lease").await;
     let (e1, cp1) = snapshot_entry("d", "x", clock.now_ms());
     store.commit(&l, &e1, &cp1).await.expect("commit");
     clock.advance(1_000);
-    store.delete("d").await.expect("delete");
+    if caps.strict_fencing {
+        store.delete("d").await.expect("delete");
+        let (e2, cp2) = delta_entry(&cp1, Message::user("late"), RunStatus::InProgress, clock.now_ms());
+        let err = store.commit(&l, &e2, &cp2).await.expect_err("the deleted run's execution is fenced");
+        assert_eq!(err.code, ErrorCode::SessionBusy, "{err:?}");
+    } else {
+        let err = other.delete("d").await.expect_err("held: not deleted");
+        assert_eq!(err.code, ErrorCode::SessionBusy, "{err:?}");
+        assert_eq!(store.load("d").await.expect("load").expect("still there").messages, cp1.messages);
+        store.release_lease(&l).await.expect("release");
+        clock.advance(1_000);
+        store.delete("d").await.expect("delete");
+    }
     assert!(store.load("d").await.expect("load").is_none());
     clock.advance(1_000);
     let l2 = acquired(other, "d", "other", clock.now_ms(), &o, "free after delete").await;

@@ -235,6 +235,9 @@ struct LeaseRecord {
     deleted: bool,
 }
 
+/// How far ahead a lease's expiry may lie before a delete treats the lease as damage (see `delete`).
+const DAMAGED_LEASE_AHEAD_MS: u64 = 86_400_000;
+
 /// How long a deleted run's lease tombstone lives.
 const TOMBSTONE_TTL_S: u64 = 86_400;
 
@@ -452,6 +455,8 @@ pub struct JournalStore<K: KvBackend> {
     opts: JournalOptions,
     writers: RefCell<HashMap<String, Writer>>,
     counters: RefCell<StoreCounters>,
+    /// Deletes this process made (a delete's lease owner id is unique).
+    deletes: std::cell::Cell<u64>,
     seen: RefCell<SeenEntries>,
 }
 
@@ -511,6 +516,7 @@ impl<K: KvBackend> JournalStore<K> {
             opts,
             writers: RefCell::new(HashMap::new()),
             counters: RefCell::new(StoreCounters::default()),
+            deletes: std::cell::Cell::new(0),
             seen: RefCell::new(SeenEntries::default()),
         }
     }
@@ -1589,18 +1595,38 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         self.forget_entries(run_id);
         let prefix = self.keys.run_prefix(run_id);
         let lease_key = self.keys.lease(run_id);
+        // KV fences nothing atomically, so a delete first takes the run's lease as any acquirer does (refused with
+        // `STEADFAST_SESSION_BUSY` while an execution holds it, confirmed past the settle window): no execution
+        // then writes the lease record over the tombstone below (a renewal that read the record before it) or an
+        // entry after the keys are listed. A lease that cannot be read does not stop a delete.
+        let owner = format!("delete-{}-{}", self.clock.now_ms(), self.deletes.get());
+        self.deletes.set(self.deletes.get() + 1);
+        let held = match self.acquire_lease(run_id, &owner, self.clock.now_ms(), &LeaseOptions::default()).await {
+            Ok(lease) => {
+                self.confirm_lease(&lease).await?;
+                Some(lease.epoch)
+            }
+            Err(e) if e.code == ErrorCode::CheckpointCorrupt => None,
+            // A lease "held" for more than a day ahead was written by no live execution (leases last seconds to
+            // minutes, renewed): it is damage, and does not stop a delete either.
+            Err(e) if e.code == ErrorCode::SessionBusy => match self.read_lease(run_id).await {
+                Ok(Some(cur)) if cur.expires_at > self.clock.now_ms().saturating_add(DAMAGED_LEASE_AHEAD_MS) => None,
+                _ => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
+        self.writers.borrow_mut().remove(run_id);
         // The index entry before the run: a run created under this id once the tombstone is written lists itself
         // after this (its first commit), so its entry is never the one removed here. (An execution that took
         // the lease before the tombstone is deleted with the run: its next write is fenced.)
         self.delete_retrying(&self.keys.pending(run_id)).await?;
         // The tombstone next: from its write on, readers find no run (never a half-deleted journal), and a new
-        // run under this id starts past its epoch. It names the newest epoch deleted: the keys of that epoch
-        // and older are this run's; a run created meanwhile writes newer ones, which are left alone.
-        let epoch = match self.read_lease(run_id).await {
-            Ok(rec) => rec.map_or(0, |r| r.epoch),
-            // An unreadable record is replaced: the run is deleted whatever its lease says, up to the newest
-            // epoch its keys name.
-            Err(e) if e.code == ErrorCode::CheckpointCorrupt => {
+        // run under this id starts past its epoch. It names the newest epoch deleted (the delete's own lease):
+        // the keys of that epoch and older are this run's; a run created afterwards writes newer ones.
+        let epoch = match held {
+            Some(epoch) => epoch,
+            // The lease cannot be read: the run is deleted up to the newest epoch its keys name.
+            None => {
                 let mut newest = 0;
                 let mut cursor: Option<String> = None;
                 loop {
@@ -1615,7 +1641,6 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                     }
                 }
             }
-            Err(e) => return Err(e),
         };
         let tombstone = LeaseRecord {
             owner: String::new(),
@@ -1724,6 +1749,7 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                 .collect();
             let mut markers =
                 if marker_keys.is_empty() { Vec::new() } else { self.get_many(&marker_keys).await? }.into_iter();
+            let mut dropped: Vec<(usize, Option<String>)> = Vec::new();
             for ((&i, lease), tag) in chunk.iter().zip(&leases).zip(&tags) {
                 let run = &runs[i];
                 let age = now.saturating_sub(run.saved_at);
@@ -1745,6 +1771,23 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
                         self.count(|c| c.writes += 1);
                         // Ignored: the entry is reported stale either way; a failed delete is retried next listing.
                         let _ = self.kv.delete(&self.keys.pending(&run.run_id)).await;
+                        dropped.push((i, tag.clone()));
+                    }
+                }
+            }
+            // KV has no conditional delete: an execution that took the run's lease after the reads above may have
+            // listed the run (its first commit) before the delete landed. Read the leases again: a run with a
+            // newer lease than the one judged is listed again (its summary unknown until its next boundary; a
+            // sweep checks a run before acting on it).
+            if !dropped.is_empty() {
+                let keys: Vec<String> = dropped.iter().map(|(i, _)| self.keys.lease(&runs[*i].run_id)).collect();
+                let now_leases = self.get_many(&keys).await?;
+                for ((i, judged), raw) in dropped.iter().zip(now_leases) {
+                    let live = raw.and_then(|l| LeaseRecord::parse(&l).ok()).filter(|r| !r.deleted);
+                    if live.is_some_and(|r| Some(r.tag()) != *judged) {
+                        let meta = IndexMeta { t: now, ..IndexMeta::unknown() };
+                        // Ignored: the run's next boundary lists it as well.
+                        let _ = self.put_index(&runs[*i].run_id, &meta).await;
                     }
                 }
             }

@@ -366,7 +366,10 @@ pub trait RunStore {
     async fn release_lease(&self, lease: &Lease) -> Result<()>;
     /// Appends a journal entry as the lease holder (fenced).
     async fn commit(&self, lease: &Lease, entry: &JournalEntry, state: &Checkpoint) -> Result<()>;
-    /// Deletes the run (journal and lease). Its approval records become orphans.
+    /// Deletes the run (journal and lease). Its approval records become orphans. An execution holding the run's
+    /// lease meanwhile is fenced where the backend fences atomically (its next write is refused); on Workers KV,
+    /// which cannot, the delete takes the lease first and is refused with `STEADFAST_SESSION_BUSY` while an
+    /// execution holds it.
     async fn delete(&self, run_id: &str) -> Result<()>;
     /// Up to `limit` past states, newest first.
     async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>>;

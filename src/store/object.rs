@@ -29,7 +29,7 @@
 //! * **Approvals** live in their run's object (`meta` rows `approval/<id>`). A deleted run keeps them (the
 //!   contract's orphans).
 //! * **The index** (in the [`KvBackend`]): `<prefix>idx/run/<run id>` while a run is unfinished, its list
-//!   metadata the run's listing summary ([`super::index::IndexMeta`]: status, step, attempts, last error,
+//!   metadata the run's listing summary (`IndexMeta`: status, step, attempts, last error,
 //!   approvals, quarantine, diagnosis marker, save time), and `<prefix>idx/approval/<approval id>` (list
 //!   metadata `{"run": <run id>}`) for every approval record, plus the runtime's state documents
 //!   `<prefix>state/<name>`. The objects are the truth; the index says which objects exist and what they
@@ -803,6 +803,15 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
             let later = matches!(&state, Ok(Some(cp)) if cp.saved_at > *listed_at);
             if s.is_none() && (later || self.clock.now_ms().saturating_sub(*listed_at) >= STALE_ENTRY_MS) {
                 self.drop_stale(id).await;
+                // KV has no conditional delete: an execution that took the run's lease after the read above may
+                // have listed it (before its first commit) before the delete landed. Ask again: a run that is
+                // unfinished now is listed again.
+                if let Ok(Some(cp)) = self.fold(id).await {
+                    if cp.status != RunStatus::Finished {
+                        // Ignored: the run's next boundary lists it as well.
+                        let _ = self.index_op(id, &IndexOp::Put(IndexMeta::of(&cp))).await;
+                    }
+                }
             }
             out.push(s);
         }
@@ -970,7 +979,7 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
     }
 
     /// One `list` of the index: each run's summary from its entry. An entry without one (written by an older
-    /// version) is summarised by its object, at most [`MAX_UNSUMMARISED_LOADS`] per page; any further such
+    /// version) is summarised by its object, at most 50 per page; any further such
     /// entries are listed as in progress with nothing known (the sweep checks a run before acting on it).
     async fn pending_page(&self, cursor: Option<&str>, limit: usize) -> Result<PendingPage> {
         let (listed, cursor) = self.index_page(cursor, limit).await?;
