@@ -321,3 +321,104 @@ pub fn each_run_starts_again(agent: impl Fn() -> Agent, runs: &[&str], case: &st
         assert!(valid.is_ok(), "{case}: {id}: {valid:?}");
     }
 }
+
+/// A store that forwards every call to `inner` and lets a test see two moments of it: right after a load
+/// answered (`after_load(run id)` may return a step to run there, another process's say, before the caller goes
+/// on), and after a lease acquisition was confirmed (`on_confirm`).
+pub struct Spy {
+    pub inner: Rc<dyn RunStore>,
+    pub after_load: Option<Box<dyn Fn(&str) -> Option<steadfast::runtime::LocalFuture<'static, ()>>>>,
+    pub on_confirm: Option<Box<dyn Fn(&steadfast::store::Lease)>>,
+}
+
+impl Spy {
+    pub fn new(inner: Rc<dyn RunStore>) -> Spy {
+        Spy { inner, after_load: None, on_confirm: None }
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl RunStore for Spy {
+    async fn load(&self, run_id: &str) -> steadfast::Result<Option<steadfast::Checkpoint>> {
+        let r = self.inner.load(run_id).await;
+        if let Some(step) = self.after_load.as_ref().and_then(|f| f(run_id)) {
+            step.await;
+        }
+        r
+    }
+    async fn acquire_lease(
+        &self,
+        run_id: &str,
+        owner: &str,
+        now_ms: u64,
+        opts: &steadfast::store::LeaseOptions,
+    ) -> steadfast::Result<steadfast::store::Lease> {
+        self.inner.acquire_lease(run_id, owner, now_ms, opts).await
+    }
+    async fn confirm_lease(&self, lease: &steadfast::store::Lease) -> steadfast::Result<()> {
+        let r = self.inner.confirm_lease(lease).await;
+        if let (Ok(()), Some(f)) = (&r, &self.on_confirm) {
+            f(lease);
+        }
+        r
+    }
+    async fn renew_lease(
+        &self,
+        lease: &steadfast::store::Lease,
+        now_ms: u64,
+        opts: &steadfast::store::LeaseOptions,
+    ) -> steadfast::Result<steadfast::store::Lease> {
+        self.inner.renew_lease(lease, now_ms, opts).await
+    }
+    async fn release_lease(&self, lease: &steadfast::store::Lease) -> steadfast::Result<()> {
+        self.inner.release_lease(lease).await
+    }
+    async fn commit(
+        &self,
+        lease: &steadfast::store::Lease,
+        entry: &steadfast::core::checkpoint::JournalEntry,
+        state: &steadfast::Checkpoint,
+    ) -> steadfast::Result<()> {
+        self.inner.commit(lease, entry, state).await
+    }
+    async fn delete(&self, run_id: &str) -> steadfast::Result<()> {
+        self.inner.delete(run_id).await
+    }
+    async fn history(&self, run_id: &str, limit: usize) -> steadfast::Result<Vec<steadfast::store::HistoryEntry>> {
+        self.inner.history(run_id, limit).await
+    }
+    async fn pending(&self) -> steadfast::Result<Vec<steadfast::store::PendingRun>> {
+        self.inner.pending().await
+    }
+    async fn pending_page(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> steadfast::Result<steadfast::store::PendingPage> {
+        self.inner.pending_page(cursor, limit).await
+    }
+    async fn check_pending(&self, runs: &[steadfast::store::PendingRun]) -> steadfast::Result<Vec<bool>> {
+        self.inner.check_pending(runs).await
+    }
+    async fn put_approval(&self, record: &steadfast::core::approval::ApprovalRecord) -> steadfast::Result<()> {
+        self.inner.put_approval(record).await
+    }
+    async fn get_approval(&self, id: &str) -> steadfast::Result<Option<steadfast::core::approval::ApprovalRecord>> {
+        self.inner.get_approval(id).await
+    }
+    async fn list_approvals(&self) -> steadfast::Result<Vec<steadfast::core::approval::ApprovalRecord>> {
+        self.inner.list_approvals().await
+    }
+    async fn delete_approval(&self, id: &str) -> steadfast::Result<()> {
+        self.inner.delete_approval(id).await
+    }
+    async fn get_state(&self, name: &str) -> steadfast::Result<Option<String>> {
+        self.inner.get_state(name).await
+    }
+    async fn put_state(&self, name: &str, value: &str) -> steadfast::Result<()> {
+        self.inner.put_state(name, value).await
+    }
+    fn counters(&self) -> steadfast::store::StoreCounters {
+        self.inner.counters()
+    }
+}

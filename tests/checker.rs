@@ -1,0 +1,1093 @@
+//! The model-based checker (M41): generated programs of every operation on a run, issued by racing replicas,
+//! crashed after any effect, on every store; the guarantees checked as invariants over what was recorded and
+//! what executed.
+//!
+//! **A program** is a seeded list of steps, each an operation started by one of two or three replicas at a
+//! moment of simulated time: send, resume, approve or reject, fork (onto a fresh id, onto an existing run, onto
+//! an id another step is creating), a session's send, a schedule's fire, a delivery and its redelivery, delete,
+//! an abort (a send or resume aborted after a while), a recovery sweep tick (diagnosis forks on or off) and strict
+//! mode's alarm. A step may crash its execution right after its k-th effect (tools in flight finishing or not);
+//! every step is a new process (a fresh agent and store handle). Steps overlap: every store operation, model
+//! call and tool takes seeded simulated time, so executions interleave at their awaits. Tool results come in
+//! every allowed size (a program in fifty allows results up to 4 MiB, eight at once).
+//!
+//! **Stores**: the memory store; the journal store on the hostile Workers-KV simulator (one location: latency,
+//! 429s at one write a second per key, short list pages, 1,000 operations per invocation); strict mode's run
+//! objects with their KV index on the same simulator.
+//!
+//! **Invariants**, checked while the program runs (at every tool start and after every step, against an oracle
+//! reading the store as it is) and after it:
+//! * no recorded tool result or model turn is ever lost or replaced (each observation of a run extends the one
+//!   before, unless the run was deleted in between or healed by its diagnosis fork);
+//! * every tool call has exactly one result, in call order (every observed transcript is valid; a finished run
+//!   holds no pending call, held result, intent or start mark);
+//! * a call executes again only when no outcome was recorded (never once its result is readable), and a call
+//!   whose intent was recorded only after its tool's `reconcile` said it did not happen;
+//! * no two different calls share an idempotency key, and one call keeps its key across resumes;
+//! * every stored run loads (never `STEADFAST_CHECKPOINT_CORRUPT`), and no operation fails with an error that
+//!   means a bug (`STEADFAST_INTERNAL`, a write the store refused for good);
+//! * a schedule's fire time runs once; a delivery runs its job once (one input, however often delivered);
+//! * liveness: after the program, within a bounded number of sweep ticks, every run is finished, waits on a
+//!   person, is quarantined or failed with an error that is not retryable;
+//! * a sweep tick stays within the platform's 1,000 operations per invocation.
+//!
+//! `cargo test --test checker -- --nocapture` prints
+//! `model-checked programs: N, operations: M, crash points: C, stores: 3, violations: 0`. More programs:
+//! `CHECK_PROGRAMS=20000`; one program: `CHECK_SEED=<seed>` (with `CHECK_STORE=memory|journal|objects` for one
+//! store). A failing program prints its one-line reproduction and a shrunk program (steps removed while the
+//! violation stays).
+
+mod common;
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use serde_json::{json, Value};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::rc::Rc;
+use steadfast::core::checkpoint::{Checkpoint, RunStatus};
+use steadfast::core::machine::ModelResponse;
+use steadfast::core::schedule::{CompiledSchedule, Schedule, ScheduleInput};
+use steadfast::core::sweep::SweepOptions;
+use steadfast::core::transcript::{validate_transcript, Message, ToolCall, Usage};
+use steadfast::runtime::{
+    AbortSignal, Agent, AgentOptions, Clock, CrashPoint, FnTool, ForkOptions, Model, ModelRequest, NoListener, Resolve,
+    Rng, ScheduleOutcome, SendOptions, SimExecutor, SimTime, Sleep, SplitMix64, Tool, ToolError, ToolOutput,
+};
+use steadfast::store::kv::KvBackend;
+use steadfast::store::object::{LocalObjects, ObjectStore};
+use steadfast::store::sim::{SimKv, SimOptions};
+use steadfast::store::{JournalOptions, JournalStore, LeaseOptions, MemoryStore, RunStore};
+use steadfast::{ErrorCode, Result};
+
+const T0: u64 = 1_700_000_000_000;
+/// Runs the steps may name (forks go to any of them: fresh ids, existing runs, ids being created).
+const RUNS: [&str; 5] = ["r0", "r1", "r2", "f0", "f1"];
+const SESSIONS: [&str; 2] = ["s0", "s1"];
+const DELIVERIES: [&str; 2] = ["d0", "d1"];
+const SCHEDULE: &str = "sch";
+/// Sweep ticks after the program (time moving on between them) within which every run must settle.
+const LIVENESS_TICKS: usize = 14;
+const LEASE: LeaseOptions = LeaseOptions { ttl_ms: 30_000, renew_every_ms: 10_000, grace_ms: 30_000 };
+
+// --- Programs ----------------------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StoreKind {
+    Memory,
+    Journal,
+    Objects,
+}
+
+impl StoreKind {
+    fn name(self) -> &'static str {
+        match self {
+            StoreKind::Memory => "memory",
+            StoreKind::Journal => "journal",
+            StoreKind::Objects => "objects",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Op {
+    Send {
+        run: usize,
+        task: u32,
+    },
+    Resume {
+        run: usize,
+    },
+    /// Decide the `pick`-th pending approval (modulo how many there are).
+    Decide {
+        pick: u32,
+        approve: bool,
+    },
+    Fork {
+        source: usize,
+        target: usize,
+        latest: bool,
+    },
+    SessionSend {
+        session: usize,
+        task: u32,
+    },
+    Fire,
+    Deliver {
+        delivery: usize,
+        task: u32,
+    },
+    Delete {
+        run: usize,
+    },
+    Sweep {
+        diagnosis: bool,
+    },
+    Alarm {
+        run: usize,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct Step {
+    /// Start, from the program's start (simulated ms).
+    at_ms: u64,
+    replica: u8,
+    op: Op,
+    /// Crash right after this many effects (and whether tools in flight finish).
+    crash: Option<(usize, bool)>,
+    /// Abort the execution this long after it started.
+    abort_after_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug)]
+struct Program {
+    seed: u64,
+    steps: Vec<Step>,
+    concurrency: usize,
+    /// Tool results up to 4 MiB, several at once.
+    big: bool,
+    /// Every run is a "stuck" one sometimes (a tool that keeps failing): quarantine and diagnosis forks.
+    stuck_every: u64,
+}
+
+impl Program {
+    fn generate(seed: u64) -> Program {
+        let rng = SplitMix64::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0x51));
+        let pick = |n: u64| rng.next_u64() % n;
+        let big = pick(50) == 0;
+        let len = if big { 4 + pick(3) } else { 5 + pick(8) };
+        let mut at = 0;
+        let mut steps = Vec::new();
+        for _ in 0..len {
+            // Steps start together (racing) or a while apart (lease expiries, backoffs).
+            at += match pick(6) {
+                0 | 1 => 0,
+                2 => pick(400),
+                3 => pick(5_000),
+                4 => 5_000 + pick(40_000),
+                _ => 60_000 + pick(60_000),
+            };
+            let run = pick(RUNS.len() as u64) as usize;
+            let task = pick(1_000) as u32;
+            let op = match pick(100) {
+                0..=21 => Op::Send { run, task },
+                22..=31 => Op::Resume { run },
+                32..=41 => Op::Decide { pick: pick(8) as u32, approve: pick(3) != 0 },
+                42..=51 => Op::Fork { source: pick(3) as usize, target: run, latest: pick(2) == 0 },
+                52..=60 => Op::SessionSend { session: pick(SESSIONS.len() as u64) as usize, task },
+                61..=65 => Op::Fire,
+                66..=73 => Op::Deliver { delivery: pick(DELIVERIES.len() as u64) as usize, task },
+                74..=78 => Op::Delete { run },
+                79..=90 => Op::Sweep { diagnosis: pick(2) == 0 },
+                _ => Op::Alarm { run },
+            };
+            let executes = !matches!(op, Op::Delete { .. } | Op::Fork { .. });
+            let crash = (executes && pick(3) == 0).then(|| (1 + pick(14) as usize, pick(2) == 0));
+            let abort_after_ms = (executes && crash.is_none() && pick(12) == 0).then(|| pick(6_000));
+            steps.push(Step { at_ms: at, replica: pick(3) as u8, op, crash, abort_after_ms });
+        }
+        Program { seed, steps, concurrency: [1, 2, 8][pick(3) as usize], big, stuck_every: 3 + pick(5) }
+    }
+}
+
+// --- The world: what executed and what was observed ------------------------------------------------------
+
+/// One state of a run as the oracle read it: each message's fingerprint, and held results by call id.
+#[derive(Clone, Debug)]
+struct Seen {
+    at: u64,
+    /// Per message: (kind, fingerprint); kind `t` for a tool result (with its call id), `a` for a model turn.
+    messages: Vec<(String, u64)>,
+    held: BTreeMap<String, u64>,
+}
+
+#[derive(Default)]
+struct Log {
+    violations: Vec<String>,
+    /// Tool starts per call identity: (run, call id, time).
+    starts: BTreeMap<String, Vec<(String, String, u64)>>,
+    /// Reconciles per call identity: (time, said it happened).
+    reconciles: BTreeMap<String, Vec<(u64, bool)>>,
+    /// Idempotency key → call identities that used it; call identity → keys.
+    key_users: BTreeMap<String, BTreeSet<String>>,
+    identity_keys: BTreeMap<String, BTreeSet<String>>,
+    /// Effects of `pay` per idempotency key (what its `reconcile` reads).
+    paid: BTreeMap<String, u32>,
+    /// Observations per run id.
+    seen: BTreeMap<String, Vec<Option<Seen>>>,
+    /// Deletes of a run: (start, end).
+    deletes: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Fire times run (by a `Fired` outcome).
+    fired: BTreeMap<u64, u32>,
+    known: BTreeSet<String>,
+    /// Lease owners (run, owner) whose acquisition was confirmed (journal store: only what such an owner wrote
+    /// is recorded; an unconfirmed acquirer's entries are tentative, read only if it wins).
+    confirmed: BTreeSet<(String, String)>,
+    operations: u64,
+    crashes: u64,
+    tokens: u64,
+}
+
+enum Backend {
+    Memory(MemoryStore),
+    Journal(SimKv),
+    Objects(LocalObjects, SimKv),
+}
+
+struct World {
+    program: Program,
+    kind: StoreKind,
+    exec: SimExecutor,
+    time: SimTime,
+    backend: Backend,
+    oracle: Rc<dyn RunStore>,
+    rng: SplitMix64,
+    log: RefCell<Log>,
+    processes: Cell<u64>,
+    schedule: CompiledSchedule,
+}
+
+fn hash_of(s: &str) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+fn message_print(m: &Message) -> (String, u64) {
+    match m {
+        Message::Tool(r) => {
+            (format!("t:{}", r.tool_call_id), hash_of(&format!("{}|{}|{:?}", r.content, r.is_error, r.kind)))
+        }
+        Message::Assistant { content, tool_calls, .. } => {
+            let calls: Vec<String> = tool_calls.iter().map(|c| format!("{}:{}:{}", c.id, c.name, c.args)).collect();
+            ("a".into(), hash_of(&format!("{content}|{}", calls.join(","))))
+        }
+        Message::User { content } => ("u".into(), hash_of(content)),
+        other => ("o".into(), hash_of(&format!("{other:?}"))),
+    }
+}
+
+fn seen_of(cp: &Checkpoint, at: u64) -> Seen {
+    Seen {
+        at,
+        messages: cp.messages.iter().map(message_print).collect(),
+        held: cp
+            .held_results
+            .iter()
+            .map(|r| (r.tool_call_id.clone(), hash_of(&format!("{}|{}|{:?}", r.content, r.is_error, r.kind))))
+            .collect(),
+    }
+}
+
+/// A call's identity: the model generation that made it (a token in its arguments) and its index. A fork's
+/// copy of a call is the same call.
+fn identity(args: &Value) -> String {
+    format!("{}.{}", args["t"].as_u64().unwrap_or(0), args["i"].as_u64().unwrap_or(0))
+}
+
+fn has_result(cp: &Checkpoint, call_id: &str) -> bool {
+    cp.messages.iter().any(|m| matches!(m, Message::Tool(r) if r.tool_call_id == call_id))
+        || cp.held_results.iter().any(|r| r.tool_call_id == call_id)
+}
+
+impl World {
+    fn new(program: &Program, kind: StoreKind) -> Rc<World> {
+        let exec = SimExecutor::new(T0, program.seed);
+        let time = exec.time();
+        let kv = || {
+            let opts = SimOptions { locations: 1, ..SimOptions::hostile(program.seed ^ 0x6b76) };
+            SimKv::with_timer(Rc::new(time.clone()), Rc::new(time.clone()), opts)
+        };
+        let (backend, oracle): (Backend, Rc<dyn RunStore>) = match kind {
+            StoreKind::Memory => {
+                let m = MemoryStore::new();
+                (Backend::Memory(m.clone()), Rc::new(m))
+            }
+            StoreKind::Journal => {
+                let kv = kv();
+                let oracle = JournalStore::new(
+                    kv.origin(),
+                    Rc::new(time.clone()),
+                    Rc::new(time.clone()),
+                    JournalOptions::default(),
+                );
+                (Backend::Journal(kv), Rc::new(oracle))
+            }
+            StoreKind::Objects => {
+                let (objects, kv) = (LocalObjects::default(), kv());
+                let oracle =
+                    ObjectStore::new(objects.clone(), kv.origin(), "", Rc::new(time.clone()), Rc::new(time.clone()));
+                (Backend::Objects(objects, kv), Rc::new(oracle))
+            }
+        };
+        let schedule = CompiledSchedule::compile(Schedule {
+            id: SCHEDULE.into(),
+            cron: "* * * * *".into(),
+            input: ScheduleInput::Text("task 7 (scheduled)".into()),
+            missed: None,
+            grace_ms: None,
+        })
+        .expect("the schedule compiles");
+        Rc::new(World {
+            program: program.clone(),
+            kind,
+            exec,
+            time,
+            backend,
+            oracle,
+            rng: SplitMix64::new(program.seed ^ 0xC0FFEE),
+            log: RefCell::default(),
+            processes: Cell::new(0),
+            schedule,
+        })
+    }
+
+    fn pick(&self, n: u64) -> u64 {
+        self.rng.next_u64() % n.max(1)
+    }
+
+    /// With `CHECK_TRACE` set: a line of the program's story.
+    fn trace(&self, line: impl FnOnce() -> String) {
+        if std::env::var_os("CHECK_TRACE").is_some() {
+            println!("{:>10.3} s  {}", (self.now() - T0) as f64 / 1_000.0, line());
+        }
+    }
+
+    fn violation(&self, v: String) {
+        self.log.borrow_mut().violations.push(v);
+    }
+
+    fn now(&self) -> u64 {
+        self.time.now_ms()
+    }
+
+    /// The run as the oracle reads it now; a read that fails is reported (every stored run must load).
+    fn read(&self, run_id: &str) -> Option<Checkpoint> {
+        match self.oracle.load(run_id).now_or_never() {
+            Some(Ok(cp)) => cp,
+            Some(Err(e)) => {
+                self.violation(format!("{run_id} does not load at {}: {} {}", self.now() - T0, e.code, e.message));
+                None
+            }
+            None => panic!("the oracle never waits"),
+        }
+    }
+
+    /// Whether what the oracle reads of `run_id` now is recorded: on the journal store, written under a lease
+    /// whose acquisition was confirmed (an unconfirmed acquirer's entries are read only if it wins; it runs
+    /// no tool and reports nothing before); on the other stores acquisitions are atomic.
+    fn recorded(&self, run_id: &str) -> bool {
+        let Backend::Journal(kv) = &self.backend else { return true };
+        let Some(Ok(Some(raw))) = kv.origin().get(&format!("run/{run_id}/lease")).now_or_never() else { return true };
+        let Ok(rec) = serde_json::from_str::<Value>(&raw) else { return true };
+        if rec["deleted"].as_bool() == Some(true) {
+            return true;
+        }
+        let owner = rec["owner"].as_str().unwrap_or_default().to_string();
+        self.log.borrow().confirmed.contains(&(run_id.to_string(), owner))
+    }
+
+    /// Records an observation of `run_id` and checks it against the previous one.
+    fn observe(&self, run_id: &str) {
+        let cp = self.read(run_id);
+        let now = self.now();
+        if let Some(cp) = &cp {
+            if let Err(why) = validate_transcript(&cp.messages) {
+                self.violation(format!("{run_id} at {}: invalid transcript: {why}", now - T0));
+            }
+            if cp.status == RunStatus::Finished
+                && (!cp.held_results.is_empty() || !cp.intents.is_empty() || !cp.started_tool_call_ids.is_empty())
+            {
+                self.violation(format!("{run_id}: finished with held results, intents or start marks"));
+            }
+        }
+        if !self.recorded(run_id) {
+            // Tentative: not a state the store has recorded (see `recorded`), so not one to keep.
+            return;
+        }
+        let seen = cp.as_ref().map(|cp| seen_of(cp, now));
+        let mut log = self.log.borrow_mut();
+        log.known.insert(run_id.to_string());
+        let prev = log.seen.get(run_id).and_then(|v| v.iter().rev().find_map(|s| s.clone()));
+        if let Some(prev) = prev {
+            let deleted = log
+                .deletes
+                .get(run_id)
+                .is_some_and(|ds| ds.iter().any(|(start, end)| *end >= prev.at && *start <= now));
+            let healed = run_id.ends_with(".heal") || log.seen.contains_key(&format!("{run_id}.heal"));
+            match &seen {
+                None if !deleted && !healed => log.violations.push(format!(
+                    "{run_id}: vanished between {} and {} (no delete)",
+                    prev.at - T0,
+                    now - T0
+                )),
+                Some(cur) if !deleted => {
+                    if let Some(why) = lost(&prev, cur) {
+                        log.violations.push(format!("{run_id} between {} and {}: {why}", prev.at - T0, now - T0));
+                    }
+                }
+                _ => {}
+            }
+        }
+        log.seen.entry(run_id.to_string()).or_default().push(seen);
+    }
+}
+
+/// What of `prev` (a recorded state) `cur` (a later one) lost or replaced, if anything.
+fn lost(prev: &Seen, cur: &Seen) -> Option<String> {
+    for (i, (kind, print)) in prev.messages.iter().enumerate() {
+        match cur.messages.get(i) {
+            Some((k, p)) if k == kind && p == print => {}
+            Some((k, _)) if k == kind => return Some(format!("message {i} ({kind}) was replaced")),
+            Some((k, _)) => return Some(format!("message {i} ({kind}) became a {k}")),
+            None if kind.starts_with("t:") && cur.held.contains_key(&kind[2..]) => {
+                return Some(format!("result {kind} went back to held"))
+            }
+            None => return Some(format!("message {i} ({kind}) was lost")),
+        }
+    }
+    for (id, print) in &prev.held {
+        let placed = cur.messages.iter().find(|(k, _)| k.strip_prefix("t:") == Some(id.as_str()));
+        match (placed, cur.held.get(id)) {
+            (Some((_, p)), _) | (None, Some(p)) if p == print => {}
+            (None, None) => return Some(format!("held result {id} was lost")),
+            _ => return Some(format!("held result {id} was replaced")),
+        }
+    }
+    None
+}
+
+// --- The model and the tools -------------------------------------------------------------------------------
+
+/// Answers from the transcript: the task in the last user message and the number of turns since it decide the
+/// calls (a pure function, so every process plans the same); each generation carries a fresh token in its
+/// calls' arguments (the calls' identity). Call ids are left to the runtime half the time (as providers that
+/// give none), `call_<turn>_<i>` otherwise: they collide across runs, as real ones do.
+struct CheckerModel {
+    world: Rc<World>,
+}
+
+fn task_of(messages: &[Message]) -> Option<(u64, usize)> {
+    let u = messages.iter().rposition(|m| matches!(m, Message::User { .. }))?;
+    let Message::User { content } = &messages[u] else { return None };
+    let task: u64 = content.strip_prefix("task ")?.split(' ').next()?.parse().ok()?;
+    let turns = messages[u..].iter().filter(|m| matches!(m, Message::Assistant { .. })).count();
+    Some((task, turns))
+}
+
+#[async_trait(?Send)]
+impl Model for CheckerModel {
+    fn id(&self) -> &str {
+        "checker"
+    }
+
+    async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
+        let w = &self.world;
+        // A recorded model turn is never generated again: the run as recorded must not already hold a model
+        // turn right after the transcript this call was given.
+        // On the journal store an acquirer calls the model before its lease is confirmed (the read-back overlaps
+        // the first model call); a call of one that loses is wasted, never recorded: only confirmed executions
+        // are held to it.
+        let confirmed = !matches!(w.backend, Backend::Journal(_))
+            || w.log.borrow().confirmed.contains(&(request.run_id.to_string(), request.execution.to_string()));
+        if let Some(cp) = w.read(request.run_id).filter(|_| confirmed && w.recorded(request.run_id)) {
+            let n = request.messages.len();
+            let same_prefix = cp.messages.len() > n
+                && cp.messages[..n].iter().map(message_print).eq(request.messages.iter().map(message_print));
+            if same_prefix && matches!(cp.messages[n], Message::Assistant { .. }) {
+                w.violation(format!(
+                    "{}: the model turn after message {n} was recorded and is generated again at {}",
+                    request.run_id,
+                    w.now() - T0
+                ));
+            }
+        }
+        let latency = 100 + w.pick(2_500);
+        w.time.sleep(latency).await;
+        if w.pick(40) == 0 {
+            return Err(steadfast::Error::new(ErrorCode::ProviderUnavailable, "scripted 503").with_run(request.run_id));
+        }
+        let usage = Usage { input_tokens: 10, output_tokens: 5 };
+        let text = |t: String| ModelResponse {
+            text: t,
+            tool_calls: Vec::new(),
+            usage,
+            stop_reason: Some("stop".into()),
+            reasoning: Vec::new(),
+        };
+        let Some((task, turn)) = task_of(request.messages) else { return Ok(text("Understood.".into())) };
+        let plan = SplitMix64::new(task.wrapping_mul(1_000_003).wrapping_add(turn as u64));
+        let p = |n: u64| plan.next_u64() % n;
+        if turn >= 3 || p(5) == 0 {
+            return Ok(text(format!("task {task} done")));
+        }
+        let token = {
+            let mut log = w.log.borrow_mut();
+            log.tokens += 1;
+            log.tokens
+        };
+        let n = if w.program.big && p(2) == 0 { 8 } else { 1 + p(3) as usize };
+        let assistants = request.messages.iter().filter(|m| matches!(m, Message::Assistant { .. })).count();
+        let calls = (0..n)
+            .map(|i| {
+                let name = match p(100) {
+                    0..=24 => "read",
+                    25..=44 => "pay",
+                    45..=59 => "mail",
+                    60..=74 => "gate",
+                    75..=86 => "flaky",
+                    _ => "big",
+                };
+                let size = match (w.program.big, p(4)) {
+                    (true, 0) => 4 * 1024 * 1024,
+                    (true, _) => 1 + p(4 * 1024 * 1024),
+                    (false, 0) => 256 * 1024,
+                    (false, _) => p(3_000),
+                };
+                let id = if token % 2 == 0 { String::new() } else { format!("call_{assistants}_{i}") };
+                ToolCall { id, name: name.into(), args: json!({"t": token, "i": i, "size": size}), invalid: None }
+            })
+            .collect();
+        Ok(ModelResponse {
+            text: String::new(),
+            tool_calls: calls,
+            usage,
+            stop_reason: Some("tool_calls".into()),
+            reasoning: Vec::new(),
+        })
+    }
+}
+
+/// Judges a tool start against what the oracle reads at that instant, and logs it.
+fn tool_started(w: &World, ctx: &steadfast::runtime::ToolContext, args: &Value, reconciled: bool) {
+    let (run_id, call_id, key) = (ctx.run_id.as_str(), ctx.tool_call_id.as_str(), ctx.idempotency_key());
+    let who = identity(args);
+    let now = w.now();
+    if let Some(cp) = w.read(run_id) {
+        if has_result(&cp, call_id) {
+            w.violation(format!(
+                "{run_id}: {call_id} ({who}) started at {} although its result was recorded",
+                now - T0
+            ));
+        }
+        if reconciled && cp.intents.iter().any(|i| i == call_id) {
+            let log = w.log.borrow();
+            let last_start = log.starts.get(&who).and_then(|s| s.iter().map(|x| x.2).max());
+            let asked = log
+                .reconciles
+                .get(&who)
+                .is_some_and(|r| r.iter().any(|(t, happened)| !happened && last_start.is_none_or(|ls| *t >= ls)));
+            if last_start.is_some() && !asked {
+                drop(log);
+                w.violation(format!(
+                    "{run_id}: {call_id} ({who}) ran again at {} over a recorded intent without reconcile",
+                    now - T0
+                ));
+            }
+        }
+    }
+    let mut log = w.log.borrow_mut();
+    log.starts.entry(who.clone()).or_default().push((run_id.to_string(), call_id.to_string(), now));
+    log.key_users.entry(key.to_string()).or_default().insert(who.clone());
+    log.identity_keys.entry(who).or_default().insert(ctx.call_key.clone());
+}
+
+fn tools(world: &Rc<World>) -> Vec<Rc<dyn Tool>> {
+    let schema = json!({"type": "object"});
+    let mk = |name: &'static str| {
+        let w = world.clone();
+        FnTool::new(name, name, schema.clone(), move |args, ctx| {
+            let w = w.clone();
+            async move {
+                let key = ctx.idempotency_key().to_string();
+                tool_started(&w, &ctx, &args, name == "pay");
+                let work = w.pick(1_500);
+                w.time.sleep(work).await;
+                let who = identity(&args);
+                match name {
+                    "pay" => {
+                        *w.log.borrow_mut().paid.entry(key).or_default() += 1;
+                        Ok(ToolOutput::text(format!("paid {who}")))
+                    }
+                    "flaky" => {
+                        let t = args["t"].as_u64().unwrap_or(0);
+                        let stuck = t % w.program.stuck_every == 0;
+                        let first = {
+                            let log = w.log.borrow();
+                            log.starts.get(&who).map_or(0, |s| s.len()) <= 1
+                        };
+                        if stuck || first {
+                            Err(ToolError::propagate(format!("flaky {who}")))
+                        } else {
+                            Ok(ToolOutput::text(format!("flaky ok {who}")))
+                        }
+                    }
+                    "big" => Ok(ToolOutput::text("b".repeat(args["size"].as_u64().unwrap_or(0) as usize))),
+                    other => Ok(ToolOutput::text(format!("{other} {who}"))),
+                }
+            }
+        })
+    };
+    let w = world.clone();
+    let pay = mk("pay").reconcile_with(move |args, key| {
+        let happened = w.log.borrow().paid.contains_key(&key);
+        w.log.borrow_mut().reconciles.entry(identity(&args)).or_default().push((w.now(), happened));
+        async move { Ok(happened.then(|| ToolOutput::text(format!("paid {}", identity(&args))))) }
+    });
+    vec![
+        Rc::new(mk("read")),
+        Rc::new(pay),
+        Rc::new(mk("mail").side_effecting()),
+        Rc::new(mk("gate").needs_approval(true)),
+        Rc::new(mk("flaky")),
+        Rc::new(mk("big")),
+    ]
+}
+
+impl World {
+    /// A new process: a fresh agent over a fresh store handle (a new invocation on the simulator).
+    fn process(self: &Rc<World>) -> Agent {
+        let n = self.processes.get() + 1;
+        self.processes.set(n);
+        let clock = Rc::new(self.time.clone());
+        let store: Rc<dyn RunStore> = match &self.backend {
+            Backend::Memory(m) => Rc::new(m.clone()),
+            Backend::Journal(kv) => {
+                Rc::new(JournalStore::new(kv.at(0), clock.clone(), clock.clone(), JournalOptions::default()))
+            }
+            Backend::Objects(objects, kv) => {
+                Rc::new(ObjectStore::new(objects.clone(), kv.at(0), "", clock.clone(), clock.clone()))
+            }
+        };
+        // The world hears which lease acquisitions were confirmed (see `World::recorded`).
+        let mut spy = common::Spy::new(store);
+        let w = self.clone();
+        spy.on_confirm = Some(Box::new(move |lease: &steadfast::store::Lease| {
+            w.log.borrow_mut().confirmed.insert((lease.run_id.clone(), lease.owner.clone()));
+        }));
+        let store: Rc<dyn RunStore> = Rc::new(spy);
+        let max_tool_result_bytes = if self.program.big { 4 * 1024 * 1024 } else { 256 * 1024 };
+        let options = AgentOptions {
+            max_steps: 6,
+            tool_concurrency: self.program.concurrency,
+            lease: LEASE,
+            max_tool_result_bytes,
+            ..AgentOptions::default()
+        };
+        let mut b = Agent::builder(CheckerModel { world: self.clone() })
+            .store_rc(store)
+            .clock(clock.clone())
+            .sleep(clock)
+            .rng(Rc::new(SplitMix64::new(self.program.seed.wrapping_mul(7_919).wrapping_add(n))))
+            .options(options);
+        for t in tools(self) {
+            b = b.tool_rc(t);
+        }
+        b.build().expect("the agent builds")
+    }
+
+    fn sweep_options(&self, diagnosis: bool) -> SweepOptions {
+        SweepOptions {
+            interval_ms: 5_000,
+            max_backoff_ms: 60_000,
+            max_attempts: 3,
+            retry_with_diagnosis: diagnosis,
+            ..SweepOptions::default()
+        }
+    }
+}
+
+// --- Running a program ---------------------------------------------------------------------------------------
+
+/// Errors an operation may end with in a correct system (refusals, failed attempts, our own crash).
+fn expected(code: ErrorCode) -> bool {
+    !matches!(code, ErrorCode::Internal | ErrorCode::CheckpointCorrupt | ErrorCode::StoreFailed)
+}
+
+async fn run_step(w: Rc<World>, index: usize, step: Step) {
+    let agent = w.process();
+    let abort = AbortSignal::new();
+    if let Some(ms) = step.abort_after_ms {
+        let (a, t) = (abort.clone(), w.time.clone());
+        w.exec.spawn(async move {
+            t.sleep(ms).await;
+            a.abort();
+        });
+    }
+    let opts = || SendOptions {
+        abort: Some(abort.clone()),
+        crash: step.crash.map(|(after_effects, finish_in_flight)| CrashPoint { after_effects, finish_in_flight }),
+        ..SendOptions::default()
+    };
+    let started = w.now();
+    w.trace(|| {
+        format!(
+            "step {index} starts on replica {}: {:?} crash {:?} abort {:?}",
+            step.replica, step.op, step.crash, step.abort_after_ms
+        )
+    });
+    let mut touched: Vec<String> = Vec::new();
+    let outcome: Result<()> = match &step.op {
+        Op::Send { run, task } => {
+            touched.push(RUNS[*run].into());
+            agent.send(RUNS[*run], format!("task {task}"), opts()).await.map(|_| ())
+        }
+        Op::Resume { run } => {
+            touched.push(RUNS[*run].into());
+            agent.resume(RUNS[*run], opts()).await.map(|_| ())
+        }
+        Op::Decide { pick, approve } => match agent.approvals().list().await {
+            Ok(list) if list.is_empty() => Ok(()),
+            Ok(list) => {
+                let rec = &list[*pick as usize % list.len()];
+                touched.push(rec.run_id.clone());
+                let decision = Resolve { id: rec.id.clone(), approved: *approve, note: None };
+                agent.approvals().resolve_with(decision, opts()).await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        },
+        Op::Fork { source, target, latest } => {
+            let (source, target) = (RUNS[*source], RUNS[*target]);
+            touched.extend([source.to_string(), target.to_string()]);
+            match agent.history(source, usize::MAX).await {
+                Ok(h) if h.is_empty() => Ok(()),
+                Ok(h) => {
+                    let step = if *latest { h[0].step } else { h[h.len() - 1].step };
+                    let fork = ForkOptions { from_step: step, new_id: Some(target.into()), ..ForkOptions::default() };
+                    agent.fork(source, fork).await.map(|_| ())
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Op::SessionSend { session, task } => match agent.session(SESSIONS[*session]) {
+            Ok(s) => {
+                let r = s.send(format!("task {task}"), opts()).await.map(|_| ());
+                for n in 1..=8 {
+                    touched.push(format!("{}.turn-{n}", SESSIONS[*session]));
+                }
+                r
+            }
+            Err(e) => Err(e),
+        },
+        Op::Fire => match agent.fire_schedule(&w.schedule, &opts()).await {
+            ScheduleOutcome::Fired { run_id, fire_at, .. } => {
+                touched.push(run_id);
+                *w.log.borrow_mut().fired.entry(fire_at).or_default() += 1;
+                Ok(())
+            }
+            ScheduleOutcome::Failed { run_id, error, .. } => {
+                touched.extend(run_id);
+                Err(steadfast::Error::new(error.code, error.message))
+            }
+            ScheduleOutcome::AlreadyFired { run_id, .. } | ScheduleOutcome::Claimed { run_id, .. } => {
+                touched.push(run_id);
+                Ok(())
+            }
+            _ => Ok(()),
+        },
+        Op::Deliver { delivery, task } => {
+            touched.push(steadfast::runtime::delivery_run_id(DELIVERIES[*delivery]));
+            agent.run_once(DELIVERIES[*delivery], format!("task {task}"), opts()).await.map(|_| ())
+        }
+        Op::Delete { run } => {
+            let r = agent.delete(RUNS[*run]).await;
+            w.log.borrow_mut().deletes.entry(RUNS[*run].into()).or_default().push((started, w.now()));
+            touched.push(RUNS[*run].into());
+            r
+        }
+        Op::Sweep { diagnosis } => sweep(&w, &agent, *diagnosis).await,
+        Op::Alarm { run } => {
+            touched.push(RUNS[*run].into());
+            agent.wake(RUNS[*run], &w.sweep_options(false)).await.map(|_| ())
+        }
+    };
+    {
+        let mut log = w.log.borrow_mut();
+        log.operations += 1;
+    }
+    w.trace(|| format!("step {index} ends: {:?}", outcome.as_ref().map_err(|e| format!("{} {}", e.code, e.message))));
+    match outcome {
+        Ok(()) => {}
+        Err(e) if e.code == ErrorCode::Crashed => w.log.borrow_mut().crashes += 1,
+        Err(e) if expected(e.code) => {}
+        Err(e) => w.violation(format!("step {index} {:?} failed: {} {}", step.op, e.code, e.message)),
+    }
+    for id in touched {
+        w.observe(&id);
+        w.observe(&format!("{id}.heal"));
+    }
+}
+
+/// One sweep tick, its operations checked against the platform's limit.
+async fn sweep(w: &World, agent: &Agent, diagnosis: bool) -> Result<()> {
+    let report = agent.sweep(&w.sweep_options(diagnosis), &NoListener).await?;
+    w.trace(|| format!("sweep: {report:?}"));
+    if report.operations > 1_000 {
+        w.violation(format!("a sweep tick used {} store operations (over 1,000)", report.operations));
+    }
+    Ok(())
+}
+
+/// Every run id the program may have made.
+fn all_ids(w: &World) -> BTreeSet<String> {
+    let mut ids: BTreeSet<String> = w.log.borrow().known.clone();
+    for r in RUNS {
+        ids.insert(r.into());
+        ids.insert(format!("{r}.heal"));
+    }
+    for s in SESSIONS {
+        for n in 1..=8 {
+            ids.insert(format!("{s}.turn-{n}"));
+        }
+    }
+    for d in DELIVERIES {
+        ids.insert(steadfast::runtime::delivery_run_id(d));
+    }
+    ids
+}
+
+struct Outcome {
+    violations: Vec<String>,
+    operations: u64,
+    crashes: u64,
+}
+
+fn run_program(program: &Program, kind: StoreKind) -> Outcome {
+    let w = World::new(program, kind);
+    w.trace(|| format!("program {} on {}: {program:?}", program.seed, kind.name()));
+    for (i, step) in program.steps.iter().enumerate() {
+        let (w2, step) = (w.clone(), step.clone());
+        let t = w.time.clone();
+        w.exec.spawn(async move {
+            t.sleep(step.at_ms).await;
+            run_step(w2, i, step).await;
+        });
+    }
+    w.exec.run();
+    // Liveness: time moves past every lease, then sweep ticks, spaced past the longest backoff.
+    for tick in 0..LIVENESS_TICKS {
+        w.exec.advance(if tick == 0 { LEASE.ttl_ms + LEASE.grace_ms + 5_000 } else { 65_000 });
+        let w2 = w.clone();
+        let ids = all_ids(&w);
+        w.exec.block_on(async move {
+            let agent = w2.process();
+            if let Err(e) = sweep(&w2, &agent, tick % 2 == 0).await {
+                if !expected(e.code) {
+                    w2.violation(format!("liveness tick {tick} failed: {} {}", e.code, e.message));
+                }
+            }
+            if w2.kind == StoreKind::Objects {
+                // Strict mode: each run's object alarm (at least once, whenever it is due; early is harmless).
+                for id in ids {
+                    if let Err(e) = w2.process().wake(&id, &w2.sweep_options(false)).await {
+                        if !expected(e.code) {
+                            w2.violation(format!("alarm of {id} failed: {} {}", e.code, e.message));
+                        }
+                    }
+                }
+            }
+        });
+        w.exec.run();
+    }
+    w.trace(|| format!("listed after the program: {:?}", w.oracle.pending().now_or_never()));
+    for id in all_ids(&w) {
+        w.observe(&id);
+        if let Some(cp) = w.read(&id) {
+            // A pause counts as settled only while a person still has a decision to make.
+            let waits_on_a_person = cp.status == RunStatus::AwaitingApproval
+                && cp.approval_ids.iter().any(|id| {
+                    matches!(w.oracle.get_approval(id).now_or_never(), Some(Ok(Some(r)))
+                        if r.status == steadfast::core::approval::ApprovalStatus::Pending)
+                });
+            let settled = cp.status == RunStatus::Finished
+                || waits_on_a_person
+                || cp.quarantined
+                || cp.last_error.as_ref().is_some_and(|e| !e.retryable);
+            if !settled {
+                w.violation(format!(
+                    "{id} is still {:?} after {LIVENESS_TICKS} sweep ticks (attempts {}, last error {:?})",
+                    cp.status,
+                    cp.attempts,
+                    cp.last_error.as_ref().map(|e| e.code)
+                ));
+            }
+            if let Some(e) = cp.last_error.as_ref().filter(|e| !expected(e.code)) {
+                w.violation(format!("{id} failed with {} {}", e.code, e.message));
+            }
+            if id.starts_with("dlv-") && !id.ends_with(".heal") {
+                let inputs = cp
+                    .messages
+                    .iter()
+                    .filter(|m| matches!(m, Message::User { content } if content.starts_with("task ")))
+                    .count();
+                if inputs > 1 {
+                    w.violation(format!("delivery run {id} ran its job {inputs} times"));
+                }
+            }
+        }
+    }
+    let mut log = w.log.borrow_mut();
+    let mut found = std::mem::take(&mut log.violations);
+    for (key, users) in &log.key_users {
+        if users.len() > 1 {
+            found.push(format!("idempotency key {key:?} was used by {} different calls: {users:?}", users.len()));
+        }
+    }
+    for (who, keys) in &log.identity_keys {
+        if keys.len() > 1 {
+            found.push(format!("call {who} ran under {} different call keys: {keys:?}", keys.len()));
+        }
+    }
+    for (fire_at, n) in &log.fired {
+        if *n > 1 {
+            found.push(format!("the schedule's fire at {} ran {n} times", fire_at - T0));
+        }
+    }
+    Outcome { violations: found, operations: log.operations, crashes: log.crashes }
+}
+
+// --- The test -------------------------------------------------------------------------------------------------
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+fn stores() -> Vec<StoreKind> {
+    match std::env::var("CHECK_STORE").as_deref() {
+        Ok("memory") => vec![StoreKind::Memory],
+        Ok("journal") => vec![StoreKind::Journal],
+        Ok("objects") => vec![StoreKind::Objects],
+        _ => vec![StoreKind::Memory, StoreKind::Journal, StoreKind::Objects],
+    }
+}
+
+/// Removes steps (and crash points) while the program still shows a violation on `kind`.
+fn shrink(program: &Program, kind: StoreKind) -> Program {
+    let mut best = program.clone();
+    let fails = |p: &Program| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| !run_program(p, kind).violations.is_empty()))
+            .unwrap_or(true)
+    };
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for i in (0..best.steps.len()).rev() {
+            let mut p = best.clone();
+            p.steps.remove(i);
+            if !p.steps.is_empty() && fails(&p) {
+                best = p;
+                changed = true;
+            }
+        }
+        for i in 0..best.steps.len() {
+            if best.steps[i].crash.is_some() || best.steps[i].abort_after_ms.is_some() {
+                let mut p = best.clone();
+                p.steps[i].crash = None;
+                p.steps[i].abort_after_ms = None;
+                if fails(&p) {
+                    best = p;
+                    changed = true;
+                }
+            }
+        }
+    }
+    best
+}
+
+/// Programs (seeds) beyond the default range that once found a bug: they stay in every run. 3767, 8770, 8771,
+/// 10440: a delete racing a lease renewal resurrected a half-deleted KV journal; 5286: a stale index entry's drop
+/// removed the entry a new execution had just written; 1103, 1115: a resolution that died after recording its
+/// decision left a paused run no one would resume (within the default range, kept here if it moves).
+const FOUND_BUGS: [u64; 7] = [1103, 1115, 3767, 5286, 8770, 8771, 10440];
+
+#[test]
+fn model_checked_programs_keep_every_guarantee_on_every_store() {
+    let n = env_u64("CHECK_PROGRAMS").unwrap_or(2_000);
+    let seeds: Vec<u64> = match env_u64("CHECK_SEED") {
+        Some(s) => vec![s],
+        None => {
+            let mut seeds: Vec<u64> = (1..=n).collect();
+            seeds.extend(FOUND_BUGS.iter().filter(|s| **s > n));
+            seeds
+        }
+    };
+    let kinds = stores();
+    let threads = std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1).clamp(1, 8);
+    let chunks: Vec<Vec<u64>> =
+        (0..threads).map(|t| seeds.iter().copied().skip(t).step_by(threads).collect()).collect();
+    let handles: Vec<_> = chunks
+        .into_iter()
+        .map(|chunk| {
+            let kinds = kinds.clone();
+            std::thread::spawn(move || {
+                let (mut ops, mut crashes, mut failing) = (0u64, 0u64, Vec::new());
+                for seed in chunk {
+                    let program = Program::generate(seed);
+                    for &kind in &kinds {
+                        let out =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_program(&program, kind)));
+                        match out {
+                            Ok(o) => {
+                                ops += o.operations;
+                                crashes += o.crashes;
+                                if !o.violations.is_empty() {
+                                    failing.push((seed, kind, o.violations));
+                                }
+                            }
+                            Err(_) => failing.push((seed, kind, vec!["the program panicked".into()])),
+                        }
+                    }
+                }
+                (ops, crashes, failing)
+            })
+        })
+        .collect();
+    let (mut ops, mut crashes, mut failing) = (0, 0, Vec::new());
+    for h in handles {
+        let (o, c, f) = h.join().expect("checker thread");
+        ops += o;
+        crashes += c;
+        failing.extend(f);
+    }
+    failing.sort_by_key(|f| f.0);
+    let violations: usize = failing.iter().map(|f| f.2.len()).sum();
+    println!(
+        "model-checked programs: {}, operations: {ops}, crash points: {crashes}, stores: {}, violations: {violations}",
+        seeds.len(),
+        kinds.len()
+    );
+    // Violations by kind (numbers and names taken out), with an example of each.
+    let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
+    for (seed, kind, vs) in &failing {
+        for v in vs {
+            let shape: String = v
+                .split_whitespace()
+                .filter(|w| !w.chars().any(|c| c.is_ascii_digit()) && !w.contains('"'))
+                .take(8)
+                .collect::<Vec<_>>()
+                .join(" ");
+            let e = kinds_seen.entry(shape).or_insert((0, format!("seed {seed}, {}: {v}", kind.name())));
+            e.0 += 1;
+        }
+    }
+    let mut by_count: Vec<_> = kinds_seen.into_iter().collect();
+    by_count.sort_by(|a, b| b.1 .0.cmp(&a.1 .0));
+    for (_, (count, example)) in by_count.iter().take(12) {
+        println!("  {count} × {example}");
+    }
+    for (seed, kind, vs) in failing.iter().take(6) {
+        for v in vs.iter().take(4) {
+            println!("  violation (seed {seed}, {}): {v}", kind.name());
+        }
+        println!("  reproduce: CHECK_SEED={seed} CHECK_STORE={} cargo test --test checker -- --nocapture", kind.name());
+    }
+    if let Some((seed, kind, _)) = failing.first() {
+        let shrunk = shrink(&Program::generate(*seed), *kind);
+        println!("  shrunk program (seed {seed}, {}): {:#?}", kind.name(), shrunk.steps);
+    }
+    assert_eq!(violations, 0, "violations (see above)");
+    assert!(seeds.len() as u64 >= n.min(2_000) || env_u64("CHECK_SEED").is_some(), "at least 2,000 programs");
+    assert!(ops > seeds.len() as u64 * 4 && (crashes > 0 || seeds.len() < 50), "programs do something: {ops} ops");
+}
