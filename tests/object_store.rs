@@ -364,3 +364,89 @@ fn strict_sweep_ticks_cost_the_same_at_any_backlog_and_advance() {
     let (min, max) = (worst.iter().map(|w| w.1).min().unwrap(), worst.iter().map(|w| w.1).max().unwrap());
     assert!(max <= min + min / 2 + 10, "ticks cost {worst:?}");
 }
+
+/// Strict mode's listings ask a bounded number of run objects (a Worker's subrequests are limited): a full
+/// listing of 1,200 unfinished runs asks none of them once their entries are a minute old, and at most 100 of
+/// those written in the last minute; the approvals listing asks one object per run holding approvals and refuses
+/// more than 500 runs with a coded error before asking any.
+#[test]
+fn strict_listings_ask_a_bounded_number_of_run_objects() {
+    use steadfast::core::approval::ApprovalRecord;
+    use steadfast::store::object::MAX_LISTED_OBJECTS;
+    let clock = ManualClock::new(1_700_000_000_000);
+    let (objects, kv) = (LocalObjects::default(), MemoryKv::new());
+    let s = store(&objects, &kv, &clock);
+    let o = LeaseOptions::default();
+    let make = |from: usize, to: usize, paused: bool| {
+        for i in from..to {
+            let id = format!("run-{i:05}");
+            let lease = block_on(acquired(&s, &id, "maker", clock.now_ms(), &o, "lease"));
+            let (e, mut cp) = snapshot_entry(&id, "work", clock.now_ms());
+            if paused {
+                let apr = format!("apr-{i}");
+                cp.status = RunStatus::AwaitingApproval;
+                cp.approval_ids = vec![apr.clone()];
+                let record: ApprovalRecord = serde_json::from_value(json!({
+                    "id": apr, "runId": id, "toolCall": {"id": "c", "name": "pay", "args": {}},
+                    "batch": [format!("apr-{i}")], "status": "pending", "step": 1, "createdAt": clock.now_ms()
+                }))
+                .expect("an approval record");
+                block_on(s.put_approval(&record)).unwrap();
+            }
+            let e = JournalEntry { body: EntryBody::Snapshot { state: Box::new(cp.clone()) }, ..e };
+            block_on(s.commit(&lease, &e, &cp)).unwrap();
+            block_on(s.release_lease(&lease)).unwrap();
+        }
+    };
+    make(0, 1_050, false);
+    clock.advance(61_000);
+    make(1_050, 1_200, false);
+    let lister = store(&objects, &kv, &clock);
+    let listed = block_on(lister.pending()).unwrap();
+    assert_eq!(listed.len(), 1_200);
+    let asked = lister.counters().reads;
+    // Two list pages, and the objects of at most 100 of the 150 runs listed in the last minute.
+    assert!(asked <= 2 + 100, "a full listing asked {asked}");
+    clock.advance(61_000);
+    let lister = store(&objects, &kv, &clock);
+    assert_eq!(block_on(lister.pending()).unwrap().len(), 1_200);
+    assert_eq!(lister.counters().reads, 2, "a minute on: list pages only");
+
+    // Approvals: one object per run holding approvals, at most MAX_LISTED_OBJECTS.
+    let (objects, kv) = (LocalObjects::default(), MemoryKv::new());
+    let s2 = store(&objects, &kv, &clock);
+    let mk = |n: usize| {
+        for i in 0..n {
+            let id = format!("p-{i:04}");
+            let lease = block_on(acquired(&s2, &id, "maker", clock.now_ms(), &o, "lease"));
+            let apr = format!("apr-{i}");
+            let record: ApprovalRecord = serde_json::from_value(json!({
+                "id": apr, "runId": id, "toolCall": {"id": "c", "name": "pay", "args": {}},
+                "batch": [apr], "status": "pending", "step": 1, "createdAt": clock.now_ms()
+            }))
+            .expect("an approval record");
+            block_on(s2.put_approval(&record)).unwrap();
+            block_on(s2.release_lease(&lease)).unwrap();
+        }
+    };
+    mk(MAX_LISTED_OBJECTS);
+    let lister = store(&objects, &kv, &clock);
+    assert_eq!(block_on(lister.list_approvals()).unwrap().len(), MAX_LISTED_OBJECTS);
+    let (objects, kv) = (LocalObjects::default(), MemoryKv::new());
+    let s3 = store(&objects, &kv, &clock);
+    for i in 0..=MAX_LISTED_OBJECTS {
+        let id = format!("p-{i:04}");
+        let apr = format!("apr-{i}");
+        let record: ApprovalRecord = serde_json::from_value(json!({
+            "id": apr, "runId": id, "toolCall": {"id": "c", "name": "pay", "args": {}},
+            "batch": [apr], "status": "pending", "step": 1, "createdAt": clock.now_ms()
+        }))
+        .expect("an approval record");
+        block_on(s3.put_approval(&record)).unwrap();
+    }
+    let lister = store(&objects, &kv, &clock);
+    let before = lister.counters().reads;
+    let err = block_on(lister.list_approvals()).expect_err("more runs than one listing asks");
+    assert_eq!((err.code, err.retryable), (ErrorCode::StoreFailed, false), "{err:?}");
+    assert!(lister.counters().reads - before <= 2, "refused before asking any object");
+}
