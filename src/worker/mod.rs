@@ -314,7 +314,7 @@ async fn conformance(env: &Env) -> Result<String> {
 async fn conformance_objects(env: &Env, kv: &WorkersKv, started: u64) -> Result<String> {
     use crate::core::checkpoint::RunStatus;
     use crate::core::transcript::Message;
-    use crate::runtime::ManualClock;
+    use crate::runtime::{ManualClock, ManualSleep};
     use crate::store::conformance::{acquired, delta_entry, run_all, snapshot_entry, Capabilities};
     use crate::store::object::ObjectStore;
     use crate::store::{LeaseOptions, RunStore};
