@@ -17,6 +17,7 @@ import path from "node:path";
 import { spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import { builtWorker } from "./support/built.mjs";
+import { callKey } from "./support/api.mjs";
 
 const SELF = fileURLToPath(import.meta.url);
 const ROOT = path.resolve(path.dirname(SELF), "..");
@@ -340,13 +341,17 @@ function defineTests() {
     const final = await latest(b);
     assert.deepEqual([final.heldResults ?? [], final.intents ?? []], [[], []], "nothing left held or intended");
 
+    const keyOf = new Map();
+    for (const { call: c } of calls) keyOf.set(c.id, await callKey(final.keyScope, c.id));
     for (const { call: c, result: r } of calls) {
-      const sent = requests.filter((q) => q.key === c.id && q.runId === RUN);
-      assert.ok(sent.every((q) => q.callId === c.id && q.runId === RUN), `${c.name}: headers ${JSON.stringify(sent)}`);
+      const key = keyOf.get(c.id);
+      const sent = requests.filter((q) => q.callId === c.id && q.runId === RUN);
+      // Every request of a call (before the crash and after) carries the call's key.
+      assert.ok(sent.every((q) => q.key === key), `${c.name}: keys ${JSON.stringify(sent)} (its key ${key})`);
       // Its real result: the endpoint's answer for this key (no validation, interrupted or fabricated result).
       assert.equal(r.kind, "execution", `${c.name}: ${JSON.stringify(r)}`);
       assert.equal(r.isError, false, `${c.name}: ${JSON.stringify(r)}`);
-      assert.deepEqual(JSON.parse(r.content), effects.get(ek(RUN, c.id))?.body, `${c.name}: the endpoint's answer`);
+      assert.deepEqual(JSON.parse(r.content), effects.get(ek(RUN, key))?.body, `${c.name}: the endpoint's answer`);
       if (recordedAtCrash.has(c.id)) {
         assert.equal(sent.length, 1, `${c.name}'s result was recorded before the crash: it never ran again`);
         const { role: _, ...kept } = recordedAtCrash.get(c.id); // a held result has no role yet
@@ -359,7 +364,7 @@ function defineTests() {
       }
     }
     // One effect per Idempotency-Key, one key per call, no request for anything else.
-    assert.deepEqual([...effects.keys()].filter((k) => k.startsWith(`${RUN} `)).sort(), calls.map((c) => ek(RUN, c.call.id)).sort());
+    assert.deepEqual([...effects.keys()].filter((k) => k.startsWith(`${RUN} `)).sort(), calls.map((c) => ek(RUN, keyOf.get(c.call.id))).sort());
     assert.ok(requests.every((q) => effects.get(ek(q.runId, q.key))?.tool === q.tool), JSON.stringify(requests));
 
     await killGroup(b);
@@ -422,7 +427,7 @@ function defineTests() {
     // scheduler (persisted beside the objects) fires the run object's alarm, which resumes the run. -----
     const b = await startWorker(config);
     const restartedAt = Date.now();
-    await until("pack to run again (the object's alarm)", async () => requests.filter((q) => q.key === call0.pack && q.runId === RUN_S).length === 2,
+    await until("pack to run again (the object's alarm)", async () => requests.filter((q) => q.callId === call0.pack && q.runId === RUN_S).length === 2,
       20_000, b);
     const run = await until("the run to finish", async () => {
       const r = await call(b, "GET", `/runs/${RUN_S}`);
@@ -433,14 +438,17 @@ function defineTests() {
     assert.equal(run.messages.at(-1).content, "Order 8 is packed.");
     const results = run.messages.filter((m) => m.role === "tool");
     assert.deepEqual(results.map((r) => r.toolCallId), [call0.pack, call0.weigh], "one result per call, in call order");
+    const hs = await call(b, "GET", `/runs/${RUN_S}/history?limit=1`);
+    const scope = hs.json[0].checkpoint.keyScope;
+    const keyS = { [call0.pack]: await callKey(scope, call0.pack), [call0.weigh]: await callKey(scope, call0.weigh) };
     for (const r of results) {
       assert.equal(r.kind, "execution", JSON.stringify(r));
-      assert.deepEqual(JSON.parse(r.content), effects.get(ek(RUN_S, r.toolCallId))?.body, "the endpoint's answer for its key");
+      assert.deepEqual(JSON.parse(r.content), effects.get(ek(RUN_S, keyS[r.toolCallId]))?.body, "the endpoint's answer for its key");
     }
-    const sent = (id) => requests.filter((q) => q.key === id && q.runId === RUN_S).length;
+    const sent = (id) => requests.filter((q) => q.key === keyS[id] && q.callId === id && q.runId === RUN_S).length;
     assert.equal(sent(call0.weigh), 1, "weigh's result was recorded before the crash: it never ran again");
     assert.equal(sent(call0.pack), 2, "pack was in flight: ran once before the crash and once after, same key");
-    assert.deepEqual([...effects.keys()].filter((k) => k.startsWith(`${RUN_S} `)).sort(), [call0.pack, call0.weigh].map((k) => ek(RUN_S, k)).sort(), "one effect per key");
+    assert.deepEqual([...effects.keys()].filter((k) => k.startsWith(`${RUN_S} `)).sort(), [call0.pack, call0.weigh].map((k) => ek(RUN_S, keyS[k])).sort(), "one effect per key");
     assert.equal(requests.filter((q) => q.runId === RUN_S).length, 3, "no other request");
     await killGroup(b);
     console.log(`strict crash test: the object's alarm finished the run ${recoveredIn} ms after the restart`);

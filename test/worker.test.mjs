@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import http from "node:http";
 import fs from "node:fs";
 import { Miniflare } from "miniflare";
-import { apiCaller } from "./support/api.mjs";
+import { apiCaller, callKey } from "./support/api.mjs";
 import { builtWorker } from "./support/built.mjs";
 import { parseSse } from "./support/sse.mjs";
 
@@ -445,7 +445,9 @@ test("webhook tools: allowlist refusal, stable Idempotency-Key across a resume, 
   const keys = calls.map((c) => c.headers["idempotency-key"]);
   assert.ok(keys.length >= 1 && keys.every((k) => k && k === keys[0]), `keys ${keys}`);
   const callId = run.json.messages.find((m) => m.toolCalls)?.toolCalls.find((c) => c.name === "lookup").id;
-  assert.equal(keys[0], callId, "the key is the tool call id");
+  const h = await call(mf, "GET", "/runs/w-1/history?limit=1");
+  assert.equal(keys[0], await callKey(h.json[0].checkpoint.keyScope, callId), "the key is the call's key");
+  assert.notEqual(keys[0], callId, "not the bare call id (it repeats across runs)");
 
   srv.state.toolMode = "fail";
   const failing = worker({ config: { tools: [lookupTool()], allowedHosts: ["127.0.0.1"],
@@ -616,14 +618,14 @@ test("the test build's /__conformance needs the token, then passes the store sui
   assert.equal((await call(open, "POST", "/__conformance")).status, 503);
   const r = await call(mf, "POST", "/__conformance");
   assert.equal(r.status, 200, r.text);
-  assert.match(r.text, /store conformance on WorkersKv: ok \(11 suites\)/);
+  assert.match(r.text, /store conformance on WorkersKv: ok \(12 suites\)/);
   // The Durable Object store (strict mode) on the real local binding, strict fencing asserted, and one SQLite
   // row written per durable boundary (measured by SQLite's rows_written, asserted inside the Worker).
-  assert.match(r.text, /store conformance on DurableObject: ok \(11 suites, strict fencing\)/);
+  assert.match(r.text, /store conformance on DurableObject: ok \(12 suites, strict fencing\)/);
   assert.match(r.text, /strict_writes_per_boundary=1\.00 \(40 rows for 40 boundaries\)/);
   // The runs kept inside one object, as the npm package's durableObjectStore keeps them (SqlRuns + SqlIndex
   // over the object's SQL storage, run inside a real local object), strict fencing asserted.
-  assert.match(r.text, /store conformance on the runs of one Durable Object \(durableObjectStore\): ok \(11 suites, strict fencing\)/);
+  assert.match(r.text, /store conformance on the runs of one Durable Object \(durableObjectStore\): ok \(12 suites, strict fencing\)/);
   console.log(r.text);
 });
 

@@ -16,3 +16,12 @@ export function apiCaller(token, base = "http://localhost") {
     return { status: res.status, json, text, headers: res.headers };
   };
 }
+
+/// The call key steadfast sends a call as its idempotency key (src/core/idempotency.rs `call_key`): the first 32
+/// hex digits of SHA-256 over "steadfast call key\n", the scope's length, ':', the scope and the call id. The
+/// scope is the run's `keyScope` (its checkpoint, e.g. from `GET /runs/{id}/history?limit=1`).
+export async function callKey(scope, callId) {
+  const { createHash } = await import("node:crypto");
+  const bytes = `steadfast call key\n${Buffer.byteLength(scope)}:${scope}${callId}`;
+  return createHash("sha256").update(bytes, "utf8").digest("hex").slice(0, 32);
+}
