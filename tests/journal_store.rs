@@ -671,18 +671,6 @@ fn tool_turns(steps: usize) -> Vec<MockTurn> {
     s
 }
 
-fn get_run(agent: &steadfast::runtime::Agent, run_id: &str) -> (u16, serde_json::Value) {
-    let api = steadfast::api::Api::new(agent.clone(), Some("t".into()));
-    let req = steadfast::api::ApiRequest {
-        method: "GET".into(),
-        path: format!("/runs/{run_id}"),
-        headers: vec![("authorization".into(), "Bearer t".into())],
-        ..Default::default()
-    };
-    let res = block_on(api.handle(req));
-    (res.status, serde_json::from_str(&res.body).unwrap_or_default())
-}
-
 /// Runs of 1,000+ steps (2,000+ journal entries) stay readable on every store, finished and unfinished: load,
 /// `GET /runs/{id}`, history, continuing the conversation, and a `run_once` redelivery of the finished job,
 /// which is acknowledged without a model call (a finished run's release prunes old entries; the loader used

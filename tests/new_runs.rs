@@ -14,9 +14,9 @@ use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use steadfast::core::checkpoint::{Checkpoint, RunStatus};
 use steadfast::core::transcript::Message;
-use steadfast::runtime::{Agent, ForkOptions, LocalFuture, ManualClock, ManualSleep, MockModel, MockTurn, SendOptions};
-use steadfast::store::object::{LocalObjects, ObjectStore};
-use steadfast::store::{MemoryKv, RunStore};
+use steadfast::runtime::{Agent, ForkOptions, LocalFuture, MockModel, MockTurn, SendOptions};
+
+use steadfast::store::RunStore;
 use steadfast::ErrorCode;
 
 type Hook = Box<dyn FnOnce() -> LocalFuture<'static, ()>>;
@@ -40,18 +40,7 @@ fn race_after_check(inner: Rc<dyn RunStore>, target: &str, hook: Hook) -> (Rc<dy
 /// The stores every test here runs on: the memory store, the journal store on the Workers-KV simulator, and
 /// strict mode's run objects with their KV index.
 fn envs() -> Vec<(&'static str, Env)> {
-    let strict = {
-        let clock = ManualClock::new(1_700_000_000_000);
-        let store = ObjectStore::new(
-            LocalObjects::default(),
-            MemoryKv::new(),
-            "",
-            Rc::new(clock.clone()),
-            Rc::new(ManualSleep::new(clock.clone())),
-        );
-        Env::with_store(Rc::new(store), clock)
-    };
-    vec![("memory", Env::new()), ("journal", Env::journal_sim()), ("objects", strict)]
+    vec![("memory", Env::new()), ("journal", Env::journal_sim()), ("objects", Env::objects())]
 }
 
 fn script() -> Vec<MockTurn> {

@@ -356,9 +356,9 @@ fn strict_sweep_ticks_cost_the_same_at_any_backlog_and_advance() {
         println!("strict sweep ops at {n} pending: {most}");
         worst.push((n, most));
     }
-    let budget = SweepOptions::default().op_budget + 200;
+    // 248 measured at every backlog (the README quotes it): 25 resumes, the verification reads, a page.
     for (n, ops) in &worst {
-        assert!(*ops < 1_000 && *ops <= budget, "{n} pending: {ops} operations in a tick");
+        assert!(*ops <= 300, "{n} pending: {ops} operations in a tick");
     }
     // The cost does not grow with the backlog (the listing is a page of the index at any size).
     let (min, max) = (worst.iter().map(|w| w.1).min().unwrap(), worst.iter().map(|w| w.1).max().unwrap());

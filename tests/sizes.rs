@@ -17,7 +17,6 @@ use steadfast::runtime::{
 use steadfast::runtime::{ToolOutput, VecSink};
 use steadfast::store::journal::MAX_PART_BYTES;
 use steadfast::store::kv::{KvBackend, ListPage, PutOptions, MAX_BULK_GET_BYTES, MAX_VALUE_BYTES};
-use steadfast::store::object::{LocalObjects, ObjectStore};
 use steadfast::store::sim::{SimKv, SimOptions, WORKERS_INVOCATION_LIMIT};
 use steadfast::store::{JournalOptions, JournalStore, MemoryKv};
 use steadfast::{ErrorCode, RunStatus};
@@ -38,23 +37,10 @@ fn journal_over(kv: &SimKv, clock: &ManualClock) -> JournalStore<SimKv> {
     JournalStore::new(kv.at(0), Rc::new(clock.clone()), sleep, JournalOptions::default())
 }
 
-/// Strict mode's store: run objects in this process, the index in a `MemoryKv`.
-fn object_env() -> Env {
-    let clock = ManualClock::new(1_700_000_000_000);
-    let store = ObjectStore::new(
-        LocalObjects::default(),
-        MemoryKv::new(),
-        "",
-        Rc::new(clock.clone()),
-        Rc::new(steadfast::runtime::ManualSleep::new(clock.clone())),
-    );
-    Env::with_store(Rc::new(store), clock)
-}
-
 /// Every store, with the KV simulator of the journal store.
 fn every_store() -> Vec<(&'static str, Env, Option<SimKv>)> {
     let (journal, kv) = journal_env();
-    vec![("memory", Env::new(), None), ("journal/SimKv", journal, Some(kv)), ("object", object_env(), None)]
+    vec![("memory", Env::new(), None), ("journal/SimKv", journal, Some(kv)), ("object", Env::objects(), None)]
 }
 
 /// Eight tools `t0`..`t7`, each answering `bytes` bytes at once (a turn's calls settle together: one group
@@ -76,18 +62,6 @@ fn eight_tools(bytes: usize, counters: &Counters) -> Vec<Rc<dyn Tool>> {
 /// A model turn calling all eight tools.
 fn eight_calls(turn: usize) -> MockTurn {
     MockTurn::tools((0..8).map(|i| (format!("t{i}"), json!({ "turn": turn }))))
-}
-
-fn get_run(agent: &steadfast::runtime::Agent, run_id: &str) -> (u16, serde_json::Value) {
-    let api = steadfast::api::Api::new(agent.clone(), Some("t".into()));
-    let req = steadfast::api::ApiRequest {
-        method: "GET".into(),
-        path: format!("/runs/{run_id}"),
-        headers: vec![("authorization".into(), "Bearer t".into())],
-        ..Default::default()
-    };
-    let res = block_on(api.handle(req));
-    (res.status, serde_json::from_str(&res.body).unwrap_or_default())
 }
 
 /// With the default limits (results of 256 KiB, eight calls a turn), thirteen turns of eight ~244 KiB results

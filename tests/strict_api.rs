@@ -23,11 +23,7 @@ use steadfast::api::{
     forward_target, object_run, Api, ApiRequest, ApiResponse, Forward, Found, Lookup, Spawner, RUN_HEADER,
 };
 use steadfast::config::StoreMode;
-use steadfast::runtime::{
-    FnTool, ManualClock, ManualSleep, MockModel, MockTurn, Rng, Sleep, SplitMix64, Tool, ToolOutput,
-};
-use steadfast::store::object::{LocalObjects, ObjectStore};
-use steadfast::store::MemoryKv;
+use steadfast::runtime::{FnTool, MockModel, MockTurn, Rng, Sleep, SplitMix64, Tool, ToolOutput};
 
 const TOKEN: &str = "strict-token";
 
@@ -267,16 +263,8 @@ impl Sleep for Frozen {
 
 impl Strict {
     fn new() -> Strict {
-        let clock = ManualClock::new(1_700_000_000_000);
-        let store = ObjectStore::new(
-            LocalObjects::default(),
-            MemoryKv::new(),
-            "",
-            Rc::new(clock.clone()),
-            Rc::new(ManualSleep::new(clock.clone())),
-        );
         Strict {
-            env: Env::with_store(Rc::new(store), clock),
+            env: Env::objects(),
             pool: RefCell::new(LocalPool::new()),
             counters: Counters::default(),
             door: Door::default(),

@@ -46,6 +46,19 @@ impl Env {
         Env::with_store(Rc::new(store), clock)
     }
 
+    /// Strict mode's store: run objects in this process (`LocalObjects`), the index in a `MemoryKv`.
+    pub fn objects() -> Env {
+        let clock = ManualClock::new(1_700_000_000_000);
+        let store = steadfast::store::object::ObjectStore::new(
+            steadfast::store::object::LocalObjects::default(),
+            steadfast::store::MemoryKv::new(),
+            "",
+            Rc::new(clock.clone()),
+            Rc::new(ManualSleep::new(clock.clone())),
+        );
+        Env::with_store(Rc::new(store), clock)
+    }
+
     pub fn with_store(store: Rc<dyn RunStore>, clock: ManualClock) -> Env {
         Env { sleep: ManualSleep::new(clock.clone()), clock, store, memory: None, seed: Rc::new(RefCell::new(1)) }
     }
@@ -421,4 +434,17 @@ impl RunStore for Spy {
     fn counters(&self) -> steadfast::store::StoreCounters {
         self.inner.counters()
     }
+}
+
+/// `GET /runs/{id}` through the HTTP API over `agent` (token `t`): the status and the JSON body.
+pub fn get_run(agent: &steadfast::runtime::Agent, run_id: &str) -> (u16, serde_json::Value) {
+    let api = steadfast::api::Api::new(agent.clone(), Some("t".into()));
+    let req = steadfast::api::ApiRequest {
+        method: "GET".into(),
+        path: format!("/runs/{run_id}"),
+        headers: vec![("authorization".into(), "Bearer t".into())],
+        ..Default::default()
+    };
+    let res = block_on(api.handle(req));
+    (res.status, serde_json::from_str(&res.body).unwrap_or_default())
 }
