@@ -7,7 +7,7 @@
 // Then what the Worker's SSE answer adds per event, on a run whose model streams TOKENS text deltas (default
 // 1000, all at once after 100 ms, from a second local provider; a second Worker in the same process):
 // - sse_overhead_bytes_per_event: the SSE body's bytes less the events' JSON payloads (the `data:` lines'
-//   JSON), over the number of events: the framing as src/api.rs writes it (`event:`, `data: `, blank line,
+//   JSON), over the number of events: the framing as src/front/api.rs writes it (`event:`, `data: `, blank line,
 //   and the id-only blocks of the journal positions reached). Deterministic for a given run.
 // - sse_ms_per_event / json_ms_per_event: the median time of the run answered as SSE (to the end of its body),
 //   and of the same run answered as JSON (no listener: no events are emitted, the provider's stream is read
@@ -170,7 +170,7 @@ if (md) {
   fs.writeFileSync(
     md,
     `Time from the request to the first \`text.delta\` event read through the Worker (workerd via Miniflare, KV mode), a local streaming provider sending its first token at once (bench/first-delta.mjs). Goal: < 30 ms locally (not asserted).\n\n- ${first}\n\n` +
-      `What the Worker's SSE answer adds per event, on a run whose model streams ${TOKENS} tokens at once after ${PROVIDER_DELAY_MS} ms (a second local provider): bytes of the SSE body less the events' JSON payloads, per event (deterministic: the \`event:\` and \`data: \` lines, the blank line, and the id-only blocks of the journal positions, as src/api.rs frames them); and the median time of that run answered as SSE (read to its end) beside the same run answered as JSON (no events emitted), each over the SSE run's event count, their ratio and the difference per event (the lease's settle window 50 ms, shorter than the provider's delay, so neither answer waits on it). Measured, not asserted.\n\n` +
+      `What the Worker's SSE answer adds per event, on a run whose model streams ${TOKENS} tokens at once after ${PROVIDER_DELAY_MS} ms (a second local provider): bytes of the SSE body less the events' JSON payloads, per event (deterministic: the \`event:\` and \`data: \` lines, the blank line, and the id-only blocks of the journal positions, as src/front/api.rs frames them); and the median time of that run answered as SSE (read to its end) beside the same run answered as JSON (no events emitted), each over the SSE run's event count, their ratio and the difference per event (the lease's settle window 50 ms, shorter than the provider's delay, so neither answer waits on it). Measured, not asserted.\n\n` +
       overhead.map((l) => `- ${l}\n`).join(""),
   );
 }

@@ -11,10 +11,11 @@
 //!   [`runtime::Tool`]s and a [`store::RunStore`], holds the run's lease, retries model calls (the only retry
 //!   layer), runs tools concurrently, handles abort.
 //! * [`store`] — the [`store::RunStore`] contract, its conformance suite and backends.
-//! * Front doors: [`api`] (the HTTP API, platform independent) and [`contract`] (the JSON both shells speak,
-//!   defined once); the shells `worker` (feature `worker`) and `bindings` (feature `js`) share
-//!   `wasm_shared` and only translate. `durable_sql` (feature `durable-object`, on with either shell) is strict
-//!   mode's store over a SQLite-backed Durable Object's storage, for a workers-rs user's own object too.
+//! * [`front`] — the outer layer: the HTTP API (platform independent), the Worker configuration, the JSON
+//!   contract both shells speak, and the shells themselves — the Worker (feature `worker`) and the npm
+//!   package's bindings (feature `js`) — which only translate; `front::durable_sql` (feature `durable-object`)
+//!   is strict mode's store over a SQLite-backed Durable Object's storage, for a workers-rs user's own object too.
+//! * [`providers`] and [`tools`] — the model providers and the built-in tools, over the [`http`] client port.
 //! * `time` and `rng` — crate-private leaves both the store and the runtime import: [`runtime::Clock`],
 //!   [`runtime::Sleep`], [`runtime::Rng`] (re-exported by the runtime) and, with the `testing` feature, their
 //!   manual and simulated versions. The store never imports the runtime.
@@ -53,10 +54,8 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod api;
-pub mod config;
-pub mod contract;
 pub mod core;
+pub mod front;
 pub mod http;
 pub mod providers;
 mod rng;
@@ -64,20 +63,6 @@ pub mod runtime;
 pub mod store;
 mod time;
 pub mod tools;
-
-#[cfg(feature = "durable-object")]
-// The JS helpers the two shells use are not all needed by `durable_sql` alone.
-#[cfg_attr(not(any(feature = "worker", feature = "js")), allow(dead_code))]
-mod wasm_shared;
-
-#[cfg(feature = "durable-object")]
-pub mod durable_sql;
-
-#[cfg(feature = "worker")]
-mod worker;
-
-#[cfg(feature = "js")]
-mod bindings;
 
 // What a Rust user reaches for first, at the crate root (every item also has its one home module).
 pub use crate::core::checkpoint::{Checkpoint, RunStatus};

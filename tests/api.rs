@@ -9,9 +9,9 @@ use common::*;
 use futures::{FutureExt, StreamExt};
 use serde_json::{json, Value};
 use std::rc::Rc;
-use steadfast::api::{serve, Api, ApiRequest, ApiResponse, Host, MAX_BODY_BYTES};
 use steadfast::core::error::{Error, ErrorCode, Result};
 use steadfast::core::machine::ModelResponse;
+use steadfast::front::api::{serve, Api, ApiRequest, ApiResponse, Host, MAX_BODY_BYTES};
 use steadfast::runtime::{Agent, MockModel, MockTurn, Model, ModelRequest, Rng, SplitMix64};
 use steadfast::store::{JournalOptions, JournalStore, MemoryKv};
 
@@ -366,7 +366,7 @@ fn sse_answers_each_event_while_the_run_executes_with_heartbeats_when_idle() {
     assert!(task.as_mut().now_or_never().is_none(), "the run waits on its model");
     // Idle: a heartbeat comment after SSE_HEARTBEAT_MS, and nothing else.
     assert_eq!(block_on(chunks.next()).unwrap(), ": heartbeat\n\n");
-    assert!(env.sleep.slept().contains(&steadfast::api::SSE_HEARTBEAT_MS), "{:?}", env.sleep.slept());
+    assert!(env.sleep.slept().contains(&steadfast::front::api::SSE_HEARTBEAT_MS), "{:?}", env.sleep.slept());
     assert_eq!(counters.get("charge"), 0);
     open.send(()).unwrap();
     let ((), rest) = block_on(futures::future::join(task, chunks.collect::<Vec<String>>()));
@@ -627,13 +627,13 @@ fn oversized_body_is_refused_while_reading() {
         let r = block_on(serve(head("POST", "/runs/a", vec![auth.clone()]), Some(TOKEN.into()), &mut host));
         assert_eq!((r.status, code_of(&r).as_str()), (413, "STEADFAST_PAYLOAD_TOO_LARGE"), "chunk {chunk}");
         // Past the cap nothing is kept; the rest is read (dropped) up to the drain bound, then no more.
-        let drained = steadfast::api::MAX_DRAINED_BYTES;
+        let drained = steadfast::front::api::MAX_DRAINED_BYTES;
         assert!(host.bytes_read < drained + chunk.min(65_536), "read {} bytes", host.bytes_read);
         assert!(host.bytes_read >= drained);
         assert_eq!(host.builds, 0);
     }
     // A declared length over the drain bound: refused before the first chunk.
-    let declared = ("content-length".to_string(), (steadfast::api::MAX_DRAINED_BYTES + 1).to_string());
+    let declared = ("content-length".to_string(), (steadfast::front::api::MAX_DRAINED_BYTES + 1).to_string());
     let mut host = FakeHost::new(Some(f.api.agent().clone()), b"{}");
     let r = block_on(serve(head("POST", "/runs/a", vec![auth.clone(), declared]), Some(TOKEN.into()), &mut host));
     assert_eq!(r.status, 413);
@@ -1142,7 +1142,7 @@ fn unread_until_the_end(resp: ApiResponse) -> Vec<String> {
 /// client lagged.)
 #[test]
 fn a_client_reading_too_slowly_is_cut_off_at_the_backlog_bound_and_resumes_from_its_last_id() {
-    use steadfast::api::{SSE_BACKLOG_BYTES, SSE_CUT_OFF};
+    use steadfast::front::api::{SSE_BACKLOG_BYTES, SSE_CUT_OFF};
     let rng = SplitMix64::new(0x51_0e_7e);
     for case in 0..6 {
         let pad = 120_000 + (rng.next_u64() % 180_000) as usize;
@@ -1201,11 +1201,11 @@ fn a_client_reading_too_slowly_is_cut_off_at_the_backlog_bound_and_resumes_from_
 /// A body over the limit that ends is read to its end (dropped, not kept) before the `413`, with or without a
 /// declared length, so a proxy in front of the Worker sees a complete request (wrangler dev's answered
 /// `503 Your worker restarted mid-request`, or reset the upload, when the Worker answered a 2 MiB body it had
-/// read half of, or none of); an endless one stops being read at [`steadfast::api::MAX_DRAINED_BYTES`]. None
+/// read half of, or none of); an endless one stops being read at [`steadfast::front::api::MAX_DRAINED_BYTES`]. None
 /// builds the agent.
 #[test]
 fn a_body_over_the_limit_is_read_to_its_end_before_the_413_up_to_the_drain_bound() {
-    use steadfast::api::MAX_DRAINED_BYTES;
+    use steadfast::front::api::MAX_DRAINED_BYTES;
     let f = fixture();
     let auth = ("authorization".to_string(), format!("Bearer {TOKEN}"));
     let rng = SplitMix64::new(0xd4a1);

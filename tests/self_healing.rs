@@ -921,7 +921,7 @@ fn progress_guard_stops_a_model_calling_the_same_failing_tool_forever() {
             _ => None,
         })
         .collect();
-    let view = steadfast::contract::RunView::from(cp);
+    let view = steadfast::front::contract::RunView::from(cp);
     let kept: Vec<(String, String, String, u32)> = view
         .heal_actions
         .iter()
@@ -2245,7 +2245,7 @@ fn a_run_keeps_its_newest_fifty_heal_actions_across_processes() {
     assert_eq!(done.status, RunStatus::Finished);
     // Read back by another process: the newest 50 of the 60, in order.
     let other = env.agent(MockModel::new(vec![]), vec![]);
-    let view = steadfast::contract::RunView::from(block_on(other.load("noted")).unwrap().unwrap());
+    let view = steadfast::front::contract::RunView::from(block_on(other.load("noted")).unwrap().unwrap());
     assert_eq!(view.heal_actions.len(), steadfast::core::events::HEAL_LOG_MAX);
     let ids: Vec<String> = view.heal_actions.iter().map(|r| r.tool_call_id.clone()).collect();
     let want: Vec<String> = (10..60).map(|i| format!("call_{i}_0")).collect();

@@ -19,10 +19,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-use steadfast::api::{
+use steadfast::front::api::{
     forward_target, object_run, Api, ApiRequest, ApiResponse, Forward, Found, Lookup, Spawner, RUN_HEADER,
 };
-use steadfast::config::StoreMode;
+use steadfast::front::config::StoreMode;
 use steadfast::runtime::{FnTool, MockModel, MockTurn, Rng, Sleep, SplitMix64, Tool, ToolOutput};
 
 const TOKEN: &str = "strict-token";

@@ -12,9 +12,9 @@ use futures::task::LocalSpawnExt;
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use steadfast::api::{Api, ApiRequest, ApiResponse};
 use steadfast::core::events::Event;
 use steadfast::core::replay::Cursor;
+use steadfast::front::api::{Api, ApiRequest, ApiResponse};
 use steadfast::runtime::{
     Agent, AgentOptions, FnTool, ManualClock, ManualSleep, MockModel, MockTurn, SendOptions, Sleep, SplitMix64, Tool,
     ToolOutput, WatchOptions, Watched, Watchers,

@@ -47,7 +47,7 @@ export function compareRuns(aJson: string, bJson: string): string {
   return compareTrajectories(aJson, bJson);
 }
 
-/** A new agent over a store handle (`options`: the low-level options object; see src/bindings/mod.rs). */
+/** A new agent over a store handle (`options`: the low-level options object; see src/front/bindings/mod.rs). */
 export function newAgent(options: object, store: unknown): JsAgent {
   check();
   return new JsAgent(options, store as JsStore);

@@ -55,7 +55,7 @@ interface CheckedSchedules {
   free(): void;
 }
 
-/** The low-level agent's schedule methods (src/bindings/mod.rs; structural, so the published types do not
+/** The low-level agent's schedule methods (src/front/bindings/mod.rs; structural, so the published types do not
  * reach into the wasm-bindgen declarations). */
 export interface LowSchedules {
   fireSchedules(schedules: CheckedSchedules, optionsJson: string | null, onEvent: ((json: string) => void) | null, signal: unknown): Promise<string>;

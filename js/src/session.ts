@@ -67,7 +67,7 @@ export function eventCallback(onEvent: ((e: RunEvent) => void) | undefined): ((j
   return (json: string) => onEvent(JSON.parse(json) as RunEvent);
 }
 
-/** The low-level agent's session methods (src/bindings/mod.rs; structural, so the published types do not
+/** The low-level agent's session methods (src/front/bindings/mod.rs; structural, so the published types do not
  * reach into the wasm-bindgen declarations). */
 export interface LowSessions {
   sessionSend(id: string, requestJson: string, optionsJson: string | null, onEvent: ((json: string) => void) | null, signal: unknown): Promise<string>;

@@ -11,7 +11,7 @@
 //! `STEADFAST_PROVIDER_INVALID_RESPONSE` (a 2xx body that cannot be read). API keys never appear in an error.
 //!
 //! Which provider a configured agent uses, with which options, is decided by
-//! [`crate::config::AgentConfig::model`] (platform independent, tested natively); a shell only answers the
+//! [`crate::front::config::AgentConfig::model`] (platform independent, tested natively); a shell only answers the
 //! [`ModelPlatform`] questions (its HTTP client, its secrets, its Workers AI binding).
 
 pub mod anthropic;
@@ -35,7 +35,7 @@ use serde_json::{json, Map, Value};
 
 /// What a platform supplies to build a configured model: nothing here decides anything (which provider, its
 /// options, which secret holds the key, the errors when something is missing: see
-/// [`crate::config::AgentConfig::model`]).
+/// [`crate::front::config::AgentConfig::model`]).
 pub trait ModelPlatform {
     /// The HTTP client provider calls go through.
     type Http: HttpClient + 'static;

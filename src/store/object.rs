@@ -4,7 +4,7 @@
 //! # Layers
 //! * [`ObjectStorage`]: one object's storage, row level (a journal table and a small key/value table),
 //!   synchronous and transactional. The Worker implements it over the Durable Object's SQL storage
-//!   (`src/worker/object.rs`, translation only); [`MemoryObjectStorage`] keeps the same rows in memory.
+//!   (`src/front/worker/object.rs`, translation only); [`MemoryObjectStorage`] keeps the same rows in memory.
 //! * [`RunObjectCore`]: what one run's object does with a request ([`ObjectRequest`]): fold the journal,
 //!   take, renew and release the lease, commit an entry (fenced), keep the run's approval records. Every
 //!   request is handled synchronously, with no `await` inside, so the object (single-threaded) handles one at

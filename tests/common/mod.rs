@@ -438,8 +438,8 @@ impl RunStore for Spy {
 
 /// `GET /runs/{id}` through the HTTP API over `agent` (token `t`): the status and the JSON body.
 pub fn get_run(agent: &steadfast::runtime::Agent, run_id: &str) -> (u16, serde_json::Value) {
-    let api = steadfast::api::Api::new(agent.clone(), Some("t".into()));
-    let req = steadfast::api::ApiRequest {
+    let api = steadfast::front::api::Api::new(agent.clone(), Some("t".into()));
+    let req = steadfast::front::api::ApiRequest {
         method: "GET".into(),
         path: format!("/runs/{run_id}"),
         headers: vec![("authorization".into(), "Bearer t".into())],

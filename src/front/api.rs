@@ -57,8 +57,6 @@
 //! pause pending, a delivery already done). Without a spawner (KV mode) the preference is ignored (RFC 7240
 //! allows it): the request drives the run and answers when it ends.
 
-use crate::config::StoreMode;
-use crate::contract::{body_from_json, RunView, SendRequest};
 use crate::core::checkpoint::RunStatus;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::EventEnvelope;
@@ -67,6 +65,8 @@ use crate::core::ids::{validate_run_id, validate_session_id};
 use crate::core::replay::Cursor;
 use crate::core::schedule::CompiledSchedule;
 use crate::core::sweep::{SweepOptions, SweepState};
+use crate::front::config::StoreMode;
+use crate::front::contract::{body_from_json, RunView, SendRequest};
 use crate::runtime::traits::{EventSink, LocalFuture};
 use crate::runtime::{
     delivery_run_id, Agent, ForkOptions, Input, Resolve, SendOptions, SessionForkOptions, WatchOptions, WatchSink,

@@ -27,10 +27,10 @@
 //!   `(run, seq, part)`, `steadfast_meta(run, k, v)` keyed by `(run, k)`, and `steadfast_index(k, v, meta)`.
 
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::front::wasm_shared::{js_message, method, prop};
+pub use crate::front::wasm_shared::{JsClock, JsSleep};
 use crate::store::kv::{check_bulk, check_bulk_bytes, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
 use crate::store::object::{JournalRow, ObjectClient, ObjectStorage, RunObjectCore, Write};
-use crate::wasm_shared::{js_message, method, prop};
-pub use crate::wasm_shared::{JsClock, JsSleep};
 use async_trait::async_trait;
 use js_sys::{Array, Function};
 use std::cell::{Cell, RefCell};

@@ -35,7 +35,6 @@
 //!
 //! **Caution:** tools that run again on resume must be idempotent: use `ctx.idempotencyKey`.
 
-use crate::contract::{SendRequest, ToolCallContext};
 use crate::core::classify::provider_http_error;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::{EventEnvelope, StreamDelta};
@@ -44,7 +43,12 @@ use crate::core::schedule::{compile_all, CompiledSchedule, Schedule};
 use crate::core::sweep::SweepOptions;
 use crate::core::trajectory::compare_json;
 use crate::core::transcript::{Message, ToolCall};
-use crate::durable_sql::{Sql, SqlIndex, SqlRuns};
+use crate::front::contract::{SendRequest, ToolCallContext};
+use crate::front::durable_sql::{Sql, SqlIndex, SqlRuns};
+use crate::front::wasm_shared::{
+    absent, call_async, from_value, js_message, js_rng, method, prop, set, settle, to_value, JsClock, JsSleep,
+    WorkersKv,
+};
 use crate::runtime::{
     AbortSignal, Agent, AgentBuilder, AgentOptions, Clock, EventSink, ForkOptions, Hook, HookContext, Input, Model,
     ModelFeed, ModelRequest, NoListener, OutputCheck, ProgressGuard, ProgressGuardOptions, Resolve, RunResult,
@@ -53,10 +57,6 @@ use crate::runtime::{
 };
 use crate::store::object::ObjectStore;
 use crate::store::{JournalOptions, JournalStore, MemoryStore, PendingRun, RunStore};
-use crate::wasm_shared::{
-    absent, call_async, from_value, js_message, js_rng, method, prop, set, settle, to_value, JsClock, JsSleep,
-    WorkersKv,
-};
 use async_trait::async_trait;
 use js_sys::{Array, Function, Promise};
 use serde::Serialize;
@@ -70,7 +70,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::future_to_promise;
 
 // ---------------------------------------------------------------------------------------------------------
-// Small helpers (the JS ones are in crate::wasm_shared).
+// Small helpers (the JS ones are in crate::front::wasm_shared).
 
 fn encode<T: Serialize>(v: &T) -> Result<String> {
     serde_json::to_string(v).map_err(|e| Error::internal(format!("cannot encode: {e}")))

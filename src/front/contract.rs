@@ -1,5 +1,5 @@
-//! The JSON contract of both shells, defined once: what the HTTP API ([`crate::api`], served by the Worker)
-//! and the npm package (`src/bindings/` under `js/`) accept and return. Each shape below is the one both
+//! The JSON contract of both shells, defined once: what the HTTP API ([`crate::front::api`], served by the Worker)
+//! and the npm package (`src/front/bindings/` under `js/`) accept and return. Each shape below is the one both
 //! speak; a shell only moves it across its boundary. The TypeScript declarations of these shapes (and of the
 //! runtime's results they carry) are generated from the Rust definitions by ts-rs (cargo feature `ts`,
 //! `js/scripts/gen-types.sh`), so the npm package's types cannot drift from what the core sends.

@@ -1,7 +1,7 @@
 //! What both wasm shells need, once (compiled with the cargo feature `worker` or `js`): the JS helpers, the
 //! platform's clock (`Date.now()`), timer (`setTimeout`, cleared when the sleep is dropped) and randomness,
 //! and [`WorkersKv`], the [`KvBackend`] over a Workers KV namespace object with its error mapping. The Worker
-//! shell (`src/worker/`) and the npm package's bindings (`src/bindings/`) both use these; translation only, no
+//! shell (`src/front/worker/`) and the npm package's bindings (`src/front/bindings/`) both use these; translation only, no
 //! decisions.
 
 use crate::core::error::{Error, ErrorCode, Result};

@@ -1,12 +1,12 @@
 //! The Worker's own implementations of platform traits: `fetch` and the Workers AI binding (Workers KV, the
-//! clock, timers and randomness are shared with the npm package's bindings: [`crate::wasm_shared`]).
+//! clock, timers and randomness are shared with the npm package's bindings: [`crate::front::wasm_shared`]).
 //! Translation only: no decisions.
 
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::front::wasm_shared::JsSleep;
 use crate::http::{CappedBody, HttpClient, HttpRequest, HttpResponse};
 use crate::providers::workers_ai::{binding_error, AiBinding};
 use crate::runtime::Sleep;
-use crate::wasm_shared::JsSleep;
 use async_trait::async_trait;
 use futures::StreamExt;
 use js_sys::{Function, Promise, Reflect, JSON};

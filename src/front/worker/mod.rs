@@ -1,4 +1,4 @@
-//! The Cloudflare Worker (feature `worker`): `#[event(fetch)]` serves [`crate::api::Api`],
+//! The Cloudflare Worker (feature `worker`): `#[event(fetch)]` serves [`crate::front::api::Api`],
 //! `#[event(scheduled)]` runs one recovery sweep per cron tick. This shell translates requests, bindings and
 //! secrets into the platform-independent API and runtime; it makes no decisions of its own.
 //!
@@ -6,7 +6,7 @@
 //! `STEADFAST_TOKEN` (the API's bearer token) and the provider key named by `model.apiKeySecret`. The agent
 //! comes from `STEADFAST_CONFIG` (a var) or the bundled `steadfast.config.json`.
 //!
-//! A request goes through [`crate::api::serve`], which decides the order: the token is checked from the
+//! A request goes through [`crate::front::api::serve`], which decides the order: the token is checked from the
 //! request's head before the body is read or the configuration parsed. With the cargo feature `conformance`
 //! (test builds only, never a release) the shell also serves `POST /__conformance`, behind the same token.
 
@@ -16,16 +16,18 @@ mod platform;
 pub use object::StubClient;
 pub use platform::{FetchClient, WorkersAi};
 
-use crate::api::{forward_failed, forward_target, serve, Api, ApiRequest, ApiResponse, Forward, Found, Host, Lookup};
-use crate::config::{AgentConfig, ConfigCache, StoreMode};
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::front::api::{
+    forward_failed, forward_target, serve, Api, ApiRequest, ApiResponse, Forward, Found, Host, Lookup,
+};
+use crate::front::config::{AgentConfig, ConfigCache, StoreMode};
+use crate::front::wasm_shared::{js_message, js_rng, JsClock, JsSleep, WorkersKv};
 use crate::providers::ModelPlatform;
 use crate::runtime::traits::LocalFuture;
 use crate::runtime::{Agent, RunResult, SweepListener, Watchers};
 use crate::store::object::{ObjectClient, ObjectStore, OwnObject, RunObjectCore};
 use crate::store::{JournalOptions, JournalStore, PendingRun, RunStore};
 use crate::tools::demo::{demo_counts, demo_tools};
-use crate::wasm_shared::{js_message, js_rng, JsClock, JsSleep, WorkersKv};
 use async_trait::async_trait;
 use futures::StreamExt;
 use std::rc::Rc;
@@ -34,7 +36,7 @@ use worker::{
     ScheduledEvent,
 };
 
-const BUNDLED_CONFIG: &str = include_str!("../../steadfast.config.json");
+const BUNDLED_CONFIG: &str = include_str!("../../../steadfast.config.json");
 
 thread_local! {
     /// The isolate's parsed configuration ([`ConfigCache`] decides when it is parsed again), keyed by the
@@ -115,7 +117,7 @@ enum Runs {
     Configured,
     /// Inside the object of this run (strict mode): its own storage for it, the stubs for any other run, and
     /// the object's watchers (told of every execution's events).
-    Object(String, Rc<RunObjectCore<crate::durable_sql::SqlObjectStorage>>, Rc<worker::State>, Watchers),
+    Object(String, Rc<RunObjectCore<crate::front::durable_sql::SqlObjectStorage>>, Rc<worker::State>, Watchers),
 }
 
 fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
@@ -438,7 +440,7 @@ async fn serve_in_object(
     head: ApiRequest,
     env: &Env,
     run_id: String,
-    core: Rc<RunObjectCore<crate::durable_sql::SqlObjectStorage>>,
+    core: Rc<RunObjectCore<crate::front::durable_sql::SqlObjectStorage>>,
     state: Rc<worker::State>,
     hub: Watchers,
 ) -> worker::Result<Response> {
@@ -462,7 +464,7 @@ fn object_task(state: Rc<worker::State>, at: u64, task: impl std::future::Future
 async fn fire_in_object(
     env: &Env,
     call: &str,
-    core: Rc<RunObjectCore<crate::durable_sql::SqlObjectStorage>>,
+    core: Rc<RunObjectCore<crate::front::durable_sql::SqlObjectStorage>>,
     state: Rc<worker::State>,
     hub: Watchers,
 ) -> String {
@@ -497,7 +499,7 @@ async fn fire_in_object(
 /// step is logged and looked at again once a lease could be taken over.
 async fn wake_object(
     env: &Env,
-    core: Rc<RunObjectCore<crate::durable_sql::SqlObjectStorage>>,
+    core: Rc<RunObjectCore<crate::front::durable_sql::SqlObjectStorage>>,
     state: Rc<worker::State>,
     hub: Watchers,
 ) {

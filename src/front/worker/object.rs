@@ -6,9 +6,9 @@
 //! Tables: `journal(seq, part, snap, body)` keyed by `(seq, part)` and `meta(k, v)` keyed by `k`, both
 //! `WITHOUT ROWID` (the key is the table: one row written per insert, no secondary index).
 
-use crate::api::{Forward, RUN_HEADER};
 use crate::core::error::{Error, ErrorCode, Result};
-use crate::durable_sql::{Sql, SqlObjectStorage};
+use crate::front::api::{Forward, RUN_HEADER};
+use crate::front::durable_sql::{Sql, SqlObjectStorage};
 use crate::runtime::{DueFire, FireCall, Watchers};
 use crate::store::object::{ObjectClient, RunObjectCore};
 use async_trait::async_trait;
@@ -67,13 +67,13 @@ impl DurableObject for RunObject {
             return Response::ok(conformance_runs(&self.state).await);
         }
         let head = super::request_head(&req)?;
-        match crate::api::object_run(&head) {
+        match crate::front::api::object_run(&head) {
             Some(run_id) => {
                 let (core, state, hub) = (self.core.clone(), self.state.clone(), self.hub.clone());
                 super::serve_in_object(req, head, &self.env, run_id, core, state, hub).await
             }
             None => super::to_response(
-                crate::api::ApiResponse::error(&Error::new(
+                crate::front::api::ApiResponse::error(&Error::new(
                     ErrorCode::RouteNotFound,
                     format!("no route {path} on a run object"),
                 )),
@@ -88,12 +88,12 @@ impl DurableObject for RunObject {
 const CONFORMANCE_RUNS_PATH: &str = "/__conformance-runs";
 
 /// (Test builds) The store conformance suite on the runs kept in one object, as the npm package's
-/// `durableObjectStore` keeps them ([`SqlRuns`](crate::durable_sql::SqlRuns) and
-/// [`SqlIndex`](crate::durable_sql::SqlIndex) over this object's SQL storage), strict fencing asserted; each
+/// `durableObjectStore` keeps them ([`SqlRuns`](crate::front::durable_sql::SqlRuns) and
+/// [`SqlIndex`](crate::front::durable_sql::SqlIndex) over this object's SQL storage), strict fencing asserted; each
 /// suite function's runs under their own prefix. A violated rule aborts (the suite asserts).
 #[cfg(feature = "conformance")]
 async fn conformance_runs(state: &State) -> String {
-    use crate::durable_sql::{SqlIndex, SqlRuns};
+    use crate::front::durable_sql::{SqlIndex, SqlRuns};
     use crate::runtime::ManualClock;
     use crate::store::conformance::{run_all, Capabilities};
     use crate::store::object::ObjectStore;
