@@ -212,17 +212,14 @@ mod tests {
     /// The Worker's URL split against the `url` crate it replaces, over generated URLs as the runtime hands them
     /// over (parsed and normalised, which the crate does here first): the same path and the same decoded query
     /// pairs, for hosts with ports and IPv6 literals, paths with escapes, dot segments and odd characters, and
-    /// queries with `+`, escapes, empty and repeated pairs and a fragment after them. `STEADFAST_URL_SEED=<n>`
+    /// queries with `+`, escapes, empty and repeated pairs and a fragment after them. `STEADFAST_SEED=<n>`
     /// replays one case.
     #[test]
     fn split_url_and_query_pairs_agree_with_the_url_crate_on_generated_urls() {
         const HOSTS: &[&str] = &["example.com", "127.0.0.1:8787", "[::1]:80", "a.b.workers.dev", "EXAMPLE.com:443"];
         const PARTS: &[&str] =
             &["runs", "a b", "%2F", "..", ".", "ünï", "x%zz", "?", "#", "&", "=", "+", "", "a+b", "%20", ";", "@", ":"];
-        let seeds: Vec<u64> = match std::env::var("STEADFAST_URL_SEED") {
-            Ok(s) => vec![s.parse().expect("STEADFAST_URL_SEED is a number")],
-            Err(_) => (0..3_000).collect(),
-        };
+        let seeds = crate::seeds::seeds(0..3_000);
         for seed in seeds {
             let rng = SplitMix64::new(seed);
             let pick = |pool: &[&'static str]| pool[(rng.next_u64() % pool.len() as u64) as usize];
@@ -249,7 +246,7 @@ mod tests {
                 raw.push('#');
                 raw.push_str(pick(PARTS));
             }
-            let repro = format!("STEADFAST_URL_SEED={seed} cargo test --lib split_url: {raw:?}");
+            let repro = format!("{}: {raw:?}", crate::seeds::repro(seed, "split_url"));
             let Ok(parsed) = url::Url::parse(&raw) else { continue };
             let normalised = parsed.as_str();
             let (origin, path, query) = split_url(normalised);

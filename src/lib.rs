@@ -60,6 +60,9 @@ pub mod http;
 pub mod providers;
 mod rng;
 pub mod runtime;
+#[cfg(any(test, feature = "testing"))]
+#[doc(hidden)]
+pub mod seeds;
 pub mod store;
 mod time;
 pub mod tools;

@@ -3,10 +3,11 @@
 //! it passed, and is left to the sweep at the attempt cap; finished, deleted, paused and not-retryable runs
 //! set no alarm; a run whose lease is held is not touched (no tool runs) and is looked at again when the lease
 //! could be taken over; a repeated alarm (alarms are at-least-once) changes nothing. A failing seed prints a
-//! one-line reproduction (`ALARM_SEED=<n>`).
+//! one-line reproduction (`STEADFAST_SEED=<n>`).
 
 mod common;
 
+use common::seeds::for_seeds;
 use common::*;
 use serde_json::json;
 use std::cell::Cell;
@@ -17,18 +18,6 @@ use steadfast::runtime::{
 };
 use steadfast::store::LeaseOptions;
 use steadfast::RunStatus;
-
-fn for_seeds(test: &str, seeds: std::ops::Range<u64>, case: impl Fn(u64)) {
-    let seeds: Vec<u64> = match std::env::var("ALARM_SEED") {
-        Ok(s) => vec![s.parse().expect("ALARM_SEED is a number")],
-        Err(_) => seeds.collect(),
-    };
-    for seed in seeds {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(seed))).is_err() {
-            panic!("seed {seed} failed; reproduce: ALARM_SEED={seed} cargo test --test alarms {test}");
-        }
-    }
-}
 
 /// A tool whose first `fail` executions reject the attempt (a propagating error); it counts executions.
 fn flaky(fail: u32, runs: &Rc<Cell<u32>>) -> Rc<dyn Tool> {

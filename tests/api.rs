@@ -716,7 +716,7 @@ fn conformance_route_needs_the_feature_and_the_token() {
 /// `GET /sweep` shows what the recovery sweep stored, for generated states (breaker open or closed, provider
 /// failures, cursor, last outage end): the view is read from the sweep's own stored form, the breaker is `open`
 /// exactly when an outage is recorded, and reading changes nothing in KV. No stored state is a closed breaker.
-/// `STEADFAST_SWEEP_SEED=<n>` replays one case.
+/// `STEADFAST_SEED=<n>` replays one case.
 #[test]
 fn the_sweep_route_shows_the_stored_breaker_and_cursor() {
     use steadfast::core::sweep::{Outage, SweepState};
@@ -728,10 +728,7 @@ fn the_sweep_route_shows_the_stored_breaker_and_cursor() {
         json!({"breaker": "closed", "outage": null, "providerFailures": 0, "cursor": null, "lastOutageEnd": null})
     );
     assert_eq!(snapshot(&f.kv), vec![], "reading the initial state wrote nothing");
-    let seeds: Vec<u64> = match std::env::var("STEADFAST_SWEEP_SEED") {
-        Ok(s) => vec![s.parse().expect("STEADFAST_SWEEP_SEED is a number")],
-        Err(_) => (0..300).collect(),
-    };
+    let seeds: Vec<u64> = common::seeds::seeds(0..300);
     for seed in seeds {
         let rng = SplitMix64::new(seed);
         let maybe = |p: u64| rng.next_u64() % 100 < p;
@@ -753,7 +750,7 @@ fn the_sweep_route_shows_the_stored_breaker_and_cursor() {
         let before = snapshot(&f.kv);
         let (s, v) = call(&f, req("GET", "/sweep", ""));
         assert_eq!(s, 200, "seed {seed}: {v}");
-        let repro = format!("seed {seed} (STEADFAST_SWEEP_SEED={seed} cargo test --test api the_sweep_route)");
+        let repro = format!("seed {seed} ({})", common::seeds::repro(seed, "the_sweep_route"));
         assert_eq!(v["breaker"], if state.outage.is_some() { "open" } else { "closed" }, "{repro}");
         let mut expected = serde_json::to_value(&state).unwrap();
         expected["breaker"] = v["breaker"].clone();
@@ -962,7 +959,7 @@ fn the_sse_framing_adds_26_bytes_an_event() {
 /// with and without the token) against a store holding a finished run and one awaiting approval. Every answer
 /// is JSON (a listing an array, anything else an object); every refusal a 4xx with a `STEADFAST_*` code that changed nothing in KV; no 5xx; no
 /// recorded message of the two runs is ever lost (their transcripts only grow, until a 2xx `DELETE` of them);
-/// afterwards a new run still finishes. `STEADFAST_HOSTILE_SEED=<n>` replays one case.
+/// afterwards a new run still finishes. `STEADFAST_SEED=<n>` replays one case.
 #[test]
 fn generated_hostile_requests_get_coded_answers_and_lose_nothing_recorded() {
     const IDS: &[&str] = &["keep", "done", "fresh", "forked", "done.fork-1", "keep.fork-1", "evt"];
@@ -1026,12 +1023,9 @@ fn generated_hostile_requests_get_coded_answers_and_lose_nothing_recorded() {
     ];
     const ACTIONS: &[&str] = &["resume", "fork", "discard-pending", "nope", ""];
     const METHODS: &[&str] = &["GET", "POST", "DELETE", "PUT", "get", ""];
-    let seeds: Vec<u64> = match std::env::var("STEADFAST_HOSTILE_SEED") {
-        Ok(s) => vec![s.parse().expect("STEADFAST_HOSTILE_SEED is a number")],
-        Err(_) => (0..100).collect(),
-    };
+    let seeds: Vec<u64> = common::seeds::seeds(0..100);
     for seed in seeds {
-        let repro = format!("STEADFAST_HOSTILE_SEED={seed} cargo test --test api generated_hostile_requests");
+        let repro = common::seeds::repro(seed, "generated_hostile_requests");
         let rng = SplitMix64::new(seed);
         let pick = |pool: &'static [&'static str]| pool[(rng.next_u64() % pool.len() as u64) as usize];
         let f = session_fixture();

@@ -33,8 +33,8 @@
 //!
 //! `cargo test --test checker -- --nocapture` prints
 //! `model-checked programs: N, operations: M, crash points: C, stores: 3, violations: 0`. More programs:
-//! `CHECK_PROGRAMS=20000`; one program: `CHECK_SEED=<seed>` (with `CHECK_STORE=memory|journal|objects` for one
-//! store). A failing program prints its one-line reproduction and a shrunk program (steps removed while the
+//! `STEADFAST_CASES=20000` (or `STEADFAST_LARGE=1`); one program: `STEADFAST_SEED=<seed>` (with
+//! `STEADFAST_STORE=memory|journal|objects` for one store, `STEADFAST_TRACE=1` for its story). A failing program prints its one-line reproduction and a shrunk program (steps removed while the
 //! violation stays).
 
 mod common;
@@ -348,9 +348,9 @@ impl World {
         self.rng.next_u64() % n.max(1)
     }
 
-    /// With `CHECK_TRACE` set: a line of the program's story.
+    /// With `STEADFAST_TRACE` set: a line of the program's story.
     fn trace(&self, line: impl FnOnce() -> String) {
-        if std::env::var_os("CHECK_TRACE").is_some() {
+        if std::env::var_os("STEADFAST_TRACE").is_some() {
             println!("{:>10.3} s  {}", (self.now() - T0) as f64 / 1_000.0, line());
         }
     }
@@ -950,12 +950,8 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
 
 // --- The test -------------------------------------------------------------------------------------------------
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
 fn stores() -> Vec<StoreKind> {
-    match std::env::var("CHECK_STORE").as_deref() {
+    match std::env::var("STEADFAST_STORE").as_deref() {
         Ok("memory") => vec![StoreKind::Memory],
         Ok("journal") => vec![StoreKind::Journal],
         Ok("objects") => vec![StoreKind::Objects],
@@ -1004,8 +1000,8 @@ const FOUND_BUGS: [u64; 7] = [1103, 1115, 3767, 5286, 8770, 8771, 10440];
 
 #[test]
 fn model_checked_programs_keep_every_guarantee_on_every_store() {
-    let n = env_u64("CHECK_PROGRAMS").unwrap_or(2_000);
-    let seeds: Vec<u64> = match env_u64("CHECK_SEED") {
+    let n = common::seeds::cases(2_000);
+    let seeds: Vec<u64> = match common::seeds::only_seed() {
         Some(s) => vec![s],
         None => {
             let mut seeds: Vec<u64> = (1..=n).collect();
@@ -1081,13 +1077,13 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         for v in vs.iter().take(4) {
             println!("  violation (seed {seed}, {}): {v}", kind.name());
         }
-        println!("  reproduce: CHECK_SEED={seed} CHECK_STORE={} cargo test --test checker -- --nocapture", kind.name());
+        println!("  reproduce: STEADFAST_STORE={} {}", kind.name(), common::seeds::repro(*seed, ""));
     }
     if let Some((seed, kind, _)) = failing.first() {
         let shrunk = shrink(&Program::generate(*seed), *kind);
         println!("  shrunk program (seed {seed}, {}): {:#?}", kind.name(), shrunk.steps);
     }
     assert_eq!(violations, 0, "violations (see above)");
-    assert!(seeds.len() as u64 >= n.min(2_000) || env_u64("CHECK_SEED").is_some(), "at least 2,000 programs");
+    assert!(seeds.len() as u64 >= n.min(2_000) || common::seeds::only_seed().is_some(), "at least 2,000 programs");
     assert!(ops > seeds.len() as u64 * 4 && (crashes > 0 || seeds.len() < 50), "programs do something: {ops} ops");
 }

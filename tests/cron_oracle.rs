@@ -1,7 +1,9 @@
 //! Our cron expressions (`steadfast::core::cron`) against the `croner` crate on generated expressions and
 //! times: the same previous (inclusive) and next (exclusive) occurrence, or both refusing the expression.
-//! `CRON_CASES=<n>` sets the number of cases (default 20,000); `CRON_SEED=<seed>` replays one with its
+//! `STEADFAST_CASES=<n>` sets the number of cases (default 20,000); `STEADFAST_SEED=<seed>` replays one with its
 //! expression and times printed.
+
+mod common;
 
 use chrono::{DateTime, Utc};
 use croner::parser::{CronParser, Seconds, Year};
@@ -75,17 +77,16 @@ fn ms(t: DateTime<Utc>) -> u64 {
 #[test]
 fn our_cron_agrees_with_croner_on_generated_expressions_and_times() {
     let parser = CronParser::builder().seconds(Seconds::Disallowed).year(Year::Disallowed).dom_and_dow(false).build();
-    let cases: u64 = std::env::var("CRON_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
-    let only: Option<u64> = std::env::var("CRON_SEED").ok().and_then(|v| v.parse().ok());
-    let seeds: Vec<u64> = only.map_or_else(|| (0..cases).collect(), |s| vec![s]);
-    assert!(!seeds.is_empty(), "CRON_CASES=0 checks nothing");
+    let only = common::seeds::only_seed();
+    let seeds = common::seeds::seeds(0..20_000);
+    let cases = seeds.len() as u64;
     let mut compared = 0;
     for seed in seeds {
         let rng = SplitMix64::new(seed);
         let expr = expression(&rng);
         // 1971..2100, minute-aligned or not.
         let at = 31_536_000_000 + rng.next_u64() % 4_000_000_000_000;
-        let repro = format!("expression {expr:?} at {at}; repro: CRON_SEED={seed} cargo test --test cron_oracle");
+        let repro = format!("expression {expr:?} at {at}; repro: {}", common::seeds::repro(seed, ""));
         let ours = Cron::parse(&expr);
         // Croner knows some nicknames only with seconds: it is given their five fields.
         let expanded = match expr.as_str() {

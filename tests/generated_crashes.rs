@@ -23,8 +23,9 @@
 //!   `Last-Event-ID` rely on).
 //!
 //! `cargo test --test generated_crashes -- --nocapture` prints
-//! `generated scenarios: N, crash runs: M, violations: 0`. More scenarios: `STEADFAST_SCENARIOS=5000`; one
-//! scenario: `STEADFAST_SCENARIO_SEED=<seed>` (a failing seed prints that line).
+//! `generated scenarios: N, crash runs: M, violations: 0`. More scenarios: `STEADFAST_CASES=5000` (or
+//! `STEADFAST_LARGE=1`); one scenario: `STEADFAST_SEED=<seed>` (a failing seed prints that line), and one crash
+//! point of it `STEADFAST_CRASH_AT=<k>`.
 
 mod common;
 
@@ -637,14 +638,10 @@ fn run_scenario(sc: &Scenario, store: &str, only_k: Option<usize>, totals: &mut 
 
 #[test]
 fn generated_scenarios_crashed_after_every_effect_keep_every_call_guarantee() {
-    let n: u64 = std::env::var("STEADFAST_SCENARIOS").ok().and_then(|s| s.parse().ok()).unwrap_or(500);
-    let only: Option<u64> = std::env::var("STEADFAST_SCENARIO_SEED").ok().and_then(|s| s.parse().ok());
-    let only_k: Option<usize> = std::env::var("STEADFAST_CRASH_AT").ok().and_then(|s| s.parse().ok());
-    assert!(n >= 1, "STEADFAST_SCENARIOS=0 checks nothing");
-    let seeds: Vec<u64> = match only {
-        Some(s) => vec![s],
-        None => (1..=n).collect(),
-    };
+    let n = common::seeds::cases(500);
+    let only = common::seeds::only_seed();
+    let only_k = common::seeds::env_u64("STEADFAST_CRASH_AT").map(|k| k as usize);
+    let seeds = common::seeds::seeds(1..501);
     // Scenarios are independent: spread them over the cores (each thread builds its own worlds).
     let threads = std::thread::available_parallelism().map(|p| p.get()).unwrap_or(1).clamp(1, 8);
     let chunks: Vec<Vec<u64>> =
@@ -681,10 +678,7 @@ fn generated_scenarios_crashed_after_every_effect_keep_every_call_guarantee() {
         println!("  violation: {v}");
     }
     for seed in failing_seeds.iter().take(5) {
-        println!(
-            "  reproduce: STEADFAST_SCENARIO_SEED={seed} cargo test --test generated_crashes -- --nocapture   # {:?}",
-            Scenario::generate(*seed)
-        );
+        println!("  reproduce: {}   # {:?}", common::seeds::repro(*seed, ""), Scenario::generate(*seed));
     }
     assert!(violations.is_empty(), "{} violations (see above)", violations.len());
     assert!(only.is_some() || seeds.len() >= 500 || n < 500, "at least 500 scenarios by default");

@@ -336,15 +336,15 @@ impl steadfast::runtime::Model for DeepThinker {
 /// be committed, and every later load was `STEADFAST_CHECKPOINT_CORRUPT`. Over a generated set of depths around
 /// the limit (every depth near it, and seeded ones beyond), on the memory store and the journal store: each run
 /// either commits and reads back what the model said, or is refused with a coded, non-retryable error and stays
-/// loadable, listable and resumable (never corrupt). Repro of one depth: `STEADFAST_DEPTH=<d> cargo test --test
-/// guarantees deep_reasoning`.
+/// loadable, listable and resumable (never corrupt). Repro of one depth (the case's seed is its depth):
+/// `STEADFAST_SEED=<d> cargo test --test guarantees deep_reasoning`.
 #[test]
 fn deep_reasoning_is_committed_and_read_back_or_refused_with_a_code_never_stored_unreadable() {
     use steadfast::core::checkpoint::MAX_ENTRY_DEPTH;
     use steadfast::runtime::Rng;
-    let depths: Vec<usize> = match std::env::var("STEADFAST_DEPTH") {
-        Ok(d) => vec![d.parse().expect("a depth")],
-        Err(_) => {
+    let depths: Vec<usize> = match common::seeds::only_seed() {
+        Some(d) => vec![d as usize],
+        None => {
             let rng = steadfast::runtime::SplitMix64::new(26);
             let mut d: Vec<usize> = (MAX_ENTRY_DEPTH - 14..=MAX_ENTRY_DEPTH + 4).collect();
             d.extend((0..8).map(|_| 60 + (rng.next_u64() % 140) as usize));
@@ -354,7 +354,10 @@ fn deep_reasoning_is_committed_and_read_back_or_refused_with_a_code_never_stored
     for (label, env) in envs() {
         let (mut kept, mut refused) = (0, 0);
         for &depth in &depths {
-            let ctx = format!("{label}, reasoning {depth} levels deep (STEADFAST_DEPTH={depth})");
+            let ctx = format!(
+                "{label}, reasoning {depth} levels deep ({})",
+                common::seeds::repro(depth as u64, "deep_reasoning")
+            );
             let id = format!("think-{depth}");
             let a = env.agent(DeepThinker { depth }, vec![]);
             match block_on(a.send(&id, "think", SendOptions::default())) {
@@ -389,7 +392,7 @@ fn deep_reasoning_is_committed_and_read_back_or_refused_with_a_code_never_stored
                 }
             }
         }
-        if std::env::var("STEADFAST_DEPTH").is_err() {
+        if common::seeds::only_seed().is_none() {
             assert!(kept > 5 && refused > 5, "{label}: the depths straddle the limit ({kept} kept, {refused} refused)");
         }
     }

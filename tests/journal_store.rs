@@ -4,6 +4,7 @@
 mod common;
 
 use common::seed_layout::{transcript_bytes, SeedLayoutStore};
+use common::seeds::for_seeds;
 use common::*;
 use serde_json::json;
 use std::cell::Cell;
@@ -780,20 +781,6 @@ fn long_runs_stay_readable_finished_and_unfinished_on_every_store() {
     }
 }
 
-/// Runs `case(seed)` for every seed (or only `JOURNAL_SEED`, when set), naming a failing seed with a one-line
-/// reproduction.
-fn for_seeds(test: &str, seeds: std::ops::Range<u64>, case: impl Fn(u64)) {
-    let seeds: Vec<u64> = match std::env::var("JOURNAL_SEED") {
-        Ok(s) => vec![s.parse().expect("JOURNAL_SEED is a number")],
-        Err(_) => seeds.collect(),
-    };
-    for seed in seeds {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(seed))).is_err() {
-            panic!("seed {seed} failed; reproduce: JOURNAL_SEED={seed} cargo test --test journal_store {test}");
-        }
-    }
-}
-
 /// Generated: runs of random length under random journal options (history kept, snapshot spacing, prune
 /// batch), released finished or unfinished and continued by other owners several times. After every release,
 /// another process loads exactly the last committed state, `history(k)` returns the last `k` states (as many
@@ -1330,17 +1317,14 @@ fn an_acquisition_decides_on_the_load_before_it_only_while_that_read_is_recent()
 /// its resolution, a resume, a continuation, a sweep tick. Nothing panics; every failure is a coded error; a
 /// value that no longer parses never reads as a state other than the one written; a fourth run stored beside
 /// them reads the same throughout; and every damaged run can be deleted and started again under its id.
-/// `STEADFAST_DAMAGE_SEED=<n>` replays one case.
+/// `STEADFAST_SEED=<n>` replays one case.
 #[test]
 fn damaged_stored_values_get_coded_errors_never_a_panic_and_touch_no_other_run_generated() {
     use steadfast::runtime::{NoListener, Rng, SplitMix64 as Rng64};
-    let seeds: Vec<u64> = match std::env::var("STEADFAST_DAMAGE_SEED") {
-        Ok(s) => vec![s.parse().expect("STEADFAST_DAMAGE_SEED is a number")],
-        Err(_) => (0..500).collect(),
-    };
+    let seeds: Vec<u64> = common::seeds::seeds(0..500);
     let (mut unparseable, mut typed) = (0, 0);
     for seed in seeds {
-        let repro = format!("STEADFAST_DAMAGE_SEED={seed} cargo test --test journal_store damaged_stored_values");
+        let repro = common::seeds::repro(seed, "damaged_stored_values");
         let rng = Rng64::new(seed);
         let clock = ManualClock::new(1_700_000_000_000);
         let kv = MemoryKv::new();

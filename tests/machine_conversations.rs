@@ -7,6 +7,8 @@
 //! [`Checkpoint::fold`]) is exactly the machine's `checkpoint()` — so every story also tests the journal.
 //! Inspired by restate's `sdk-shared-core` `VMTestCase`.
 
+mod common;
+
 use serde_json::{json, Value};
 use steadfast::core::approval::{ApprovalRecord, ApprovalStatus, Decision};
 use steadfast::core::checkpoint::{Checkpoint, EntryBody, FinishReason, JournalEntry, RunStatus};
@@ -1651,23 +1653,16 @@ fn decide(rng: &mut Seeded, stored: &Checkpoint, records: &[ApprovalRecord]) -> 
 
 /// Over generated stories (crashes, aborts, failures, pauses, reconcile rounds, parallel calls), every answer the
 /// machine does not wait for is refused with `STEADFAST_INTERNAL` at every point where it waits, and changes
-/// nothing: the story plays out exactly as without them. `STEADFAST_STORIES=<n>` plays more;
-/// `STEADFAST_STORY_SEED=<seed>` plays one.
+/// nothing: the story plays out exactly as without them. `STEADFAST_CASES=<n>` plays more;
+/// `STEADFAST_SEED=<seed>` plays one.
 #[test]
 fn answers_out_of_turn_are_refused_at_every_step_of_generated_stories_and_change_nothing() {
-    let seeds: Vec<u64> = match std::env::var("STEADFAST_STORY_SEED") {
-        Ok(seed) => vec![seed.parse().expect("a number")],
-        Err(_) => {
-            let n = std::env::var("STEADFAST_STORIES").ok().and_then(|n| n.parse().ok()).unwrap_or(500);
-            assert!(n >= 1, "STEADFAST_STORIES=0 checks nothing");
-            (1..=n).collect()
-        }
-    };
+    let seeds = common::seeds::seeds(1..501);
     let mut ended = [0usize; 3];
     // How varied the stories were: executions, reconcile rounds, pauses, aborts, failed attempts.
     let mut seen = [0usize; 5];
     for seed in seeds {
-        let repro = format!("STEADFAST_STORY_SEED={seed} cargo test --test machine_conversations generated_stories");
+        let repro = common::seeds::repro(seed, "answers_out_of_turn_are_refused");
         let plain = std::panic::catch_unwind(|| play(seed, false));
         let probed = std::panic::catch_unwind(|| play(seed, true));
         let (Ok((plain_trace, plain_cp)), Ok((probed_trace, probed_cp))) = (plain, probed) else {

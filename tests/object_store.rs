@@ -1,10 +1,11 @@
 //! Strict mode's store (`ObjectStore` over run objects, `src/store/object.rs`), natively: the objects in this
 //! process (`LocalObjects`, the same JSON calls and store logic as the Worker's Durable Objects) and the index
 //! in a `MemoryKv`. The conformance suite runs in the module's own tests; these check its guarantees over
-//! generated cases and a whole agent run. A failing seed prints a one-line reproduction (`STRICT_SEED=<n>`).
+//! generated cases and a whole agent run. A failing seed prints a one-line reproduction (`STEADFAST_SEED=<n>`).
 
 mod common;
 
+use common::seeds::for_seeds;
 use futures::executor::block_on;
 use serde_json::json;
 use std::rc::Rc;
@@ -19,20 +20,6 @@ type Store = ObjectStore<LocalObjects, MemoryKv>;
 
 fn store(objects: &LocalObjects, kv: &MemoryKv, clock: &ManualClock) -> Store {
     ObjectStore::new(objects.clone(), kv.clone(), "", Rc::new(clock.clone()), Rc::new(ManualSleep::new(clock.clone())))
-}
-
-/// Runs `case(seed)` for every seed (or only `STRICT_SEED`, when set), naming a failing seed with a one-line
-/// reproduction.
-fn for_seeds(test: &str, seeds: std::ops::Range<u64>, case: impl Fn(u64)) {
-    let seeds: Vec<u64> = match std::env::var("STRICT_SEED") {
-        Ok(s) => vec![s.parse().expect("STRICT_SEED is a number")],
-        Err(_) => seeds.collect(),
-    };
-    for seed in seeds {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(seed))).is_err() {
-            panic!("seed {seed} failed; reproduce: STRICT_SEED={seed} cargo test --test object_store {test}");
-        }
-    }
 }
 
 /// Generated: a run handed between two processes by takeovers, with commits of random sizes (now and then one
@@ -152,7 +139,7 @@ fn an_agent_run_over_run_objects_writes_one_row_per_boundary() {
 /// u64's edge). Then load, history, the approvals, a resume, a continuation and a send run in a second process.
 /// Nothing panics; a failure is never `STEADFAST_INTERNAL`; a value that no longer parses never reads as a state
 /// other than the one written; a run in another object reads the same; every damaged run can be deleted and
-/// started again. A failing seed prints `STRICT_SEED=<n>`.
+/// started again. A failing seed prints `STEADFAST_SEED=<n>`.
 #[test]
 fn damaged_object_values_get_coded_errors_never_a_panic_generated() {
     use steadfast::store::object::{JournalRow, ObjectStorage, Write};
@@ -299,7 +286,7 @@ fn running_a_run_again_within_a_second_is_never_refused_by_the_index() {
 fn strict_sweep_ticks_cost_the_same_at_any_backlog_and_advance() {
     use steadfast::core::sweep::SweepOptions;
     use steadfast::runtime::NoListener;
-    let backlogs: Vec<usize> = match std::env::var("STRICT_SWEEP_BACKLOGS") {
+    let backlogs: Vec<usize> = match std::env::var("STEADFAST_BACKLOGS") {
         Ok(s) => s.split(',').map(|n| n.trim().parse().expect("a number")).collect(),
         Err(_) => vec![1_000, 10_000, 100_000],
     };

@@ -583,7 +583,7 @@ fn a_stream_failing_mid_way_is_retried_and_streams_again() {
 /// (`src/providers/fixtures/`) is damaged (`common::damage`: cut, emptied, not JSON, a field of another type, a
 /// number at u64's edge) and driven through an agent, the provider's final answer after it. The run finishes, or
 /// fails with a coded error that is not `STEADFAST_INTERNAL`; a finished or failed run's stored transcript is one
-/// the provider accepts (every call answered once, in order); nothing panics. `STEADFAST_REPLY_SEED=<n>`
+/// the provider accepts (every call answered once, in order); nothing panics. `STEADFAST_SEED=<n>`
 /// replays one case.
 #[test]
 fn damaged_provider_replies_end_in_a_valid_transcript_or_a_coded_error_generated() {
@@ -592,10 +592,7 @@ fn damaged_provider_replies_end_in_a_valid_transcript_or_a_coded_error_generated
     const OPENAI_STOP: &str = r#"{"id": "chatcmpl-2", "object": "chat.completion", "choices": [{"index": 0,
         "message": {"role": "assistant", "content": "It is sunny."}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 90, "completion_tokens": 4}}"#;
-    let seeds: Vec<u64> = match std::env::var("STEADFAST_REPLY_SEED") {
-        Ok(s) => vec![s.parse().expect("STEADFAST_REPLY_SEED is a number")],
-        Err(_) => (0..400).collect(),
-    };
+    let seeds: Vec<u64> = common::seeds::seeds(0..400);
     let (mut finished, mut failed, mut taken) = (0, 0, 0);
     for seed in seeds {
         let rng = SplitMix64::new(seed);
@@ -603,8 +600,7 @@ fn damaged_provider_replies_end_in_a_valid_transcript_or_a_coded_error_generated
         let (reply, stop) =
             if use_openai { (OPENAI_TOOLS_JSON, OPENAI_STOP) } else { (ANTHROPIC_THINKING_JSON, ANTHROPIC_END_TURN) };
         let (damaged, _) = common::damage(reply, &rng);
-        let case =
-            format!("STEADFAST_REPLY_SEED={seed} cargo test --test providers damaged_provider_replies: {damaged}");
+        let case = format!("{}: {damaged}", common::seeds::repro(seed, "damaged_provider_replies"));
         let env = Env::journal_sim();
         let counters = Counters::default();
         let http = Recorded::new(&[damaged.as_str()]);

@@ -21,10 +21,12 @@
 //! result was recorded, and a later owner ran it again with the same idempotency key) are counted apart: no
 //! lease protocol prevents them.
 //!
-//! Every configuration asserts ceilings on `D` and `L = 0`. Knobs: `RACING_TRIALS=<n>` trials per configuration
-//! (default 400; at least 1); `RACING_SEED=<seed>` replays one trial of each selected configuration with a log
+//! Every configuration asserts ceilings on `D` and `L = 0`. Knobs: `STEADFAST_CASES=<n>` trials per configuration
+//! (default 400; `STEADFAST_LARGE=1` ten times that); `STEADFAST_SEED=<seed>` replays one trial of each selected configuration with a log
 //! and asserts what holds for every trial (no lost boundary; no double execution where the ceiling is none), e.g.
-//! `RACING_SEED=17 cargo test --test racing one_location_realistic -- --nocapture`.
+//! `STEADFAST_SEED=17 cargo test --test racing one_location_realistic -- --nocapture`.
+
+mod common;
 
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -688,17 +690,13 @@ struct Totals {
     voided: u64,
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
 fn seed_base(config: &Config) -> u64 {
     // Distinct seeds per configuration, stable across runs.
     config.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3)) % 1_000_000
         * 1_000
 }
 
-/// A configuration's trials ([`Totals`]), or with `RACING_SEED` one trial replayed with its log (`Replay`).
+/// A configuration's trials ([`Totals`]), or with `STEADFAST_SEED` one trial replayed with its log (`Replay`).
 enum Ran {
     Totals(Totals),
     Replay(Trial),
@@ -706,7 +704,7 @@ enum Ran {
 
 fn run(config: &Config, test_name: &str, default_trials: u64) -> Ran {
     let reference = reference_messages();
-    if let Some(seed) = env_u64("RACING_SEED") {
+    if let Some(seed) = common::seeds::only_seed() {
         let (t, log) = trial(config, seed, &reference, true);
         println!("--- {}: seed {seed}\n{}", config.name, log.join("\n"));
         println!(
@@ -715,8 +713,7 @@ fn run(config: &Config, test_name: &str, default_trials: u64) -> Ran {
         );
         return Ran::Replay(t);
     }
-    let n = env_u64("RACING_TRIALS").unwrap_or(default_trials);
-    assert!(n >= 1, "RACING_TRIALS=0 checks nothing");
+    let n = common::seeds::cases(default_trials);
     let base = seed_base(config);
     let mut s = Totals { trials: n, ..Totals::default() };
     for seed in base..base + n {
@@ -748,7 +745,11 @@ fn run(config: &Config, test_name: &str, default_trials: u64) -> Ran {
         s.voided
     );
     if let Some(seed) = s.double_seeds.first() {
-        println!("  seeds with a double execution: {:?}; replay: RACING_SEED={seed} cargo test --test racing {test_name} -- --nocapture", s.double_seeds);
+        println!(
+            "  seeds with a double execution: {:?}; replay: {}",
+            s.double_seeds,
+            common::seeds::repro(*seed, test_name)
+        );
     }
     Ran::Totals(s)
 }

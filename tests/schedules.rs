@@ -227,16 +227,12 @@ fn racing_trial(seed: u64) -> (Counters, Vec<&'static str>, Option<RunStatus>) {
 
 #[test]
 fn replicas_ticking_the_same_fire_at_once_run_it_once_generated() {
-    let trials: u64 = std::env::var("SCHEDULE_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(300);
-    assert!(trials >= 1, "SCHEDULE_TRIALS=0 checks nothing");
-    let only: Option<u64> = std::env::var("SCHEDULE_SEED").ok().and_then(|v| v.parse().ok());
-    let seeds: Vec<u64> = match only {
-        Some(s) => vec![s],
-        None => (0..trials).collect(),
-    };
+    let only = common::seeds::only_seed();
+    let seeds = common::seeds::seeds(0..300);
+    let trials = seeds.len();
     let mut claimed = 0;
     for seed in seeds {
-        let repro = format!("repro: SCHEDULE_SEED={seed} cargo test --test schedules replicas_ticking");
+        let repro = format!("repro: {}", common::seeds::repro(seed, "replicas_ticking"));
         let (c, outcomes, status) = racing_trial(seed);
         assert_eq!(status, Some(RunStatus::Finished), "seed {seed}: {outcomes:?}; {repro}");
         assert_eq!(outcomes.iter().filter(|o| **o == "fired").count(), 1, "seed {seed}: {outcomes:?}; {repro}");

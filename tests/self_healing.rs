@@ -1474,16 +1474,13 @@ fn heal_case(seed: u64) -> std::result::Result<HealCase, String> {
 /// charge whose intent was recorded with no outcome reaches the `<id>.heal` fork as an open intent, which the
 /// fork's resume reconciles under the original's key: over generated turns, crash positions, dying charges and
 /// reconcile failures, no order is ever charged twice, and a run that finishes (original or fork) charged every
-/// order exactly once. Repro: `STEADFAST_HEAL_SEED=<seed> cargo test --test self_healing diagnosis_forks`.
+/// order exactly once. Repro: `STEADFAST_SEED=<seed> cargo test --test self_healing diagnosis_forks`.
 #[test]
 fn diagnosis_forks_never_charge_an_order_twice_over_generated_crashes() {
-    let seeds: Vec<u64> = match std::env::var("STEADFAST_HEAL_SEED") {
-        Ok(s) => vec![s.parse().expect("a seed")],
-        Err(_) => (0..160).collect(),
-    };
+    let seeds = common::seeds::seeds(0..160);
     let (mut healed, mut finished) = (0, 0);
-    for seed in seeds {
-        let repro = format!("repro: STEADFAST_HEAL_SEED={seed} cargo test --test self_healing diagnosis_forks");
+    for &seed in &seeds {
+        let repro = format!("repro: {}", common::seeds::repro(seed, "diagnosis_forks"));
         let case = heal_case(seed).unwrap_or_else(|e| panic!("{e}; {repro}"));
         for (order, n) in &case.charges {
             assert!(*n <= 1, "order {order} charged {n} times ({:?}); {repro}", case.charges);
@@ -1496,7 +1493,7 @@ fn diagnosis_forks_never_charge_an_order_twice_over_generated_crashes() {
         healed += usize::from(case.healed);
         finished += usize::from(case.finished && case.healed);
     }
-    if std::env::var("STEADFAST_HEAL_SEED").is_err() {
+    if common::seeds::only_seed().is_none() && seeds.len() >= 160 {
         println!("diagnosis cases: {healed} healed by a fork, {finished} of them finished");
         assert!(healed >= 40 && finished >= 20, "the cases exercise forks: {healed} healed, {finished} finished");
     }
@@ -2013,13 +2010,7 @@ fn probe_scenario(seed: u64) -> std::result::Result<String, String> {
 
 #[test]
 fn while_the_breaker_is_open_and_a_run_waits_on_it_a_due_tick_probes() {
-    let seeds: Vec<u64> = match std::env::var("STEADFAST_SWEEP_SEED") {
-        Ok(s) => vec![s.parse().expect("STEADFAST_SWEEP_SEED is a number")],
-        Err(_) => {
-            (0..std::env::var("STEADFAST_SWEEP_SEEDS").ok().and_then(|n| n.parse().ok()).unwrap_or(120)).collect()
-        }
-    };
-    assert!(!seeds.is_empty(), "STEADFAST_SWEEP_SEEDS=0 checks nothing");
+    let seeds = common::seeds::seeds(0..120);
     let (mut probed, mut opened) = (0, 0);
     for &seed in &seeds {
         match probe_scenario(seed) {
@@ -2027,10 +2018,9 @@ fn while_the_breaker_is_open_and_a_run_waits_on_it_a_due_tick_probes() {
                 probed += what.split(' ').next().unwrap().parse::<u32>().unwrap();
                 opened += what.ends_with("opened") as usize;
             }
-            Err(why) => panic!(
-                "seed {seed}: {why}\nreproduce: STEADFAST_SWEEP_SEED={seed} cargo test --test self_healing \
-                 while_the_breaker_is_open"
-            ),
+            Err(why) => {
+                panic!("seed {seed}: {why}\nreproduce: {}", common::seeds::repro(seed, "while_the_breaker_is_open"))
+            }
         }
     }
     println!(

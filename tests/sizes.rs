@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::seeds::for_seeds;
 use common::*;
 use serde_json::json;
 use std::cell::Cell;
@@ -258,20 +259,6 @@ fn a_failing_commit_is_retried_only_while_the_lease_holds() {
     let done = block_on(agent.resume("r", SendOptions::default())).unwrap().expect("resumed");
     assert_eq!((done.status, done.text.as_str()), (RunStatus::Finished, "done"));
     assert_eq!(counters.get("t"), 1);
-}
-
-/// Runs `case(seed)` for every seed (or only `SIZES_SEED`, when set), naming a failing seed with a one-line
-/// reproduction.
-fn for_seeds(test: &str, seeds: std::ops::Range<u64>, case: impl Fn(u64)) {
-    let seeds: Vec<u64> = match std::env::var("SIZES_SEED") {
-        Ok(s) => vec![s.parse().expect("SIZES_SEED is a number")],
-        Err(_) => seeds.collect(),
-    };
-    for seed in seeds {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(seed))).is_err() {
-            panic!("seed {seed} failed; reproduce: SIZES_SEED={seed} cargo test --test sizes {test}");
-        }
-    }
 }
 
 /// Generated: journals of entries whose sizes sit around every threshold — a part (20 MiB, an entry over it is

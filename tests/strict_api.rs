@@ -6,10 +6,11 @@
 //! started, and concurrent sends to one run from several processes run it once (the others get
 //! `STEADFAST_SESSION_BUSY`); an approval resolved in a later request, by a new process (the object's), resumes
 //! its run as the object's task (202 with `Prefer: respond-async`, the client gone, the tool run once), and
-//! unknown or orphaned approvals keep their coded errors. Generated cases print a one-line reproduction (`STRICT_API_SEED=<n>`).
+//! unknown or orphaned approvals keep their coded errors. Generated cases print a one-line reproduction (`STEADFAST_SEED=<n>`).
 
 mod common;
 
+use common::seeds::for_seeds;
 use common::*;
 use futures::executor::LocalPool;
 use futures::task::LocalSpawnExt;
@@ -26,18 +27,6 @@ use steadfast::front::config::StoreMode;
 use steadfast::runtime::{FnTool, MockModel, MockTurn, Rng, Sleep, SplitMix64, Tool, ToolOutput};
 
 const TOKEN: &str = "strict-token";
-
-fn for_seeds(test: &str, seeds: std::ops::Range<u64>, case: impl Fn(u64)) {
-    let seeds: Vec<u64> = match std::env::var("STRICT_API_SEED") {
-        Ok(s) => vec![s.parse().expect("STRICT_API_SEED is a number")],
-        Err(_) => seeds.collect(),
-    };
-    for seed in seeds {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| case(seed))).is_err() {
-            panic!("seed {seed} failed; reproduce: STRICT_API_SEED={seed} cargo test --test strict_api {test}");
-        }
-    }
-}
 
 fn head(method: &str, path: &str, headers: &[(&str, &str)]) -> ApiRequest {
     ApiRequest {

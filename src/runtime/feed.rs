@@ -306,13 +306,7 @@ mod tests {
 
     #[test]
     fn the_holder_always_sees_the_whole_request_over_generated_scenarios() {
-        let seeds: u64 = std::env::var("FEED_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(100);
-        if let Some(seed) = std::env::var("FEED_SEED").ok().and_then(|s| s.parse().ok()) {
-            return scenario(seed); // one-line repro: FEED_SEED=<seed> cargo test --lib feed::
-        }
-        for seed in 0..seeds {
-            scenario(seed);
-        }
+        crate::seeds::for_seeds_in_lib("the_holder_always_sees_the_whole_request", 0..100, scenario);
     }
 
     #[test]

@@ -179,6 +179,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
 }
 
 pub mod seed_layout;
+pub mod seeds;
 
 /// Send options whose events go to a [`VecSink`], and that sink.
 pub fn listening() -> (steadfast::runtime::SendOptions, steadfast::runtime::VecSink) {

@@ -7,7 +7,7 @@
 // tick.
 //
 // This file is also the Worker process itself: started with STEADFAST_CRASH_KV_DIR set, it serves the Worker
-// instead of defining tests (a separate fixture under test/ would be run as a test file by `node --test test/`).
+// instead of defining tests (a separate fixture under tests/workerd/ would be run as a test file by `node --test tests/workerd/`).
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";

@@ -1,4 +1,4 @@
-// Shared by the live-SSE test (test/sse-live.test.mjs) and the first-delta benchmark (bench/first-delta.mjs): a
+// Shared by the live-SSE test (tests/workerd/sse-live.test.mjs) and the first-delta benchmark (bench/first-delta.mjs): a
 // local streaming OpenAI-compatible provider on 127.0.0.1, the Worker's Miniflare options over it, and a reader
 // of server-sent events as they arrive.
 import { builtWorker } from "./built.mjs";

@@ -20,7 +20,7 @@
 import fs from "node:fs";
 import http from "node:http";
 import { Miniflare } from "miniflare";
-import { startStreamingProvider, sseReader, workerOptions } from "../test/support/sse.mjs";
+import { startStreamingProvider, sseReader, workerOptions } from "../../tests/workerd/support/sse.mjs";
 
 const TOKEN = "bench-token-0123456789";
 const BASE = "http://localhost";
@@ -169,7 +169,7 @@ overhead.forEach((l) => console.log(l));
 if (md) {
   fs.writeFileSync(
     md,
-    `Time from the request to the first \`text.delta\` event read through the Worker (workerd via Miniflare, KV mode), a local streaming provider sending its first token at once (bench/first-delta.mjs). Goal: < 30 ms locally (not asserted).\n\n- ${first}\n\n` +
+    `Time from the request to the first \`text.delta\` event read through the Worker (workerd via Miniflare, KV mode), a local streaming provider sending its first token at once (benches/workerd/first-delta.mjs). Goal: < 30 ms locally (not asserted).\n\n- ${first}\n\n` +
       `What the Worker's SSE answer adds per event, on a run whose model streams ${TOKENS} tokens at once after ${PROVIDER_DELAY_MS} ms (a second local provider): bytes of the SSE body less the events' JSON payloads, per event (deterministic: the \`event:\` and \`data: \` lines, the blank line, and the id-only blocks of the journal positions, as src/front/api.rs frames them); and the median time of that run answered as SSE (read to its end) beside the same run answered as JSON (no events emitted), each over the SSE run's event count, their ratio and the difference per event (the lease's settle window 50 ms, shorter than the provider's delay, so neither answer waits on it). Measured, not asserted.\n\n` +
       overhead.map((l) => `- ${l}\n`).join(""),
   );

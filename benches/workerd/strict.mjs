@@ -11,8 +11,8 @@
 // the README's "On Workers KV").
 import fs from "node:fs";
 import { Miniflare } from "miniflare";
-import { builtWorker } from "../test/support/built.mjs";
-import { sseReader } from "../test/support/sse.mjs";
+import { builtWorker } from "../../tests/workerd/support/built.mjs";
+import { sseReader } from "../../tests/workerd/support/sse.mjs";
 
 const TOKEN = "bench-token-0123456789";
 const BASE = "http://localhost";
@@ -96,7 +96,7 @@ try {
   if (md) {
     fs.writeFileSync(
       md,
-      `The same 10-step scripted run (nine tool turns, mock model) through the Worker in workerd (Miniflare), strict mode and KV mode interleaved, ${RUNS} runs each, warm (bench/strict.mjs). Goals: strict_writes_per_boundary <= 1.0, first_event_ms < 50 (not asserted).\n\n${lines.map((l) => `- ${l}`).join("\n")}\n`,
+      `The same 10-step scripted run (nine tool turns, mock model) through the Worker in workerd (Miniflare), strict mode and KV mode interleaved, ${RUNS} runs each, warm (benches/workerd/strict.mjs). Goals: strict_writes_per_boundary <= 1.0, first_event_ms < 50 (not asserted).\n\n${lines.map((l) => `- ${l}`).join("\n")}\n`,
     );
   }
 } finally {
