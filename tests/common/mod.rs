@@ -178,6 +178,7 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
 }
 
+pub mod healing;
 pub mod seed_layout;
 pub mod seeds;
 
