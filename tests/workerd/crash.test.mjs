@@ -20,7 +20,7 @@ import { builtWorker } from "./support/built.mjs";
 import { callKey } from "./support/api.mjs";
 
 const SELF = fileURLToPath(import.meta.url);
-const ROOT = path.resolve(path.dirname(SELF), "..");
+const ROOT = path.resolve(path.dirname(SELF), "../..");
 const KV_DIR_ENV = "STEADFAST_CRASH_KV_DIR";
 
 if (process.env[KV_DIR_ENV]) {
