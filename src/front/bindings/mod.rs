@@ -1027,12 +1027,30 @@ fn with_events<T: Serialize>(result: &T, sink: Option<VecSink>) -> Result<Value>
     Ok(v)
 }
 
+/// The agent options of the JS options object, read whole: each field of [`AgentOptions`] (by its JSON name)
+/// that `get` finds, deserialized as one [`AgentOptions`] (`STEADFAST_CONFIG_INVALID` naming the bad field).
+/// The object's other properties (model, tools, hooks, clock, instructions, and any unknown one) are not
+/// options and are not read here.
+fn agent_options_of(get: impl Fn(&str) -> Result<Option<Value>>) -> Result<AgentOptions> {
+    let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
+    let Ok(Value::Object(names)) = serde_json::to_value(AgentOptions::default()) else {
+        return Err(Error::internal("the agent options do not serialise as an object"));
+    };
+    let mut given = serde_json::Map::new();
+    for key in names.keys() {
+        if let Some(v) = get(key)? {
+            given.insert(key.clone(), v);
+        }
+    }
+    serde_json::from_value(Value::Object(given)).map_err(|e| cfg(format!("invalid agent options: {e}")))
+}
+
 #[wasm_bindgen]
 impl JsAgent {
-    /// Builds an agent from `{model, tools?, hooks?, instructions?, maxSteps?, toolConcurrency?, onAgentDrift?,
-    /// loopWindow?, retry?, lease?, clock?}` over `store` (`clock`: a JS clock `{now, sleep}` read instead of the
-    /// platform's). Warnings (a drift under `onAgentDrift: "warn"`) go to `console.warn`. Throws
-    /// `STEADFAST_CONFIG_INVALID` for a bad configuration.
+    /// Builds an agent from `{model, tools?, hooks?, instructions?, clock?}` and the [`AgentOptions`] fields
+    /// (`maxSteps?`, `retry?`, `lease?`, …; see [`agent_options_of`]) over `store` (`clock`: a JS clock `{now,
+    /// sleep}` read instead of the platform's). Warnings (a drift under `onAgentDrift: "warn"`) go to
+    /// `console.warn`. Throws `STEADFAST_CONFIG_INVALID` for a bad configuration.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue, store: &JsStore) -> std::result::Result<JsAgent, JsValue> {
         JsAgent::build(&options, store.store.clone()).map(|agent| JsAgent { agent }).map_err(|e| js_error(&e))
@@ -1050,16 +1068,13 @@ impl JsAgent {
         let release = prop(&model_js, "release").dyn_into::<Function>().ok();
         let model = JsModel { id, obj: model_js, generate, release, feed: RefCell::new(ModelFeed::new()) };
 
-        let mut limits = serde_json::Map::new();
-        for key in ["maxSteps", "toolConcurrency", "onAgentDrift", "loopWindow", "maxToolResultBytes", "retry", "lease"]
-        {
+        let agent_options = agent_options_of(|key| {
             let v = prop(options, key);
-            if !absent(&v) {
-                limits.insert(key.into(), to_value(&v, key).map_err(|e| cfg(e.message))?);
+            if absent(&v) {
+                return Ok(None);
             }
-        }
-        let agent_options: AgentOptions =
-            serde_json::from_value(Value::Object(limits)).map_err(|e| cfg(format!("invalid agent options: {e}")))?;
+            to_value(&v, key).map(Some).map_err(|e| cfg(e.message))
+        })?;
 
         let instructions = prop(options, "instructions");
         let instructions = if absent(&instructions) {
