@@ -2,6 +2,7 @@
 import { newAgent, type JsAgent } from "./low_level.js";
 import { call, SteadfastError, sync } from "./errors.js";
 import { lowLevelHook, type Hook } from "./hooks.js";
+import type { AgentOptions as GeneratedAgentOptions } from "./generated/AgentOptions.js";
 import type { LeaseOptions } from "./generated/LeaseOptions.js";
 import type { RetryPolicy } from "./generated/RetryPolicy.js";
 import type { Model, ModelStream } from "./model.js";
@@ -40,8 +41,21 @@ import type {
 } from "./types.js";
 import { withSessionId, type AbortSignalLike } from "./types.js";
 
-/** What an agent is made of. */
-export interface AgentOptions {
+/**
+ * What an agent is made of: the agent's options (the generated `AgentOptions`, the runtime's one definition:
+ * limits, drift policy, retry, lease; each optional, its default in its comment there) and the parts only JS
+ * gives (model, tools, hooks, instructions, store, clock).
+ */
+export type AgentOptions = AgentParts &
+  Partial<Omit<GeneratedAgentOptions, "retry" | "lease">> & {
+    /** The model-call retry policy (the only retry layer). */
+    retry?: Partial<RetryPolicy>;
+    /** Run leases (ms). */
+    lease?: Partial<LeaseOptions>;
+  };
+
+/** The parts of an agent only JS gives. */
+export interface AgentParts {
   /** The model provider (one of `model` and `provider` is needed). */
   model?: Model;
   /** `model` under the name the documents use. */
@@ -53,20 +67,6 @@ export interface AgentOptions {
   instructions?: string;
   /** `memoryStore()`, `kvStore(env.BINDING)`, `"memory"` (a new private store) or a KV namespace. */
   store: Store | "memory" | KVNamespaceLike;
-  /** What a changed agent does on resume (default `"warn"`). */
-  onAgentDrift?: "warn" | "error" | "ignore";
-  /** Model turns per run (default 10). */
-  maxSteps?: number;
-  /** Tool calls of one turn run at once (default 8). */
-  toolConcurrency?: number;
-  /** Stop after this many identical failing tool turns in a row (default 4; 0 = off). */
-  loopWindow?: number;
-  /** Longest tool result kept, in bytes (default 262144); a longer one is cut and ends with a marker. */
-  maxToolResultBytes?: number;
-  /** The model-call retry policy (the only retry layer). */
-  retry?: Partial<RetryPolicy>;
-  /** Run leases (ms). */
-  lease?: Partial<LeaseOptions>;
   /**
    * The clock and timer the runtime reads (model-call backoff, leases, the recovery sweep's backoff, quarantine
    * and outage breaker, the `recover` and `startSchedules` loops' ticks, the time `fireSchedule` fires for)

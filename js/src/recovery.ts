@@ -1,6 +1,7 @@
 // Recovery: the sweep's options, and the `recover` loop of sweep ticks for long-lived hosts (the Rust runtime's
 // `Agent::recover`: it ticks, sleeps on the agent's clock and calls the callbacks; this module translates them).
 import { wrapError, type SteadfastError } from "./errors.js";
+import { isThenable, startLoop, type Loop } from "./loop.js";
 import type { SweepOptions as GeneratedSweepOptions } from "./generated/SweepOptions.js";
 import { withSessionId, type AbortSignalLike, type PendingRun, type RunResult } from "./types.js";
 
@@ -37,7 +38,7 @@ export interface RecoverOptions extends SweepOptions {
 }
 
 /** A running recovery loop. */
-export interface Recovery {
+export interface Recovery extends Loop {
   /**
    * Stops the loop: the resume in flight (if any) is aborted, its checkpoint staying for the next start, and
    * nothing more starts; resolves once the loop settled.
@@ -55,15 +56,10 @@ const runRef = (runId: string): RecoveryRun => ({ runId, sessionId: runId });
 /** The `recover` loop over the runtime's: callbacks get the documented arguments; `stop()` and `signal` end it. */
 export function recoveryLoop(low: LowRecover, opts: RecoverOptions): Recovery {
   const { everyMs, onRecovered, onQuarantined, onOutage, onError, signal, ...sweepOptions } = opts;
-  const controller = new AbortController();
-  const halt = () => controller.abort();
-  if (signal?.aborted) halt();
-  else signal?.addEventListener("abort", halt, { once: true });
   // An async callback's rejection is reported like a throw (it would otherwise be an unhandled rejection).
   const reportAsync = (value: unknown) => {
-    const p = value as { then?: unknown } | null | undefined;
-    if (p && typeof p.then === "function") {
-      (value as Promise<unknown>).then(undefined, (e: unknown) => {
+    if (isThenable(value)) {
+      value.then(undefined, (e: unknown) => {
         try {
           onError?.(wrapError(e) as SteadfastError);
         } catch {
@@ -81,25 +77,17 @@ export function recoveryLoop(low: LowRecover, opts: RecoverOptions): Recovery {
     onError: onError && ((error: unknown, runId?: string) =>
       reportAsync(onError(wrapError(error) as SteadfastError, runId === undefined ? undefined : runRef(runId)))),
   };
-  const done = (async () => {
-    try {
-      await low(JSON.stringify(sweepOptions), everyMs ?? null, listener, controller.signal);
-    } catch (e) {
+  // Async, so options that JSON cannot write (a BigInt) are reported to `onError` as the runtime refusals are.
+  return startLoop(
+    signal,
+    async (stop) => low(JSON.stringify(sweepOptions), everyMs ?? null, listener, stop),
+    (e) => {
       // Only options the runtime refuses end here (before any tick).
       try {
         onError?.(wrapError(e) as SteadfastError);
       } catch {
         // Ignored: there is no one left to tell.
       }
-    } finally {
-      signal?.removeEventListener?.("abort", halt);
-    }
-  })();
-  return {
-    stop: async () => {
-      halt();
-      await done;
     },
-    done,
-  };
+  );
 }

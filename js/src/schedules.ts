@@ -3,6 +3,7 @@
 // the schedules, claims each fire time in the store and sleeps on the agent's clock; this module translates).
 import { newSchedules } from "./low_level.js";
 import { call, SteadfastError, sync, wrapError } from "./errors.js";
+import { isThenable, startLoop, type Loop } from "./loop.js";
 import type { MissedFires } from "./generated/MissedFires.js";
 import type { Schedule } from "./generated/Schedule.js";
 import type { ScheduleInput } from "./generated/ScheduleInput.js";
@@ -40,7 +41,7 @@ export interface StartSchedulesOptions {
 }
 
 /** A running schedule loop. */
-export interface Schedules {
+export interface Schedules extends Loop {
   /**
    * Stops the loop: a fire in flight is aborted (its run stays unfinished; the recovery sweep finishes it) and
    * nothing more starts; resolves once the loop settled.
@@ -89,15 +90,11 @@ export function fireSchedules(low: LowSchedules, schedules: readonly Schedule[],
 export function scheduleLoop(low: LowSchedules, schedules: readonly Schedule[], given?: StartSchedulesOptions): Schedules {
   const { intervalMs = 60_000, onFire, onTick, onError, onEvent, signal } = given ?? {};
   const checked = sync(() => newSchedules(schedulesJson(schedules)));
-  const controller = new AbortController();
-  const halt = () => controller.abort();
-  if (signal?.aborted) halt();
-  else signal?.addEventListener("abort", halt, { once: true });
 
   const tellError = (error: SteadfastError, outcome?: Extract<ScheduleOutcome, { outcome: "failed" }>) => {
     try {
       const r = onError?.(error, outcome) as unknown;
-      if (r && typeof (r as { then?: unknown }).then === "function") (r as Promise<unknown>).then(undefined, () => {});
+      if (isThenable(r)) r.then(undefined, () => {});
     } catch {
       // Ignored: there is no one left to tell.
     }
@@ -108,7 +105,7 @@ export function scheduleLoop(low: LowSchedules, schedules: readonly Schedule[], 
       tellError(new SteadfastError("STEADFAST_HOOK_FAILED", `${name} threw: ${(e as Error)?.message ?? String(e)}`, { cause: e }));
     try {
       const r = f();
-      if (r && typeof (r as { then?: unknown }).then === "function") (r as Promise<unknown>).then(undefined, threw);
+      if (isThenable(r)) r.then(undefined, threw);
     } catch (e) {
       threw(e);
     }
@@ -129,39 +126,23 @@ export function scheduleLoop(low: LowSchedules, schedules: readonly Schedule[], 
       }
     }
   };
-  const cleanup = () => {
-    signal?.removeEventListener?.("abort", halt);
-    checked.free();
-  };
-  let running: Promise<unknown>;
   try {
-    running = low.runSchedules(
-      checked,
-      intervalMs,
-      tick,
-      onEvent ? (json: string) => onEvent(JSON.parse(json) as RunEvent) : null,
-      controller.signal,
+    return startLoop(
+      signal,
+      (stop) =>
+        low.runSchedules(
+          checked,
+          intervalMs,
+          tick,
+          onEvent ? (json: string) => onEvent(JSON.parse(json) as RunEvent) : null,
+          stop,
+        ),
+      // The loop itself does not fail (each tick's failures are outcomes); reported if it ever does.
+      (e) => tellError(wrapError(e) as SteadfastError),
+      () => checked.free(),
     );
   } catch (e) {
     // A bad `intervalMs`, refused before the loop starts.
-    cleanup();
     throw wrapError(e);
   }
-  const done = (async () => {
-    try {
-      await running;
-    } catch (e) {
-      // The loop itself does not fail (each tick's failures are outcomes); reported if it ever does.
-      tellError(wrapError(e) as SteadfastError);
-    } finally {
-      cleanup();
-    }
-  })();
-  return {
-    stop: async () => {
-      halt();
-      await done;
-    },
-    done,
-  };
 }

@@ -110,6 +110,26 @@ test("a custom model whose call rejects with a plain Error is a retried network 
   assert.equal(n, 2);
 });
 
+test("the retry option is the runtime's retry policy: a model that keeps failing is asked maxAttempts times", async () => {
+  for (const [retry, asked] of [[undefined, 4], [{ maxAttempts: 1 }, 1], [{ maxAttempts: 3, baseMs: 10 }, 3]]) {
+    let calls = 0;
+    const model = {
+      id: "down",
+      async generate() {
+        calls += 1;
+        throw Object.assign(new Error("unavailable"), { status: 503 });
+      },
+    };
+    const agent = createAgent({ model, store: memoryStore(), clock: testClock(), ...(retry ? { retry } : {}) });
+    await assert.rejects(agent.send("hi", { sessionId: "down-1" }), (e) => e.code === "STEADFAST_PROVIDER_UNAVAILABLE");
+    assert.equal(calls, asked, JSON.stringify(retry));
+  }
+  assert.throws(
+    () => createAgent({ model: mockModel(["x"]), store: memoryStore(), retry: { maxAttempts: "many" } }),
+    (e) => e.code === "STEADFAST_CONFIG_INVALID" && /invalid agent options/.test(e.message),
+  );
+});
+
 test("a backoff with a manual test clock waits until the clock is advanced past it", async () => {
   const clock = testClock({ start: 0, auto: false });
   const model = mockModel([{ error: { status: 503, retryAfterMs: 30_000 } }, "back"]);

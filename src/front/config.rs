@@ -2,12 +2,17 @@
 //! instructions, limits, drift policy, lease and recovery timing, webhook tools and the hosts they may call —
 //! and combines it with the providers and the platform.
 //!
+//! The agent's options are the runtime's [`AgentOptions`], under the names the npm package gives them: the four
+//! limits (`maxSteps`, `toolConcurrency`, `loopWindow`, `maxToolResultBytes`) in the `limits` section, and
+//! `onAgentDrift`, `retry` and `lease` at the top level ([`AgentConfig::agent_options`]).
+//!
 //! ```json
 //! {
 //!   "model": {"provider": "openai", "model": "gpt-4o-mini", "maxTokens": 1024},
 //!   "instructions": "You process orders.",
 //!   "limits": {"maxSteps": 12},
 //!   "onAgentDrift": "warn",
+//!   "retry": {"maxAttempts": 3},
 //!   "tools": [{"name": "create_ticket", "url": "https://api.example.com/tickets",
 //!              "inputSchema": {"type": "object", "required": ["title"]}, "sideEffecting": true}],
 //!   "allowedHosts": ["api.example.com"],
@@ -21,6 +26,7 @@
 
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::DriftPolicy;
+use crate::core::retry::RetryPolicy;
 use crate::core::schedule::{compile_all, CompiledSchedule, Schedule};
 use crate::core::sweep::SweepOptions;
 use crate::http::HttpClient;
@@ -286,17 +292,17 @@ impl ModelConfig {
     }
 }
 
-/// Run limits.
+/// The `limits` section: the four limits of [`AgentOptions`] (same names, meanings and defaults).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Limits {
-    /// Model turns per run (default 10).
+    /// [`AgentOptions::max_steps`].
     pub max_steps: u32,
-    /// Tool calls of one turn run at once (default 8).
+    /// [`AgentOptions::tool_concurrency`].
     pub tool_concurrency: usize,
-    /// Stop after this many identical failing tool turns in a row (default 4; 0 = off).
+    /// [`AgentOptions::loop_window`].
     pub loop_window: u32,
-    /// Longest tool result kept, in bytes (default 262144); a longer one is cut with a marker.
+    /// [`AgentOptions::max_tool_result_bytes`].
     pub max_tool_result_bytes: usize,
 }
 
@@ -337,6 +343,10 @@ fn strict_lease<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<LeaseOpt
     strict(d, "lease")
 }
 
+fn strict_retry<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<RetryPolicy, D::Error> {
+    strict(d, "retry")
+}
+
 fn strict_recovery<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<SweepOptions, D::Error> {
     strict(d, "recovery")
 }
@@ -375,10 +385,13 @@ pub struct AgentConfig {
     /// Run limits.
     #[serde(default)]
     pub limits: Limits,
-    /// What a changed agent does on resume: `warn` (default), `error` or `ignore`.
+    /// [`AgentOptions::on_agent_drift`]: `warn` (default), `error` or `ignore`.
     #[serde(default)]
     pub on_agent_drift: DriftPolicy,
-    /// Lease timing (`ttlMs`, `renewEveryMs`, `graceMs`).
+    /// [`AgentOptions::retry`] (`maxAttempts`, `baseMs`, `capMs`, `deadlineMs`).
+    #[serde(default, deserialize_with = "strict_retry")]
+    pub retry: RetryPolicy,
+    /// [`AgentOptions::lease`] (`ttlMs`, `renewEveryMs`, `graceMs`).
     #[serde(default, deserialize_with = "strict_lease")]
     pub lease: LeaseOptions,
     /// Recovery sweep settings (`intervalMs`, `maxBackoffMs`, `maxAttempts`, `maxRuns`, `opBudget`,
@@ -421,6 +434,7 @@ impl Default for AgentConfig {
             instructions: String::new(),
             limits: Limits::default(),
             on_agent_drift: DriftPolicy::default(),
+            retry: RetryPolicy::default(),
             lease: LeaseOptions::default(),
             recovery: SweepOptions::default(),
             tools: Vec::new(),
@@ -467,16 +481,19 @@ impl AgentConfig {
         Allowlist::new(&self.allowed_hosts)
     }
 
-    /// The runtime options (limits, drift policy, lease; the default retry policy).
+    /// The runtime options, every one as configured: the `limits` section, `onAgentDrift`, `retry`, `lease`
+    /// (no `..Default::default()` here: an option added to [`AgentOptions`] does not compile until the
+    /// configuration gives it a place).
     pub fn agent_options(&self) -> AgentOptions {
+        let Limits { max_steps, tool_concurrency, loop_window, max_tool_result_bytes } = self.limits.clone();
         AgentOptions {
-            max_steps: self.limits.max_steps,
-            tool_concurrency: self.limits.tool_concurrency,
+            max_steps,
+            tool_concurrency,
             on_agent_drift: self.on_agent_drift,
+            retry: self.retry,
             lease: self.lease,
-            loop_window: self.limits.loop_window,
-            max_tool_result_bytes: self.limits.max_tool_result_bytes,
-            ..AgentOptions::default()
+            loop_window,
+            max_tool_result_bytes,
         }
     }
 
@@ -853,6 +870,7 @@ mod tests {
         "instructions": "You process orders.",
         "limits": {"maxSteps": 12, "toolConcurrency": 4, "loopWindow": 3},
         "onAgentDrift": "error",
+        "retry": {"maxAttempts": 2, "baseMs": 100},
         "lease": {"ttlMs": 120000, "renewEveryMs": 30000, "graceMs": 5000},
         "recovery": {"intervalMs": 60000, "maxAttempts": 5, "retryWithDiagnosis": true},
         "tools": [
@@ -920,7 +938,7 @@ mod tests {
         assert_eq!((o.max_steps, o.tool_concurrency, o.loop_window), (12, 4, 3));
         assert_eq!(o.on_agent_drift, DriftPolicy::Error);
         assert_eq!(o.lease.ttl_ms, 120_000);
-        assert_eq!(o.retry, AgentOptions::default().retry);
+        assert_eq!(o.retry, RetryPolicy { max_attempts: 2, base_ms: 100, ..RetryPolicy::default() });
         // Round trip through serialization.
         let back = AgentConfig::parse(&serde_json::to_string(&c).unwrap()).unwrap();
         assert_eq!(back, c);
@@ -978,6 +996,12 @@ mod tests {
         let e = err_of(r#"{"lease": {"ttlMS": 1000}}"#);
         assert!(e.message.contains("unknown field `ttlMS` in `lease`"), "{}", e.message);
         assert!(e.message.contains("`ttlMs`"), "{}", e.message);
+
+        let e = err_of(r#"{"retry": {"maxAttempt": 3}}"#);
+        assert!(e.message.contains("unknown field `maxAttempt` in `retry`"), "{}", e.message);
+        assert!(e.message.contains("`maxAttempts`") && e.message.contains("`deadlineMs`"), "{}", e.message);
+        let e = err_of(r#"{"retry": {"baseMs": "fast"}}"#);
+        assert!(e.message.contains("invalid type") && e.message.contains("in `retry`"), "{}", e.message);
 
         let e = err_of(r#"{"recovery": {"maxAttempt": 3}}"#);
         assert!(e.message.contains("unknown field `maxAttempt` in `recovery`"), "{}", e.message);
@@ -1239,6 +1263,89 @@ mod tests {
                 assert_eq!(cache.parses(), parses, "{repro}: parses after {source}");
                 assert_eq!(keyed.parses(), parses, "{repro}: keyed parses after {source}");
             }
+        }
+    }
+
+    /// The configuration's names of the agent options are the npm package's (the runtime's [`AgentOptions`]
+    /// JSON): over generated options, a document with the four limits under `limits` and the rest at the top
+    /// level gives back exactly those options. `STEADFAST_CONFIG_SEED=<n>` replays one case.
+    #[test]
+    fn every_agent_option_is_configured_under_its_npm_name_for_generated_options() {
+        use crate::runtime::{Rng, SplitMix64};
+        let seeds: Vec<u64> = match std::env::var("STEADFAST_CONFIG_SEED").ok().and_then(|s| s.parse().ok()) {
+            Some(seed) => vec![seed],
+            None => (0..200).collect(),
+        };
+        for seed in seeds {
+            let rng = SplitMix64::new(seed);
+            let n = |lo: u64, hi: u64| lo + rng.next_u64() % (hi - lo + 1);
+            let repro = format!("STEADFAST_CONFIG_SEED={seed} cargo test --lib config::tests::every_agent_option");
+            let ttl = n(4, 600_000);
+            let options = AgentOptions {
+                max_steps: n(1, 500) as u32,
+                tool_concurrency: n(1, 64) as usize,
+                on_agent_drift: [DriftPolicy::Warn, DriftPolicy::Error, DriftPolicy::Ignore][n(0, 2) as usize],
+                retry: RetryPolicy {
+                    max_attempts: n(1, 20) as u32,
+                    base_ms: n(0, 10_000),
+                    cap_ms: n(0, 100_000),
+                    deadline_ms: n(0, 1_000_000),
+                },
+                lease: LeaseOptions { ttl_ms: ttl, renew_every_ms: n(1, ttl - 1), grace_ms: n(0, 100_000) },
+                loop_window: n(0, 10) as u32,
+                max_tool_result_bytes: n(1_024, crate::core::limits::MAX_TOOL_RESULT_BYTES as u64) as usize,
+            };
+            let Value::Object(mut doc) = serde_json::to_value(&options).unwrap() else { panic!("{repro}") };
+            let mut limits = Map::new();
+            for key in ["maxSteps", "toolConcurrency", "loopWindow", "maxToolResultBytes"] {
+                limits.insert(key.into(), doc.remove(key).unwrap_or_else(|| panic!("{key}; {repro}")));
+            }
+            doc.insert("limits".into(), Value::Object(limits));
+            doc.insert("settleMs".into(), json!(1));
+            let cfg = AgentConfig::parse(&Value::Object(doc).to_string()).unwrap_or_else(|e| panic!("{e}; {repro}"));
+            assert_eq!(cfg.agent_options(), options, "{repro}");
+        }
+    }
+
+    /// A configured `retry` reaches the agent (it was left at its default before, and `retry` was an unknown
+    /// field): against a provider that always answers 503, the model is asked `maxAttempts` times before the
+    /// run attempt fails, and 4 times (the default) without `retry`.
+    #[test]
+    fn a_configured_retry_policy_is_the_agents_for_a_failing_provider() {
+        use crate::runtime::{Agent, ManualClock, ManualSleep};
+        for (retry, asked) in
+            [("", 4), (r#", "retry": {"maxAttempts": 1}"#, 1), (r#", "retry": {"maxAttempts": 3}"#, 3)]
+        {
+            let cfg =
+                AgentConfig::parse(&format!(r#"{{"model": {{"provider": "openai", "model": "m"}}{retry}}}"#)).unwrap();
+            let platform = TestPlatform {
+                // More 503s than any policy here asks for: a surplus shows as extra requests.
+                http: crate::providers::fake::FakeHttp::new(
+                    (0..8)
+                        .map(|_| {
+                            Ok(HttpResponse {
+                                status: 503,
+                                headers: vec![],
+                                body: r#"{"error": {"message": "down"}}"#.into(),
+                                truncated: false,
+                            })
+                        })
+                        .collect(),
+                ),
+                secrets: vec![("OPENAI_API_KEY".into(), "k".into())],
+                ai: None,
+            };
+            let clock = ManualClock::new(1_000);
+            let agent = Agent::builder_rc(cfg.model(&platform).unwrap())
+                .store(crate::store::MemoryStore::new())
+                .clock(Rc::new(clock.clone()))
+                .sleep(Rc::new(ManualSleep::new(clock)))
+                .options(cfg.agent_options())
+                .build()
+                .unwrap();
+            let e = block_on(agent.send("r1", "hi", Default::default())).unwrap_err();
+            assert_eq!(e.code, ErrorCode::ProviderUnavailable, "{retry}: {e}");
+            assert_eq!(platform.http.requests().len(), asked, "{retry}");
         }
     }
 

@@ -11,24 +11,28 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::rc::Rc;
 
-/// Agent limits and policies.
+/// The agent's limits and policies, defined once. The npm package's `createAgent` takes them as they are,
+/// beside the parts only JS gives (model, tools, hooks, store, clock); the Worker configuration names them
+/// alike: its `limits` section holds `maxSteps`, `toolConcurrency`, `loopWindow` and `maxToolResultBytes`, and
+/// `onAgentDrift`, `retry` and `lease` are top-level fields. Every field has a default.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase", default)]
 pub struct AgentOptions {
-    /// Model turns per run (default 10).
+    /// Model turns per run (default 10; at least 1).
     pub max_steps: u32,
     /// Tool calls of one turn run at once (default 8).
     pub tool_concurrency: usize,
     /// What a changed agent does on resume (default `warn`).
     pub on_agent_drift: DriftPolicy,
-    /// The model-call retry layer (the only one).
+    /// The model-call retry layer (the only one; default: 4 attempts, 500 ms base, 20 s cap, 60 s deadline).
     pub retry: RetryPolicy,
-    /// Run leases.
+    /// Run leases (default: 30 s ttl, renewed every 10 s, 30 s grace).
     pub lease: LeaseOptions,
     /// Stop after this many identical failing tool turns in a row (default 4; 0 = off).
     pub loop_window: u32,
-    /// Longest tool result kept, in bytes (default 256 KiB); a longer one is cut and ends with a marker the
-    /// model reads.
+    /// Longest tool result kept, in bytes (default 262144 = 256 KiB, at least 1024); a longer one is cut and
+    /// ends with a marker the model reads.
     pub max_tool_result_bytes: usize,
 }
 

@@ -16,6 +16,7 @@ pub const MAX_ERROR_RESULT_CHARS: usize = 4_000;
 
 /// What `onAgentDrift` does when the resuming agent differs from the checkpoint's.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "lowercase")]
 pub enum DriftPolicy {
     /// Emit an `agent.drift` event and continue.

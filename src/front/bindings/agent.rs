@@ -1,0 +1,331 @@
+//! The agent (mirrors `js/src/agent.ts`): [`JsAgent`] built from the JS options object, and its run, approval
+//! and inspection methods (sessions, schedules and recovery have their own files).
+
+use super::args::{limit_of, opt_text_arg, text_arg};
+use super::calls::{prepare, request_of, with_events, CallOptions};
+use super::clock::clock_of;
+use super::errors::{encode, js_error, promise};
+use super::hooks::add_hook;
+use super::model::JsModel;
+use super::stores::JsStore;
+use super::tools::JsTool;
+use crate::core::error::{Error, ErrorCode, Result};
+use crate::front::wasm_shared::{absent, js_rng, prop, to_value};
+use crate::runtime::{Agent, AgentOptions, ForkOptions, Resolve};
+use crate::store::RunStore;
+use js_sys::{Array, Function, Promise};
+use serde_json::Value;
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+
+/// A durable agent over a JS model, JS tools and a [`JsStore`]. Every method returns a promise of a JSON
+/// string and rejects with a JS `Error` carrying `code`, `retryable`, `runId`, `approvalId`.
+#[wasm_bindgen]
+pub struct JsAgent {
+    pub(super) agent: Agent,
+}
+
+/// `console.warn(line)`, looked up at each call (so a host or a test that replaces it sees the line).
+pub(super) fn console_warn(line: &str) {
+    let console = prop(&js_sys::global(), "console");
+    if let Ok(warn) = prop(&console, "warn").dyn_into::<Function>() {
+        // Ignored: a warning that cannot be written must not fail the run that caused it.
+        let _ = warn.call1(&console, &JsValue::from_str(line));
+    }
+}
+
+/// The agent options of the JS options object, read whole: each field of [`AgentOptions`] (by its JSON name)
+/// that `get` finds, deserialized as one [`AgentOptions`] (`STEADFAST_CONFIG_INVALID` naming the bad field).
+/// The object's other properties (model, tools, hooks, clock, instructions, and any unknown one) are not
+/// options and are not read here.
+pub(super) fn agent_options_of(get: impl Fn(&str) -> Result<Option<Value>>) -> Result<AgentOptions> {
+    let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
+    let Ok(Value::Object(names)) = serde_json::to_value(AgentOptions::default()) else {
+        return Err(Error::internal("the agent options do not serialise as an object"));
+    };
+    let mut given = serde_json::Map::new();
+    for key in names.keys() {
+        if let Some(v) = get(key)? {
+            given.insert(key.clone(), v);
+        }
+    }
+    serde_json::from_value(Value::Object(given)).map_err(|e| cfg(format!("invalid agent options: {e}")))
+}
+
+#[wasm_bindgen]
+impl JsAgent {
+    /// Builds an agent from `{model, tools?, hooks?, instructions?, clock?}` and the [`AgentOptions`] fields
+    /// (`maxSteps?`, `retry?`, `lease?`, …; see [`agent_options_of`]) over `store` (`clock`: a JS clock `{now,
+    /// sleep}` read instead of the platform's). Warnings (a drift under `onAgentDrift: "warn"`) go to
+    /// `console.warn`. Throws `STEADFAST_CONFIG_INVALID` for a bad configuration.
+    #[wasm_bindgen(constructor)]
+    pub fn new(options: JsValue, store: &JsStore) -> std::result::Result<JsAgent, JsValue> {
+        JsAgent::build(&options, store.store.clone()).map(|agent| JsAgent { agent }).map_err(|e| js_error(&e))
+    }
+
+    fn build(options: &JsValue, store: Rc<dyn RunStore>) -> Result<Agent> {
+        let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
+        if !options.is_object() {
+            return Err(cfg("agent options must be an object".into()));
+        }
+        let model = JsModel::from_js(prop(options, "model"))?;
+
+        let agent_options = agent_options_of(|key| {
+            let v = prop(options, key);
+            if absent(&v) {
+                return Ok(None);
+            }
+            to_value(&v, key).map(Some).map_err(|e| cfg(e.message))
+        })?;
+
+        let instructions = prop(options, "instructions");
+        let instructions = if absent(&instructions) {
+            String::new()
+        } else {
+            instructions.as_string().ok_or_else(|| cfg("instructions must be a string".into()))?
+        };
+
+        let (clock, sleep) = clock_of(&prop(options, "clock"), "the agent's clock")?;
+        let mut b = Agent::builder(model)
+            .store_rc(store)
+            .clock(clock)
+            .sleep(sleep)
+            .warn(Rc::new(console_warn))
+            .rng(Rc::new(js_rng()))
+            .options(agent_options)
+            .instructions(instructions);
+        let tools = prop(options, "tools");
+        if !absent(&tools) {
+            if !Array::is_array(&tools) {
+                return Err(cfg("tools must be an array".into()));
+            }
+            for (i, t) in Array::from(&tools).iter().enumerate() {
+                b = b.tool(JsTool::from_js(t, i)?);
+            }
+        }
+        let hooks = prop(options, "hooks");
+        if !absent(&hooks) {
+            if !Array::is_array(&hooks) {
+                return Err(cfg("hooks must be an array".into()));
+            }
+            for (i, h) in Array::from(&hooks).iter().enumerate() {
+                b = add_hook(b, &h, i)?;
+            }
+        }
+        b.build()
+    }
+
+    /// The agent's fingerprint (JSON).
+    pub fn fingerprint(&self) -> std::result::Result<String, JsValue> {
+        encode(self.agent.fingerprint()).map_err(|e| js_error(&e))
+    }
+
+    /// Sends on run `run_id`: `request_json` is the send document ([`SendRequest`]: `{input, businessState?}`,
+    /// as the HTTP API takes it); `options_json`: `{events?}`; `on_event` is called with each event's JSON as it
+    /// happens; `signal` (a JS `AbortSignal`) aborts the run (it resolves `in-progress` with finish reason
+    /// `aborted`, resumable). Resolves to the RunResult JSON.
+    pub fn send(
+        &self,
+        run_id: JsValue,
+        request_json: String,
+        options_json: Option<String>,
+        on_event: Option<Function>,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let run_id = text_arg(&run_id, "sessionId")?;
+            let mut p = prepare(options_json, on_event, signal, "send options")?;
+            let input = request_of(&request_json, &mut p.opts)?;
+            let result = agent.send(&run_id, input, p.opts).await?;
+            with_events(&result, p.sink)
+        })
+    }
+
+    /// Finishes an unfinished run (`options_json`, `on_event` and `signal` as for `send`). Resolves to the
+    /// RunResult JSON, or `null` when there was nothing to do.
+    pub fn resume(
+        &self,
+        run_id: JsValue,
+        options_json: Option<String>,
+        on_event: Option<Function>,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let run_id = text_arg(&run_id, "the session id")?;
+            let p = prepare(options_json, on_event, signal, "resume options")?;
+            match agent.resume(&run_id, p.opts).await? {
+                Some(result) => with_events(&result, p.sink),
+                None => Ok(Value::Null),
+            }
+        })
+    }
+
+    /// Runs a delivered job once (`Agent::run_once`): the run id is derived from `delivery_id`; a finished run
+    /// is acknowledged (no model call), a run waiting on a person is left, an unfinished one is resumed, and
+    /// only a new delivery is sent (`request_json`, `options_json`, `on_event` and `signal` as for `send`).
+    /// Resolves to the [`crate::runtime::Delivery`] JSON, the shape `POST /deliveries/{id}` answers with: `{outcome:
+    /// "acknowledged" | "ran", runId, result}` or `{outcome: "awaiting-approval", runId, approvalId}` (plus
+    /// `events` when asked for).
+    #[wasm_bindgen(js_name = runOnce)]
+    pub fn run_once(
+        &self,
+        delivery_id: JsValue,
+        request_json: String,
+        options_json: Option<String>,
+        on_event: Option<Function>,
+        signal: Option<JsValue>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let delivery_id = text_arg(&delivery_id, "deliveryId")?;
+            let mut p = prepare(options_json, on_event, signal, "runOnce options")?;
+            let input = request_of(&request_json, &mut p.opts)?;
+            let delivery = agent.run_once(&delivery_id, input, p.opts).await?;
+            with_events(&delivery, p.sink)
+        })
+    }
+
+    /// Pending approval records (JSON array).
+    #[wasm_bindgen(js_name = approvalsList)]
+    pub fn approvals_list(&self) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.approvals().list().await })
+    }
+
+    /// Resolves an approval; resolves to the RunResult JSON (the run resumes when it was the last one).
+    /// `on_event` is called with each event's JSON as it happens.
+    #[wasm_bindgen(js_name = approvalsResolve)]
+    pub fn approvals_resolve(
+        &self,
+        id: JsValue,
+        approved: JsValue,
+        note: JsValue,
+        on_event: Option<Function>,
+    ) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let id = text_arg(&id, "the approval id")?;
+            let approved = approved.as_bool().ok_or_else(|| Error::invalid_input("approved must be true or false"))?;
+            let note = opt_text_arg(&note, "note")?;
+            let (opts, _) = CallOptions::default().send_options(on_event);
+            agent.approvals().resolve_with(Resolve { id, approved, note }, opts).await
+        })
+    }
+
+    /// Every unfinished run (JSON array of PendingRun).
+    pub fn pending(&self) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.pending().await })
+    }
+
+    /// Forks a run (`options_json`: `{fromStep, patch?, newId?}`); resolves to the ForkResult JSON.
+    pub fn fork(&self, run_id: JsValue, options_json: String) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move {
+            let run_id = text_arg(&run_id, "the run id")?;
+            let opts: ForkOptions = serde_json::from_str(&options_json)
+                .map_err(|e| Error::invalid_input(format!("invalid fork options: {e}")))?;
+            agent.fork(&run_id, opts).await
+        })
+    }
+
+    /// Compares two stored runs; resolves to the Comparison JSON.
+    pub fn compare(&self, a: JsValue, b: JsValue) -> Promise {
+        let agent = self.agent.clone();
+        promise(
+            async move { agent.compare(&text_arg(&a, "the first run id")?, &text_arg(&b, "the second run id")?).await },
+        )
+    }
+
+    /// Deletes a run; resolves to `null`.
+    pub fn delete(&self, run_id: JsValue) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.delete(&text_arg(&run_id, "the run id")?).await })
+    }
+
+    /// The run's checkpoint JSON, or `null`.
+    pub fn load(&self, run_id: JsValue) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.load(&text_arg(&run_id, "the run id")?).await })
+    }
+
+    /// Past states of a run, newest first (JSON array).
+    pub fn history(&self, run_id: JsValue, limit: JsValue) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.history(&text_arg(&run_id, "the run id")?, limit_of(&limit)?).await })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::machine::DriftPolicy;
+    use crate::core::retry::RetryPolicy;
+    use serde_json::json;
+
+    fn options_of(given: Value) -> Result<AgentOptions> {
+        agent_options_of(|key| Ok(given.get(key).cloned()))
+    }
+
+    #[test]
+    fn the_agent_options_are_read_whole_by_their_json_names_with_defaults_for_the_rest() {
+        assert_eq!(options_of(json!({})).unwrap(), AgentOptions::default());
+        let o = options_of(json!({
+            "maxSteps": 3, "toolConcurrency": 2, "onAgentDrift": "error", "loopWindow": 0,
+            "maxToolResultBytes": 2048, "retry": {"maxAttempts": 2}, "lease": {"ttlMs": 90000}
+        }))
+        .unwrap();
+        assert_eq!((o.max_steps, o.tool_concurrency, o.loop_window, o.max_tool_result_bytes), (3, 2, 0, 2048));
+        assert_eq!(o.on_agent_drift, DriftPolicy::Error);
+        assert_eq!(o.retry, RetryPolicy { max_attempts: 2, ..RetryPolicy::default() });
+        assert_eq!(o.lease.ttl_ms, 90_000);
+        assert_eq!(o.lease.renew_every_ms, AgentOptions::default().lease.renew_every_ms);
+    }
+
+    #[test]
+    fn only_the_agent_options_names_are_asked_for_and_other_properties_are_not_options() {
+        let asked = std::cell::RefCell::new(Vec::new());
+        let o = agent_options_of(|key| {
+            asked.borrow_mut().push(key.to_string());
+            Ok(match key {
+                "maxSteps" => Some(json!(7)),
+                _ => None,
+            })
+        })
+        .unwrap();
+        assert_eq!(o.max_steps, 7);
+        let mut asked = asked.into_inner();
+        asked.sort();
+        let Value::Object(names) = serde_json::to_value(AgentOptions::default()).unwrap() else { panic!() };
+        let mut expected: Vec<String> = names.keys().cloned().collect();
+        expected.sort();
+        assert_eq!(asked, expected);
+        for name in
+            ["maxSteps", "toolConcurrency", "onAgentDrift", "retry", "lease", "loopWindow", "maxToolResultBytes"]
+        {
+            assert!(expected.iter().any(|k| k == name), "{name}");
+        }
+        // Unknown properties (a typo, the JS-only parts) are not read as options: the defaults stay.
+        assert_eq!(options_of(json!({"maxStep": 3, "model": {}, "tools": []})).unwrap(), AgentOptions::default());
+    }
+
+    #[test]
+    fn a_bad_agent_option_is_a_config_error_naming_it() {
+        for (given, needle) in [
+            (json!({"maxSteps": "ten"}), "invalid type"),
+            (json!({"onAgentDrift": "explode"}), "unknown variant `explode`"),
+            (json!({"retry": {"maxAttempts": -1}}), "invalid value"),
+            (json!({"lease": 5}), "invalid type"),
+            (json!({"toolConcurrency": 1.5}), "invalid type"),
+        ] {
+            let e = options_of(given.clone()).unwrap_err();
+            assert_eq!(e.code, ErrorCode::ConfigInvalid, "{given}");
+            assert!(e.message.starts_with("invalid agent options: ") && e.message.contains(needle), "{given}: {e}");
+        }
+        let e = agent_options_of(|_| Err(Error::new(ErrorCode::ConfigInvalid, "lease: not JSON"))).unwrap_err();
+        assert_eq!((e.code, e.message.as_str()), (ErrorCode::ConfigInvalid, "lease: not JSON"));
+    }
+}
