@@ -1190,7 +1190,7 @@ mod tests {
     /// parsing its source gives (the same configuration, or the same error), a source equal to the cached one
     /// is not parsed again (the same `Rc` comes back), any other source is parsed (a changed configuration is
     /// never served stale), and a failing source is parsed on every request without evicting the valid entry.
-    /// `STEADFAST_CONFIG_SEED=<n>` replays one case.
+    /// `STEADFAST_SEED=<n>` replays one case.
     #[test]
     fn the_config_cache_parses_a_source_once_and_never_serves_a_changed_one_stale_for_generated_sequences() {
         use crate::runtime::{Rng, SplitMix64};
@@ -1206,13 +1206,10 @@ mod tests {
             r#"{"instructions": 7}"#.to_string(),
             "not json".to_string(),
         ];
-        let seeds: Vec<u64> = match std::env::var("STEADFAST_CONFIG_SEED").ok().and_then(|s| s.parse().ok()) {
-            Some(seed) => vec![seed],
-            None => (0..300).collect(),
-        };
+        let seeds: Vec<u64> = crate::seeds::seeds(0..300);
         for seed in seeds {
             let rng = SplitMix64::new(seed);
-            let repro = format!("STEADFAST_CONFIG_SEED={seed} cargo test --lib config::tests::the_config_cache");
+            let repro = crate::seeds::repro(seed, "config::tests::the_config_cache");
             let cache = ConfigCache::default();
             // The same sequence through a cache keyed by the source's index (as the Worker keys by the JS value
             // the text is read from): it reads the text only on a miss and answers exactly as `get`.
@@ -1268,18 +1265,15 @@ mod tests {
 
     /// The configuration's names of the agent options are the npm package's (the runtime's [`AgentOptions`]
     /// JSON): over generated options, a document with the four limits under `limits` and the rest at the top
-    /// level gives back exactly those options. `STEADFAST_CONFIG_SEED=<n>` replays one case.
+    /// level gives back exactly those options. `STEADFAST_SEED=<n>` replays one case.
     #[test]
     fn every_agent_option_is_configured_under_its_npm_name_for_generated_options() {
         use crate::runtime::{Rng, SplitMix64};
-        let seeds: Vec<u64> = match std::env::var("STEADFAST_CONFIG_SEED").ok().and_then(|s| s.parse().ok()) {
-            Some(seed) => vec![seed],
-            None => (0..200).collect(),
-        };
+        let seeds: Vec<u64> = crate::seeds::seeds(0..200);
         for seed in seeds {
             let rng = SplitMix64::new(seed);
             let n = |lo: u64, hi: u64| lo + rng.next_u64() % (hi - lo + 1);
-            let repro = format!("STEADFAST_CONFIG_SEED={seed} cargo test --lib config::tests::every_agent_option");
+            let repro = crate::seeds::repro(seed, "config::tests::every_agent_option");
             let ttl = n(4, 600_000);
             let options = AgentOptions {
                 max_steps: n(1, 500) as u32,
@@ -1408,18 +1402,15 @@ mod tests {
     /// platforms: the model id, the request the provider sends (URL, key header, body fields: model,
     /// temperature, token cap, extra params that cannot replace the model), the binding call, and the
     /// configuration error (naming the secret or the binding) when the platform lacks what the provider needs,
-    /// in which case nothing is sent. `STEADFAST_CONFIG_SEED=<n>` replays one case.
+    /// in which case nothing is sent. `STEADFAST_SEED=<n>` replays one case.
     #[test]
     fn the_configured_provider_is_built_with_its_options_for_generated_configs() {
         use crate::runtime::{Rng, SplitMix64};
-        let seeds: Vec<u64> = match std::env::var("STEADFAST_CONFIG_SEED").ok().and_then(|s| s.parse().ok()) {
-            Some(seed) => vec![seed],
-            None => (0..600).collect(),
-        };
+        let seeds: Vec<u64> = crate::seeds::seeds(0..600);
         for seed in seeds {
             let rng = SplitMix64::new(seed);
             let pick = |n: u64| (rng.next_u64() % n) as usize;
-            let repro = format!("STEADFAST_CONFIG_SEED={seed} cargo test --lib config::tests::the_configured_provider");
+            let repro = crate::seeds::repro(seed, "config::tests::the_configured_provider");
             let provider = [Provider::Mock, Provider::OpenAi, Provider::Anthropic, Provider::WorkersAi][pick(4)];
             let model = (provider != Provider::Mock || pick(2) == 0).then(|| format!("model-{}", pick(100)));
             let mut params = Map::new();

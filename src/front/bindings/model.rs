@@ -215,17 +215,14 @@ mod tests {
 
     /// Over generated interleavings (deltas sent before the first poll, between polls, and in the poll that
     /// answers), every delta is passed on once, in order, before the answer is returned.
-    /// `STEADFAST_BINDINGS_SEED=<n>` replays one case.
+    /// `STEADFAST_SEED=<n>` replays one case.
     #[test]
     fn deltas_are_passed_on_in_order_before_the_answer_for_generated_interleavings() {
         use crate::runtime::{Rng, SplitMix64};
-        let seeds: Vec<u64> = match std::env::var("STEADFAST_BINDINGS_SEED").ok().and_then(|s| s.parse().ok()) {
-            Some(seed) => vec![seed],
-            None => (0..200).collect(),
-        };
+        let seeds: Vec<u64> = crate::seeds::seeds(0..200);
         for seed in seeds {
             let rng = SplitMix64::new(seed);
-            let repro = format!("STEADFAST_BINDINGS_SEED={seed} cargo test --lib --features js deltas_are_passed_on");
+            let repro = crate::seeds::repro_in("--lib --features js", seed, "deltas_are_passed_on");
             // Per poll of the answer: how many deltas the "model" sends before it; the answer comes after the
             // last batch.
             let batches: Vec<usize> = (0..1 + rng.next_u64() % 6).map(|_| (rng.next_u64() % 4) as usize).collect();
