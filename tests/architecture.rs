@@ -5,9 +5,9 @@
 //! `runtime::agent`, a `mod.rs` is its folder's module), and each `crate::…`, `super::…` or `self::…` path in it
 //! (in a `use` or in code; not in comments or strings, not in `#[cfg(test)]` items) is an arrow to the module the
 //! path names — followed through `use` imports and re-exports to the module that defines the item, so
-//! `crate::runtime::Warn` is an arrow to the module `Warn` comes from. A module's arrows to its own submodules (declaring them,
-//! re-exporting their items) are its structure, not dependencies, and are left out; a submodule's arrows to its
-//! parent count.
+//! `crate::runtime::Warn` is an arrow to the module `Warn` comes from. A module's arrows to its own submodules
+//! (declaring them, re-exporting their items) are its structure, not dependencies, and are left out; a
+//! submodule's arrows to its parent count.
 //!
 //! Two checks, each printing the offending path with where each arrow was found:
 //! * no cycle between modules (`runtime::agent → runtime::approvals → runtime::deps → runtime::agent` fails);

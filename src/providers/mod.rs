@@ -399,8 +399,8 @@ pub(crate) fn tool_call(c: &Value, step: u32, i: usize) -> std::result::Result<T
     Ok(new_call(id, name, f.get("arguments")))
 }
 
-/// A model turn assembled from Anthropic content blocks: by [`anthropic::parse_response`] from a whole message, and by the
-/// stream parser ([`stream::AnthropicStream`]) block by block (so both give the same turn).
+/// A model turn assembled from Anthropic content blocks: by [`anthropic::parse_response`] from a whole message,
+/// and by the stream parser ([`stream::AnthropicStream`]) block by block (so both give the same turn).
 #[derive(Debug, Default)]
 pub(crate) struct TurnBuilder {
     pub(crate) text: String,

@@ -1,6 +1,6 @@
 //! The small traits the runtime is generic over: [`Model`], [`Tool`], [`EventSink`], plus the cancellation
-//! handle [`AbortSignal`] and the warning callback [`Warn`]. `Clock`, `Sleep` and `Rng` live in the crate's leaf modules `time` and `rng` (the
-//! store uses them too); the runtime re-exports them.
+//! handle [`AbortSignal`] and the warning callback [`Warn`]. `Clock`, `Sleep` and `Rng` live in the crate's leaf
+//! modules `time` and `rng` (the store uses them too); the runtime re-exports them.
 
 use crate::core::error::{cap_chars, Error, Result};
 use crate::core::events::{EventEnvelope, StreamDelta};
