@@ -7,10 +7,21 @@
 
 use super::error::{ErrorInfo, Result};
 use super::fingerprint::Fingerprint;
-use super::idempotency::CopiedScope;
 use super::transcript::{Message, ToolResult, Usage};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// Which key scope covers the first `messages` messages of a fork's transcript (those it copied from a run).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct CopiedScope {
+    /// The messages before this position (and after the previous entry's) were copied from a run with `scope`.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub messages: usize,
+    /// That run's key scope.
+    pub scope: String,
+}
 
 /// Where a run stands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

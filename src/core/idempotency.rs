@@ -21,23 +21,11 @@
 //!   the transcript makes every call the fork's own.
 
 use super::checkpoint::Checkpoint;
+pub use super::checkpoint::CopiedScope;
 use super::fingerprint::sha256_hex;
-use serde::{Deserialize, Serialize};
 
 /// Length of a call key (hex digits: 128 bits of SHA-256).
 pub const CALL_KEY_LEN: usize = 32;
-
-/// Which key scope covers the first `messages` messages of a fork's transcript (those it copied from a run).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase")]
-pub struct CopiedScope {
-    /// The messages before this position (and after the previous entry's) were copied from a run with `scope`.
-    #[cfg_attr(feature = "ts", ts(type = "number"))]
-    pub messages: usize,
-    /// That run's key scope.
-    pub scope: String,
-}
 
 /// The key scope of a new run: `<run id>:<nonce as 32 hex digits>`.
 pub fn new_scope(run_id: &str, nonce: (u64, u64)) -> String {

@@ -6,10 +6,10 @@
 //! into one (all results of a tool turn, plus any user text that follows, form one `user` message).
 
 use super::stream::{AnthropicStream, StreamDelta};
-use super::{body_text, generated_call_id, invalid_response, join_url, merge_extra, new_call, u64_field};
+use super::{body_text, invalid_response, join_url, merge_extra, TurnBuilder};
 use crate::core::error::Result;
 use crate::core::machine::ModelResponse;
-use crate::core::transcript::{Message, Usage};
+use crate::core::transcript::Message;
 use crate::http::{HttpClient, HttpRequest};
 use crate::runtime::traits::{Model, ModelRequest, ToolSpec};
 use async_trait::async_trait;
@@ -227,79 +227,6 @@ pub fn parse_response(body: &str, step: u32) -> Result<ModelResponse> {
     Ok(turn.finish())
 }
 
-/// A model turn assembled from Anthropic content blocks: by [`parse_response`] from a whole message, and by the
-/// stream parser block by block (so both give the same turn).
-#[derive(Debug, Default)]
-pub(crate) struct TurnBuilder {
-    pub(crate) text: String,
-    pub(crate) reasoning: Vec<Value>,
-    pub(crate) tool_calls: Vec<crate::core::transcript::ToolCall>,
-    pub(crate) usage: Usage,
-    pub(crate) stop_reason: Option<String>,
-}
-
-impl TurnBuilder {
-    /// Adds one complete content block. `Err` says why it cannot be read.
-    pub(crate) fn block(&mut self, block: &Value, step: u32) -> std::result::Result<(), String> {
-        match block.get("type").and_then(Value::as_str) {
-            Some("text") => self.text.push_str(block.get("text").and_then(Value::as_str).unwrap_or("")),
-            Some("thinking" | "redacted_thinking") => {
-                // Kept in the transcript as it came: it must read back from the journal.
-                let depth = crate::core::limits::json_depth(block);
-                if depth > crate::core::limits::MAX_JSON_DEPTH {
-                    return Err(format!(
-                        "a thinking block nested {depth} levels deep; at most {} levels are accepted",
-                        crate::core::limits::MAX_JSON_DEPTH
-                    ));
-                }
-                self.reasoning.push(block.clone())
-            }
-            Some("tool_use") => {
-                let i = self.tool_calls.len();
-                let name = block
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .filter(|n| !n.is_empty())
-                    .ok_or_else(|| "a tool_use block without a name".to_string())?;
-                let id = block
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_string)
-                    .unwrap_or_else(|| generated_call_id(step, i));
-                self.tool_calls.push(new_call(id, name, block.get("input")));
-            }
-            _ => {}
-        }
-        Ok(())
-    }
-
-    /// Sets the usage from an Anthropic `usage` object (fields it lacks keep their value: a stream reports
-    /// input tokens at the start and output tokens at the end).
-    pub(crate) fn usage(&mut self, u: Option<&Value>) {
-        let Some(u) = u.filter(|u| u.is_object()) else { return };
-        let has = |k: &str| u.get(k).is_some_and(|n| !n.is_null());
-        if has("input_tokens") || has("cache_creation_input_tokens") || has("cache_read_input_tokens") {
-            self.usage.input_tokens = u64_field(u, "input_tokens")
-                .saturating_add(u64_field(u, "cache_creation_input_tokens"))
-                .saturating_add(u64_field(u, "cache_read_input_tokens"));
-        }
-        if has("output_tokens") {
-            self.usage.output_tokens = u64_field(u, "output_tokens");
-        }
-    }
-
-    pub(crate) fn finish(self) -> ModelResponse {
-        ModelResponse {
-            text: self.text,
-            tool_calls: self.tool_calls,
-            usage: self.usage,
-            stop_reason: self.stop_reason,
-            reasoning: self.reasoning,
-        }
-    }
-}
-
 /// An Anthropic model over an [`HttpClient`]. One HTTP request per `generate`, no retries.
 pub struct AnthropicModel<H: HttpClient> {
     client: H,
@@ -351,7 +278,7 @@ mod tests {
     use super::*;
     use crate::core::classify::{classify, is_provider_outage, FailureClass};
     use crate::core::error::{Error, ErrorCode};
-    use crate::core::transcript::{ResultKind, ToolCall, ToolResult};
+    use crate::core::transcript::{ResultKind, ToolCall, ToolResult, Usage};
     use crate::providers::fake::FakeHttp;
     use futures::executor::block_on;
 

@@ -14,8 +14,7 @@
 //! (`STEADFAST_PROVIDER_NETWORK`: the connection dropped), an event that cannot be read
 //! (`STEADFAST_PROVIDER_INVALID_RESPONSE`). Nothing here does I/O.
 
-use super::anthropic::TurnBuilder;
-use super::{generated_call_id, new_call, openai_usage, tool_call, with_refusal};
+use super::{generated_call_id, new_call, openai_usage, tool_call, with_refusal, TurnBuilder};
 use crate::core::error::{cap_chars, Error, ErrorCode, Result};
 pub use crate::core::events::StreamDelta;
 use crate::core::machine::ModelResponse;

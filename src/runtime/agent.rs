@@ -5,7 +5,7 @@
 use super::approvals::Approvals;
 use super::deps::{Deps, RegisteredTool};
 use super::hooks::Hook;
-use super::traits::{EventSink, Model, Tool, ToolSpec};
+use super::traits::{EventSink, Model, Tool, ToolSpec, Warn};
 use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::fingerprint::Fingerprint;
@@ -67,9 +67,6 @@ pub struct AgentBuilder {
     warn: Option<Warn>,
     observer: Option<Rc<dyn EventSink>>,
 }
-
-/// Where an agent writes operator warnings, one line each (see [`AgentBuilder::warn`]).
-pub type Warn = Rc<dyn Fn(&str)>;
 
 impl AgentBuilder {
     /// Adds a tool.

@@ -33,7 +33,7 @@ pub(crate) struct Deps {
     pub(crate) sleep: Rc<dyn Sleep>,
     pub(crate) rng: Rc<dyn Rng>,
     /// Where operator warnings go (see [`super::AgentBuilder::warn`]).
-    pub(crate) warn: Option<super::agent::Warn>,
+    pub(crate) warn: Option<super::traits::Warn>,
     /// Sees every execution's events besides the caller's sink (see [`super::AgentBuilder::observer`]).
     pub(crate) observer: Option<Rc<dyn super::traits::EventSink>>,
     pub(crate) options: AgentOptions,

@@ -39,7 +39,7 @@ pub use crate::time::{yield_now, ManualClock, ManualSleep, SimExecutor, SimSleep
 pub use crate::time::{Clock, Sleep};
 #[cfg(not(target_arch = "wasm32"))]
 pub use crate::time::{SystemClock, ThreadSleep};
-pub use agent::{Agent, AgentBuilder, Input, Warn};
+pub use agent::{Agent, AgentBuilder, Input};
 pub use approvals::{Approvals, Resolve};
 pub use feed::{ModelFeed, ModelFrame};
 pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};
@@ -58,6 +58,6 @@ pub use session::{NextExecution, Session, SessionFork, SessionForkOptions, Sessi
 pub use tools::FnTool;
 pub use traits::{
     AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
-    VecSink,
+    VecSink, Warn,
 };
 pub use watch::{Replay, WatchOptions, WatchSink, WatchStart, Watched, Watchers};

@@ -1,6 +1,6 @@
 //! The small traits the runtime is generic over: [`Model`], [`Tool`], [`EventSink`], plus the cancellation
-//! handle [`AbortSignal`]. `Clock`, `Sleep` and `Rng` live in the crate's leaf modules `time` and `rng` (the
-//! store uses them too); the runtime re-exports them.
+//! handle [`AbortSignal`] and the warning callback [`Warn`]. `Clock`, `Sleep` and `Rng` live in the crate's leaf
+//! modules `time` and `rng` (the store uses them too); the runtime re-exports them.
 
 use crate::core::error::{cap_chars, Error, Result};
 use crate::core::events::{EventEnvelope, StreamDelta};
@@ -226,6 +226,9 @@ impl EventSink for Tee {
         self.1.durable(run_id, position);
     }
 }
+
+/// Where an agent writes operator warnings, one line each (see [`super::AgentBuilder::warn`]).
+pub type Warn = Rc<dyn Fn(&str)>;
 
 /// An [`EventSink`] that keeps every event (for tests and buffering).
 #[derive(Clone, Default)]

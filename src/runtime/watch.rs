@@ -20,10 +20,10 @@ use crate::core::error::Result;
 use crate::core::events::{Event, EventEnvelope};
 use crate::core::ids::validate_run_id;
 use crate::core::replay::{end_of, is_recorded, recorded_events, Cursor};
+use futures::channel::mpsc;
+use futures::StreamExt;
 use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::rc::{Rc, Weak};
-use std::task::{Poll, Waker};
+use std::rc::Rc;
 
 /// The recorded events of a run after a journal position ([`Agent::replay`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -166,7 +166,7 @@ impl Agent {
         let push = |item| sink.push(item);
         validate_run_id(run_id)?;
         // Subscribed before the first read: an entry committed meanwhile is noticed, not missed.
-        let sub = hub.map(|h| h.subscribe(run_id));
+        let mut sub = hub.map(|h| h.subscribe(run_id));
         let deadline = self.deps.now().saturating_add(opts.max_ms);
         let mut pos = from.position;
         loop {
@@ -220,7 +220,7 @@ impl Agent {
                 return Ok(());
             }
             let wait = opts.poll_ms.max(1).min(deadline - now);
-            if !self.wait_for_news(sub.as_ref(), wait, &push).await {
+            if !self.wait_for_news(sub.as_mut(), wait, &push).await {
                 return Ok(());
             }
         }
@@ -253,7 +253,7 @@ impl Agent {
 
     /// Waits up to `ms` for news of the run, passing on the hub's live events meanwhile. `false`: the watcher
     /// left.
-    async fn wait_for_news(&self, sub: Option<&Subscription>, ms: u64, push: &dyn Fn(Watched) -> bool) -> bool {
+    async fn wait_for_news(&self, sub: Option<&mut Subscription>, ms: u64, push: &dyn Fn(Watched) -> bool) -> bool {
         let sleep = self.deps.sleep.clone();
         let timer = sleep.sleep(ms);
         futures::pin_mut!(timer);
@@ -286,20 +286,22 @@ enum HubItem {
     Changed,
 }
 
+/// One subscriber: the run it watches and the sending half of its queue (closed once the [`Subscription`] is
+/// dropped).
 struct Sub {
     run_id: String,
-    items: VecDeque<HubItem>,
-    waker: Option<Waker>,
+    tx: mpsc::UnboundedSender<HubItem>,
 }
 
 /// A hub of watchers, as an [`EventSink`] an agent's executions report to ([`super::AgentBuilder::observer`]):
 /// each subscriber of a run gets that run's unrecorded events as they happen and a nudge at every commit and
 /// at the end of every execution. Clones share the hub; a dropped subscription leaves it.
 #[derive(Clone, Default)]
-pub struct Watchers(Rc<RefCell<Vec<Weak<RefCell<Sub>>>>>);
+pub struct Watchers(Rc<RefCell<Vec<Sub>>>);
 
-/// One watcher's place in a [`Watchers`] hub.
-pub struct Subscription(Rc<RefCell<Sub>>);
+/// One watcher's place in a [`Watchers`] hub: the receiving half of its queue (unbounded: the hub never waits
+/// for a watcher, and a watcher takes its items whenever it waits for news).
+pub struct Subscription(mpsc::UnboundedReceiver<HubItem>);
 
 impl Watchers {
     /// A new empty hub.
@@ -308,16 +310,16 @@ impl Watchers {
     }
 
     fn subscribe(&self, run_id: &str) -> Subscription {
-        let sub = Rc::new(RefCell::new(Sub { run_id: run_id.to_string(), items: VecDeque::new(), waker: None }));
+        let (tx, rx) = mpsc::unbounded();
         let mut subs = self.0.borrow_mut();
-        subs.retain(|w| w.strong_count() > 0);
-        subs.push(Rc::downgrade(&sub));
-        Subscription(sub)
+        subs.retain(|s| !s.tx.is_closed());
+        subs.push(Sub { run_id: run_id.to_string(), tx });
+        Subscription(rx)
     }
 
     /// How many watchers are subscribed.
     pub fn len(&self) -> usize {
-        self.0.borrow().iter().filter(|w| w.strong_count() > 0).count()
+        self.0.borrow().iter().filter(|s| !s.tx.is_closed()).count()
     }
 
     /// Whether no watcher is subscribed.
@@ -326,19 +328,12 @@ impl Watchers {
     }
 
     fn tell(&self, run_id: &str, item: impl Fn() -> HubItem) {
-        let subs: Vec<_> = self.0.borrow().iter().filter_map(Weak::upgrade).collect();
-        for sub in subs {
-            let waker = {
-                let mut s = sub.borrow_mut();
-                if s.run_id != run_id {
-                    continue;
-                }
-                s.items.push_back(item());
-                s.waker.take()
-            };
-            if let Some(w) = waker {
-                w.wake();
-            }
+        // Sent outside the borrow: a send wakes the subscriber's task, which may subscribe or leave.
+        let txs: Vec<_> = self.0.borrow().iter().filter(|s| s.run_id == run_id).map(|s| s.tx.clone()).collect();
+        for tx in txs {
+            // Ignored: a send fails only when the subscriber left (its subscription dropped); it is pruned at the
+            // next subscribe.
+            let _ = tx.unbounded_send(item());
         }
     }
 }
@@ -359,16 +354,57 @@ impl EventSink for Watchers {
 }
 
 impl Subscription {
-    fn next(&self) -> impl std::future::Future<Output = HubItem> + '_ {
-        std::future::poll_fn(move |cx| {
-            let mut s = self.0.borrow_mut();
-            match s.items.pop_front() {
-                Some(item) => Poll::Ready(item),
-                None => {
-                    s.waker = Some(cx.waker().clone());
-                    Poll::Pending
-                }
-            }
-        })
+    /// The next item. The queue never ends while the hub lives; if the hub is dropped, this waits forever (the
+    /// watch's timer ends the wait, and the run is read again).
+    async fn next(&mut self) -> HubItem {
+        match self.0.next().await {
+            Some(item) => item,
+            None => futures::future::pending().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::events::EVENT_SCHEMA_VERSION;
+    use futures::FutureExt;
+
+    fn start(run_id: &str, step: u32) -> EventEnvelope {
+        let event = Event::RunStart { resumed: false, step };
+        EventEnvelope { v: EVENT_SCHEMA_VERSION, seq: 0, run_id: run_id.into(), at: 0, event }
+    }
+
+    fn taken(sub: &mut Subscription) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(item) = sub.next().now_or_never() {
+            out.push(match item {
+                HubItem::Event(Event::RunStart { step, .. }) => format!("start {step}"),
+                HubItem::Event(e) => format!("{e:?}"),
+                HubItem::Changed => "changed".into(),
+            });
+        }
+        out
+    }
+
+    #[test]
+    fn a_hub_queues_each_subscriber_its_runs_items_in_order_and_a_dropped_subscription_leaves_it() {
+        let hub = Watchers::new();
+        let (mut a, mut a2, b) = (hub.subscribe("run-a"), hub.subscribe("run-a"), hub.subscribe("run-b"));
+        assert_eq!(hub.len(), 3);
+        hub.emit(&start("run-a", 1));
+        hub.durable("run-a", 4);
+        hub.emit(&start("run-c", 9));
+        hub.emit(&start("run-a", 2));
+        assert_eq!(taken(&mut a), ["start 1", "changed", "start 2"]);
+        assert_eq!(taken(&mut a), Vec::<String>::new(), "nothing more: the next item is waited for");
+        drop(b);
+        assert_eq!(hub.len(), 2, "a dropped subscription leaves the hub");
+        hub.durable("run-b", 1);
+        hub.durable("run-a", 5);
+        assert_eq!(taken(&mut a2), ["start 1", "changed", "start 2", "changed"]);
+        drop(hub);
+        assert_eq!(taken(&mut a), ["changed"]);
+        assert!(a.next().now_or_never().is_none(), "without its hub a subscription waits (for the watch's timer)");
     }
 }

@@ -5,6 +5,14 @@
 //! commit's time, at least 10 ms, of each other, are recorded together in one entry: a group commit), retries
 //! model calls (the only retry layer, M15), watches the abort signal, numbers events, and can "crash" after any
 //! effect for tests.
+//!
+//! [`Driver::drive`] is a short loop: it hands each effect to the method for its kind (`on_emit`, `on_commit`,
+//! `on_call_model`, `on_gate`, `on_reconcile`, `on_run_tool`, `on_pause`; `Finish` ends it), hands the machine
+//! the tool calls that settled (`hand_back_settled`, the group commit), starts queued calls, or waits for the
+//! ones in flight. The calls it holds meanwhile (queued, in flight, settled, rewritten arguments) are in a
+//! [`ToolPool`] (`pool`); whether a call is still waited for is the machine's truth (its `CallState`).
+
+mod pool;
 
 use super::deps::Deps;
 use super::hooks::{HookContext, ToolResultDraft, Verdict};
@@ -12,7 +20,9 @@ use super::hooks::{HookContext, ToolResultDraft, Verdict};
 use super::options::CrashPoint;
 use super::options::SendOptions;
 use super::result::RunStats;
-use super::traits::{AbortSignal, EventSink, LocalFuture, ModelRequest, Tee, ToolContext, ToolError};
+use super::traits::{AbortSignal, EventSink, ModelRequest, Tee, ToolContext, ToolError};
+use crate::core::approval::ApprovalRecord;
+use crate::core::checkpoint::JournalEntry;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::{
     Event, EventEnvelope, HealRecord, StreamDelta, EVENT_SCHEMA_VERSION, HEAL_LOG_KEY, HEAL_LOG_MAX,
@@ -21,11 +31,9 @@ use crate::core::machine::{Effect, Gate, KeyedCall, ModelResponse, Outcome, RunM
 use crate::core::retry::NextRetry;
 use crate::core::transcript::{Message, ToolCall};
 use crate::store::Lease;
-use futures::stream::{FuturesUnordered, StreamExt};
-use futures::FutureExt;
+use pool::{Launch, ToolFuture, ToolPool};
 use serde_json::{Map, Value};
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::pin;
 use std::rc::Rc;
@@ -39,15 +47,6 @@ const GROUP_WINDOW_MAX_MS: u64 = 250;
 /// apart. The trade: a settled result may wait this long for the others before it is recorded (a crash in
 /// that moment runs it again, as it would during its commit); a turn's steps are not delayed by it.
 const GROUP_WINDOW_MIN_MS: u64 = 10;
-
-type InFlight = FuturesUnordered<LocalFuture<'static, (String, ToolOutcome)>>;
-
-/// A tool call cleared to run, waiting for a slot: its approval id (an approved call) and its call key.
-struct Launch {
-    call: ToolCall,
-    approval_id: Option<String>,
-    key: String,
-}
 
 enum Race<T> {
     Done(T),
@@ -72,8 +71,8 @@ pub(crate) struct Driver<'a> {
     /// Hook state (the checkpoint's `ext` object), and whether hooks changed it since the machine last saw it.
     ext: Map<String, Value>,
     ext_changed: bool,
-    /// Arguments rewritten by `before_tool` hooks, by call id.
-    args: HashMap<String, Value>,
+    /// Whether the run's abort has been seen (and the machine told).
+    abort_seen: bool,
     /// How long the last commit took (ms, by the clock): the group commit's window.
     last_commit_ms: u64,
 }
@@ -103,7 +102,7 @@ impl<'a> Driver<'a> {
             next_renew_at: now.saturating_add(deps.options.lease.renew_every_ms),
             ext: Map::new(),
             ext_changed: false,
-            args: HashMap::new(),
+            abort_seen: false,
             last_commit_ms: 0,
         }
     }
@@ -197,7 +196,7 @@ impl<'a> Driver<'a> {
     }
 
     /// The gate of one call: unknown tool, invalid arguments, hooks (deny / rewrite), approval, intent.
-    async fn gate(&mut self, m: &mut RunMachine, call: &ToolCall) -> Result<Gate> {
+    async fn gate(&mut self, m: &mut RunMachine, call: &ToolCall, pool: &mut ToolPool) -> Result<Gate> {
         let deps: &'a Deps = self.deps;
         let Some(t) = deps.tool(&call.name) else { return Ok(Gate::UnknownTool) };
         if let Err(errors) = t.schema.validate(&call.args) {
@@ -208,7 +207,7 @@ impl<'a> Driver<'a> {
             return Ok(Gate::Denied { reason });
         }
         if rewritten.args != call.args {
-            self.args.insert(call.id.clone(), rewritten.args.clone());
+            pool.rewrite_args(call.id.clone(), rewritten.args.clone());
         }
         if t.tool.needs_approval(&rewritten.args) {
             return Ok(Gate::NeedsApproval { approval_id: deps.new_id("apr") });
@@ -220,13 +219,11 @@ impl<'a> Driver<'a> {
         self.deps.now()
     }
 
-    /// Drives the machine to its `Finish`. `Err` means the execution stopped without a verdict: a crash
-    /// (tests), a lost lease (BUSY) or a store failure.
+    /// Drives the machine to its `Finish`: performs each effect it asks for (one method per kind), hands it the
+    /// tool calls that settled (a group commit), starts queued calls, or waits for the ones in flight. `Err`
+    /// means the execution stopped without a verdict: a crash (tests), a lost lease (BUSY) or a store failure.
     pub(crate) async fn drive(&mut self, mut m: RunMachine) -> Result<(RunMachine, Outcome)> {
-        let mut in_flight: InFlight = FuturesUnordered::new();
-        let mut queue: VecDeque<Launch> = VecDeque::new();
-        let mut settled: VecDeque<(String, ToolOutcome)> = VecDeque::new();
-        let mut abort_seen = false;
+        let mut pool = ToolPool::default();
         self.ext = match &m.checkpoint().ext {
             Some(Value::Object(map)) => map.clone(),
             _ => Map::new(),
@@ -234,165 +231,189 @@ impl<'a> Driver<'a> {
         self.durable(m.committed_through());
         loop {
             self.maybe_renew().await?;
-            if !abort_seen && self.abort.is_aborted() {
-                abort_seen = true;
-                in_flight.clear();
-                queue.clear();
-                settled.clear();
+            if !self.abort_seen && self.abort.is_aborted() {
+                self.abort_seen = true;
+                pool.cancel_all();
                 m.notify_abort();
             }
             m.set_now(self.now());
             if let Some(effect) = m.poll_effect() {
                 match effect {
-                    Effect::Emit(event) => {
-                        self.emit(event);
-                        self.after_effect(&mut in_flight).await?;
+                    Effect::Emit(event) => self.on_emit(event, &mut pool).await?,
+                    Effect::Commit(entry) => self.on_commit(&mut m, entry, &mut pool).await?,
+                    Effect::CallModel { step } => self.on_call_model(&mut m, step, &mut pool).await?,
+                    Effect::Gate { calls } => self.on_gate(&mut m, &calls, &mut pool).await?,
+                    Effect::Reconcile { calls } => self.on_reconcile(&mut m, &calls, &mut pool).await?,
+                    Effect::RunTool { call, approval_id, key } => {
+                        self.on_run_tool(&mut m, Launch { call, approval_id, key }, &mut pool).await?
                     }
-                    Effect::Commit(entry) => {
-                        let store = self.deps.store.clone();
-                        let lease = self.lease.clone();
-                        let commit = store.commit(&lease, &entry, m.checkpoint());
-                        let started = self.now();
-                        race_with_tools(commit, &mut in_flight, &mut settled).await?;
-                        self.last_commit_ms = self.now().saturating_sub(started);
-                        self.stats.commits += 1;
-                        self.durable(entry.seq);
-                        self.after_effect(&mut in_flight).await?;
-                        deliver(&mut m, |m| m.notify_committed());
-                    }
-                    Effect::CallModel { step } => {
-                        // The hooks see the transcript while they may change the machine: a copy, made only
-                        // when there are hooks (it costs the whole transcript at every step).
-                        let before = if self.deps.hooks.is_empty() {
-                            Ok(None)
-                        } else {
-                            let messages = m.checkpoint().messages.clone();
-                            self.hooks(&mut m, HookPoint::BeforeModel(&messages)).await
-                        };
-                        let mut answer = match before {
-                            Ok(_) => self.call_model(&m, step).await,
-                            Err(e) => Err(e),
-                        };
-                        if let Ok(Some(resp)) = &mut answer {
-                            if let Err(e) = self.hooks(&mut m, HookPoint::AfterModel(resp)).await {
-                                answer = Err(e);
-                            }
-                        }
-                        self.after_effect(&mut in_flight).await?;
-                        match answer {
-                            Ok(Some(resp)) => deliver(&mut m, |m| m.notify_model_response(resp)),
-                            Ok(None) => {
-                                abort_seen = true;
-                                m.notify_abort();
-                            }
-                            Err(e) if e.code == ErrorCode::SessionBusy => return Err(e),
-                            Err(e) => deliver(&mut m, |m| m.notify_model_failed(e)),
-                        }
-                    }
-                    Effect::Gate { calls } => {
-                        let mut decisions = Vec::new();
-                        let mut failed = None;
-                        for c in &calls {
-                            match self.gate(&mut m, c).await {
-                                Ok(g) => decisions.push((c.id.clone(), g)),
-                                Err(e) => {
-                                    failed = Some(e);
-                                    break;
-                                }
-                            }
-                        }
-                        self.after_effect(&mut in_flight).await?;
-                        match failed {
-                            Some(e) => m.notify_failed(e),
-                            None => deliver(&mut m, |m| m.notify_gated(decisions)),
-                        }
-                    }
-                    Effect::Reconcile { calls } => {
-                        let answers = self.reconcile(&calls).await;
-                        self.after_effect(&mut in_flight).await?;
-                        match answers {
-                            Ok(a) => deliver(&mut m, |m| m.notify_reconciled(a)),
-                            Err(e) => m.notify_failed(e),
-                        }
-                    }
-                    Effect::RunTool { mut call, approval_id, key } => {
-                        let mut denied = None;
-                        if approval_id.is_some() {
-                            // Hooks saw this call at the gate; they see it again right before it runs.
-                            match self.hooks(&mut m, HookPoint::BeforeTool(&mut call, true)).await {
-                                Ok(d) => denied = d,
-                                Err(e) => {
-                                    self.after_effect(&mut in_flight).await?;
-                                    m.notify_failed(e);
-                                    continue;
-                                }
-                            }
-                        } else if let Some(args) = self.args.remove(&call.id) {
-                            call.args = args;
-                        }
-                        match denied {
-                            Some(reason) => settled.push_back((call.id.clone(), ToolOutcome::Denied { reason })),
-                            None => queue.push_back(Launch { call, approval_id, key }),
-                        }
-                        self.start_queued(&m, &mut queue, &mut in_flight).await?;
-                        self.after_effect(&mut in_flight).await?;
-                    }
-                    Effect::Pause { approvals } => {
-                        // Approval records are shared: written only by a confirmed owner.
-                        self.ensure_lease().await?;
-                        for a in &approvals {
-                            self.deps.store.put_approval(a).await?;
-                        }
-                        self.after_effect(&mut in_flight).await?;
-                        deliver(&mut m, |m| m.notify_approvals_recorded());
-                    }
+                    Effect::Pause { approvals } => self.on_pause(&mut m, &approvals, &mut pool).await?,
                     Effect::Finish(outcome) => {
                         // A result is reported only by a confirmed owner (a loser's journal is never read).
                         self.ensure_lease().await?;
                         return Ok((m, outcome));
                     }
                 }
-                continue;
-            }
-            if !settled.is_empty() {
-                // Group commit: every call that has settled by now (while the last commit was written, or at
-                // the same time as this one) is handed to the machine in one batch, so one journal entry
-                // records them all. At most one commit is in flight: results settling during it form the next
-                // batch.
-                while let Some(Some(s)) = in_flight.next().now_or_never() {
-                    settled.push_back(s);
-                }
-                self.gather(&mut in_flight, &mut settled).await;
-                if !abort_seen && self.abort.is_aborted() {
-                    // A call of the batch (or anything meanwhile) aborted the run: nothing of the batch is
-                    // recorded as executed; the loop's head sees the abort and cancels every unrecorded call.
-                    continue;
-                }
-                let mut batch = Vec::with_capacity(settled.len());
-                while let Some((id, outcome)) = settled.pop_front() {
-                    let outcome = match self.after_tool(&mut m, &id, outcome).await {
-                        Ok(o) => o,
-                        Err(e) => ToolOutcome::Propagate(e),
-                    };
-                    batch.push((id, outcome));
-                }
-                deliver(&mut m, |m| m.notify_tools_settled(batch));
-                self.start_queued(&m, &mut queue, &mut in_flight).await?;
-                continue;
-            }
-            if in_flight.is_empty() {
-                if queue.is_empty() {
+            } else if pool.has_settled() {
+                self.hand_back_settled(&mut m, &mut pool).await?;
+            } else if pool.in_flight() == 0 {
+                if pool.queue_is_empty() {
                     return Err(Error::internal("the run stalled: no effect to perform and no tool in flight"));
                 }
-                self.start_queued(&m, &mut queue, &mut in_flight).await?;
-                continue;
+                self.start_queued(&m, &mut pool).await?;
+            } else {
+                // Ignored: `false` (nothing in flight) cannot happen here; `None` (aborted) is seen at the
+                // loop's head.
+                let _ = self.wait_renewing(pool.next_settled()).await?;
             }
-            if let Some(done) = self.wait_renewing(in_flight.next()).await? {
-                if let Some(s) = done {
-                    settled.push_back(s);
+        }
+    }
+
+    /// [`Effect::Emit`]: the event goes to the sink.
+    async fn on_emit(&mut self, event: Event, pool: &mut ToolPool) -> Result<()> {
+        self.emit(event);
+        self.after_effect(pool).await
+    }
+
+    /// [`Effect::Commit`]: the entry is appended to the journal while the tools in flight go on (the ones that
+    /// settle meanwhile form the next batch); its duration is the next group commit's window.
+    async fn on_commit(&mut self, m: &mut RunMachine, entry: JournalEntry, pool: &mut ToolPool) -> Result<()> {
+        let store = self.deps.store.clone();
+        let lease = self.lease.clone();
+        let commit = store.commit(&lease, &entry, m.checkpoint());
+        let started = self.now();
+        pool.alongside(commit).await?;
+        self.last_commit_ms = self.now().saturating_sub(started);
+        self.stats.commits += 1;
+        self.durable(entry.seq);
+        self.after_effect(pool).await?;
+        deliver(m, |m| m.notify_committed());
+        Ok(())
+    }
+
+    /// [`Effect::CallModel`]: `before_model` hooks, the model call through the retry layer, `after_model` hooks.
+    async fn on_call_model(&mut self, m: &mut RunMachine, step: u32, pool: &mut ToolPool) -> Result<()> {
+        // The hooks see the transcript while they may change the machine: a copy, made only when there are hooks
+        // (it costs the whole transcript at every step).
+        let before = if self.deps.hooks.is_empty() {
+            Ok(None)
+        } else {
+            let messages = m.checkpoint().messages.clone();
+            self.hooks(m, HookPoint::BeforeModel(&messages)).await
+        };
+        let mut answer = match before {
+            Ok(_) => self.call_model(m, step).await,
+            Err(e) => Err(e),
+        };
+        if let Ok(Some(resp)) = &mut answer {
+            if let Err(e) = self.hooks(m, HookPoint::AfterModel(resp)).await {
+                answer = Err(e);
+            }
+        }
+        self.after_effect(pool).await?;
+        match answer {
+            Ok(Some(resp)) => deliver(m, |m| m.notify_model_response(resp)),
+            Ok(None) => {
+                self.abort_seen = true;
+                m.notify_abort();
+            }
+            Err(e) if e.code == ErrorCode::SessionBusy => return Err(e),
+            Err(e) => deliver(m, |m| m.notify_model_failed(e)),
+        }
+        Ok(())
+    }
+
+    /// [`Effect::Gate`]: each call's gate, in call order; a hook that fails fails the attempt.
+    async fn on_gate(&mut self, m: &mut RunMachine, calls: &[ToolCall], pool: &mut ToolPool) -> Result<()> {
+        let mut decisions = Vec::new();
+        let mut failed = None;
+        for c in calls {
+            match self.gate(m, c, pool).await {
+                Ok(g) => decisions.push((c.id.clone(), g)),
+                Err(e) => {
+                    failed = Some(e);
+                    break;
                 }
             }
         }
+        self.after_effect(pool).await?;
+        match failed {
+            Some(e) => m.notify_failed(e),
+            None => deliver(m, |m| m.notify_gated(decisions)),
+        }
+        Ok(())
+    }
+
+    /// [`Effect::Reconcile`]: each side-effecting tool says whether an unrecorded effect happened.
+    async fn on_reconcile(&mut self, m: &mut RunMachine, calls: &[KeyedCall], pool: &mut ToolPool) -> Result<()> {
+        let answers = self.reconcile(calls).await;
+        self.after_effect(pool).await?;
+        match answers {
+            Ok(a) => deliver(m, |m| m.notify_reconciled(a)),
+            Err(e) => m.notify_failed(e),
+        }
+        Ok(())
+    }
+
+    /// [`Effect::RunTool`]: the call is queued for a slot (with the arguments its gate's hooks rewrote), or, an
+    /// approved call that `before_tool` hooks now deny, settles as denied without running.
+    async fn on_run_tool(&mut self, m: &mut RunMachine, mut launch: Launch, pool: &mut ToolPool) -> Result<()> {
+        let mut denied = None;
+        if launch.approval_id.is_some() {
+            // Hooks saw this call at the gate; they see it again right before it runs.
+            match self.hooks(m, HookPoint::BeforeTool(&mut launch.call, true)).await {
+                Ok(d) => denied = d,
+                Err(e) => {
+                    self.after_effect(pool).await?;
+                    m.notify_failed(e);
+                    return Ok(());
+                }
+            }
+        } else if let Some(args) = pool.take_args(&launch.call.id) {
+            launch.call.args = args;
+        }
+        match denied {
+            Some(reason) => pool.settle(launch.call.id.clone(), ToolOutcome::Denied { reason }),
+            None => pool.enqueue(launch),
+        }
+        self.start_queued(m, pool).await?;
+        self.after_effect(pool).await
+    }
+
+    /// [`Effect::Pause`]: the approval records are written (shared records: only by a confirmed owner).
+    async fn on_pause(&mut self, m: &mut RunMachine, approvals: &[ApprovalRecord], pool: &mut ToolPool) -> Result<()> {
+        self.ensure_lease().await?;
+        for a in approvals {
+            self.deps.store.put_approval(a).await?;
+        }
+        self.after_effect(pool).await?;
+        deliver(m, |m| m.notify_approvals_recorded());
+        Ok(())
+    }
+
+    /// Group commit: every call that has settled by now (while the last commit was written, or at the same time
+    /// as this one, within the window: [`Self::gather`]) is handed to the machine in one batch, after its
+    /// `after_tool` hooks, so one journal entry records them all. At most one commit is in flight: results
+    /// settling during it form the next batch.
+    async fn hand_back_settled(&mut self, m: &mut RunMachine, pool: &mut ToolPool) -> Result<()> {
+        pool.collect_ready();
+        self.gather(pool).await;
+        if !self.abort_seen && self.abort.is_aborted() {
+            // A call of the batch (or anything meanwhile) aborted the run: nothing of the batch is recorded as
+            // executed; the loop's head sees the abort and cancels every unrecorded call.
+            return Ok(());
+        }
+        let settled = pool.take_settled();
+        let mut batch = Vec::with_capacity(settled.len());
+        for (id, outcome) in settled {
+            let outcome = match self.after_tool(m, &id, outcome).await {
+                Ok(o) => o,
+                Err(e) => ToolOutcome::Propagate(e),
+            };
+            batch.push((id, outcome));
+        }
+        deliver(m, |m| m.notify_tools_settled(batch));
+        self.start_queued(m, pool).await
     }
 
     /// The group commit's window: a call settled while others of the turn still run. The step cannot go on
@@ -400,34 +421,30 @@ impl<'a> Driver<'a> {
     /// within one commit's time: committing the first result alone would keep the next one waiting for that
     /// commit anyway. So this waits, up to as long as the last commit took (at least [`GROUP_WINDOW_MIN_MS`],
     /// at most [`GROUP_WINDOW_MAX_MS`]), for more calls to settle into the same entry.
-    async fn gather(&mut self, in_flight: &mut InFlight, settled: &mut VecDeque<(String, ToolOutcome)>) {
+    async fn gather(&mut self, pool: &mut ToolPool) {
         let window = self.last_commit_ms.clamp(GROUP_WINDOW_MIN_MS, GROUP_WINDOW_MAX_MS);
-        if in_flight.is_empty() {
+        if pool.in_flight() == 0 {
             return;
         }
         let deadline = self.now().saturating_add(window);
         let sleep = self.deps.sleep.clone();
         let mut timer = pin!(sleep.sleep(window));
-        while !in_flight.is_empty() && self.now() < deadline {
-            let next = futures::future::poll_fn(|cx| {
-                if let Poll::Ready(s) = in_flight.poll_next_unpin(cx) {
-                    return Poll::Ready(s);
+        while pool.in_flight() > 0 && self.now() < deadline {
+            let abort = &self.abort;
+            let more = std::future::poll_fn(|cx| {
+                if let Poll::Ready(more) = pool.poll_next_settled(cx) {
+                    return Poll::Ready(more);
                 }
-                if timer.as_mut().poll(cx).is_ready() || self.abort.poll_aborted(cx).is_ready() {
-                    return Poll::Ready(None);
+                if timer.as_mut().poll(cx).is_ready() || abort.poll_aborted(cx).is_ready() {
+                    return Poll::Ready(false);
                 }
                 Poll::Pending
             })
             .await;
-            match next {
-                Some(s) => {
-                    settled.push_back(s);
-                    while let Some(Some(s)) = in_flight.next().now_or_never() {
-                        settled.push_back(s);
-                    }
-                }
-                None => break,
+            if !more {
+                break;
             }
+            pool.collect_ready();
         }
     }
 
@@ -499,17 +516,17 @@ impl<'a> Driver<'a> {
 
     // Only the test build's fault injection needs the tools in flight.
     #[cfg_attr(not(feature = "testing"), allow(unused_variables))]
-    async fn after_effect(&mut self, in_flight: &mut InFlight) -> Result<()> {
+    async fn after_effect(&mut self, pool: &mut ToolPool) -> Result<()> {
         self.stats.effects += 1;
         #[cfg(feature = "testing")]
-        self.injected_fault(in_flight).await?;
+        self.injected_fault(pool).await?;
         Ok(())
     }
 
     /// Crash and stall injection (cargo feature `testing`): see [`SendOptions`]'s `crash`, `crash_budget` and
     /// `stall`.
     #[cfg(feature = "testing")]
-    async fn injected_fault(&mut self, in_flight: &mut InFlight) -> Result<()> {
+    async fn injected_fault(&mut self, pool: &mut ToolPool) -> Result<()> {
         if let Some(stall) = &self.opts.stall {
             if stall.after_effects == self.stats.effects {
                 (stall.wait)().await;
@@ -524,9 +541,9 @@ impl<'a> Driver<'a> {
         if let Some(crash) = self.opts.crash.or(budget_hit) {
             if crash.after_effects == self.stats.effects {
                 if crash.finish_in_flight {
-                    while in_flight.next().await.is_some() {}
+                    pool.finish_in_flight().await;
                 }
-                in_flight.clear();
+                pool.drop_in_flight();
                 return Err(Error::new(
                     ErrorCode::Crashed,
                     format!("simulated crash after effect {}", self.stats.effects),
@@ -666,37 +683,19 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// Starts queued calls up to the concurrency limit, once the lease is confirmed and has time left.
-    async fn start_queued(
-        &mut self,
-        m: &RunMachine,
-        queue: &mut VecDeque<Launch>,
-        in_flight: &mut InFlight,
-    ) -> Result<()> {
-        let limit = self.deps.options.tool_concurrency.max(1);
-        if in_flight.len() >= limit || !queue.iter().any(|l| m.is_running(&l.call.id)) {
+    /// Starts queued calls up to the concurrency limit, once the lease is confirmed and has time left. A call
+    /// the machine no longer waits for (the attempt failed or was aborted meanwhile) is dropped, never started.
+    async fn start_queued(&mut self, m: &RunMachine, pool: &mut ToolPool) -> Result<()> {
+        let limit = self.deps.options.tool_concurrency;
+        if !pool.can_start(limit, |id| m.is_running(id)) {
             return Ok(());
         }
         self.ensure_lease().await?;
-        self.fill(m, queue, in_flight);
+        self.stats.tool_runs += pool.start(limit, |id| m.is_running(id), |l| self.start_tool(l));
         Ok(())
     }
 
-    /// Starts queued calls up to the concurrency limit. A call the machine no longer waits for (the attempt
-    /// failed or was aborted meanwhile) is dropped, never started.
-    fn fill(&mut self, m: &RunMachine, queue: &mut VecDeque<Launch>, in_flight: &mut InFlight) {
-        let limit = self.deps.options.tool_concurrency.max(1);
-        while in_flight.len() < limit {
-            let Some(launch) = queue.pop_front() else { break };
-            if !m.is_running(&launch.call.id) {
-                continue;
-            }
-            self.stats.tool_runs += 1;
-            in_flight.push(self.start_tool(launch));
-        }
-    }
-
-    fn start_tool(&self, Launch { call, approval_id, key }: Launch) -> LocalFuture<'static, (String, ToolOutcome)> {
+    fn start_tool(&self, Launch { call, approval_id, key }: Launch) -> ToolFuture {
         let tool = self.deps.tools.iter().find(|t| t.tool.name() == call.name).map(|t| t.tool.clone());
         let ctx = ToolContext {
             run_id: self.lease.run_id.clone(),
@@ -730,25 +729,6 @@ fn deliver(m: &mut RunMachine, notify: impl FnOnce(&mut RunMachine) -> Result<()
         debug_assert!(false, "the run state machine refused an answer: {e}");
         m.notify_failed(e);
     }
-}
-
-/// Awaits `fut` while polling the tools in flight, buffering the ones that settle.
-async fn race_with_tools<F: Future<Output = Result<()>>>(
-    fut: F,
-    in_flight: &mut InFlight,
-    settled: &mut VecDeque<(String, ToolOutcome)>,
-) -> Result<()> {
-    let mut fut = pin!(fut);
-    futures::future::poll_fn(|cx| {
-        if let Poll::Ready(r) = fut.as_mut().poll(cx) {
-            return Poll::Ready(r);
-        }
-        while let Poll::Ready(Some(s)) = in_flight.poll_next_unpin(cx) {
-            settled.push_back(s);
-        }
-        Poll::Pending
-    })
-    .await
 }
 
 /// Delivers one event to `sink` with the next `seq`.
