@@ -14,14 +14,22 @@
 //!   `{"outcome": "ran" | "acknowledged", "runId", "result"}` or `{"outcome": "awaiting-approval", "runId",
 //!   "approvalId"}` (`runId` in every outcome; the npm package adds `events` when asked for).
 //! * **A run as `GET /runs/{id}` shows it**: [`RunView`].
+//! * **Nothing to resume**: [`NothingToResume`], `{"runId" | "sessionId", "resumed": false, "reason": "nothing to
+//!   resume"}` — the answer of `POST /runs/{id}/resume` and `POST /sessions/{id}/resume`, and what the npm
+//!   package's `agent.resume(id)` and `session.resume()` resolve to, when there is nothing to finish.
 //! * **What a JS tool is told about its call**: [`ToolCallContext`].
+//! * **The HTTP API's other answers** (the Worker only): [`ErrorReply`] (every refusal), [`Health`],
+//!   [`Accepted`] (`Prefer: respond-async`), [`RunList`], [`RunDeleted`], [`SessionHistory`], [`SessionDeleted`],
+//!   [`SessionDiscarded`], [`ScheduleList`], [`SweepView`]. Each route's answer is one of these or a runtime
+//!   result; none is built by hand.
 
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorInfo, Result};
 use crate::core::events::HealRecord;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::transcript::{Message, Usage};
-use crate::runtime::{Input, ToolContext};
+use crate::runtime::{Input, NextAttempt, ScheduleStatus, SessionTurn, ToolContext};
+use crate::store::PendingRun;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -173,6 +181,185 @@ impl From<&ToolContext> for ToolCallContext {
             idempotency_key: ctx.idempotency_key().to_string(),
         }
     }
+}
+
+/// Nothing to resume: what a resume answers (`POST /runs/{id}/resume`, `POST /sessions/{id}/resume`, the npm
+/// package's `agent.resume(id)` and `session.resume()`) when the run, or the session's newest turn, has nothing
+/// left to finish (finished, waiting on a person, or never started). The one shape both shells answer; a
+/// resume that executed answers a [`crate::runtime::RunResult`] instead (which has no `resumed` field).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct NothingToResume {
+    /// The run asked about (a run's resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub run_id: Option<String>,
+    /// The session asked about (a session's resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub session_id: Option<String>,
+    /// Always `false`: nothing was resumed.
+    #[cfg_attr(feature = "ts", ts(type = "false"))]
+    pub resumed: bool,
+    /// Always `"nothing to resume"`.
+    pub reason: String,
+}
+
+impl NothingToResume {
+    const REASON: &'static str = "nothing to resume";
+
+    /// Nothing to resume in run `id`.
+    pub fn run(id: impl Into<String>) -> NothingToResume {
+        NothingToResume { run_id: Some(id.into()), session_id: None, resumed: false, reason: Self::REASON.into() }
+    }
+
+    /// Nothing to resume in session `id`.
+    pub fn session(id: impl Into<String>) -> NothingToResume {
+        NothingToResume { run_id: None, session_id: Some(id.into()), resumed: false, reason: Self::REASON.into() }
+    }
+}
+
+/// Every refusal of the HTTP API: `{"error": {code, message, retryable, ...}}` with the error's HTTP status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct ErrorReply {
+    /// The coded error.
+    pub error: Error,
+}
+
+/// `GET /health`: the service is up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct Health {
+    /// Always `true`.
+    #[cfg_attr(feature = "ts", ts(type = "true"))]
+    pub ok: bool,
+    /// Always `"steadfast"`.
+    pub service: String,
+    /// The crate's version.
+    pub version: String,
+}
+
+impl Health {
+    /// This build's health answer.
+    pub fn now() -> Health {
+        Health { ok: true, service: "steadfast".into(), version: env!("CARGO_PKG_VERSION").into() }
+    }
+}
+
+/// `202 Accepted` (`Prefer: respond-async`): the run has started and goes on in its object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct Accepted {
+    /// The run that started (a send's, an approval's or a delivery's run).
+    pub run_id: String,
+    /// Always `"accepted"`.
+    #[cfg_attr(feature = "ts", ts(type = "\"accepted\""))]
+    pub status: String,
+}
+
+impl Accepted {
+    /// Run `run_id` was accepted.
+    pub fn new(run_id: String) -> Accepted {
+        Accepted { run_id, status: "accepted".into() }
+    }
+}
+
+/// `GET /runs`: the unfinished runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct RunList {
+    /// Each unfinished run with the sweep's plan for it.
+    pub runs: Vec<ListedRun>,
+}
+
+/// One unfinished run as `GET /runs` lists it: the [`PendingRun`] and `next`, the sweep's plan for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct ListedRun {
+    /// The run as the store lists it.
+    #[serde(flatten)]
+    pub run: PendingRun,
+    /// What the recovery sweep will do with it next.
+    pub next: NextAttempt,
+}
+
+/// `DELETE /runs/{id}`: the run is deleted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct RunDeleted {
+    /// The run.
+    pub run_id: String,
+    /// Always `true`.
+    #[cfg_attr(feature = "ts", ts(type = "true"))]
+    pub deleted: bool,
+}
+
+/// `GET /sessions/{id}`: the session's turns, newest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct SessionHistory {
+    /// The session.
+    pub session_id: String,
+    /// Its turns, newest first.
+    pub turns: Vec<SessionTurn>,
+}
+
+/// `DELETE /sessions/{id}`: every turn is deleted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDeleted {
+    /// The session.
+    pub session_id: String,
+    /// How many turns were deleted.
+    pub deleted_turns: u32,
+}
+
+/// `POST /sessions/{id}/discard-pending`: the unfinished newest turn dropped, if there was one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDiscarded {
+    /// The session.
+    pub session_id: String,
+    /// The run of the dropped turn (`null`: none was unfinished).
+    pub discarded: Option<String>,
+}
+
+/// `GET /schedules`: each configured schedule's status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct ScheduleList {
+    /// In the configuration's order.
+    pub schedules: Vec<ScheduleStatus>,
+}
+
+/// `GET /sweep`: the recovery sweep's stored state as the sweep wrote it, and whether its breaker is open.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct SweepView {
+    /// The stored state's fields, as stored (a state stored by another version shows its own fields): the
+    /// sweep's `SweepState`.
+    #[serde(flatten)]
+    pub state: serde_json::Map<String, Value>,
+    /// `open` while a provider outage pauses the sweep, else `closed`.
+    pub breaker: Breaker,
+}
+
+/// The recovery sweep's provider-outage breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "lowercase")]
+pub enum Breaker {
+    /// A provider outage: the sweep only probes.
+    Open,
+    /// The sweep resumes runs.
+    Closed,
 }
 
 #[cfg(test)]
