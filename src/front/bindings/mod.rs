@@ -43,7 +43,7 @@ use crate::core::schedule::{compile_all, CompiledSchedule, Schedule};
 use crate::core::sweep::SweepOptions;
 use crate::core::trajectory::compare_json;
 use crate::core::transcript::{Message, ToolCall};
-use crate::front::contract::{SendRequest, ToolCallContext};
+use crate::front::contract::{NothingToResume, SendRequest, ToolCallContext};
 use crate::front::durable_sql::{Sql, SqlIndex, SqlRuns};
 use crate::front::wasm_shared::{
     absent, call_async, from_value, js_message, js_rng, method, prop, set, settle, to_value, JsClock, JsSleep,
@@ -1126,7 +1126,8 @@ impl JsAgent {
     }
 
     /// Finishes an unfinished run (`options_json`, `on_event` and `signal` as for `send`). Resolves to the
-    /// RunResult JSON, or `null` when there was nothing to do.
+    /// RunResult JSON, or [`NothingToResume`] (`{runId, resumed: false, reason}`, as `POST /runs/{id}/resume`
+    /// answers) when there was nothing to do.
     pub fn resume(
         &self,
         run_id: JsValue,
@@ -1140,7 +1141,7 @@ impl JsAgent {
             let p = prepare(options_json, on_event, signal, "resume options")?;
             match agent.resume(&run_id, p.opts).await? {
                 Some(result) => with_events(&result, p.sink),
-                None => Ok(Value::Null),
+                None => with_events(&NothingToResume::run(run_id), None),
             }
         })
     }
@@ -1301,7 +1302,8 @@ impl JsAgent {
     }
 
     /// Finishes session `id`'s interrupted newest turn (`Session::resume`; the arguments as for `resume`).
-    /// Resolves to the RunResult JSON, or `null` when there was nothing to do.
+    /// Resolves to the RunResult JSON, or [`NothingToResume`] (`{sessionId, resumed: false, reason}`, as
+    /// `POST /sessions/{id}/resume` answers) when there was nothing to do.
     #[wasm_bindgen(js_name = sessionResume)]
     pub fn session_resume(
         &self,
@@ -1316,7 +1318,7 @@ impl JsAgent {
             let p = prepare(options_json, on_event, signal, "session resume options")?;
             match session.resume(p.opts).await? {
                 Some(result) => with_events(&result, p.sink),
-                None => Ok(Value::Null),
+                None => with_events(&NothingToResume::session(id), None),
             }
         })
     }
