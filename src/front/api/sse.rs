@@ -239,3 +239,62 @@ pub fn sse_id(cursor: Cursor) -> String {
 pub fn sse_body(events: &[EventEnvelope]) -> String {
     events.iter().map(sse_frame).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::executor::block_on;
+    use futures::FutureExt;
+
+    /// The frame queue over mpsc keeps the hand-written queue's rules: frames in order, the stream ends once
+    /// closed and read; `drained` waits until the reader has read every frame (`true`), and is `false` once
+    /// the reader is gone (the client left) or cut off; a frame that would pass the backlog bound while others
+    /// wait cuts the reader off (it reads what waits, then the notice), and one that finds none waiting is
+    /// queued whatever its size.
+    #[test]
+    fn the_frame_queue_paces_bounds_and_ends_as_the_sse_answers_need() {
+        // Order, pacing and end.
+        let (tx, mut rx) = frame_queue();
+        assert!(block_on(tx.drained()), "nothing waits");
+        tx.send("a".into());
+        tx.send("b".into());
+        assert_eq!(tx.drained().now_or_never(), None, "two frames wait");
+        assert_eq!(block_on(rx.next()).as_deref(), Some("a"));
+        assert_eq!(tx.drained().now_or_never(), None, "one frame waits");
+        assert_eq!(block_on(rx.next()).as_deref(), Some("b"));
+        assert_eq!(tx.drained().now_or_never(), Some(true), "all read");
+        tx.close();
+        assert!(!tx.gone(), "closed by the run, not left by the client");
+        assert_eq!(block_on(rx.next()), None, "closed and read: the end");
+
+        // The reader goes away: nothing more is taken, a waiting writer is told.
+        let (tx, rx) = frame_queue();
+        tx.send("a".into());
+        let mut waiting = Box::pin(tx.drained());
+        assert_eq!(waiting.as_mut().now_or_never(), None);
+        drop(rx);
+        assert!(!block_on(waiting), "the reader left");
+        assert!(tx.gone());
+
+        // The bound: one big frame alone is queued; the next that would pass the bound cuts the reader off.
+        let (tx, rx) = frame_queue();
+        let big = "x".repeat(SSE_BACKLOG_BYTES + 10);
+        tx.send(big.clone());
+        assert!(!tx.gone(), "a frame that finds none waiting is queued whatever its size");
+        tx.send("y".into());
+        assert!(tx.gone(), "cut off");
+        assert!(!block_on(tx.drained()), "cut off: never drained");
+        tx.send("z".into());
+        let read: Vec<String> = block_on(rx.collect());
+        assert_eq!(read, vec![big, SSE_CUT_OFF.to_string()], "what waited, then the notice, then the end");
+
+        // Within the bound nothing is cut.
+        let (tx, rx) = frame_queue();
+        let half = "h".repeat(SSE_BACKLOG_BYTES / 2);
+        tx.send(half.clone());
+        tx.send(half.clone());
+        assert!(!tx.gone());
+        tx.close();
+        assert_eq!(block_on(rx.collect::<Vec<_>>()), vec![half.clone(), half]);
+    }
+}
