@@ -585,6 +585,94 @@ mod tests {
         }
     }
 
+    /// The HTTP API's replies, typed, serialise exactly as the `json!` documents the API built by hand before
+    /// (the oracle below), over generated values: listed runs (a pending run and its next attempt), sessions,
+    /// deletions, `202`, health, errors, nothing to resume, and the sweep's view of its stored state.
+    #[test]
+    fn the_reply_types_keep_the_json_the_api_built_by_hand_for_generated_values() {
+        use crate::core::sweep::{Outage, SweepState};
+        fn v<T: Serialize>(x: &T) -> Value {
+            serde_json::to_value(x).unwrap()
+        }
+        for seed in seeds() {
+            let rng = SplitMix64::new(seed);
+            let repro = format!("STEADFAST_CONTRACT_SEED={seed} cargo test --lib contract::tests::the_reply_types");
+            let cp = checkpoint(&rng);
+            let id = cp.run_id.clone();
+            // GET /runs: each pending run with `next` set into it.
+            let runs: Vec<PendingRun> = (0..pick(&rng, 3)).map(|_| PendingRun::of(&checkpoint(&rng))).collect();
+            let next: Vec<NextAttempt> = runs
+                .iter()
+                .map(|_| NextAttempt {
+                    plan: ["next-tick", "backoff", "outage"][pick(&rng, 3) as usize].into(),
+                    at: (pick(&rng, 2) == 0).then(|| rng.next_u64() % 1_000_000),
+                })
+                .collect();
+            let mut shown = Vec::new();
+            for (run, next) in runs.iter().zip(&next) {
+                let mut r = serde_json::to_value(run).unwrap();
+                r["next"] = serde_json::to_value(next).unwrap();
+                shown.push(r);
+            }
+            let typed = RunList {
+                runs: runs
+                    .iter()
+                    .zip(&next)
+                    .map(|(run, next)| ListedRun { run: run.clone(), next: next.clone() })
+                    .collect(),
+            };
+            assert_eq!(v(&typed), json!({ "runs": shown }), "{repro}");
+            // Deletion, 202, nothing to resume (a run's and a session's), session replies.
+            assert_eq!(v(&RunDeleted { run_id: id.clone(), deleted: true }), json!({"runId": id, "deleted": true}));
+            assert_eq!(v(&Accepted::new(id.clone())), json!({"runId": id, "status": "accepted"}));
+            assert_eq!(
+                v(&NothingToResume::run(id.clone())),
+                json!({"runId": id, "resumed": false, "reason": "nothing to resume"})
+            );
+            assert_eq!(
+                v(&NothingToResume::session(id.clone())),
+                json!({"sessionId": id, "resumed": false, "reason": "nothing to resume"})
+            );
+            let n = pick(&rng, 9) as u32;
+            assert_eq!(
+                v(&SessionDeleted { session_id: id.clone(), deleted_turns: n }),
+                json!({"sessionId": id, "deletedTurns": n})
+            );
+            let discarded = (pick(&rng, 2) == 0).then(|| format!("{id}.turn-{n}"));
+            assert_eq!(
+                v(&SessionDiscarded { session_id: id.clone(), discarded: discarded.clone() }),
+                json!({"sessionId": id, "discarded": discarded})
+            );
+            assert_eq!(
+                v(&SessionHistory { session_id: id.clone(), turns: vec![] }),
+                json!({"sessionId": id, "turns": []})
+            );
+            assert_eq!(v(&ScheduleList { schedules: vec![] }), json!({"schedules": []}));
+            // An error, with its optional fields.
+            let mut e = Error::new(ErrorCode::ALL[pick(&rng, ErrorCode::ALL.len() as u64) as usize], "why");
+            if pick(&rng, 2) == 0 {
+                e = e.with_run(&id).with_retry_after_ms(Some(rng.next_u64() % 10_000));
+            }
+            assert_eq!(v(&ErrorReply { error: e.clone() }), json!({ "error": e }), "{repro}");
+            // The sweep's state as stored, with `breaker` set into it.
+            let state = SweepState {
+                provider_failures: pick(&rng, 5) as u32,
+                outage: (pick(&rng, 2) == 0).then(|| Outage { since: 1, probes: 2, next_probe_at: 3 }),
+                cursor: (pick(&rng, 2) == 0).then(|| id.clone()),
+                page: (pick(&rng, 2) == 0).then(|| "p".into()),
+                ..SweepState::default()
+            };
+            let Value::Object(stored) = serde_json::to_value(&state).unwrap() else { panic!() };
+            let mut hand = stored.clone();
+            let open = state.outage.is_some();
+            hand.insert("breaker".into(), Value::from(if open { "open" } else { "closed" }));
+            let breaker = if open { Breaker::Open } else { Breaker::Closed };
+            assert_eq!(v(&SweepView { state: stored, breaker }), Value::Object(hand), "{repro}");
+        }
+        let version = env!("CARGO_PKG_VERSION");
+        assert_eq!(v(&Health::now()), json!({"ok": true, "service": "steadfast", "version": version}));
+    }
+
     #[test]
     fn a_tool_is_told_its_idempotency_key() {
         let key = crate::core::idempotency::call_key("r:00", "call_1");
