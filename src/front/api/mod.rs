@@ -30,9 +30,9 @@
 //! | method | path | does |
 //! |---|---|---|
 //! | GET | `/health` | liveness |
-//! | POST | `/runs/{id}` | [`SendRequest`] `{input, businessState?}`: start or continue a run → RunResult (SSE with `Accept: text/event-stream`) |
-//! | POST | `/runs/{id}/resume` | finish an unfinished run |
-//! | GET | `/runs/{id}` | the run's state: a [`RunView`] |
+//! | POST | `/runs/{id}` | [`SendRequest`](crate::front::contract::SendRequest) `{input, businessState?}`: start or continue a run → RunResult (SSE with `Accept: text/event-stream`) |
+//! | POST | `/runs/{id}/resume` | finish an unfinished run → RunResult, or [`NothingToResume`](crate::front::contract::NothingToResume) |
+//! | GET | `/runs/{id}` | the run's state: a [`RunView`](crate::front::contract::RunView) |
 //! | DELETE | `/runs/{id}` | delete the run |
 //! | GET | `/runs?status=…` | unfinished runs, each with `next`: the sweep's plan for it ([`crate::runtime::NextAttempt`]) |
 //! | GET | `/runs/{id}/history?limit=` | past states, newest first |
@@ -41,10 +41,10 @@
 //! | GET | `/approvals` | pending approvals |
 //! | POST | `/approvals/{id}` | `{approved, note?}` resolve |
 //! | GET | `/sweep` | the recovery sweep's stored state: outage breaker, provider failures, listing cursor |
-//! | POST | `/deliveries/{deliveryId}` | [`SendRequest`]: run a delivered job once → [`crate::runtime::Delivery`] |
-//! | POST | `/sessions/{id}` | [`SendRequest`]: the session's next turn (run `<id>.turn-<n>`) → RunResult (SSE as for runs) |
+//! | POST | `/deliveries/{deliveryId}` | [`SendRequest`](crate::front::contract::SendRequest): run a delivered job once → [`crate::runtime::Delivery`] |
+//! | POST | `/sessions/{id}` | [`SendRequest`](crate::front::contract::SendRequest): the session's next turn (run `<id>.turn-<n>`) → RunResult (SSE as for runs) |
 //! | GET | `/sessions/{id}?limit=` | `{sessionId, turns}`: the turns, newest first ([`crate::runtime::SessionTurn`]) |
-//! | POST | `/sessions/{id}/resume` | finish an interrupted newest turn |
+//! | POST | `/sessions/{id}/resume` | finish an interrupted newest turn → RunResult, or [`NothingToResume`](crate::front::contract::NothingToResume) |
 //! | POST | `/sessions/{id}/fork` | `{fromStep, newId?}`: a new session from a turn → 201 [`crate::runtime::SessionFork`] |
 //! | POST | `/sessions/{id}/discard-pending` | drop an unfinished newest turn → `{sessionId, discarded}` |
 //! | DELETE | `/sessions/{id}` | delete every turn → `{sessionId, deletedTurns}` |

@@ -1,5 +1,5 @@
 //! Server-sent events: an event as a frame ([`sse_frame`], [`sse_id`]), the frames of one execution or watch on
-//! their way to a live body ([`frame_queue`]: a `futures::channel::mpsc` channel bounded by the bytes waiting,
+//! their way to a live body (`frame_queue`: a `futures::channel::mpsc` channel bounded by the bytes waiting,
 //! [`SSE_BACKLOG_BYTES`]), and the live body the shell sends as it is produced ([`LiveBody`], with heartbeats).
 
 use crate::core::events::EventEnvelope;
@@ -112,7 +112,7 @@ pub(super) fn frame_queue() -> (FrameSender, FrameReader) {
     (sender, FrameReader { rx, backlog, read_tx })
 }
 
-/// The run's end of a [`frame_queue`].
+/// The run's end of a `frame_queue`.
 pub(super) struct FrameSender {
     frames: mpsc::UnboundedSender<String>,
     backlog: Rc<Backlog>,
@@ -123,7 +123,7 @@ pub(super) struct FrameSender {
     read: RefCell<mpsc::UnboundedReceiver<()>>,
 }
 
-/// The body's end of a [`frame_queue`]: the frames in order, ending when the run has ended and all are read.
+/// The body's end of a `frame_queue`: the frames in order, ending when the run has ended and all are read.
 pub struct FrameReader {
     rx: mpsc::UnboundedReceiver<String>,
     backlog: Rc<Backlog>,
