@@ -605,13 +605,45 @@ mod tests {
             "..",
         ];
         let methods = ["GET", "get", "Post", "POST", "PUT", "DELETE", "delete", "HEAD", "PATCH", "OPTIONS", ""];
+        // Routes, 404s, 405s, invalid ids.
+        let mut seen = [0u32; 4];
         for seed in seeds() {
             let rng = SplitMix64::new(seed);
             let pick = |n: usize| (rng.next_u64() % n as u64) as usize;
             let method = methods[pick(methods.len())];
+            // Half the paths follow one of the API's shapes (`{}`: an id), half are segments at random.
+            let shapes: &[&[&str]] = &[
+                &["health"],
+                &["runs"],
+                &["runs", "{}"],
+                &["runs", "{}", "*"],
+                &["runs", "{}", "*", "*"],
+                &["compare", "{}", "{}"],
+                &["approvals"],
+                &["approvals", "{}"],
+                &["deliveries", "{}"],
+                &["sessions", "{}"],
+                &["sessions", "{}", "*"],
+                &["demo", "counts"],
+                &["sweep"],
+                &["schedules"],
+            ];
+            let segs: Vec<&str> = if pick(2) == 0 {
+                shapes[pick(shapes.len())]
+                    .iter()
+                    .map(|s| match *s {
+                        "{}" => ids[pick(ids.len())],
+                        "*" => fixed[pick(fixed.len())],
+                        s => s,
+                    })
+                    .collect()
+            } else {
+                (0..pick(5))
+                    .map(|i| if i == 0 || pick(2) == 0 { fixed[pick(fixed.len())] } else { ids[pick(ids.len())] })
+                    .collect()
+            };
             let mut path = String::new();
-            for i in 0..pick(5) {
-                let seg = if i == 0 || pick(2) == 0 { fixed[pick(fixed.len())] } else { ids[pick(ids.len())] };
+            for seg in segs {
                 path.push('/');
                 path.push_str(seg);
             }
@@ -620,6 +652,12 @@ mod tests {
             }
             let repro = format!("{method} {path}: STEADFAST_ROUTE_SEED={seed} cargo test --lib api::route::tests");
             let got = Route::parse(method, &path, false);
+            match &got {
+                Ok(_) => seen[0] += 1,
+                Err(RouteError::NotFound { .. }) => seen[1] += 1,
+                Err(RouteError::MethodNotAllowed { .. }) => seen[2] += 1,
+                Err(RouteError::InvalidId(_)) => seen[3] += 1,
+            }
             let shown = got.clone().map_err(|e| e.to_error(method, &path));
             assert_eq!(shown, oracle(method, &path), "{repro}");
             if let Err(RouteError::MethodNotAllowed { allow, .. }) = &got {
@@ -635,6 +673,10 @@ mod tests {
                 };
                 assert_eq!(e.run().map(String::from), below_run, "{repro}");
             }
+        }
+        if seeds().len() > 1 {
+            // Each outcome is generated often enough to be compared.
+            assert!(seen.iter().all(|&n| n >= 200), "routes, 404, 405, invalid ids: {seen:?}");
         }
     }
 }
