@@ -454,6 +454,33 @@ mod tests {
         assert_eq!((e.code, e.message.as_str()), (ErrorCode::RouteNotFound, "no route GET /nope"));
     }
 
+    /// A path of each shape: `{}` an id, `*` any segment of the API.
+    fn template(shape: Shape) -> &'static [&'static str] {
+        match shape {
+            Shape::Health => &["health"],
+            Shape::Conformance => &["__conformance"],
+            Shape::Runs => &["runs"],
+            Shape::Run => &["runs", "{}"],
+            Shape::RunResume => &["runs", "{}", "resume"],
+            Shape::RunEvents => &["runs", "{}", "events"],
+            Shape::RunHistory => &["runs", "{}", "history"],
+            Shape::RunFork => &["runs", "{}", "fork"],
+            Shape::BelowRun => &["runs", "{}", "*", "*"],
+            Shape::Compare => &["compare", "{}", "{}"],
+            Shape::DemoCounts => &["demo", "counts"],
+            Shape::Sweep => &["sweep"],
+            Shape::Approvals => &["approvals"],
+            Shape::Approval => &["approvals", "{}"],
+            Shape::Delivery => &["deliveries", "{}"],
+            Shape::Session => &["sessions", "{}"],
+            Shape::SessionResume => &["sessions", "{}", "resume"],
+            Shape::SessionFork => &["sessions", "{}", "fork"],
+            Shape::SessionDiscardPending => &["sessions", "{}", "discard-pending"],
+            Shape::BelowSession => &["sessions", "{}", "*"],
+            Shape::Schedules => &["schedules"],
+        }
+    }
+
     /// The routing as it was before routes were data: one match over the path whose arms check the ids, then
     /// the method, each by hand (`admit` for `/health`). The oracle the parser is compared with.
     fn oracle(method: &str, path: &str) -> std::result::Result<Route, Error> {
@@ -607,41 +634,36 @@ mod tests {
         let methods = ["GET", "get", "Post", "POST", "PUT", "DELETE", "delete", "HEAD", "PATCH", "OPTIONS", ""];
         // Routes, 404s, 405s, invalid ids.
         let mut seen = [0u32; 4];
+        // How often each route was the answer.
+        let mut routed = std::collections::BTreeMap::<String, u32>::new();
         for seed in seeds() {
             let rng = SplitMix64::new(seed);
             let pick = |n: usize| (rng.next_u64() % n as u64) as usize;
-            let method = methods[pick(methods.len())];
-            // Half the paths follow one of the API's shapes (`{}`: an id), half are segments at random.
-            let shapes: &[&[&str]] = &[
-                &["health"],
-                &["runs"],
-                &["runs", "{}"],
-                &["runs", "{}", "*"],
-                &["runs", "{}", "*", "*"],
-                &["compare", "{}", "{}"],
-                &["approvals"],
-                &["approvals", "{}"],
-                &["deliveries", "{}"],
-                &["sessions", "{}"],
-                &["sessions", "{}", "*"],
-                &["demo", "counts"],
-                &["sweep"],
-                &["schedules"],
-            ];
-            let segs: Vec<&str> = if pick(2) == 0 {
-                shapes[pick(shapes.len())]
+            // Half the requests are a route of the table (its path with ids from the pool, its method in any
+            // case or, a third of the time, any method); half are segments at random.
+            let (method, segs): (String, Vec<&str>) = if pick(2) == 0 {
+                let (shape, row_method, _) = ROUTES[pick(ROUTES.len())];
+                let method = match pick(3) {
+                    0 => methods[pick(methods.len())].to_string(),
+                    1 => row_method.to_ascii_lowercase(),
+                    _ => row_method.to_string(),
+                };
+                let segs = template(shape)
                     .iter()
                     .map(|s| match *s {
                         "{}" => ids[pick(ids.len())],
                         "*" => fixed[pick(fixed.len())],
                         s => s,
                     })
-                    .collect()
+                    .collect();
+                (method, segs)
             } else {
-                (0..pick(5))
+                let segs = (0..pick(5))
                     .map(|i| if i == 0 || pick(2) == 0 { fixed[pick(fixed.len())] } else { ids[pick(ids.len())] })
-                    .collect()
+                    .collect();
+                (methods[pick(methods.len())].to_string(), segs)
             };
+            let method = method.as_str();
             let mut path = String::new();
             for seg in segs {
                 path.push('/');
@@ -653,7 +675,12 @@ mod tests {
             let repro = format!("{method} {path}: STEADFAST_ROUTE_SEED={seed} cargo test --lib api::route::tests");
             let got = Route::parse(method, &path, false);
             match &got {
-                Ok(_) => seen[0] += 1,
+                Ok(route) => {
+                    seen[0] += 1;
+                    *routed
+                        .entry(format!("{route:?}").split('(').next().unwrap_or_default().to_string())
+                        .or_default() += 1;
+                }
                 Err(RouteError::NotFound { .. }) => seen[1] += 1,
                 Err(RouteError::MethodNotAllowed { .. }) => seen[2] += 1,
                 Err(RouteError::InvalidId(_)) => seen[3] += 1,
@@ -677,6 +704,9 @@ mod tests {
         if seeds().len() > 1 {
             // Each outcome is generated often enough to be compared.
             assert!(seen.iter().all(|&n| n >= 200), "routes, 404, 405, invalid ids: {seen:?}");
+            // Every route of the table but the conformance suite's (not served here), at least ten times.
+            assert_eq!(routed.len(), ROUTES.len() - 2, "{routed:?}");
+            assert!(routed.values().all(|&n| n >= 10), "{routed:?}");
         }
     }
 }
