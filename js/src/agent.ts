@@ -33,6 +33,7 @@ import type {
   Json,
   Message,
   ModelRequest,
+  NothingToResume,
   PendingRun,
   RunEvent,
   RunResult,
@@ -118,10 +119,11 @@ export interface Agent {
    */
   runOnce(deliveryId: string, input: Input, options?: RunOnceOptions): Promise<Delivery>;
   /**
-   * Finishes an unfinished run; `null` when there is nothing to do. An id that names no run but a session
+   * Finishes an unfinished run; `NothingToResume` (`{runId, resumed: false, reason: "nothing to resume"}`, the
+   * answer of `POST /runs/{id}/resume`) when there is nothing to do. An id that names no run but a session
    * finishes that session's interrupted newest turn (as `session.resume()` does).
    */
-  resume(sessionId: string, options?: ResumeOptions): Promise<RunResult | null>;
+  resume(sessionId: string, options?: ResumeOptions): Promise<RunResult | NothingToResume>;
   /**
    * Every unfinished run, with `sessionId` (the id `resume` takes: for a session's turn the session id, else
    * the run id) and `checkpointId` (the run id). `kind` says what the run is:

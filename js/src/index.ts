@@ -37,6 +37,7 @@ export type {
   Message,
   ModelChange,
   ModelRequest,
+  NothingToResume,
   PendingRun,
   ResultKind,
   RunEvent,

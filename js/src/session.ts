@@ -4,7 +4,7 @@ import { call, SteadfastError } from "./errors.js";
 import type { SessionFork } from "./generated/SessionFork.js";
 import type { SessionForkOptions } from "./generated/SessionForkOptions.js";
 import type { SessionTurn } from "./generated/SessionTurn.js";
-import type { AbortSignalLike, Input, Json, RunEvent, RunResult } from "./types.js";
+import type { AbortSignalLike, Input, Json, NothingToResume, RunEvent, RunResult } from "./types.js";
 
 export type { SessionFork, SessionForkOptions, SessionTurn };
 
@@ -38,8 +38,11 @@ export interface Session {
    * `STEADFAST_SESSION_BUSY` while another execution runs the session (send again later).
    */
   send(input: Input, options?: SessionSendOptions): Promise<RunResult>;
-  /** Finishes an interrupted newest turn; `null` when there is none (no turn, or the newest is finished). */
-  resume(options?: SessionResumeOptions): Promise<RunResult | null>;
+  /**
+   * Finishes an interrupted newest turn; `NothingToResume` (`{sessionId, resumed: false, reason: "nothing to
+   * resume"}`, the answer of `POST /sessions/{id}/resume`) when there is none (no turn, or the newest is finished).
+   */
+  resume(options?: SessionResumeOptions): Promise<RunResult | NothingToResume>;
   /** The session's turns, newest first (`limit`: at most that many; default every turn, one store read each). */
   history(options?: { limit?: number }): Promise<SessionTurn[]>;
   /**

@@ -19,6 +19,7 @@ import type { HistoryEntry } from "./generated/HistoryEntry.js";
 import type { Message } from "./generated/Message.js";
 import type { ModelChange } from "./generated/ModelChange.js";
 import type { ModelRequest } from "./generated/ModelRequest.js";
+import type { NothingToResume } from "./generated/NothingToResume.js";
 import type { PendingRun as GeneratedPendingRun } from "./generated/PendingRun.js";
 import type { ResultKind } from "./generated/ResultKind.js";
 import type { RunResult as GeneratedRunResult } from "./generated/RunResult.js";
@@ -54,6 +55,7 @@ export type {
   Message,
   ModelChange,
   ModelRequest,
+  NothingToResume,
   ResultKind,
   RunKind,
   RunStats,

@@ -95,9 +95,9 @@ test("a null options object reads as none, and an onEvent that is not a function
   const agent = createAgent({ model: mockModel(["a", "b", "c", "d"], { mode: "by-turn" }), store: memoryStore() });
   const session = agent.session({ id: "nulls" });
   assert.equal((await session.send("hi", null)).status, "finished");
-  assert.equal(await session.resume(null), null);
+  assert.deepEqual(await session.resume(null), { sessionId: "nulls", resumed: false, reason: "nothing to resume" });
   assert.equal((await session.history(null)).length, 1);
-  assert.equal((await agent.resume("nulls.turn-1", null)), null);
+  assert.deepEqual(await agent.resume("nulls.turn-1", null), { runId: "nulls.turn-1", resumed: false, reason: "nothing to resume" });
   assert.equal((await agent.sweep(null)).examined, 0);
   assert.deepEqual(await agent.fireSchedule([], null), []);
   const loop = agent.startSchedules([], null);

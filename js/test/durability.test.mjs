@@ -71,7 +71,11 @@ test("a propagating tool error rejects the run; resume finishes it and charges o
   assert.deepEqual([counts.charges, counts.shipments], [1, 1], "the charge ran once");
   assert.equal(model.calls.length, 3, "the resume ran the pending ship call without asking the model again first");
   assert.deepEqual(await agent.pending(), []);
-  assert.equal(await agent.resume("order-7"), null, "nothing left to resume");
+  assert.deepEqual(
+    await agent.resume("order-7"),
+    { runId: "order-7", resumed: false, reason: "nothing to resume" },
+    "nothing left to resume: the shape POST /runs/{id}/resume answers",
+  );
 });
 
 test("the recovery sweep finishes the interrupted run", async () => {

@@ -60,7 +60,7 @@ test("a session of three turns: turn runs exist, history is newest first, each t
   const other = createAgent({ model: mockModel(["Noted."]), store });
   const r4 = await other.session({ id: "chat-42" }).send("Thanks");
   assert.equal(r4.runId, "chat-42.turn-4");
-  assert.equal(await session.resume(), null, "nothing is pending");
+  assert.deepEqual(await session.resume(), { sessionId: "chat-42", resumed: false, reason: "nothing to resume" }, "nothing is pending");
 
   assert.equal(await session.delete(), 4);
   assert.deepEqual(await session.history(), []);
@@ -102,13 +102,14 @@ test("an interrupted turn is listed as kind 'session' and finished by session.re
   // As the documents have it: `sessionId` is the session's id (what agent.resume() takes), `checkpointId` the turn.
   assert.deepEqual([pending[0].sessionId, pending[0].checkpointId], ["order-7", "order-7.turn-1"]);
 
-  const finished = (await agent.resume(pending[0].sessionId)) ?? (await session.resume());
-  assert.equal(await session.resume(), null, "agent.resume(sessionId) finished the session's turn");
+  const first = await agent.resume(pending[0].sessionId);
+  const finished = first.resumed === false ? await session.resume() : first;
+  assert.deepEqual(await session.resume(), { sessionId: "order-7", resumed: false, reason: "nothing to resume" }, "agent.resume(sessionId) finished the session's turn");
   assert.equal(finished?.runId, "order-7.turn-1");
   assert.equal(finished?.text, "Order charged and shipped.");
   assert.deepEqual([counts.charges, counts.shipAttempts], [1, 2], "the charge did not run again");
   assert.deepEqual(await agent.pending(), []);
-  assert.equal(await session.resume(), null);
+  assert.deepEqual(await session.resume(), { sessionId: "order-7", resumed: false, reason: "nothing to resume" });
 });
 
 test("pending() kinds: a plain run is 'run' without ownerId", async () => {

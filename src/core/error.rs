@@ -132,8 +132,9 @@ impl fmt::Display for ErrorCode {
     }
 }
 
-/// The crate's error.
+/// The crate's error (in JSON: the `error` of an HTTP error answer; TypeScript: `CodedError`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export, rename = "CodedError"))]
 #[serde(rename_all = "camelCase")]
 pub struct Error {
     /// Stable code.
@@ -144,18 +145,23 @@ pub struct Error {
     pub retryable: bool,
     /// Server hint: wait at least this long before retrying (milliseconds).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub retry_after_ms: Option<u64>,
     /// HTTP status behind the error, when there was one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub status: Option<u16>,
     /// The run this error concerns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub run_id: Option<String>,
     /// The approval this error concerns.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub approval_id: Option<String>,
     /// Structured details (a drift report, the kept steps, …).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
     pub details: Option<serde_json::Value>,
 }
 

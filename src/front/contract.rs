@@ -14,14 +14,22 @@
 //!   `{"outcome": "ran" | "acknowledged", "runId", "result"}` or `{"outcome": "awaiting-approval", "runId",
 //!   "approvalId"}` (`runId` in every outcome; the npm package adds `events` when asked for).
 //! * **A run as `GET /runs/{id}` shows it**: [`RunView`].
+//! * **Nothing to resume**: [`NothingToResume`], `{"runId" | "sessionId", "resumed": false, "reason": "nothing to
+//!   resume"}` — the answer of `POST /runs/{id}/resume` and `POST /sessions/{id}/resume`, and what the npm
+//!   package's `agent.resume(id)` and `session.resume()` resolve to, when there is nothing to finish.
 //! * **What a JS tool is told about its call**: [`ToolCallContext`].
+//! * **The HTTP API's other answers** (the Worker only): [`ErrorReply`] (every refusal), [`Health`],
+//!   [`Accepted`] (`Prefer: respond-async`), [`RunList`], [`RunDeleted`], [`SessionHistory`], [`SessionDeleted`],
+//!   [`SessionDiscarded`], [`ScheduleList`], [`SweepView`]. Each route's answer is one of these or a runtime
+//!   result; none is built by hand.
 
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorInfo, Result};
 use crate::core::events::HealRecord;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::transcript::{Message, Usage};
-use crate::runtime::{Input, ToolContext};
+use crate::runtime::{Input, NextAttempt, ScheduleStatus, SessionTurn, ToolContext};
+use crate::store::PendingRun;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -175,6 +183,185 @@ impl From<&ToolContext> for ToolCallContext {
     }
 }
 
+/// Nothing to resume: what a resume answers (`POST /runs/{id}/resume`, `POST /sessions/{id}/resume`, the npm
+/// package's `agent.resume(id)` and `session.resume()`) when the run, or the session's newest turn, has nothing
+/// left to finish (finished, waiting on a person, or never started). The one shape both shells answer; a
+/// resume that executed answers a [`crate::runtime::RunResult`] instead (which has no `resumed` field).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct NothingToResume {
+    /// The run asked about (a run's resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub run_id: Option<String>,
+    /// The session asked about (a session's resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub session_id: Option<String>,
+    /// Always `false`: nothing was resumed.
+    #[cfg_attr(feature = "ts", ts(type = "false"))]
+    pub resumed: bool,
+    /// Always `"nothing to resume"`.
+    pub reason: String,
+}
+
+impl NothingToResume {
+    const REASON: &'static str = "nothing to resume";
+
+    /// Nothing to resume in run `id`.
+    pub fn run(id: impl Into<String>) -> NothingToResume {
+        NothingToResume { run_id: Some(id.into()), session_id: None, resumed: false, reason: Self::REASON.into() }
+    }
+
+    /// Nothing to resume in session `id`.
+    pub fn session(id: impl Into<String>) -> NothingToResume {
+        NothingToResume { run_id: None, session_id: Some(id.into()), resumed: false, reason: Self::REASON.into() }
+    }
+}
+
+/// Every refusal of the HTTP API: `{"error": {code, message, retryable, ...}}` with the error's HTTP status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct ErrorReply {
+    /// The coded error.
+    pub error: Error,
+}
+
+/// `GET /health`: the service is up.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct Health {
+    /// Always `true`.
+    #[cfg_attr(feature = "ts", ts(type = "true"))]
+    pub ok: bool,
+    /// Always `"steadfast"`.
+    pub service: String,
+    /// The crate's version.
+    pub version: String,
+}
+
+impl Health {
+    /// This build's health answer.
+    pub fn now() -> Health {
+        Health { ok: true, service: "steadfast".into(), version: env!("CARGO_PKG_VERSION").into() }
+    }
+}
+
+/// `202 Accepted` (`Prefer: respond-async`): the run has started and goes on in its object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct Accepted {
+    /// The run that started (a send's, an approval's or a delivery's run).
+    pub run_id: String,
+    /// Always `"accepted"`.
+    #[cfg_attr(feature = "ts", ts(type = "\"accepted\""))]
+    pub status: String,
+}
+
+impl Accepted {
+    /// Run `run_id` was accepted.
+    pub fn new(run_id: String) -> Accepted {
+        Accepted { run_id, status: "accepted".into() }
+    }
+}
+
+/// `GET /runs`: the unfinished runs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct RunList {
+    /// Each unfinished run with the sweep's plan for it.
+    pub runs: Vec<ListedRun>,
+}
+
+/// One unfinished run as `GET /runs` lists it: the [`PendingRun`] and `next`, the sweep's plan for it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct ListedRun {
+    /// The run as the store lists it.
+    #[serde(flatten)]
+    pub run: PendingRun,
+    /// What the recovery sweep will do with it next.
+    pub next: NextAttempt,
+}
+
+/// `DELETE /runs/{id}`: the run is deleted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct RunDeleted {
+    /// The run.
+    pub run_id: String,
+    /// Always `true`.
+    #[cfg_attr(feature = "ts", ts(type = "true"))]
+    pub deleted: bool,
+}
+
+/// `GET /sessions/{id}`: the session's turns, newest first.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct SessionHistory {
+    /// The session.
+    pub session_id: String,
+    /// Its turns, newest first.
+    pub turns: Vec<SessionTurn>,
+}
+
+/// `DELETE /sessions/{id}`: every turn is deleted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDeleted {
+    /// The session.
+    pub session_id: String,
+    /// How many turns were deleted.
+    pub deleted_turns: u32,
+}
+
+/// `POST /sessions/{id}/discard-pending`: the unfinished newest turn dropped, if there was one.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct SessionDiscarded {
+    /// The session.
+    pub session_id: String,
+    /// The run of the dropped turn (`null`: none was unfinished).
+    pub discarded: Option<String>,
+}
+
+/// `GET /schedules`: each configured schedule's status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct ScheduleList {
+    /// In the configuration's order.
+    pub schedules: Vec<ScheduleStatus>,
+}
+
+/// `GET /sweep`: the recovery sweep's stored state as the sweep wrote it, and whether its breaker is open.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+pub struct SweepView {
+    /// The stored state's fields, as stored (a state stored by another version shows its own fields): the
+    /// sweep's `SweepState`.
+    #[serde(flatten)]
+    pub state: serde_json::Map<String, Value>,
+    /// `open` while a provider outage pauses the sweep, else `closed`.
+    pub breaker: Breaker,
+}
+
+/// The recovery sweep's provider-outage breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "lowercase")]
+pub enum Breaker {
+    /// A provider outage: the sweep only probes.
+    Open,
+    /// The sweep resumes runs.
+    Closed,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,14 +370,11 @@ mod tests {
     use crate::runtime::{Rng, SplitMix64};
     use serde_json::json;
 
-    /// Seeded cases per property; `STEADFAST_CONTRACT_SEED=<n>` replays one.
+    /// Seeded cases per property; `STEADFAST_SEED=<n>` replays one.
     const CASES: u64 = 2_000;
 
     fn seeds() -> Vec<u64> {
-        match std::env::var("STEADFAST_CONTRACT_SEED").ok().and_then(|s| s.parse().ok()) {
-            Some(seed) => vec![seed],
-            None => (0..CASES).collect(),
-        }
+        crate::seeds::seeds(0..CASES)
     }
 
     fn pick(rng: &SplitMix64, n: u64) -> u64 {
@@ -243,7 +427,7 @@ mod tests {
     fn input_is_read_the_same_way_for_every_generated_case() {
         for seed in seeds() {
             let rng = SplitMix64::new(seed);
-            let repro = format!("STEADFAST_CONTRACT_SEED={seed} cargo test --lib contract::tests::input_is_read");
+            let repro = crate::seeds::repro(seed, "contract::tests::input_is_read");
             let (value, expected): (Option<Value>, std::result::Result<Vec<Message>, String>) = match pick(&rng, 6) {
                 0 => (None, Ok(vec![])),
                 1 => (Some(Value::Null), Ok(vec![])),
@@ -390,12 +574,100 @@ mod tests {
     fn the_run_view_keeps_the_json_it_had_for_generated_checkpoints() {
         for seed in seeds() {
             let cp = checkpoint(&SplitMix64::new(seed));
-            let repro = format!("STEADFAST_CONTRACT_SEED={seed} cargo test --lib contract::tests::the_run_view");
+            let repro = crate::seeds::repro(seed, "contract::tests::the_run_view");
             let view = RunView::from(cp.clone());
             let json = serde_json::to_value(&view).unwrap();
             assert_eq!(json, hand_built_view(&cp), "{repro}");
             assert_eq!(serde_json::from_value::<RunView>(json).unwrap(), view, "{repro}");
         }
+    }
+
+    /// The HTTP API's replies, typed, serialise exactly as the `json!` documents the API built by hand before
+    /// (the oracle below), over generated values: listed runs (a pending run and its next attempt), sessions,
+    /// deletions, `202`, health, errors, nothing to resume, and the sweep's view of its stored state.
+    #[test]
+    fn the_reply_types_keep_the_json_the_api_built_by_hand_for_generated_values() {
+        use crate::core::sweep::{Outage, SweepState};
+        fn v<T: Serialize>(x: &T) -> Value {
+            serde_json::to_value(x).unwrap()
+        }
+        for seed in seeds() {
+            let rng = SplitMix64::new(seed);
+            let repro = crate::seeds::repro(seed, "contract::tests::the_reply_types");
+            let cp = checkpoint(&rng);
+            let id = cp.run_id.clone();
+            // GET /runs: each pending run with `next` set into it.
+            let runs: Vec<PendingRun> = (0..pick(&rng, 3)).map(|_| PendingRun::of(&checkpoint(&rng))).collect();
+            let next: Vec<NextAttempt> = runs
+                .iter()
+                .map(|_| NextAttempt {
+                    plan: ["next-tick", "backoff", "outage"][pick(&rng, 3) as usize].into(),
+                    at: (pick(&rng, 2) == 0).then(|| rng.next_u64() % 1_000_000),
+                })
+                .collect();
+            let mut shown = Vec::new();
+            for (run, next) in runs.iter().zip(&next) {
+                let mut r = serde_json::to_value(run).unwrap();
+                r["next"] = serde_json::to_value(next).unwrap();
+                shown.push(r);
+            }
+            let typed = RunList {
+                runs: runs
+                    .iter()
+                    .zip(&next)
+                    .map(|(run, next)| ListedRun { run: run.clone(), next: next.clone() })
+                    .collect(),
+            };
+            assert_eq!(v(&typed), json!({ "runs": shown }), "{repro}");
+            // Deletion, 202, nothing to resume (a run's and a session's), session replies.
+            assert_eq!(v(&RunDeleted { run_id: id.clone(), deleted: true }), json!({"runId": id, "deleted": true}));
+            assert_eq!(v(&Accepted::new(id.clone())), json!({"runId": id, "status": "accepted"}));
+            assert_eq!(
+                v(&NothingToResume::run(id.clone())),
+                json!({"runId": id, "resumed": false, "reason": "nothing to resume"})
+            );
+            assert_eq!(
+                v(&NothingToResume::session(id.clone())),
+                json!({"sessionId": id, "resumed": false, "reason": "nothing to resume"})
+            );
+            let n = pick(&rng, 9) as u32;
+            assert_eq!(
+                v(&SessionDeleted { session_id: id.clone(), deleted_turns: n }),
+                json!({"sessionId": id, "deletedTurns": n})
+            );
+            let discarded = (pick(&rng, 2) == 0).then(|| format!("{id}.turn-{n}"));
+            assert_eq!(
+                v(&SessionDiscarded { session_id: id.clone(), discarded: discarded.clone() }),
+                json!({"sessionId": id, "discarded": discarded})
+            );
+            assert_eq!(
+                v(&SessionHistory { session_id: id.clone(), turns: vec![] }),
+                json!({"sessionId": id, "turns": []})
+            );
+            assert_eq!(v(&ScheduleList { schedules: vec![] }), json!({"schedules": []}));
+            // An error, with its optional fields.
+            let mut e = Error::new(ErrorCode::ALL[pick(&rng, ErrorCode::ALL.len() as u64) as usize], "why");
+            if pick(&rng, 2) == 0 {
+                e = e.with_run(&id).with_retry_after_ms(Some(rng.next_u64() % 10_000));
+            }
+            assert_eq!(v(&ErrorReply { error: e.clone() }), json!({ "error": e }), "{repro}");
+            // The sweep's state as stored, with `breaker` set into it.
+            let state = SweepState {
+                provider_failures: pick(&rng, 5) as u32,
+                outage: (pick(&rng, 2) == 0).then(|| Outage { since: 1, probes: 2, next_probe_at: 3 }),
+                cursor: (pick(&rng, 2) == 0).then(|| id.clone()),
+                page: (pick(&rng, 2) == 0).then(|| "p".into()),
+                ..SweepState::default()
+            };
+            let Value::Object(stored) = serde_json::to_value(&state).unwrap() else { panic!() };
+            let mut hand = stored.clone();
+            let open = state.outage.is_some();
+            hand.insert("breaker".into(), Value::from(if open { "open" } else { "closed" }));
+            let breaker = if open { Breaker::Open } else { Breaker::Closed };
+            assert_eq!(v(&SweepView { state: stored, breaker }), Value::Object(hand), "{repro}");
+        }
+        let version = env!("CARGO_PKG_VERSION");
+        assert_eq!(v(&Health::now()), json!({"ok": true, "service": "steadfast", "version": version}));
     }
 
     #[test]

@@ -31,6 +31,7 @@ import {
   type KVNamespaceLike,
   type DurableObjectStorageLike,
   type Store,
+  type NothingToResume,
   type RunResult,
   type RunKind,
   type Schedule,
@@ -59,7 +60,7 @@ const code: ErrorCode = "STEADFAST_AGENT_DRIFT";
 const toolMessage: Message = { role: "tool", toolCallId: "c1", name: "lookup", content: "ok", isError: false, kind };
 void [badKind, code, toolMessage];
 
-export async function example(): Promise<RunResult | null> {
+export async function example(): Promise<RunResult | NothingToResume> {
   const agent = createAgent({
     model: mockModel([{ toolCalls: [{ name: "lookup", args: { id: "1" } }] }, "done"]),
     tools: [lookup],
@@ -164,7 +165,9 @@ export async function sessionsAndSchedules(): Promise<ScheduleOutcome[]> {
   const agent = createAgent({ provider: mockModel(["hi"]), store: memoryStore() });
   const session: Session = agent.session({ id: "chat-42" });
   const r: RunResult = await session.send("Book a table", { onEvent: (e) => e.seq, businessState: { guests: 2 } });
-  const again: RunResult | null = await session.resume({ events: true });
+  const again: RunResult | NothingToResume = await session.resume({ events: true });
+  // Nothing to resume narrows on `resumed` (a RunResult has no such field).
+  const againStatus: string = "resumed" in again ? again.reason : again.status;
   const turns: SessionTurn[] = await session.history({ limit: 3 });
   const turn: number | undefined = turns[0]?.turn;
   const fork: SessionFork = await session.fork({ fromStep: 1, newId: "chat-43" });
@@ -173,7 +176,7 @@ export async function sessionsAndSchedules(): Promise<ScheduleOutcome[]> {
   // @ts-expect-error a session send takes no sessionId
   void session.send("x", { sessionId: "other" });
   const kinds: Array<RunKind | undefined> = (await agent.pending()).map((p) => (p.ownerId === undefined ? undefined : p.kind));
-  void [r.text, again?.status, turn, fork.checkpoint.runId, dropped, deleted, kinds, session.id];
+  void [r.text, againStatus, turn, fork.checkpoint.runId, dropped, deleted, kinds, session.id];
 
   const schedules: Schedule[] = [
     { id: "hourly", cron: "0 * * * *", input: "Send the report" },

@@ -10,6 +10,7 @@ use super::model::JsModel;
 use super::stores::JsStore;
 use super::tools::JsTool;
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::front::contract::NothingToResume;
 use crate::front::wasm_shared::{absent, js_rng, prop, to_value};
 use crate::runtime::{Agent, AgentOptions, ForkOptions, Resolve};
 use crate::store::RunStore;
@@ -144,7 +145,8 @@ impl JsAgent {
     }
 
     /// Finishes an unfinished run (`options_json`, `on_event` and `signal` as for `send`). Resolves to the
-    /// RunResult JSON, or `null` when there was nothing to do.
+    /// RunResult JSON, or [`NothingToResume`] (`{runId, resumed: false, reason}`, as `POST /runs/{id}/resume`
+    /// answers) when there was nothing to do.
     pub fn resume(
         &self,
         run_id: JsValue,
@@ -158,7 +160,7 @@ impl JsAgent {
             let p = prepare(options_json, on_event, signal, "resume options")?;
             match agent.resume(&run_id, p.opts).await? {
                 Some(result) => with_events(&result, p.sink),
-                None => Ok(Value::Null),
+                None => with_events(&NothingToResume::run(run_id), None),
             }
         })
     }

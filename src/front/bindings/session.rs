@@ -6,9 +6,9 @@ use super::args::limit_of;
 use super::calls::{prepare, request_of, with_events};
 use super::errors::{js_error, promise};
 use crate::core::error::{Error, Result};
+use crate::front::contract::NothingToResume;
 use crate::runtime::{Agent, SessionForkOptions};
 use js_sys::{Function, Promise};
-use serde_json::Value;
 use wasm_bindgen::prelude::*;
 
 /// A session handle's id, checked (`STEADFAST_SESSION_ID_INVALID`).
@@ -46,7 +46,8 @@ impl JsAgent {
     }
 
     /// Finishes session `id`'s interrupted newest turn (`Session::resume`; the arguments as for `resume`).
-    /// Resolves to the RunResult JSON, or `null` when there was nothing to do.
+    /// Resolves to the RunResult JSON, or [`NothingToResume`] (`{sessionId, resumed: false, reason}`, as
+    /// `POST /sessions/{id}/resume` answers) when there was nothing to do.
     #[wasm_bindgen(js_name = sessionResume)]
     pub fn session_resume(
         &self,
@@ -61,7 +62,7 @@ impl JsAgent {
             let p = prepare(options_json, on_event, signal, "session resume options")?;
             match session.resume(p.opts).await? {
                 Some(result) => with_events(&result, p.sink),
-                None => Ok(Value::Null),
+                None => with_events(&NothingToResume::session(id), None),
             }
         })
     }

@@ -1,0 +1,23 @@
+//! The delivery route: `POST /deliveries/{deliveryId}` runs a delivered job once
+//! ([`crate::runtime::Agent::run_once`]) and answers its [`crate::runtime::Delivery`].
+
+use super::{required_body, Api, ApiRequest, ApiResponse};
+use crate::core::error::Result;
+use crate::front::contract::SendRequest;
+use crate::runtime::SendOptions;
+
+impl Api {
+    /// `POST /deliveries/{id}`: a [`SendRequest`], executed once for the delivery.
+    pub(super) async fn deliver(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
+        let body: SendRequest = required_body(req)?;
+        let (input, business_state) = body.into_parts()?;
+        let (sink, opts) = self.start_sink(SendOptions { business_state, ..SendOptions::default() });
+        let agent = self.agent.clone();
+        let delivery_id = id.to_string();
+        let run = async move {
+            let ran = agent.run_once(&delivery_id, input, opts).await;
+            ran.map_or_else(|e| ApiResponse::error(&e), |d| ApiResponse::ok(&d))
+        };
+        Ok(self.execute(req, sink, Box::pin(run), None).await)
+    }
+}
