@@ -457,14 +457,11 @@ impl AgentConfig {
         if first.is_some() && first != Some('{') {
             return Err(config_err("invalid agent configuration: it must be a JSON object ({...})"));
         }
-        let mut reader = serde_json::Deserializer::from_str(json);
-        let config: AgentConfig = serde_path_to_error::deserialize(&mut reader).map_err(|e| {
-            let path = json_path(e.path());
+        let config: AgentConfig = serde_json::from_str(json).map_err(|e| {
+            let path = json_path_at(json, e.line(), e.column());
             let at = if path.is_empty() { String::new() } else { format!(" at `{path}`") };
-            config_err(format!("invalid agent configuration{at}: {}", e.inner()))
+            config_err(format!("invalid agent configuration{at}: {e}"))
         })?;
-        // Characters after the object are refused too, as `serde_json::from_str` does.
-        reader.end().map_err(|e| config_err(format!("invalid agent configuration: {e}")))?;
         config.validate()?;
         Ok(config)
     }
@@ -694,30 +691,96 @@ impl AgentConfig {
     }
 }
 
-/// The JSON path (`tools[1].url`, `headers["x-key"]`) of the value serde was reading when it failed, as
-/// `serde_path_to_error` tracked it; empty at the top level.
-fn json_path(path: &serde_path_to_error::Path) -> String {
-    use serde_path_to_error::Segment;
-    let mut out = String::new();
-    for segment in path.iter() {
-        match segment {
-            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
-            Segment::Map { key }
-                if !key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$') =>
-            {
-                if !out.is_empty() {
-                    out.push('.');
-                }
-                out.push_str(key);
+/// The JSON path (`tools[1].url`) of the value being read at a 1-based `line`/`column` (as serde_json
+/// reports errors), from a tolerant scan of `text`. Empty at the top level or when the position is unknown.
+fn json_path_at(text: &str, line: usize, column: usize) -> String {
+    if line == 0 {
+        return String::new();
+    }
+    let bytes = text.as_bytes();
+    let mut start = 0usize;
+    let mut seen = 1usize;
+    while seen < line {
+        match bytes.get(start..).and_then(|rest| rest.iter().position(|b| *b == b'\n')) {
+            Some(p) => {
+                start += p + 1;
+                seen += 1;
             }
-            Segment::Map { key } => out.push_str(&format!("[{}]", Value::String(key.clone()))),
-            // An enum's variant names no place in the document, and past an unknown segment the rest is not
-            // known either.
-            Segment::Enum { .. } => {}
-            Segment::Unknown => break,
+            None => return String::new(),
         }
     }
-    out
+    let end = start.saturating_add(column).min(bytes.len());
+
+    enum Frame {
+        Object { key: Option<String>, want_key: bool },
+        Array { index: usize },
+    }
+    let mut stack: Vec<Frame> = Vec::new();
+    let mut i = 0usize;
+    while i < end {
+        let b = bytes.get(i).copied().unwrap_or(b' ');
+        match b {
+            b'"' => {
+                let from = i + 1;
+                let mut j = from;
+                let mut escaped = false;
+                while j < bytes.len() {
+                    let c = bytes.get(j).copied().unwrap_or(b'"');
+                    if escaped {
+                        escaped = false;
+                    } else if c == b'\\' {
+                        escaped = true;
+                    } else if c == b'"' {
+                        break;
+                    }
+                    j += 1;
+                }
+                if let Some(Frame::Object { key, want_key }) = stack.last_mut() {
+                    if *want_key {
+                        // Ignored (below): a key that does not unescape is shown as written.
+                        let raw = text.get(from..j.min(text.len())).unwrap_or("");
+                        *key = Some(
+                            serde_json::from_str::<String>(&format!("\"{raw}\"")).unwrap_or_else(|_| raw.to_string()),
+                        );
+                        *want_key = false;
+                    }
+                }
+                i = j + 1;
+                continue;
+            }
+            b'{' => stack.push(Frame::Object { key: None, want_key: true }),
+            b'[' => stack.push(Frame::Array { index: 0 }),
+            b'}' | b']' => {
+                stack.pop();
+            }
+            b',' => match stack.last_mut() {
+                Some(Frame::Object { want_key, .. }) => *want_key = true,
+                Some(Frame::Array { index }) => *index += 1,
+                None => {}
+            },
+            _ => {}
+        }
+        i += 1;
+    }
+
+    let mut path = String::new();
+    for frame in &stack {
+        match frame {
+            Frame::Object { key: Some(k), .. } => {
+                if !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$') {
+                    if !path.is_empty() {
+                        path.push('.');
+                    }
+                    path.push_str(k);
+                } else {
+                    path.push_str(&format!("[{}]", Value::String(k.clone())));
+                }
+            }
+            Frame::Object { key: None, .. } => break,
+            Frame::Array { index } => path.push_str(&format!("[{index}]")),
+        }
+    }
+    path
 }
 
 /// The parsed configuration, kept for the life of a process (a Worker isolate) so a warm request does not
@@ -1278,6 +1341,15 @@ mod tests {
             assert_eq!(e.code, ErrorCode::ProviderUnavailable, "{retry}: {e}");
             assert_eq!(platform.http.requests().len(), asked, "{retry}");
         }
+    }
+
+    #[test]
+    fn json_path_scanner_handles_odd_input() {
+        assert_eq!(json_path_at(r#"{"a": [1, {"b\"c": 2}]}"#, 1, 16), "a[1][\"b\\\"c\"]");
+        assert_eq!(json_path_at(r#"{"a": 1}"#, 0, 0), "");
+        assert_eq!(json_path_at(r#"{"a": 1}"#, 9, 9), "");
+        assert_eq!(json_path_at("{\"é\": {\"x", 1, 100), "[\"é\"].x");
+        assert_eq!(json_path_at("\"unterminated", 1, 5), "");
     }
 
     #[test]
