@@ -8,7 +8,7 @@ import type { RetryPolicy } from "./generated/RetryPolicy.js";
 import type { Model, ModelStream } from "./model.js";
 import type { Clock } from "./clock.js";
 import { recoveryLoop, type RecoverOptions, type Recovery, type SweepOptions } from "./recovery.js";
-import { storeHandle, type KVNamespaceLike, type Store } from "./stores.js";
+import { storeHandle, type Checkpoints, type KVNamespaceLike, type Store } from "./stores.js";
 import { eventCallback, sessionHandle, type Session } from "./session.js";
 import {
   fireSchedules,
@@ -40,7 +40,7 @@ import type {
   SweepReport,
   ToolSpec,
 } from "./types.js";
-import { withSessionId, type AbortSignalLike } from "./types.js";
+import { forkWithSessionId, withSessionId, type AbortSignalLike } from "./types.js";
 
 /**
  * What an agent is made of: the agent's options (the generated `AgentOptions`, the runtime's one definition:
@@ -66,8 +66,11 @@ export interface AgentParts {
   hooks?: Hook[];
   /** System prompt of new runs. */
   instructions?: string;
-  /** `memoryStore()`, `kvStore(env.BINDING)`, `"memory"` (a new private store) or a KV namespace. */
-  store: Store | "memory" | KVNamespaceLike;
+  /**
+   * `memoryStore()`, `kvStore(env.BINDING)`, `fileStore(dir)`, a store's `checkpoints` (`LocalStorageCheckpointStore`
+   * too), `"memory"` (a new private store) or a KV namespace.
+   */
+  store: Store | Checkpoints | "memory" | KVNamespaceLike;
   /**
    * The clock and timer the runtime reads (model-call backoff, leases, the recovery sweep's backoff, quarantine
    * and outage breaker, the `recover` and `startSchedules` loops' ticks, the time `fireSchedule` fires for)
@@ -174,7 +177,10 @@ export interface Agent {
       options?: Omit<ResumeOptions, "events" | "signal">,
     ): Promise<RunResult>;
   };
-  /** A new run from a step of another run's history (resume it to run it). */
+  /**
+   * A new run from a step of another run's history: `{runId, sessionId, step, checkpoint}` (`sessionId` is the
+   * new run's id, as `runId`); resume it to run it (`agent.resume(fork.sessionId)`).
+   */
   fork(sessionId: string, options: ForkOptions): Promise<ForkResult>;
   /** Compares two stored runs by id (the standalone `compareTrajectories` takes checkpoints or transcripts). */
   compareTrajectories(a: string, b: string): Promise<Comparison>;
@@ -292,6 +298,9 @@ export function transcriptHolder(model: Model) {
   };
 }
 
+/** The documents' name for a model provider (`createAgent({ provider })`): the same interface as `Model`. */
+export type LLMProvider = Model;
+
 /** Creates a durable agent. */
 export function createAgent(options: AgentOptions): Agent {
   const { model: given, provider, tools = [], hooks = [], store, ...rest } = options;
@@ -370,7 +379,7 @@ export function createAgent(options: AgentOptions): Agent {
           low.approvalsResolve(decision?.id, decision?.approved, decision?.note, eventCallback(opts?.onEvent)),
         ),
     },
-    fork: (id, opts) => call(() => low.fork(id, JSON.stringify(opts ?? null))),
+    fork: async (id, opts) => forkWithSessionId(await call(() => low.fork(id, JSON.stringify(opts ?? null)))),
     compareTrajectories: (a, b) => call(() => low.compare(a, b)),
     delete: async (id) => {
       await call(() => low.delete(id));

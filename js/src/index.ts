@@ -71,14 +71,18 @@ export {
 } from "./hooks.js";
 export {
   durableObjectStore,
+  getCheckpointHistory,
   kvStore,
   memoryStore,
+  type Checkpoints,
   type DurableObjectStorageLike,
   type DurableObjectStoreOptions,
   type KVNamespaceLike,
   type KvStoreOptions,
+  type MemoryStoreOptions,
   type Store,
 } from "./stores.js";
+export { fileStore, LocalStorageCheckpointStore, type LocalStoreOptions, type StorageLike } from "./local_stores.js";
 export { mockModel, ProviderHttpError, type MockModel, type MockModelOptions, type MockTurn } from "./mock_model.js";
 export type { RecoverOptions, Recovery, RecoveryRun, SweepOptions } from "./recovery.js";
 export type {
@@ -105,6 +109,7 @@ export {
   createAgent,
   type Agent,
   type AgentOptions,
+  type LLMProvider,
   type ResumeOptions,
   type RunOnceOptions,
   type SendOptions,

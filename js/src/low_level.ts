@@ -23,10 +23,10 @@ function check(): void {
   }
 }
 
-/** A new in-memory store handle. */
-export function newMemoryStore(): JsStore {
+/** A new in-memory store handle (`historyLimit`: past states kept per run, absent: 50). */
+export function newMemoryStore(historyLimit?: unknown): JsStore {
   check();
-  return JsStore.memory();
+  return JsStore.memory(historyLimit);
 }
 
 /** A journal store over a KV namespace (`optionsJson`: JournalOptions as JSON; `clock`: `{now, sleep}`). */

@@ -1,7 +1,9 @@
 // Stores: in-memory, a journal over a Workers KV namespace, or strict mode's store inside a Durable Object (all
 // held by the wasm core).
-import { newDurableObjectStore, newKvStore, newMemoryStore } from "./low_level.js";
-import { SteadfastError, sync } from "./errors.js";
+import { newDurableObjectStore, newKvStore, newMemoryStore, type JsStore } from "./low_level.js";
+import { call, SteadfastError, sync } from "./errors.js";
+import type { Checkpoint, HistoryEntry, PendingRun } from "./types.js";
+import { withSessionId } from "./types.js";
 import type { JournalOptions } from "./generated/JournalOptions.js";
 import type { Clock } from "./clock.js";
 
@@ -16,6 +18,74 @@ export interface StoreHandle {
 export interface Store {
   readonly kind: "memory" | "kv" | "durable-object";
   readonly [HANDLE]: StoreHandle;
+  /** The store's runs, read and deleted without an agent (`store.checkpoints.load(id)`). */
+  readonly checkpoints: Checkpoints;
+}
+
+/**
+ * A store's runs as the documents' `store.checkpoints`: each run id's newest checkpoint (`status`:
+ * `in-progress`, `awaiting-approval` or `finished`) and its past states. Nothing here executes a run.
+ */
+export interface Checkpoints {
+  /** The store these are the runs of (so `createAgent({ store: checkpoints })` runs on it too). */
+  readonly [HANDLE]: StoreHandle;
+  /** The run's checkpoint, or `null` when the store has no run of that id. */
+  load(sessionId: string): Promise<Checkpoint | null>;
+  /**
+   * Past states of the run, newest first: `{seq, step, savedAt, status, checkpoint}` (`savedAt` in ms since the
+   * epoch); `limit` caps how many (default: all the store keeps, `historyLimit`). An unknown run gives `[]`.
+   */
+  history(sessionId: string, options?: { limit?: number }): Promise<HistoryEntry[]>;
+  /** Every unfinished run (as `agent.pending()` lists them). */
+  pending(): Promise<PendingRun[]>;
+  /**
+   * Deletes the run: its checkpoint, its history and its lease (a later send starts it over). The history is
+   * the run's journal, so it cannot outlive the run: `{ keepHistory: true }` is refused with
+   * `STEADFAST_CONFIG_INVALID` (fork the run first to keep a copy).
+   */
+  delete(sessionId: string, options?: { keepHistory?: boolean }): Promise<void>;
+}
+
+/**
+ * The run's history through a store's `checkpoints` (`getCheckpointHistory(store.checkpoints, id, { limit })`):
+ * `undefined` for a `checkpoints` object without `history`, as the documents have it.
+ */
+export async function getCheckpointHistory(
+  checkpoints: Pick<Checkpoints, "history"> | Partial<Pick<Checkpoints, "history">> | undefined | null,
+  sessionId: string,
+  options?: { limit?: number },
+): Promise<HistoryEntry[] | undefined> {
+  if (typeof checkpoints?.history !== "function") return undefined;
+  return checkpoints.history(sessionId, options);
+}
+
+/** The `checkpoints` of a store handle. */
+function checkpointsOf(handle: StoreHandle): Checkpoints {
+  const low = handle as unknown as JsStore;
+  return {
+    [HANDLE]: handle,
+    load: (id) => call(() => low.load(id)),
+    history: (id, options) => {
+      const limit = (options as { limit?: unknown } | undefined)?.limit;
+      return call(() => low.history(id, limit));
+    },
+    pending: async () => (await call<PendingRun[]>(() => low.pending())).map(withSessionId),
+    delete: async (id, options) => {
+      if ((options as { keepHistory?: unknown } | undefined)?.keepHistory === true) {
+        throw new SteadfastError(
+          "STEADFAST_CONFIG_INVALID",
+          "checkpoints.delete(id, { keepHistory: true }): a run's history is its journal and goes with it; fork the run first to keep a copy",
+          { runId: typeof id === "string" ? id : undefined },
+        );
+      }
+      await call(() => low.delete(id));
+    },
+  };
+}
+
+/** A store object over a handle. */
+function storeOf(kind: Store["kind"], handle: StoreHandle): Store {
+  return { kind, [HANDLE]: handle, checkpoints: checkpointsOf(handle) };
 }
 
 /** The part of a Workers `KVNamespace` the store uses. `get(keys[])` must resolve to a `Map` (bulk get). */
@@ -41,15 +111,22 @@ export type KvStoreOptions = Partial<Pick<JournalOptions, "prefix" | "historyLim
   clock?: Clock;
 };
 
+/** Options of `memoryStore`. */
+export interface MemoryStoreOptions {
+  /** Past states kept per run for `history` and `fork` (default 50). */
+  historyLimit?: number;
+}
+
 /** A new in-memory store (strongly consistent; lives as long as the handle). Share it between agents. */
-export function memoryStore(): Store {
-  return { kind: "memory", [HANDLE]: sync(() => newMemoryStore()) as unknown as StoreHandle };
+export function memoryStore(options: MemoryStoreOptions = {}): Store {
+  const historyLimit = (options ?? {}).historyLimit;
+  return storeOf("memory", sync(() => newMemoryStore(historyLimit)) as unknown as StoreHandle);
 }
 
 /** A durable store over a Workers KV namespace binding (`kvStore(env.RUNS)`). */
 export function kvStore(namespace: KVNamespaceLike, options: KvStoreOptions = {}): Store {
   const { clock, ...journal } = options;
-  return { kind: "kv", [HANDLE]: sync(() => newKvStore(namespace, JSON.stringify(journal), clock)) as unknown as StoreHandle };
+  return storeOf("kv", sync(() => newKvStore(namespace, JSON.stringify(journal), clock)) as unknown as StoreHandle);
 }
 
 /**
@@ -89,18 +166,15 @@ export function durableObjectStore(
       : (state as { storage?: DurableObjectStorageLike } | undefined)?.storage;
   // Checked by the core (a prefix that is not a string is STEADFAST_CONFIG_INVALID).
   const { prefix, clock } = (options ?? {}) as DurableObjectStoreOptions;
-  return {
-    kind: "durable-object",
-    [HANDLE]: sync(() => newDurableObjectStore(storage, prefix, clock)) as unknown as StoreHandle,
-  };
+  return storeOf("durable-object", sync(() => newDurableObjectStore(storage, prefix, clock)) as unknown as StoreHandle);
 }
 
 /** The low-level store of an agent's `store` option. */
-export function storeHandle(store: Store | "memory" | KVNamespaceLike | undefined): StoreHandle {
+export function storeHandle(store: Store | Checkpoints | "memory" | KVNamespaceLike | undefined): StoreHandle {
   if (store === undefined) {
     throw new SteadfastError("STEADFAST_CONFIG_INVALID", "an agent needs a store: memoryStore() or kvStore(env.BINDING)");
   }
   if (store === "memory") return memoryStore()[HANDLE];
-  if (typeof store === "object" && HANDLE in store) return (store as Store)[HANDLE];
+  if (typeof store === "object" && store !== null && HANDLE in store) return (store as Store | Checkpoints)[HANDLE];
   return kvStore(store as KVNamespaceLike)[HANDLE];
 }

@@ -14,7 +14,7 @@ import type { EventEnvelope } from "./generated/EventEnvelope.js";
 import type { Fingerprint } from "./generated/Fingerprint.js";
 import type { FinishReason } from "./generated/FinishReason.js";
 import type { ForkOptions } from "./generated/ForkOptions.js";
-import type { ForkResult } from "./generated/ForkResult.js";
+import type { ForkResult as GeneratedForkResult } from "./generated/ForkResult.js";
 import type { HistoryEntry } from "./generated/HistoryEntry.js";
 import type { Message } from "./generated/Message.js";
 import type { ModelChange } from "./generated/ModelChange.js";
@@ -50,7 +50,6 @@ export type {
   Fingerprint,
   FinishReason,
   ForkOptions,
-  ForkResult,
   HistoryEntry,
   Message,
   ModelChange,
@@ -80,6 +79,17 @@ export type PendingRun = GeneratedPendingRun & { sessionId: string; checkpointId
 export function withSessionId(run: GeneratedPendingRun & { sessionId?: string }): PendingRun {
   const sessionId = run.sessionId ?? (run.kind === "session" && run.ownerId ? run.ownerId : run.runId);
   return { ...run, sessionId, checkpointId: run.runId };
+}
+
+/**
+ * A created fork (the generated `ForkResult`), plus `sessionId`: the new run's id under the name `send`,
+ * `resume` and the documents use (the same as `runId`).
+ */
+export type ForkResult = GeneratedForkResult & { sessionId: string };
+
+/** Adds `sessionId` to a created fork. */
+export function forkWithSessionId(fork: GeneratedForkResult): ForkResult {
+  return { ...fork, sessionId: fork.runId };
 }
 
 /**

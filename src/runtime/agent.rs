@@ -305,27 +305,29 @@ impl Agent {
         Approvals::new(&self.deps)
     }
 
+    /// The store's runs, read and deleted without executing anything.
+    pub fn runs(&self) -> Runs {
+        Runs::new(self.deps.store.clone())
+    }
+
     /// Deletes a run (its checkpoint, history and lease). A later send starts it over.
     pub async fn delete(&self, run_id: &str) -> Result<()> {
-        validate_run_id(run_id)?;
-        self.deps.store.delete(run_id).await
+        self.runs().delete(run_id).await
     }
 
     /// The run's current checkpoint.
     pub async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
-        validate_run_id(run_id)?;
-        self.deps.store.load(run_id).await
+        self.runs().load(run_id).await
     }
 
     /// Every unfinished run (M11).
     pub async fn pending(&self) -> Result<Vec<PendingRun>> {
-        self.deps.store.pending().await
+        self.runs().pending().await
     }
 
     /// Past states of a run, newest first.
     pub async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
-        validate_run_id(run_id)?;
-        self.deps.store.history(run_id, limit).await
+        self.runs().history(run_id, limit).await
     }
 
     pub(crate) async fn execute(&self, run_id: &str, start: Start, opts: &SendOptions) -> Result<Option<RunResult>> {
@@ -380,4 +382,42 @@ fn turn_taken(run_id: &str) -> Error {
         format!("another send of this session started turn '{run_id}' meanwhile: send again to continue after it"),
     )
     .with_run(run_id)
+}
+
+/// A store's runs as the documents' `store.checkpoints` shows them: load, history, the unfinished ones, delete —
+/// with run ids checked as every operation checks them, and nothing executed. An agent's `load`, `history`,
+/// `pending` and `delete` are these.
+#[derive(Clone)]
+pub struct Runs {
+    store: Rc<dyn RunStore>,
+}
+
+impl Runs {
+    /// The runs of `store`.
+    pub fn new(store: Rc<dyn RunStore>) -> Runs {
+        Runs { store }
+    }
+
+    /// Deletes a run (its checkpoint, history and lease). A later send starts it over.
+    pub async fn delete(&self, run_id: &str) -> Result<()> {
+        validate_run_id(run_id)?;
+        self.store.delete(run_id).await
+    }
+
+    /// The run's current checkpoint.
+    pub async fn load(&self, run_id: &str) -> Result<Option<Checkpoint>> {
+        validate_run_id(run_id)?;
+        self.store.load(run_id).await
+    }
+
+    /// Every unfinished run (M11).
+    pub async fn pending(&self) -> Result<Vec<PendingRun>> {
+        self.store.pending().await
+    }
+
+    /// Past states of a run, newest first.
+    pub async fn history(&self, run_id: &str, limit: usize) -> Result<Vec<HistoryEntry>> {
+        validate_run_id(run_id)?;
+        self.store.history(run_id, limit).await
+    }
 }

@@ -1,7 +1,10 @@
-// Entry point for node (and any runtime with `node:fs`): reads the wasm bytes next to the package.
-import { readFileSync } from "node:fs";
+// Entry point for node (and any runtime with `node:fs`): reads the wasm bytes next to the package, and hands
+// `fileStore` the file system.
+import * as fs from "node:fs";
 import { loadWasm } from "../low_level.js";
+import { useFileSystem } from "../local_stores.js";
 
-loadWasm(readFileSync(new URL("../../wasm/steadfast_bg.wasm", import.meta.url)));
+loadWasm(fs.readFileSync(new URL("../../wasm/steadfast_bg.wasm", import.meta.url)));
+useFileSystem(fs);
 
 export * from "../index.js";

@@ -2,13 +2,16 @@
 //! `KVNamespace` (`get`, `put`, `delete`, `list`; bulk reads use `get(keys[])`, which resolves to a `Map`: one
 //! KV operation for up to 100 keys), or strict mode's store in a Durable Object's SQLite storage.
 
+use super::args::{limit_of, number_arg, text_arg, whole_number};
 use super::clock::clock_of;
-use super::errors::{decode_opt, js_error};
+use super::errors::{decode_opt, js_error, promise};
 use crate::core::error::{Error, ErrorCode};
 use crate::front::durable_sql::{Sql, SqlIndex, SqlRuns};
 use crate::front::wasm_shared::{absent, WorkersKv};
+use crate::runtime::Runs;
 use crate::store::object::ObjectStore;
 use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
+use js_sys::Promise;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 
@@ -18,11 +21,47 @@ pub struct JsStore {
     pub(super) store: Rc<dyn RunStore>,
 }
 
+impl JsStore {
+    fn runs(&self) -> Runs {
+        Runs::new(self.store.clone())
+    }
+}
+
 #[wasm_bindgen]
 impl JsStore {
-    /// A new in-memory store (strongly consistent; lives as long as this object).
-    pub fn memory() -> JsStore {
-        JsStore { store: Rc::new(MemoryStore::new()) }
+    /// A new in-memory store (strongly consistent; lives as long as this object) keeping `history_limit` past
+    /// states per run (absent: 50).
+    pub fn memory(history_limit: JsValue) -> std::result::Result<JsStore, JsValue> {
+        let limit = if absent(&history_limit) {
+            50
+        } else {
+            whole_number(number_arg(&history_limit), "memoryStore's historyLimit").map_err(|e| js_error(&e))?
+        };
+        Ok(JsStore { store: Rc::new(MemoryStore::with_history_limit(limit)) })
+    }
+
+    /// The run's checkpoint JSON, or `null` (the documents' `store.checkpoints.load`).
+    pub fn load(&self, run_id: JsValue) -> Promise {
+        let runs = self.runs();
+        promise(async move { runs.load(&text_arg(&run_id, "the run id")?).await })
+    }
+
+    /// Past states of a run, newest first (JSON array; `limit` absent: all kept).
+    pub fn history(&self, run_id: JsValue, limit: JsValue) -> Promise {
+        let runs = self.runs();
+        promise(async move { runs.history(&text_arg(&run_id, "the run id")?, limit_of(&limit)?).await })
+    }
+
+    /// Every unfinished run (JSON array of PendingRun).
+    pub fn pending(&self) -> Promise {
+        let runs = self.runs();
+        promise(async move { runs.pending().await })
+    }
+
+    /// Deletes a run (checkpoint, history, lease); resolves to `null`.
+    pub fn delete(&self, run_id: JsValue) -> Promise {
+        let runs = self.runs();
+        promise(async move { runs.delete(&text_arg(&run_id, "the run id")?).await })
     }
 
     /// A journal store over a Workers `KVNamespace` (`get`, `put`, `delete`, `list`; bulk `get(keys[])`).
@@ -68,7 +107,7 @@ impl JsStore {
     #[wasm_bindgen(js_name = fromSpec)]
     pub fn from_spec(spec: JsValue) -> std::result::Result<JsStore, JsValue> {
         match spec.as_string().as_deref() {
-            Some("memory") => Ok(JsStore::memory()),
+            Some("memory") => JsStore::memory(JsValue::UNDEFINED),
             Some(other) => Err(js_error(&Error::new(
                 ErrorCode::ConfigInvalid,
                 format!("store {other:?} is unknown: use \"memory\" or a KV namespace"),
