@@ -53,6 +53,7 @@ test("the tarball has the built package and no runtime dependencies", () => {
 const PUBLIC_EXPORTS = {
   values: [
     "PropagatedToolError", "PropagatingToolError", "ProviderHttpError", "SessionAwaitingApprovalError", "SteadfastError",
+    "LocalStorageCheckpointStore", "fileStore", "getCheckpointHistory",
     "compareTrajectories", "createAgent", "defineHook", "defineTool", "durableObjectStore", "kvStore", "memoryStore", "mockModel", "outputCheck",
     "progressGuard", "testClock",
   ],
@@ -70,8 +71,23 @@ const PUBLIC_EXPORTS = {
     "RunKind", "Session", "SessionFork", "SessionForkOptions", "SessionResumeOptions", "SessionSendOptions", "SessionTurn",
     "FireScheduleOptions", "MissedFires", "Schedule", "ScheduleInput", "ScheduleOutcome", "Schedules",
     "StartSchedulesOptions",
+    "Checkpoints", "LLMProvider", "LocalStoreOptions", "MemoryStoreOptions", "StorageLike",
   ],
 };
+
+test("the subpaths the documents import resolve in the installed package: steadfast/testing, /executor, /utils", () => {
+  const script = [
+    "const t = await import('steadfast/testing');",
+    "const e = await import('steadfast/executor');",
+    "const u = await import('steadfast/utils');",
+    "const m = await import('steadfast');",
+    "const store = m.memoryStore();",
+    "const r = await e.AgentExecutor.execute({ agent: {}, input: 'hi', provider: t.mockModel(['hello']), sessionId: 's', checkpointStore: store.checkpoints });",
+    "console.log(r.text, typeof u.LocalStorageCheckpointStore, typeof e.resumeAfterApproval, (await store.checkpoints.load('s')).status);",
+  ].join("\n");
+  const out = run(process.execPath, ["--input-type=module", "-e", script], project);
+  assert.equal(out, "hello function function finished\n");
+});
 
 test("the installed package exports exactly the public names (values at run time, types in index.d.ts)", async () => {
   const installed = join(project, "node_modules/steadfast");
