@@ -53,6 +53,7 @@ test("the tarball has the built package and no runtime dependencies", () => {
 const PUBLIC_EXPORTS = {
   values: [
     "PropagatedToolError", "PropagatingToolError", "ProviderHttpError", "SessionAwaitingApprovalError", "SteadfastError",
+    "aiSdkModel",
     "compareTrajectories", "createAgent", "defineHook", "defineTool", "durableObjectStore", "kvStore", "memoryStore", "mockModel", "outputCheck",
     "progressGuard", "testClock",
   ],
@@ -70,6 +71,7 @@ const PUBLIC_EXPORTS = {
     "RunKind", "Session", "SessionFork", "SessionForkOptions", "SessionResumeOptions", "SessionSendOptions", "SessionTurn",
     "FireScheduleOptions", "MissedFires", "Schedule", "ScheduleInput", "ScheduleOutcome", "Schedules",
     "StartSchedulesOptions",
+    "AiSdkCallOptions", "AiSdkCallSettings", "AiSdkLanguageModel", "AiSdkModelOptions",
   ],
 };
 
