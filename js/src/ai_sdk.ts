@@ -391,10 +391,13 @@ function answer(result: { content: ReadonlyArray<AiSdkPart>; finishReason: AiSdk
 async function streamed(result: { stream: AiSdkReadableStream<AiSdkPart> }, stream: ModelStream): Promise<ModelResponse> {
   const reader = result.stream.getReader();
   const out = new Assembly();
-  // Reasoning by stream id, in order of its start; tool inputs streamed without a closing `tool-call` part.
+  // Reasoning by stream id, in order of its start. Tool calls by id, in order of their first part: the closing
+  // `tool-call` part, or else (a provider that sends none) the input streamed to its `tool-input-end`.
   const reasoning = new Map<string, { text: string; metadata?: AiSdkProviderMetadata }>();
-  const inputs = new Map<string, { name: string; input: string; metadata?: AiSdkProviderMetadata; ended: boolean }>();
-  const called = new Set<string>();
+  const calls = new Map<
+    string,
+    { name: string; input: string; metadata?: AiSdkProviderMetadata; ended: boolean; part?: AiSdkPart; skip?: boolean }
+  >();
   let finish: AiSdkPart | undefined;
   try {
     for (;;) {
@@ -422,31 +425,34 @@ async function streamed(result: { stream: AiSdkReadableStream<AiSdkPart> }, stre
           break;
         }
         case "tool-input-start":
-          inputs.set(String(part.id ?? ""), {
+          calls.set(String(part.id ?? ""), {
             name: String(part.toolName ?? ""),
             input: "",
             metadata: part.providerMetadata,
             ended: false,
+            skip: part.providerExecuted === true,
           });
-          if (part.providerExecuted) inputs.delete(String(part.id ?? ""));
           break;
         case "tool-input-delta": {
-          const t = inputs.get(String(part.id ?? ""));
+          const t = calls.get(String(part.id ?? ""));
           if (t !== undefined && typeof part.delta === "string") t.input += part.delta;
           break;
         }
         case "tool-input-end": {
-          const t = inputs.get(String(part.id ?? ""));
+          const t = calls.get(String(part.id ?? ""));
           if (t !== undefined) {
             t.ended = true;
             t.metadata = mergeMetadata(t.metadata, part.providerMetadata);
           }
           break;
         }
-        case "tool-call":
-          if (typeof part.toolCallId === "string") called.add(part.toolCallId);
-          out.addCall(part);
+        case "tool-call": {
+          const key = String(part.toolCallId ?? "");
+          const t = calls.get(key);
+          if (t !== undefined) t.part = part;
+          else calls.set(key, { name: "", input: "", ended: true, part });
           break;
+        }
         case "finish":
           finish = part;
           break;
@@ -464,9 +470,9 @@ async function streamed(result: { stream: AiSdkReadableStream<AiSdkPart> }, stre
       retryable: true,
     });
   }
-  // Tool inputs streamed to their end whose `tool-call` part never came are calls too.
-  for (const [toolCallId, t] of inputs) {
-    if (t.ended && !called.has(toolCallId)) {
+  for (const [toolCallId, t] of calls) {
+    if (t.part !== undefined) out.addCall(t.part);
+    else if (t.ended && !t.skip) {
       out.addCall({ type: "tool-call", toolCallId, toolName: t.name, input: t.input, providerMetadata: t.metadata });
     }
   }

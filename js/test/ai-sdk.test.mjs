@@ -513,3 +513,128 @@ test("AI SDK setup errors are terminal with their code; unknown errors are retri
   assert.equal(r.text, "back");
   assert.equal(flaky.doGenerateCalls.length, 2);
 });
+
+test("a tool call's provider metadata (e.g. Gemini's thought signature) goes back on that call; other providers' reasoning blocks are not sent", async () => {
+  const v = VERSIONS[0];
+  const signed = { google: { thoughtSignature: "ts-1" } };
+  const model = new MockLanguageModelV3({
+    doGenerate: [
+      result(v, [{ ...call("g1", "lookup", { id: "3" }), providerMetadata: signed }, call("g2", "lookup", { id: "4" })], { finish: "tool-calls" }),
+      result(v, [{ type: "text", text: "done" }]),
+    ],
+  });
+  const r = await createAgent({ model: aiSdkModel(model), tools: [lookupTool([])], store: memoryStore() }).send("x", { sessionId: "gemini" });
+  assert.deepEqual(model.doGenerateCalls[1].prompt.at(-2).content, [
+    { type: "tool-call", toolCallId: "g1", toolName: "lookup", input: { id: "3" }, providerOptions: signed },
+    { type: "tool-call", toolCallId: "g2", toolName: "lookup", input: { id: "4" } },
+  ]);
+  assert.deepEqual(r.messages.find((m) => m.role === "assistant").reasoning, [
+    { type: "tool-call-options", toolCallId: "g1", providerOptions: signed },
+  ]);
+
+  // A transcript whose turn another provider wrote (Anthropic's own `thinking` block): only what this model reads.
+  const plain = new MockLanguageModelV3({ doGenerate: result(v, [{ type: "text", text: "ok" }]) });
+  const request = {
+    runId: "r",
+    step: 2,
+    tools: [],
+    messages: [
+      { role: "user", content: "hi" },
+      {
+        role: "assistant",
+        content: "",
+        reasoning: [{ type: "thinking", thinking: "hm", signature: "s" }, { type: "reasoning", text: "kept" }, { type: "reasoning", text: 5 }],
+      },
+      { role: "user", content: "again" },
+    ],
+  };
+  assert.deepEqual(await aiSdkModel(plain).generate(request), { text: "ok", toolCalls: [], usage: { inputTokens: 10, outputTokens: 5 }, stopReason: "stop" });
+  assert.deepEqual(plain.doGenerateCalls[0].prompt, [
+    { role: "user", content: [{ type: "text", text: "hi" }] },
+    { role: "assistant", content: [{ type: "reasoning", text: "kept" }] },
+    { role: "user", content: [{ type: "text", text: "again" }] },
+  ]);
+});
+
+/** A small seeded PRNG (mulberry32): the generated cases below repeat from their seed. */
+function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// Repro one case: STEADFAST_SEED=<seed> node --test --test-name-pattern="generated" test/ai-sdk.test.mjs
+test("generated: a streamed answer, however its parts are cut into deltas, is the same answer doGenerate gives for its content", async () => {
+  const only = process.env.STEADFAST_SEED;
+  const seeds = only === undefined ? Array.from({ length: 80 }, (_, i) => i + 1) : [Number(only)];
+  for (const seed of seeds) {
+    const r = rng(seed);
+    const pick = (n) => Math.floor(r() * n);
+    const word = () => ["order", "ship", "é", "{", "\"", " ", "7", "naïve ", "\n", "🙂"][pick(10)];
+    const words = (n) => Array.from({ length: n }, word).join("");
+    const v = VERSIONS[pick(2)];
+    // The content: reasoning blocks (some signed), text parts, tool calls (some with metadata), in that order.
+    const content = [];
+    for (let i = pick(3); i > 0; i--) {
+      content.push({ type: "reasoning", text: words(pick(6)), ...(r() < 0.5 ? { providerMetadata: { anthropic: { signature: `s${seed}-${i}` } } } : {}) });
+    }
+    for (let i = pick(3); i > 0; i--) content.push({ type: "text", text: words(1 + pick(8)) });
+    for (let i = pick(3); i > 0; i--) {
+      const args = { q: words(pick(5)), n: pick(100), deep: { list: [pick(3), words(1)] } };
+      content.push({ ...call(`c${seed}-${i}`, "lookup", args), ...(r() < 0.3 ? { providerMetadata: { google: { thoughtSignature: `t${i}` } } } : {}) });
+    }
+    const finish = ["stop", "tool-calls", "length", "content-filter"][pick(4)];
+    const [input, output] = [pick(1000), pick(1000)];
+
+    // The same content as stream parts, each text cut at random points; a call's input streamed or not.
+    const cut = (text) => {
+      const pieces = [];
+      let rest = text;
+      while (rest.length > 0) {
+        const n = 1 + pick(rest.length);
+        pieces.push(rest.slice(0, n));
+        rest = rest.slice(n);
+      }
+      return pieces;
+    };
+    const parts = [{ type: "stream-start", warnings: [] }];
+    const deltas = { text: [], reasoning: [] };
+    content.forEach((c, i) => {
+      const id = `p${i}`;
+      if (c.type === "reasoning") {
+        parts.push({ type: "reasoning-start", id });
+        for (const d of cut(c.text)) parts.push({ type: "reasoning-delta", id, delta: d }), deltas.reasoning.push(d);
+        parts.push({ type: "reasoning-end", id, ...(c.providerMetadata ? { providerMetadata: c.providerMetadata } : {}) });
+      } else if (c.type === "text") {
+        parts.push({ type: "text-start", id });
+        for (const d of cut(c.text)) parts.push({ type: "text-delta", id, delta: d }), deltas.text.push(d);
+        parts.push({ type: "text-end", id });
+      } else {
+        const closing = r() < 0.5;
+        parts.push({ type: "tool-input-start", id: c.toolCallId, toolName: c.toolName });
+        for (const d of cut(c.input)) parts.push({ type: "tool-input-delta", id: c.toolCallId, delta: d });
+        parts.push({ type: "tool-input-end", id: c.toolCallId, ...(!closing && c.providerMetadata ? { providerMetadata: c.providerMetadata } : {}) });
+        if (closing) parts.push(c);
+      }
+      if (r() < 0.2) parts.push({ type: "raw", rawValue: { seed } });
+    });
+    parts.push({ type: "finish", finishReason: v.finish(finish), usage: v.usage(input, output) });
+
+    const model = new v.Mock({ doGenerate: result(v, content, { finish, input, output }), doStream: { stream: v.stream(parts) } });
+    const request = { runId: "r", step: 1, tools: [], messages: [{ role: "user", content: "go" }] };
+    const adapter = aiSdkModel(model);
+    const generated = await adapter.generate(request);
+    const seen = { text: [], reasoning: [] };
+    const streamed = await adapter.generate(request, { text: (d) => seen.text.push(d), reasoning: (d) => seen.reasoning.push(d) });
+    const repro = `seed ${seed} (STEADFAST_SEED=${seed})`;
+    assert.deepEqual(streamed, generated, repro);
+    assert.deepEqual(seen, deltas, `every increment handed on, in order: ${repro}`);
+    assert.equal(generated.text, content.filter((c) => c.type === "text").map((c) => c.text).join(""), repro);
+    assert.equal(generated.toolCalls.length, content.filter((c) => c.type === "tool-call").length, repro);
+  }
+});
