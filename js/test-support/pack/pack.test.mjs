@@ -44,7 +44,9 @@ test("the tarball has the built package and no runtime dependencies", () => {
   }
   const pkg = JSON.parse(readFileSync(join(project, "node_modules/steadfast/package.json"), "utf8"));
   assert.equal(pkg.dependencies, undefined);
-  assert.equal(pkg.peerDependencies, undefined);
+  // `ai` (whose models aiSdkModel adapts) is an optional peer: never installed with the package, never imported.
+  assert.deepEqual(pkg.peerDependencies, { ai: "^5.0.0 || ^6.0.0" });
+  assert.deepEqual(pkg.peerDependenciesMeta, { ai: { optional: true } });
   assert.deepEqual(readdirSync(join(project, "node_modules")).filter((d) => !d.startsWith(".")), ["steadfast"]);
 });
 
