@@ -389,6 +389,11 @@ function answer(result: { content: ReadonlyArray<AiSdkPart>; finishReason: AiSdk
 
 /** Reads a `doStream` answer to its end, handing text and reasoning increments to `stream` as they come. */
 async function streamed(result: { stream: AiSdkReadableStream<AiSdkPart> }, stream: ModelStream): Promise<ModelResponse> {
+  if (typeof result?.stream?.getReader !== "function") {
+    throw new SteadfastError("STEADFAST_PROVIDER_INVALID_RESPONSE", "the AI SDK model's doStream answered without a readable stream", {
+      retryable: true,
+    });
+  }
   const reader = result.stream.getReader();
   const out = new Assembly();
   // Reasoning by stream id, in order of its start. Tool calls by id, in order of their first part: the closing

@@ -638,3 +638,22 @@ test("generated: a streamed answer, however its parts are cut into deltas, is th
     assert.equal(generated.toolCalls.length, content.filter((c) => c.type === "tool-call").length, repro);
   }
 });
+
+test("a reply that is not an AI SDK answer is STEADFAST_PROVIDER_INVALID_RESPONSE (retryable), for doGenerate and doStream", async () => {
+  const request = { runId: "r", step: 1, tools: [], messages: [{ role: "user", content: "hi" }] };
+  const listener = { text() {}, reasoning() {} };
+  for (const [reply, streaming] of [
+    [{ finishReason: "stop" }, false],
+    [null, false],
+    [{ content: "hello" }, false],
+    [{ nothing: true }, true],
+    [{ stream: [] }, true],
+  ]) {
+    const model = new MockLanguageModelV2({ doGenerate: async () => reply, doStream: async () => reply });
+    await assert.rejects(aiSdkModel(model).generate(request, streaming ? listener : undefined), (e) => {
+      assert.equal(e.code, "STEADFAST_PROVIDER_INVALID_RESPONSE", `${JSON.stringify(reply)}: ${e}`);
+      assert.equal(e.retryable, true);
+      return true;
+    });
+  }
+});
