@@ -162,6 +162,12 @@ export interface AiSdkModelOptions {
  */
 export function aiSdkModel(model: AiSdkLanguageModel, options: AiSdkModelOptions = {}): Model {
   const given = model as unknown;
+  if (typeof given === "string") {
+    throw config(
+      `aiSdkModel(model) needs a language model object (e.g. anthropic("claude-…") or, for a model id string, ` +
+        `gateway(${JSON.stringify(given)})), not the string ${JSON.stringify(given)}`,
+    );
+  }
   if (given === null || typeof given !== "object") {
     throw config(`aiSdkModel(model) needs an AI SDK language model (LanguageModelV2 or V3), not ${describe(given)}`);
   }
@@ -186,7 +192,7 @@ export function aiSdkModel(model: AiSdkLanguageModel, options: AiSdkModelOptions
     }
     id = typeof m.provider === "string" && m.provider !== "" ? `${m.provider}:${m.modelId}` : m.modelId;
   }
-  const settings = opts.settings ?? {};
+  const settings = { ...opts.settings };
   return {
     id,
     async generate(request: ModelRequest, stream?: ModelStream): Promise<ModelResponse> {

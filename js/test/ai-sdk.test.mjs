@@ -456,7 +456,8 @@ test("aiSdkModel refuses what is not a V2/V3 language model, and unknown option 
       return true;
     });
   refused(() => aiSdkModel(undefined), /not undefined/);
-  refused(() => aiSdkModel("openai:gpt-5"), /not string openai:gpt-5/);
+  refused(() => aiSdkModel("openai/gpt-5"), /gateway\("openai\/gpt-5"\)\), not the string "openai\/gpt-5"/);
+  refused(() => aiSdkModel(42), /not number 42/);
   refused(() => aiSdkModel({ specificationVersion: "v1", provider: "p", modelId: "m", doGenerate() {}, doStream() {} }), /"v1"/);
   refused(() => aiSdkModel({ provider: "p", modelId: "m", doGenerate() {}, doStream() {} }), /specificationVersion undefined/);
   refused(() => aiSdkModel({ specificationVersion: "v3", provider: "p", modelId: "m", doStream() {} }), /no doGenerate/);
