@@ -11,6 +11,8 @@ echo "==> generated types: regenerating js/src/generated/ must give no diff (scr
 cd "$JS"
 echo "==> tsc: a consumer of the published types"
 node_modules/.bin/tsc -p test-support/types
+echo "==> tsc: aiSdkModel takes the AI SDK's real V2/V3 models (test-support/types-ai)"
+node_modules/.bin/tsc -p test-support/types-ai
 echo "==> node --test js/test/"
 node --test test/
 "$JS/scripts/pack-test.sh"

@@ -7,6 +7,7 @@
 //   hooks.ts       hooks (`progressGuard`, `outputCheck`, custom `defineHook`)
 //   stores.ts      `memoryStore`, `kvStore`, `durableObjectStore`
 //   mock_model.ts  the scripted `mockModel`
+//   ai_sdk.ts      `aiSdkModel`: any AI SDK language model (V2, V3) as the model
 //   recovery.ts    sweep options and the `recover` loop
 //   session.ts     `agent.session({ id })`
 //   schedules.ts   `agent.fireSchedule` and the `startSchedules` loop
@@ -83,6 +84,13 @@ export {
   type Store,
 } from "./stores.js";
 export { fileStore, LocalStorageCheckpointStore, type LocalStoreOptions, type StorageLike } from "./local_stores.js";
+export {
+  aiSdkModel,
+  type AiSdkCallOptions,
+  type AiSdkCallSettings,
+  type AiSdkLanguageModel,
+  type AiSdkModelOptions,
+} from "./ai_sdk.js";
 export { mockModel, ProviderHttpError, type MockModel, type MockModelOptions, type MockTurn } from "./mock_model.js";
 export type { RecoverOptions, Recovery, RecoveryRun, SweepOptions } from "./recovery.js";
 export type {

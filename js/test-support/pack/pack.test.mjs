@@ -44,7 +44,9 @@ test("the tarball has the built package and no runtime dependencies", () => {
   }
   const pkg = JSON.parse(readFileSync(join(project, "node_modules/steadfast/package.json"), "utf8"));
   assert.equal(pkg.dependencies, undefined);
-  assert.equal(pkg.peerDependencies, undefined);
+  // `ai` (whose models aiSdkModel adapts) is an optional peer: never installed with the package, never imported.
+  assert.deepEqual(pkg.peerDependencies, { ai: "^5.0.0 || ^6.0.0" });
+  assert.deepEqual(pkg.peerDependenciesMeta, { ai: { optional: true } });
   assert.deepEqual(readdirSync(join(project, "node_modules")).filter((d) => !d.startsWith(".")), ["steadfast"]);
 });
 
@@ -54,6 +56,7 @@ const PUBLIC_EXPORTS = {
   values: [
     "PropagatedToolError", "PropagatingToolError", "ProviderHttpError", "SessionAwaitingApprovalError", "SteadfastError",
     "LocalStorageCheckpointStore", "fileStore", "getCheckpointHistory",
+    "aiSdkModel",
     "compareTrajectories", "createAgent", "defineHook", "defineTool", "durableObjectStore", "kvStore", "memoryStore", "mockModel", "outputCheck",
     "progressGuard", "testClock",
   ],
@@ -72,6 +75,7 @@ const PUBLIC_EXPORTS = {
     "FireScheduleOptions", "MissedFires", "Schedule", "ScheduleInput", "ScheduleOutcome", "Schedules",
     "StartSchedulesOptions",
     "Checkpoints", "LLMProvider", "LocalStoreOptions", "MemoryStoreOptions", "StorageLike",
+    "AiSdkCallOptions", "AiSdkCallSettings", "AiSdkLanguageModel", "AiSdkModelOptions",
   ],
 };
 
