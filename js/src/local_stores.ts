@@ -1,7 +1,7 @@
 // Stores for one machine, as the documents name them: `fileStore(dir)` (a directory of files, under Node) and
 // `LocalStorageCheckpointStore(storage)` (a Web Storage such as `localStorage`). Both are the journal store
 // (the one KV mode uses) over a synchronous key-value backend: write-once journal entries, leases confirmed by a
-// read-back after a settle window. The backend is strongly consistent and fast, so the window is short (50 ms).
+// read-back after a settle window. The backend is strongly consistent and fast, so the window is short (200 ms).
 import { SteadfastError } from "./errors.js";
 import { kvStore, HANDLE, type Checkpoints, type KVNamespaceLike, type Store, type StoreHandle } from "./stores.js";
 import type { Clock } from "./clock.js";
@@ -14,10 +14,19 @@ export interface SyncBackend {
   delete(key: string): void;
   /** Every key it holds, in any order. */
   keys(): string[];
+  /**
+   * Optional, instead of `keys`: up to `limit` keys that start with `prefix` and sort after `after`, in the
+   * backend's own order (the cursor is the last key of a page), and whether more follow.
+   */
+  range?(prefix: string, after: string, limit: number): { keys: string[]; more: boolean };
 }
 
-/** The settle window of a local journal store: its backend answers in microseconds, not KV's seconds. */
-const LOCAL_SETTLE_MS = 50;
+/**
+ * The settle window of a local journal store: its backend answers in well under a millisecond, not in KV's
+ * seconds, but a busy machine can stall a process for tens of milliseconds between a lease's read and its
+ * write (which must fit in the window, else the acquisition is refused as busy, retryably).
+ */
+const LOCAL_SETTLE_MS = 200;
 
 /** A page of `list` (KV's default and maximum page is 1,000 keys). */
 const PAGE = 1000;
@@ -51,12 +60,20 @@ export function kvOverBackend(backend: SyncBackend): KVNamespaceLike {
       const prefix = options?.prefix ?? "";
       const limit = Math.min(options?.limit ?? PAGE, PAGE);
       const after = options?.cursor ?? "";
-      const names = backend
-        .keys()
-        .filter((k) => k.startsWith(prefix) && k > after)
-        .sort();
-      const page = names.slice(0, limit);
-      const complete = page.length === names.length;
+      let page: string[];
+      let complete: boolean;
+      if (backend.range) {
+        const r = backend.range(prefix, after, limit);
+        page = r.keys;
+        complete = !r.more;
+      } else {
+        const names = backend
+          .keys()
+          .filter((k) => k.startsWith(prefix) && k > after)
+          .sort();
+        page = names.slice(0, limit);
+        complete = page.length === names.length;
+      }
       return {
         keys: page.map((name) => {
           const m = read(name)?.m;
@@ -75,24 +92,32 @@ export interface LocalStoreOptions {
   historyLimit?: number;
   /** Keys start with this (default none). */
   prefix?: string;
+  /**
+   * The lease settle window in ms (default 200): a lease is confirmed by a read-back this long after it was
+   * written, which is what keeps two processes from running one run at once. In one process only, any value
+   * is safe if the process is not stalled longer than it between a read and a write.
+   */
+  settleMs?: number;
   /** The clock the store reads instead of the platform's; see `testClock`. */
   clock?: Clock;
 }
 
-function localStore(backend: SyncBackend, options: LocalStoreOptions, what: string): Store {
+/** A journal store over a synchronous backend (the local stores; `kind` names which). */
+export function localStore(backend: SyncBackend, options: LocalStoreOptions, what: string, kind: Store["kind"]): Store {
   const given = (options ?? {}) as LocalStoreOptions & Record<string, unknown>;
   for (const key of Object.keys(given)) {
-    if (key !== "historyLimit" && key !== "prefix" && key !== "clock") {
-      throw new SteadfastError("STEADFAST_CONFIG_INVALID", `${what} has no option ${JSON.stringify(key)} (historyLimit, prefix, clock)`);
+    if (!["historyLimit", "prefix", "settleMs", "clock"].includes(key)) {
+      throw new SteadfastError("STEADFAST_CONFIG_INVALID", `${what} has no option ${JSON.stringify(key)} (historyLimit, prefix, settleMs, clock)`);
     }
   }
-  const { historyLimit, prefix, clock } = given;
-  return kvStore(kvOverBackend(backend), {
+  const { historyLimit, prefix, settleMs, clock } = given;
+  const store = kvStore(kvOverBackend(backend), {
     ...(historyLimit === undefined ? {} : { historyLimit }),
     ...(prefix === undefined ? {} : { prefix }),
-    settleMs: LOCAL_SETTLE_MS,
+    settleMs: settleMs ?? LOCAL_SETTLE_MS,
     ...(clock === undefined ? {} : { clock }),
   });
+  return { ...store, kind };
 }
 
 /** The part of `node:fs` the file store uses (handed over by the Node entry point). */
@@ -119,7 +144,7 @@ const keyOf = (name: string) => decodeURIComponent(name);
 /**
  * A durable store in a directory (Node): one file per journal key, each written whole to a temporary file and
  * renamed into place, so a crash never leaves half a value. Runs, leases, approvals and history survive the
- * process; another process on the same directory shares them (leases confirmed by read-back after 50 ms, so
+ * process; another process on the same directory shares them (leases confirmed by read-back after 200 ms, so
  * two processes resuming one run at once are told `STEADFAST_SESSION_BUSY`, as on KV at one location).
  * Outside Node (no `node:fs`) it throws `STEADFAST_CONFIG_INVALID`.
  */
@@ -158,7 +183,7 @@ export function fileStore(dir: string, options: LocalStoreOptions = {}): Store {
         .map(keyOf);
     },
   };
-  return localStore(backend, options, "fileStore");
+  return localStore(backend, options, "fileStore", "file");
 }
 
 /** A distinguishing part of temporary file names (the process id where there is one). */
@@ -203,7 +228,7 @@ export class LocalStorageCheckpointStore implements Checkpoints {
       },
     };
     const opts = (options ?? {}) as LocalStoreOptions;
-    this.store = localStore(backend, { ...opts, prefix: opts.prefix ?? "steadfast:" }, "LocalStorageCheckpointStore");
+    this.store = localStore(backend, { ...opts, prefix: opts.prefix ?? "steadfast:" }, "LocalStorageCheckpointStore", "local-storage");
     this[HANDLE] = this.store[HANDLE];
   }
 

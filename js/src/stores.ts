@@ -16,7 +16,7 @@ export interface StoreHandle {
 
 /** A run store handle; agents created with the same handle share its runs and approvals. */
 export interface Store {
-  readonly kind: "memory" | "kv" | "durable-object";
+  readonly kind: "memory" | "kv" | "durable-object" | "file" | "local-storage" | "sqlite";
   readonly [HANDLE]: StoreHandle;
   /** The store's runs, read and deleted without an agent (`store.checkpoints.load(id)`). */
   readonly checkpoints: Checkpoints;

@@ -44,9 +44,10 @@ test("the tarball has the built package and no runtime dependencies", () => {
   }
   const pkg = JSON.parse(readFileSync(join(project, "node_modules/steadfast/package.json"), "utf8"));
   assert.equal(pkg.dependencies, undefined);
-  // `ai` (whose models aiSdkModel adapts) is an optional peer: never installed with the package, never imported.
-  assert.deepEqual(pkg.peerDependencies, { ai: "^5.0.0 || ^6.0.0" });
-  assert.deepEqual(pkg.peerDependenciesMeta, { ai: { optional: true } });
+  // Optional peers, never installed with the package: `ai` (whose models aiSdkModel adapts; never imported) and
+  // `better-sqlite3` (loaded by steadfast/sqlite's SqliteStore only).
+  assert.deepEqual(pkg.peerDependencies, { ai: "^5.0.0 || ^6.0.0", "better-sqlite3": ">=11" });
+  assert.deepEqual(pkg.peerDependenciesMeta, { ai: { optional: true }, "better-sqlite3": { optional: true } });
   assert.deepEqual(readdirSync(join(project, "node_modules")).filter((d) => !d.startsWith(".")), ["steadfast"]);
 });
 
@@ -79,18 +80,21 @@ const PUBLIC_EXPORTS = {
   ],
 };
 
-test("the subpaths the documents import resolve in the installed package: steadfast/testing, /executor, /utils", () => {
+test("the subpaths the documents import resolve in the installed package: steadfast/testing, /executor, /utils, /sqlite", () => {
   const script = [
     "const t = await import('steadfast/testing');",
     "const e = await import('steadfast/executor');",
     "const u = await import('steadfast/utils');",
+    "const q = await import('steadfast/sqlite');",
+    "try { new q.SqliteStore('x.db'); } catch (e) { console.log(e.code); }",
     "const m = await import('steadfast');",
     "const store = m.memoryStore();",
     "const r = await e.AgentExecutor.execute({ agent: {}, input: 'hi', provider: t.mockModel(['hello']), sessionId: 's', checkpointStore: store.checkpoints });",
     "console.log(r.text, typeof u.LocalStorageCheckpointStore, typeof e.resumeAfterApproval, (await store.checkpoints.load('s')).status);",
   ].join("\n");
   const out = run(process.execPath, ["--input-type=module", "-e", script], project);
-  assert.equal(out, "hello function function finished\n");
+  // SqliteStore without better-sqlite3 installed: a coded refusal, not a crash at import.
+  assert.equal(out, "STEADFAST_CONFIG_INVALID\nhello function function finished\n");
 });
 
 test("the installed package exports exactly the public names (values at run time, types in index.d.ts)", async () => {
