@@ -1,0 +1,176 @@
+// MCP servers as tools (`steadfast/mcp`): `mcpTools({ url, headers })` against a real MCP server built with the
+// official SDK (test-support/mcp_server.mjs: McpServer + the Streamable HTTP transport on node:http, 127.0.0.1),
+// run as a child process so a test can kill -9 it and start it again on the same port.
+import test, { after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createAgent, defineTool, memoryStore, mockModel, PropagatedToolError, SteadfastError } from "steadfast";
+import { mcpTools } from "steadfast/mcp";
+
+const SERVER = fileURLToPath(new URL("../test-support/mcp_server.mjs", import.meta.url));
+const running = new Set();
+const dirs = [];
+after(async () => {
+  for (const s of running) await s.kill();
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+/** A directory for a server's record files (calls.jsonl, charges.jsonl), kept across its restarts. */
+function recordDir() {
+  const dir = mkdtempSync(join(tmpdir(), "steadfast-mcp-"));
+  dirs.push(dir);
+  return dir;
+}
+
+/** Starts the test server as a child process; resolves once it listens. */
+async function startServer(options) {
+  const child = spawn(process.execPath, [SERVER, JSON.stringify(options)], { stdio: ["ignore", "pipe", "inherit"] });
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  const port = await new Promise((resolve, reject) => {
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = /listening (\d+)/.exec(out);
+      if (m) resolve(Number(m[1]));
+    });
+    child.once("exit", (code) => reject(new Error(`the MCP test server exited (${code}) before listening: ${out}`)));
+  });
+  const server = {
+    port,
+    url: `http://127.0.0.1:${port}/mcp`,
+    exited,
+    /** kill -9 (by its own pid), and wait until it is gone. */
+    async kill() {
+      if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, "SIGKILL");
+      await exited;
+      running.delete(server);
+    },
+  };
+  running.add(server);
+  return server;
+}
+
+const records = (dir, file) =>
+  existsSync(join(dir, file)) ? readFileSync(join(dir, file), "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)) : [];
+
+/** The tool messages of a model request, by tool name. */
+function toolMessages(request) {
+  return Object.fromEntries(request.messages.filter((m) => m.role === "tool").map((m) => [m.name, m]));
+}
+
+test("mcpTools lists the server's tools with their JSON Schemas, following the tools/list cursor", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir, pageSize: 2 });
+  const tools = await mcpTools({ url: server.url });
+  try {
+    assert.deepEqual(
+      tools.map((t) => t.name),
+      ["add", "stock", "reserve", "whoami", "mixed", "broken", "charge"],
+      "all 7 tools, from 4 pages",
+    );
+    const add = tools.find((t) => t.name === "add");
+    assert.equal(add.description, "Add two numbers");
+    assert.deepEqual(add.inputSchema.properties, { a: { type: "number" }, b: { type: "number" } });
+    assert.deepEqual(add.inputSchema.required, ["a", "b"]);
+    assert.equal(typeof tools.close, "function");
+    assert.deepEqual(Object.keys(tools).length, 7, "close is not an enumerable element");
+
+    // The schemas are the agent's: they enter its fingerprint.
+    const agent = createAgent({ model: mockModel(["ok"]), tools, store: memoryStore() });
+    const plain = createAgent({
+      model: mockModel(["ok"]),
+      tools: tools.map((t) => ({ ...t, inputSchema: { type: "object" } })),
+      store: memoryStore(),
+    });
+    assert.notEqual(agent.fingerprint.tools, plain.fingerprint.tools);
+  } finally {
+    await tools.close();
+    await server.kill();
+  }
+});
+
+test("calls map to results the model reads: text, structuredContent as JSON, isError and JSON-RPC errors as error results, other parts as notes; arguments are checked against the server's schema first", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir });
+  const tools = await mcpTools({ url: server.url });
+  try {
+    const model = mockModel([
+      {
+        toolCalls: [
+          { name: "add", args: { a: 2, b: 3 } },
+          { name: "stock", args: { sku: "A1" } },
+          { name: "reserve", args: { sku: "A1" } },
+          { name: "mixed" },
+          { name: "broken" },
+        ],
+      },
+      { toolCalls: [{ name: "add", args: { a: "two", b: 3 } }] },
+      "done",
+    ]);
+    const agent = createAgent({ model, tools, store: memoryStore() });
+    const r = await agent.send("go", { sessionId: "mcp-map" });
+    assert.equal(r.status, "finished");
+    assert.equal(r.text, "done");
+
+    const seen = toolMessages(model.calls[1]);
+    assert.deepEqual(
+      { content: seen.add.content, isError: seen.add.isError, kind: seen.add.kind },
+      { content: "5", isError: false, kind: "execution" },
+    );
+    assert.deepEqual(JSON.parse(seen.stock.content), { sku: "A1", available: 3 });
+    assert.equal(seen.stock.isError, false);
+    assert.deepEqual(
+      { content: seen.reserve.content, isError: seen.reserve.isError, kind: seen.reserve.kind },
+      { content: "McpToolError: A1 is out of stock", isError: true, kind: "execution" },
+    );
+    assert.equal(seen.mixed.content, "a chart:\n[image image/png, 16 bytes]\n[resource file:///reports/q3.pdf (q3.pdf)]\nembedded note");
+    assert.equal(seen.broken.isError, true);
+    assert.match(seen.broken.content, /^McpError: MCP error -32603: the broken tool's database is gone$/);
+
+    // The wrong argument never reached the server: the core checked it against the server's schema.
+    const wrong = model.calls[2].messages.at(-1);
+    assert.equal(wrong.kind, "validation");
+    assert.equal(wrong.isError, true);
+    const calls = records(dir, "calls.jsonl");
+    assert.deepEqual(
+      calls.map((c) => c.tool).sort(),
+      ["add", "mixed", "reserve", "stock"],
+      "one call each; `broken` fails before its tool, the invalid `add` is not sent",
+    );
+    assert.deepEqual(calls.find((c) => c.tool === "add").args, { a: 2, b: 3 });
+  } finally {
+    await tools.close();
+    await server.kill();
+  }
+});
+
+test("each call carries the call's idempotency key, run id and call id in _meta, and the configured headers", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir });
+  const tools = await mcpTools({ url: server.url, headers: { Authorization: "Bearer s3cret" }, prefix: "shop_" });
+  try {
+    assert.deepEqual(tools.map((t) => t.name).slice(0, 2), ["shop_add", "shop_stock"]);
+    const model = mockModel([{ toolCalls: [{ name: "shop_whoami" }, { name: "shop_add", args: { a: 1, b: 1 } }] }, "done"]);
+    const agent = createAgent({ model, tools, store: memoryStore() });
+    await agent.send("go", { sessionId: "mcp-meta" });
+    assert.equal(toolMessages(model.calls[1]).shop_whoami.content, "authorization: Bearer s3cret");
+
+    const calls = records(dir, "calls.jsonl");
+    assert.equal(calls.length, 2);
+    for (const c of calls) {
+      assert.equal(c.authorization, "Bearer s3cret");
+      assert.match(c.meta.idempotencyKey, /^[0-9a-f]{32}$/);
+      assert.equal(c.meta["steadfast/runId"], "mcp-meta");
+      assert.match(c.meta["steadfast/toolCallId"], /^call_0_[01]$/);
+    }
+    assert.notEqual(calls[0].meta.idempotencyKey, calls[1].meta.idempotencyKey);
+  } finally {
+    await tools.close();
+    await server.kill();
+  }
+});
