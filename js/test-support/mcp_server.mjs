@@ -2,14 +2,15 @@
 // transport, stateful: one session per client) on node:http, bound to 127.0.0.1. Run as a child process so a test
 // can kill -9 it and start it again on the same port:
 //
-//   node test-support/mcp_server.mjs '{"dir": "/tmp/x", "port": 0, "version": 1, "pageSize": 2, "dieAfterCharge": true}'
+//   node test-support/mcp_server.mjs '{"dir": "/tmp/x", "port": 0, "version": 1, "pageSize": 2, "dieAtCharge": 1}'
 //
 // It prints `listening <port>` once it listens. Everything it sees is appended to files in `dir`, which outlive
 // the process: `calls.jsonl` (one line per tools/call: tool, arguments, `_meta`, the Authorization header) and
 // `charges.jsonl` (one line per charge effect, keyed by the idempotency key in `_meta`: a charge whose key is
-// there already is answered from it without a new effect). `dieAfterCharge`: the first charge (across restarts:
-// a marker file) kills the process after its effect is written and before it answers. `version: 2` adds an
-// optional `note` to `add`'s schema (a changed server). `pageSize`: tools/list answers in pages of that many tools.
+// there already is answered from it without a new effect). `dieAtCharge: k`: the k-th charge effect (counted in
+// charges.jsonl, so across restarts) kills the process after the effect is written and before it answers, once
+// (a marker file). `version: 2` adds an optional `note` to `add`'s schema (a changed server). `pageSize`:
+// tools/list answers in pages of that many tools. `noGetStream`: GET is answered 405 (no standalone stream).
 import { createServer } from "node:http";
 import { randomUUID } from "node:crypto";
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -20,7 +21,7 @@ import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/
 import { CallToolRequestSchema, ErrorCode, isInitializeRequest, ListToolsRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const options = JSON.parse(process.argv[2] ?? "{}");
-const { dir, port = 0, version = 1, pageSize, dieAfterCharge = false } = options;
+const { dir, port = 0, version = 1, pageSize, dieAtCharge, noGetStream = false } = options;
 const calls = join(dir, "calls.jsonl");
 const charges = join(dir, "charges.jsonl");
 const lines = (file) => (existsSync(file) ? readFileSync(file, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)) : []);
@@ -89,7 +90,7 @@ function mcpServer() {
       const id = `ch_${lines(charges).length + 1}`;
       appendFileSync(charges, JSON.stringify({ key, order: args.order, id }) + "\n");
       const marker = join(dir, "died");
-      if (dieAfterCharge && !existsSync(marker)) {
+      if (lines(charges).length === dieAtCharge && !existsSync(marker)) {
         writeFileSync(marker, "");
         process.kill(process.pid, "SIGKILL");
         await new Promise(() => {});
@@ -122,6 +123,10 @@ const http = createServer(async (req, res) => {
   const chunks = [];
   for await (const c of req) chunks.push(c);
   const body = chunks.length > 0 ? JSON.parse(Buffer.concat(chunks).toString("utf8")) : undefined;
+  if (noGetStream && req.method === "GET") {
+    res.writeHead(405).end();
+    return;
+  }
   const id = req.headers["mcp-session-id"];
   let transport = typeof id === "string" ? sessions.get(id) : undefined;
   if (transport === undefined) {

@@ -174,3 +174,142 @@ test("each call carries the call's idempotency key, run id and call id in _meta,
     await server.kill();
   }
 });
+
+/** A local tool that kills the MCP server (kill -9) when called: the server goes down between two steps. */
+const pullPlug = (server) =>
+  defineTool({
+    name: "pull_plug",
+    description: "Stops the MCP server",
+    execute: async () => {
+      await server.kill();
+      return "unplugged";
+    },
+  });
+
+test("a server killed after a charge's effect and before its answer: the run rejects retryable and stays resumable; restarted, a fresh agent's resume re-sends the call with the same idempotency key — one charge, and the recorded turn is not asked again", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir, dieAtCharge: 1 });
+  const script = [{ toolCalls: [{ name: "charge", args: { order: 7 } }] }, "Charged order 7."];
+  const store = memoryStore();
+  // A long timeout: the cut answer stream itself fails the call (Connection closed), not the timer.
+  const first = await mcpTools({ url: server.url, timeoutMs: 600_000 });
+  const model = mockModel(script, { mode: "by-turn" });
+  const agent = createAgent({ model, tools: first, store });
+  await assert.rejects(agent.send("Charge order 7", { sessionId: "order-7" }), (e) => {
+    assert.ok(e instanceof SteadfastError);
+    assert.equal(e.code, "STEADFAST_TOOL_PROPAGATED");
+    assert.equal(e.retryable, true);
+    assert.match(e.message, /the MCP server at http:\/\/127\.0\.0\.1:\d+\/mcp failed during the call of 'charge': MCP error -32000: Connection closed/);
+    return true;
+  });
+  await server.exited;
+  await first.close();
+  assert.equal((await agent.load("order-7")).status, "in-progress");
+  assert.deepEqual((await agent.pending()).map((r) => r.runId), ["order-7"]);
+  assert.equal(records(dir, "charges.jsonl").length, 1, "the effect happened before the server died");
+
+  const again = await startServer({ dir, port: server.port, dieAtCharge: 1 });
+  const tools = await mcpTools({ url: again.url });
+  try {
+    const fresh = mockModel(script, { mode: "by-turn" });
+    const resumed = createAgent({ model: fresh, tools, store });
+    const r = await resumed.resume("order-7");
+    assert.equal(r.status, "finished");
+    assert.equal(r.text, "Charged order 7.");
+    assert.equal(fresh.calls.length, 1, "only the turn after the call is asked; the recorded tool-call turn is not");
+    const calls = records(dir, "calls.jsonl").filter((c) => c.tool === "charge");
+    assert.equal(calls.length, 2, "the call was sent again on resume");
+    assert.equal(calls[0].meta.idempotencyKey, calls[1].meta.idempotencyKey, "with the same idempotency key");
+    assert.deepEqual(records(dir, "charges.jsonl").map((c) => c.order), [7], "one charge");
+    assert.equal(toolMessagesOf(r, await resumed.load("order-7")).charge.content, "charged order 7 (ch_1)");
+  } finally {
+    await tools.close();
+    await again.kill();
+  }
+});
+
+/** The tool results of a stored run, by tool name (the last of each). */
+function toolMessagesOf(_result, checkpoint) {
+  return Object.fromEntries(checkpoint.messages.filter((m) => m.role === "tool").map((m) => [m.name, m]));
+}
+
+test("a server down mid-run: the run rejects retryable and stays resumable; restarted on the same port, the recovery sweep finishes it through the same mcpTools (a new connection), each charge once", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir });
+  const tools = await mcpTools({ url: server.url });
+  try {
+    const model = mockModel(
+      [
+        { toolCalls: [{ name: "charge", args: { order: 1 } }] },
+        { toolCalls: [{ name: "pull_plug" }] },
+        { toolCalls: [{ name: "charge", args: { order: 2 } }] },
+        "Both charged.",
+      ],
+      { mode: "by-turn" },
+    );
+    const agent = createAgent({ model, tools: [...tools, pullPlug(server)], store: memoryStore() });
+    await assert.rejects(agent.send("Charge orders 1 and 2", { sessionId: "orders" }), (e) => {
+      assert.equal(e.code, "STEADFAST_TOOL_PROPAGATED");
+      assert.equal(e.retryable, true);
+      assert.match(e.message, /the MCP server at http:\/\/127\.0\.0\.1:\d+\/mcp (cannot be reached|failed during the call of 'charge')/);
+      return true;
+    });
+    assert.equal((await agent.load("orders")).status, "in-progress");
+
+    // Still down: the sweep's attempt fails the same way and the run stays pending.
+    const down = await agent.sweep({ intervalMs: 0 });
+    assert.deepEqual(down.recovered, []);
+    assert.deepEqual((await agent.pending()).map((r) => r.runId), ["orders"]);
+
+    const again = await startServer({ dir, port: server.port });
+    try {
+      const report = await agent.sweep({ intervalMs: 0, maxBackoffMs: 0 });
+      assert.deepEqual(report.recovered, ["orders"], JSON.stringify(report));
+      const cp = await agent.load("orders");
+      assert.equal(cp.status, "finished");
+      assert.deepEqual(records(dir, "charges.jsonl").map((c) => c.order), [1, 2], "each charge once");
+    } finally {
+      await again.kill();
+    }
+  } finally {
+    await tools.close();
+  }
+});
+
+test("a server that restarted and forgot the session (no standalone stream to notice it by): the next call reconnects and is sent again at once, and the run finishes", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir, noGetStream: true });
+  const tools = await mcpTools({ url: server.url });
+  try {
+    const model = mockModel(
+      [
+        { toolCalls: [{ name: "add", args: { a: 1, b: 2 } }] },
+        { toolCalls: [{ name: "pull_plug" }] },
+        { toolCalls: [{ name: "add", args: { a: 3, b: 4 } }] },
+        "7",
+      ],
+      { mode: "by-turn" },
+    );
+    let again;
+    const restart = defineTool({
+      name: "pull_plug",
+      description: "Restarts the MCP server",
+      execute: async () => {
+        await server.kill();
+        again = await startServer({ dir, port: server.port, noGetStream: true });
+        return "restarted";
+      },
+    });
+    const agent = createAgent({ model, tools: [...tools, restart], store: memoryStore() });
+    try {
+      const r = await agent.send("add", { sessionId: "adds" });
+      assert.equal(r.status, "finished");
+      assert.equal(model.calls[3].messages.at(-1).content, "7");
+      assert.deepEqual(records(dir, "calls.jsonl").map((c) => c.args), [{ a: 1, b: 2 }, { a: 3, b: 4 }]);
+    } finally {
+      await again?.kill();
+    }
+  } finally {
+    await tools.close();
+  }
+});
