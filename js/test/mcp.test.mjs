@@ -313,3 +313,70 @@ test("a server that restarted and forgot the session (no standalone stream to no
     await tools.close();
   }
 });
+
+test("a server whose tool schema changed is agent drift: resuming after it refuses with STEADFAST_AGENT_DRIFT under onAgentDrift 'error' (the run kept as it was) and finishes with an agent.drift event naming the tool under 'warn'", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir, version: 1 });
+  const store = memoryStore();
+  const script = [{ toolCalls: [{ name: "add", args: { a: 1, b: 2 } }] }, { toolCalls: [{ name: "ship" }] }, "Shipped."];
+  let failed = false;
+  const ship = defineTool({
+    name: "ship",
+    description: "Ship",
+    execute: () => {
+      if (failed) return "shipped";
+      failed = true;
+      throw new PropagatedToolError("the warehouse API is down");
+    },
+  });
+  const v1 = await mcpTools({ url: server.url });
+  const agent = createAgent({ model: mockModel(script, { mode: "by-turn" }), tools: [...v1, ship], store });
+  await assert.rejects(agent.send("Add and ship", { sessionId: "drift" }), { code: "STEADFAST_TOOL_PROPAGATED" });
+  await v1.close();
+  await server.kill();
+
+  const changed = await startServer({ dir, version: 2 });
+  const v2 = await mcpTools({ url: changed.url });
+  try {
+    assert.ok(v2.find((t) => t.name === "add").inputSchema.properties.note, "the server's new schema");
+    const before = await agent.load("drift");
+    const strict = createAgent({ model: mockModel(script, { mode: "by-turn" }), tools: [...v2, ship], store, onAgentDrift: "error" });
+    assert.notEqual(strict.fingerprint.tools, agent.fingerprint.tools);
+    await assert.rejects(strict.resume("drift"), (e) => {
+      assert.equal(e.code, "STEADFAST_AGENT_DRIFT");
+      assert.match(e.message, /add/);
+      return true;
+    });
+    assert.deepEqual(await strict.load("drift"), before, "the stored run is as it was");
+
+    const lenient = createAgent({ model: mockModel(script, { mode: "by-turn" }), tools: [...v2, ship], store, onAgentDrift: "warn" });
+    const events = [];
+    const warn = console.warn;
+    console.warn = () => undefined;
+    let r;
+    try {
+      r = await lenient.resume("drift", { onEvent: (e) => events.push(e) });
+    } finally {
+      console.warn = warn;
+    }
+    assert.equal(r.status, "finished");
+    assert.deepEqual(events.filter((e) => e.type === "agent.drift").map((e) => e.toolsChanged), [["add"]]);
+  } finally {
+    await v2.close();
+    await changed.kill();
+  }
+});
+
+test("the same server's tools unchanged are no drift: a second mcpTools of it gives the agent the same fingerprint", async () => {
+  const server = await startServer({ dir: recordDir() });
+  const a = await mcpTools({ url: server.url });
+  const b = await mcpTools({ url: server.url, headers: { Authorization: "Bearer other" } });
+  try {
+    const fp = (tools) => createAgent({ model: mockModel(["ok"]), tools, store: memoryStore() }).fingerprint;
+    assert.deepEqual(fp(a), fp(b));
+  } finally {
+    await a.close();
+    await b.close();
+    await server.kill();
+  }
+});
