@@ -143,7 +143,9 @@ function describe(v: unknown): string {
   if (v === null) return "null";
   if (Array.isArray(v)) return "an array";
   if (typeof v === "string") return JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v);
-  return typeof v === "object" || typeof v === "function" ? `a ${typeof v}` : `${typeof v} ${String(v)}`;
+  if (typeof v === "object") return "an object";
+  if (typeof v === "function") return "a function";
+  return `${typeof v} ${String(v)}`;
 }
 
 /** The URL as messages show it: no credentials, no query (either may hold a secret). */

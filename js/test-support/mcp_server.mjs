@@ -11,6 +11,7 @@
 // charges.jsonl, so across restarts) kills the process after the effect is written and before it answers, once
 // (a marker file). `version: 2` adds an optional `note` to `add`'s schema (a changed server). `pageSize`:
 // tools/list answers in pages of that many tools. `noGetStream`: GET is answered 405 (no standalone stream).
+// `refuseCalls: <status>`: every tools/call is answered with that HTTP status (e.g. 403: the token lost a right).
 import { createServer } from "node:http";
 import { randomUUID } from "node:crypto";
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -21,7 +22,7 @@ import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/
 import { CallToolRequestSchema, ErrorCode, isInitializeRequest, ListToolsRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const options = JSON.parse(process.argv[2] ?? "{}");
-const { dir, port = 0, version = 1, pageSize, dieAtCharge, noGetStream = false } = options;
+const { dir, port = 0, version = 1, pageSize, dieAtCharge, noGetStream = false, refuseCalls } = options;
 const calls = join(dir, "calls.jsonl");
 const charges = join(dir, "charges.jsonl");
 const lines = (file) => (existsSync(file) ? readFileSync(file, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)) : []);
@@ -125,6 +126,10 @@ const http = createServer(async (req, res) => {
   const body = chunks.length > 0 ? JSON.parse(Buffer.concat(chunks).toString("utf8")) : undefined;
   if (noGetStream && req.method === "GET") {
     res.writeHead(405).end();
+    return;
+  }
+  if (refuseCalls !== undefined && body?.method === "tools/call") {
+    res.writeHead(refuseCalls, { "content-type": "text/plain" }).end("forbidden");
     return;
   }
   const id = req.headers["mcp-session-id"];

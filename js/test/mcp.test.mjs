@@ -87,7 +87,8 @@ test("mcpTools lists the server's tools with their JSON Schemas, following the t
       tools: tools.map((t) => ({ ...t, inputSchema: { type: "object" } })),
       store: memoryStore(),
     });
-    assert.notEqual(agent.fingerprint.tools, plain.fingerprint.tools);
+    assert.notEqual(agent.fingerprint.tools.add, plain.fingerprint.tools.add);
+    assert.notEqual(agent.fingerprint.hash, plain.fingerprint.hash);
   } finally {
     await tools.close();
     await server.kill();
@@ -341,7 +342,8 @@ test("a server whose tool schema changed is agent drift: resuming after it refus
     assert.ok(v2.find((t) => t.name === "add").inputSchema.properties.note, "the server's new schema");
     const before = await agent.load("drift");
     const strict = createAgent({ model: mockModel(script, { mode: "by-turn" }), tools: [...v2, ship], store, onAgentDrift: "error" });
-    assert.notEqual(strict.fingerprint.tools, agent.fingerprint.tools);
+    assert.notEqual(strict.fingerprint.tools.add, agent.fingerprint.tools.add);
+    assert.equal(strict.fingerprint.tools.stock, agent.fingerprint.tools.stock);
     await assert.rejects(strict.resume("drift"), (e) => {
       assert.equal(e.code, "STEADFAST_AGENT_DRIFT");
       assert.match(e.message, /add/);
@@ -377,6 +379,143 @@ test("the same server's tools unchanged are no drift: a second mcpTools of it gi
   } finally {
     await a.close();
     await b.close();
+    await server.kill();
+  }
+});
+
+/** Asserts `p` rejects with STEADFAST_CONFIG_INVALID whose message matches `message`; returns the error. */
+async function refused(p, message) {
+  let error;
+  await assert.rejects(p, (e) => {
+    assert.ok(e instanceof SteadfastError, `a SteadfastError: ${e}`);
+    assert.equal(e.code, "STEADFAST_CONFIG_INVALID");
+    assert.match(e.message, message);
+    error = e;
+    return true;
+  });
+  return error;
+}
+
+test("wrong options are refused with STEADFAST_CONFIG_INVALID naming what is wrong, before any connection", async () => {
+  const url = "http://127.0.0.1:9/mcp";
+  await refused(mcpTools(), /needs an options object/);
+  await refused(mcpTools(null), /needs an options object/);
+  await refused(mcpTools(url), /needs an options object/);
+  await refused(mcpTools({ url, header: { Authorization: "x" } }), /unknown option 'header' \(the options are url, headers, prefix, tools, timeoutMs\)/);
+  await refused(mcpTools({ url, timeout: 5 }), /unknown option 'timeout'/);
+  await refused(mcpTools({}), /url must be an http: or https: URL string, not undefined/);
+  await refused(mcpTools({ url: 42 }), /url must be an http: or https: URL string, not number 42/);
+  await refused(mcpTools({ url: "not a url" }), /url must be an http: or https: URL string, not "not a url"/);
+  await refused(mcpTools({ url: "ftp://127.0.0.1/mcp" }), /url must be an http: or https: URL, not ftp: \(ftp:\/\/127\.0\.0\.1\/mcp\)/);
+  await refused(mcpTools({ url: "ws://user:pw@127.0.0.1/mcp?token=t" }), /not ws: \(ws:\/\/127\.0\.0\.1\/mcp\)$/);
+  await refused(mcpTools({ url, headers: "Authorization: x" }), /headers must be a plain object .* not "Authorization: x"/);
+  await refused(mcpTools({ url, headers: [["Authorization", "x"]] }), /headers must be a plain object .* not an array/);
+  await refused(mcpTools({ url, headers: null }), /headers must be a plain object .* not null/);
+  await refused(mcpTools({ url, headers: new Map([["a", "b"]]) }), /headers must be a plain object .* not an object/);
+  await refused(mcpTools({ url, headers: { "X-Retries": 3 } }), /header 'X-Retries' must be a string, not number 3/);
+  await refused(mcpTools({ url, headers: { Authorization: undefined } }), /header 'Authorization' must be a string, not undefined/);
+  await refused(mcpTools({ url, headers: { "bad name": "x" } }), /header 'bad name' is not a valid HTTP header/);
+  await refused(mcpTools({ url, headers: { "X-A": "line\nbreak" } }), /header 'X-A' is not a valid HTTP header/);
+  await refused(mcpTools({ url, prefix: 3 }), /prefix must be a string, not number 3/);
+  await refused(mcpTools({ url, tools: "add" }), /tools must be an array of tool names or a function/);
+  await refused(mcpTools({ url, tools: ["add", 1] }), /tools must be an array of tool names or a function/);
+  for (const timeoutMs of [0, -1, Number.NaN, Infinity, "1000"]) {
+    await refused(mcpTools({ url, timeoutMs }), /timeoutMs must be a positive number of milliseconds/);
+  }
+});
+
+test("a server whose tools cannot be listed is refused: unreachable (retryable) or refusing us (not retryable), the url shown without credentials", async () => {
+  // A port nothing listens on: a server that is started and closed again.
+  const closed = createServer();
+  await new Promise((resolve) => closed.listen(0, "127.0.0.1", resolve));
+  const port = closed.address().port;
+  await new Promise((resolve) => closed.close(resolve));
+  const down = await refused(
+    mcpTools({ url: `http://127.0.0.1:${port}/mcp?key=secret` }),
+    new RegExp(`cannot list the tools of the MCP server at http://127\\.0\\.0\\.1:${port}/mcp: `),
+  );
+  assert.equal(down.retryable, true);
+  assert.doesNotMatch(down.message, /secret/);
+
+  // An HTTP server that is not an MCP server: 401, then a 500.
+  const statuses = [];
+  const http = createServer((req, res) => {
+    const status = statuses.shift();
+    res.writeHead(status, { "content-type": "text/plain" }).end(`status ${status}`);
+  });
+  await new Promise((resolve) => http.listen(0, "127.0.0.1", resolve));
+  try {
+    const url = `http://127.0.0.1:${http.address().port}/mcp`;
+    statuses.push(401);
+    const unauthorized = await refused(mcpTools({ url }), /cannot list the tools .* Streamable HTTP error: Error POSTing to endpoint: status 401/);
+    assert.equal(unauthorized.retryable, false);
+    statuses.push(503);
+    const unavailable = await refused(mcpTools({ url }), /cannot list the tools .*status 503/);
+    assert.equal(unavailable.retryable, true);
+  } finally {
+    await new Promise((resolve) => http.close(resolve));
+  }
+});
+
+test("the tools filter: a list picks tools by the server's names (a name the server lacks is refused), a predicate filters", async () => {
+  const server = await startServer({ dir: recordDir() });
+  try {
+    const picked = await mcpTools({ url: server.url, tools: ["charge", "add"], prefix: "s_" });
+    assert.deepEqual(picked.map((t) => t.name), ["s_add", "s_charge"]);
+    await picked.close();
+    const filtered = await mcpTools({ url: server.url, tools: (name) => name.startsWith("s") });
+    assert.deepEqual(filtered.map((t) => t.name), ["stock"]);
+    await filtered.close();
+    await refused(
+      mcpTools({ url: server.url, tools: ["add", "refund", "ad"] }),
+      /the MCP server at http:\/\/127\.0\.0\.1:\d+\/mcp has no tool 'refund', 'ad' \(it has 'add', 'stock', 'reserve', 'whoami', 'mixed', 'broken', 'charge'\)/,
+    );
+  } finally {
+    await server.kill();
+  }
+});
+
+test("tool names: a server tool named like another tool of the agent is refused by createAgent (STEADFAST_CONFIG_INVALID), and a prefix resolves it; a prefix that makes a name invalid is refused too", async () => {
+  const server = await startServer({ dir: recordDir() });
+  const a = await mcpTools({ url: server.url });
+  const b = await mcpTools({ url: server.url, prefix: "b_" });
+  const bad = await mcpTools({ url: server.url, prefix: "my shop." });
+  try {
+    const mine = defineTool({ name: "add", description: "my own add", execute: () => "0" });
+    const agent = (tools) => createAgent({ model: mockModel(["ok"]), tools, store: memoryStore() });
+    assert.throws(() => agent([mine, ...a]), { code: "STEADFAST_CONFIG_INVALID", message: /two tools are named 'add'/ });
+    assert.throws(() => agent([...a, ...a]), { code: "STEADFAST_CONFIG_INVALID", message: /two tools are named 'add'/ });
+    const both = Object.keys(agent([mine, ...a.filter((t) => t.name !== "add"), ...b]).fingerprint.tools);
+    assert.equal(both.length, 14);
+    assert.ok(both.includes("add") && both.includes("b_add"));
+    assert.throws(() => agent(bad), { code: "STEADFAST_CONFIG_INVALID", message: /tool name "my shop\.add" must be 1-64 characters/ });
+  } finally {
+    await a.close();
+    await b.close();
+    await bad.close();
+    await server.kill();
+  }
+});
+
+test("a server that refuses a call over HTTP (403): the run rejects not retryable and the sweep leaves it for a person", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir, refuseCalls: 403 });
+  const tools = await mcpTools({ url: server.url });
+  try {
+    const model = mockModel([{ toolCalls: [{ name: "charge", args: { order: 5 } }] }, "done"], { mode: "by-turn" });
+    const agent = createAgent({ model, tools, store: memoryStore() });
+    await assert.rejects(agent.send("Charge order 5", { sessionId: "forbidden" }), (e) => {
+      assert.equal(e.code, "STEADFAST_TOOL_PROPAGATED");
+      assert.equal(e.retryable, false);
+      assert.match(e.message, /the MCP server at http:\/\/127\.0\.0\.1:\d+\/mcp refused the call of 'charge': Streamable HTTP error: Error POSTing to endpoint: forbidden/);
+      return true;
+    });
+    const report = await agent.sweep({ intervalMs: 0 });
+    assert.equal(report.resumed, 0, JSON.stringify(report));
+    assert.deepEqual((await agent.pending()).map((r) => r.runId), ["forbidden"]);
+    assert.deepEqual(records(dir, "charges.jsonl"), []);
+  } finally {
+    await tools.close();
     await server.kill();
   }
 });
