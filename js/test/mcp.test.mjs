@@ -519,3 +519,63 @@ test("a server that refuses a call over HTTP (403): the run rejects not retryabl
     await server.kill();
   }
 });
+
+/** A small seeded PRNG (mulberry32): the generated cases below repeat from their seed. */
+function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+// Repro one case: STEADFAST_SEED=<seed> node --test --test-name-pattern="generated" test/mcp.test.mjs
+test("generated: charges over turns of one or two parallel calls, the server killed after the k-th charge's effect; restarted, a fresh agent's resume finishes with each charge once, re-sent calls keep their keys, and only the turns after the interrupted one are asked", async () => {
+  const only = process.env.STEADFAST_SEED;
+  const seeds = only === undefined ? Array.from({ length: 6 }, (_, i) => i + 1) : [Number(only)];
+  for (const seed of seeds) {
+    const r = rng(seed);
+    const pick = (n) => Math.floor(r() * n);
+    const turns = [];
+    let order = 0;
+    for (let t = 1 + pick(3); t > 0; t--) turns.push(Array.from({ length: 1 + pick(2) }, () => ++order));
+    const dieAt = 1 + pick(order);
+    const script = [...turns.map((orders) => ({ toolCalls: orders.map((o) => ({ name: "charge", args: { order: o } })) })), "done"];
+    const at = `seed ${seed}: turns ${JSON.stringify(turns)}, the server dies at charge ${dieAt}`;
+
+    const dir = recordDir();
+    const server = await startServer({ dir, dieAtCharge: dieAt });
+    const store = memoryStore();
+    const first = await mcpTools({ url: server.url });
+    const agent = createAgent({ model: mockModel(script, { mode: "by-turn" }), tools: first, store });
+    await assert.rejects(agent.send("charge", { sessionId: "gen" }), (e) => e.code === "STEADFAST_TOOL_PROPAGATED" && e.retryable === true, at);
+    await first.close();
+    await server.exited;
+    // The turn whose call died: charges are made in order, one turn after another.
+    const interrupted = turns.findIndex((orders) => orders.includes(records(dir, "charges.jsonl").at(-1).order));
+
+    const again = await startServer({ dir, port: server.port });
+    const tools = await mcpTools({ url: again.url });
+    try {
+      const fresh = mockModel(script, { mode: "by-turn" });
+      const result = await createAgent({ model: fresh, tools, store }).resume("gen");
+      assert.equal(result.status, "finished", at);
+      assert.equal(fresh.calls.length, turns.length - interrupted, `${at}: only the turns after turn ${interrupted} are asked`);
+      const charged = records(dir, "charges.jsonl").map((c) => c.order).sort((a, b) => a - b);
+      assert.deepEqual(charged, turns.flat(), `${at}: each charge once`);
+      const keys = new Map();
+      for (const c of records(dir, "calls.jsonl")) {
+        const seen = keys.get(c.args.order);
+        if (seen !== undefined) assert.equal(c.meta.idempotencyKey, seen, `${at}: order ${c.args.order} re-sent with its key`);
+        keys.set(c.args.order, c.meta.idempotencyKey);
+      }
+      assert.equal(new Set(keys.values()).size, order, `${at}: one key per charge`);
+    } finally {
+      await tools.close();
+      await again.kill();
+    }
+  }
+});
