@@ -81,6 +81,25 @@ function loadSdk(): Promise<Sdk> {
   return sdk;
 }
 
+let codeGen: boolean | undefined;
+
+/**
+ * Whether this runtime compiles code from strings. The SDK checks a tool's structured output against its
+ * outputSchema with ajv, which compiles each schema to a function: where that is disallowed (Cloudflare Workers)
+ * listing a server with an output schema would fail, so there the output is taken unchecked.
+ */
+function codeGeneration(): boolean {
+  if (codeGen === undefined) {
+    try {
+      new Function("");
+      codeGen = true;
+    } catch {
+      codeGen = false;
+    }
+  }
+  return codeGen;
+}
+
 function errorText(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
@@ -219,7 +238,10 @@ export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
   const site = where(url);
 
   const open = async (): Promise<Connection> => {
-    const client = new s.Client({ name: "steadfast", version: "0.1.0" });
+    const client = new s.Client(
+      { name: "steadfast", version: "0.1.0" },
+      codeGeneration() ? {} : { jsonSchemaValidator: { getValidator: () => (data: unknown) => ({ valid: true, data, errorMessage: undefined }) as never } },
+    );
     const transport = new s.StreamableHTTPClientTransport(url, { requestInit: { headers } });
     const conn: Connection = { client, tools: [] };
     // A response stream cut mid-answer is only reported here (the request would wait for its timeout): drop the

@@ -93,6 +93,9 @@ function mcpServer() {
       const marker = join(dir, "died");
       if (lines(charges).length === dieAtCharge && !existsSync(marker)) {
         writeFileSync(marker, "");
+        // Mostly after the answer stream's headers went out (the client then sees the stream cut), sometimes
+        // before (the client's POST fails): both are a server that died mid-call.
+        await new Promise((resolve) => setTimeout(resolve, 50));
         process.kill(process.pid, "SIGKILL");
         await new Promise(() => {});
       }
