@@ -34,7 +34,8 @@ export interface McpToolsOptions {
  */
 export type McpTools = Tool[] & {
   /**
-   * Ends the connection (the server's session). Idempotent; a later call of one of the tools opens a new one.
+   * Ends the connection: the server's session is ended (an HTTP DELETE) and the client closed. Idempotent; a
+   * later call of one of the tools opens a new connection.
    */
   close(): Promise<void>;
 };
@@ -201,9 +202,10 @@ function failure(e: unknown, s: Sdk, hadSession: boolean): "unreachable" | "sess
   return "unreachable";
 }
 
-/** A live connection: the client, and whether the SDK reported its streams broken (then it is replaced). */
+/** A connection: the client, its transport (for ending the server's session) and the tools it listed. */
 interface Connection {
   client: Client;
+  transport: InstanceType<Sdk["StreamableHTTPClientTransport"]>;
   tools: ListedTool[];
 }
 
@@ -243,7 +245,7 @@ export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
       codeGeneration() ? {} : { jsonSchemaValidator: { getValidator: () => (data: unknown) => ({ valid: true, data, errorMessage: undefined }) as never } },
     );
     const transport = new s.StreamableHTTPClientTransport(url, { requestInit: { headers } });
-    const conn: Connection = { client, tools: [] };
+    const conn: Connection = { client, transport, tools: [] };
     // A response stream cut mid-answer is only reported here (the request would wait for its timeout): drop the
     // connection, which fails the requests in flight with ConnectionClosed (unreachable, retryable).
     client.onerror = (e) => {
@@ -378,7 +380,9 @@ export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
       live = undefined;
       current = undefined;
       const conn = await closing?.catch(() => undefined);
-      // Ignored: ending a connection the server may have dropped already.
+      // Ignored: ending a session (HTTP DELETE; a server may refuse it, or have dropped it already) and closing
+      // the client only release what is no longer needed.
+      await conn?.transport.terminateSession().catch(() => undefined);
       await conn?.client.close().catch(() => undefined);
     },
   });

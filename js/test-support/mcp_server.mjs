@@ -5,7 +5,8 @@
 //   node test-support/mcp_server.mjs '{"dir": "/tmp/x", "port": 0, "version": 1, "pageSize": 2, "dieAtCharge": 1}'
 //
 // It prints `listening <port>` once it listens. Everything it sees is appended to files in `dir`, which outlive
-// the process: `calls.jsonl` (one line per tools/call: tool, arguments, `_meta`, the Authorization header) and
+// the process: `sessions.jsonl` (`{opened}`/`{closed}`: a session began, a client ended it with DELETE), `calls.jsonl`
+// (one line per tools/call: tool, arguments, `_meta`, the Authorization header) and
 // `charges.jsonl` (one line per charge effect, keyed by the idempotency key in `_meta`: a charge whose key is
 // there already is answered from it without a new effect). `dieAtCharge: k`: the k-th charge effect (counted in
 // charges.jsonl, so across restarts) kills the process after the effect is written and before it answers, once
@@ -145,9 +146,15 @@ const http = createServer(async (req, res) => {
     }
     transport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
-      onsessioninitialized: (sid) => sessions.set(sid, transport),
+      onsessioninitialized: (sid) => {
+        sessions.set(sid, transport);
+        appendFileSync(join(dir, "sessions.jsonl"), JSON.stringify({ opened: sid }) + "\n");
+      },
+      onsessionclosed: (sid) => {
+        sessions.delete(sid);
+        appendFileSync(join(dir, "sessions.jsonl"), JSON.stringify({ closed: sid }) + "\n");
+      },
     });
-    transport.onclose = () => sessions.delete(transport.sessionId);
     await mcpServer().connect(transport);
   }
   await transport.handleRequest(req, res, body);

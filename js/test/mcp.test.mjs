@@ -610,3 +610,28 @@ test("where code cannot be generated from strings (as on Cloudflare Workers), a 
     await server.kill();
   }
 });
+
+test("the connection: one session shared by the tools; close() ends it (DELETE) and is idempotent; a call after close() opens a new session", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir });
+  const tools = await mcpTools({ url: server.url });
+  try {
+    const ctx = (n) => ({ runId: "r", toolCallId: `c${n}`, approvalId: null, idempotencyKey: `k${n}` });
+    const add = tools.find((t) => t.name === "add");
+    assert.equal(await add.execute({ a: 1, b: 1 }, ctx(1)), "2");
+    assert.deepEqual(await tools.find((t) => t.name === "stock").execute({ sku: "Z" }, ctx(2)), { sku: "Z", available: 3 });
+    const sessions = () => records(dir, "sessions.jsonl");
+    assert.equal(sessions().length, 1, "one session for the listing and both calls");
+    const [{ opened }] = sessions();
+    await tools.close();
+    await tools.close();
+    assert.deepEqual(sessions(), [{ opened }, { closed: opened }]);
+
+    assert.equal(await add.execute({ a: 2, b: 2 }, ctx(3)), "4");
+    assert.equal(sessions().length, 3);
+    assert.notEqual(sessions()[2].opened, opened);
+  } finally {
+    await tools.close();
+    await server.kill();
+  }
+});
