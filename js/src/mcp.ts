@@ -178,23 +178,33 @@ function where(url: URL): string {
  * - `"unreachable"`: the server could not be reached, or failed, or lost the connection, or did not answer in
  *   time (a network error, HTTP 5xx, 408, 429, a closed connection, a timeout). The same request may work
  *   later; the request may or may not have run (hence the idempotency key).
- * - `"session"`: HTTP 404 for our session (the server forgot it, e.g. it restarted): the request did not run;
- *   a new connection can send it again.
+ * - `"session"`: HTTP 404 on the connection `conn` (its session: the server forgot it, e.g. it restarted): the
+ *   request did not run; a new connection can send it again.
  * - `"refused"`: the server's HTTP layer refused us (401, 403, another 4xx, an answer that is not MCP): a person
  *   must look (credentials, url) before it can work.
  * - `"answered"`: the server answered with a JSON-RPC error, or the answer is not a tool result: the model
  *   reads it.
  */
-function failure(e: unknown, s: Sdk, hadSession: boolean): "unreachable" | "session" | "refused" | "answered" {
+function failure(
+  e: unknown,
+  s: Sdk,
+  timeoutMs: number,
+  conn?: Connection,
+): "unreachable" | "session" | "refused" | "answered" {
+  if (e instanceof Unreachable) return "unreachable";
   if (e instanceof s.StreamableHTTPError) {
     const status = e.code ?? -1;
     if (status >= 500 || status === 408 || status === 429) return "unreachable";
-    if (status === 404 && hadSession) return "session";
+    if (status === 404 && conn !== undefined) return "session";
     return "refused";
   }
   if (e instanceof s.McpError) {
-    // -32000 ConnectionClosed, -32001 RequestTimeout: the SDK's own codes for a lost or silent server.
-    return e.code === -32000 || e.code === -32001 ? "unreachable" : "answered";
+    // The SDK's own errors for a lost or silent server: ConnectionClosed (-32000) when the connection closed
+    // under the request, RequestTimeout (-32001) with the timeout as its data. A server may answer those codes
+    // too (the JSON-RPC range for server errors): then the model reads it.
+    const closed = e.code === -32000 && conn?.closed === true;
+    const timedOut = e.code === -32001 && (e.data as { timeout?: unknown } | undefined)?.timeout === timeoutMs;
+    return closed || timedOut ? "unreachable" : "answered";
   }
   // The SDK's check of an answer's shape (zod) failed: the server answered something that is not a tool result.
   if ((e as { name?: unknown } | null)?.name === "ZodError") return "answered";
@@ -202,11 +212,20 @@ function failure(e: unknown, s: Sdk, hadSession: boolean): "unreachable" | "sess
   return "unreachable";
 }
 
-/** A connection: the client, its transport (for ending the server's session) and the tools it listed. */
+/** A failure to open a connection, classified as unreachable where the connection was known (see `open`). */
+class Unreachable extends Error {
+  constructor(message: string, cause: unknown) {
+    super(message, { cause });
+    this.name = "Unreachable";
+  }
+}
+
+/** A connection: the client, its transport (for ending the server's session), the tools it listed, closed yet. */
 interface Connection {
   client: Client;
   transport: InstanceType<Sdk["StreamableHTTPClientTransport"]>;
   tools: ListedTool[];
+  closed: boolean;
 }
 
 /**
@@ -245,7 +264,10 @@ export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
       codeGeneration() ? {} : { jsonSchemaValidator: { getValidator: () => (data: unknown) => ({ valid: true, data, errorMessage: undefined }) as never } },
     );
     const transport = new s.StreamableHTTPClientTransport(url, { requestInit: { headers } });
-    const conn: Connection = { client, transport, tools: [] };
+    const conn: Connection = { client, transport, tools: [], closed: false };
+    client.onclose = () => {
+      conn.closed = true;
+    };
     // A response stream cut mid-answer is only reported here (the request would wait for its timeout): drop the
     // connection, which fails the requests in flight with ConnectionClosed (unreachable, retryable).
     client.onerror = (e) => {
@@ -268,7 +290,9 @@ export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
     } catch (e) {
       // Ignored: the connection failed already; closing it is only tidying up.
       client.close().catch(() => undefined);
-      throw e;
+      // Classified while the connection is known (a closed connection, our timeout); a 404 here is no session
+      // to forget but a wrong url (left to `failure` without a connection: refused).
+      throw failure(e, s, timeoutMs, conn) === "unreachable" ? new Unreachable(errorText(e), e) : e;
     }
     return conn;
   };
@@ -304,7 +328,7 @@ export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
   try {
     first = await connection();
   } catch (e) {
-    const kind = failure(e, s, false);
+    const kind = failure(e, s, timeoutMs);
     throw new SteadfastError("STEADFAST_CONFIG_INVALID", `mcpTools: cannot list the tools of the MCP server at ${site}: ${errorText(e)}`, {
       retryable: kind === "unreachable",
       cause: e,
@@ -340,7 +364,7 @@ export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
       try {
         conn = await connection();
       } catch (e) {
-        const kind = failure(e, s, false);
+        const kind = failure(e, s, timeoutMs);
         throw new PropagatedToolError(`the MCP server at ${site} cannot be reached: ${errorText(e)}`, {
           retryable: kind !== "refused",
           cause: e,
@@ -350,7 +374,7 @@ export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
       try {
         result = (await conn.client.callTool(params, undefined, { timeout: timeoutMs })) as CallResult;
       } catch (e) {
-        const kind = failure(e, s, true);
+        const kind = failure(e, s, timeoutMs, conn);
         if (kind === "answered") throw e;
         drop(conn);
         if (kind === "session" && attempt === 0) continue;

@@ -13,6 +13,7 @@
 // (a marker file). `version: 2` adds an optional `note` to `add`'s schema (a changed server). `pageSize`:
 // tools/list answers in pages of that many tools. `noGetStream`: GET is answered 405 (no standalone stream).
 // `refuseCalls: <status>`: every tools/call is answered with that HTTP status (e.g. 403: the token lost a right).
+// `callDelayMs`: the first tools/call waits that long before it runs (a slow moment of the server).
 import { createServer } from "node:http";
 import { randomUUID } from "node:crypto";
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -23,9 +24,10 @@ import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/
 import { CallToolRequestSchema, ErrorCode, isInitializeRequest, ListToolsRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const options = JSON.parse(process.argv[2] ?? "{}");
-const { dir, port = 0, version = 1, pageSize, dieAtCharge, noGetStream = false, refuseCalls } = options;
+const { dir, port = 0, version = 1, pageSize, dieAtCharge, noGetStream = false, refuseCalls, callDelayMs = 0 } = options;
 const calls = join(dir, "calls.jsonl");
 const charges = join(dir, "charges.jsonl");
+let delayed = false;
 const lines = (file) => (existsSync(file) ? readFileSync(file, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l)) : []);
 
 /** A new McpServer with the test's tools (one per session). */
@@ -80,6 +82,7 @@ function mcpServer() {
       ],
     };
   });
+  // Answers a JSON-RPC error: arguments `{code?, message?}` (default -32603 and a message), see below.
   server.registerTool("broken", { description: "Answers with a JSON-RPC error" }, async () => ({ content: [] }));
   server.registerTool(
     "charge",
@@ -107,8 +110,15 @@ function mcpServer() {
   // handler: `broken` answers one, every other call goes to McpServer's handler.
   const toolsCall = server.server._requestHandlers.get("tools/call");
   server.server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    if (callDelayMs > 0 && !delayed) {
+      delayed = true;
+      await new Promise((resolve) => setTimeout(resolve, callDelayMs));
+    }
     // Thrown with a code, answered as the JSON-RPC error {code, message} (an McpError's message has a prefix).
-    if (request.params.name === "broken") throw Object.assign(new Error("the broken tool's database is gone"), { code: ErrorCode.InternalError });
+    if (request.params.name === "broken") {
+      const code = request.params.arguments?.code ?? ErrorCode.InternalError;
+      throw Object.assign(new Error(request.params.arguments?.message ?? "the broken tool's database is gone"), { code });
+    }
     return toolsCall(request, extra);
   });
   if (pageSize !== undefined) {

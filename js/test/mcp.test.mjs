@@ -110,6 +110,9 @@ test("calls map to results the model reads: text, structuredContent as JSON, isE
           { name: "broken" },
         ],
       },
+      // A server's own JSON-RPC error in the codes the SDK uses for a lost connection or a timeout: still an answer.
+      { toolCalls: [{ name: "broken", args: { code: -32001, message: "Request timed out" } }] },
+      { toolCalls: [{ name: "broken", args: { code: -32000, message: "Connection closed" } }] },
       { toolCalls: [{ name: "add", args: { a: "two", b: 3 } }] },
       "done",
     ]);
@@ -133,8 +136,13 @@ test("calls map to results the model reads: text, structuredContent as JSON, isE
     assert.equal(seen.broken.isError, true);
     assert.match(seen.broken.content, /^McpError: MCP error -32603: the broken tool's database is gone$/);
 
+    const serverTimeout = model.calls[2].messages.at(-1);
+    assert.deepEqual([serverTimeout.isError, serverTimeout.content], [true, "McpError: MCP error -32001: Request timed out"]);
+    const serverClosed = model.calls[3].messages.at(-1);
+    assert.deepEqual([serverClosed.isError, serverClosed.content], [true, "McpError: MCP error -32000: Connection closed"]);
+
     // The wrong argument never reached the server: the core checked it against the server's schema.
-    const wrong = model.calls[2].messages.at(-1);
+    const wrong = model.calls[4].messages.at(-1);
     assert.equal(wrong.kind, "validation");
     assert.equal(wrong.isError, true);
     const calls = records(dir, "calls.jsonl");
@@ -632,6 +640,39 @@ test("the connection: one session shared by the tools; close() ends it (DELETE) 
     assert.notEqual(sessions()[2].opened, opened);
   } finally {
     await tools.close();
+    await server.kill();
+  }
+});
+
+test("a call that outlives timeoutMs fails retryable (the run stays resumable) while the server finishes it; the resume re-sends it with the same key and the effect stays single", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir, callDelayMs: 1_500 });
+  const store = memoryStore();
+  const script = [{ toolCalls: [{ name: "charge", args: { order: 9 } }] }, "Charged."];
+  const hasty = await mcpTools({ url: server.url, timeoutMs: 300 });
+  try {
+    const agent = createAgent({ model: mockModel(script, { mode: "by-turn" }), tools: hasty, store });
+    await assert.rejects(agent.send("Charge order 9", { sessionId: "slow" }), (e) => {
+      assert.equal(e.code, "STEADFAST_TOOL_PROPAGATED");
+      assert.equal(e.retryable, true);
+      assert.match(e.message, /failed during the call of 'charge': MCP error -32001: Request timed out/);
+      return true;
+    });
+    // The server finishes the call it was sent (its effect happens), after the client gave up on it.
+    while (records(dir, "charges.jsonl").length === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+    const patient = await mcpTools({ url: server.url, timeoutMs: 30_000 });
+    try {
+      const r = await createAgent({ model: mockModel(script, { mode: "by-turn" }), tools: patient, store }).resume("slow");
+      assert.equal(r.status, "finished");
+    } finally {
+      await patient.close();
+    }
+    const calls = records(dir, "calls.jsonl");
+    assert.equal(calls.length, 2);
+    assert.equal(calls[0].meta.idempotencyKey, calls[1].meta.idempotencyKey);
+    assert.deepEqual(records(dir, "charges.jsonl").map((c) => c.order), [9]);
+  } finally {
+    await hasty.close();
     await server.kill();
   }
 });
