@@ -13,7 +13,9 @@
 // (a marker file). `version: 2` adds an optional `note` to `add`'s schema (a changed server). `pageSize`:
 // tools/list answers in pages of that many tools. `noGetStream`: GET is answered 405 (no standalone stream).
 // `refuseCalls: <status>`: every tools/call is answered with that HTTP status (e.g. 403: the token lost a right).
-// `callDelayMs`: the first tools/call waits that long before it runs (a slow moment of the server).
+// `callDelayMs`: the first tools/call waits that long before it runs (a slow moment of the server), noted in
+// `received.jsonl` as it arrives.
+// `extraTools`: tool definitions listed after the real ones as they are (a server listing what it should not).
 import { createServer } from "node:http";
 import { randomUUID } from "node:crypto";
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -24,7 +26,7 @@ import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/
 import { CallToolRequestSchema, ErrorCode, isInitializeRequest, ListToolsRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
 const options = JSON.parse(process.argv[2] ?? "{}");
-const { dir, port = 0, version = 1, pageSize, dieAtCharge, noGetStream = false, refuseCalls, callDelayMs = 0 } = options;
+const { dir, port = 0, version = 1, pageSize, dieAtCharge, noGetStream = false, refuseCalls, callDelayMs = 0, extraTools = [] } = options;
 const calls = join(dir, "calls.jsonl");
 const charges = join(dir, "charges.jsonl");
 let delayed = false;
@@ -112,6 +114,7 @@ function mcpServer() {
   server.server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
     if (callDelayMs > 0 && !delayed) {
       delayed = true;
+      appendFileSync(join(dir, "received.jsonl"), JSON.stringify({ tool: request.params.name }) + "\n");
       await new Promise((resolve) => setTimeout(resolve, callDelayMs));
     }
     // Thrown with a code, answered as the JSON-RPC error {code, message} (an McpError's message has a prefix).
@@ -121,10 +124,11 @@ function mcpServer() {
     }
     return toolsCall(request, extra);
   });
-  if (pageSize !== undefined) {
+  if (pageSize !== undefined || extraTools.length > 0) {
     const toolsList = server.server._requestHandlers.get("tools/list");
     server.server.setRequestHandler(ListToolsRequestSchema, async (request, extra) => {
-      const { tools } = await toolsList(request, extra);
+      const tools = [...(await toolsList(request, extra)).tools, ...extraTools];
+      if (pageSize === undefined) return { tools };
       const start = Number(request.params?.cursor ?? 0);
       const page = tools.slice(start, start + pageSize);
       return start + pageSize < tools.length ? { tools: page, nextCursor: String(start + pageSize) } : { tools: page };

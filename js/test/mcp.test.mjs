@@ -676,3 +676,73 @@ test("a call that outlives timeoutMs fails retryable (the run stays resumable) w
     await server.kill();
   }
 });
+
+test("what a server lists that cannot be a steadfast tool is refused: a task-only tool by mcpTools (leave it out with `tools`), two tools of one name and a name with a dot by createAgent", async () => {
+  const object = { type: "object", properties: {} };
+  const server = await startServer({
+    dir: recordDir(),
+    extraTools: [
+      { name: "export_all", description: "A long export", inputSchema: object, execution: { taskSupport: "required" } },
+      { name: "add", inputSchema: object },
+      { name: "files.read", inputSchema: object },
+    ],
+  });
+  try {
+    await refused(
+      mcpTools({ url: server.url }),
+      /the MCP server at http:\/\/127\.0\.0\.1:\d+\/mcp's tool 'export_all' runs only as an MCP task, which steadfast does not call: leave it out with the `tools` option/,
+    );
+    const listed = await mcpTools({ url: server.url, tools: (name) => name !== "export_all" });
+    try {
+      assert.deepEqual(listed.slice(-2).map((t) => [t.name, t.description]), [["add", ""], ["files.read", ""]]);
+      const agent = (tools) => createAgent({ model: mockModel(["ok"]), tools, store: memoryStore() });
+      assert.throws(() => agent(listed), { code: "STEADFAST_CONFIG_INVALID", message: /two tools are named 'add'/ });
+      assert.throws(() => agent(listed.slice(0, -2).concat(listed.slice(-1))), {
+        code: "STEADFAST_CONFIG_INVALID",
+        message: /tool name "files\.read" must be 1-64 characters of letters, digits, '_' or '-'/,
+      });
+    } finally {
+      await listed.close();
+    }
+  } finally {
+    await server.kill();
+  }
+});
+
+test("a run aborted while an MCP call is on the server resolves in-progress (aborted); the call gets a cancelled result the resumed model reads, and is not sent again (the server's effect stays single)", async () => {
+  const dir = recordDir();
+  const server = await startServer({ dir, callDelayMs: 1_500 });
+  const tools = await mcpTools({ url: server.url });
+  try {
+    const script = [{ toolCalls: [{ name: "charge", args: { order: 4 } }] }, "Charged."];
+    const store = memoryStore();
+    const controller = new AbortController();
+    const agent = createAgent({ model: mockModel(script, { mode: "by-turn" }), tools, store });
+    const r = await agent.send("Charge order 4", {
+      sessionId: "aborted",
+      signal: controller.signal,
+      // Aborted once the server has the call (and waits before running it).
+      onEvent: (e) => {
+        if (e.type !== "tool.start") return;
+        void (async () => {
+          while (records(dir, "received.jsonl").length === 0) await new Promise((resolve) => setTimeout(resolve, 10));
+          controller.abort();
+        })();
+      },
+    });
+    assert.equal(r.status, "in-progress");
+    assert.equal(r.finishReason, "aborted");
+    while (records(dir, "charges.jsonl").length === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+
+    const fresh = mockModel(script, { mode: "by-turn" });
+    const resumed = await createAgent({ model: fresh, tools, store }).resume("aborted");
+    assert.equal(resumed.status, "finished");
+    const read = fresh.calls[0].messages.at(-1);
+    assert.deepEqual([read.name, read.kind, read.isError], ["charge", "cancelled", true]);
+    assert.equal(records(dir, "calls.jsonl").length, 1, "not sent again");
+    assert.deepEqual(records(dir, "charges.jsonl").map((c) => c.order), [4]);
+  } finally {
+    await tools.close();
+    await server.kill();
+  }
+});
