@@ -252,6 +252,12 @@ interface Connection {
  * it), a `tools` name the server does not have, a tool that can only run as an MCP task, or a server whose
  * tools cannot be listed (`retryable: true` when it could not be reached). Two tools with one name (from two
  * servers, or a server and your own) are refused by `createAgent` (STEADFAST_CONFIG_INVALID): use `prefix`.
+ *
+ * The tools are plain objects: `tools.map((t) => ({ ...t, needsApproval: true }))` asks a person before each
+ * call. On Cloudflare Workers, call `mcpTools` in the request (or Durable Object) that uses the tools and
+ * `close()` them at its end (a Worker cannot use one request's connection in another); there, a tool's
+ * structured output is not checked against its `outputSchema` (the SDK's checker generates code, which Workers
+ * disallow).
  */
 export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
   const { url, headers, prefix, filter, timeoutMs } = checked(options);
