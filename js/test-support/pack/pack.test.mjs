@@ -37,18 +37,29 @@ before(() => {
   copyFileSync(join(js, "examples/durable-object.ts"), join(project, "src/durable-object.ts"));
 });
 
-test("the tarball has the built package and no runtime dependencies", () => {
+test("the tarball has the built package and no runtime dependencies (peer dependencies only optional ones, not installed)", () => {
   const files = JSON.parse(run("npm", ["pack", "--dry-run", "--json"], js))[0].files.map((f) => f.path);
-  for (const f of ["package.json", "README.md", "dist/index.d.ts", "dist/entrypoints/workerd.js", "dist/entrypoints/node.js", "wasm/steadfast.js", "wasm/steadfast_bg.wasm"]) {
+  for (const f of ["package.json", "README.md", "dist/index.d.ts", "dist/entrypoints/workerd.js", "dist/entrypoints/node.js", "dist/mcp.js", "dist/mcp.d.ts", "wasm/steadfast.js", "wasm/steadfast_bg.wasm"]) {
     assert.ok(files.includes(f), `${f} is in the tarball`);
   }
   const pkg = JSON.parse(readFileSync(join(project, "node_modules/steadfast/package.json"), "utf8"));
   assert.equal(pkg.dependencies, undefined);
-  // Optional peers, never installed with the package: `ai` (whose models aiSdkModel adapts; never imported) and
-  // `better-sqlite3` (loaded by steadfast/sqlite's SqliteStore only).
-  assert.deepEqual(pkg.peerDependencies, { ai: "^5.0.0 || ^6.0.0", "better-sqlite3": ">=11" });
-  assert.deepEqual(pkg.peerDependenciesMeta, { ai: { optional: true }, "better-sqlite3": { optional: true } });
+  // Optional peers, never installed with the package: `ai` (aiSdkModel's models; never imported),
+  // `better-sqlite3` (steadfast/sqlite) and `@modelcontextprotocol/sdk` (steadfast/mcp), each loaded on first use.
+  assert.deepEqual(Object.keys(pkg.peerDependencies ?? {}).sort(), ["@modelcontextprotocol/sdk", "ai", "better-sqlite3"]);
+  for (const peer of Object.keys(pkg.peerDependencies ?? {})) {
+    assert.equal(pkg.peerDependenciesMeta?.[peer]?.optional, true, `the peer dependency ${peer} is optional`);
+  }
   assert.deepEqual(readdirSync(join(project, "node_modules")).filter((d) => !d.startsWith(".")), ["steadfast"]);
+});
+
+test("without the optional MCP SDK installed, steadfast/mcp loads and mcpTools rejects with a coded error saying what to install", async () => {
+  const { mcpTools } = await import(pathToFileURL(join(project, "node_modules/steadfast/dist/mcp.js")).href);
+  await assert.rejects(mcpTools({ url: "http://127.0.0.1:9/mcp" }), (e) => {
+    assert.equal(e.code, "STEADFAST_CONFIG_INVALID");
+    assert.match(e.message, /mcpTools needs the MCP SDK, an optional peer dependency: npm install @modelcontextprotocol\/sdk/);
+    return true;
+  });
 });
 
 // The package's public surface: every name `import ... from "steadfast"` offers, and whether it is a value (a

@@ -214,3 +214,17 @@ export async function inADurableObject(): Promise<number> {
   if (report.busy > 0) await ctx.storage.setAlarm(Date.now() + 1_000);
   return stores.filter((s) => s.kind === "durable-object").length;
 }
+
+// MCP servers as tools, from the `steadfast/mcp` entry point (its types need no MCP SDK installed).
+import { mcpTools, type McpTools, type McpToolsOptions } from "steadfast/mcp";
+export async function withMcpTools(): Promise<string[]> {
+  const options: McpToolsOptions = { url: "https://mcp.example.com/mcp", headers: { Authorization: "Bearer t" }, prefix: "shop_" };
+  const shop: McpTools = await mcpTools(options);
+  const some = await mcpTools({ url: "https://mcp.example.com/mcp", tools: (name) => name !== "delete_all", timeoutMs: 10_000 });
+  // @ts-expect-error header values are strings
+  await mcpTools({ url: "https://mcp.example.com/mcp", headers: { retries: 3 } });
+  const agent = createAgent({ model: mockModel(["done"]), tools: [...shop, ...some.map((t) => ({ ...t, needsApproval: true }))], store: memoryStore() });
+  await shop.close();
+  await some.close();
+  return Object.keys(agent.fingerprint.tools);
+}
