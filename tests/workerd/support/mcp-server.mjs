@@ -1,5 +1,5 @@
 // A real MCP server for the workerd tests, built with the official SDK (`McpServer` + the Streamable HTTP
-// transport, @modelcontextprotocol/sdk 1.32.2 from js/node_modules) on node:http at 127.0.0.1, one transport per
+// transport, @modelcontextprotocol/sdk 1.32.2, a root devDependency) on node:http at 127.0.0.1, one transport per
 // session. Run as its own process so a test can stop it by its pid (a server that is down) and start it again on
 // the same port (which then knows none of the old sessions).
 //
@@ -12,10 +12,9 @@
 import http from "node:http";
 import { randomUUID } from "node:crypto";
 
-const sdk = (p) => import(new URL(`../../../js/node_modules/@modelcontextprotocol/sdk/dist/esm/${p}`, import.meta.url).href);
-const { McpServer } = await sdk("server/mcp.js");
-const { StreamableHTTPServerTransport } = await sdk("server/streamableHttp.js");
-const { z } = await import(new URL("../../../js/node_modules/zod/index.js", import.meta.url).href);
+import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import { z } from "zod";
 
 const port = Number(process.argv[2] ?? 0);
 const enableJsonResponse = process.argv.includes("--json");
