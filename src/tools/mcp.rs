@@ -1500,7 +1500,42 @@ mod tests {
         let mut r = listing(json!([tool("x", json!({}))]));
         r.extend(listing(json!([tool("x", json!({}))])));
         let (_, client) = replies(r);
-        let e = block_on(fresh.tools(&two, &list, &token_a, client, 0, &[])).err().unwrap();
+        let e =
+            block_on(McpCache::default().tools(&two, &list, &token_a, client, 0, &[])).map(|t| names(&t)).unwrap_err();
         assert!(e.message.starts_with("mcp[1] (https://mcp.example.com): its tool 'x' has the name of mcp[0]"), "{e}");
+    }
+
+    /// A server's tools enter the agent's fingerprint (names and input schemas, as every tool's): an agent built
+    /// from the same list has the same one, a changed schema or a new tool gives another (the drift a resume
+    /// reports).
+    #[test]
+    fn a_changed_server_is_agent_drift() {
+        use crate::runtime::{Agent, MockModel};
+        let build = |listed: Value| {
+            let servers = [McpServerConfig::new("https://mcp.example.com/mcp")];
+            let http = Rc::new(FakeHttp::new(listing(listed)));
+            let tools = block_on(McpCache::default().tools(
+                &servers,
+                &Allowlist::new(["mcp.example.com"]),
+                &|_| None,
+                http,
+                0,
+                &[],
+            ))
+            .unwrap();
+            let mut b = Agent::builder(MockModel::by_turn(Vec::new())).store(crate::store::MemoryStore::new());
+            for t in tools {
+                b = b.tool_rc(t);
+            }
+            b.build().unwrap().fingerprint().clone()
+        };
+        let before = build(json!([tool("add", json!({"type": "object"}))]));
+        assert_eq!(before, build(json!([tool("add", json!({"type": "object"}))])));
+        assert_ne!(before, build(json!([tool("add", json!({"type": "object", "required": ["a"]}))])));
+        assert_ne!(
+            before,
+            build(json!([tool("add", json!({"type": "object"})), tool("sub", json!({}))])),
+            "a new tool"
+        );
     }
 }
