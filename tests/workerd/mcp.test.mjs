@@ -56,6 +56,8 @@ function worker(config) {
   const mf = new Miniflare({
     ...builtWorker(),
     kvNamespaces: ["RUNS"],
+    // Strict mode's run objects (as wrangler.toml declares them), for `"store": "durable-object"`.
+    durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true } },
     bindings: { STEADFAST_TOKEN: TOKEN, MCP_TOKEN, STEADFAST_CONFIG: JSON.stringify(config) },
     unsafeTriggerHandlers: true,
     cf: false,
@@ -125,6 +127,22 @@ for (const mode of ["event-stream", "json"]) {
     }
   });
 }
+
+test("strict mode: the run's object lists the MCP server and calls its tool with the call's key", async () => {
+  const server = await startMcp();
+  try {
+    const mf = worker({ ...mcpConfig(server.port, [{ toolCalls: [{ name: "add", args: { a: 20, b: 1 } }] }, { text: "done" }]), store: "durable-object" });
+    const r = await call(mf, "POST", "/runs/m-do", { input: "add" });
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.json.status, "finished", r.text);
+    assert.equal(r.json.messages.find((m) => m.role === "tool").content, "21");
+    const s = await seen(server);
+    assert.deepEqual(s.calls.map((c) => [c.name, c.authorization]), [["add", `Bearer ${MCP_TOKEN}`]]);
+    assert.equal(s.calls[0].meta.idempotencyKey, await keyOf(mf, "m-do", "add"));
+  } finally {
+    await stopMcp(server);
+  }
+});
 
 test("a down MCP server fails the run attempt retryably: the run stays resumable and the sweep finishes it with the same key once the server is back (in a new session)", async () => {
   let server = await startMcp();
