@@ -1,6 +1,6 @@
 //! [`AgentConfig`]: the agent as configuration, not code (M19). The Worker reads one JSON document — model,
-//! instructions, limits, drift policy, lease and recovery timing, webhook tools and the hosts they may call —
-//! and combines it with the providers and the platform.
+//! instructions, limits, drift policy, lease and recovery timing, webhook tools, MCP servers and the hosts they
+//! may call — and combines it with the providers and the platform.
 //!
 //! The agent's options are the runtime's [`AgentOptions`], under the names the npm package gives them: the four
 //! limits (`maxSteps`, `toolConcurrency`, `loopWindow`, `maxToolResultBytes`) in the `limits` section, and
@@ -15,7 +15,9 @@
 //!   "retry": {"maxAttempts": 3},
 //!   "tools": [{"name": "create_ticket", "url": "https://api.example.com/tickets",
 //!              "inputSchema": {"type": "object", "required": ["title"]}, "sideEffecting": true}],
-//!   "allowedHosts": ["api.example.com"],
+//!   "mcp": [{"url": "https://mcp.example.com/mcp",
+//!            "headers": {"Authorization": {"secret": "MCP_TOKEN", "prefix": "Bearer "}, "X-Team": "ops"}}],
+//!   "allowedHosts": ["api.example.com", "mcp.example.com"],
 //!   "schedules": [{"id": "daily-report", "cron": "0 9 * * 1-5", "input": "Write the daily report"}]
 //! }
 //! ```
@@ -23,6 +25,12 @@
 //! Every object refuses unknown fields (a typo is an error, not a silently ignored setting), and every error
 //! is `STEADFAST_CONFIG_INVALID` naming the field (`model.provider`, `tools[1].url`, …). `{}` is a valid
 //! configuration: the offline mock model with the demo tools.
+//!
+//! `mcp` names MCP servers (Streamable HTTP) whose tools the agent gets as its own ([`crate::tools::mcp`]):
+//! `url` (its host on `allowedHosts`, like a webhook's), `headers` (each a string, or `{"secret": "NAME"}` with
+//! an optional `"prefix"`: the value of the Worker secret `NAME`, as `model.apiKeySecret` names the provider
+//! key), `timeoutMs` (one exchange; default 30000). The servers are listed when the agent is built, once per
+//! isolate and again after a minute ([`crate::tools::mcp::McpCache`]).
 
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::DriftPolicy;
@@ -39,6 +47,7 @@ use crate::runtime::AgentOptions;
 use crate::runtime::{MockModel, Model};
 use crate::store::LeaseOptions;
 use crate::tools::demo::{demo_script, DEMO_TOOL_NAMES};
+use crate::tools::mcp::{check_servers, McpCache, McpServerConfig};
 use crate::tools::webhook::{Allowlist, ParsedUrl, WebhookTool, WebhookToolConfig};
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -401,7 +410,10 @@ pub struct AgentConfig {
     /// Webhook tools.
     #[serde(default)]
     pub tools: Vec<WebhookToolConfig>,
-    /// Hosts webhook tools may call (exact, or `*.example.com`); empty refuses every host.
+    /// MCP servers whose tools the agent gets: `{url, headers?, timeoutMs?}` each (see the module docs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp: Vec<McpServerConfig>,
+    /// Hosts webhook tools and MCP servers may call (exact, or `*.example.com`); empty refuses every host.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
     /// Add the demo tools (`charge`, `ship`, `refund`); default: on for the mock provider, off otherwise.
@@ -438,6 +450,7 @@ impl Default for AgentConfig {
             lease: LeaseOptions::default(),
             recovery: SweepOptions::default(),
             tools: Vec::new(),
+            mcp: Vec::new(),
             allowed_hosts: Vec::new(),
             demo_tools: None,
             history_limit: DEFAULT_HISTORY_LIMIT,
@@ -554,9 +567,28 @@ impl AgentConfig {
             .collect()
     }
 
+    /// The tools of the `mcp` servers (listed, or from `cache`; see [`McpCache::tools`]) over `http`, with the
+    /// secrets `secret` reads, at `now_ms`; their names must differ from the webhook and demo tools'.
+    pub async fn mcp_tools(
+        &self,
+        cache: &McpCache,
+        http: Rc<dyn HttpClient>,
+        secret: &dyn Fn(&str) -> Option<String>,
+        now_ms: u64,
+    ) -> Result<Vec<Rc<dyn Tool>>> {
+        if self.mcp.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut taken: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+        if self.demo_tools_enabled() {
+            taken.extend(DEMO_TOOL_NAMES.iter().copied());
+        }
+        cache.tools(&self.mcp, &self.allowlist(), secret, http, now_ms, &taken).await
+    }
+
     /// Checks what the types cannot: a model id for real providers, a script only for `mock` and well
     /// formed, `limits.maxSteps` ≥ 1, sane lease and recovery timing, well-formed `allowedHosts`, unique tool
-    /// names (demo tools included when on), and webhook URLs on allow-listed hosts. Fails with
+    /// names (demo tools included when on), webhook URLs and MCP servers on allow-listed hosts. Fails with
     /// `STEADFAST_CONFIG_INVALID` listing every problem (up to 10), each naming its field.
     pub fn validate(&self) -> Result<()> {
         let mut errs: Vec<String> = Vec::new();
@@ -631,6 +663,7 @@ impl AgentConfig {
                 errs.push(format!("tools[{i}]: {}", e.message));
             }
         }
+        errs.extend(check_servers(&self.mcp, &allowlist));
 
         if errs.is_empty() {
             return Ok(());
@@ -889,6 +922,79 @@ mod tests {
         let e = AgentConfig::parse(json).unwrap_err();
         assert_eq!(e.code, ErrorCode::ConfigInvalid, "{e}");
         e
+    }
+
+    /// `mcp` servers: parsed with their headers (strings and secrets by name), checked against `allowedHosts`
+    /// (the refusal names `mcp[i].url`), refused with the path of a wrong field; their tools are the agent's,
+    /// listed through the platform's HTTP client with the secrets it reads, and may not take a demo or webhook
+    /// tool's name.
+    #[test]
+    fn mcp_servers_are_configured_checked_against_the_allowlist_and_listed_as_tools() {
+        let cfg = AgentConfig::parse(
+            r#"{"mcp": [{"url": "https://mcp.example.com/mcp", "timeoutMs": 5000,
+                         "headers": {"Authorization": {"secret": "MCP_TOKEN", "prefix": "Bearer "}, "X-Team": "ops"}}],
+                "allowedHosts": ["mcp.example.com"]}"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.mcp.len(), 1);
+        assert_eq!(cfg.mcp[0].timeout_ms, 5_000);
+        let e = err_of(
+            r#"{"mcp": [{"url": "https://mcp.example.com/mcp"}, {"url": "https://evil.example.net/m"}], "allowedHosts": ["mcp.example.com"]}"#,
+        );
+        assert!(e.message.contains("mcp[1].url: host 'evil.example.net' is not in allowedHosts"), "{}", e.message);
+        assert!(!e.message.contains("mcp[0]"), "{}", e.message);
+        let e = err_of(r#"{"mcp": [{"url": "https://mcp.example.com/mcp"}]}"#);
+        assert!(
+            e.message.contains("mcp[0].url: host 'mcp.example.com' is not allowed: allowedHosts is empty"),
+            "{}",
+            e.message
+        );
+        let e = err_of(
+            r#"{"mcp": [{"url": "https://m.example/x", "headers": {"Accept": "x"}}], "allowedHosts": ["m.example"]}"#,
+        );
+        assert!(e.message.contains("mcp[0].headers.Accept: is set by the MCP client itself"), "{}", e.message);
+        for (bad, path) in [
+            (r#"{"mcp": [{"url": "https://m.example/x", "header": {}}]}"#, "mcp[0].header"),
+            // A header value's error is found at the end of the headers, so it names them.
+            (r#"{"mcp": [{"url": "https://m.example/x", "headers": {"A": 1}}]}"#, "mcp[0].headers"),
+            (
+                r#"{"mcp": [{"url": "https://m.example/x", "headers": {"A": {"secret": "S", "x": 1}}}]}"#,
+                "mcp[0].headers",
+            ),
+            (r#"{"mcp": {"url": "https://m.example/x"}}"#, "mcp"),
+        ] {
+            let e = err_of(bad);
+            assert!(e.message.contains(&format!("at `{path}`")), "{bad}: {}", e.message);
+        }
+
+        // Listed as the agent's tools, with the secret from the platform.
+        let init = json!({"jsonrpc": "2.0", "id": 1, "result": {"protocolVersion": "2025-11-25", "capabilities": {}}});
+        let list = json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "lookup", "inputSchema": {"type": "object"}}]}});
+        let reply = |status: u16, body: &Value| {
+            Ok(HttpResponse {
+                status,
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: if body.is_null() { String::new() } else { body.to_string() },
+                truncated: false,
+            })
+        };
+        let http =
+            crate::providers::fake::FakeHttp::new(vec![reply(200, &init), reply(202, &Value::Null), reply(200, &list)]);
+        let cache = McpCache::default();
+        let secret = |name: &str| (name == "MCP_TOKEN").then(|| "t-1".to_string());
+        let tools = block_on(cfg.mcp_tools(&cache, Rc::new(http.clone()), &secret, 0)).unwrap();
+        assert_eq!(tools.iter().map(|t| t.name()).collect::<Vec<_>>(), ["lookup"]);
+        let sent = http.requests();
+        assert_eq!(sent.len(), 3);
+        assert!(sent[2].headers.contains(&("Authorization".into(), "Bearer t-1".into())), "{:?}", sent[2].headers);
+        assert!(sent[2].headers.contains(&("X-Team".into(), "ops".into())));
+        // A tool named like a demo tool (on for the mock model) is refused.
+        let list = json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "charge"}]}});
+        let http =
+            crate::providers::fake::FakeHttp::new(vec![reply(200, &init), reply(202, &Value::Null), reply(200, &list)]);
+        let e = block_on(cfg.mcp_tools(&McpCache::default(), Rc::new(http), &secret, 0)).err().unwrap();
+        assert_eq!(e.code, ErrorCode::ConfigInvalid);
+        assert!(e.message.contains("its tool 'charge' has the name of another tool of the agent"), "{}", e.message);
     }
 
     #[test]

@@ -506,6 +506,11 @@ pub(crate) mod fake {
             })])
         }
 
+        /// Adds a reply after the ones left.
+        pub fn push(&self, reply: Result<HttpResponse>) {
+            self.replies.borrow_mut().push_back(reply);
+        }
+
         /// Every request so far.
         pub fn requests(&self) -> Vec<HttpRequest> {
             self.requests.borrow().clone()

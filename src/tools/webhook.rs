@@ -154,7 +154,8 @@ impl WebhookToolConfig {
     }
 }
 
-fn valid_tool_name(name: &str) -> bool {
+/// Whether `name` can name a tool (1-64 letters, digits, `_` or `-`: what the providers accept).
+pub(crate) fn valid_tool_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
@@ -162,7 +163,8 @@ fn is_tchar(c: char) -> bool {
     c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c)
 }
 
-fn check_header(name: &str, value: &str) -> std::result::Result<(), String> {
+/// Checks a configured header: a token name the tool does not set itself, a value without control characters.
+pub(crate) fn check_header(name: &str, value: &str) -> std::result::Result<(), String> {
     if name.is_empty() || !name.chars().all(is_tchar) {
         return Err("is not a valid header name".into());
     }

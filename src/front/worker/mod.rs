@@ -3,7 +3,8 @@
 //! secrets into the platform-independent API and runtime; it makes no decisions of its own.
 //!
 //! Bindings: `RUNS` (Workers KV, required), `AI` (Workers AI, for `"provider": "workers-ai"`). Secrets:
-//! `STEADFAST_TOKEN` (the API's bearer token) and the provider key named by `model.apiKeySecret`. The agent
+//! `STEADFAST_TOKEN` (the API's bearer token), the provider key named by `model.apiKeySecret` and those the `mcp`
+//! servers' headers name. The agent
 //! comes from `STEADFAST_CONFIG` (a var) or the bundled `steadfast.config.json`.
 //!
 //! A request goes through [`crate::front::api::serve`], which decides the order: the token is checked from the
@@ -28,6 +29,7 @@ use crate::runtime::{Agent, RunResult, SweepListener, Watchers};
 use crate::store::object::{ObjectClient, ObjectStore, OwnObject, RunObjectCore};
 use crate::store::{JournalOptions, JournalStore, PendingRun, RunStore};
 use crate::tools::demo::{demo_counts, demo_tools};
+use crate::tools::mcp::McpCache;
 use async_trait::async_trait;
 use futures::StreamExt;
 use std::rc::Rc;
@@ -43,6 +45,9 @@ thread_local! {
     /// `STEADFAST_CONFIG` binding's JS value (`===`: equal strings, equal texts), so a warm request does not copy
     /// the text into wasm.
     static CONFIG: ConfigCache<wasm_bindgen::JsValue> = ConfigCache::default();
+    /// The isolate's MCP servers: their tool lists and sessions ([`McpCache`] decides when a server is listed
+    /// again), so a warm request costs no subrequest for them.
+    static MCP: Rc<McpCache> = Rc::new(McpCache::default());
 }
 
 /// The configuration: `STEADFAST_CONFIG` (a non-blank string, or a JSON variable: its JSON text), else the
@@ -120,7 +125,7 @@ enum Runs {
     Object(String, Rc<RunObjectCore<crate::front::durable_sql::SqlObjectStorage>>, Rc<worker::State>, Watchers),
 }
 
-fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
+async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
     let kv = runs_kv(env)?;
     let clock = Rc::new(JsClock);
     let sleep = Rc::new(JsSleep);
@@ -152,6 +157,11 @@ fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
         }
     }
     for t in cfg.webhook_tools(Rc::new(FetchClient))? {
+        b = b.tool_rc(t);
+    }
+    let mcp = MCP.with(Rc::clone);
+    let now = crate::time::Clock::now_ms(&JsClock);
+    for t in cfg.mcp_tools(&mcp, Rc::new(FetchClient), &|name| secret(env, name), now).await? {
         b = b.tool_rc(t);
     }
     if let Some(guard) = cfg.progress_guard {
@@ -245,7 +255,7 @@ impl Host for WorkerHost<'_> {
     async fn api(&mut self, token: Option<String>) -> Result<Api> {
         let env = self.env;
         let cfg = config(env)?;
-        let agent = build_agent(env, &cfg, &self.runs)?;
+        let agent = build_agent(env, &cfg, &self.runs).await?;
         let mut api =
             Api::new(agent, token).with_schedules(cfg.compiled_schedules()?).with_recovery(cfg.recovery.clone());
         if let Runs::Object(_, _, state, hub) = &self.runs {
@@ -421,7 +431,7 @@ async fn route(env: &Env, head: &ApiRequest, token: Option<&str>) -> Option<Forw
             Lookup::Approval(id) => Ok(approval_index(env)?.approval_run(id).await?.map(Found::run)),
             Lookup::Session(id) => {
                 let cfg = config(env)?;
-                let agent = build_agent(env, &cfg, &Runs::Configured)?;
+                let agent = build_agent(env, &cfg, &Runs::Configured).await?;
                 Ok(Some(agent.session(id)?.next_execution().await?.into()))
             }
         },
@@ -479,7 +489,7 @@ async fn fire_in_object(
             Error::new(ErrorCode::ConfigInvalid, format!("schedule '{}' is not configured", call.schedule))
         })?;
         let runs = Runs::Object(call.fire.run_id.clone(), core, state.clone(), hub);
-        let agent = build_agent(env, &cfg, &runs)?;
+        let agent = build_agent(env, &cfg, &runs).await?;
         let (tx, rx) = futures::channel::oneshot::channel();
         let at = agent.takeover_at();
         object_task(state, at, async move {
@@ -507,7 +517,7 @@ async fn wake_object(
     let woken: Result<Option<u64>> = async {
         let Some(run_id) = core.run_id()? else { return Ok(None) };
         let cfg = config(env)?;
-        let agent = build_agent(env, &cfg, &Runs::Object(run_id.clone(), core, state.clone(), hub))?;
+        let agent = build_agent(env, &cfg, &Runs::Object(run_id.clone(), core, state.clone(), hub)).await?;
         fallback = Some(agent.takeover_at());
         agent.wake(&run_id, &cfg.recovery).await
     }
@@ -549,7 +559,7 @@ pub async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
     console_error_panic_hook::set_once();
     let result = async {
         let cfg = config(&env)?;
-        let agent = build_agent(&env, &cfg, &Runs::Configured)?;
+        let agent = build_agent(&env, &cfg, &Runs::Configured).await?;
         let schedules = cfg.compiled_schedules()?;
         let send = crate::runtime::SendOptions::default();
         // Strict mode: each due fire runs in the object of its run (which answers its outcome as JSON).
