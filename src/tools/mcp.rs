@@ -17,9 +17,11 @@
 //!   the `Idempotency-Key` header): the same call re-run on resume carries the same key. A result's
 //!   `structuredContent` is the output as JSON, else its `content` (text parts joined by newlines; other parts
 //!   summarised); `isError: true` is an `McpToolError` result the model reads, a JSON-RPC error an `McpError`
-//!   result. A server that cannot be reached, times out, answers 5xx, 429 or 408, or refuses the request
-//!   otherwise (401, 403, 400, …) fails the run attempt with `STEADFAST_TOOL_PROPAGATED` (retryable): the run
-//!   stays resumable and the sweep retries it.
+//!   result. A server that cannot be reached, times out, or answers 5xx, 429 or 408 fails the run attempt with
+//!   `STEADFAST_TOOL_PROPAGATED` (retryable): the run stays resumable and the sweep retries it. A server that
+//!   refuses the request otherwise (401, 403, 400, …) fails it with the same code, not retryable: the sweep
+//!   leaves the run (retrying would meet the same refusal) until it is resumed once the cause is fixed — as the
+//!   npm package's `mcpTools` does.
 //! * **When tools are listed** ([`McpCache`]): once per isolate and server, again when the list is older than
 //!   [`LIST_TTL_MS`] or the server's configuration (URL, headers with their secrets' values, timeout) changed.
 //!   A request costs no subrequest for a fresh list and 3 (or 2 + pages) for a stale one, against the 1,000
@@ -605,8 +607,9 @@ fn content_text(part: &Value) -> String {
     }
 }
 
-/// The error a call's [`Failure`] is: a JSON-RPC error or an unreadable reply is a result the model reads; any
-/// other failure (down, refused) fails the run attempt, retryably.
+/// The error a call's [`Failure`] is: a JSON-RPC error or an unreadable reply is a result the model reads; a
+/// server that is down (or forgot the session) fails the run attempt retryably, one that refuses the request
+/// (401, 403, another 4xx) not retryably.
 pub fn call_failure(origin: &str, failure: Failure) -> ToolError {
     match failure {
         Failure::Rpc { code, message } => ToolError::typed("McpError", format!("{message} (JSON-RPC error {code})")),
@@ -614,6 +617,10 @@ pub fn call_failure(origin: &str, failure: Failure) -> ToolError {
         Failure::Unavailable { retry_after_ms, .. } => ToolError::Propagate(
             Error::new(ErrorCode::ToolPropagated, format!("MCP server {origin}: {}", failure.describe()))
                 .with_retry_after_ms(retry_after_ms),
+        ),
+        Failure::Refused { .. } => ToolError::Propagate(
+            Error::new(ErrorCode::ToolPropagated, format!("MCP server {origin}: {}", failure.describe()))
+                .with_retryable(false),
         ),
         other => ToolError::Propagate(Error::new(
             ErrorCode::ToolPropagated,
@@ -1277,7 +1284,6 @@ mod tests {
         for f in [
             Failure::Unavailable { message: "HTTP 503".into(), retry_after_ms: Some(2_000) },
             Failure::Unavailable { message: "connection refused".into(), retry_after_ms: None },
-            Failure::Refused { status: 401, message: "bad token".into() },
             Failure::SessionExpired,
         ] {
             match call_failure(origin, f.clone()) {
@@ -1289,6 +1295,16 @@ mod tests {
                     assert_eq!(e.retry_after_ms, retry);
                 }
                 other => panic!("{f:?}: {other:?}"),
+            }
+        }
+        for status in [401, 403, 400] {
+            match call_failure(origin, Failure::Refused { status, message: "no".into() }) {
+                ToolError::Propagate(e) => {
+                    assert_eq!(e.code, ErrorCode::ToolPropagated, "{status}");
+                    assert!(!e.retryable(), "a refusal is not retried: {status}");
+                    assert_eq!(e.message, format!("MCP server https://mcp.example.com: HTTP {status}: no"));
+                }
+                other => panic!("{status}: {other:?}"),
             }
         }
         let down = Failure::Unavailable { message: "x".into(), retry_after_ms: Some(1) };
