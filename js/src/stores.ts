@@ -1,6 +1,7 @@
 // Stores: in-memory, a journal over a Workers KV namespace, or strict mode's store inside a Durable Object (all
 // held by the wasm core).
 import { newDurableObjectStore, newKvStore, newMemoryStore } from "./low_level.js";
+import { knownKeys } from "./options.js";
 import { SteadfastError, sync } from "./errors.js";
 import type { JournalOptions } from "./generated/JournalOptions.js";
 import type { Clock } from "./clock.js";
@@ -88,6 +89,7 @@ export function durableObjectStore(
       ? state
       : (state as { storage?: DurableObjectStorageLike } | undefined)?.storage;
   // Checked by the core (a prefix that is not a string is STEADFAST_CONFIG_INVALID).
+  knownKeys(options, "durableObjectStore options");
   const { prefix, clock } = (options ?? {}) as DurableObjectStoreOptions;
   return {
     kind: "durable-object",
