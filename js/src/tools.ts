@@ -27,7 +27,11 @@ export interface Tool<A = any> {
    * `{type: "object"}`, any object). Beside a validator `input`, it replaces the converted schema.
    */
   inputSchema?: Json;
-  /** Whether a call needs a person's approval first. */
+  /**
+   * Whether a call needs a person's approval first (asked after validation). The function gets the validator's
+   * output when the validator answers synchronously (zod without async refinements, valibot), else the
+   * arguments as the model wrote them.
+   */
   needsApproval?: boolean | ((args: A) => boolean);
   /**
    * Runs the call. A string is the text the model reads; other values are serialised as JSON. A thrown error
