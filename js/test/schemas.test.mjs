@@ -275,59 +275,59 @@ function rng(seed) {
 /** Set when a generated schema refines past its input side (a pipeline, a refinement): zod may refuse more. */
 let refined = false;
 
-/** A random zod v3 schema of depth <= `depth`, over the types the conversion expresses. */
-function genSchema(r, depth) {
+/** A random zod schema (`zz`: zod 4's `z` or zod/v3's) of depth <= `depth`, over the types the v3 conversion expresses. */
+function genSchema(r, depth, zz = z3) {
   const pick = (xs) => xs[Math.floor(r() * xs.length)];
   const int = (lo, hi) => lo + Math.floor(r() * (hi - lo + 1));
   const leaves = [
-    () => z3.string(),
-    () => z3.string().min(int(0, 3)),
-    () => z3.string().max(int(3, 8)),
-    () => z3.string().min(1).max(int(2, 6)),
-    () => z3.string().length(int(1, 4)),
-    () => z3.string().regex(/^[a-c]+$/),
-    () => z3.string().email(),
-    () => z3.string().uuid(),
-    () => z3.string().url(),
-    () => z3.number(),
-    () => z3.number().int(),
-    () => z3.number().min(int(-5, 0)).max(int(1, 9)),
-    () => z3.number().gt(0).lt(10),
-    () => z3.number().int().nonnegative(),
-    () => z3.number().multipleOf(int(2, 5)),
-    () => z3.boolean(),
-    () => z3.null(),
-    () => z3.literal(pick(["a", "b", 3, true])),
-    () => z3.enum(["x", "y", "z"]),
-    () => z3.any(),
-    () => z3.unknown(),
+    () => zz.string(),
+    () => zz.string().min(int(0, 3)),
+    () => zz.string().max(int(3, 8)),
+    () => zz.string().min(1).max(int(2, 6)),
+    () => zz.string().length(int(1, 4)),
+    () => zz.string().regex(/^[a-c]+$/),
+    () => zz.string().email(),
+    () => zz.string().uuid(),
+    () => zz.string().url(),
+    () => zz.number(),
+    () => zz.number().int(),
+    () => zz.number().min(int(-5, 0)).max(int(1, 9)),
+    () => zz.number().gt(0).lt(10),
+    () => zz.number().int().nonnegative(),
+    () => zz.number().multipleOf(int(2, 5)),
+    () => zz.boolean(),
+    () => zz.null(),
+    () => zz.literal(pick(["a", "b", 3, true])),
+    () => zz.enum(["x", "y", "z"]),
+    () => zz.any(),
+    () => zz.unknown(),
   ];
   if (depth <= 0) return pick(leaves)();
-  const sub = () => genSchema(r, depth - 1);
+  const sub = () => genSchema(r, depth - 1, zz);
   const nodes = [
     ...leaves,
     () => {
       const shape = {};
       for (let i = 0; i < int(1, 4); i++) shape[`k${i}`] = sub();
-      return pick([(s) => z3.object(s), (s) => z3.object(s).strict(), (s) => z3.object(s).passthrough()])(shape);
+      return pick([(s) => zz.object(s), (s) => zz.object(s).strict(), (s) => zz.object(s).passthrough()])(shape);
     },
-    () => z3.array(sub()),
-    () => z3.array(sub()).min(1).max(int(1, 4)),
-    () => z3.tuple([sub(), sub()]),
-    () => z3.union([sub(), sub()]),
+    () => zz.array(sub()),
+    () => zz.array(sub()).min(1).max(int(1, 4)),
+    () => zz.tuple([sub(), sub()]),
+    () => zz.union([sub(), sub()]),
     () => sub().optional(),
-    () => z3.object({ inner: sub().optional(), other: z3.string() }),
+    () => zz.object({ inner: sub().optional(), other: zz.string() }),
     () => sub().nullable(),
-    () => z3.string().nullable(),
-    () => z3.object({ d: z3.number().default(int(0, 9)) }),
-    () => z3.record(sub()),
+    () => zz.string().nullable(),
+    () => zz.object({ d: zz.number().default(int(0, 9)) }),
+    () => (zz === z3 ? z3.record(sub()) : z.record(z.string(), sub())),
     () => sub().describe("a described field"),
     () => sub().refine(() => true),
-    () => z3.string().transform((s) => s.length),
-    () => ((refined = true), z3.string().pipe(z3.string().min(1))),
-    () => ((refined = true), z3.number().refine((n) => n !== 3)),
-    () => z3.discriminatedUnion("kind", [z3.object({ kind: z3.literal("a"), a: sub() }), z3.object({ kind: z3.literal("b") })]),
-    () => z3.intersection(z3.object({ a: z3.string() }), z3.object({ b: z3.number() })),
+    () => zz.string().transform((s) => s.length),
+    () => ((refined = true), zz.string().pipe(zz.string().min(1))),
+    () => ((refined = true), zz.number().refine((n) => n !== 3)),
+    () => zz.discriminatedUnion("kind", [zz.object({ kind: zz.literal("a"), a: sub() }), zz.object({ kind: zz.literal("b") })]),
+    () => zz.intersection(zz.object({ a: zz.string() }), zz.object({ b: zz.number() })),
   ];
   return pick(nodes)();
 }
@@ -399,6 +399,32 @@ test("the zod v3 conversion accepts and refuses what zod-to-json-schema's does, 
     // The core compiles every converted schema (an agent with the tool builds).
     if (seed % 25 === 0) {
       createAgent({ model: mockModel([]), store: "memory", tools: [defineTool({ name: "t", description: "", input: schema, execute: () => 1 })] });
+    }
+  }
+});
+
+test("zod 4's JSON Schema (as the model reads it) accepts what zod accepts, over generated schemas; the core compiles it", async () => {
+  const ajv = new Ajv2020({ strict: false, validateFormats: false });
+  const only = process.env.SCHEMA_SEED === undefined ? undefined : Number(process.env.SCHEMA_SEED);
+  const seeds = only ?? Number(process.env.SCHEMA_SEEDS ?? 200);
+  for (let seed = only ?? 1; seed <= seeds; seed++) {
+    const r = rng(seed);
+    refined = false;
+    const schema = genSchema(r, 3, z);
+    const repro = `seed ${seed} (repro: SCHEMA_SEED=${seed} node --test --test-name-pattern="zod 4's" test/schemas.test.mjs)`;
+    const model = mockModel(["ok"]);
+    const agent = createAgent({ model, store: "memory", tools: [defineTool({ name: "t", description: "", input: schema, execute: () => 1 })] });
+    await agent.send("hi", { sessionId: "s" });
+    const ours = model.calls[0].tools[0].inputSchema;
+    assert.equal(ours.$schema, undefined, repro);
+    const a = ajv.compile(ours);
+    for (let i = 0; i < 40; i++) {
+      const value = genValue(r, 3);
+      if (schema.safeParse(value).success) {
+        assert.equal(a(value), true, `${repro}: the schema refuses ${JSON.stringify(value)} zod accepts: ${JSON.stringify(ours)}`);
+      } else if (a(value) && !refined && !JSON.stringify(ours).match(/"format"|"pattern"/)) {
+        assert.fail(`${repro}: zod refuses ${JSON.stringify(value)} the schema accepts: ${JSON.stringify(ours)}`);
+      }
     }
   }
 });
