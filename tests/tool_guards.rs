@@ -276,6 +276,80 @@ fn hooks_rewrite_deny_replace_and_reject() {
     assert_eq!(block_on(agent.pending()).unwrap().iter().find(|p| p.run_id == "r2").unwrap().attempts, 1);
 }
 
+/// A tool with its own argument check (`n` at most 5, as the npm package's zod validators are): counts its runs
+/// and the approval questions it was asked.
+struct Checked {
+    runs: Rc<Cell<u32>>,
+    asked: Rc<Cell<u32>>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl Tool for Checked {
+    fn name(&self) -> &str {
+        "checked"
+    }
+    fn description(&self) -> &str {
+        "checked"
+    }
+    fn input_schema(&self) -> &serde_json::Value {
+        static SCHEMA: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+        SCHEMA.get_or_init(|| json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}))
+    }
+    async fn check_args(&self, args: &serde_json::Value) -> std::result::Result<(), String> {
+        match args["n"].as_i64() {
+            Some(n) if n > 5 => Err(format!("/n: {n} is more than 5")),
+            _ => Ok(()),
+        }
+    }
+    fn needs_approval(&self, _args: &serde_json::Value) -> bool {
+        self.asked.set(self.asked.get() + 1);
+        false
+    }
+    async fn execute(
+        &self,
+        _args: serde_json::Value,
+        _ctx: steadfast::runtime::ToolContext,
+    ) -> std::result::Result<ToolOutput, ToolError> {
+        self.runs.set(self.runs.get() + 1);
+        Ok(ToolOutput::text("ran"))
+    }
+}
+
+#[test]
+fn a_tools_own_argument_check_runs_after_the_schema_and_its_refusal_is_a_validation_result_before_approval() {
+    let env = Env::new();
+    let (runs, asked) = (Rc::new(Cell::new(0)), Rc::new(Cell::new(0)));
+    let model = MockModel::new(vec![
+        MockTurn::tools([("checked", json!({"n": "x"})), ("checked", json!({"n": 9})), ("checked", json!({"n": 2}))]),
+        MockTurn::text("done"),
+    ]);
+    let agent = Agent::builder(model)
+        .tool(Checked { runs: runs.clone(), asked: asked.clone() })
+        .store_rc(env.store.clone())
+        .clock(Rc::new(env.clock.clone()))
+        .sleep(Rc::new(env.sleep.clone()))
+        .build()
+        .unwrap();
+    let done = block_on(agent.send("c", "go", opts())).unwrap();
+    let results: Vec<(ResultKind, String)> = done
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some((r.kind, r.content.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results[0].0, ResultKind::Validation);
+    assert!(results[0].1.starts_with("invalid arguments for 'checked': /n: expected integer"), "{results:?}");
+    assert_eq!(
+        results[1],
+        (ResultKind::Validation, "invalid arguments for 'checked': /n: 9 is more than 5".to_string()),
+        "the tool's own check words the result as a schema failure is worded"
+    );
+    assert_eq!(results[2], (ResultKind::Execution, "ran".to_string()));
+    assert_eq!((runs.get(), asked.get()), (1, 1), "only the valid call was asked about and ran");
+}
+
 /// A run interrupted by `boom` on `env` by an agent with `boom`'s schema `schema`, resumed by a sweep.
 fn drift_agent(
     env: &Env,

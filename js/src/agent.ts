@@ -19,6 +19,7 @@ import {
   type Schedules,
   type StartSchedulesOptions,
 } from "./schedules.js";
+import { knownKeys } from "./options.js";
 import { lowLevelTool, type Tool } from "./tools.js";
 import type {
   ApprovalRecord,
@@ -326,40 +327,48 @@ export function createAgent(options: AgentOptions): Agent {
   // it answers a wrong one with a coded error.
   const send = (input: Input, given: SendOptions): Promise<RunResult> => {
     const opts = given ?? ({} as SendOptions);
-    return call(() =>
-      low.send(
+    return call(() => {
+      knownKeys(opts, "send options");
+      return low.send(
         opts.sessionId,
         sendRequest(input, opts.businessState),
         JSON.stringify({ events: opts.events ?? false }),
         eventCallback(opts.onEvent),
         opts.signal ?? null,
-      ),
-    );
+      );
+    });
   };
   return {
     fingerprint,
     send,
-    stream: (input, opts) => streamOf((onEvent) => send(input, { ...opts, onEvent })),
+    stream: (input, opts) =>
+      streamOf(async (onEvent) => {
+        knownKeys(opts, "stream options");
+        return send(input, { ...opts, onEvent });
+      }),
     resume: (id, given) => {
       const opts = given ?? {};
-      return call(() =>
-        low.resume(id, JSON.stringify({ events: opts.events ?? false }), eventCallback(opts.onEvent), opts.signal ?? null),
-      );
+      return call(() => {
+        knownKeys(opts, "resume options");
+        return low.resume(id, JSON.stringify({ events: opts.events ?? false }), eventCallback(opts.onEvent), opts.signal ?? null);
+      });
     },
     runOnce: (deliveryId, input, given) => {
       const opts = given ?? {};
-      return call(() =>
-        low.runOnce(
+      return call(() => {
+        knownKeys(opts, "runOnce options");
+        return low.runOnce(
           deliveryId,
           sendRequest(input, opts.businessState),
           JSON.stringify({ events: opts.events ?? false }),
           eventCallback(opts.onEvent),
           opts.signal ?? null,
-        ),
-      );
+        );
+      });
     },
     pending: async () => (await call<PendingRun[]>(() => low.pending())).map(withSessionId),
     session: (opts) => {
+      knownKeys(opts, "session options");
       const id = (opts as { id?: unknown } | null | undefined)?.id;
       if (typeof id !== "string") {
         throw new SteadfastError("STEADFAST_SESSION_ID_INVALID", "agent.session({ id }) needs a string id");
@@ -375,9 +384,11 @@ export function createAgent(options: AgentOptions): Agent {
     approvals: {
       list: () => call(() => low.approvalsList()),
       resolve: (decision, opts) =>
-        call(() =>
-          low.approvalsResolve(decision?.id, decision?.approved, decision?.note, eventCallback(opts?.onEvent)),
-        ),
+        call(() => {
+          knownKeys(decision, "approvals.resolve decision");
+          knownKeys(opts, "approvals.resolve options");
+          return low.approvalsResolve(decision?.id, decision?.approved, decision?.note, eventCallback(opts?.onEvent));
+        }),
     },
     fork: async (id, opts) => forkWithSessionId(await call(() => low.fork(id, JSON.stringify(opts ?? null)))),
     compareTrajectories: (a, b) => call(() => low.compare(a, b)),

@@ -1,6 +1,8 @@
 // Time: the clock an agent or a KV store reads instead of the platform's, and `testClock()`, a virtual clock
 // that makes backoff, quarantine, outage and lease timing testable without waiting in real time.
 
+import { knownKeys } from "./options.js";
+
 /**
  * What the runtime reads time from (`createAgent({clock})`, `kvStore(ns, {clock})`): `now()` in milliseconds
  * since the epoch, and a timer. `cancel(sleep)`, when present, is called with a promise `sleep` returned that
@@ -55,6 +57,7 @@ const macrotask = (): Promise<void> => new Promise((resolve) => setTimeout(resol
  * in virtual time: `clock.now()` reads it, nothing waits in real time.
  */
 export function testClock(options: TestClockOptions = {}): TestClock {
+  knownKeys(options, "testClock options");
   let now = options.start ?? Date.UTC(2026, 0, 1);
   const auto = options.auto ?? true;
   const sleeps: number[] = [];

@@ -4,6 +4,7 @@
 // `agent.send`, `fork` is `agent.fork`, `resumeAfterApproval` is `agent.approvals.resolve`.
 import { createAgent, type Agent, type AgentOptions } from "./agent.js";
 import { SteadfastError } from "./errors.js";
+import { knownKeys } from "./options.js";
 import type { Hook } from "./hooks.js";
 import type { Model } from "./model.js";
 import { HANDLE, type Checkpoints, type Store } from "./stores.js";
@@ -107,6 +108,7 @@ function agentOf(definition: AgentDefinition | undefined, provider: Model, regis
 export const AgentExecutor = {
   /** Runs `input` on run `sessionId` (`agent.send`); throws `SessionAwaitingApprovalError` while it waits. */
   execute(options: ExecuteOptions): Promise<RunResult> {
+    knownKeys(options, "AgentExecutor.execute options");
     const o = (options ?? {}) as ExecuteOptions;
     const agent = agentOf(o.agent, o.provider, o.toolRegistry, storeOf(o.checkpointStore, o.approvalStore));
     return agent.send(o.input, { sessionId: o.sessionId, onEvent: o.onEvent, signal: o.signal });
@@ -114,6 +116,7 @@ export const AgentExecutor = {
 
   /** A new run from a step of run `sessionId`'s history (`agent.fork`): `{sessionId, runId, step, checkpoint}`. */
   fork(options: ExecutorForkOptions): Promise<ForkResult> {
+    knownKeys(options, "AgentExecutor.fork options");
     const o = (options ?? {}) as ExecutorForkOptions;
     // Forking runs no model: an agent without one would be refused, so a model that is never called.
     const idle: Model = {
@@ -137,6 +140,7 @@ export function resumeAfterApproval(
   options: { agent?: AgentDefinition; onEvent?: (event: RunEvent) => void; hooks?: Hook[] } = {},
   checkpointStore?: CheckpointStore,
 ): Promise<RunResult> {
+  knownKeys(options, "resumeAfterApproval options");
   const o = options ?? {};
   const definition = { ...(o.agent ?? {}), ...(o.hooks ? { hooks: o.hooks } : {}) };
   const agent = agentOf(definition, provider, toolRegistry, storeOf(checkpointStore, approvalStore));

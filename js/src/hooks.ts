@@ -102,8 +102,10 @@ function lowLevelHookFn<A extends unknown[]>(
  * Its counters are stored in the checkpoint (a resume does not reset them).
  */
 export function progressGuard(options: ProgressGuardOptions = {}): ProgressGuardHook {
-  const { hintAfter, denyAfter, maxDenials } = options;
+  // Other keys are handed on, for the core to refuse (STEADFAST_CONFIG_INVALID naming the key).
+  const { hintAfter, denyAfter, maxDenials, ...other } = options ?? {};
   return {
+    ...other,
     type: "progressGuard",
     ...(hintAfter !== undefined && { hintAfter }),
     ...(denyAfter !== undefined && { denyAfter }),
@@ -119,7 +121,9 @@ export function outputCheck(name: string, check: OutputCheckFn): OutputCheckHook
 /** The low-level hook object the core reads (an output check gets the call as JSON). */
 export function lowLevelHook(h: Hook): object {
   if (h && h.type === "custom") {
+    // Other keys are handed on, for the core to refuse (STEADFAST_CONFIG_INVALID naming the key).
     return {
+      ...h,
       type: "custom",
       name: h.name,
       beforeTool: lowLevelHookFn(h.beforeTool, h),
@@ -131,6 +135,7 @@ export function lowLevelHook(h: Hook): object {
   if (h && h.type === "outputCheck" && typeof h.check === "function") {
     const check = h.check;
     return {
+      ...h,
       type: "outputCheck",
       name: h.name,
       check: (callJson: string, output: string) => check(JSON.parse(callJson) as ToolCall, output),

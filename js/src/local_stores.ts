@@ -3,6 +3,7 @@
 // (the one KV mode uses) over a synchronous key-value backend: write-once journal entries, leases confirmed by a
 // read-back after a settle window. The backend is strongly consistent and fast, so the window is short (200 ms).
 import { SteadfastError } from "./errors.js";
+import { knownKeys } from "./options.js";
 import { kvStore, HANDLE, type Checkpoints, type KVNamespaceLike, type Store, type StoreHandle } from "./stores.js";
 import type { Clock } from "./clock.js";
 import type { Checkpoint, HistoryEntry, PendingRun } from "./types.js";
@@ -103,13 +104,14 @@ export interface LocalStoreOptions {
 }
 
 /** A journal store over a synchronous backend (the local stores; `kind` names which). */
-export function localStore(backend: SyncBackend, options: LocalStoreOptions, what: string, kind: Store["kind"]): Store {
-  const given = (options ?? {}) as LocalStoreOptions & Record<string, unknown>;
-  for (const key of Object.keys(given)) {
-    if (!["historyLimit", "prefix", "settleMs", "clock"].includes(key)) {
-      throw new SteadfastError("STEADFAST_CONFIG_INVALID", `${what} has no option ${JSON.stringify(key)} (historyLimit, prefix, settleMs, clock)`);
-    }
-  }
+export function localStore(
+  backend: SyncBackend,
+  options: LocalStoreOptions,
+  what: "fileStore" | "SqliteStore" | "LocalStorageCheckpointStore",
+  kind: Store["kind"],
+): Store {
+  knownKeys(options, `${what} options`);
+  const given = (options ?? {}) as LocalStoreOptions;
   const { historyLimit, prefix, settleMs, clock } = given;
   const store = kvStore(kvOverBackend(backend), {
     ...(historyLimit === undefined ? {} : { historyLimit }),

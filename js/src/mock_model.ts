@@ -1,4 +1,5 @@
 // The scripted mock model (offline tests and demos), written in TS.
+import { knownKeys } from "./options.js";
 import { SteadfastError } from "./errors.js";
 import type { Model, ModelResponse } from "./model.js";
 import type { Json, ModelRequest, Usage } from "./types.js";
@@ -44,6 +45,7 @@ export function mockModel(script: MockTurn[], options: MockModelOptions = {}): M
   if (!Array.isArray(script)) {
     throw new SteadfastError("STEADFAST_CONFIG_INVALID", "mockModel(script) needs an array of turns");
   }
+  knownKeys(options, "mockModel options");
   const calls: ModelRequest[] = [];
   const mode = (options ?? {}).mode ?? "sequential";
   return {

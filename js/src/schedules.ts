@@ -1,6 +1,7 @@
 // Schedules: `agent.fireSchedule(schedules)` for a Worker's `scheduled` handler and the `startSchedules` loop
 // for long-lived hosts (the Rust runtime's `Agent::fire_schedules` and `Agent::run_schedules`, which checks
 // the schedules, claims each fire time in the store and sleeps on the agent's clock; this module translates).
+import { knownKeys } from "./options.js";
 import { newSchedules } from "./low_level.js";
 import { call, SteadfastError, sync, wrapError } from "./errors.js";
 import { isThenable, startLoop, type Loop } from "./loop.js";
@@ -72,6 +73,7 @@ function schedulesJson(schedules: readonly Schedule[]): string {
 export function fireSchedules(low: LowSchedules, schedules: readonly Schedule[], given?: FireScheduleOptions): Promise<ScheduleOutcome[]> {
   const opts = given ?? {};
   return call(() => {
+    knownKeys(opts, "fireSchedule options");
     const checked = newSchedules(schedulesJson(schedules));
     try {
       return low.fireSchedules(
@@ -88,6 +90,7 @@ export function fireSchedules(low: LowSchedules, schedules: readonly Schedule[],
 
 /** `startSchedules`: checks the schedules and `intervalMs` at once (a throw), then runs the runtime's loop until stopped. */
 export function scheduleLoop(low: LowSchedules, schedules: readonly Schedule[], given?: StartSchedulesOptions): Schedules {
+  knownKeys(given, "startSchedules options");
   const { intervalMs = 60_000, onFire, onTick, onError, onEvent, signal } = given ?? {};
   const checked = sync(() => newSchedules(schedulesJson(schedules)));
 

@@ -1,5 +1,6 @@
 // Sessions: `agent.session({ id })`, a multi-turn conversation whose every turn is its own checkpointed run
 // `<id>.turn-<n>` (the Rust runtime's `Session`, src/runtime/session.rs; this module translates it).
+import { knownKeys } from "./options.js";
 import { call, SteadfastError } from "./errors.js";
 import type { SessionFork } from "./generated/SessionFork.js";
 import type { SessionForkOptions } from "./generated/SessionForkOptions.js";
@@ -88,23 +89,29 @@ export function sessionHandle(low: LowSessions, id: string): Session {
     // `?? {}`: a `null` options object reads as none.
     send: (input, given) => {
       const opts = given ?? {};
-      return call(() =>
-        low.sessionSend(
+      return call(() => {
+        knownKeys(opts, "session send options");
+        return low.sessionSend(
           id,
           JSON.stringify({ input, businessState: opts.businessState }),
           JSON.stringify({ events: opts.events ?? false }),
           eventCallback(opts.onEvent),
           opts.signal ?? null,
-        ),
-      );
+        );
+      });
     },
     resume: (given) => {
       const opts = given ?? {};
-      return call(() =>
-        low.sessionResume(id, JSON.stringify({ events: opts.events ?? false }), eventCallback(opts.onEvent), opts.signal ?? null),
-      );
+      return call(() => {
+        knownKeys(opts, "session resume options");
+        return low.sessionResume(id, JSON.stringify({ events: opts.events ?? false }), eventCallback(opts.onEvent), opts.signal ?? null);
+      });
     },
-    history: (opts) => call(() => low.sessionHistory(id, opts?.limit)),
+    history: (opts) =>
+      call(() => {
+        knownKeys(opts, "session history options");
+        return low.sessionHistory(id, opts?.limit);
+      }),
     fork: (opts) => call(() => low.sessionFork(id, JSON.stringify(opts ?? null))),
     discardPending: () => call(() => low.sessionDiscardPending(id)),
     delete: () => call(() => low.sessionDelete(id)),

@@ -1,6 +1,7 @@
 // Stores: in-memory, a journal over a Workers KV namespace, or strict mode's store inside a Durable Object (all
 // held by the wasm core).
 import { newDurableObjectStore, newKvStore, newMemoryStore, type JsStore } from "./low_level.js";
+import { knownKeys } from "./options.js";
 import { call, SteadfastError, sync } from "./errors.js";
 import type { Checkpoint, HistoryEntry, PendingRun } from "./types.js";
 import { withSessionId } from "./types.js";
@@ -55,6 +56,7 @@ export async function getCheckpointHistory(
   sessionId: string,
   options?: { limit?: number },
 ): Promise<HistoryEntry[] | undefined> {
+  knownKeys(options, "checkpoints.history options");
   if (typeof checkpoints?.history !== "function") return undefined;
   return checkpoints.history(sessionId, options);
 }
@@ -65,12 +67,14 @@ function checkpointsOf(handle: StoreHandle): Checkpoints {
   return {
     [HANDLE]: handle,
     load: (id) => call(() => low.load(id)),
-    history: (id, options) => {
+    history: async (id, options) => {
+      knownKeys(options, "checkpoints.history options");
       const limit = (options as { limit?: unknown } | undefined)?.limit;
       return call(() => low.history(id, limit));
     },
     pending: async () => (await call<PendingRun[]>(() => low.pending())).map(withSessionId),
     delete: async (id, options) => {
+      knownKeys(options, "checkpoints.delete options");
       if ((options as { keepHistory?: unknown } | undefined)?.keepHistory === true) {
         throw new SteadfastError(
           "STEADFAST_CONFIG_INVALID",
@@ -119,6 +123,7 @@ export interface MemoryStoreOptions {
 
 /** A new in-memory store (strongly consistent; lives as long as the handle). Share it between agents. */
 export function memoryStore(options: MemoryStoreOptions = {}): Store {
+  knownKeys(options, "memoryStore options");
   const historyLimit = (options ?? {}).historyLimit;
   return storeOf("memory", sync(() => newMemoryStore(historyLimit)) as unknown as StoreHandle);
 }
@@ -165,6 +170,7 @@ export function durableObjectStore(
       ? state
       : (state as { storage?: DurableObjectStorageLike } | undefined)?.storage;
   // Checked by the core (a prefix that is not a string is STEADFAST_CONFIG_INVALID).
+  knownKeys(options, "durableObjectStore options");
   const { prefix, clock } = (options ?? {}) as DurableObjectStoreOptions;
   return storeOf("durable-object", sync(() => newDurableObjectStore(storage, prefix, clock)) as unknown as StoreHandle);
 }

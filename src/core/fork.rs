@@ -17,7 +17,7 @@ use serde_json::Value;
 /// Replaces (or records) one tool call's result.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolResultPatch {
     /// The call whose result is replaced.
     pub tool_call_id: String,
@@ -30,7 +30,7 @@ pub struct ToolResultPatch {
 /// `tool_result`, `append_input`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkPatch {
     /// Replaces the whole transcript (held results and queued input are dropped with it).
     #[serde(default, skip_serializing_if = "Option::is_none")]

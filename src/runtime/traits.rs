@@ -177,6 +177,13 @@ pub trait Tool {
     fn needs_approval(&self, _args: &Value) -> bool {
         false
     }
+    /// A check of the arguments of the tool's own, after the JSON Schema's ([`Tool::input_schema`]) in the
+    /// call's gate, before hooks, approval and intent (the npm package's zod and Standard Schema validators):
+    /// `Err(why)` answers the call with a `validation` result the model reads (`invalid arguments for
+    /// '<name>': <why>`, the same as a schema failure) and the call never runs. The default accepts.
+    async fn check_args(&self, _args: &Value) -> std::result::Result<(), String> {
+        Ok(())
+    }
     /// Runs the call.
     async fn execute(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
 

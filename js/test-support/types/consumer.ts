@@ -52,6 +52,35 @@ const lookup = defineTool<{ id: string }>({
   execute: async ({ id }, ctx) => ({ id, key: ctx.idempotencyKey }),
 });
 
+// A Standard Schema validator (zod, valibot, … implement this shape; no validator is installed here): `execute`
+// and `needsApproval` get its output type, and a wrong use of it is an error.
+declare const orderSchema: {
+  readonly "~standard": {
+    readonly version: 1;
+    readonly vendor: string;
+    readonly validate: (value: unknown) => { value: { id: string; qty: number } } | { issues: { message: string }[] };
+    readonly types?: { readonly input: unknown; readonly output: { id: string; qty: number } };
+  };
+};
+const order = defineTool({
+  name: "order",
+  description: "Order something",
+  input: orderSchema,
+  inputSchema: { type: "object" },
+  needsApproval: (args) => args.qty > 10,
+  execute: ({ id, qty }) => `${id.toUpperCase()} x${qty.toFixed(0)}`,
+});
+defineTool({
+  name: "order2",
+  description: "",
+  input: orderSchema,
+  // @ts-expect-error qty is a number
+  execute: ({ qty }) => qty.toUpperCase(),
+});
+// A misspelt key is an error too (and refused at run time with STEADFAST_CONFIG_INVALID).
+// @ts-expect-error `inputSchem` is not a key of a tool
+defineTool({ name: "typo", description: "", inputSchem: {}, execute: () => 1 });
+
 // The generated types (js/src/generated/) resolve in the published package: a wrong literal is an error.
 const kind: ResultKind = "not-run";
 // @ts-expect-error not a ResultKind
@@ -63,7 +92,7 @@ void [badKind, code, toolMessage];
 export async function example(): Promise<RunResult | NothingToResume> {
   const agent = createAgent({
     model: mockModel([{ toolCalls: [{ name: "lookup", args: { id: "1" } }] }, "done"]),
-    tools: [lookup],
+    tools: [lookup, order],
     hooks: [
       progressGuard({ maxDenials: 2 }),
       outputCheck("nonEmpty", (call, output) => (output === "" ? `${call.name} returned nothing` : null)),

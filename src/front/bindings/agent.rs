@@ -1,10 +1,10 @@
 //! The agent (mirrors `js/src/agent.ts`): [`JsAgent`] built from the JS options object, and its run, approval
 //! and inspection methods (sessions, schedules and recovery have their own files).
 
-use super::args::{limit_of, opt_text_arg, text_arg};
+use super::args::{known_keys, limit_of, opt_text_arg, text_arg};
 use super::calls::{prepare, request_of, with_events, CallOptions};
 use super::clock::clock_of;
-use super::errors::{encode, js_error, promise};
+use super::errors::{decode_known, encode, js_error, known_fields, promise};
 use super::hooks::add_hook;
 use super::model::JsModel;
 use super::stores::JsStore;
@@ -36,22 +36,35 @@ pub(super) fn console_warn(line: &str) {
     }
 }
 
+/// The parts of the options object only JS gives (beside the [`AgentOptions`] fields); js/src/agent.ts takes
+/// `provider` and `store` out before it hands the object on.
+const AGENT_PARTS: [&str; 7] = ["model", "provider", "tools", "hooks", "store", "instructions", "clock"];
+
+/// [`AgentOptions`] as JSON: every field with its default (the names the options object may use, and the
+/// nested objects' keys).
+fn agent_option_defaults() -> Result<serde_json::Map<String, Value>> {
+    match serde_json::to_value(AgentOptions::default()) {
+        Ok(Value::Object(names)) => Ok(names),
+        _ => Err(Error::internal("the agent options do not serialise as an object")),
+    }
+}
+
 /// The agent options of the JS options object, read whole: each field of [`AgentOptions`] (by its JSON name)
-/// that `get` finds, deserialized as one [`AgentOptions`] (`STEADFAST_CONFIG_INVALID` naming the bad field).
-/// The object's other properties (model, tools, hooks, clock, instructions, and any unknown one) are not
-/// options and are not read here.
+/// that `get` finds, deserialized as one [`AgentOptions`] (`STEADFAST_CONFIG_INVALID` naming the bad field,
+/// or a key a nested object such as `retry` does not have). The object's other properties (model, tools,
+/// hooks, clock, instructions) are not options and are not read here; [`JsAgent::build`] refuses unknown ones.
 pub(super) fn agent_options_of(get: impl Fn(&str) -> Result<Option<Value>>) -> Result<AgentOptions> {
     let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
-    let Ok(Value::Object(names)) = serde_json::to_value(AgentOptions::default()) else {
-        return Err(Error::internal("the agent options do not serialise as an object"));
-    };
+    let names = agent_option_defaults()?;
     let mut given = serde_json::Map::new();
     for key in names.keys() {
         if let Some(v) = get(key)? {
             given.insert(key.clone(), v);
         }
     }
-    serde_json::from_value(Value::Object(given)).map_err(|e| cfg(format!("invalid agent options: {e}")))
+    let given = Value::Object(given);
+    known_fields::<AgentOptions>(&given, "invalid agent options")?;
+    serde_json::from_value(given).map_err(|e| cfg(format!("invalid agent options: {e}")))
 }
 
 #[wasm_bindgen]
@@ -70,6 +83,9 @@ impl JsAgent {
         if !options.is_object() {
             return Err(cfg("agent options must be an object".into()));
         }
+        let names = agent_option_defaults()?;
+        let known: Vec<&str> = AGENT_PARTS.iter().copied().chain(names.keys().map(String::as_str)).collect();
+        known_keys(options, &known, &[], "createAgent options")?;
         let model = JsModel::from_js(prop(options, "model"))?;
 
         let agent_options = agent_options_of(|key| {
@@ -228,8 +244,7 @@ impl JsAgent {
         let agent = self.agent.clone();
         promise(async move {
             let run_id = text_arg(&run_id, "the run id")?;
-            let opts: ForkOptions = serde_json::from_str(&options_json)
-                .map_err(|e| Error::invalid_input(format!("invalid fork options: {e}")))?;
+            let opts: ForkOptions = decode_known(Some(options_json), "fork options")?;
             agent.fork(&run_id, opts).await
         })
     }
@@ -310,8 +325,27 @@ mod tests {
         {
             assert!(expected.iter().any(|k| k == name), "{name}");
         }
-        // Unknown properties (a typo, the JS-only parts) are not read as options: the defaults stay.
+        // Unknown properties (a typo, the JS-only parts) are not read as options: the defaults stay (a typo at
+        // the top level is refused by `JsAgent::build`, over the JS object's keys).
         assert_eq!(options_of(json!({"maxStep": 3, "model": {}, "tools": []})).unwrap(), AgentOptions::default());
+    }
+
+    #[test]
+    fn an_unknown_key_in_a_nested_agent_option_is_a_config_error_naming_it_and_its_option() {
+        for (given, msg) in [
+            (
+                json!({"retry": {"maxAttemps": 2}}),
+                "invalid agent options: retry: unknown key \"maxAttemps\" (it takes baseMs, capMs, deadlineMs, maxAttempts)",
+            ),
+            (
+                json!({"lease": {"ttlMs": 60000, "ttl": 5}}),
+                "invalid agent options: lease: unknown key \"ttl\" (it takes graceMs, renewEveryMs, ttlMs)",
+            ),
+        ] {
+            let e = options_of(given.clone()).unwrap_err();
+            assert_eq!((e.code, e.message.as_str()), (ErrorCode::ConfigInvalid, msg), "{given}");
+        }
+        assert_eq!(options_of(json!({"retry": {"maxAttempts": 2}})).unwrap().retry.max_attempts, 2);
     }
 
     #[test]

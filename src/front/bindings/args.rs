@@ -3,9 +3,11 @@
 //! refusal a `STEADFAST_INVALID_INPUT` naming the argument. The number rules are pure functions over what the
 //! value turned out to be, tested natively.
 
-use crate::core::error::{Error, Result};
+use crate::core::error::{Error, ErrorCode, Result};
 use crate::front::wasm_shared::absent;
+use serde_json::Value;
 use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
 
 /// A string a caller chose (an id, a note), as JS handed it. wasm-bindgen's own `String` argument reads any JS
 /// value as a string's bytes (a number or an object traps, or worse), so such arguments arrive as `JsValue` and
@@ -65,10 +67,36 @@ pub(super) fn millis(n: std::result::Result<f64, String>, min: u32, what: &str) 
     }
 }
 
+/// The first of `keys` that is not one of `known`, as a `STEADFAST_CONFIG_INVALID` naming it, `what` the object
+/// (`"tool 'refund'"`, `"the agent options"`) and the keys it takes: a misspelt option must not silently turn
+/// a feature off. `internal` keys (the ones the package's own JS adds) are accepted and not named.
+pub(super) fn unknown_key(
+    keys: impl IntoIterator<Item = String>,
+    known: &[&str],
+    internal: &[&str],
+    what: &str,
+) -> Result<()> {
+    match keys.into_iter().find(|k| !known.contains(&k.as_str()) && !internal.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(k) => Err(Error::new(
+            ErrorCode::ConfigInvalid,
+            format!("{what}: unknown key {} (it takes {})", Value::String(k), known.join(", ")),
+        )),
+    }
+}
+
+/// [`unknown_key`] over a JS object's own enumerable string keys (not an object: nothing to check here).
+pub(super) fn known_keys(obj: &JsValue, known: &[&str], internal: &[&str], what: &str) -> Result<()> {
+    if !obj.is_object() {
+        return Ok(());
+    }
+    let keys = js_sys::Object::keys(obj.unchecked_ref::<js_sys::Object>());
+    unknown_key(keys.iter().filter_map(|k| k.as_string()), known, internal, what)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::error::ErrorCode;
 
     #[test]
     fn a_limit_is_a_whole_number_at_least_zero_and_anything_else_a_coded_error_naming_it() {
@@ -105,5 +133,19 @@ mod tests {
             assert_eq!(e.code, ErrorCode::InvalidInput);
             assert_eq!(e.message, format!("{what} must be a number >= {min}, not {shown}"));
         }
+    }
+
+    #[test]
+    fn an_unknown_key_is_a_config_error_naming_it_the_object_and_the_known_keys() {
+        let known = ["name", "execute"];
+        let keys = |ks: &[&str]| ks.iter().map(|k| k.to_string()).collect::<Vec<_>>();
+        assert!(unknown_key(keys(&[]), &known, &[], "tool 'a'").is_ok());
+        assert!(unknown_key(keys(&["execute", "name", "checkArgs"]), &known, &["checkArgs"], "tool 'a'").is_ok());
+        let e = unknown_key(keys(&["name", "exectue", "inptu"]), &known, &["checkArgs"], "tool 'a'").unwrap_err();
+        assert_eq!(e.code, ErrorCode::ConfigInvalid);
+        assert_eq!(e.message, "tool 'a': unknown key \"exectue\" (it takes name, execute)");
+        // An odd key is quoted as JSON.
+        let e = unknown_key(keys(&["a\"b"]), &known, &[], "x").unwrap_err();
+        assert!(e.message.starts_with("x: unknown key \"a\\\"b\" "), "{}", e.message);
     }
 }

@@ -4,6 +4,7 @@
 //! JSON `{id, name, args}` and the tool's text: a string is the failure reason, `null`/`undefined` passes, a
 //! throw is the reason `"check threw: <message>"`), or `{type: "custom", …}` ([`JsHook`]).
 
+use super::args::known_keys;
 use super::errors::encode;
 use super::model::parse_response;
 use crate::core::error::{Error, ErrorCode, Result};
@@ -40,6 +41,12 @@ pub(super) fn add_hook(b: AgentBuilder, desc: &JsValue, index: usize) -> Result<
             "hooks[{index}] is not a hook: use progressGuard(...), outputCheck(name, fn) or defineHook({{...}})"
         ))
     })?;
+    let keys: &[&str] = match kind.as_str() {
+        "progressGuard" => &["type", "hintAfter", "denyAfter", "maxDenials"],
+        "outputCheck" => &["type", "name", "check"],
+        _ => &["type", "name", "beforeTool", "afterTool", "beforeModel", "afterModel"],
+    };
+    known_keys(desc, keys, &[], &format!("hooks[{index}] ({kind})"))?;
     match kind.as_str() {
         "progressGuard" => {
             let mut fields = serde_json::Map::new();

@@ -4,7 +4,7 @@
 use super::agent::JsAgent;
 use super::args::{millis, number_arg};
 use super::calls::link_abort;
-use super::errors::{decode_opt, encode, js_error, promise};
+use super::errors::{decode_known, encode, js_error, promise};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::sweep::SweepOptions;
 use crate::front::wasm_shared::{absent, js_message, prop};
@@ -52,7 +52,7 @@ impl JsAgent {
     pub fn sweep(&self, options_json: Option<String>) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let opts: SweepOptions = decode_opt(options_json, "sweep options")?;
+            let opts: SweepOptions = decode_known(options_json, "sweep options")?;
             agent.sweep(&opts, &NoListener).await
         })
     }
@@ -68,7 +68,7 @@ impl JsAgent {
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let opts: SweepOptions = decode_opt(options_json, "recover options")?;
+            let opts: SweepOptions = decode_known(options_json, "recover options")?;
             let every =
                 if absent(&every_ms) { opts.interval_ms } else { millis(number_arg(&every_ms), 0, "everyMs")? as u64 };
             let (stop, _link) = link_abort(signal)?;

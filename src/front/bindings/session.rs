@@ -4,8 +4,8 @@
 use super::agent::JsAgent;
 use super::args::limit_of;
 use super::calls::{prepare, request_of, with_events};
-use super::errors::{js_error, promise};
-use crate::core::error::{Error, Result};
+use super::errors::{decode_known, js_error, promise};
+use crate::core::error::Result;
 use crate::front::contract::NothingToResume;
 use crate::runtime::{Agent, SessionForkOptions};
 use js_sys::{Function, Promise};
@@ -84,8 +84,7 @@ impl JsAgent {
     pub fn session_fork(&self, id: String, options_json: String) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
-            let opts: SessionForkOptions = serde_json::from_str(&options_json)
-                .map_err(|e| Error::invalid_input(format!("invalid session fork options: {e}")))?;
+            let opts: SessionForkOptions = decode_known(Some(options_json), "session fork options")?;
             session_of(&agent, &id)?.fork(opts).await
         })
     }

@@ -4,7 +4,7 @@
 
 use super::args::{limit_of, number_arg, text_arg, whole_number};
 use super::clock::clock_of;
-use super::errors::{decode_opt, js_error, promise};
+use super::errors::{decode_known, js_error, promise};
 use crate::core::error::{Error, ErrorCode};
 use crate::front::durable_sql::{Sql, SqlIndex, SqlRuns};
 use crate::front::wasm_shared::{absent, WorkersKv};
@@ -73,7 +73,7 @@ impl JsStore {
         options_json: Option<String>,
         clock: Option<JsValue>,
     ) -> std::result::Result<JsStore, JsValue> {
-        let opts: JournalOptions = decode_opt(options_json, "KV store options").map_err(|e| js_error(&e))?;
+        let opts: JournalOptions = decode_known(options_json, "KV store options").map_err(|e| js_error(&e))?;
         opts.validate().map_err(|e| js_error(&e))?;
         let (clock, sleep) =
             clock_of(&clock.unwrap_or(JsValue::UNDEFINED), "the KV store's clock").map_err(|e| js_error(&e))?;

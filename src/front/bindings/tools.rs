@@ -1,8 +1,11 @@
 //! JS tools as the runtime's [`Tool`]s (mirrors `js/src/tools.ts`).
 //!
 //! The JS shape: `{name, description, inputSchema, needsApproval?: boolean | (argsJson) => boolean,
-//! execute(argsJson, ctxJson): Promise<any>, sideEffecting?: boolean, reconcile?(argsJson, ctxJson)}` (see
-//! `JsTool::reconcile`). `ctxJson` is a [`ToolCallContext`] (`{runId, toolCallId, approvalId,
+//! execute(argsJson, ctxJson): Promise<any>, sideEffecting?: boolean, reconcile?(argsJson, ctxJson),
+//! checkArgs?(argsJson): Promise<string | null>}` (see `JsTool::reconcile`; `checkArgs` is the tool's own
+//! validator, a zod or Standard Schema one: a string is why the arguments are invalid, and the call gets the
+//! `validation` result a JSON Schema failure gets). `input` (the schema `checkArgs` and `inputSchema` were made
+//! from, in js/src/tools.ts) may be there too; any other key is refused (`STEADFAST_CONFIG_INVALID`). `ctxJson` is a [`ToolCallContext`] (`{runId, toolCallId, approvalId,
 //! idempotencyKey}`). A string result is the text the model reads; any other value is serialised as JSON. A
 //! thrown error is an error result `"<the error's .name>: <its message>"` the model reads (`"Error: …"` for a
 //! value without a name), unless it has `.propagate === true`: then the run is rejected with
@@ -10,6 +13,7 @@
 //!
 //! **Caution:** tools that run again on resume must be idempotent: use `ctx.idempotencyKey`.
 
+use super::args::known_keys;
 use super::errors::encode;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::front::contract::ToolCallContext;
@@ -27,6 +31,10 @@ pub(super) enum ApprovalRule {
     Ask(Function),
 }
 
+/// The keys of a JS tool: what `defineTool` takes (named in a refusal); js/src/tools.ts adds `checkArgs`.
+const TOOL_KEYS: [&str; 8] =
+    ["name", "description", "input", "inputSchema", "execute", "needsApproval", "sideEffecting", "reconcile"];
+
 pub(super) struct JsTool {
     name: String,
     description: String,
@@ -38,6 +46,8 @@ pub(super) struct JsTool {
     side_effecting: bool,
     /// `reconcile(argsJson, ctxJson)`: after a call whose outcome was not recorded, did its effect happen?
     reconcile: Option<Function>,
+    /// `checkArgs(argsJson)`: the tool's own validator (a reason string when the arguments are invalid).
+    check_args: Option<Function>,
 }
 
 impl JsTool {
@@ -45,6 +55,7 @@ impl JsTool {
         let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
         let name = prop(&obj, "name").as_string().ok_or_else(|| cfg(format!("tools[{index}] has no string `name`")))?;
         let what = format!("tool '{name}'");
+        known_keys(&obj, &TOOL_KEYS, &["checkArgs"], &what)?;
         let execute = method(&obj, "execute", &what)?;
         // An `Option`: a tool without a description has an empty one.
         let description = prop(&obj, "description").as_string().unwrap_or_default();
@@ -68,6 +79,10 @@ impl JsTool {
             v if absent(&v) => None,
             v => Some(v.dyn_into::<Function>().map_err(|_| cfg(format!("{what}: reconcile must be a function")))?),
         };
+        let check_args = match prop(&obj, "checkArgs") {
+            v if absent(&v) => None,
+            v => Some(v.dyn_into::<Function>().map_err(|_| cfg(format!("{what}: checkArgs must be a function")))?),
+        };
         let side_effecting = match prop(&obj, "sideEffecting") {
             v if absent(&v) => reconcile.is_some(),
             v => {
@@ -75,7 +90,7 @@ impl JsTool {
                     || reconcile.is_some()
             }
         };
-        Ok(JsTool { name, description, schema, approval, obj, execute, side_effecting, reconcile })
+        Ok(JsTool { name, description, schema, approval, obj, execute, side_effecting, reconcile, check_args })
     }
 }
 
@@ -131,6 +146,19 @@ impl Tool for JsTool {
 
     fn side_effecting(&self) -> bool {
         self.side_effecting
+    }
+
+    /// Calls the JS `checkArgs(argsJson)`: a string is why the arguments are invalid; `null`/`undefined` accepts
+    /// them. A validator that throws (or resolves anything else) fails the check with what it threw: the call
+    /// does not run on arguments nothing vouched for.
+    async fn check_args(&self, args: &Value) -> std::result::Result<(), String> {
+        let Some(f) = &self.check_args else { return Ok(()) };
+        let js_args = Array::of1(&JsValue::from_str(&args.to_string()));
+        match call_async(f, &self.obj, &js_args).await {
+            Ok(v) if absent(&v) => Ok(()),
+            Ok(v) => Err(v.as_string().unwrap_or_else(|| "the validator answered neither a reason nor null".into())),
+            Err(e) => Err(format!("the validator threw: {}", js_message(&e))),
+        }
     }
 
     /// Calls the JS `reconcile(argsJson, ctxJson)` (`ctxJson`: `{idempotencyKey}`, the key `execute` got as

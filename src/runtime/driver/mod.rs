@@ -195,12 +195,15 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// The gate of one call: unknown tool, invalid arguments, hooks (deny / rewrite), approval, intent.
+    /// The gate of one call: unknown tool, invalid arguments (the JSON Schema, then the tool's own check), hooks (deny / rewrite), approval, intent.
     async fn gate(&mut self, m: &mut RunMachine, call: &ToolCall, pool: &mut ToolPool) -> Result<Gate> {
         let deps: &'a Deps = self.deps;
         let Some(t) = deps.tool(&call.name) else { return Ok(Gate::UnknownTool) };
         if let Err(errors) = t.schema.validate(&call.args) {
             return Ok(Gate::Invalid { message: errors.join("; ") });
+        }
+        if let Err(message) = t.tool.check_args(&call.args).await {
+            return Ok(Gate::Invalid { message });
         }
         let mut rewritten = call.clone();
         if let Some(reason) = self.hooks(m, HookPoint::BeforeTool(&mut rewritten, false)).await? {
