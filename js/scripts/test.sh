@@ -13,6 +13,6 @@ echo "==> tsc: a consumer of the published types"
 node_modules/.bin/tsc -p test-support/types
 echo "==> tsc: aiSdkModel takes the AI SDK's real V2/V3 models (test-support/types-ai)"
 node_modules/.bin/tsc -p test-support/types-ai
-echo "==> node --test js/test/"
-node --test test/
+echo "==> node --test js/test/ (three files at a time: many wait on processes and timers)"
+node --test --test-concurrency=3 test/
 "$JS/scripts/pack-test.sh"

@@ -16,3 +16,15 @@ export function repro(seed, detail = "") {
   const file = basename(process.argv[1] ?? "the test file");
   return `seed ${seed}: STEADFAST_SEED=${seed} node --test js/test/${file}${detail ? ` — ${detail}` : ""}`;
 }
+
+/** A small seeded PRNG (mulberry32): a generated case repeats from its seed. Returns floats in [0, 1). */
+export function rng(seed) {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}

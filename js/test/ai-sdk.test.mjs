@@ -17,6 +17,7 @@ import {
   SteadfastError,
   testClock,
 } from "steadfast";
+import { rng } from "../test-support/seeds.mjs";
 
 /** What differs between the two specification versions, for tests that run over both. */
 const VERSIONS = [
@@ -557,17 +558,6 @@ test("a tool call's provider metadata (e.g. Gemini's thought signature) goes bac
   ]);
 });
 
-/** A small seeded PRNG (mulberry32): the generated cases below repeat from their seed. */
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // Repro one case: STEADFAST_SEED=<seed> node --test --test-name-pattern="generated" test/ai-sdk.test.mjs
 test("generated: a streamed answer, however its parts are cut into deltas, is the same answer doGenerate gives for its content", async () => {

@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 import { createAgent, fileStore, LocalStorageCheckpointStore, mockModel } from "steadfast";
 import { SqliteStore } from "steadfast/sqlite";
 import { kvOverBackend } from "../dist/local_stores.js";
-import { cases, repro } from "../test-support/seeds.mjs";
+import { cases, repro, rng } from "../test-support/seeds.mjs";
 
 const racer = fileURLToPath(new URL("../test-support/local/racer.mjs", import.meta.url));
 
@@ -171,8 +171,7 @@ for (const kind of ["file", "sqlite"]) {
         assert.equal(crashed.code, 137, repro(seed, crashed.out));
         // Past the dead process's 1 s lease; then 3 processes resume at seeded moments within 60 ms.
         await new Promise((r) => setTimeout(r, 1_100));
-        let x = seed;
-        const rnd = () => ((x = (x * 1103515245 + 12345) % 2147483648), x / 2147483648);
+        const rnd = rng(seed);
         const racers = await Promise.all([0, 1, 2].map(() => runRacer(dir, kind, "resume", Math.floor(rnd() * 60))));
         const outs = racers.map((r) => r.out);
         const finished = outs.filter((o) => o === "finished").length;

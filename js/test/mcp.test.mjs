@@ -11,6 +11,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createAgent, defineTool, memoryStore, mockModel, PropagatedToolError, SteadfastError } from "steadfast";
 import { mcpTools } from "steadfast/mcp";
+import { rng } from "../test-support/seeds.mjs";
 
 const SERVER = fileURLToPath(new URL("../test-support/mcp_server.mjs", import.meta.url));
 const running = new Set();
@@ -530,17 +531,6 @@ test("a server that refuses a call over HTTP (403): the run rejects not retryabl
   }
 });
 
-/** A small seeded PRNG (mulberry32): the generated cases below repeat from their seed. */
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // Repro one case: STEADFAST_SEED=<seed> node --test --test-name-pattern="generated" test/mcp.test.mjs
 test("generated: charges over turns of one or two parallel calls, the server killed after the k-th charge's effect; restarted, a fresh agent's resume finishes with each charge once, re-sent calls keep their keys, and only the turns after the interrupted one are asked", async () => {

@@ -5,6 +5,7 @@
 import test from "node:test";
 import assert from "node:assert/strict";
 import { createAgent, defineTool, memoryStore, mockModel, PropagatingToolError, SteadfastError, testClock } from "steadfast";
+import { rng } from "../test-support/seeds.mjs";
 
 /** The seed's shop: `charge`, then `ship`, which fails the first time for each run (or while `down()`). */
 function shop({ down } = {}) {
@@ -217,17 +218,6 @@ test("recover refuses bad options through onError and stops", { timeout: 60_000 
   assert.equal(errors[0][1], undefined);
 });
 
-/** A small seeded PRNG (mulberry32): the generated cases below repeat from their seed. */
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 // Repro one case: STEADFAST_SEED=<seed> node --test --test-name-pattern="generated" test/recovery.test.mjs
 test("generated: whatever the callbacks throw and whenever stop()/signal come, the loop stops, recovers every run before it, and reports each throw", { timeout: 60_000 }, async () => {

@@ -16,6 +16,7 @@ import * as v from "valibot";
 import { zodToJsonSchema } from "zod-to-json-schema";
 import Ajv2020 from "ajv/dist/2020.js";
 import { FakeKv } from "../test-support/fake_kv.mjs";
+import { rng } from "../test-support/seeds.mjs";
 
 /** Runs `calls` (each `args` of one call of tool `name`, one turn each) then a final answer; the tool results. */
 async function run(tool, calls) {
@@ -260,17 +261,6 @@ test("execute's argument is typed from the schema (zod v4, zod v3, valibot): tsc
 
 // --- The zod v3 conversion against zod-to-json-schema, over generated schemas -------------------------------
 
-/** A seeded generator (mulberry32). */
-function rng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Set when a generated schema refines past its input side (a pipeline, a refinement): zod may refuse more. */
 let refined = false;
