@@ -9,7 +9,10 @@
 //! mode's alarm. A step may crash its execution right after its k-th effect (tools in flight finishing or not);
 //! every step is a new process (a fresh agent and store handle). Steps overlap: every store operation, model
 //! call and tool takes seeded simulated time, so executions interleave at their awaits. Tool results come in
-//! every allowed size (a program in fifty allows results up to 4 MiB, eight at once).
+//! every allowed size (a program in fifty allows results up to 4 MiB, eight at once). The tools: a plain one, a
+//! reconciled payment, a side-effecting one, one that needs approval, a flaky one that propagates, a big one, and
+//! one with an argument check of its own that takes seeded time and refuses a call in three (the gate step of
+//! the npm package's zod / Standard Schema validators).
 //!
 //! **Stores**: the memory store; the journal store on the hostile Workers-KV simulator (one location: latency,
 //! 429s at one write a second per key, short list pages, 1,000 operations per invocation); strict mode's run
@@ -22,7 +25,8 @@
 //! * every tool call has exactly one result, in call order (every observed transcript is valid; a finished run
 //!   holds no pending call, held result, intent or start mark);
 //! * a call executes again only when no outcome was recorded (never once its result is readable), and a call
-//!   whose intent was recorded only after its tool's `reconcile` said it did not happen;
+//!   whose intent was recorded only after its tool's `reconcile` said it did not happen; a call its tool's own
+//!   argument check refused never executes;
 //! * no two different calls share an idempotency key, and one call keeps its key across resumes;
 //! * every stored run loads (never `STEADFAST_CHECKPOINT_CORRUPT`), and no operation fails with an error that
 //!   means a bug (`STEADFAST_INTERNAL`, a write the store refused for good);
@@ -533,11 +537,12 @@ impl Model for CheckerModel {
         let calls = (0..n)
             .map(|i| {
                 let name = match p(100) {
-                    0..=24 => "read",
-                    25..=44 => "pay",
-                    45..=59 => "mail",
-                    60..=74 => "gate",
-                    75..=86 => "flaky",
+                    0..=21 => "read",
+                    22..=41 => "pay",
+                    42..=56 => "mail",
+                    57..=71 => "gate",
+                    72..=83 => "flaky",
+                    84..=91 => "checked",
                     _ => "big",
                 };
                 let size = match (w.program.big, p(4)) {
@@ -638,12 +643,60 @@ fn tools(world: &Rc<World>) -> Vec<Rc<dyn Tool>> {
     });
     vec![
         Rc::new(mk("read")),
+        Rc::new(Checked { inner: mk("checked"), world: world.clone() }),
         Rc::new(pay),
         Rc::new(mk("mail").side_effecting()),
         Rc::new(mk("gate").needs_approval(true)),
         Rc::new(mk("flaky")),
         Rc::new(mk("big")),
     ]
+}
+
+/// A tool with an argument check of its own (as the npm package's zod and Standard Schema validators): the check
+/// takes seeded time (an async validator), so executions and crashes interleave at it, and refuses one call in
+/// three (by the call's token and index). A refused call must never start; it gets its one `validation` result
+/// like any call (the invariants on results hold for it as for every call).
+struct Checked {
+    inner: FnTool,
+    world: Rc<World>,
+}
+
+/// Whether `checked` refuses these arguments.
+fn refused(args: &Value) -> bool {
+    (args["t"].as_u64().unwrap_or(0) + args["i"].as_u64().unwrap_or(0)) % 3 == 0
+}
+
+#[async_trait::async_trait(?Send)]
+impl Tool for Checked {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn description(&self) -> &str {
+        self.inner.description()
+    }
+    fn input_schema(&self) -> &Value {
+        self.inner.input_schema()
+    }
+    async fn check_args(&self, args: &Value) -> std::result::Result<(), String> {
+        let work = self.world.pick(400);
+        self.world.time.sleep(work).await;
+        if refused(args) {
+            Err(format!("{} is refused by its validator", identity(args)))
+        } else {
+            Ok(())
+        }
+    }
+    async fn execute(&self, args: Value, ctx: steadfast::runtime::ToolContext) -> Result<ToolOutput, ToolError> {
+        if refused(&args) {
+            self.world.violation(format!(
+                "{}: {} ({}) ran although its validator refused it",
+                ctx.run_id,
+                ctx.tool_call_id,
+                identity(&args)
+            ));
+        }
+        self.inner.execute(args, ctx).await
+    }
 }
 
 impl World {
