@@ -266,7 +266,11 @@ export function transcriptHolder(model: Model) {
   if (typeof model?.generate !== "function") return { id: model?.id, generate: model?.generate, release: () => undefined };
   return {
     id: model.id,
-    generate: async (frameJson: string, onDelta?: (kind: string, text: string) => void): Promise<string | null> => {
+    generate: async (
+      frameJson: string,
+      onDelta?: (kind: string, text: string) => void,
+      signal?: AbortSignalLike,
+    ): Promise<string | null> => {
       const frame = JSON.parse(frameJson) as ModelFrame;
       if (frame.tools) tools = freeze(frame.tools);
       let held = runs.get(frame.runId);
@@ -282,7 +286,7 @@ export function transcriptHolder(model: Model) {
       const stream: ModelStream | undefined = onDelta
         ? { text: (delta) => onDelta("text", String(delta)), reasoning: (delta) => onDelta("reasoning", String(delta)) }
         : undefined;
-      const answer = (await model.generate(request, stream)) ?? null;
+      const answer = (await model.generate(request, stream, signal ?? undefined)) ?? null;
       try {
         return JSON.stringify(answer);
       } catch (e) {

@@ -10,7 +10,7 @@
 import { SteadfastError } from "./errors.js";
 import { ProviderHttpError } from "./mock_model.js";
 import type { Model, ModelResponse, ModelStream } from "./model.js";
-import type { Json, Message, ModelRequest, ToolSpec, Usage } from "./types.js";
+import type { AbortSignalLike, Json, Message, ModelRequest, ToolSpec, Usage } from "./types.js";
 
 /** JSON as the specification writes it (`JSONValue` of @ai-sdk/provider 2 and 3). */
 export type AiSdkJson = null | string | number | boolean | AiSdkJson[] | { [key: string]: AiSdkJson };
@@ -195,10 +195,13 @@ export function aiSdkModel(model: AiSdkLanguageModel, options: AiSdkModelOptions
   const settings = { ...opts.settings };
   return {
     id,
-    async generate(request: ModelRequest, stream?: ModelStream): Promise<ModelResponse> {
+    async generate(request: ModelRequest, stream?: ModelStream, signal?: AbortSignalLike): Promise<ModelResponse> {
       const call: AiSdkCallOptions = { ...settings, prompt: toPrompt(request.messages) };
       const tools = toTools(request.tools);
       if (tools.length > 0) call.tools = tools;
+      // The run stopped waiting (aborted): the provider's request is cancelled. Set beside the typed options:
+      // the SDK types it as the DOM's `AbortSignal`, which the published types do not depend on.
+      if (signal !== undefined) (call as { abortSignal?: AbortSignalLike }).abortSignal = signal;
       try {
         // `as never`: the model's own options type, which `AiSdkCallOptions` is (see AiSdkLanguageModel).
         return stream ? await streamed(await model.doStream(call as never), stream) : answer(await model.doGenerate(call as never));

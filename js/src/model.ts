@@ -1,5 +1,5 @@
 // The model interface: what a JS model provider implements (one attempt per call; the core retries).
-import type { Json, ModelRequest, Usage } from "./types.js";
+import type { AbortSignalLike, Json, ModelRequest, Usage } from "./types.js";
 
 /**
  * A model's answer. A tool call without an id gets one. Written in TS: the core reads it more leniently than its
@@ -26,8 +26,10 @@ export interface Model {
   /**
    * One attempt at the next turn. `request.messages` is the whole transcript, in an array of its own; the
    * messages in it are frozen (the package keeps each running run's transcript and shares them between requests).
+   * `signal` is aborted when the runtime stops waiting for this answer (the run was aborted): cancel the
+   * request (pass it to `fetch`); what the call resolves after that is not read.
    */
-  generate(request: ModelRequest, stream?: ModelStream): Promise<ModelResponse>;
+  generate(request: ModelRequest, stream?: ModelStream, signal?: AbortSignalLike): Promise<ModelResponse>;
 }
 
 /**

@@ -648,3 +648,25 @@ test("a reply that is not an AI SDK answer is STEADFAST_PROVIDER_INVALID_RESPONS
     });
   }
 });
+
+test("the run's abort reaches the AI SDK call as its abortSignal (doGenerate and doStream), cancelling it", async () => {
+  for (const v of VERSIONS) {
+    for (const streaming of [false, true]) {
+      const seen = [];
+      const wait = (options) => {
+        seen.push(options.abortSignal);
+        return new Promise((_, reject) =>
+          options.abortSignal.addEventListener("abort", () => reject(new Error("This operation was aborted")), { once: true }),
+        );
+      };
+      const model = new v.Mock({ doGenerate: wait, doStream: wait });
+      const agent = createAgent({ model: aiSdkModel(model), store: memoryStore() });
+      const controller = new AbortController();
+      setTimeout(() => controller.abort(), 20);
+      const r = await agent.send("hi", { sessionId: "abort", signal: controller.signal, ...(streaming ? { onEvent: () => {} } : {}) });
+      assert.equal(r.finishReason, "aborted", `${v.name} ${streaming ? "doStream" : "doGenerate"}`);
+      assert.equal(seen.length, 1);
+      assert.equal(seen[0].aborted, true, `${v.name}: the SDK call's abortSignal was aborted`);
+    }
+  }
+});

@@ -147,3 +147,29 @@ test("a streaming model's increments reach onEvent while it answers, and stream 
   await quiet.send("hi", { sessionId: "q-1" });
   assert.equal(given, undefined, "nobody listens: the model is not asked to stream");
 });
+
+test("a model call in flight gets an abort signal: aborted when the run is aborted, left alone when the call settles", async () => {
+  const signals = [];
+  const model = {
+    id: "waits",
+    generate(request, stream, signal) {
+      signals.push(signal);
+      if (request.messages.some((m) => m.role === "user" && m.content === "answer")) return Promise.resolve({ text: "ok" });
+      // Answers only when aborted (as a fetch given the signal rejects).
+      return new Promise((_, reject) => signal.addEventListener("abort", () => reject(new Error("request cancelled")), { once: true }));
+    },
+  };
+  const agent = createAgent({ model, store: memoryStore() });
+  const controller = new AbortController();
+  setTimeout(() => controller.abort(), 20);
+  const r = await agent.send("wait", { sessionId: "model-abort", signal: controller.signal });
+  assert.equal(r.finishReason, "aborted");
+  assert.equal(r.status, "in-progress", "the run stays resumable");
+  assert.equal(signals.length, 1);
+  assert.equal(signals[0].aborted, true, "the model's call was told to stop");
+
+  const done = await agent.send("answer", { sessionId: "model-settles" });
+  assert.equal(done.text, "ok");
+  assert.equal(signals.length, 2);
+  assert.equal(signals[1].aborted, false, "a settled call's signal is never aborted");
+});

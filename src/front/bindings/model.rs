@@ -57,8 +57,13 @@ impl JsModel {
     /// `(kind, text)`); `None` when the holder could not apply it.
     async fn send_frame(&self, request: &ModelRequest<'_>, on_delta: &JsValue) -> Result<Option<JsValue>> {
         let body = encode(&self.feed.borrow_mut().frame(request))?;
-        let args = Array::of2(&JsValue::from_str(&body), on_delta);
-        let out = call_async(&self.generate, &self.obj, &args).await.map_err(|e| model_error(&e))?;
+        // The call's abort signal: aborted when the runtime stops waiting for this answer (the run was aborted,
+        // or the call timed out), so the JS model can cancel its request instead of finishing it unheard.
+        let abort = AbortOnDrop::new();
+        let args = Array::of3(&JsValue::from_str(&body), on_delta, &abort.signal());
+        let out = call_async(&self.generate, &self.obj, &args).await.map_err(|e| model_error(&e));
+        abort.disarm();
+        let out = out?;
         Ok((!out.is_null()).then_some(out))
     }
 
@@ -80,6 +85,43 @@ impl JsModel {
                 .to_string(),
         };
         parse_response(&text)
+    }
+}
+
+/// A JS `AbortController` aborted when this guard is dropped before [`AbortOnDrop::disarm`]: the Rust future
+/// awaiting a JS call was dropped, nobody will read the answer. Without an `AbortController` in the host the
+/// signal is `undefined` and nothing is aborted.
+struct AbortOnDrop {
+    controller: Option<JsValue>,
+}
+
+impl AbortOnDrop {
+    fn new() -> AbortOnDrop {
+        let class = prop(&js_sys::global(), "AbortController");
+        let controller =
+            class.dyn_into::<Function>().ok().and_then(|c| js_sys::Reflect::construct(&c, &Array::new()).ok());
+        AbortOnDrop { controller }
+    }
+
+    /// The controller's `signal` (`undefined` without one).
+    fn signal(&self) -> JsValue {
+        self.controller.as_ref().map_or(JsValue::UNDEFINED, |c| prop(c, "signal"))
+    }
+
+    /// The call settled: nothing to abort.
+    fn disarm(mut self) {
+        self.controller = None;
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.controller.take() {
+            if let Ok(abort) = prop(&c, "abort").dyn_into::<Function>() {
+                // Ignored: an abort listener that throws must not fail the runtime that stopped waiting.
+                let _ = abort.call0(&c);
+            }
+        }
     }
 }
 
