@@ -1,7 +1,7 @@
 // The ONLY file that imports the wasm-bindgen output (`wasm/steadfast.js`, built with `--target web`).
 // Each runtime's entry point (src/entrypoints/*.ts) hands it the compiled module or the bytes; the typed
 // facade (index.ts) only sees the functions below.
-import { compareTrajectories, initSync, JsAgent, JsSchedules, JsStore } from "../wasm/steadfast.js";
+import { checkToolKeys, compareTrajectories, initSync, JsAgent, JsSchedules, JsStore } from "../wasm/steadfast.js";
 
 export type { JsAgent, JsSchedules, JsStore };
 
@@ -57,4 +57,10 @@ export function newAgent(options: object, store: unknown): JsAgent {
 export function newSchedules(schedulesJson: string): JsSchedules {
   check();
   return new JsSchedules(schedulesJson);
+}
+
+/** Refuses a tool object's unknown key (STEADFAST_CONFIG_INVALID naming it), by the core's list; a no-op before
+ * the core is loaded (createAgent checks again). */
+export function toolKeys(tool: object): void {
+  if (ready) checkToolKeys(tool);
 }

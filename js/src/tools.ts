@@ -1,6 +1,7 @@
 // Tools: what a JS tool is, its input schema (zod v3/v4, any Standard Schema validator, or JSON Schema), and how
 // the core calls it (arguments and context as JSON).
-import { SteadfastError } from "./errors.js";
+import { SteadfastError, sync } from "./errors.js";
+import { toolKeys } from "./low_level.js";
 import { isStandardSchema, issuesText, jsonSchemaConverter, type StandardSchemaV1 } from "./standard_schema.js";
 import type { Json, ToolContext } from "./types.js";
 import { isZod3, zod3ToJsonSchema, Zod3Unsupported } from "./zod3.js";
@@ -61,12 +62,16 @@ export interface Tool<A = any> {
 }
 
 /**
- * Defines a tool: checks its input schema (`STEADFAST_CONFIG_INVALID` naming the tool when `input` is neither a
+ * Defines a tool: refuses an unknown key (`STEADFAST_CONFIG_INVALID` naming it: a typo must not turn a feature
+ * off), checks its input schema (`STEADFAST_CONFIG_INVALID` naming the tool when `input` is neither a
  * validator nor a JSON Schema, or gives no JSON Schema the model could read), and types `execute`'s arguments
  * from it (`StandardSchemaV1.InferOutput`: `z.infer` for zod).
  */
 export function defineTool<A = any>(tool: Tool<A>): Tool<A> {
-  if (tool !== null && typeof tool === "object") inputOf(tool);
+  if (tool !== null && typeof tool === "object") {
+    sync(() => toolKeys(tool));
+    inputOf(tool);
+  }
   return tool;
 }
 

@@ -478,9 +478,10 @@ test("settings are handed to every call beside the prompt", async () => {
   const model = new MockLanguageModelV3({ doGenerate: result(VERSIONS[0], [{ type: "text", text: "ok" }]) });
   const settings = { maxOutputTokens: 64, temperature: 0, providerOptions: { anthropic: { thinking: { type: "enabled", budgetTokens: 1024 } } } };
   await createAgent({ model: aiSdkModel(model, { settings }), store: memoryStore() }).send("hi", { sessionId: "settings" });
-  const { prompt, tools, ...rest } = model.doGenerateCalls[0];
+  const { prompt, tools, abortSignal, ...rest } = model.doGenerateCalls[0];
   assert.deepEqual(rest, settings);
   assert.equal(tools, undefined, "no tools: none sent");
+  assert.equal(abortSignal?.aborted, false, "the call's abort signal, beside the settings, not aborted");
 });
 
 test("V3: a raw 'refusal' finish (Anthropic's, unified as content-filter) ends the run as a refusal", async () => {

@@ -35,6 +35,14 @@ pub(super) enum ApprovalRule {
 const TOOL_KEYS: [&str; 8] =
     ["name", "description", "input", "inputSchema", "execute", "needsApproval", "sideEffecting", "reconcile"];
 
+/// `defineTool`'s check of a tool's keys (the one list, [`TOOL_KEYS`], `createAgent` checks again): throws
+/// `STEADFAST_CONFIG_INVALID` naming an unknown key and the tool.
+#[wasm_bindgen(js_name = checkToolKeys)]
+pub fn check_tool_keys(obj: JsValue) -> std::result::Result<(), JsValue> {
+    let name = prop(&obj, "name").as_string().unwrap_or_else(|| "?".into());
+    known_keys(&obj, &TOOL_KEYS, &["checkArgs"], &format!("tool '{name}'")).map_err(|e| super::errors::js_error(&e))
+}
+
 pub(super) struct JsTool {
     name: String,
     description: String,
