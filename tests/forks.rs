@@ -386,3 +386,23 @@ fn run_once_acknowledges_redeliveries_without_model_calls() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn delete_keeping_history_is_refused_and_deletes_nothing_on_every_store() {
+    for (name, env) in [("memory", Env::new()), ("journal", Env::journal_sim()), ("objects", Env::objects())] {
+        let agent = env.agent(trip_model(), vec![weather()]);
+        block_on(agent.send("trip", "Plan my trip", opts())).unwrap();
+        let before = block_on(agent.history("trip", 50)).unwrap();
+        assert!(!before.is_empty(), "{name}");
+        let runs = agent.runs();
+        let e =
+            block_on(runs.delete_with("trip", steadfast::runtime::DeleteOptions { keep_history: true })).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ConfigInvalid, "{name}: {e}");
+        assert!(e.message.contains("fork the run first"), "{name}: {e}");
+        assert!(block_on(runs.load("trip")).unwrap().is_some(), "{name}: the run is still there");
+        assert_eq!(block_on(runs.history("trip", 50)).unwrap().len(), before.len(), "{name}: and its history");
+        block_on(runs.delete_with("trip", Default::default())).unwrap();
+        assert!(block_on(runs.load("trip")).unwrap().is_none(), "{name}: a plain delete deletes");
+        assert!(block_on(runs.history("trip", 50)).unwrap().is_empty(), "{name}: history and all");
+    }
+}

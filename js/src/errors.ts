@@ -50,17 +50,24 @@ export class SessionAwaitingApprovalError extends SteadfastError {
 /**
  * Throw this from a tool to reject the run instead of giving the model an error result: `send` rejects with a
  * `SteadfastError` whose code is `STEADFAST_TOOL_PROPAGATED` (`retryable` as given here, default `true`), the
- * message is this error's, and the run stays resumable (`resume`, the recovery sweep). Also exported as
+ * message is this error's, and the run stays resumable (`resume`, the recovery sweep). With `status` (a server's
+ * HTTP answer) the core decides `retryable` from it. Also exported as
  * `PropagatingToolError`, the name the documents use.
  */
 export class PropagatedToolError extends Error {
   readonly propagate = true;
   readonly retryable: boolean;
+  /**
+   * The HTTP status of the failure, when a server answered with one: then the core decides whether the run may
+   * be retried (5xx, 408, 429: yes; another 4xx: no), whatever `retryable` says.
+   */
+  readonly status?: number;
 
-  constructor(message: string, options: { retryable?: boolean; cause?: unknown } = {}) {
+  constructor(message: string, options: { retryable?: boolean; status?: number; cause?: unknown } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = "PropagatedToolError";
     this.retryable = options.retryable ?? true;
+    if (options.status !== undefined) this.status = options.status;
   }
 }
 

@@ -212,6 +212,16 @@ function failure(
   return "unreachable";
 }
 
+/**
+ * The HTTP status of a failure the server answered with one (`{status}`: the core decides from it whether the run
+ * may be retried: 5xx, 408, 429 yes, another 4xx no); `{}` for the rest (unreachable, timed out, cut off:
+ * retryable).
+ */
+function statusOf(e: unknown, s: Sdk): { status?: number } {
+  const status = e instanceof s.StreamableHTTPError ? e.code : undefined;
+  return typeof status === "number" && status >= 100 ? { status } : {};
+}
+
 /** A failure to open a connection, classified as unreachable where the connection was known (see `open`). */
 class Unreachable extends Error {
   constructor(message: string, cause: unknown) {
@@ -370,9 +380,8 @@ export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
       try {
         conn = await connection();
       } catch (e) {
-        const kind = failure(e, s, timeoutMs);
         throw new PropagatedToolError(`the MCP server at ${site} cannot be reached: ${errorText(e)}`, {
-          retryable: kind !== "refused",
+          ...statusOf(e, s),
           cause: e,
         });
       }
@@ -388,7 +397,8 @@ export async function mcpTools(options: McpToolsOptions): Promise<McpTools> {
           kind === "refused"
             ? `the MCP server at ${site} refused the call of '${name}': ${errorText(e)}`
             : `the MCP server at ${site} failed during the call of '${name}': ${errorText(e)}`,
-          { retryable: kind !== "refused", cause: e },
+          // A forgotten session a second time: the server restarted again; a later attempt may get through.
+          { ...(kind === "session" ? {} : statusOf(e, s)), cause: e },
         );
       }
       return toolValue(result);

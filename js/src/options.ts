@@ -24,7 +24,6 @@ const KEYS = {
   "SqliteStore options": ["historyLimit", "prefix", "settleMs", "clock"],
   "LocalStorageCheckpointStore options": ["historyLimit", "prefix", "settleMs", "clock"],
   "checkpoints.history options": ["limit"],
-  "checkpoints.delete options": ["keepHistory"],
   "AgentExecutor.execute options": ["agent", "input", "provider", "toolRegistry", "sessionId", "checkpointStore", "approvalStore", "onEvent", "signal"],
   "AgentExecutor.fork options": ["sessionId", "fromStep", "checkpointStore", "patch", "newSessionId"],
   "resumeAfterApproval options": ["agent", "onEvent", "hooks"],

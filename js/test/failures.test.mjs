@@ -161,3 +161,31 @@ test("bad input and bad configuration are SteadfastErrors", async () => {
   );
   assert.throws(() => createAgent({ model: mockModel([]), store: memoryStore(), maxSteps: 0 }), { code: "STEADFAST_CONFIG_INVALID" });
 });
+
+test("a PropagatedToolError with an HTTP status leaves retryable to the core: 5xx, 408 and 429 retryable, another 4xx not, whatever the error says", async () => {
+  const { PropagatedToolError } = await import("steadfast");
+  for (const [status, given, want] of [
+    [503, false, true],
+    [429, undefined, true],
+    [408, false, true],
+    [401, true, false],
+    [403, undefined, false],
+    [400, true, false],
+    [undefined, false, false],
+    [undefined, undefined, true],
+  ]) {
+    const tool = {
+      name: "call",
+      description: "Calls a server",
+      execute: () => {
+        throw new PropagatedToolError(`server said ${status}`, { ...(given === undefined ? {} : { retryable: given }), ...(status === undefined ? {} : { status }) });
+      },
+    };
+    const agent = createAgent({ model: mockModel([{ toolCalls: [{ name: "call", args: {} }] }, "done"]), tools: [tool], store: memoryStore() });
+    await assert.rejects(agent.send("go", { sessionId: "s" }), (e) => {
+      assert.equal(e.code, "STEADFAST_TOOL_PROPAGATED");
+      assert.equal(e.retryable, want, `status ${status}, retryable given ${given}`);
+      return true;
+    });
+  }
+});

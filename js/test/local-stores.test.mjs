@@ -81,6 +81,29 @@ for (const [kind, open] of Object.entries(kinds)) {
 
 }
 
+for (const kind of ["file", "sqlite", "local-storage"]) {
+  test(`${kind}: results of every allowed size — eight 4 MiB results in one turn, 32 MiB — are recorded and read back whole`, async () => {
+    const dir = mkdtempSync(join(tmpdir(), `steadfast-big-${kind}-`));
+    try {
+      const store = kinds[kind](dir);
+      const size = 4 * 1024 * 1024;
+      const calls = Array.from({ length: 8 }, (_, i) => ({ name: "big", args: { i } }));
+      const model = mockModel([{ toolCalls: calls }, "Read them all."], { mode: "by-turn" });
+      const big = { name: "big", description: "A big answer", execute: ({ i }) => String(i).repeat(size) };
+      const agent = createAgent({ model, tools: [big], store, maxToolResultBytes: size });
+      const r = await agent.send("go", { sessionId: "big" });
+      assert.equal(r.text, "Read them all.");
+      const again = kind === "local-storage" ? store : kinds[kind](dir);
+      const cp = await (again.checkpoints ?? again).load("big");
+      const results = cp.messages.filter((m) => m.role === "tool");
+      assert.equal(results.length, 8);
+      results.forEach((m, i) => assert.equal(m.content, String(i).repeat(size), `result ${i} whole`));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+}
+
 test("the backend adapter keeps KV's semantics: values with metadata, bulk reads, prefix listing in pages of at most 1,000 with a cursor (a range backend and a keys backend alike)", async () => {
   const dir = mkdtempSync(join(tmpdir(), "steadfast-kv-"));
   try {
@@ -177,7 +200,8 @@ for (const kind of ["file", "sqlite"]) {
         const finished = outs.filter((o) => o === "finished").length;
         const busy = outs.filter((o) => o === "STEADFAST_SESSION_BUSY" || o === "nothing").length;
         assert.equal(finished + busy, 3, repro(seed, outs.join(" | ")));
-        assert.ok(finished <= 1 || outs.filter((o) => o === "finished").length === finished, repro(seed, outs.join(" | ")));
+        // At most one process finished the run: a second would have run its pending call again.
+        assert.ok(finished <= 1, repro(seed, outs.join(" | ")));
         // The effect ran twice at most: once in the dead process, once in the resume; both under one key.
         const effects = readFileSync(join(dir, "effects.log"), "utf8").trim().split("\n");
         assert.equal(new Set(effects).size, 1, repro(seed, effects.join(",")));

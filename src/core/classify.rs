@@ -62,6 +62,13 @@ pub fn provider_http_error(status: u16, retry_after: Option<&str>, body_excerpt:
         .with_retry_after_ms(retry_after.and_then(parse_retry_after_seconds))
 }
 
+/// Whether a server's non-2xx HTTP answer may go away on a later attempt (5xx, 408, 429: overloaded, slow, rate
+/// limited). Any other 4xx is a refusal a retry meets again (credentials, the request itself). The one rule for
+/// the tools that call HTTP servers (the Worker's MCP client, a JS tool's `PropagatedToolError` with a `status`).
+pub fn transient_http_status(status: u16) -> bool {
+    status >= 500 || status == 408 || status == 429
+}
+
 /// Parses a `Retry-After` value given in seconds ("2", "1.5") into milliseconds. Dates are left to shells.
 pub fn parse_retry_after_seconds(v: &str) -> Option<u64> {
     let secs: f64 = v.trim().parse().ok()?;
@@ -74,6 +81,16 @@ pub fn parse_retry_after_seconds(v: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transient_http_statuses_are_5xx_408_and_429_only() {
+        for status in [500, 502, 503, 599, 408, 429] {
+            assert!(transient_http_status(status), "{status}");
+        }
+        for status in [400, 401, 403, 404, 409, 422, 499, 200, 301] {
+            assert!(!transient_http_status(status), "{status}");
+        }
+    }
 
     #[test]
     fn http_statuses_map_to_classes() {

@@ -384,6 +384,14 @@ fn turn_taken(run_id: &str) -> Error {
     .with_run(run_id)
 }
 
+/// Options of [`Runs::delete_with`] (the documents' `checkpoints.delete(id, { keepHistory })`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct DeleteOptions {
+    /// Keep the run's history after its checkpoint is gone: refused (see [`Runs::delete_with`]).
+    pub keep_history: bool,
+}
+
 /// A store's runs as the documents' `store.checkpoints` shows them: load, history, the unfinished ones, delete —
 /// with run ids checked as every operation checks them, and nothing executed. An agent's `load`, `history`,
 /// `pending` and `delete` are these.
@@ -401,6 +409,21 @@ impl Runs {
     /// Deletes a run (its checkpoint, history and lease). A later send starts it over.
     pub async fn delete(&self, run_id: &str) -> Result<()> {
         validate_run_id(run_id)?;
+        self.store.delete(run_id).await
+    }
+
+    /// [`Runs::delete`] with the documents' options: `keepHistory: true` ("clear the checkpoint, keep its
+    /// history") is refused with `STEADFAST_CONFIG_INVALID` and deletes nothing — a run's history is its
+    /// write-once journal and goes with it (fork the run first to keep a copy).
+    pub async fn delete_with(&self, run_id: &str, opts: DeleteOptions) -> Result<()> {
+        validate_run_id(run_id)?;
+        if opts.keep_history {
+            return Err(Error::new(
+                ErrorCode::ConfigInvalid,
+                "delete with keepHistory: a run's history is its journal and goes with it; fork the run first to keep a copy",
+            )
+            .with_run(run_id));
+        }
         self.store.delete(run_id).await
     }
 

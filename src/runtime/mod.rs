@@ -39,7 +39,7 @@ pub use crate::time::{yield_now, ManualClock, ManualSleep, SimExecutor, SimSleep
 pub use crate::time::{Clock, Sleep};
 #[cfg(not(target_arch = "wasm32"))]
 pub use crate::time::{SystemClock, ThreadSleep};
-pub use agent::{Agent, AgentBuilder, Input, Runs};
+pub use agent::{Agent, AgentBuilder, DeleteOptions, Input, Runs};
 pub use approvals::{Approvals, Resolve};
 pub use feed::{ModelFeed, ModelFrame};
 pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};

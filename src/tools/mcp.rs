@@ -447,7 +447,7 @@ fn status_failure(response: &HttpResponse, sent_session: bool) -> Failure {
     if status == 404 && sent_session {
         return Failure::SessionExpired;
     }
-    if status >= 500 || status == 429 || status == 408 {
+    if crate::core::classify::transient_http_status(status) {
         let retry_after_ms =
             response.header("retry-after").and_then(|v| v.trim().parse::<u64>().ok()).map(|s| s.saturating_mul(1_000));
         let message = if excerpt.is_empty() { format!("HTTP {status}") } else { format!("HTTP {status}: {excerpt}") };

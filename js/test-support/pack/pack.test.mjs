@@ -7,6 +7,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync, copyFileSync, mkdirSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { gzipSync } from "node:zlib";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Miniflare } from "miniflare";
 import ts from "typescript";
@@ -60,6 +61,12 @@ test("without the optional MCP SDK installed, steadfast/mcp loads and mcpTools r
     assert.match(e.message, /mcpTools needs the MCP SDK, an optional peer dependency: npm install @modelcontextprotocol\/sdk/);
     return true;
   });
+});
+
+test("the package's wasm stays under its 480 KiB gzip budget (the README's figure; built with wasm-opt, as build.sh does when binaryen is installed)", () => {
+  const wasm = readFileSync(join(project, "node_modules/steadfast/wasm/steadfast_bg.wasm"));
+  const gz = gzipSync(wasm, { level: 9 }).length;
+  assert.ok(gz <= 480 * 1024, `the package's wasm is ${gz} bytes gzip -9, over 491,520 (STEADFAST_NO_WASM_OPT=1 builds are bigger)`);
 });
 
 // The package's public surface: every name `import ... from "steadfast"` offers, and whether it is a value (a

@@ -8,7 +8,7 @@ use super::errors::{decode_known, js_error, promise};
 use crate::core::error::{Error, ErrorCode};
 use crate::front::durable_sql::{Sql, SqlIndex, SqlRuns};
 use crate::front::wasm_shared::{absent, WorkersKv};
-use crate::runtime::Runs;
+use crate::runtime::{DeleteOptions, Runs};
 use crate::store::object::ObjectStore;
 use crate::store::{JournalOptions, JournalStore, MemoryStore, RunStore};
 use js_sys::Promise;
@@ -58,10 +58,15 @@ impl JsStore {
         promise(async move { runs.pending().await })
     }
 
-    /// Deletes a run (checkpoint, history, lease); resolves to `null`.
-    pub fn delete(&self, run_id: JsValue) -> Promise {
+    /// Deletes a run (checkpoint, history, lease); resolves to `null`. `options_json`: [`DeleteOptions`]
+    /// (`{keepHistory?}`; an unknown key is refused, and so is `keepHistory: true`).
+    pub fn delete(&self, run_id: JsValue, options_json: Option<String>) -> Promise {
         let runs = self.runs();
-        promise(async move { runs.delete(&text_arg(&run_id, "the run id")?).await })
+        promise(async move {
+            let run_id = text_arg(&run_id, "the run id")?;
+            let opts: DeleteOptions = decode_known(options_json, "checkpoints.delete options")?;
+            runs.delete_with(&run_id, opts).await
+        })
     }
 
     /// A journal store over a Workers `KVNamespace` (`get`, `put`, `delete`, `list`; bulk `get(keys[])`).

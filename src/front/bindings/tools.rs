@@ -118,8 +118,15 @@ pub(super) fn tool_error(e: &JsValue, run_id: &str) -> ToolError {
     let message = js_message(e);
     if prop(e, "propagate").as_bool() == Some(true) {
         let mut err = Error::new(ErrorCode::ToolPropagated, message).with_run(run_id);
-        if let Some(r) = prop(e, "retryable").as_bool() {
-            err.retryable = r;
+        // With the HTTP status of the failure (`mcpTools`' refusals and outages), the core decides whether a
+        // later attempt may succeed; else the error's own `retryable` (default true).
+        match prop(e, "status").as_f64().filter(|s| s.fract() == 0.0 && (100.0..1000.0).contains(s)) {
+            Some(status) => err.retryable = crate::core::classify::transient_http_status(status as u16),
+            None => {
+                if let Some(r) = prop(e, "retryable").as_bool() {
+                    err.retryable = r;
+                }
+            }
         }
         return ToolError::Propagate(err);
     }
