@@ -796,7 +796,7 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
             Ok(list) => {
                 let rec = &list[*pick as usize % list.len()];
                 touched.push(rec.run_id.clone());
-                let decision = Resolve { id: rec.id.clone(), approved: *approve, note: None };
+                let decision = Resolve { id: rec.id.clone(), approved: *approve, note: None, answer: None };
                 agent.approvals().resolve_with(decision, opts()).await.map(|_| ())
             }
             Err(e) => Err(e),

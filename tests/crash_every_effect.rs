@@ -82,8 +82,13 @@ fn finish_from_store(env: &Env, c: &Counters, models: &mut Vec<MockModel>) -> Ch
                 let mut last = None;
                 for id in &cp.approval_ids {
                     last = Some(
-                        block_on(agent.approvals().resolve(Resolve { id: id.clone(), approved: true, note: None }))
-                            .unwrap(),
+                        block_on(agent.approvals().resolve(Resolve {
+                            id: id.clone(),
+                            approved: true,
+                            note: None,
+                            answer: None,
+                        }))
+                        .unwrap(),
                     );
                 }
                 last.unwrap()
@@ -115,8 +120,13 @@ fn reference(make_env: fn() -> Env) -> Reference {
     let (a, model) = agent(&env, &c);
     let paused = block_on(a.send(RUN, INPUT, SendOptions::default())).unwrap();
     assert_eq!(paused.status, RunStatus::AwaitingApproval);
-    let done = block_on(a.approvals().resolve(Resolve { id: paused.approval_id.unwrap(), approved: true, note: None }))
-        .unwrap();
+    let done = block_on(a.approvals().resolve(Resolve {
+        id: paused.approval_id.unwrap(),
+        approved: true,
+        note: None,
+        answer: None,
+    }))
+    .unwrap();
     assert_eq!(done.status, RunStatus::Finished);
     assert_eq!(done.text, "All done.");
     assert!(validate_transcript(&done.messages).is_ok());
@@ -197,10 +207,10 @@ fn crash_matrix(make_env: fn() -> Env, label: &str) {
             } else {
                 let paused = block_on(a.send(RUN, INPUT, SendOptions::default())).unwrap();
                 let id = paused.approval_id.unwrap();
-                block_on(
-                    a.approvals()
-                        .resolve_with(Resolve { id, approved: true, note: None }, crash(k - reference.effects_send)),
-                )
+                block_on(a.approvals().resolve_with(
+                    Resolve { id, approved: true, note: None, answer: None },
+                    crash(k - reference.effects_send),
+                ))
             };
             assert_eq!(res.unwrap_err().code, ErrorCode::Crashed, "k={k}");
             let at_crash = block_on(a.load(RUN)).unwrap();

@@ -287,8 +287,13 @@ fn new_runs_may_not_end_with_heal_while_diagnosis_forks_stay_addressable() {
     let approvals = block_on(agent.approvals().list()).unwrap();
     assert_eq!(approvals.len(), 1);
     assert_eq!(approvals[0].run_id, "job.heal");
-    let done = block_on(agent.approvals().resolve(Resolve { id: approvals[0].id.clone(), approved: true, note: None }))
-        .unwrap();
+    let done = block_on(agent.approvals().resolve(Resolve {
+        id: approvals[0].id.clone(),
+        approved: true,
+        note: None,
+        answer: None,
+    }))
+    .unwrap();
     assert_eq!((done.status, done.text.as_str()), (RunStatus::Finished, "healed"));
     assert_eq!(c.get("pay"), 1);
     // The next tick finds the finished fork of `job`: the original is deleted and reported recovered.

@@ -319,7 +319,7 @@ fn a_fork_of_a_started_approved_call_records_it_interrupted_and_never_runs_it_ag
                 let id = block_on(agent.send("pay", "refund order 7", opts())).unwrap().approval_id.unwrap();
                 let crash =
                     SendOptions { crash: Some(CrashPoint { after_effects: k, finish_in_flight: true }), ..opts() };
-                let resolve = Resolve { id, approved: true, note: None };
+                let resolve = Resolve { id, approved: true, note: None, answer: None };
                 block_on(agent.approvals().resolve_with(resolve, crash)).unwrap_err();
                 (c.get("refund") == 1).then_some((env, c))
             })

@@ -371,7 +371,8 @@ fn drive(
                     }
                 }
                 let (id, approved) = pick.ok_or("a paused run without approval ids")?;
-                block_on(a.approvals().resolve_with(Resolve { id, approved, note: None }, opts())).map(|_| ())
+                block_on(a.approvals().resolve_with(Resolve { id, approved, note: None, answer: None }, opts()))
+                    .map(|_| ())
             }
             Some(cp) if cp.status == RunStatus::Finished => {
                 let sent = cp.messages.iter().filter(|m| matches!(m, Message::User { .. })).count();

@@ -78,6 +78,7 @@ fn resume_after_crash_runs_the_plain_call_beside_an_unreconciled_side_effect() {
                         id: cp.approval_ids[0].clone(),
                         approved: true,
                         note: None,
+                        answer: None,
                     }))
                     .unwrap(),
                     Some(cp) if cp.status == RunStatus::Finished => steadfast::runtime::RunResult::stored(&cp),
@@ -85,7 +86,8 @@ fn resume_after_crash_runs_the_plain_call_beside_an_unreconciled_side_effect() {
                 };
                 if gated && res.status == RunStatus::AwaitingApproval {
                     let id = res.approval_id.clone().unwrap();
-                    res = block_on(b.approvals().resolve(Resolve { id, approved: true, note: None })).unwrap();
+                    res = block_on(b.approvals().resolve(Resolve { id, approved: true, note: None, answer: None }))
+                        .unwrap();
                 }
                 let ctx = format!("{env_kind} gated={gated} crash after effect {k}");
                 assert_eq!(res.status, RunStatus::Finished, "{ctx}");
@@ -275,6 +277,15 @@ impl RunStore for Refusing {
     }
     async fn delete_approval(&self, id: &str) -> steadfast::Result<()> {
         self.inner.delete_approval(id).await
+    }
+    async fn put_due(&self, due: &steadfast::store::DueWait) -> steadfast::Result<()> {
+        self.inner.put_due(due).await
+    }
+    async fn list_due(&self, until: u64, limit: usize) -> steadfast::Result<Vec<steadfast::store::DueWait>> {
+        self.inner.list_due(until, limit).await
+    }
+    async fn delete_due(&self, due: &steadfast::store::DueWait) -> steadfast::Result<()> {
+        self.inner.delete_due(due).await
     }
     async fn get_state(&self, name: &str) -> steadfast::Result<Option<String>> {
         self.inner.get_state(name).await

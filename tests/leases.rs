@@ -365,6 +365,18 @@ impl RunStore for FailOnce {
         self.op("delete_approval")?;
         self.inner.delete_approval(id).await
     }
+    async fn put_due(&self, due: &steadfast::store::DueWait) -> Result<()> {
+        self.op("put_due")?;
+        self.inner.put_due(due).await
+    }
+    async fn list_due(&self, until: u64, limit: usize) -> Result<Vec<steadfast::store::DueWait>> {
+        self.op("list_due")?;
+        self.inner.list_due(until, limit).await
+    }
+    async fn delete_due(&self, due: &steadfast::store::DueWait) -> Result<()> {
+        self.op("delete_due")?;
+        self.inner.delete_due(due).await
+    }
     async fn get_state(&self, name: &str) -> Result<Option<String>> {
         self.op("get_state")?;
         self.inner.get_state(name).await
@@ -412,7 +424,7 @@ fn a_store_failure_anywhere_in_a_leased_operation_leaves_the_lease_free() {
                     let pending = block_on(store.inner.list_approvals()).unwrap();
                     let next = pending.iter().find(|p| p.status == steadfast::core::approval::ApprovalStatus::Pending);
                     let id = next.map(|p| p.id.clone()).unwrap_or_else(|| cp.as_ref().unwrap().approval_ids[0].clone());
-                    let decision = steadfast::runtime::Resolve { id, approved: true, note: None };
+                    let decision = steadfast::runtime::Resolve { id, approved: true, note: None, answer: None };
                     ("resolve", block_on(a.approvals().resolve(decision)).map(|_| ()))
                 }
                 Some(RunStatus::InProgress) => ("resume", block_on(a.resume("r", SendOptions::default())).map(|_| ())),
@@ -518,6 +530,15 @@ impl RunStore for ConfirmRefused {
     async fn delete_approval(&self, id: &str) -> Result<()> {
         self.inner.delete_approval(id).await
     }
+    async fn put_due(&self, due: &steadfast::store::DueWait) -> Result<()> {
+        self.inner.put_due(due).await
+    }
+    async fn list_due(&self, until: u64, limit: usize) -> Result<Vec<steadfast::store::DueWait>> {
+        self.inner.list_due(until, limit).await
+    }
+    async fn delete_due(&self, due: &steadfast::store::DueWait) -> Result<()> {
+        self.inner.delete_due(due).await
+    }
     async fn get_state(&self, name: &str) -> Result<Option<String>> {
         self.inner.get_state(name).await
     }
@@ -547,7 +568,12 @@ fn an_approval_is_not_decided_by_a_resolver_whose_lease_is_not_confirmed() {
         let ids = paused.approval_ids.clone();
         assert_eq!(ids.len(), calls);
         let decide = |id: &str, approved: bool| {
-            block_on(agent.approvals().resolve(steadfast::runtime::Resolve { id: id.into(), approved, note: None }))
+            block_on(agent.approvals().resolve(steadfast::runtime::Resolve {
+                id: id.into(),
+                approved,
+                note: None,
+                answer: None,
+            }))
         };
         // Every decision but the last leaves the run waiting (no lease is taken).
         for id in &ids[..calls - 1] {

@@ -98,7 +98,13 @@ fn failed(message: &str) -> ToolOutcome {
 }
 
 fn approve(approval_id: &str, tool_call_id: &str) -> Decision {
-    Decision { approval_id: approval_id.into(), tool_call_id: tool_call_id.into(), approved: true, note: None }
+    Decision {
+        approval_id: approval_id.into(),
+        tool_call_id: tool_call_id.into(),
+        approved: true,
+        note: None,
+        result: None,
+    }
 }
 
 fn reject(approval_id: &str, tool_call_id: &str, note: &str) -> Decision {
@@ -107,6 +113,7 @@ fn reject(approval_id: &str, tool_call_id: &str, note: &str) -> Decision {
         tool_call_id: tool_call_id.into(),
         approved: false,
         note: Some(note.into()),
+        result: None,
     }
 }
 
@@ -346,7 +353,7 @@ impl Story {
 
     fn expect_run_tool(&mut self, id: &str) -> &mut Self {
         match self.next("RunTool") {
-            Effect::RunTool { call, approval_id, key } => {
+            Effect::RunTool { call, approval_id, key, .. } => {
                 assert_eq!(call.id, id, "RunTool for the wrong call");
                 assert_eq!(approval_id, None, "a call that needed no approval runs without an approval id");
                 assert_eq!(Some(key), self.cp().call_key(id), "a call runs with its call key");
@@ -358,7 +365,7 @@ impl Story {
 
     fn expect_run_approved(&mut self, id: &str, approval: &str) -> &mut Self {
         match self.next("RunTool") {
-            Effect::RunTool { call, approval_id, key } => {
+            Effect::RunTool { call, approval_id, key, .. } => {
                 assert_eq!(call.id, id, "RunTool for the wrong call");
                 assert_eq!(approval_id.as_deref(), Some(approval), "an approved call carries its approval id");
                 assert_eq!(Some(key), self.cp().call_key(id), "and its call key");

@@ -269,9 +269,13 @@ fn running_a_run_again_within_a_second_is_never_refused_by_the_index() {
         assert_eq!(listed(&process()), vec![("r".to_string(), RunStatus::AwaitingApproval)], "gap {gap_ms} ms");
         clock.advance(gap_ms);
         let id = paused.approval_id.clone().unwrap();
-        let done =
-            block_on(process().approvals().resolve(steadfast::runtime::Resolve { id, approved: true, note: None }))
-                .unwrap_or_else(|e| panic!("gap {gap_ms} ms: the approval's execution was refused: {e}"));
+        let done = block_on(process().approvals().resolve(steadfast::runtime::Resolve {
+            id,
+            approved: true,
+            note: None,
+            answer: None,
+        }))
+        .unwrap_or_else(|e| panic!("gap {gap_ms} ms: the approval's execution was refused: {e}"));
         assert_eq!(done.status, RunStatus::Finished, "gap {gap_ms} ms");
         assert_eq!(listed(&process()), vec![], "gap {gap_ms} ms: a finished run is not listed");
     }

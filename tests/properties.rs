@@ -514,8 +514,10 @@ async fn run_case(s: &Script) -> Result<HashSet<String>, String> {
                         return Err(format!("call {call_id} was put up for approval twice"));
                     }
                     let note = Some(format!("note-{call_id}"));
-                    let res =
-                        agent.approvals().resolve_with(Resolve { id: aid.clone(), approved, note }, opts.clone()).await;
+                    let res = agent
+                        .approvals()
+                        .resolve_with(Resolve { id: aid.clone(), approved, note, answer: None }, opts.clone())
+                        .await;
                     // The pause is over once no approval of it is pending (after a crash, re-deciding any
                     // approval of a fully decided pause resumes the run).
                     let still_paused = matches!(&res, Ok(r) if r.status == RunStatus::AwaitingApproval
@@ -612,7 +614,8 @@ async fn run_case(s: &Script) -> Result<HashSet<String>, String> {
         if !crashy {
             return Err(format!("approval {} is left pending after the run finished", stale.id));
         }
-        let e = agent.approvals().resolve(Resolve { id: stale.id.clone(), approved: true, note: None }).await;
+        let e =
+            agent.approvals().resolve(Resolve { id: stale.id.clone(), approved: true, note: None, answer: None }).await;
         if !matches!(&e, Err(e) if e.code == ErrorCode::ApprovalOrphaned) {
             return Err(format!("a stale approval did not resolve as an orphan: {e:?}"));
         }

@@ -290,6 +290,15 @@ impl<S: RunStore> RunStore for Watched<S> {
     async fn delete_approval(&self, id: &str) -> Result<()> {
         self.inner.delete_approval(id).await
     }
+    async fn put_due(&self, due: &steadfast::store::DueWait) -> Result<()> {
+        self.inner.put_due(due).await
+    }
+    async fn list_due(&self, until: u64, limit: usize) -> Result<Vec<steadfast::store::DueWait>> {
+        self.inner.list_due(until, limit).await
+    }
+    async fn delete_due(&self, due: &steadfast::store::DueWait) -> Result<()> {
+        self.inner.delete_due(due).await
+    }
     async fn get_state(&self, name: &str) -> Result<Option<String>> {
         self.inner.get_state(name).await
     }

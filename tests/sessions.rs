@@ -253,7 +253,8 @@ fn a_turn_waiting_on_an_approval_holds_the_session_until_it_is_resolved() {
         assert_eq!(pending.len(), 1);
         assert_eq!((pending[0].kind, pending[0].owner_id.as_deref()), (RunKind::Session, Some("s")), "{label}");
         let id = paused.approval_id.unwrap();
-        let done = block_on(agent.approvals().resolve(Resolve { id, approved: true, note: None })).unwrap();
+        let done =
+            block_on(agent.approvals().resolve(Resolve { id, approved: true, note: None, answer: None })).unwrap();
         assert_eq!(done.text, "Booked for 2.", "{label}");
         let r = block_on(s.send(INPUTS[1], opts())).unwrap();
         assert_eq!((r.run_id.as_str(), r.status), ("s.turn-2", RunStatus::AwaitingApproval), "{label}");
@@ -421,6 +422,7 @@ fn resume_by_session_id_finishes_its_turn_and_a_discarded_turn_takes_its_approva
             id: paused.approval_id.unwrap(),
             approved: true,
             note: None,
+            answer: None,
         }))
         .unwrap_err();
         assert_eq!(err.code, ErrorCode::ApprovalNotFound, "{label}");

@@ -228,7 +228,8 @@ fn the_sweep_recovers_a_run_whose_index_entry_went_stale() {
                 crash: Some(CrashPoint { after_effects: k, finish_in_flight: false }),
                 ..Default::default()
             };
-            let decision = Resolve { id: paused.approval_id.clone().unwrap(), approved: true, note: None };
+            let decision =
+                Resolve { id: paused.approval_id.clone().unwrap(), approved: true, note: None, answer: None };
             let resolver = agent(store(kind, &kv, &objects, &clock), &clock, &counters);
             let crashed = block_on(resolver.approvals().resolve_with(decision, crash)).is_err();
             kv.lose_writes_to(None);
@@ -282,7 +283,7 @@ fn the_sweep_finishes_a_resolution_that_died_after_recording_its_decision() {
                 ..Default::default()
             };
             let id = paused.approval_id.clone().unwrap();
-            let decision = Resolve { id: id.clone(), approved: true, note: None };
+            let decision = Resolve { id: id.clone(), approved: true, note: None, answer: None };
             let resolver = agent(store(kind, &kv, &objects, &clock), &clock, &counters);
             if block_on(resolver.approvals().resolve_with(decision, crash)).is_ok() {
                 continue;

@@ -251,9 +251,13 @@ fn hooks_rewrite_deny_replace_and_reject() {
         .build()
         .unwrap();
     let paused = block_on(agent.send("r", "tidy up", opts())).unwrap();
-    let done =
-        block_on(agent.approvals().resolve(Resolve { id: paused.approval_id.unwrap(), approved: true, note: None }))
-            .unwrap();
+    let done = block_on(agent.approvals().resolve(Resolve {
+        id: paused.approval_id.unwrap(),
+        approved: true,
+        note: None,
+        answer: None,
+    }))
+    .unwrap();
     assert_eq!(*seen_args.borrow(), vec![json!({"limit": 10})], "the tool ran with the rewritten args");
     let results: BTreeMap<String, (ResultKind, String)> = done
         .messages

@@ -6,6 +6,7 @@ use super::checkpoint::{Checkpoint, RunStatus};
 use super::error::{Error, ErrorCode, Result};
 use super::fingerprint::Fingerprint;
 use super::transcript::ToolCall;
+use super::wait::{WaitKind, WaitOutcome};
 use serde::{Deserialize, Serialize};
 
 /// Decision state of an approval.
@@ -23,7 +24,7 @@ pub enum ApprovalStatus {
 }
 
 /// A stored approval.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct ApprovalRecord {
@@ -56,6 +57,30 @@ pub struct ApprovalRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub fingerprint: Option<Fingerprint>,
+    /// What the call waits for: a reviewer's approval (the default), or a tool's wait ([`crate::core::wait`]).
+    #[serde(default, skip_serializing_if = "WaitKind::is_approval")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub kind: WaitKind,
+    /// A question's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub question: Option<String>,
+    /// A question's choices (empty: any answer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub choices: Vec<String>,
+    /// When the wait resolves by itself: an event's deadline, a timer's time (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub due_at: Option<u64>,
+    /// An event wait's token hash ([`crate::core::wait::token_hash`]; never the token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub token_hash: Option<String>,
+    /// A resolved wait's outcome (its call's result).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub outcome: Option<WaitOutcome>,
 }
 
 /// A decision handed to the run state machine when the last approval of a pause is resolved.
@@ -69,6 +94,8 @@ pub struct Decision {
     pub approved: bool,
     /// Reviewer's note.
     pub note: Option<String>,
+    /// For a tool's wait: the call's result (the call does not run again).
+    pub result: Option<WaitOutcome>,
 }
 
 impl Decision {
@@ -79,19 +106,83 @@ impl Decision {
             ApprovalStatus::Approved => true,
             ApprovalStatus::Rejected => false,
         };
+        if !record.kind.is_approval() && record.outcome.is_none() {
+            return None;
+        }
         Some(Decision {
             approval_id: record.id.clone(),
             tool_call_id: record.tool_call.id.clone(),
             approved,
             note: record.note.clone(),
+            result: record.outcome.clone(),
         })
     }
+}
+
+/// Whether a stored resolution is taken again by a second one: the same outcome again (a retried delivery of
+/// the same payload, the same answer) is acknowledged and changes nothing.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resolved {
+    /// The record now carries the outcome (write it and resume).
+    Fresh(ApprovalRecord),
+    /// It carried the same outcome already: nothing to do.
+    Again(ApprovalRecord),
+}
+
+/// Resolves a tool's wait with `outcome` (an answer, a delivery, a deadline or a timer: see
+/// [`crate::core::wait`]). A wait resolved already with the same outcome is [`Resolved::Again`]; with another
+/// one, `STEADFAST_WAIT_ALREADY_RESOLVED`; an approval record is not a wait (`STEADFAST_INVALID_INPUT`).
+pub fn resolve_wait(mut record: ApprovalRecord, outcome: WaitOutcome) -> Result<Resolved> {
+    if record.kind.is_approval() {
+        return Err(Error::invalid_input(format!(
+            "'{}' is an approval, not a wait: decide it with approved/note",
+            record.id
+        ))
+        .with_approval(&record.id)
+        .with_run(&record.run_id));
+    }
+    if let Some(done) = &record.outcome {
+        if done.digest == outcome.digest && done.by == outcome.by {
+            return Ok(Resolved::Again(record));
+        }
+        let by = format!("{:?}", done.by).to_lowercase();
+        return Err(Error::new(
+            ErrorCode::WaitAlreadyResolved,
+            format!("the {} wait '{}' was resolved already (by {by})", record.kind.as_str(), record.id),
+        )
+        .with_approval(&record.id)
+        .with_run(&record.run_id));
+    }
+    record.status = if outcome.is_error && outcome.by == super::wait::ResolvedBy::Declined {
+        ApprovalStatus::Rejected
+    } else {
+        ApprovalStatus::Approved
+    };
+    record.outcome = Some(outcome);
+    Ok(Resolved::Fresh(record))
 }
 
 /// Applies a person's decision to a stored record (status and note; the caller stamps `decided_at` when it
 /// writes the record). Deciding it again the same way is allowed (a retried request: the record is decided
 /// anew); the other way fails with `STEADFAST_APPROVAL_ALREADY_DECIDED`.
 pub fn decide(mut record: ApprovalRecord, approved: bool, note: Option<String>) -> Result<ApprovalRecord> {
+    if !record.kind.is_approval() {
+        return Err(Error::invalid_input(format!(
+            "'{}' waits for {}, not an approval: {}",
+            record.id,
+            match record.kind {
+                WaitKind::Question => "an answer",
+                WaitKind::Event => "an event",
+                _ => "a time",
+            },
+            match record.kind {
+                WaitKind::Question => "give it an `answer`",
+                _ => "it is not decided with approved/note",
+            }
+        ))
+        .with_approval(&record.id)
+        .with_run(&record.run_id));
+    }
     let wanted = if approved { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
     if record.status != ApprovalStatus::Pending && record.status != wanted {
         return Err(Error::new(
@@ -174,6 +265,7 @@ mod tests {
             created_at: 0,
             decided_at: None,
             fingerprint: None,
+            ..Default::default()
         }
     }
 

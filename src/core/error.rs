@@ -122,6 +122,11 @@ codes! {
     MethodNotAllowed = "STEADFAST_METHOD_NOT_ALLOWED", retryable = false, status = 405, outage = false;
     /// The request body is larger than the API accepts (1 MiB).
     PayloadTooLarge = "STEADFAST_PAYLOAD_TOO_LARGE", retryable = false, status = 413, outage = false;
+    /// No wait has this token (it never existed, was guessed, or its run was deleted): the answer is the same in
+    /// every case, so it reveals nothing about runs.
+    WaitNotFound = "STEADFAST_WAIT_NOT_FOUND", retryable = false, status = 404, outage = false;
+    /// The wait was resolved already, differently (another payload, another answer, its deadline).
+    WaitAlreadyResolved = "STEADFAST_WAIT_ALREADY_RESOLVED", retryable = false, status = 409, outage = false;
     /// A bug: an invariant of the run state machine did not hold.
     Internal = "STEADFAST_INTERNAL", retryable = false, status = 500, outage = false;
 }

@@ -5,6 +5,7 @@ use super::checkpoint::{FinishReason, RunStatus};
 use super::error::ErrorInfo;
 use super::fingerprint::AgentDrift;
 use super::transcript::{ResultKind, ToolCall, Usage};
+use super::wait::{ResolvedBy, WaitKind};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -82,6 +83,38 @@ pub enum Event {
         /// The gated call.
         #[serde(rename = "toolCall")]
         tool_call: ToolCall,
+    },
+    /// A tool call parked the run on a wait (a question, an event, a timer: [`crate::core::wait`]).
+    #[serde(rename = "wait.start")]
+    WaitStart {
+        /// The wait's id (its record's).
+        #[serde(rename = "waitId")]
+        wait_id: String,
+        /// What it waits for.
+        kind: WaitKind,
+        /// The call.
+        #[serde(rename = "toolCallId")]
+        tool_call_id: String,
+        /// A question's text.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "ts", ts(optional))]
+        question: Option<String>,
+        /// An event's deadline or a timer's time (ms since the epoch).
+        #[serde(rename = "dueAt", default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+        due_at: Option<u64>,
+    },
+    /// A wait was resolved; its call's result is recorded (a `tool.done` follows).
+    #[serde(rename = "wait.done")]
+    WaitDone {
+        /// The wait's id.
+        #[serde(rename = "waitId")]
+        wait_id: String,
+        /// The call.
+        #[serde(rename = "toolCallId")]
+        tool_call_id: String,
+        /// How it was resolved.
+        by: ResolvedBy,
     },
     /// The resuming agent differs from the checkpoint's.
     #[serde(rename = "agent.drift")]

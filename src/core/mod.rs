@@ -21,3 +21,4 @@ pub(crate) mod schema;
 pub mod sweep;
 pub mod trajectory;
 pub mod transcript;
+pub mod wait;

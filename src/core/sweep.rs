@@ -90,6 +90,20 @@ pub struct SweepState {
     /// this one in the listing's order, so every such run is verified in turn (see [`VERIFY_PER_TICK`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verified: Option<String>,
+    /// When the last round of verifications ended: the next starts [`VERIFY_ROUND_MS`] later, so a run left
+    /// alone (a paused run waiting days) is read about once a day, whatever the number of such runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_round_at: Option<u64>,
+}
+
+/// How long after a round of verifications ends the next one starts: a day.
+pub const VERIFY_ROUND_MS: u64 = 24 * 3_600_000;
+
+impl SweepState {
+    /// Whether a round of verifications is under way (or may start) at `now`.
+    pub fn verifying(&self, now: u64) -> bool {
+        self.verify_round_at.is_none_or(|t| now >= t.saturating_add(VERIFY_ROUND_MS))
+    }
 }
 
 /// Runs a tick reads to verify that their listing still says the truth, among those it would leave alone: a

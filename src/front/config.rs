@@ -410,6 +410,9 @@ pub struct AgentConfig {
     /// Webhook tools.
     #[serde(default)]
     pub tools: Vec<WebhookToolConfig>,
+    /// Built-in tools that wait (`ask_question`, `sleep_for`, `sleep_until`; default none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait_tools: Vec<crate::runtime::WaitTool>,
     /// MCP servers whose tools the agent gets: `{url, headers?, timeoutMs?}` each (see the module docs).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp: Vec<McpServerConfig>,
@@ -450,6 +453,7 @@ impl Default for AgentConfig {
             lease: LeaseOptions::default(),
             recovery: SweepOptions::default(),
             tools: Vec::new(),
+            wait_tools: Vec::new(),
             mcp: Vec::new(),
             allowed_hosts: Vec::new(),
             demo_tools: None,
@@ -507,6 +511,7 @@ impl AgentConfig {
             lease: self.lease,
             loop_window,
             max_tool_result_bytes,
+            wait_tools: self.wait_tools.clone(),
         }
     }
 
@@ -1394,7 +1399,12 @@ mod tests {
                 lease: LeaseOptions { ttl_ms: ttl, renew_every_ms: n(1, ttl - 1), grace_ms: n(0, 100_000) },
                 loop_window: n(0, 10) as u32,
                 max_tool_result_bytes: n(1_024, crate::core::limits::MAX_TOOL_RESULT_BYTES as u64) as usize,
+                wait_tools: [WaitTool::AskQuestion, WaitTool::SleepFor, WaitTool::SleepUntil]
+                    .into_iter()
+                    .filter(|_| n(0, 1) == 1)
+                    .collect(),
             };
+            use crate::runtime::WaitTool;
             let Value::Object(mut doc) = serde_json::to_value(&options).unwrap() else { panic!("{repro}") };
             let mut limits = Map::new();
             for key in ["maxSteps", "toolConcurrency", "loopWindow", "maxToolResultBytes"] {

@@ -679,6 +679,8 @@ mod tests {
             call_key: key.clone(),
             approval_id: approval.map(String::from),
             abort: crate::runtime::AbortSignal::new(),
+            wait_token: String::new(),
+            now: 0,
         };
         assert_eq!(
             serde_json::to_value(ToolCallContext::from(&ctx(None))).unwrap(),

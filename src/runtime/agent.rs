@@ -159,7 +159,10 @@ impl AgentBuilder {
         let mut names = BTreeSet::new();
         let mut tools = Vec::new();
         let mut specs = Vec::new();
-        for t in self.tools {
+        let mut wanted = BTreeSet::new();
+        let builtins = self.options.wait_tools.iter().filter(|w| wanted.insert(**w)).map(|w| w.tool());
+        let all: Vec<Rc<dyn Tool>> = builtins.chain(self.tools).collect();
+        for t in all {
             let name = t.name().to_string();
             if name.is_empty()
                 || name.len() > 64

@@ -5,10 +5,15 @@
 use super::deps::Deps;
 use super::options::SendOptions;
 use super::result::{Driven, RunResult, RunStats};
-use crate::core::approval::{awaits, awaits_any, decide, plan_resolution, ApprovalRecord, ApprovalStatus, Resolution};
+use crate::core::approval::{
+    awaits, awaits_any, decide, plan_resolution, resolve_wait, ApprovalRecord, ApprovalStatus, Resolution, Resolved,
+};
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::{Outcome, RunMachine, Start};
+use crate::core::transcript::Message;
+use crate::core::wait::{answered, WaitKind};
+use crate::store::DueWait;
 use serde::{Deserialize, Serialize};
 
 /// A decision on an approval.
@@ -21,6 +26,9 @@ pub struct Resolve {
     /// Reviewer's note.
     #[serde(default)]
     pub note: Option<String>,
+    /// A question's answer (it becomes the call's result); refused for an approval.
+    #[serde(default)]
+    pub answer: Option<serde_json::Value>,
 }
 
 /// The approvals API of an agent.
@@ -50,25 +58,89 @@ impl Approvals<'_> {
     /// call gets its result (the tool's, if approved — it runs at most once — or a rejection with the note),
     /// the turn's remaining calls run (and may pause again), then the model is called. A stale approval (its
     /// run deleted or replaced) fails with `STEADFAST_APPROVAL_ORPHANED` and is withdrawn.
+    ///
+    /// A question ([`crate::core::wait`]) is answered the same way: `answer` (one of its choices, when it
+    /// offers any) becomes the call's result; `approved: false` declines it (an error result with the note).
+    /// Events and timers are not decided here (`STEADFAST_INVALID_INPUT`): they are delivered with their
+    /// token ([`crate::runtime::Events::deliver`]) or come due.
     pub async fn resolve_with(&self, decision: Resolve, opts: SendOptions) -> Result<RunResult> {
-        let deps = self.deps;
-        let store = &deps.store;
-        let before = store.counters();
+        let store = &self.deps.store;
         let Some(stored) = store.get_approval(&decision.id).await? else {
             return Err(Error::new(ErrorCode::ApprovalNotFound, format!("no approval '{}'", decision.id))
                 .with_approval(&decision.id));
         };
-        let mut rec = decide(stored, decision.approved, decision.note.clone())?;
-        let run_id = rec.run_id.clone();
-        let orphaned = |cp: &Option<Checkpoint>| !awaits(cp.as_ref(), &decision.id);
-        let pre = match store.load(&run_id).await? {
-            Some(cp) if awaits(Some(&cp), &decision.id) => cp,
-            _ => {
-                store.delete_approval(&decision.id).await?;
-                return Err(orphan_error(&run_id, &decision.id));
+        let (rec, again) = match stored.kind {
+            WaitKind::Approval => {
+                if decision.answer.is_some() {
+                    return Err(Error::invalid_input(format!(
+                        "'{}' is an approval: it takes approved/note, not an answer",
+                        decision.id
+                    ))
+                    .with_approval(&decision.id));
+                }
+                (decide(stored, decision.approved, decision.note.clone())?, false)
+            }
+            WaitKind::Question => {
+                if decision.approved && decision.answer.is_none() {
+                    return Err(Error::invalid_input(format!(
+                        "'{}' is a question: give it an `answer` (or `approved: false` to decline)",
+                        decision.id
+                    ))
+                    .with_approval(&decision.id));
+                }
+                let answer = if decision.approved { decision.answer.as_ref() } else { None };
+                let outcome = answered(&stored.choices, answer, decision.note.as_deref())
+                    .map_err(|e| e.with_approval(&decision.id).with_run(&stored.run_id))?;
+                let mut resolved = match resolve_wait(stored, outcome)? {
+                    Resolved::Fresh(r) => (r, false),
+                    Resolved::Again(r) => (r, true),
+                };
+                resolved.0.note = decision.note.clone();
+                resolved
+            }
+            WaitKind::Event | WaitKind::Timer => {
+                return Err(Error::invalid_input(format!(
+                    "'{}' waits for {}: it is not decided through the approvals API",
+                    decision.id,
+                    if stored.kind == WaitKind::Event { "an event (deliver it with its token)" } else { "a time" }
+                ))
+                .with_approval(&decision.id));
             }
         };
-        rec.decided_at = Some(deps.now());
+        let run_id = rec.run_id.clone();
+        match self.settle(rec, opts).await? {
+            Settled::Run(res) => Ok(*res),
+            Settled::Moved(cp) if again => Ok(RunResult::stored(&cp)),
+            Settled::Moved(_) | Settled::Orphaned => Err(orphan_error(&run_id, &decision.id)),
+        }
+    }
+
+    /// Writes a decided or resolved record of a pause and, when it was the pause's last, resumes the run under
+    /// its lease (see [`Approvals::resolve_with`]). The record is written only once the run is known to wait
+    /// on it and, for the resume, once the lease is confirmed. [`Settled::Moved`]: the run no longer waits on
+    /// it (moved on after an earlier resolution: the caller decides whether that is a repeat); the record is
+    /// left as it is. [`Settled::Orphaned`]: the run is gone or replaced; the record was withdrawn.
+    pub(crate) async fn settle(&self, rec: ApprovalRecord, opts: SendOptions) -> Result<Settled> {
+        let deps = self.deps;
+        let store = &deps.store;
+        let before = store.counters();
+        let id = rec.id.clone();
+        let run_id = rec.run_id.clone();
+        let mut rec = rec;
+        let orphaned = |cp: &Option<Checkpoint>| !awaits(cp.as_ref(), &id);
+        let pre = match store.load(&run_id).await? {
+            Some(cp) if awaits(Some(&cp), &id) => cp,
+            Some(cp) if cp.run_id == run_id && rec.outcome.is_some() && moved_past(&cp, &rec) => {
+                return Ok(Settled::Moved(Box::new(cp)));
+            }
+            _ => {
+                store.delete_approval(&id).await?;
+                self.drop_due(&rec).await;
+                return Ok(Settled::Orphaned);
+            }
+        };
+        // A decision taken up again (a retry, the sweep) keeps its time: its due entry is the same key.
+        rec.decided_at = rec.decided_at.or(Some(deps.now()));
         let mut siblings = Vec::new();
         for aid in pre.approval_ids.iter().filter(|a| **a != rec.id) {
             if let Some(r) = store.get_approval(aid).await? {
@@ -78,6 +150,9 @@ impl Approvals<'_> {
         let decisions = match plan_resolution(&pre.approval_ids, &rec, &siblings) {
             Resolution::Resume { decisions } => decisions,
             Resolution::Wait { still_pending } => {
+                // A due entry says "a decision waits to be taken up": should the last decider's resume be lost
+                // (or two deciders each see the other pending), the sweep takes it up from the due index.
+                store.put_due(&decided_due(&rec)).await?;
                 store.put_approval(&rec).await?;
                 let outcome = Outcome {
                     status: RunStatus::AwaitingApproval,
@@ -88,7 +163,7 @@ impl Approvals<'_> {
                 let mut res = RunResult::of(&pre, &outcome, RunStats::default());
                 res.approval_ids = still_pending;
                 res.approval_id = res.approval_ids.first().cloned();
-                return Ok(res);
+                return Ok(Settled::Run(Box::new(res)));
             }
         };
         // The pause the run was driven past (set once the decision is written and the run is about to resume).
@@ -110,6 +185,7 @@ impl Approvals<'_> {
                 // The decision is recorded only once the lease is confirmed (`RunStore::confirm_lease`): a resolver
                 // that lost the lease to a racing acquirer leaves the approval as it was, for the winner's view.
                 store.confirm_lease(lease).await?;
+                store.put_due(&decided_due(&rec)).await?;
                 store.put_approval(&rec).await?;
                 driven_past = Some(batch);
                 deps.drive(lease, machine, &opts).await.map(Leased::Driven)
@@ -117,13 +193,20 @@ impl Approvals<'_> {
             .await;
         let res = match leased {
             Ok(Leased::Orphaned) => {
-                store.delete_approval(&decision.id).await?;
-                return Err(orphan_error(&run_id, &decision.id));
+                // Moved on meanwhile (another resolver, a delete): a repeat is the caller's to tell.
+                return match store.load(&run_id).await? {
+                    Some(cp) if rec.outcome.is_some() && moved_past(&cp, &rec) => Ok(Settled::Moved(Box::new(cp))),
+                    _ => {
+                        store.delete_approval(&id).await?;
+                        self.drop_due(&rec).await;
+                        Ok(Settled::Orphaned)
+                    }
+                };
             }
             Ok(Leased::Driven(driven)) => driven.report(store.counters().since(&before)),
             Err(e) => Err(e),
         };
-        let Some(batch) = driven_past else { return res };
+        let Some(batch) = driven_past else { return res.map(|r| Settled::Run(Box::new(r))) };
         // The pause's records are withdrawn once the run has moved past it; after a crash, a lost lease or a
         // failure before the decisions were committed, the run still waits on them and they stay.
         let consumed = match &res {
@@ -136,14 +219,54 @@ impl Approvals<'_> {
             },
         };
         if consumed {
+            self.drop_due(&rec).await;
             for aid in batch {
+                if aid == rec.id {
+                    // Ignored: see below.
+                    let _ = store.delete_approval(&aid).await;
+                    continue;
+                }
+                if let Ok(Some(r)) = store.get_approval(&aid).await {
+                    self.drop_due(&r).await;
+                }
                 // Deliberately ignored: a record left behind is decided (so no longer listed as pending) and its
                 // run no longer waits on it; a later decision on it is refused.
                 let _ = store.delete_approval(&aid).await;
             }
         }
-        res
+        res.map(|r| Settled::Run(Box::new(r)))
     }
+
+    /// Removes a record's due-index entries: its wait's time, and its decision's.
+    async fn drop_due(&self, rec: &ApprovalRecord) {
+        for at in [rec.due_at, rec.decided_at].into_iter().flatten() {
+            let due = DueWait { at, wait_id: rec.id.clone(), run_id: rec.run_id.clone() };
+            // Ignored: an entry left behind is dropped when the sweep meets it (its record is gone or spent).
+            let _ = self.deps.store.delete_due(&due).await;
+        }
+    }
+}
+
+/// The due entry of a recorded decision (see [`Approvals::settle`]): due at once.
+fn decided_due(rec: &ApprovalRecord) -> DueWait {
+    DueWait { at: rec.decided_at.unwrap_or(0), wait_id: rec.id.clone(), run_id: rec.run_id.clone() }
+}
+
+/// Whether `cp` (the run the record belongs to) went past the pause that waited on `rec`: its call has a
+/// result in the transcript.
+fn moved_past(cp: &Checkpoint, rec: &ApprovalRecord) -> bool {
+    cp.messages.iter().any(|m| matches!(m, Message::Tool(r) if r.tool_call_id == rec.tool_call.id))
+        || cp.held_results.iter().any(|r| r.tool_call_id == rec.tool_call.id)
+}
+
+/// What [`Approvals::settle`] did.
+pub(crate) enum Settled {
+    /// The record was written; the run resumed (or still waits on other records of its pause).
+    Run(Box<RunResult>),
+    /// The run went past the pause already (the record's call has its result).
+    Moved(Box<Checkpoint>),
+    /// The run is gone or replaced: the record was withdrawn.
+    Orphaned,
 }
 
 /// What the leased part of a resolution found.

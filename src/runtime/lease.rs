@@ -69,7 +69,9 @@ impl Deps {
         let res = driver.drive(machine).await;
         *lease = driver.lease.clone();
         match res {
-            Ok((machine, outcome)) => Ok(Box::new(Driven { machine, outcome, stats: driver.stats })),
+            Ok((machine, outcome)) => {
+                Ok(Box::new(Driven { machine, outcome, stats: driver.stats, paused: driver.paused }))
+            }
             Err(e) => {
                 // A new run's first entry refused because the run exists (created meanwhile) is not this
                 // execution's run to mark.

@@ -31,6 +31,8 @@ pub(crate) mod schedules;
 pub(crate) mod session;
 pub(crate) mod tools;
 pub(crate) mod traits;
+pub(crate) mod wait_tools;
+pub(crate) mod waits;
 pub(crate) mod watch;
 
 pub use crate::rng::{Rng, SplitMix64};
@@ -52,7 +54,7 @@ pub use recovery::{
     delivery_run_id, diagnosis_note, Delivery, ForkOptions, ForkResult, NextAttempt, NoListener, SweepListener,
     SweepReport,
 };
-pub use result::{RunResult, RunStats};
+pub use result::{PendingWait, RunResult, RunStats};
 pub use schedules::{DueFire, FireCall, ScheduleOutcome, ScheduleStatus};
 pub use session::{NextExecution, Session, SessionFork, SessionForkOptions, SessionTurn, HINT_LAG as SESSION_HINT_LAG};
 pub use tools::FnTool;
@@ -60,4 +62,6 @@ pub use traits::{
     AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
     VecSink, Warn,
 };
+pub use wait_tools::WaitTool;
+pub use waits::{EventDelivery, Events, WakeReport};
 pub use watch::{Replay, WatchOptions, WatchSink, WatchStart, Watched, Watchers};

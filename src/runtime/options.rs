@@ -4,6 +4,7 @@
 #[cfg(feature = "testing")]
 use super::traits::LocalFuture;
 use super::traits::{AbortSignal, EventSink};
+use super::wait_tools::WaitTool;
 use crate::core::machine::DriftPolicy;
 use crate::core::retry::RetryPolicy;
 use crate::store::LeaseOptions;
@@ -34,6 +35,9 @@ pub struct AgentOptions {
     /// Longest tool result kept, in bytes (default 262144 = 256 KiB, at least 1024); a longer one is cut and
     /// ends with a marker the model reads.
     pub max_tool_result_bytes: usize,
+    /// Built-in tools that wait, added to the agent's own (default none): `ask_question` (a person's answer
+    /// is the result), `sleep_for`, `sleep_until` (see [`crate::core::wait`]).
+    pub wait_tools: Vec<WaitTool>,
 }
 
 impl Default for AgentOptions {
@@ -46,6 +50,7 @@ impl Default for AgentOptions {
             lease: LeaseOptions::default(),
             loop_window: 4,
             max_tool_result_bytes: crate::core::limits::DEFAULT_MAX_TOOL_RESULT_BYTES,
+            wait_tools: Vec::new(),
         }
     }
 }

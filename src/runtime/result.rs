@@ -1,9 +1,11 @@
 //! What an execution reports: [`RunResult`] (the run after it, and [`RunStats`], what it did).
 
+use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::Result;
 use crate::core::machine::{Outcome, RunMachine};
 use crate::core::transcript::{Message, Usage};
+use crate::core::wait::WaitKind;
 use crate::store::StoreCounters;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -40,6 +42,62 @@ pub struct RunResult {
     pub business_state: Option<Value>,
     /// What this execution did.
     pub stats: RunStats,
+    /// The tools' waits the run paused on in this execution (questions, events, timers; approvals are in
+    /// `approval_ids`), with each event wait's token: the execution that paused hands it to its caller.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub waits: Vec<PendingWait>,
+}
+
+/// A tool's wait a run is paused on (see [`crate::core::wait`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct PendingWait {
+    /// The wait's id (its record's, as `GET /approvals` lists it).
+    pub id: String,
+    /// What it waits for.
+    pub kind: WaitKind,
+    /// The call.
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// A question's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub question: Option<String>,
+    /// A question's choices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub choices: Vec<String>,
+    /// An event's deadline or a timer's time (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional, type = "number"))]
+    pub due_at: Option<u64>,
+    /// An event wait's token: deliver with `POST /events/{token}` (a capability: keep it secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub token: Option<String>,
+}
+
+impl PendingWait {
+    /// The view of a tool's wait record (`None` for an approval), its token derived from the run's key scope.
+    pub fn of(record: &ApprovalRecord, scope: &str) -> Option<PendingWait> {
+        if record.kind == WaitKind::Approval {
+            return None;
+        }
+        let token = (record.kind == WaitKind::Event).then(|| crate::core::wait::token(scope, &record.tool_call.id));
+        Some(PendingWait {
+            id: record.id.clone(),
+            kind: record.kind,
+            tool_call_id: record.tool_call.id.clone(),
+            tool_name: record.tool_call.name.clone(),
+            question: record.question.clone(),
+            choices: record.choices.clone(),
+            due_at: record.due_at,
+            token,
+        })
+    }
 }
 
 impl RunResult {
@@ -65,6 +123,7 @@ impl RunResult {
             approval_id: cp.approval_ids.first().cloned(),
             business_state: cp.business_state.clone(),
             stats,
+            waits: Vec::new(),
         }
     }
 }
@@ -105,6 +164,8 @@ pub(crate) struct Driven {
     pub(crate) machine: RunMachine,
     pub(crate) outcome: Outcome,
     pub(crate) stats: RunStats,
+    /// The records of the pause the execution took (none if it did not pause).
+    pub(crate) paused: Vec<ApprovalRecord>,
 }
 
 impl Driven {
@@ -118,7 +179,12 @@ impl Driven {
         stats.store_commit_writes = store.commit_writes;
         match self.outcome.error {
             Some(e) => Err(e),
-            None => Ok(RunResult::of(self.machine.checkpoint(), &self.outcome, stats)),
+            None => {
+                let cp = self.machine.checkpoint();
+                let mut res = RunResult::of(cp, &self.outcome, stats);
+                res.waits = self.paused.iter().filter_map(|r| PendingWait::of(r, cp.own_key_scope())).collect();
+                Ok(res)
+            }
         }
     }
 }

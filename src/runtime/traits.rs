@@ -6,6 +6,7 @@ use crate::core::error::{cap_chars, Error, Result};
 use crate::core::events::{EventEnvelope, StreamDelta};
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::Message;
+use crate::core::wait::WaitRequest;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -88,6 +89,13 @@ pub struct ToolContext {
     pub approval_id: Option<String>,
     /// Aborted when the run is aborted.
     pub abort: AbortSignal,
+    /// The token of the event wait this call may answer with ([`ToolOutput::wait`] with
+    /// [`WaitRequest::Event`]): hand it to whoever will deliver the event (`POST /events/{token}`,
+    /// `agent.events().deliver(token, payload)`). The same for the same call on every resume; a capability:
+    /// whoever holds it may deliver.
+    pub wait_token: String,
+    /// The agent's clock when the call started (ms since the epoch): a timer's base.
+    pub now: u64,
 }
 
 impl ToolContext {
@@ -98,18 +106,27 @@ impl ToolContext {
 }
 
 /// What a tool returns.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ToolOutput {
     /// Text the model reads (JSON values are serialised).
     pub content: String,
     /// Replaces the run's business state when set.
     pub business_state: Option<Value>,
+    /// "Pending": the call waits for a person's answer, an event or a time instead of answering now
+    /// ([`crate::core::wait`]); its resolution becomes the call's result (`content` and `business_state` are
+    /// not used). The run pauses once no other call runs, and holds no lease while it waits.
+    pub wait: Option<WaitRequest>,
 }
 
 impl ToolOutput {
     /// A text result.
     pub fn text(s: impl Into<String>) -> ToolOutput {
-        ToolOutput { content: s.into(), business_state: None }
+        ToolOutput { content: s.into(), ..Default::default() }
+    }
+
+    /// "Pending" on `wait` (see [`ToolOutput::wait`]).
+    pub fn wait(wait: WaitRequest) -> ToolOutput {
+        ToolOutput { wait: Some(wait), ..Default::default() }
     }
 
     /// A JSON result (strings are kept as they are).
@@ -118,7 +135,7 @@ impl ToolOutput {
             Value::String(s) => s,
             other => other.to_string(),
         };
-        ToolOutput { content, business_state: None }
+        ToolOutput { content, ..Default::default() }
     }
 
     /// Also replace the run's business state.

@@ -40,6 +40,10 @@ pub async fn run_all<S: RunStore>(make: &dyn Fn(&ManualClock) -> (S, S), caps: &
     stale_writer_is_fenced(&s, &o, &c, caps).await;
     let (s, _, _) = fresh();
     approvals_round_trip(&s).await;
+    let (s, _, _) = fresh();
+    wait_records_round_trip(&s).await;
+    let (s, _, _) = fresh();
+    due_index_lists_due_waits_earliest_first(&s).await;
     let (s, _, c) = fresh();
     pending_lists_unfinished(&s, &c).await;
     let (s, _, c) = fresh();
@@ -208,6 +212,7 @@ pub async fn approvals_round_trip(store: &impl RunStore) {
         created_at: 10,
         decided_at: None,
         fingerprint: None,
+        ..Default::default()
     };
     store.put_approval(&rec).await.expect("put");
     assert_eq!(store.get_approval("apr_1").await.expect("get"), Some(rec.clone()));
@@ -217,6 +222,65 @@ pub async fn approvals_round_trip(store: &impl RunStore) {
     assert_eq!(store.list_approvals().await.expect("list"), vec![decided]);
     store.delete_approval("apr_1").await.expect("delete");
     assert_eq!(store.get_approval("apr_1").await.expect("get"), None);
+}
+
+/// A wait record (a question with its choices, an event with its deadline and token hash, its outcome once
+/// resolved) round-trips whole.
+pub async fn wait_records_round_trip(store: &impl RunStore) {
+    use crate::core::wait::{delivered, token, token_hash, wait_id, WaitKind};
+    let tok = token("r:00", "c2");
+    let id = wait_id(&tok).expect("a token's id");
+    let rec = ApprovalRecord {
+        id: id.clone(),
+        run_id: "r".into(),
+        tool_call: ToolCall { id: "c2".into(), name: "wait_for_payment".into(), args: json!({}), invalid: None },
+        batch: vec![id.clone()],
+        step: 2,
+        created_at: 10,
+        kind: WaitKind::Event,
+        due_at: Some(5_000),
+        token_hash: Some(token_hash(&tok)),
+        ..Default::default()
+    };
+    store.put_approval(&rec).await.expect("put");
+    assert_eq!(store.get_approval(&id).await.expect("get"), Some(rec.clone()));
+    let resolved = ApprovalRecord {
+        status: ApprovalStatus::Approved,
+        outcome: Some(delivered(&json!({"paid": true})).expect("a payload")),
+        ..rec
+    };
+    store.put_approval(&resolved).await.expect("resolve");
+    assert_eq!(store.list_approvals().await.expect("list"), vec![resolved]);
+}
+
+/// The due index lists the waits due by a time, earliest first (ties in wait-id order), at most `limit` of
+/// them, and forgets a deleted entry; writing an entry twice lists it once.
+pub async fn due_index_lists_due_waits_earliest_first(store: &impl RunStore) {
+    use crate::store::DueWait;
+    let due = |at: u64, wait: &str, run: &str| DueWait { at, wait_id: wait.into(), run_id: run.into() };
+    let entries = [
+        due(3_000, "wait_b", "run-2"),
+        due(1_000, "wait_c", "run.1"),
+        due(3_000, "wait_a", "run-3"),
+        due(20_000, "wait_d", "run-4"),
+        due(999_999_999_999_999, "wait_e", "run-5"),
+    ];
+    for e in &entries {
+        store.put_due(e).await.expect("put due");
+    }
+    store.put_due(&entries[0]).await.expect("put due again");
+    assert_eq!(store.list_due(0, 10).await.expect("list"), vec![]);
+    assert_eq!(
+        store.list_due(3_000, 10).await.expect("list"),
+        vec![entries[1].clone(), entries[2].clone(), entries[0].clone()]
+    );
+    assert_eq!(store.list_due(u64::MAX, 2).await.expect("list"), vec![entries[1].clone(), entries[2].clone()]);
+    store.delete_due(&entries[2]).await.expect("delete");
+    store.delete_due(&entries[2]).await.expect("delete again");
+    assert_eq!(
+        store.list_due(u64::MAX, 10).await.expect("list"),
+        vec![entries[1].clone(), entries[0].clone(), entries[3].clone(), entries[4].clone()]
+    );
 }
 
 /// Unfinished runs are listed with their status and errors; finished ones are not.
@@ -507,6 +571,7 @@ pub async fn records_over_the_value_limit_are_refused_and_write_nothing(store: &
         created_at: 10,
         decided_at: None,
         fingerprint: None,
+        ..Default::default()
     };
     let err = store.put_approval(&rec).await.expect_err("an approval record over 25 MiB");
     assert_eq!((err.code, err.retryable), (ErrorCode::StoreFailed, false), "{err}");

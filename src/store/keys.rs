@@ -9,6 +9,8 @@
 //! <prefix>run/<id>/void/<tag>                that acquisition gave its lease up after writing it (write-once)
 //! <prefix>idx/pending/<id>                   exists while the run is unfinished; value = list metadata
 //! <prefix>approval/<approval id>             approval record
+//! <prefix>idx/due/<at:016>/<wait id>/<run id> a tool's wait that resolves by itself at `at` (the due index;
+//!                                            run and wait ids hold no `/`; byte order is time order)
 //! <prefix>state/<name>                       runtime state (the sweep's breaker and cursor)
 //! ```
 //! A segment tag is `<epoch:06>.<owner>`: unique per acquisition, so two owners never write the same key.
@@ -87,6 +89,29 @@ impl Keys {
     /// An approval record.
     pub fn approval(&self, id: &str) -> String {
         format!("{}approval/{id}", self.prefix)
+    }
+
+    /// Prefix of the due index.
+    pub fn due_prefix(&self) -> String {
+        format!("{}idx/due/", self.prefix)
+    }
+
+    /// A wait's due-index key.
+    pub fn due(&self, due: &crate::store::DueWait) -> String {
+        format!("{}idx/due/{:016}/{}/{}", self.prefix, due.at, due.wait_id, due.run_id)
+    }
+
+    /// The entry a due-index key names (`None` for a key of another shape).
+    pub fn due_of(&self, key: &str) -> Option<crate::store::DueWait> {
+        let rest = key.strip_prefix(&self.prefix)?.strip_prefix("idx/due/")?;
+        let mut parts = rest.splitn(3, '/');
+        let at = parts.next()?.parse().ok()?;
+        let (wait_id, run_id) = (parts.next()?, parts.next()?);
+        (!wait_id.is_empty() && !run_id.is_empty()).then(|| crate::store::DueWait {
+            at,
+            wait_id: wait_id.to_string(),
+            run_id: run_id.to_string(),
+        })
     }
 
     /// A small runtime document (`state/<name>`, e.g. the sweep's breaker and cursor).

@@ -10,13 +10,13 @@
 //! writes nothing.
 
 use super::kv::{check_value, MAX_VALUE_BYTES};
-use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore};
+use super::{sort_approvals, DueWait, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use async_trait::async_trait;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 
 #[derive(Default)]
@@ -30,6 +30,8 @@ struct Inner {
     runs: BTreeMap<String, RunData>,
     leases: BTreeMap<String, Lease>,
     approvals: BTreeMap<String, String>,
+    /// The due index, earliest first.
+    due: BTreeSet<DueWait>,
     state: BTreeMap<String, String>,
     commits: u64,
 }
@@ -275,6 +277,21 @@ impl RunStore for MemoryStore {
 
     async fn delete_approval(&self, id: &str) -> Result<()> {
         self.inner.borrow_mut().approvals.remove(id);
+        Ok(())
+    }
+
+    async fn put_due(&self, due: &DueWait) -> Result<()> {
+        self.inner.borrow_mut().due.insert(due.clone());
+        Ok(())
+    }
+
+    async fn list_due(&self, until: u64, limit: usize) -> Result<Vec<DueWait>> {
+        let inner = self.inner.borrow();
+        Ok(inner.due.iter().take_while(|d| d.at <= until).take(limit).cloned().collect())
+    }
+
+    async fn delete_due(&self, due: &DueWait) -> Result<()> {
+        self.inner.borrow_mut().due.remove(due);
         Ok(())
     }
 

@@ -338,6 +338,19 @@ pub(crate) fn check_next_seq(run_id: &str, seq: u64, last: u64) -> Result<()> {
     Ok(())
 }
 
+/// A wait's entry in the due index ([`RunStore::put_due`]): a tool's wait that resolves by itself at `at` (an
+/// event's deadline, a timer). The recovery sweep lists the entries that came due, earliest first, without
+/// listing every run. Its KV key shape is [`keys::Keys::due`].
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DueWait {
+    /// When it comes due (ms since the epoch).
+    pub at: u64,
+    /// The wait's id (its approval record's).
+    pub wait_id: String,
+    /// Its run.
+    pub run_id: String,
+}
+
 /// Orders approval records oldest first, and within one pause in call order.
 pub fn sort_approvals(records: &mut [ApprovalRecord]) {
     records.sort_by(|a, b| {
@@ -411,6 +424,13 @@ pub trait RunStore {
     async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>>;
     /// Deletes an approval record.
     async fn delete_approval(&self, id: &str) -> Result<()>;
+    /// Adds a wait to the due index (written before the pause that waits on it; writing it again is harmless).
+    async fn put_due(&self, due: &DueWait) -> Result<()>;
+    /// Up to `limit` entries of the due index with `at <= until`, earliest first (ties in wait-id order). One
+    /// listing of the index, whatever the number of runs.
+    async fn list_due(&self, until: u64, limit: usize) -> Result<Vec<DueWait>>;
+    /// Removes a wait from the due index (nothing to do when it is not there).
+    async fn delete_due(&self, due: &DueWait) -> Result<()>;
     /// Reads a small named document kept by the runtime (the recovery sweep's state).
     async fn get_state(&self, name: &str) -> Result<Option<String>>;
     /// Writes a small named document (last write wins).

@@ -187,6 +187,8 @@ mod tests {
             call_key: crate::core::idempotency::call_key(run, call),
             approval_id: None,
             abort: AbortSignal::new(),
+            wait_token: String::new(),
+            now: 0,
         }
     }
 
@@ -334,7 +336,7 @@ mod tests {
         assert_eq!(res.status, RunStatus::AwaitingApproval);
         assert_eq!(counts(&kv), (0, 0, 0));
         let id = res.approval_id.unwrap();
-        let res = block_on(a.approvals().resolve(Resolve { id, approved: true, note: None })).unwrap();
+        let res = block_on(a.approvals().resolve(Resolve { id, approved: true, note: None, answer: None })).unwrap();
         assert_eq!(res.status, RunStatus::Finished);
         assert_eq!(res.text, "Refund issued.");
         assert_eq!(counts(&kv), (0, 0, 1));

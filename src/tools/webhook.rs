@@ -614,6 +614,8 @@ mod tests {
             call_key: crate::core::idempotency::call_key("run-1:00", call),
             approval_id: approval.map(String::from),
             abort: AbortSignal::new(),
+            wait_token: String::new(),
+            now: 0,
         }
     }
 

@@ -311,7 +311,7 @@ pub fn every_path_after_damage(
         coded("approvals", &e);
     }
     if let Some(id) = approval {
-        let decision = steadfast::runtime::Resolve { id: id.to_string(), approved: true, note: None };
+        let decision = steadfast::runtime::Resolve { id: id.to_string(), approved: true, note: None, answer: None };
         if let Err(e) = block_on(a.approvals().resolve(decision)) {
             coded("resolve", &e);
         }
@@ -426,6 +426,15 @@ impl RunStore for Spy {
     }
     async fn delete_approval(&self, id: &str) -> steadfast::Result<()> {
         self.inner.delete_approval(id).await
+    }
+    async fn put_due(&self, due: &steadfast::store::DueWait) -> steadfast::Result<()> {
+        self.inner.put_due(due).await
+    }
+    async fn list_due(&self, until: u64, limit: usize) -> steadfast::Result<Vec<steadfast::store::DueWait>> {
+        self.inner.list_due(until, limit).await
+    }
+    async fn delete_due(&self, due: &steadfast::store::DueWait) -> steadfast::Result<()> {
+        self.inner.delete_due(due).await
     }
     async fn get_state(&self, name: &str) -> steadfast::Result<Option<String>> {
         self.inner.get_state(name).await

@@ -107,7 +107,7 @@ fn approval_batch_resolved_from_a_second_process() {
     let first = block_on(agent.approvals().resolve(Resolve {
         id: paused.approval_ids[0].clone(),
         approved: true,
-        note: None,
+        note: None, answer: None,
     }))
     .unwrap();
     assert_eq!(first.status, RunStatus::AwaitingApproval);
@@ -121,7 +121,7 @@ fn approval_batch_resolved_from_a_second_process() {
     let done = block_on(agent2.approvals().resolve(Resolve {
         id: paused.approval_ids[1].clone(),
         approved: false,
-        note: Some("not bob".into()),
+        note: Some("not bob".into()), answer: None,
     }))
     .unwrap();
     assert_eq!(done.status, RunStatus::Finished);
@@ -518,12 +518,12 @@ fn drift_error_on_resolve_puts_the_approval_back() {
     let strict = AgentOptions { on_agent_drift: DriftPolicy::Error, ..AgentOptions::default() };
     let other = env.agent_with(MockModel::by_turn(script()).with_id("other-model"), vec![gated_tool("pay", &counters)], strict, "");
     let id = paused.approval_id.clone().unwrap();
-    let err = block_on(other.approvals().resolve(Resolve { id: id.clone(), approved: true, note: None })).unwrap_err();
+    let err = block_on(other.approvals().resolve(Resolve { id: id.clone(), approved: true, note: None, answer: None })).unwrap_err();
     assert_eq!(err.code, ErrorCode::AgentDrift);
     assert_eq!(counters.get("pay"), 0);
     let listed = block_on(agent.approvals().list()).unwrap();
     assert_eq!(listed.len(), 1, "the approval is still pending");
-    let done = block_on(agent.approvals().resolve(Resolve { id, approved: true, note: None })).unwrap();
+    let done = block_on(agent.approvals().resolve(Resolve { id, approved: true, note: None, answer: None })).unwrap();
     assert_eq!(done.text, "paid");
     assert_eq!(counters.get("pay"), 1);
 }
@@ -539,12 +539,12 @@ fn stale_approvals_are_orphaned_and_withdrawn() {
     block_on(agent.delete("r")).unwrap();
     let new = block_on(agent.send("r", "pay again", opts())).unwrap().approval_id.unwrap();
     assert_ne!(old, new);
-    let err = block_on(agent.approvals().resolve(Resolve { id: old.clone(), approved: true, note: None })).unwrap_err();
+    let err = block_on(agent.approvals().resolve(Resolve { id: old.clone(), approved: true, note: None, answer: None })).unwrap_err();
     assert_eq!(err.code, ErrorCode::ApprovalOrphaned);
     assert_eq!(counters.get("pay"), 0);
-    let err = block_on(agent.approvals().resolve(Resolve { id: old, approved: true, note: None })).unwrap_err();
+    let err = block_on(agent.approvals().resolve(Resolve { id: old, approved: true, note: None, answer: None })).unwrap_err();
     assert_eq!(err.code, ErrorCode::ApprovalNotFound, "withdrawn");
-    let done = block_on(agent.approvals().resolve(Resolve { id: new, approved: true, note: None })).unwrap();
+    let done = block_on(agent.approvals().resolve(Resolve { id: new, approved: true, note: None, answer: None })).unwrap();
     assert_eq!(done.status, RunStatus::Finished);
     assert_eq!(counters.get("pay"), 1);
 }
@@ -560,7 +560,7 @@ fn approved_call_interrupted_by_a_crash_is_not_run_again() {
     // Resolve, and "die" while the approved call runs (it does take effect).
     let crash = SendOptions { crash: Some(CrashPoint { after_effects: 4, finish_in_flight: true }), ..opts() };
     let err = block_on(agent.approvals().resolve_with(
-        Resolve { id: paused.approval_id.unwrap(), approved: true, note: None },
+        Resolve { id: paused.approval_id.unwrap(), approved: true, note: None, answer: None },
         crash,
     ))
     .unwrap_err();

@@ -135,6 +135,30 @@ impl<K: KvBackend> RunStore for SeedLayoutStore<K> {
         self.kv.delete(&format!("approval/{id}")).await
     }
 
+    /// The seed had no waits; this keeps them as the journal store does (one key each, time-ordered).
+    async fn put_due(&self, due: &steadfast::store::DueWait) -> Result<()> {
+        self.put(&format!("due/{:016}/{}/{}", due.at, due.wait_id, due.run_id), "").await
+    }
+
+    async fn list_due(&self, until: u64, limit: usize) -> Result<Vec<steadfast::store::DueWait>> {
+        let page = self.kv.list("due/", None, 1_000).await?;
+        let mut out = Vec::new();
+        for k in page.keys {
+            let mut parts = k.name["due/".len()..].splitn(3, '/');
+            let (Some(at), Some(wait), Some(run)) = (parts.next(), parts.next(), parts.next()) else { continue };
+            let at: u64 = at.parse().unwrap_or(u64::MAX);
+            if at > until || out.len() >= limit {
+                break;
+            }
+            out.push(steadfast::store::DueWait { at, wait_id: wait.into(), run_id: run.into() });
+        }
+        Ok(out)
+    }
+
+    async fn delete_due(&self, due: &steadfast::store::DueWait) -> Result<()> {
+        self.kv.delete(&format!("due/{:016}/{}/{}", due.at, due.wait_id, due.run_id)).await
+    }
+
     async fn get_state(&self, name: &str) -> Result<Option<String>> {
         self.get(&format!("state/{name}")).await
     }

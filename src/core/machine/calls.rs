@@ -23,6 +23,8 @@ pub(super) enum CallState {
     AwaitingApproval { approval_id: String },
     /// `Effect::RunTool` was handed out; waits for `notify_tool_settled`.
     Running,
+    /// The tool answered "pending" ([`crate::core::wait`]): part of the next pause, with this wait.
+    Parked { wait: crate::core::wait::WaitRequest },
     /// Its result is in the checkpoint (placed, or held until every earlier call has one).
     Recorded,
     /// It was running when the attempt failed: what it returns is not recorded. The next execution decides from
@@ -41,7 +43,8 @@ impl CallState {
                 | (AwaitingReconcile, Ready { approval_id: None } | Recorded)
                 | (Ready { .. }, Running | Recorded)
                 | (AwaitingApproval { .. }, Recorded)
-                | (Running, Recorded | Abandoned)
+                | (Running, Recorded | Abandoned | Parked { .. })
+                | (Parked { .. }, Recorded)
         )
     }
 
@@ -59,6 +62,7 @@ impl CallState {
             CallState::Ready { .. } => "ready but not started",
             CallState::AwaitingApproval { .. } => "awaiting approval",
             CallState::Running => "running",
+            CallState::Parked { .. } => "parked on a wait",
             CallState::Recorded => "recorded",
             CallState::Abandoned => "abandoned",
         }

@@ -236,6 +236,16 @@ impl RunMachine {
                 };
                 self.record_by(result(call, content, is_error, ResultKind::Execution), Some(by));
             }
+            ToolOutcome::Wait(wait) => match wait.check() {
+                Ok(()) => {
+                    self.calls.set(&call.id, CallState::Parked { wait });
+                }
+                Err(why) => {
+                    let message =
+                        format!("InvalidWait: '{}' asked for a wait that cannot be recorded: {why}", call.name);
+                    self.record(result(call, cap_chars(&message, MAX_ERROR_RESULT_CHARS), true, ResultKind::Execution));
+                }
+            },
             ToolOutcome::Propagate(err) => return Err(err),
         }
         Ok(())

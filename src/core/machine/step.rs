@@ -9,6 +9,7 @@ use crate::core::error::{cap_chars, Error};
 use crate::core::events::Event;
 use crate::core::fingerprint::{canonical_json, Fingerprint};
 use crate::core::transcript::{Message, ResultKind, ToolCall, ToolResult};
+use crate::core::wait::{WaitKind, WaitRequest};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
@@ -172,13 +173,22 @@ impl RunMachine {
         let decision = |id: &str| decisions.iter().find(|d| d.tool_call_id == id);
         self.calls = TurnCalls::default();
         for call in &pending {
-            let approval_id = decision(&call.id).filter(|d| d.approved).map(|d| d.approval_id.clone());
+            let approval_id =
+                decision(&call.id).filter(|d| d.approved && d.result.is_none()).map(|d| d.approval_id.clone());
             self.calls.enter(call.clone(), approval_id);
         }
         if resolved {
             for call in &pending {
                 let Some(d) = decision(&call.id) else { continue };
-                if !d.approved {
+                if let Some(outcome) = &d.result {
+                    // A resolved wait: its resolution is the call's result; the tool does not run again.
+                    self.emit(Event::WaitDone {
+                        wait_id: d.approval_id.clone(),
+                        tool_call_id: call.id.clone(),
+                        by: outcome.by,
+                    });
+                    self.record(result(call, outcome.content.clone(), outcome.is_error, ResultKind::Execution));
+                } else if !d.approved {
                     let content = json!({
                         "error": "rejected",
                         "message": format!("A reviewer rejected this call to '{}'; it did not run.", call.name),
@@ -307,7 +317,15 @@ impl RunMachine {
             let slot = self.calls.at(i);
             match &slot.state {
                 CallState::Ready { approval_id } => self.launch(slot.call.clone(), approval_id.clone()),
-                CallState::AwaitingApproval { approval_id } => to_pause.push((slot.call.clone(), approval_id.clone())),
+                CallState::AwaitingApproval { approval_id } => {
+                    to_pause.push((slot.call.clone(), approval_id.clone(), None))
+                }
+                CallState::Parked { wait } => {
+                    let token = crate::core::wait::token(self.cp.own_key_scope(), &slot.call.id);
+                    // A token always has a wait id (its shape is ours).
+                    let id = crate::core::wait::wait_id(&token).unwrap_or_default();
+                    to_pause.push((slot.call.clone(), id, Some((wait.clone(), token))));
+                }
                 _ => {}
             }
         }
@@ -318,11 +336,11 @@ impl RunMachine {
             self.fail(Error::internal(format!("run '{}' has pending calls that nothing will settle", self.cfg.run_id)));
             return;
         }
-        let batch: Vec<String> = to_pause.iter().map(|(_, id)| id.clone()).collect();
+        let batch: Vec<String> = to_pause.iter().map(|(_, id, _)| id.clone()).collect();
         let mut approvals = Vec::new();
-        for (call, approval_id) in to_pause {
+        for (call, approval_id, wait) in to_pause {
             self.emit(Event::ApprovalRequested { approval_id: approval_id.clone(), tool_call: call.clone() });
-            approvals.push(ApprovalRecord {
+            let mut record = ApprovalRecord {
                 id: approval_id,
                 run_id: self.cfg.run_id.clone(),
                 tool_call: call,
@@ -333,7 +351,27 @@ impl RunMachine {
                 created_at: self.now,
                 decided_at: None,
                 fingerprint: Some(self.cfg.fingerprint.clone()),
-            });
+                ..Default::default()
+            };
+            if let Some((wait, token)) = wait {
+                record.kind = wait.kind();
+                record.due_at = wait.due_at();
+                if let WaitRequest::Question { question, choices } = wait {
+                    record.question = Some(question);
+                    record.choices = choices;
+                }
+                if record.kind == WaitKind::Event {
+                    record.token_hash = Some(crate::core::wait::token_hash(&token));
+                }
+                self.emit(Event::WaitStart {
+                    wait_id: record.id.clone(),
+                    kind: record.kind,
+                    tool_call_id: record.tool_call.id.clone(),
+                    question: record.question.clone(),
+                    due_at: record.due_at,
+                });
+            }
+            approvals.push(record);
         }
         self.effects.push_back(Effect::Pause { approvals });
         self.waiting = Some(Wait::Approvals { batch });
@@ -343,7 +381,8 @@ impl RunMachine {
         self.calls.set(&call.id, CallState::Running);
         self.emit(Event::ToolStart { tool_call_id: call.id.clone(), name: call.name.clone(), args: call.args.clone() });
         let key = self.key_of(&call);
-        self.effects.push_back(Effect::RunTool { call, approval_id, key });
+        let wait_token = crate::core::wait::token(self.cp.own_key_scope(), &call.id);
+        self.effects.push_back(Effect::RunTool { call, approval_id, key, wait_token });
     }
 
     fn commit(&mut self) {

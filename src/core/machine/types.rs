@@ -7,6 +7,7 @@ use crate::core::error::Error;
 use crate::core::events::Event;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::transcript::{Message, ToolCall, Usage};
+use crate::core::wait::WaitRequest;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -129,6 +130,9 @@ pub enum ToolOutcome {
         /// Why.
         reason: String,
     },
+    /// It answered "pending": the call waits for a person's answer, an event or a time ([`crate::core::wait`]);
+    /// the run pauses once nothing else runs, and the wait's resolution becomes the call's result.
+    Wait(WaitRequest),
     /// A hook replaced what the tool produced.
     Replaced {
         /// Text for the model.
@@ -217,6 +221,8 @@ pub enum Effect {
         approval_id: Option<String>,
         /// The call key ([`crate::core::idempotency`]): the idempotency key of a call that was not approved.
         key: String,
+        /// The token of the event wait this call may answer with ([`crate::core::wait::token`]).
+        wait_token: String,
     },
     /// Append this entry to the run's journal (full state: [`RunMachine::checkpoint`](super::RunMachine::checkpoint)); answer with
     /// [`RunMachine::notify_committed`](super::RunMachine::notify_committed).

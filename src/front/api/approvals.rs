@@ -2,7 +2,7 @@
 //! was the last approval of its pause).
 
 use super::{required_body, Api, ApiRequest, ApiResponse};
-use crate::core::error::Result;
+use crate::core::error::{Error, Result};
 use crate::runtime::{Resolve, SendOptions};
 use serde::Deserialize;
 
@@ -10,9 +10,14 @@ use serde::Deserialize;
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct ResolveBody {
-    approved: bool,
+    /// Required, except beside an `answer` (a question answered is approved).
+    #[serde(default)]
+    approved: Option<bool>,
     #[serde(default)]
     note: Option<String>,
+    /// A question's answer.
+    #[serde(default)]
+    answer: Option<serde_json::Value>,
 }
 
 impl Api {
@@ -21,10 +26,16 @@ impl Api {
         Ok(ApiResponse::ok(&self.agent.approvals().list().await?))
     }
 
-    /// `POST /approvals/{id}`: `{approved, note?}`; answers the run's result (executed as a send is).
+    /// `POST /approvals/{id}`: `{approved, note?}`, or `{answer, note?}` for a question; answers the run's
+    /// result (executed as a send is).
     pub(super) async fn resolve(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
         let body: ResolveBody = required_body(req)?;
-        let decision = Resolve { id: id.to_string(), approved: body.approved, note: body.note };
+        let approved = match (body.approved, &body.answer) {
+            (Some(a), _) => a,
+            (None, Some(_)) => true,
+            (None, None) => return Err(Error::invalid_input("the body needs `approved` (or a question's `answer`)")),
+        };
+        let decision = Resolve { id: id.to_string(), approved, note: body.note, answer: body.answer };
         let (sink, opts) = self.start_sink(SendOptions::default());
         let agent = self.agent.clone();
         let run = async move {

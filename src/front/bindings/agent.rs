@@ -229,7 +229,7 @@ impl JsAgent {
             let approved = approved.as_bool().ok_or_else(|| Error::invalid_input("approved must be true or false"))?;
             let note = opt_text_arg(&note, "note")?;
             let (opts, _) = CallOptions::default().send_options(on_event);
-            agent.approvals().resolve_with(Resolve { id, approved, note }, opts).await
+            agent.approvals().resolve_with(Resolve { id, approved, note, answer: None }, opts).await
         })
     }
 

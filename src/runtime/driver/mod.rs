@@ -20,7 +20,7 @@ use super::hooks::{HookContext, ToolResultDraft, Verdict};
 use super::options::CrashPoint;
 use super::options::SendOptions;
 use super::result::RunStats;
-use super::traits::{AbortSignal, EventSink, ModelRequest, Tee, ToolContext, ToolError};
+use super::traits::{AbortSignal, EventSink, ModelRequest, Tee, ToolContext, ToolError, ToolOutput};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::JournalEntry;
 use crate::core::error::{Error, ErrorCode, Result};
@@ -30,6 +30,7 @@ use crate::core::events::{
 use crate::core::machine::{Effect, Gate, KeyedCall, ModelResponse, Outcome, RunMachine, ToolOutcome};
 use crate::core::retry::NextRetry;
 use crate::core::transcript::{Message, ToolCall};
+use crate::store::DueWait;
 use crate::store::Lease;
 use pool::{Launch, ToolFuture, ToolPool};
 use serde_json::{Map, Value};
@@ -75,6 +76,8 @@ pub(crate) struct Driver<'a> {
     abort_seen: bool,
     /// How long the last commit took (ms, by the clock): the group commit's window.
     last_commit_ms: u64,
+    /// The records of the pause this execution took, if it paused (what the run waits on).
+    pub(crate) paused: Vec<ApprovalRecord>,
 }
 
 /// Which hook entry point to run.
@@ -104,6 +107,7 @@ impl<'a> Driver<'a> {
             ext_changed: false,
             abort_seen: false,
             last_commit_ms: 0,
+            paused: Vec::new(),
         }
     }
 
@@ -247,8 +251,8 @@ impl<'a> Driver<'a> {
                     Effect::CallModel { step } => self.on_call_model(&mut m, step, &mut pool).await?,
                     Effect::Gate { calls } => self.on_gate(&mut m, &calls, &mut pool).await?,
                     Effect::Reconcile { calls } => self.on_reconcile(&mut m, &calls, &mut pool).await?,
-                    Effect::RunTool { call, approval_id, key } => {
-                        self.on_run_tool(&mut m, Launch { call, approval_id, key }, &mut pool).await?
+                    Effect::RunTool { call, approval_id, key, wait_token } => {
+                        self.on_run_tool(&mut m, Launch { call, approval_id, key, wait_token }, &mut pool).await?
                     }
                     Effect::Pause { approvals } => self.on_pause(&mut m, &approvals, &mut pool).await?,
                     Effect::Finish(outcome) => {
@@ -387,8 +391,14 @@ impl<'a> Driver<'a> {
     async fn on_pause(&mut self, m: &mut RunMachine, approvals: &[ApprovalRecord], pool: &mut ToolPool) -> Result<()> {
         self.ensure_lease().await?;
         for a in approvals {
+            // The due entry first: an entry whose record never landed is dropped when it comes due.
+            if let Some(at) = a.due_at {
+                let due = DueWait { at, wait_id: a.id.clone(), run_id: a.run_id.clone() };
+                self.deps.store.put_due(&due).await?;
+            }
             self.deps.store.put_approval(a).await?;
         }
+        self.paused = approvals.to_vec();
         self.after_effect(pool).await?;
         deliver(m, |m| m.notify_approvals_recorded());
         Ok(())
@@ -698,7 +708,7 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
-    fn start_tool(&self, Launch { call, approval_id, key }: Launch) -> ToolFuture {
+    fn start_tool(&self, Launch { call, approval_id, key, wait_token }: Launch) -> ToolFuture {
         let tool = self.deps.tools.iter().find(|t| t.tool.name() == call.name).map(|t| t.tool.clone());
         let ctx = ToolContext {
             run_id: self.lease.run_id.clone(),
@@ -706,11 +716,14 @@ impl<'a> Driver<'a> {
             call_key: key,
             approval_id,
             abort: self.abort.clone(),
+            wait_token,
+            now: self.now(),
         };
         Box::pin(async move {
             let outcome = match tool {
                 None => ToolOutcome::Failed { message: format!("Error: unknown tool '{}'", call.name) },
                 Some(tool) => match tool.execute(call.args, ctx).await {
+                    Ok(ToolOutput { wait: Some(wait), .. }) => ToolOutcome::Wait(wait),
                     Ok(out) => ToolOutcome::Ok { content: out.content, business_state: out.business_state },
                     Err(ToolError::Failed { kind, message }) => {
                         ToolOutcome::Failed { message: ToolError::model_text(&kind, &message) }

@@ -23,6 +23,7 @@ pub(crate) struct Launch {
     pub(crate) call: ToolCall,
     pub(crate) approval_id: Option<String>,
     pub(crate) key: String,
+    pub(crate) wait_token: String,
 }
 
 /// The calls the driver holds (see the module docs).
@@ -180,6 +181,7 @@ mod tests {
             call: ToolCall { id: id.into(), name: "t".into(), args: json!({}), invalid: None },
             approval_id: None,
             key: format!("key-{id}"),
+            wait_token: String::new(),
         }
     }
 

@@ -10,6 +10,7 @@ use super::sweep::candidate;
 use crate::core::checkpoint::RunStatus;
 use crate::core::error::{ErrorCode, Result};
 use crate::core::sweep::{plan, Plan, SweepOptions, SweepState};
+use crate::runtime::waits::DueLook;
 use crate::runtime::{Agent, SendOptions};
 use crate::store::PendingRun;
 
@@ -52,13 +53,21 @@ impl Agent {
                     }
                 }
                 Plan::Backoff { until } => Ok(Some(until)),
+                // Paused: its waits that resolve by themselves (an event's deadline, a timer) are this alarm's.
+                Plan::AwaitingPerson => {
+                    match self.wake_waits(run_id, &cp.approval_ids, &SendOptions::default()).await {
+                        Ok(DueLook::Resolved) if !resumed => {
+                            resumed = true;
+                            continue;
+                        }
+                        Ok(DueLook::Resolved) => Ok(Some(now)),
+                        Ok(DueLook::Next(at)) => Ok(at),
+                        Err(e) if e.code == ErrorCode::SessionBusy => Ok(Some(self.takeover_at())),
+                        Err(e) => Err(e),
+                    }
+                }
                 // While the outage breaker is open the sweep paces the provider: its probe, then its resumes.
-                Plan::Outage
-                | Plan::Quarantine
-                | Plan::Heal
-                | Plan::AwaitingPerson
-                | Plan::NotRetryable
-                | Plan::Quarantined => Ok(None),
+                Plan::Outage | Plan::Quarantine | Plan::Heal | Plan::NotRetryable | Plan::Quarantined => Ok(None),
             };
         }
     }

@@ -9,6 +9,7 @@ use crate::core::sweep::{
     best_waiting, note_attempt, pick_probe, plan, probe_due, probe_rank, tick_writes, Attempt, Candidate, Plan,
     SweepOptions, SweepState, HEAL_SUFFIX, VERIFY_PER_TICK,
 };
+use crate::runtime::approvals::Settled;
 use crate::runtime::traits::AbortSignal;
 use crate::runtime::{Agent, RunResult, SendOptions};
 use crate::store::kv::MAX_BULK_GET;
@@ -113,6 +114,10 @@ pub struct SweepReport {
     pub operations: u64,
     /// Whether the tick reached the end of the listing (else the next tick continues where it stopped).
     pub complete: bool,
+    /// Tools' waits the tick resolved because their time came (an event's deadline, a timer), from the due
+    /// index ([`Agent::wake_due`]).
+    #[serde(default)]
+    pub woken: usize,
 }
 
 impl SweepReport {
@@ -245,6 +250,22 @@ impl Agent {
                 self.probe_remembered(&id, opts, &mut state, &mut tick, &mut report, listener).await;
             }
         }
+        // Waits whose time came first (one listing of the due index, at most `max_runs` of them): a timer is
+        // a promise of a time, kept before the backlog is paged.
+        if !stopped(listener) {
+            let wake_opts = SendOptions { abort: listener.stop().cloned(), ..SendOptions::default() };
+            match self.wake_due(opts.max_runs, &wake_opts).await {
+                Ok(w) => {
+                    report.woken = w.resolved.len();
+                    report.busy += w.busy;
+                    report.errors += w.failed.len();
+                    for (run_id, e) in &w.failed {
+                        report.error(listener, e, Some(run_id));
+                    }
+                }
+                Err(e) => report.error(listener, &e, None),
+            }
+        }
         let listed = self.sweep_pages(opts, &mut state, &mut tick, &mut report, listener, &used).await;
         report.outage = state.outage.is_some();
         let now = self.deps.now();
@@ -357,11 +378,12 @@ impl Agent {
                 if p == Plan::Outage && tick.probe_free && chosen == Some(i) && probe_due(state, now) {
                     p = Plan::Probe;
                 }
-                if p.leaves_alone() && tick.verified < VERIFY_PER_TICK {
+                if p.leaves_alone() && tick.verified < VERIFY_PER_TICK && state.verifying(now) {
                     let due = state.verified.as_deref().is_none_or(|v| run.run_id.as_str() > v);
                     if due {
                         tick.verified += 1;
                         state.verified = Some(run.run_id.clone());
+                        state.verify_round_at = None;
                         self.verify(run, opts, state, tick, report, listener).await;
                         continue;
                     }
@@ -401,9 +423,11 @@ impl Agent {
                 None => {
                     state.page = None;
                     report.complete = true;
-                    if tick.verified < VERIFY_PER_TICK {
-                        // Every run left alone after the last verified one was verified: start the round again.
+                    if tick.verified < VERIFY_PER_TICK && state.verifying(self.deps.now()) {
+                        // Every run left alone after the last verified one was verified: the round ends; the next
+                        // starts a day later.
                         state.verified = None;
+                        state.verify_round_at = Some(self.deps.now());
                     }
                     return Ok(());
                 }
@@ -479,14 +503,10 @@ impl Agent {
         let Some(rec) = last else { return };
         tick.done.insert(cp.run_id.clone());
         report.resumed += 1;
-        let decision = crate::runtime::Resolve {
-            id: rec.id.clone(),
-            approved: rec.status == ApprovalStatus::Approved,
-            note: rec.note.clone(),
-        };
         let opts = SendOptions { abort: listener.stop().cloned(), ..SendOptions::default() };
-        match self.approvals().resolve_with(decision, opts).await {
-            Ok(result) if result.status == RunStatus::Finished => {
+        // The recorded decision (or a wait's recorded resolution) again, as a repeat of it is taken.
+        match self.approvals().settle(rec, opts).await {
+            Ok(Settled::Run(result)) if result.status == RunStatus::Finished => {
                 self.recovered(&cp.run_id, None, &result, report, listener).await
             }
             Ok(_) => {}
@@ -496,6 +516,28 @@ impl Agent {
                 report.error(listener, &e, Some(&cp.run_id));
             }
         }
+    }
+
+    /// Whether a run listed as paused is, by its records alone (one read each, not the run's journal): every
+    /// record of its pause exists, is undecided, and is not due. A decision is written before the run moves
+    /// past its pause, so such a run still waits. Anything else (a decision, a missing record, a wait come
+    /// due, a listing that names no records) is read in full.
+    async fn still_waiting(&self, listed: &PendingRun) -> bool {
+        use crate::core::approval::ApprovalStatus;
+        if listed.approval_ids.is_empty() || listed.approval_ids.len() >= crate::store::index::MAX_INDEX_APPROVALS {
+            return false;
+        }
+        let now = self.deps.now();
+        for id in &listed.approval_ids {
+            match self.store().get_approval(id).await {
+                Ok(Some(r))
+                    if r.run_id == listed.run_id
+                        && r.status == ApprovalStatus::Pending
+                        && r.due_at.is_none_or(|at| at > now) => {}
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// Reads a run the listing says to leave alone, and acts on what it really is: a listing can be stale (an
@@ -512,6 +554,9 @@ impl Agent {
         listener: &dyn SweepListener,
     ) {
         let store = self.store().clone();
+        if listed.status == RunStatus::AwaitingApproval && self.still_waiting(listed).await {
+            return;
+        }
         match store.load(&listed.run_id).await {
             Ok(Some(cp)) if cp.status == RunStatus::AwaitingApproval => {
                 self.finish_resolution(&cp, tick, report, listener).await;

@@ -119,7 +119,9 @@ use super::index::{IndexMeta, IndexOp};
 use super::keys::Keys;
 use super::kv::{KvBackend, PutOptions, MAX_BULK_GET};
 use super::object::split_parts;
-use super::{sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters};
+use super::{
+    sort_approvals, DueWait, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters,
+};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
@@ -663,6 +665,36 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
 
     async fn delete_approval(&self, id: &str) -> Result<()> {
         self.delete_retrying(&self.keys.approval(id)).await
+    }
+
+    async fn put_due(&self, due: &DueWait) -> Result<()> {
+        self.put_retrying(&self.keys.due(due), "", PutOptions::default()).await
+    }
+
+    /// Lists from the index's start (KV lists in byte order, which is time order here) and stops at the first
+    /// entry not yet due: one list operation while fewer than a page of waits are due.
+    async fn list_due(&self, until: u64, limit: usize) -> Result<Vec<DueWait>> {
+        let prefix = self.keys.due_prefix();
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self.list(&prefix, cursor.as_deref()).await?;
+            for k in &page.keys {
+                let Some(due) = self.keys.due_of(&k.name) else { continue };
+                if due.at > until || out.len() >= limit {
+                    return Ok(out);
+                }
+                out.push(due);
+            }
+            match page.cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    async fn delete_due(&self, due: &DueWait) -> Result<()> {
+        self.delete_retrying(&self.keys.due(due)).await
     }
 
     async fn get_state(&self, name: &str) -> Result<Option<String>> {

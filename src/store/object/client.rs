@@ -8,9 +8,10 @@ use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::store::index::{IndexMeta, IndexOp, IndexView};
+use crate::store::keys::Keys;
 use crate::store::kv::{check_value, KvBackend, PutOptions, MAX_LIST_LIMIT};
 use crate::store::{
-    sort_approvals, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters,
+    sort_approvals, DueWait, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters,
 };
 use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
@@ -564,6 +565,37 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
         self.kv_delete(&self.approval_key(id)).await?;
         self.approvals.borrow_mut().remove(id);
         Ok(())
+    }
+
+    /// In the KV index, as the journal store keeps it ([`crate::store::keys::Keys::due`]).
+    async fn put_due(&self, due: &DueWait) -> Result<()> {
+        self.kv_put(&Keys::new(self.prefix.clone()).due(due), "", PutOptions::default()).await
+    }
+
+    async fn list_due(&self, until: u64, limit: usize) -> Result<Vec<DueWait>> {
+        let keys = Keys::new(self.prefix.clone());
+        let prefix = keys.due_prefix();
+        let mut out = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self.index.list(&prefix, cursor.as_deref(), MAX_LIST_LIMIT).await?;
+            self.count(|c| c.reads += 1);
+            for k in &page.keys {
+                let Some(due) = keys.due_of(&k.name) else { continue };
+                if due.at > until || out.len() >= limit {
+                    return Ok(out);
+                }
+                out.push(due);
+            }
+            match page.cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    async fn delete_due(&self, due: &DueWait) -> Result<()> {
+        self.kv_delete(&Keys::new(self.prefix.clone()).due(due)).await
     }
 
     async fn get_state(&self, name: &str) -> Result<Option<String>> {

@@ -1,0 +1,208 @@
+//! Tools' waits from the outside ([`crate::core::wait`]): an event delivered with its token ([`Events`]), and
+//! waits that come due — an event's deadline, a timer — resolved by the recovery sweep from the due index
+//! ([`Agent::wake_due`]) or by a run's own alarm in strict mode ([`Agent::wake`]). Each resolution goes through
+//! the one path approvals take ([`Approvals::settle`]): the record is written once the run is known to wait on
+//! it, the run resumes under its lease, and the pause's records are withdrawn once it moved past them.
+
+use super::approvals::{Approvals, Settled};
+use super::deps::Deps;
+use super::options::SendOptions;
+use super::result::RunResult;
+use super::Agent;
+use crate::core::approval::{resolve_wait, ApprovalRecord, ApprovalStatus, Resolved};
+use crate::core::checkpoint::RunStatus;
+use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::wait::{came_due, delivered, token_matches, wait_id, WaitKind};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a delivery did.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct EventDelivery {
+    /// The wait's id.
+    pub wait_id: String,
+    /// Whether the same payload had been delivered already (nothing changed).
+    pub duplicate: bool,
+    /// The run after the delivery (resumed to its next pause or its end), or as stored for a duplicate.
+    pub run: RunResult,
+}
+
+/// The events API of an agent: deliveries to event waits.
+pub struct Events<'a> {
+    deps: &'a Deps,
+}
+
+impl<'a> Events<'a> {
+    pub(crate) fn new(deps: &'a Deps) -> Events<'a> {
+        Events { deps }
+    }
+}
+
+/// The one answer for a token that opens nothing: malformed, guessed, spent, or its run deleted.
+fn not_found() -> Error {
+    Error::new(ErrorCode::WaitNotFound, "no event wait has this token (it is unknown, was spent, or its run is gone)")
+}
+
+impl Events<'_> {
+    /// Delivers `payload` to the event wait of `token` (see [`Events::deliver_with`]).
+    pub async fn deliver(&self, token: &str, payload: Value) -> Result<EventDelivery> {
+        self.deliver_with(token, payload, SendOptions::default()).await
+    }
+
+    /// Delivers `payload` (at most [`crate::core::wait::MAX_PAYLOAD_BYTES`] of JSON,
+    /// [`crate::core::limits`]' depth) to the event wait whose token is `token`: it becomes the call's result
+    /// and the run resumes (when it was the last wait of its pause), here, whatever process paused it. The same
+    /// payload again is acknowledged (`duplicate`) and changes nothing; another payload after the first, or
+    /// after the deadline resolved the wait, is refused with `STEADFAST_WAIT_ALREADY_RESOLVED`. A token that
+    /// opens no wait — malformed, guessed, spent once the run moved on, or its run deleted — gets
+    /// `STEADFAST_WAIT_NOT_FOUND`, the same answer in every case.
+    pub async fn deliver_with(&self, token: &str, payload: Value, opts: SendOptions) -> Result<EventDelivery> {
+        let outcome = delivered(&payload)?;
+        let Some(id) = wait_id(token) else { return Err(not_found()) };
+        let stored = match self.deps.store.get_approval(&id).await? {
+            Some(r)
+                if r.kind == WaitKind::Event && r.token_hash.as_deref().is_some_and(|h| token_matches(h, token)) =>
+            {
+                r
+            }
+            _ => return Err(not_found()),
+        };
+        let (rec, again) = match resolve_wait(stored, outcome)? {
+            Resolved::Fresh(r) => (r, false),
+            Resolved::Again(r) => (r, true),
+        };
+        match Approvals::new(self.deps).settle(rec, opts).await? {
+            Settled::Run(run) => Ok(EventDelivery { wait_id: id, duplicate: again, run: *run }),
+            Settled::Moved(cp) if again => {
+                Ok(EventDelivery { wait_id: id, duplicate: true, run: RunResult::stored(&cp) })
+            }
+            Settled::Moved(_) | Settled::Orphaned => Err(not_found()),
+        }
+    }
+}
+
+/// What [`Agent::wake_due`] did.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct WakeReport {
+    /// Due entries listed.
+    pub listed: usize,
+    /// Waits resolved by their deadline or time (their runs resumed, or still waiting on the rest of their
+    /// pause).
+    pub resolved: Vec<String>,
+    /// Entries dropped: their wait was resolved otherwise, withdrawn, or never recorded.
+    pub dropped: usize,
+    /// Runs turned away by a live lease (tried again next time).
+    pub busy: usize,
+    /// Failures, each with its run.
+    pub failed: Vec<(String, Error)>,
+}
+
+impl Agent {
+    /// The events API.
+    pub fn events(&self) -> Events<'_> {
+        Events::new(&self.deps)
+    }
+
+    /// Takes up the due index (one listing, whatever the number of waiting runs), earliest first, up to
+    /// `limit` entries due by now: a wait whose time came is resolved (an event's deadline: a `timeout` result;
+    /// a timer: its wake-up) and its run resumed; a decision whose resume was lost (its resolver died, or two
+    /// deciders each saw the other pending) is taken up again, as a reviewer's retry would. An entry whose
+    /// record is gone or spent is dropped. A run whose lease is held is left for the next time (its entry
+    /// stays).
+    pub async fn wake_due(&self, limit: usize, opts: &SendOptions) -> Result<WakeReport> {
+        let now = self.deps.now();
+        let due = self.store().list_due(now, limit).await?;
+        let mut report = WakeReport { listed: due.len(), ..WakeReport::default() };
+        for entry in due {
+            if opts.abort.as_ref().is_some_and(|a| a.is_aborted()) {
+                break;
+            }
+            let rec = match self.store().get_approval(&entry.wait_id).await {
+                Ok(r) => r.filter(|r| r.run_id == entry.run_id),
+                Err(e) => {
+                    report.failed.push((entry.run_id.clone(), e));
+                    continue;
+                }
+            };
+            let taken = match rec {
+                // Decided: its resume is taken up again (a repeat of it is accepted).
+                Some(r) if r.status != ApprovalStatus::Pending && r.decided_at == Some(entry.at) => {
+                    self.approvals().settle(r, opts.clone()).await.map(|s| match s {
+                        Settled::Run(run)
+                            if run.status != RunStatus::AwaitingApproval
+                                || !run.approval_ids.contains(&entry.wait_id) =>
+                        {
+                            Some(*run)
+                        }
+                        _ => None,
+                    })
+                }
+                Some(r) if r.status == ApprovalStatus::Pending && r.due_at == Some(entry.at) => {
+                    self.resolve_due(r, now, opts.clone()).await
+                }
+                _ => Ok(None),
+            };
+            match taken {
+                Ok(Some(_)) => report.resolved.push(entry.wait_id.clone()),
+                Ok(None) => {
+                    // Ignored: an entry that stays is met again next time.
+                    let _ = self.store().delete_due(&entry).await;
+                    report.dropped += 1;
+                }
+                Err(e) if e.code == ErrorCode::SessionBusy => report.busy += 1,
+                Err(e) => report.failed.push((entry.run_id.clone(), e)),
+            }
+        }
+        Ok(report)
+    }
+
+    /// Resolves one pending wait record whose time came (at `now`) and resumes its run: `Ok(None)` when there
+    /// was nothing to do (not due, or its run moved on or is gone).
+    pub(crate) async fn resolve_due(
+        &self,
+        rec: ApprovalRecord,
+        now: u64,
+        opts: SendOptions,
+    ) -> Result<Option<RunResult>> {
+        let outcome = match rec.due_at.filter(|at| *at <= now).and_then(|at| came_due(rec.kind, at, now)) {
+            Some(o) => o,
+            None => return Ok(None),
+        };
+        let rec = match resolve_wait(rec, outcome)? {
+            Resolved::Fresh(r) | Resolved::Again(r) => r,
+        };
+        match self.approvals().settle(rec, opts).await? {
+            Settled::Run(run) => Ok(Some(*run)),
+            Settled::Moved(_) | Settled::Orphaned => Ok(None),
+        }
+    }
+
+    /// A paused run's waits that resolve by themselves (strict mode's alarm): resolves the first one already
+    /// due at `now` (the run resumes) and answers [`DueLook::Resolved`], else the earliest time one comes due.
+    pub(crate) async fn wake_waits(&self, run_id: &str, ids: &[String], opts: &SendOptions) -> Result<DueLook> {
+        let now = self.deps.now();
+        let mut next: Option<u64> = None;
+        for id in ids {
+            let Some(rec) = self.store().get_approval(id).await? else { continue };
+            let Some(at) = rec.due_at.filter(|_| rec.run_id == run_id && rec.outcome.is_none()) else { continue };
+            if at <= now {
+                self.resolve_due(rec, now, opts.clone()).await?;
+                return Ok(DueLook::Resolved);
+            }
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        Ok(DueLook::Next(next))
+    }
+}
+
+/// What [`Agent::wake_waits`] found.
+pub(crate) enum DueLook {
+    /// A due wait was resolved: the run moved (resumed, paused again or finished).
+    Resolved,
+    /// None is due: the earliest time one will be (`None`: the run waits on none that resolve by themselves).
+    Next(Option<u64>),
+}
