@@ -6,7 +6,9 @@
 //! moment of simulated time: send, resume, approve or reject, fork (onto a fresh id, onto an existing run, onto
 //! an id another step is creating), a session's send, a schedule's fire, a delivery and its redelivery, delete,
 //! an abort (a send or resume aborted after a while), a recovery sweep tick (diagnosis forks on or off) and strict
-//! mode's alarm. A step may crash its execution right after its k-th effect (tools in flight finishing or not);
+//! mode's alarm, and the durable waits: a question answered (yes, no, declined), an event delivered with a token
+//! handed out so far (the newest mostly; redelivered soon after half the time, with the same or another payload;
+//! spent tokens too), deadlines and timers taken up by sweep ticks and alarms. A step may crash its execution right after its k-th effect (tools in flight finishing or not);
 //! every step is a new process (a fresh agent and store handle). Steps overlap: every store operation, model
 //! call and tool takes seeded simulated time, so executions interleave at their awaits. Tool results come in
 //! every allowed size (a program in fifty allows results up to 4 MiB, eight at once). The tools: a plain one, a
@@ -33,7 +35,12 @@
 //! * a schedule's fire time runs once; a delivery runs its job once (one input, however often delivered);
 //! * liveness: after the program, within a bounded number of sweep ticks, every run is finished, waits on a
 //!   person, is quarantined or failed with an error that is not retryable;
-//! * a sweep tick stays within the platform's 1,000 operations per invocation.
+//! * a sweep tick stays within the platform's 1,000 operations per invocation;
+//! * waits: a token is delivered first at most once (a repeat is a duplicate or refused), and a first delivery
+//!   that resumed its run reads as the call's result; a timer never wakes and a deadline never times out before
+//!   its time; a question's result is an offered answer or a refusal; after the program every deadline and timer
+//!   was taken up (a pause settles only while a person or an event without a deadline still has to answer).
+//!   The counts of each way a wait resolved are printed (`waits: …`) and must all be above zero.
 //!
 //! `cargo test --test checker -- --nocapture` prints
 //! `model-checked programs: N, operations: M, crash points: C, stores: 3, violations: 0`. More programs:
@@ -55,6 +62,7 @@ use steadfast::core::machine::ModelResponse;
 use steadfast::core::schedule::{CompiledSchedule, Schedule, ScheduleInput};
 use steadfast::core::sweep::SweepOptions;
 use steadfast::core::transcript::{validate_transcript, Message, ToolCall, Usage};
+use steadfast::core::wait::{WaitKind, WaitRequest};
 use steadfast::runtime::{
     AbortSignal, Agent, AgentOptions, Clock, CrashPoint, FnTool, ForkOptions, Model, ModelRequest, NoListener, Resolve,
     Rng, ScheduleOutcome, SendOptions, SimExecutor, SimTime, Sleep, SplitMix64, Tool, ToolError, ToolOutput,
@@ -128,6 +136,17 @@ enum Op {
     Sweep {
         diagnosis: bool,
     },
+    /// Answer the `pick`-th pending question: yes (0), no (1), or decline (2).
+    Answer {
+        pick: u32,
+        choice: u8,
+    },
+    /// Deliver payload `{"v": payload}` with the `pick`-th event token handed out so far (spent ones
+    /// included: a redelivery, a conflicting one, a spent token).
+    Event {
+        pick: u32,
+        payload: u8,
+    },
     Alarm {
         run: usize,
     },
@@ -178,10 +197,12 @@ impl Program {
             let op = match pick(100) {
                 0..=21 => Op::Send { run, task },
                 22..=31 => Op::Resume { run },
+                32..=41 if pick(2) == 0 => Op::Answer { pick: pick(8) as u32, choice: pick(3) as u8 },
                 32..=41 => Op::Decide { pick: pick(8) as u32, approve: pick(3) != 0 },
                 42..=51 => Op::Fork { source: pick(3) as usize, target: run, latest: pick(2) == 0 },
                 52..=60 => Op::SessionSend { session: pick(SESSIONS.len() as u64) as usize, task },
                 61..=65 => Op::Fire,
+                66..=73 if pick(3) != 0 => Op::Event { pick: pick(8) as u32, payload: pick(2) as u8 },
                 66..=73 => Op::Deliver { delivery: pick(DELIVERIES.len() as u64) as usize, task },
                 74..=78 => Op::Delete { run },
                 79..=90 => Op::Sweep { diagnosis: pick(2) == 0 },
@@ -190,7 +211,12 @@ impl Program {
             let executes = !matches!(op, Op::Delete { .. } | Op::Fork { .. });
             let crash = (executes && pick(3) == 0).then(|| (1 + pick(14) as usize, pick(2) == 0));
             let abort_after_ms = (executes && crash.is_none() && pick(12) == 0).then(|| pick(6_000));
-            steps.push(Step { at_ms: at, replica: pick(3) as u8, op, crash, abort_after_ms });
+            steps.push(Step { at_ms: at, replica: pick(3) as u8, op: op.clone(), crash, abort_after_ms });
+            if let (Op::Event { .. }, 0) = (&op, pick(2)) {
+                // The sender retries (a webhook whose reply it did not see): the same delivery again, soon.
+                let again = at + pick(3_000);
+                steps.push(Step { at_ms: again, replica: pick(3) as u8, op, crash: None, abort_after_ms: None });
+            }
         }
         Program { seed, steps, concurrency: [1, 2, 8][pick(3) as usize], big, stuck_every: 3 + pick(5) }
     }
@@ -232,6 +258,34 @@ struct Log {
     operations: u64,
     crashes: u64,
     tokens: u64,
+    /// Event tokens handed to `hook` calls, in order: (run, call id, token).
+    event_tokens: Vec<(String, String, String)>,
+    /// Deliveries acknowledged as first (not duplicates) per token: the payload.
+    delivered: BTreeMap<String, Vec<u8>>,
+    /// How often each way of resolving a wait happened: see [`WaitCounts`].
+    waits: WaitCounts,
+}
+
+/// The waits a program exercised (printed, so a generator that stops making them shows).
+#[derive(Clone, Copy, Debug, Default)]
+struct WaitCounts {
+    answered: u64,
+    delivered: u64,
+    duplicates: u64,
+    refused: u64,
+    timeouts: u64,
+    woken: u64,
+}
+
+impl WaitCounts {
+    fn add(&mut self, o: &WaitCounts) {
+        self.answered += o.answered;
+        self.delivered += o.delivered;
+        self.duplicates += o.duplicates;
+        self.refused += o.refused;
+        self.timeouts += o.timeouts;
+        self.woken += o.woken;
+    }
 }
 
 enum Backend {
@@ -508,6 +562,7 @@ impl Model for CheckerModel {
                 ));
             }
         }
+        check_wait_results(w, request.run_id, request.messages);
         let latency = 100 + w.pick(2_500);
         w.time.sleep(latency).await;
         if w.pick(40) == 0 {
@@ -537,12 +592,15 @@ impl Model for CheckerModel {
         let calls = (0..n)
             .map(|i| {
                 let name = match p(100) {
-                    0..=21 => "read",
-                    22..=41 => "pay",
-                    42..=56 => "mail",
-                    57..=71 => "gate",
-                    72..=83 => "flaky",
-                    84..=91 => "checked",
+                    0..=18 => "read",
+                    19..=36 => "pay",
+                    37..=50 => "mail",
+                    51..=63 => "gate",
+                    64..=74 => "flaky",
+                    75..=81 => "checked",
+                    82..=85 => "ask",
+                    86..=90 => "hook",
+                    91..=94 => "nap",
                     _ => "big",
                 };
                 let size = match (w.program.big, p(4)) {
@@ -562,6 +620,32 @@ impl Model for CheckerModel {
             stop_reason: Some("tool_calls".into()),
             reasoning: Vec::new(),
         })
+    }
+}
+
+/// A wait's result in a transcript the model is handed: a timer woke and a deadline passed no earlier than their
+/// time; a question's answer is one of its choices or a refusal.
+fn check_wait_results(w: &World, run_id: &str, messages: &[Message]) {
+    let now = w.now();
+    for m in messages {
+        let Message::Tool(r) = m else { continue };
+        let v: Value = serde_json::from_str(&r.content).unwrap_or(Value::Null);
+        let early = |at: &Value| at.as_u64().is_some_and(|at| at > now);
+        match r.name.as_str() {
+            "nap" if early(&v["at"]) => {
+                w.violation(format!("{run_id}: {} woke at {} before its time {}", r.tool_call_id, now - T0, v["at"]))
+            }
+            "hook" if v["error"] == "timeout" && early(&v["deadline"]) => w.violation(format!(
+                "{run_id}: {} timed out at {} before its deadline {}",
+                r.tool_call_id,
+                now - T0,
+                v["deadline"]
+            )),
+            "ask" if !(r.content == "yes" || r.content == "no" || v["error"] == "declined" || r.is_error) => {
+                w.violation(format!("{run_id}: {} has an answer that was not offered: {}", r.tool_call_id, r.content))
+            }
+            _ => {}
+        }
     }
 }
 
@@ -630,6 +714,24 @@ fn tools(world: &Rc<World>) -> Vec<Rc<dyn Tool>> {
                         }
                     }
                     "big" => Ok(ToolOutput::text("b".repeat(args["size"].as_u64().unwrap_or(0) as usize))),
+                    // The waits: a question, an event (a deadline in two of three), a timer.
+                    "ask" => Ok(ToolOutput::wait(WaitRequest::Question {
+                        question: format!("ok {who}?"),
+                        choices: vec!["yes".into(), "no".into()],
+                    })),
+                    "hook" => {
+                        let t = args["t"].as_u64().unwrap_or(0);
+                        w.log.borrow_mut().event_tokens.push((
+                            ctx.run_id.clone(),
+                            ctx.tool_call_id.clone(),
+                            ctx.wait_token.clone(),
+                        ));
+                        let deadline = (t % 3 != 0).then(|| ctx.now + 5_000 + (t % 7) * 15_000);
+                        Ok(ToolOutput::wait(WaitRequest::Event { deadline }))
+                    }
+                    "nap" => Ok(ToolOutput::wait(WaitRequest::Timer {
+                        at: ctx.now + args["size"].as_u64().unwrap_or(0) % 90_000,
+                    })),
                     other => Ok(ToolOutput::text(format!("{other} {who}"))),
                 }
             }
@@ -649,6 +751,9 @@ fn tools(world: &Rc<World>) -> Vec<Rc<dyn Tool>> {
         Rc::new(mk("gate").needs_approval(true)),
         Rc::new(mk("flaky")),
         Rc::new(mk("big")),
+        Rc::new(mk("ask")),
+        Rc::new(mk("hook")),
+        Rc::new(mk("nap")),
     ]
 }
 
@@ -792,8 +897,9 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
             agent.resume(RUNS[*run], opts()).await.map(|_| ())
         }
         Op::Decide { pick, approve } => match agent.approvals().list().await {
-            Ok(list) if list.is_empty() => Ok(()),
+            Ok(list) if !list.iter().any(|r| r.kind == WaitKind::Approval) => Ok(()),
             Ok(list) => {
+                let list: Vec<_> = list.into_iter().filter(|r| r.kind == WaitKind::Approval).collect();
                 let rec = &list[*pick as usize % list.len()];
                 touched.push(rec.run_id.clone());
                 let decision = Resolve { id: rec.id.clone(), approved: *approve, note: None, answer: None };
@@ -851,6 +957,82 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
             r
         }
         Op::Sweep { diagnosis } => sweep(&w, &agent, *diagnosis).await,
+        Op::Answer { pick, choice } => match agent.approvals().list().await {
+            Ok(list) => {
+                let asked: Vec<_> = list.into_iter().filter(|r| r.kind == WaitKind::Question).collect();
+                match asked.get(*pick as usize % asked.len().max(1)) {
+                    None => Ok(()),
+                    Some(rec) => {
+                        touched.push(rec.run_id.clone());
+                        let answer = ["yes", "no"].get(*choice as usize).map(|a| json!(a));
+                        let decision = Resolve { id: rec.id.clone(), approved: answer.is_some(), note: None, answer };
+                        let r = agent.approvals().resolve_with(decision, opts()).await.map(|_| ());
+                        if r.is_ok() {
+                            w.log.borrow_mut().waits.answered += 1;
+                        }
+                        r
+                    }
+                }
+            }
+            Err(e) => Err(e),
+        },
+        Op::Event { pick, payload } => {
+            let handed = w.log.borrow().event_tokens.clone();
+            // The newest tokens mostly (their waits are likely still open), any of them sometimes.
+            let i = match *pick as usize {
+                p if p < 6 => handed.len().saturating_sub(1 + p % handed.len().clamp(1, 2)),
+                p => p % handed.len().max(1),
+            };
+            match handed.get(i) {
+                None => Ok(()),
+                Some((run, call, token)) => {
+                    touched.push(run.clone());
+                    match agent.events().deliver_with(token, json!({"v": payload}), opts()).await {
+                        Ok(d) => {
+                            let first = !d.duplicate;
+                            match first {
+                                true => w.log.borrow_mut().waits.delivered += 1,
+                                false => w.log.borrow_mut().waits.duplicates += 1,
+                            }
+                            if first {
+                                let prior = {
+                                    let mut log = w.log.borrow_mut();
+                                    let prior = log.delivered.entry(token.clone()).or_default();
+                                    prior.push(*payload);
+                                    prior.clone()
+                                };
+                                if prior.len() > 1 {
+                                    w.violation(format!("{run}: {call}'s token was delivered first twice ({prior:?})"));
+                                }
+                            }
+                            // What was acknowledged is the call's result, in what the delivery answered.
+                            let want = json!({"v": payload}).to_string();
+                            let got = d.run.messages.iter().find_map(|m| match m {
+                                Message::Tool(r) if r.tool_call_id == *call => Some(r.content.clone()),
+                                _ => None,
+                            });
+                            // (Unless the pause still waits on others: the payload is in the wait's record until then.)
+                            let waits_on_others = got.is_none()
+                                && d.run.status == RunStatus::AwaitingApproval
+                                && !d.run.approval_ids.is_empty();
+                            if d.run.run_id == *run
+                                && first
+                                && !waits_on_others
+                                && got.as_deref() != Some(want.as_str())
+                            {
+                                w.violation(format!("{run}: {call} delivered {want} but its result reads {got:?}"));
+                            }
+                            Ok(())
+                        }
+                        Err(e) if matches!(e.code, ErrorCode::WaitNotFound | ErrorCode::WaitAlreadyResolved) => {
+                            w.log.borrow_mut().waits.refused += 1;
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    }
+                }
+            }
+        }
         Op::Alarm { run } => {
             touched.push(RUNS[*run].into());
             agent.wake(RUNS[*run], &w.sweep_options(false)).await.map(|_| ())
@@ -905,6 +1087,7 @@ struct Outcome {
     violations: Vec<String>,
     operations: u64,
     crashes: u64,
+    waits: WaitCounts,
 }
 
 fn run_program(program: &Program, kind: StoreKind) -> Outcome {
@@ -948,11 +1131,12 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
     for id in all_ids(&w) {
         w.observe(&id);
         if let Some(cp) = w.read(&id) {
-            // A pause counts as settled only while a person still has a decision to make.
+            // A pause counts as settled only while a person (or the outside world: an event without a deadline)
+            // still has a decision to make; a deadline or a timer must have been taken up by the ticks.
             let waits_on_a_person = cp.status == RunStatus::AwaitingApproval
                 && cp.approval_ids.iter().any(|id| {
                     matches!(w.oracle.get_approval(id).now_or_never(), Some(Ok(Some(r)))
-                        if r.status == steadfast::core::approval::ApprovalStatus::Pending)
+                        if r.status == steadfast::core::approval::ApprovalStatus::Pending && r.due_at.is_none())
                 });
             let settled = cp.status == RunStatus::Finished
                 || waits_on_a_person
@@ -965,6 +1149,15 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
                     cp.attempts,
                     cp.last_error.as_ref().map(|e| e.code)
                 ));
+            }
+            for m in &cp.messages {
+                if let Message::Tool(r) = m {
+                    match r.name.as_str() {
+                        "hook" if r.content.contains("\"timeout\"") => w.log.borrow_mut().waits.timeouts += 1,
+                        "nap" if r.content.contains("\"woke\"") => w.log.borrow_mut().waits.woken += 1,
+                        _ => {}
+                    }
+                }
             }
             if let Some(e) = cp.last_error.as_ref().filter(|e| !expected(e.code)) {
                 w.violation(format!("{id} failed with {} {}", e.code, e.message));
@@ -998,7 +1191,7 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
             found.push(format!("the schedule's fire at {} ran {n} times", fire_at - T0));
         }
     }
-    Outcome { violations: found, operations: log.operations, crashes: log.crashes }
+    Outcome { violations: found, operations: log.operations, crashes: log.crashes, waits: log.waits }
 }
 
 // --- The test -------------------------------------------------------------------------------------------------
@@ -1071,7 +1264,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         .map(|chunk| {
             let kinds = kinds.clone();
             std::thread::spawn(move || {
-                let (mut ops, mut crashes, mut failing) = (0u64, 0u64, Vec::new());
+                let (mut ops, mut crashes, mut failing, mut waits) = (0u64, 0u64, Vec::new(), WaitCounts::default());
                 for seed in chunk {
                     let program = Program::generate(seed);
                     for &kind in &kinds {
@@ -1081,6 +1274,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
                             Ok(o) => {
                                 ops += o.operations;
                                 crashes += o.crashes;
+                                waits.add(&o.waits);
                                 if !o.violations.is_empty() {
                                     failing.push((seed, kind, o.violations));
                                 }
@@ -1089,16 +1283,17 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
                         }
                     }
                 }
-                (ops, crashes, failing)
+                (ops, crashes, failing, waits)
             })
         })
         .collect();
-    let (mut ops, mut crashes, mut failing) = (0, 0, Vec::new());
+    let (mut ops, mut crashes, mut failing, mut waits) = (0, 0, Vec::new(), WaitCounts::default());
     for h in handles {
-        let (o, c, f) = h.join().expect("checker thread");
+        let (o, c, f, wc) = h.join().expect("checker thread");
         ops += o;
         crashes += c;
         failing.extend(f);
+        waits.add(&wc);
     }
     failing.sort_by_key(|f| f.0);
     let violations: usize = failing.iter().map(|f| f.2.len()).sum();
@@ -1107,6 +1302,24 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         seeds.len(),
         kinds.len()
     );
+    let WaitCounts { answered, delivered, duplicates, refused, timeouts, woken } = waits;
+    println!(
+        "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
+         refused {refused}), deadlines {timeouts}, timers woken {woken}"
+    );
+    if seeds.len() > 100 {
+        // The generator exercises every way a wait resolves (a change that stops it fails here).
+        for (what, n) in [
+            ("answers", answered),
+            ("deliveries", delivered),
+            ("duplicates", duplicates),
+            ("refusals", refused),
+            ("deadlines", timeouts),
+            ("timers", woken),
+        ] {
+            assert!(n > 0, "no {what} in {} programs", seeds.len());
+        }
+    }
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (seed, kind, vs) in &failing {

@@ -114,11 +114,22 @@ impl Agent {
     /// record is gone or spent is dropped. A run whose lease is held is left for the next time (its entry
     /// stays).
     pub async fn wake_due(&self, limit: usize, opts: &SendOptions) -> Result<WakeReport> {
+        self.wake_due_while(limit, opts, &|| true).await
+    }
+
+    /// [`Agent::wake_due`], taking up the next entry only while `go_on()` says so (the sweep's operation
+    /// budget).
+    pub async fn wake_due_while(
+        &self,
+        limit: usize,
+        opts: &SendOptions,
+        go_on: &dyn Fn() -> bool,
+    ) -> Result<WakeReport> {
         let now = self.deps.now();
         let due = self.store().list_due(now, limit).await?;
         let mut report = WakeReport { listed: due.len(), ..WakeReport::default() };
         for entry in due {
-            if opts.abort.as_ref().is_some_and(|a| a.is_aborted()) {
+            if opts.abort.as_ref().is_some_and(|a| a.is_aborted()) || !go_on() {
                 break;
             }
             let rec = match self.store().get_approval(&entry.wait_id).await {

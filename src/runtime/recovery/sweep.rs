@@ -254,7 +254,9 @@ impl Agent {
         // a promise of a time, kept before the backlog is paged.
         if !stopped(listener) {
             let wake_opts = SendOptions { abort: listener.stop().cloned(), ..SendOptions::default() };
-            match self.wake_due(opts.max_runs, &wake_opts).await {
+            // The same budget as the resumes below: about the operations one resume may take are kept in hand.
+            let room = || used() + opts.op_budget / 10 < opts.op_budget;
+            match self.wake_due_while(opts.max_runs, &wake_opts, &room).await {
                 Ok(w) => {
                     report.woken = w.resolved.len();
                     report.busy += w.busy;
