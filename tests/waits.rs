@@ -272,7 +272,7 @@ fn a_timer_wakes_the_run_at_its_time_by_the_sweep_or_the_runs_alarm() {
 /// Waiting runs cost nothing per run while they wait: a simulated day of cron ticks (one a minute) over the
 /// journal store on the KV simulator with 1,000 runs each parked on an event (deadline in a week) costs no more
 /// operations than the same day with none, beyond the day's one verification round; the figure is printed
-/// (`ops per waiting run per day: N`) and must stay at most 2.
+/// (`ops per waiting run per day: N`) and must stay at most 1.1 (the issue asks for 2 at most).
 #[test]
 fn waiting_runs_cost_at_most_two_kv_operations_each_per_day() {
     let day_of_ticks = |waiting: usize| -> (u64, u64) {
@@ -302,5 +302,6 @@ fn waiting_runs_cost_at_most_two_kv_operations_each_per_day() {
         idle_r + idle_w,
         busy_r + busy_w
     );
-    assert!(per_run <= 2.0, "ops per waiting run per day: {per_run}");
+    // The issue's bound is 2; the README quotes 1.09 and this holds it there (the count is deterministic).
+    assert!(per_run <= 1.1, "ops per waiting run per day: {per_run}");
 }
