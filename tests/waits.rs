@@ -305,3 +305,49 @@ fn waiting_runs_cost_at_most_two_kv_operations_each_per_day() {
     // The bound is 2; the README quotes 1.09 and this holds it there (the count is deterministic).
     assert!(per_run <= 1.1, "ops per waiting run per day: {per_run}");
 }
+
+/// A wait that resolves by itself beside an approval still pending: the run keeps its pause (now on the
+/// approval alone), later ticks cost what idle ticks cost (nothing taken up again and again), and the approval
+/// resumes the run with both results.
+#[test]
+fn a_timer_resolved_beside_a_pending_approval_keeps_the_pause_and_costs_nothing_more() {
+    for (name, make) in stores() {
+        let env = make();
+        let counters = Counters::default();
+        let model = || {
+            MockModel::by_turn(vec![
+                MockTurn::tools([("sleep_for", json!({"seconds": 30})), ("gated", json!({}))]),
+                MockTurn::text("both done"),
+            ])
+        };
+        let a = env.agent_with(model(), vec![gated_tool("gated", &counters)], questions(), "");
+        let paused = block_on(a.send("mixed", "go", opts())).unwrap();
+        assert_eq!(paused.approval_ids.len(), 2, "{name}: the timer and the approval");
+        let approval = paused.approval_ids.iter().find(|id| !id.starts_with("wait_")).unwrap().clone();
+        let sweep = SweepOptions::default();
+        env.clock.advance(31_000);
+        let tick = block_on(a.sweep(&sweep, &NoListener)).unwrap();
+        assert_eq!(tick.woken, 1, "{name}: {tick:?}");
+        let cp = block_on(a.load("mixed")).unwrap().unwrap();
+        assert_eq!(cp.status, RunStatus::AwaitingApproval, "{name}: still paused on the approval");
+        // Two more ticks to settle the index, then ticks are as cheap as with nothing due.
+        for _ in 0..2 {
+            env.clock.advance(60_000);
+            block_on(a.sweep(&sweep, &NoListener)).unwrap();
+        }
+        let costs: Vec<u64> = (0..3)
+            .map(|_| {
+                env.clock.advance(60_000);
+                let r = block_on(a.sweep(&sweep, &NoListener)).unwrap();
+                assert_eq!((r.woken, r.resumed), (0, 0), "{name}: {r:?}");
+                r.operations
+            })
+            .collect();
+        assert!(costs.windows(2).all(|w| w[0] == w[1]), "{name}: steady ticks {costs:?}");
+        assert!(block_on(a.store().list_due(u64::MAX, 10)).unwrap().is_empty(), "{name}: no entry left");
+        let done =
+            block_on(a.approvals().resolve(Resolve { id: approval, approved: true, ..Default::default() })).unwrap();
+        assert_eq!((done.status, done.text.as_str()), (RunStatus::Finished, "both done"), "{name}");
+        assert!(result_of(&done, "sleep_for").content.contains("\"woke\":true"), "{name}");
+    }
+}

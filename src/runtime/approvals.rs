@@ -109,7 +109,7 @@ impl Approvals<'_> {
         };
         let run_id = rec.run_id.clone();
         match self.settle(rec, opts).await? {
-            Settled::Run(res) => Ok(*res),
+            Settled::Run(res) | Settled::Waiting(res) => Ok(*res),
             Settled::Moved(cp) if again => Ok(RunResult::stored(&cp)),
             Settled::Moved(_) | Settled::Orphaned => Err(orphan_error(&run_id, &decision.id)),
         }
@@ -163,7 +163,7 @@ impl Approvals<'_> {
                 let mut res = RunResult::of(&pre, &outcome, RunStats::default());
                 res.approval_ids = still_pending;
                 res.approval_id = res.approval_ids.first().cloned();
-                return Ok(Settled::Run(Box::new(res)));
+                return Ok(Settled::Waiting(Box::new(res)));
             }
         };
         // The pause the run was driven past (set once the decision is written and the run is about to resume).
@@ -261,8 +261,10 @@ fn moved_past(cp: &Checkpoint, rec: &ApprovalRecord) -> bool {
 
 /// What [`Approvals::settle`] did.
 pub(crate) enum Settled {
-    /// The record was written; the run resumed (or still waits on other records of its pause).
+    /// The record was written and the run resumed: it ran to its next pause or its end.
     Run(Box<RunResult>),
+    /// The record was written; the run still waits on other records of its pause (their ids in the result).
+    Waiting(Box<RunResult>),
     /// The run went past the pause already (the record's call has its result).
     Moved(Box<Checkpoint>),
     /// The run is gone or replaced: the record was withdrawn.

@@ -10,7 +10,6 @@ use super::options::SendOptions;
 use super::result::RunResult;
 use super::Agent;
 use crate::core::approval::{resolve_wait, ApprovalRecord, ApprovalStatus, Resolved};
-use crate::core::checkpoint::RunStatus;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::wait::{came_due, delivered, token_matches, wait_id, WaitKind};
 use serde::{Deserialize, Serialize};
@@ -74,7 +73,7 @@ impl Events<'_> {
             Resolved::Again(r) => (r, true),
         };
         match Approvals::new(self.deps).settle(rec, opts).await? {
-            Settled::Run(run) => Ok(EventDelivery { wait_id: id, duplicate: again, run: *run }),
+            Settled::Run(run) | Settled::Waiting(run) => Ok(EventDelivery { wait_id: id, duplicate: again, run: *run }),
             Settled::Moved(cp) if again => {
                 Ok(EventDelivery { wait_id: id, duplicate: true, run: RunResult::stored(&cp) })
             }
@@ -142,14 +141,10 @@ impl Agent {
             let taken = match rec {
                 // Decided: its resume is taken up again (a repeat of it is accepted).
                 Some(r) if r.status != ApprovalStatus::Pending && r.decided_at == Some(entry.at) => {
+                    // Still waiting on others: the last of them takes it up (its entry goes).
                     self.approvals().settle(r, opts.clone()).await.map(|s| match s {
-                        Settled::Run(run)
-                            if run.status != RunStatus::AwaitingApproval
-                                || !run.approval_ids.contains(&entry.wait_id) =>
-                        {
-                            Some(*run)
-                        }
-                        _ => None,
+                        Settled::Run(run) => Some(*run),
+                        Settled::Waiting(_) | Settled::Moved(_) | Settled::Orphaned => None,
                     })
                 }
                 Some(r) if r.status == ApprovalStatus::Pending && r.due_at == Some(entry.at) => {
@@ -187,7 +182,7 @@ impl Agent {
             Resolved::Fresh(r) | Resolved::Again(r) => r,
         };
         match self.approvals().settle(rec, opts).await? {
-            Settled::Run(run) => Ok(Some(*run)),
+            Settled::Run(run) | Settled::Waiting(run) => Ok(Some(*run)),
             Settled::Moved(_) | Settled::Orphaned => Ok(None),
         }
     }
