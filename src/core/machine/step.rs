@@ -129,14 +129,22 @@ impl RunMachine {
         self.progress();
     }
 
+    /// The calls with an id each, unique in the run: a missing or taken id is replaced by `call_<step>_<i>`
+    /// (`_<k>` added while that is taken too). A turn's few ids are compared with the run's, one pass each
+    /// (hashing every stored id into a set cost the whole transcript at every step); a turn of many calls
+    /// makes the set.
     pub(super) fn sanitize_calls(&self, calls: Vec<ToolCall>) -> Vec<ToolCall> {
-        let stored: HashSet<&str> =
-            self.cp.messages.iter().flat_map(|m| m.tool_calls().iter().map(|c| c.id.as_str())).collect();
-        let mut fresh: HashSet<String> = HashSet::new();
+        let ids = || self.cp.messages.iter().flat_map(|m| m.tool_calls().iter().map(|c| c.id.as_str()));
+        let set: Option<HashSet<&str>> = (calls.len() > 8).then(|| ids().collect());
+        let stored = |id: &str| match &set {
+            Some(set) => set.contains(id),
+            None => ids().any(|s| s == id),
+        };
+        let mut fresh: Vec<String> = Vec::with_capacity(calls.len());
         let step = self.cp.step_index;
         let mut out = Vec::with_capacity(calls.len());
         for (i, mut c) in calls.into_iter().enumerate() {
-            let taken = |id: &str, fresh: &HashSet<String>| stored.contains(id) || fresh.contains(id);
+            let taken = |id: &str, fresh: &[String]| fresh.iter().any(|f| f == id) || stored(id);
             if c.id.is_empty() || taken(&c.id, &fresh) {
                 let mut k = 0;
                 let mut id = format!("call_{step}_{i}");
@@ -146,7 +154,7 @@ impl RunMachine {
                 }
                 c.id = id;
             }
-            fresh.insert(c.id.clone());
+            fresh.push(c.id.clone());
             out.push(c);
         }
         out
