@@ -16,6 +16,27 @@ pub(super) fn result(call: &ToolCall, content: String, is_error: bool, kind: Res
     ToolResult { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error, kind }
 }
 
+/// The tool call ids of a transcript that only grows: the first `indexed` messages' ids are in `ids`.
+#[derive(Clone, Debug, Default)]
+pub(super) struct CallIds {
+    indexed: usize,
+    ids: HashSet<String>,
+}
+
+impl CallIds {
+    /// Indexes the messages added since the last call (all of them again if the transcript is shorter than
+    /// what was indexed: it was replaced).
+    fn catch_up(&mut self, messages: &[Message]) {
+        if self.indexed > messages.len() {
+            *self = CallIds::default();
+        }
+        for m in &messages[self.indexed..] {
+            self.ids.extend(m.tool_calls().iter().map(|c| c.id.clone()));
+        }
+        self.indexed = messages.len();
+    }
+}
+
 /// What the journal holds already: the next entry is the delta from it.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Committed {
@@ -130,21 +151,16 @@ impl RunMachine {
     }
 
     /// The calls with an id each, unique in the run: a missing or taken id is replaced by `call_<step>_<i>`
-    /// (`_<k>` added while that is taken too). A turn's few ids are compared with the run's, one pass each
-    /// (hashing every stored id into a set cost the whole transcript at every step); a turn of many calls
-    /// makes the set.
-    pub(super) fn sanitize_calls(&self, calls: Vec<ToolCall>) -> Vec<ToolCall> {
-        let ids = || self.cp.messages.iter().flat_map(|m| m.tool_calls().iter().map(|c| c.id.as_str()));
-        let set: Option<HashSet<&str>> = (calls.len() > 8).then(|| ids().collect());
-        let stored = |id: &str| match &set {
-            Some(set) => set.contains(id),
-            None => ids().any(|s| s == id),
-        };
-        let mut fresh: Vec<String> = Vec::with_capacity(calls.len());
+    /// (`_<k>` added while that is taken too). The run's ids are indexed as the transcript grows (only the
+    /// messages added since the last call are read), not hashed again from the whole transcript at every step.
+    pub(super) fn sanitize_calls(&mut self, calls: Vec<ToolCall>) -> Vec<ToolCall> {
+        self.call_ids.catch_up(&self.cp.messages);
+        let stored = &self.call_ids.ids;
+        let mut fresh: HashSet<String> = HashSet::new();
         let step = self.cp.step_index;
         let mut out = Vec::with_capacity(calls.len());
         for (i, mut c) in calls.into_iter().enumerate() {
-            let taken = |id: &str, fresh: &[String]| fresh.iter().any(|f| f == id) || stored(id);
+            let taken = |id: &str, fresh: &HashSet<String>| stored.contains(id) || fresh.contains(id);
             if c.id.is_empty() || taken(&c.id, &fresh) {
                 let mut k = 0;
                 let mut id = format!("call_{step}_{i}");
@@ -154,7 +170,7 @@ impl RunMachine {
                 }
                 c.id = id;
             }
-            fresh.push(c.id.clone());
+            fresh.insert(c.id.clone());
             out.push(c);
         }
         out
