@@ -194,6 +194,11 @@ pub(super) fn parse_response(text: &str) -> Result<ModelResponse> {
     let bad = |e: String| {
         Error::new(ErrorCode::ProviderInvalidResponse, format!("the model's answer is not a ModelResponse: {e}"))
     };
+    // The usual answer (every call with a string id) is read once, straight into the response; anything else
+    // goes through a `Value`, where ids are given.
+    if let Ok(resp) = serde_json::from_str::<ModelResponse>(text) {
+        return Ok(resp);
+    }
     let mut v: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
     if let Some(calls) = v.get_mut("toolCalls").and_then(Value::as_array_mut) {
         for c in calls.iter_mut() {
