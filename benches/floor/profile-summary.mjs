@@ -30,9 +30,7 @@ for (const id of samples) {
   total += 1;
   const n = byId.get(id);
   const name = nameOf(n);
-  if (name === "(idle)" || name === "(program)" || name === "(garbage collector)") {
-    if (name === "(idle)") idle += 1;
-  }
+  if (name === "(idle)") idle += 1;
   self.set(name, (self.get(name) ?? 0) + 1);
   const seen = new Set();
   for (let cur = id; cur !== undefined; cur = parent.get(cur)) {

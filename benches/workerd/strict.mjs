@@ -108,7 +108,7 @@ async function cpuRunner(build, toolBase) {
     bindings: {
       STEADFAST_TOKEN: TOKEN,
       STEADFAST_CONFIG: JSON.stringify({
-        store: "durable-object",
+        store: process.env.CPU_STORE ?? "durable-object",
         model: { provider: "mock", script },
         instructions: INSTRUCTIONS,
         limits: { maxSteps: CPU_STEPS + 1 },
@@ -131,7 +131,9 @@ async function cpuRunner(build, toolBase) {
   return {
     run: async () => {
       const c0 = cpuMs(pids[0]);
+      const t0 = performance.now();
       await once();
+      if (process.env.CPU_WALL) console.log(`${build}: wall ${(performance.now() - t0).toFixed(0)} ms`);
       return cpuMs(pids[0]) - c0;
     },
     dispose: () => mf.dispose(),
