@@ -97,40 +97,150 @@ impl Clock for JsClock {
     }
 }
 
-/// A `setTimeout` promise; dropping the sleep (a race it lost) clears the timer, so a finished run leaves
-/// no timer behind to keep a JS event loop alive.
+/// A `setTimeout` timer; dropping the sleep (a race it lost) clears the timer, so a finished run leaves no
+/// timer behind to keep a JS event loop alive. A sleep costs one `setTimeout` (and one `clearTimeout` when
+/// dropped early): the functions are looked up once, one callback (made once) wakes the sleep by its slot, and
+/// no promise or closure is made per sleep.
 pub struct JsSleep;
 
+/// The sleeps waiting on a `setTimeout`, by slot (the timer's extra argument).
+#[derive(Default)]
+struct Timers {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    /// `(global, setTimeout, clearTimeout, the callback)`, once looked up; `None` inside: no `setTimeout`.
+    host: Option<Option<(JsValue, Function, Function, Function)>>,
+}
+
+enum Slot {
+    Free,
+    Waiting(Option<std::task::Waker>),
+    Fired,
+}
+
+thread_local! {
+    static TIMERS: std::cell::RefCell<Timers> = std::cell::RefCell::new(Timers::default());
+}
+
+impl Timers {
+    /// The host's timer functions and the callback (looked up and made on first use).
+    fn host(&mut self) -> Option<(JsValue, Function, Function, Function)> {
+        self.host
+            .get_or_insert_with(|| {
+                let global = js_sys::global();
+                let set = prop(&global, "setTimeout").dyn_into::<Function>().ok()?;
+                let clear = prop(&global, "clearTimeout").dyn_into::<Function>().ok()?;
+                let fired = Closure::<dyn FnMut(u32)>::new(|slot: u32| {
+                    let waker = TIMERS.with(|t| {
+                        let mut t = t.borrow_mut();
+                        match t.slots.get_mut(slot as usize) {
+                            Some(s @ Slot::Waiting(_)) => match std::mem::replace(s, Slot::Fired) {
+                                Slot::Waiting(w) => w,
+                                _ => None,
+                            },
+                            _ => None,
+                        }
+                    });
+                    if let Some(w) = waker {
+                        w.wake();
+                    }
+                });
+                // The callback lives as long as the module (one for every sleep).
+                let callback = fired.into_js_value().unchecked_into::<Function>();
+                Some((global.into(), set, clear, callback))
+            })
+            .clone()
+    }
+
+    fn take_slot(&mut self, waker: std::task::Waker) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Slot::Waiting(Some(waker));
+                i
+            }
+            None => {
+                self.slots.push(Slot::Waiting(Some(waker)));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn release(&mut self, slot: u32) {
+        self.slots[slot as usize] = Slot::Free;
+        self.free.push(slot);
+    }
+}
+
+/// One `setTimeout` of `ms`, armed on first poll.
 struct Timer {
-    id: JsValue,
+    ms: u64,
+    /// `(slot, timer id)` once armed.
+    armed: Option<(u32, JsValue)>,
+    done: bool,
+}
+
+impl std::future::Future for Timer {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        use std::task::Poll;
+        if self.done {
+            return Poll::Ready(());
+        }
+        let (ms, armed) = (self.ms, self.armed.as_ref().map(|(slot, _)| *slot));
+        let (ready, newly) = TIMERS.with(|t| {
+            let mut t = t.borrow_mut();
+            let Some(slot) = armed else {
+                // Ignored (`else { return (true, None) }`): every JS host this crate runs in (Workers, Node) has
+                // `setTimeout`.
+                let Some((global, set, _, callback)) = t.host() else { return (true, None) };
+                let slot = t.take_slot(cx.waker().clone());
+                let args = Array::of3(&callback, &JsValue::from_f64(ms as f64), &JsValue::from(slot));
+                // Ignored: `setTimeout` with a function and a number does not throw.
+                let id = set.apply(&global, &args).unwrap_or(JsValue::UNDEFINED);
+                return (false, Some((slot, id)));
+            };
+            if let Slot::Waiting(w) = &mut t.slots[slot as usize] {
+                if !w.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    *w = Some(cx.waker().clone());
+                }
+                return (false, None);
+            }
+            t.release(slot);
+            (true, None)
+        });
+        if newly.is_some() {
+            self.armed = newly;
+        }
+        if ready {
+            self.armed = None;
+            self.done = true;
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
 }
 
 impl Drop for Timer {
     fn drop(&mut self) {
-        let global = js_sys::global();
-        if let Ok(clear) = prop(&global, "clearTimeout").dyn_into::<Function>() {
-            // Deliberately ignored: clearTimeout does not throw for an id it does not know (a timer that fired).
-            let _ = clear.call1(&global, &self.id);
-        }
+        let Some((slot, id)) = self.armed.take() else { return };
+        TIMERS.with(|t| {
+            let mut t = t.borrow_mut();
+            if matches!(t.slots.get(slot as usize), Some(Slot::Waiting(_))) {
+                if let Some((global, _, clear, _)) = t.host() {
+                    // Deliberately ignored: clearTimeout does not throw for an id it does not know.
+                    let _ = clear.call1(&global, &id);
+                }
+            }
+            t.release(slot);
+        });
     }
 }
 
 #[async_trait(?Send)]
 impl Sleep for JsSleep {
     async fn sleep(&self, ms: u64) {
-        let global = js_sys::global();
-        // Ignored (`else { return }`): every JS host this crate runs in (Workers, Node) has `setTimeout`.
-        let Ok(set_timeout) = prop(&global, "setTimeout").dyn_into::<Function>() else {
-            return;
-        };
-        let mut id = JsValue::UNDEFINED;
-        let wait = Promise::new(&mut |resolve, _reject| {
-            // Ignored: `setTimeout` with a function and a number does not throw.
-            id = set_timeout.call2(&global, &resolve, &JsValue::from_f64(ms as f64)).unwrap_or(JsValue::UNDEFINED);
-        });
-        let _timer = Timer { id };
-        // Deliberately ignored: the promise only ever resolves (the timer has no failure to report).
-        let _ = JsFuture::from(wait).await;
+        Timer { ms, armed: None, done: false }.await
     }
 }
 

@@ -132,6 +132,8 @@ pub struct RunMachine {
     /// Why the last model turn, if it had no calls, ends the run when it is not a plain stop (length,
     /// refusal, content filter). Not kept: the turn and the finish it causes are committed together.
     turn_finish: Option<FinishReason>,
+    /// The tool call ids of the transcript, indexed as it grows (see `sanitize_calls`).
+    call_ids: step::CallIds,
 }
 
 impl RunMachine {

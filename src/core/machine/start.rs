@@ -44,6 +44,7 @@ impl RunMachine {
             dirty: false,
             snapshot_next: false,
             turn_finish: None,
+            call_ids: Default::default(),
         };
         let annotate = matches!(start, Start::Quarantine | Start::Failed(_));
         let decisions = match stored {

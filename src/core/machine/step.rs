@@ -17,6 +17,27 @@ pub(super) fn result(call: &ToolCall, content: String, is_error: bool, kind: Res
     ToolResult { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error, kind }
 }
 
+/// The tool call ids of a transcript that only grows: the first `indexed` messages' ids are in `ids`.
+#[derive(Clone, Debug, Default)]
+pub(super) struct CallIds {
+    indexed: usize,
+    ids: HashSet<String>,
+}
+
+impl CallIds {
+    /// Indexes the messages added since the last call (all of them again if the transcript is shorter than
+    /// what was indexed: it was replaced).
+    fn catch_up(&mut self, messages: &[Message]) {
+        if self.indexed > messages.len() {
+            *self = CallIds::default();
+        }
+        for m in &messages[self.indexed..] {
+            self.ids.extend(m.tool_calls().iter().map(|c| c.id.clone()));
+        }
+        self.indexed = messages.len();
+    }
+}
+
 /// What the journal holds already: the next entry is the delta from it.
 #[derive(Clone, Debug, Default)]
 pub(super) struct Committed {
@@ -130,9 +151,12 @@ impl RunMachine {
         self.progress();
     }
 
-    pub(super) fn sanitize_calls(&self, calls: Vec<ToolCall>) -> Vec<ToolCall> {
-        let stored: HashSet<&str> =
-            self.cp.messages.iter().flat_map(|m| m.tool_calls().iter().map(|c| c.id.as_str())).collect();
+    /// The calls with an id each, unique in the run: a missing or taken id is replaced by `call_<step>_<i>`
+    /// (`_<k>` added while that is taken too). The run's ids are indexed as the transcript grows (only the
+    /// messages added since the last call are read), not hashed again from the whole transcript at every step.
+    pub(super) fn sanitize_calls(&mut self, calls: Vec<ToolCall>) -> Vec<ToolCall> {
+        self.call_ids.catch_up(&self.cp.messages);
+        let stored = &self.call_ids.ids;
         let mut fresh: HashSet<String> = HashSet::new();
         let step = self.cp.step_index;
         let mut out = Vec::with_capacity(calls.len());

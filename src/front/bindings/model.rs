@@ -12,7 +12,6 @@
 //! whose value has a numeric `.status` maps through [`provider_http_error`] (`.retryAfterMs` is honoured); one
 //! with a `STEADFAST_*` `.code` keeps that code; anything else is `STEADFAST_PROVIDER_NETWORK` (retryable).
 
-use super::errors::encode;
 use crate::core::classify::provider_http_error;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::StreamDelta;
@@ -39,6 +38,10 @@ pub(super) struct JsModel {
     release: Option<Function>,
     /// What the JS side holds of each run.
     feed: RefCell<ModelFeed>,
+    /// The frame's JSON is written here, the buffer kept from call to call.
+    frame_buf: RefCell<Vec<u8>>,
+    /// The host's `AbortController` (looked up once; `None` without one).
+    abort_controller: Option<Function>,
 }
 
 impl JsModel {
@@ -50,17 +53,33 @@ impl JsModel {
         let generate = method(&obj, "generate", "the model")?;
         // Ignored (`.ok()`): a model without a `release` function keeps no per-run state to drop.
         let release = prop(&obj, "release").dyn_into::<Function>().ok();
-        Ok(JsModel { id, obj, generate, release, feed: RefCell::new(ModelFeed::new()) })
+        let abort_controller = prop(&js_sys::global(), "AbortController").dyn_into::<Function>().ok();
+        Ok(JsModel {
+            id,
+            obj,
+            generate,
+            release,
+            feed: RefCell::new(ModelFeed::new()),
+            frame_buf: RefCell::new(Vec::new()),
+            abort_controller,
+        })
     }
 
     /// Sends the frame the feed decides on (with `on_delta`, the JS function a streaming model calls with
     /// `(kind, text)`); `None` when the holder could not apply it.
     async fn send_frame(&self, request: &ModelRequest<'_>, on_delta: &JsValue) -> Result<Option<JsValue>> {
-        let body = encode(&self.feed.borrow_mut().frame(request))?;
+        let body = {
+            let mut buf = self.frame_buf.borrow_mut();
+            buf.clear();
+            serde_json::to_writer(&mut *buf, &self.feed.borrow_mut().frame(request))
+                .map_err(|e| Error::internal(format!("cannot encode: {e}")))?;
+            // serde_json writes UTF-8 only.
+            JsValue::from_str(std::str::from_utf8(&buf).map_err(|e| Error::internal(e.to_string()))?)
+        };
         // The call's abort signal: aborted when the runtime stops waiting for this answer (the run was aborted,
         // or the call timed out), so the JS model can cancel its request instead of finishing it unheard.
-        let abort = AbortOnDrop::new();
-        let args = Array::of3(&JsValue::from_str(&body), on_delta, &abort.signal());
+        let abort = AbortOnDrop::new(self.abort_controller.as_ref());
+        let args = Array::of3(&body, on_delta, &abort.signal());
         let out = call_async(&self.generate, &self.obj, &args).await.map_err(|e| model_error(&e));
         abort.disarm();
         let out = out?;
@@ -96,10 +115,9 @@ struct AbortOnDrop {
 }
 
 impl AbortOnDrop {
-    fn new() -> AbortOnDrop {
-        let class = prop(&js_sys::global(), "AbortController");
-        let controller =
-            class.dyn_into::<Function>().ok().and_then(|c| js_sys::Reflect::construct(&c, &Array::new()).ok());
+    /// A new controller of `class` (the host's `AbortController`, when it has one).
+    fn new(class: Option<&Function>) -> AbortOnDrop {
+        let controller = class.and_then(|c| js_sys::Reflect::construct(c, &Array::new()).ok());
         AbortOnDrop { controller }
     }
 
@@ -176,6 +194,11 @@ pub(super) fn parse_response(text: &str) -> Result<ModelResponse> {
     let bad = |e: String| {
         Error::new(ErrorCode::ProviderInvalidResponse, format!("the model's answer is not a ModelResponse: {e}"))
     };
+    // The usual answer (every call with a string id) is read once, straight into the response; anything else
+    // goes through a `Value`, where ids are given.
+    if let Ok(resp) = serde_json::from_str::<ModelResponse>(text) {
+        return Ok(resp);
+    }
     let mut v: Value = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
     if let Some(calls) = v.get_mut("toolCalls").and_then(Value::as_array_mut) {
         for c in calls.iter_mut() {

@@ -620,14 +620,15 @@ impl<'a> Driver<'a> {
         Ok(())
     }
 
-    /// Awaits `fut`, renewing the lease on schedule; `None` when the run was aborted first.
+    /// Awaits `fut`, renewing the lease on schedule; `None` when the run was aborted first. The renewal timer is
+    /// made only once `fut` is pending (a future ready at once costs no timer), and stays for the whole wait.
     async fn wait_renewing<F: Future>(&mut self, fut: F) -> Result<Option<F::Output>> {
         let mut fut = pin!(fut);
         loop {
             let due = self.next_renew_at;
             let wait = due.saturating_sub(self.now()).max(1);
-            let sleep = self.deps.sleep.clone();
-            let mut tick = pin!(sleep.sleep(wait));
+            let deps: &'a Deps = self.deps;
+            let mut tick = None;
             let abort = self.abort.clone();
             let race = futures::future::poll_fn(|cx| {
                 if let Poll::Ready(v) = fut.as_mut().poll(cx) {
@@ -636,7 +637,7 @@ impl<'a> Driver<'a> {
                 if abort.poll_aborted(cx).is_ready() {
                     return Poll::Ready(Race::Aborted);
                 }
-                if tick.as_mut().poll(cx).is_ready() {
+                if tick.get_or_insert_with(|| deps.sleep.sleep(wait)).as_mut().poll(cx).is_ready() {
                     return Poll::Ready(Race::Tick);
                 }
                 Poll::Pending

@@ -1,0 +1,183 @@
+#!/usr/bin/env node
+// The floor (issue 34): what a durable step costs beside the same loop with no durability at all.
+//
+// The scripted workload of benches/peers/workload.mjs (one user message, N model turns of two tool calls each,
+// each tool answering the same ~450-byte text, then a final text), N = 100 and 500, run
+//   - as a bare JS loop: call the model with the transcript, run the two tools, append the assistant message and
+//     the two tool results, until the model answers text; no persistence, no events, no leases;
+//   - through the npm package (js/dist, from js/scripts/build.sh) with memoryStore(), the same model and tools
+//     (as `defineTool`s);
+//   - through the npm package with kvStore() over an in-memory KV namespace (js/test-support/fake_kv.mjs, every
+//     operation answered at once; settleMs 10 (--settle-ms): the window is a wait once per run, not work, and
+//     a window shorter than a lease write is refused as busy);
+// interleaved (the order alternates every repetition) after untimed warm-up runs; a run's time is the whole
+// turn as its caller sees it. Then the Rust side natively: `cargo bench --bench floor` (benches/floor.rs: the
+// same workload as a bare Rust loop over the same model and tools, and through `Agent` with a MemoryStore).
+//
+// Printed: a table of medians (ms per run, µs per step), the paired ratios (package / bare loop, median over
+// repetitions) and the goal line `P14 floor_ratio_npm_100=… floor_ratio_npm_500=… floor_ratio_rust_500=…`.
+// Measured, never asserted.
+//
+// Usage: node benches/floor/run.mjs [--sizes 100,500] [--reps 15] [--no-rust] [--markdown FILE]
+import { spawnSync } from "node:child_process";
+import fs from "node:fs";
+import path from "node:path";
+import { performance } from "node:perf_hooks";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { FINAL_TEXT, INSTRUCTIONS, PROMPT, TOOL_RESULT, TOOLS, stepCalls } from "../peers/workload.mjs";
+import { FakeKv } from "../../js/test-support/fake_kv.mjs";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, "..", "..");
+
+function arg(name, dflt) {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1] : dflt;
+}
+const SIZES = arg("sizes", "100,500").split(",").map(Number);
+const REPS = Number(arg("reps", "15"));
+const WARMUP = Number(arg("warmup", "3"));
+const MARKDOWN = arg("markdown", "");
+const SETTLE_MS = Number(arg("settle-ms", "10"));
+const RUST = !process.argv.includes("--no-rust");
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
+};
+const out = [];
+const say = (line = "") => {
+  console.log(line);
+  out.push(line);
+};
+
+/** The scripted model every contender calls: call k answers step k's two tool calls, then the final text. */
+function scriptedModel(steps) {
+  let k = 0;
+  return {
+    id: "scripted",
+    async generate() {
+      const i = k++;
+      const usage = { inputTokens: 10, outputTokens: 5 };
+      return i < steps
+        ? { toolCalls: stepCalls(i).map((c, j) => ({ id: `call_${i}_${j}`, ...c })), usage, stopReason: "tool_calls" }
+        : { text: FINAL_TEXT, usage, stopReason: "stop" };
+    },
+  };
+}
+
+const toolDefs = () => TOOLS.map((t) => ({ ...t, execute: async () => TOOL_RESULT }));
+
+/**
+ * The floor: the same turn as a bare loop. The model sees `{runId, messages, tools, step}` (the package's
+ * request shape), the tools run concurrently, the messages are appended in the package's shape.
+ */
+async function bareRun(steps) {
+  const model = scriptedModel(steps);
+  const tools = new Map(toolDefs().map((t) => [t.name, t]));
+  const specs = TOOLS.map(({ name, description, inputSchema }) => ({ name, description, inputSchema }));
+  const t0 = performance.now();
+  const messages = [
+    { role: "system", content: INSTRUCTIONS },
+    { role: "user", content: PROMPT },
+  ];
+  const usage = { inputTokens: 0, outputTokens: 0 };
+  let text = "";
+  for (let step = 0; ; step++) {
+    const r = await model.generate({ runId: "bench", messages, tools: specs, step });
+    usage.inputTokens += r.usage.inputTokens;
+    usage.outputTokens += r.usage.outputTokens;
+    const calls = r.toolCalls ?? [];
+    messages.push(calls.length ? { role: "assistant", content: r.text ?? "", toolCalls: calls } : { role: "assistant", content: r.text });
+    if (!calls.length) {
+      text = r.text;
+      break;
+    }
+    const results = await Promise.all(calls.map((c) => tools.get(c.name).execute(c.args)));
+    calls.forEach((c, i) => messages.push({ role: "tool", toolCallId: c.id, content: results[i] }));
+  }
+  const ms = performance.now() - t0;
+  if (text !== FINAL_TEXT || messages.length !== 3 * steps + 3) throw new Error(`bare loop: ${messages.length} messages`);
+  return { ms };
+}
+
+let steadfast;
+/** One run through the npm package on `store` (`"memory"` or `"kv"`). */
+async function packageRun(steps, store) {
+  const { createAgent, defineTool, memoryStore, kvStore } = steadfast;
+  const tools = toolDefs().map((t) => defineTool(t));
+  const s = store === "memory" ? memoryStore() : kvStore(new FakeKv(), { settleMs: SETTLE_MS });
+  const agent = createAgent({ model: scriptedModel(steps), tools, instructions: INSTRUCTIONS, store: s, maxSteps: steps + 1 });
+  const t0 = performance.now();
+  const r = await agent.send(PROMPT, { sessionId: "bench" });
+  const ms = performance.now() - t0;
+  if (r.status !== "finished" || r.text !== FINAL_TEXT)
+    throw new Error(`steadfast (${store}): status ${r.status}, text ${JSON.stringify(r.text)}`);
+  return { ms };
+}
+
+/** The Rust side: benches/floor.rs prints `floor_rust steps=N bare_us_per_step=… library_us_per_step=… ratio=…`. */
+function rustFloor() {
+  const r = spawnSync("cargo", ["bench", "--bench", "floor"], { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
+  if (r.status !== 0) throw new Error(`cargo bench --bench floor failed (${r.status})`);
+  const rows = {};
+  for (const line of r.stdout.split("\n")) {
+    const m = /^floor_rust steps=(\d+) bare_us_per_step=([\d.]+) library_us_per_step=([\d.]+) ratio=([\d.]+)/.exec(line);
+    if (m) rows[m[1]] = { bare: Number(m[2]), library: Number(m[3]), ratio: Number(m[4]) };
+  }
+  return rows;
+}
+
+const dist = path.join(root, "js", "dist", "entrypoints", "node.js");
+if (!fs.existsSync(dist)) throw new Error(`${dist} is missing: run js/scripts/build.sh`);
+steadfast = await import(pathToFileURL(dist).href);
+
+const contenders = [
+  { name: "bare", run: (n) => bareRun(n) },
+  { name: "memory", run: (n) => packageRun(n, "memory") },
+  { name: "kv", run: (n) => packageRun(n, "kv") },
+];
+const res = Object.fromEntries(contenders.map((c) => [c.name, Object.fromEntries(SIZES.map((n) => [n, []]))]));
+for (let w = 0; w < WARMUP; w++) for (const n of SIZES) for (const c of contenders) await c.run(n);
+for (let rep = 0; rep < REPS; rep++) {
+  for (const n of SIZES) {
+    const order = rep % 2 ? [...contenders].reverse() : contenders;
+    for (const c of order) res[c.name][n].push((await c.run(n)).ms);
+  }
+}
+const paired = (a, b) => median(a.map((x, i) => x / b[i]));
+const rust = RUST ? rustFloor() : {};
+
+say(`Node ${process.version}; ${REPS} interleaved repetitions after ${WARMUP} warm-up runs per contender and size; a new agent and store per run.`);
+say("Bare loop: the scripted model called with the transcript, the two tools run, the messages appended (no persistence).");
+say(`npm memory / npm KV: js/dist's createAgent with memoryStore() / kvStore() over an in-memory KV namespace (settleMs ${SETTLE_MS}, waited once per run, included).`);
+say("Rust: benches/floor.rs natively (release profile): the same workload as a bare loop over the same MockModel and tools, and through `Agent` with a MemoryStore.");
+say("");
+say("| steps | bare ms | npm memory ms | npm KV ms | bare µs/step | npm memory µs/step | npm KV µs/step | memory / bare | KV / bare |");
+say("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+const ratios = {};
+for (const n of SIZES) {
+  const [b, m, k] = ["bare", "memory", "kv"].map((c) => median(res[c][n]));
+  ratios[n] = { memory: paired(res.memory[n], res.bare[n]), kv: paired(res.kv[n], res.bare[n]) };
+  say(
+    `| ${n} | ${b.toFixed(2)} | ${m.toFixed(2)} | ${k.toFixed(2)} | ${((b / n) * 1000).toFixed(1)} | ` +
+      `${((m / n) * 1000).toFixed(1)} | ${((k / n) * 1000).toFixed(1)} | ${ratios[n].memory.toFixed(2)} | ${ratios[n].kv.toFixed(2)} |`,
+  );
+}
+say("");
+if (RUST) {
+  say("| steps | Rust bare µs/step | Rust library µs/step | library / bare |");
+  say("|---:|---:|---:|---:|");
+  for (const [n, r] of Object.entries(rust)) say(`| ${n} | ${r.bare.toFixed(2)} | ${r.library.toFixed(2)} | ${r.ratio.toFixed(2)} |`);
+  say("");
+}
+const fmtR = (n, k) => (ratios[n] ? ratios[n][k].toFixed(2) : "not-run");
+say("```");
+say(
+  `P14 floor_ratio_npm_100=${fmtR(100, "memory")} floor_ratio_npm_500=${fmtR(500, "memory")} ` +
+    `floor_ratio_rust_500=${rust[500] ? rust[500].ratio.toFixed(2) : "not-run"} ` +
+    `(kv: floor_ratio_kv_100=${fmtR(100, "kv")} floor_ratio_kv_500=${fmtR(500, "kv")})`,
+);
+say("```");
+if (MARKDOWN) fs.writeFileSync(MARKDOWN, out.join("\n") + "\n");
