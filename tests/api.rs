@@ -1274,8 +1274,8 @@ fn event_req(token: &str, body: &str) -> ApiRequest {
     ApiRequest { method: "POST".into(), path: format!("/events/{token}"), body: body.into(), ..Default::default() }
 }
 
-/// A run paused on an event: `GET /runs/{id}` and the pause's answer show the wait (kind, deadline, the token to
-/// the API token's holder); the token alone delivers the payload (any JSON value) and the run finishes with it as
+/// A run paused on an event: the pause's answer shows the wait (kind, deadline, the token to the API token's
+/// holder) and `GET /approvals` its record (no token); the token alone delivers the payload (any JSON value) and the run finishes with it as
 /// the call's result, once. A malformed, guessed or spent token, and one whose run was deleted, all get the same
 /// `404 STEADFAST_WAIT_NOT_FOUND` body; an empty or non-JSON body is a coded 400 that changes nothing; any other
 /// method needs the API token and is a 405.
@@ -1287,13 +1287,12 @@ fn an_event_is_delivered_with_its_token_alone_and_every_token_that_opens_nothing
     let wait = &paused["waits"][0];
     let token = wait["token"].as_str().expect("the pause hands out the token").to_string();
     assert_eq!((wait["kind"].as_str(), wait["toolName"].as_str()), (Some("event"), Some("await_event")), "{wait}");
-    let (s, view) = call(&f, req("GET", "/runs/hook-1", ""));
-    assert_eq!(s, 200);
-    assert_eq!(view["waits"], paused["waits"], "GET /runs/{{id}} shows the same wait, token and deadline");
-    let due = view["waits"][0]["dueAt"].as_u64().unwrap() - 3_600_000;
-    assert!((1_700_000_000_000..=view["savedAt"].as_u64().unwrap()).contains(&due), "an hour after the call: {view}");
     let (_, listed) = call(&f, req("GET", "/approvals", ""));
-    assert_eq!(listed[0]["kind"], "event", "{listed}");
+    assert_eq!((listed[0]["kind"].as_str(), listed[0]["id"].clone()), (Some("event"), wait["id"].clone()), "{listed}");
+    assert_eq!(listed[0]["dueAt"], wait["dueAt"], "the deadline listed: {listed}");
+    let due = wait["dueAt"].as_u64().unwrap() - 3_600_000;
+    // The simulated clock starts at 1_700_000_000_000 and moves a second per model call.
+    assert!((1_700_000_000_000..1_700_000_060_000).contains(&due), "an hour after the call: {wait}");
     assert!(listed[0].get("token").is_none() && !listed.to_string().contains(&token), "no token in the listing");
 
     let guessed = "0".repeat(64);
@@ -1329,8 +1328,8 @@ fn an_event_is_delivered_with_its_token_alone_and_every_token_that_opens_nothing
         (Some("finished"), Some(r#"got: {"amount":12,"paid":true}"#))
     );
     assert_eq!(call(&f, event_req(&token, r#"{"paid": true, "amount": 12}"#)), nothing, "spent: the same 404");
-    let (_, view) = call(&f, req("GET", "/runs/hook-1", ""));
-    assert!(view.get("waits").is_none(), "a finished run waits on nothing: {view}");
+    let (_, listed) = call(&f, req("GET", "/approvals", ""));
+    assert_eq!(listed, json!([]), "the wait is spent");
 
     // A deleted run's token: the same 404.
     let (_, paused) = call(&f, req("POST", "/runs/hook-2", r#"{"input": "another webhook"}"#));
@@ -1355,8 +1354,6 @@ fn a_question_is_answered_through_the_approvals_route() {
     );
     assert!(wait.get("token").is_none());
     let id = wait["id"].as_str().unwrap().to_string();
-    let (_, view) = call(&f, req("GET", "/runs/q-1", ""));
-    assert_eq!(view["waits"], paused["waits"]);
     let (_, listed) = call(&f, req("GET", "/approvals", ""));
     assert_eq!((listed[0]["kind"].as_str(), listed[0]["question"].as_str()), (Some("question"), Some("Ship it?")));
     let before = snapshot(&f.kv);

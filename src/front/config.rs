@@ -655,24 +655,8 @@ impl AgentConfig {
         let allowlist = self.allowlist();
         let mut names: BTreeSet<&str> = BTreeSet::new();
         let demo = self.demo_tools_enabled();
-        // Ignored (`unwrap_or_default`): a WaitTool always serialises, as its name.
-        let waits: Vec<String> = self
-            .wait_tools
-            .iter()
-            .map(|w| serde_json::to_value(w).unwrap_or_default().as_str().unwrap_or_default().to_string())
-            .collect();
-        for (i, w) in waits.iter().enumerate() {
-            if waits[..i].contains(w) {
-                errs.push(format!("waitTools[{i}]: '{w}' is named twice"));
-            }
-        }
         for (i, t) in self.tools.iter().enumerate() {
-            if waits.contains(&t.name) {
-                errs.push(format!(
-                    "tools[{i}].name: '{}' is also a wait tool (rename it, or drop it from waitTools)",
-                    t.name
-                ));
-            } else if demo && DEMO_TOOL_NAMES.contains(&t.name.as_str()) {
+            if demo && DEMO_TOOL_NAMES.contains(&t.name.as_str()) {
                 errs.push(format!(
                     "tools[{i}].name: '{}' is also a demo tool (rename it, or set \"demoTools\": false)",
                     t.name
@@ -1238,7 +1222,7 @@ mod tests {
     }
 
     #[test]
-    fn wait_tools_are_named_once_and_an_unknown_one_or_a_clash_is_a_coded_config_error() {
+    fn wait_tools_are_opt_in_and_an_unknown_one_is_a_coded_config_error() {
         let cfg = AgentConfig::parse(r#"{"waitTools": ["ask_question", "sleep_for", "sleep_until"]}"#).unwrap();
         use crate::runtime::WaitTool;
         assert_eq!(cfg.agent_options().wait_tools, [WaitTool::AskQuestion, WaitTool::SleepFor, WaitTool::SleepUntil]);
@@ -1247,12 +1231,8 @@ mod tests {
         assert!(e.message.contains("at `waitTools[1]`") && e.message.contains("wait_forever"), "{}", e.message);
         let e = err_of(r#"{"waitTools": "ask_question"}"#);
         assert!(e.message.contains("waitTools"), "{}", e.message);
-        let e = err_of(r#"{"waitTools": ["sleep_for", "sleep_for"]}"#);
-        assert!(e.message.contains("waitTools[1]: 'sleep_for' is named twice"), "{}", e.message);
-        let e = err_of(
-            r#"{"waitTools": ["ask_question"], "tools": [{"name": "ask_question", "url": "https://api.example.com/"}], "allowedHosts": ["api.example.com"]}"#,
-        );
-        assert!(e.message.contains("tools[0].name: 'ask_question' is also a wait tool"), "{}", e.message);
+        // A wait tool named twice, or also a webhook tool's name, is refused when the agent is built (its tool
+        // names are unique: `STEADFAST_CONFIG_INVALID`).
     }
 
     fn ask(model: &MockModel, messages: &[Message]) -> Result<ModelResponse> {

@@ -12,12 +12,9 @@ impl Api {
     /// `POST /events/{token}`: the body (any JSON value; an empty one is refused) is the event's payload; the
     /// run resumes when it was the last wait of its pause (executed as a send is: SSE, `Prefer: respond-async`).
     pub(super) async fn deliver_event(&self, req: &ApiRequest, token: &str) -> Result<ApiResponse> {
-        if req.body.iter().all(u8::is_ascii_whitespace) {
-            return Err(bad("the request needs a JSON body: the event's payload"));
-        }
-        let text = std::str::from_utf8(&req.body).map_err(|_| bad("the body is not UTF-8"))?;
-        let payload: Value =
-            serde_json::from_str(text).map_err(|e| bad(format!("the body is not JSON (the event's payload): {e}")))?;
+        let text = std::str::from_utf8(&req.body).ok().filter(|t| !t.trim().is_empty());
+        let text = text.ok_or_else(|| bad("the body must be the event's payload: JSON text"))?;
+        let payload: Value = serde_json::from_str(text).map_err(|_| bad("the body is not JSON"))?;
         let (sink, opts) = self.start_sink(SendOptions::default());
         let agent = self.agent.clone();
         let token = token.to_string();

@@ -286,7 +286,7 @@ fn shape_of(parts: &[&str], conformance: bool) -> Result<Option<(Shape, Vec<Stri
         ["events", token] => {
             // Any other token is the runtime's to refuse (`STEADFAST_WAIT_NOT_FOUND`, the one answer for a
             // token that opens nothing, malformed ones included).
-            non_empty_segment("event wait token", token)?;
+            non_empty_segment("event", token)?;
             (Shape::Event, ids(&[token]))
         }
         ["sessions", id, rest @ ..] if rest.len() <= 1 => {
@@ -562,7 +562,7 @@ mod tests {
                 Ok(Route::Deliver(s(id)))
             }
             ["events", token] => {
-                non_empty_segment("event wait token", token)?;
+                non_empty_segment("event", token)?;
                 if m != "POST" {
                     return not_allowed();
                 }

@@ -58,21 +58,10 @@ impl Api {
         Ok(self.execute(req, start, Box::pin(run), frames).await)
     }
 
-    /// `GET /runs/{id}`: the run's state as a [`RunView`]; a paused run's waits with it (one record read per
-    /// wait id: a tool's wait's id has [`WAIT_ID_PREFIX`], an approval's none), each event wait with its token
-    /// (the caller holds the API token).
+    /// `GET /runs/{id}`: the run's state as a [`RunView`].
     pub(super) async fn get_run(&self, id: &str) -> Result<ApiResponse> {
         let cp = self.agent.load(id).await?.ok_or_else(|| no_checkpoint(id))?;
-        let mut waits = Vec::new();
-        if cp.status == RunStatus::AwaitingApproval {
-            for wait_id in cp.approval_ids.iter().filter(|a| a.starts_with(WAIT_ID_PREFIX)) {
-                let record = self.agent.store().get_approval(wait_id).await?;
-                let view =
-                    record.filter(|r| r.run_id == cp.run_id).and_then(|r| PendingWait::of(&r, cp.own_key_scope()));
-                waits.extend(view);
-            }
-        }
-        Ok(ApiResponse::ok(&RunView { waits, ..RunView::from(cp) }))
+        Ok(ApiResponse::ok(&RunView::from(cp)))
     }
 
     /// `DELETE /runs/{id}`.

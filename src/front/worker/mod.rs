@@ -493,9 +493,11 @@ async fn serve_in_object(
 
 /// Runs `task` as a task of a run's object, not of the request that started it, with the object's alarm set
 /// first for `at` (when its lease could be taken over, should the object die with it), and once it ended for the
-/// earliest wait its execution paused on that resolves by itself (`due`: an event's deadline, a timer), so the
-/// alarm ([`wake_object`], [`Agent::wake`]) resolves it on time. Neither moves an alarm set earlier: an early
-/// alarm looks and sets the next.
+/// earliest wait its execution paused on that resolves by itself (`due`: an event's deadline, a timer) when that
+/// comes before `at`, so the alarm ([`wake_object`], [`Agent::wake`]) resolves it on time (a later one is set by
+/// the alarm at `at`, from what [`Agent::wake`] answers). A request that executes nothing new (a refused send)
+/// still moves the alarm to its `at`: a wait due before then is resolved then, late by at most the lease's
+/// takeover time.
 fn object_task(
     state: Rc<worker::State>,
     at: u64,
@@ -503,11 +505,9 @@ fn object_task(
     task: impl std::future::Future<Output = ()> + 'static,
 ) {
     wasm_bindgen_futures::spawn_local(async move {
-        object::set_alarm_by(&state, at).await;
+        object::set_alarm(&state, Some(at)).await;
         task.await;
-        if let Some(due) = due.0.take() {
-            object::set_alarm_by(&state, due).await;
-        }
+        object::set_alarm(&state, due.0.take().filter(|d| *d < at)).await;
     })
 }
 

@@ -131,16 +131,6 @@ pub async fn set_alarm(state: &State, at: Option<u64>) {
     }
 }
 
-/// Sets the object's alarm for `at` unless it is set for an earlier time already (an early alarm only looks
-/// and sets the next: [`super::wake_object`]); a failure is logged, as for [`set_alarm`].
-pub async fn set_alarm_by(state: &State, at: u64) {
-    match state.storage().get_alarm().await {
-        Ok(Some(set)) if set <= at as i64 => {}
-        // Unreadable: set it (an alarm too early is harmless, one lost is not).
-        _ => set_alarm(state, Some(at)).await,
-    }
-}
-
 /// [`ObjectClient`] over the `RUN_OBJECTS` binding: one fetch to the stub of `idFromName(run id)`.
 pub struct StubClient {
     ns: worker::ObjectNamespace,
