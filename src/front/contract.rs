@@ -28,7 +28,7 @@ use crate::core::error::{Error, ErrorInfo, Result};
 use crate::core::events::HealRecord;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::transcript::{Message, Usage};
-use crate::runtime::{Input, NextAttempt, PendingWait, ScheduleStatus, SessionTurn, ToolContext};
+use crate::runtime::{Input, NextAttempt, ScheduleStatus, SessionTurn, ToolContext};
 use crate::store::PendingRun;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -132,11 +132,6 @@ pub struct RunView {
     pub saved_at: u64,
     /// What self-healing did in this run, oldest first (the newest 50).
     pub heal_actions: Vec<HealRecord>,
-    /// The tools' waits the run is paused on (a question, an event with its deadline and token, a timer),
-    /// among `approvalIds`; absent when it waits on none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "ts", ts(optional))]
-    pub waits: Vec<PendingWait>,
 }
 
 impl From<Checkpoint> for RunView {
@@ -156,7 +151,6 @@ impl From<Checkpoint> for RunView {
             business_state: cp.business_state,
             saved_at: cp.saved_at,
             heal_actions: HealRecord::log(cp.ext.as_ref()),
-            waits: Vec::new(),
         }
     }
 }

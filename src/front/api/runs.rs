@@ -9,9 +9,8 @@ use crate::core::events::EventEnvelope;
 use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
 use crate::core::replay::Cursor;
-use crate::core::wait::WAIT_ID_PREFIX;
 use crate::front::contract::{ListedRun, NothingToResume, RunDeleted, RunList, RunView};
-use crate::runtime::{ForkOptions, PendingWait, SendOptions, WatchStart, Watched};
+use crate::runtime::{ForkOptions, SendOptions, WatchStart, Watched};
 use serde::Deserialize;
 use serde_json::Value;
 
