@@ -18,6 +18,7 @@
 //!   "mcp": [{"url": "https://mcp.example.com/mcp",
 //!            "headers": {"Authorization": {"secret": "MCP_TOKEN", "prefix": "Bearer "}, "X-Team": "ops"}}],
 //!   "allowedHosts": ["api.example.com", "mcp.example.com"],
+//!   "waitTools": ["ask_question", "sleep_for", "sleep_until"],
 //!   "schedules": [{"id": "daily-report", "cron": "0 9 * * 1-5", "input": "Write the daily report"}]
 //! }
 //! ```
@@ -25,6 +26,13 @@
 //! Every object refuses unknown fields (a typo is an error, not a silently ignored setting), and every error
 //! is `STEADFAST_CONFIG_INVALID` naming the field (`model.provider`, `tools[1].url`, …). `{}` is a valid
 //! configuration: the offline mock model with the demo tools.
+//!
+//! `waitTools` opts into the built-in tools that wait ([`crate::runtime::WaitTool`]; default none):
+//! `ask_question {question, choices?}` pauses the run on a question, answered with `POST /approvals/{id}`
+//! `{"answer": …}` (one of its choices when it offers any); `sleep_for {seconds}` and `sleep_until {at}` (RFC 3339
+//! or ms since the epoch) park the run until then, woken by the cron sweep (KV mode) or the run object's alarm
+//! (strict mode). An unknown name is `STEADFAST_CONFIG_INVALID` at `waitTools[i]`; a name also used by another
+//! tool is refused when the agent is built.
 //!
 //! `mcp` names MCP servers (Streamable HTTP) whose tools the agent gets as its own ([`crate::tools::mcp`]):
 //! `url` (its host on `allowedHosts`, like a webhook's), `headers` (each a string, or `{"secret": "NAME"}` with
