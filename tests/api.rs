@@ -1246,3 +1246,124 @@ fn demo_counts_without_the_demo_tools_is_204_not_an_error() {
     let r = block_on(counted.handle(req("GET", "/demo/counts", "")));
     assert_eq!((r.status, r.body.as_str()), (200, r#"{"charges":2}"#));
 }
+
+/// A model for waits: after a tool result it answers "got: <the result>"; to a user message about a webhook it
+/// calls `await_event`, about a question `ask_question` (choices yes/no).
+fn wait_fixture() -> Fixture {
+    use steadfast::core::transcript::Message;
+    let turn = MockTurn::func(|req| match req.messages.last() {
+        Some(Message::Tool(r)) => MockTurn::text(format!("got: {}", r.content)),
+        Some(Message::User { content }) if content.contains("webhook") => MockTurn::tools([("await_event", json!({}))]),
+        _ => MockTurn::tools([("ask_question", json!({"question": "Ship it?", "choices": ["yes", "no"]}))]),
+    });
+    let (env, kv) = journal_env(MemoryKv::new());
+    let event = steadfast::runtime::FnTool::new("await_event", "waits for a webhook", object_schema(), |_a, ctx| {
+        let deadline = Some(ctx.now + 3_600_000);
+        async move { Ok(steadfast::runtime::ToolOutput::wait(steadfast::core::wait::WaitRequest::Event { deadline })) }
+    });
+    let options = steadfast::runtime::AgentOptions {
+        wait_tools: vec![steadfast::runtime::WaitTool::AskQuestion],
+        ..Default::default()
+    };
+    let agent = env.agent_with(MockModel::by_turn(vec![turn; 40]), vec![Rc::new(event)], options, "");
+    Fixture { api: Api::new(agent, Some(TOKEN.into())), kv, counters: Counters::default() }
+}
+
+/// `POST /events/{token}` without the API token (the wait's token is the capability).
+fn event_req(token: &str, body: &str) -> ApiRequest {
+    ApiRequest { method: "POST".into(), path: format!("/events/{token}"), body: body.into(), ..Default::default() }
+}
+
+/// A run paused on an event: the pause's answer shows the wait (kind, deadline, the token to the API token's
+/// holder) and `GET /approvals` its record (no token); the token alone delivers the payload (any JSON value) and the run finishes with it as
+/// the call's result, once. A malformed, guessed or spent token, and one whose run was deleted, all get the same
+/// `404 STEADFAST_WAIT_NOT_FOUND` body; an empty or non-JSON body is a coded 400 that changes nothing; any other
+/// method needs the API token and is a 405.
+#[test]
+fn an_event_is_delivered_with_its_token_alone_and_every_token_that_opens_nothing_gets_the_same_404() {
+    let f = wait_fixture();
+    let (s, paused) = call(&f, req("POST", "/runs/hook-1", r#"{"input": "wait for the webhook"}"#));
+    assert_eq!((s, paused["status"].as_str()), (200, Some("awaiting-approval")), "{paused}");
+    let wait = &paused["waits"][0];
+    let token = wait["token"].as_str().expect("the pause hands out the token").to_string();
+    assert_eq!((wait["kind"].as_str(), wait["toolName"].as_str()), (Some("event"), Some("await_event")), "{wait}");
+    let (_, listed) = call(&f, req("GET", "/approvals", ""));
+    assert_eq!((listed[0]["kind"].as_str(), listed[0]["id"].clone()), (Some("event"), wait["id"].clone()), "{listed}");
+    assert_eq!(listed[0]["dueAt"], wait["dueAt"], "the deadline listed: {listed}");
+    let due = wait["dueAt"].as_u64().unwrap() - 3_600_000;
+    // The simulated clock starts at 1_700_000_000_000 and moves a second per model call.
+    assert!((1_700_000_000_000..1_700_000_060_000).contains(&due), "an hour after the call: {wait}");
+    assert!(listed[0].get("token").is_none() && !listed.to_string().contains(&token), "no token in the listing");
+
+    let guessed = "0".repeat(64);
+    let nothing = call(&f, event_req(&guessed, r#"{"paid": true}"#));
+    assert_eq!(
+        (nothing.0, nothing.1["error"]["code"].as_str()),
+        (404, Some("STEADFAST_WAIT_NOT_FOUND")),
+        "{:?}",
+        nothing
+    );
+    let before = snapshot(&f.kv);
+    for bad in ["not-a-token", &token.to_uppercase(), &token[..63], &format!("{token}0")] {
+        assert_eq!(call(&f, event_req(bad, r#"{"paid": true}"#)), nothing, "{bad}");
+    }
+    for (body, why) in [("", "empty"), ("  ", "blank"), ("{\"paid\": ", "not JSON")] {
+        let (s, v) = call(&f, event_req(&token, body));
+        assert_eq!((s, v["error"]["code"].as_str()), (400, Some("STEADFAST_INVALID_INPUT")), "{why}: {v}");
+    }
+    let (s, v) = call(&f, ApiRequest { method: "GET".into(), ..event_req(&token, "") });
+    assert_eq!((s, v["error"]["code"].as_str()), (401, Some("STEADFAST_UNAUTHORIZED")), "another method: {v}");
+    let (s, v) = call(&f, req("PUT", &format!("/events/{token}"), "{}"));
+    assert_eq!((s, v["error"]["code"].as_str()), (405, Some("STEADFAST_METHOD_NOT_ALLOWED")), "{v}");
+    assert_eq!(snapshot(&f.kv), before, "refusals change nothing");
+
+    // The token alone, whatever Authorization says; any JSON value is a payload.
+    let mut r = event_req(&token, r#"{"paid": true, "amount": 12}"#);
+    r.headers.push(("authorization".into(), "Bearer wrong".into()));
+    let (s, v) = call(&f, r);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!((v["duplicate"].as_bool(), v["waitId"].as_str()), (Some(false), wait["id"].as_str()), "{v}");
+    assert_eq!(
+        (v["run"]["status"].as_str(), v["run"]["text"].as_str()),
+        (Some("finished"), Some(r#"got: {"amount":12,"paid":true}"#))
+    );
+    assert_eq!(call(&f, event_req(&token, r#"{"paid": true, "amount": 12}"#)), nothing, "spent: the same 404");
+    let (_, listed) = call(&f, req("GET", "/approvals", ""));
+    assert_eq!(listed, json!([]), "the wait is spent");
+
+    // A deleted run's token: the same 404.
+    let (_, paused) = call(&f, req("POST", "/runs/hook-2", r#"{"input": "another webhook"}"#));
+    let token2 = paused["waits"][0]["token"].as_str().unwrap().to_string();
+    assert_ne!(token2, token);
+    assert_eq!(call(&f, req("DELETE", "/runs/hook-2", "")).0, 200);
+    assert_eq!(call(&f, event_req(&token2, "\"paid\"")), nothing, "its run is gone: the same 404");
+}
+
+/// A question: the pause shows it with its choices (no token); `POST /approvals/{id}` with `{answer}` that is
+/// not one of the choices is a coded 400 and changes nothing; one of them finishes the run with the answer as
+/// the call's result; answering again finds nothing.
+#[test]
+fn a_question_is_answered_through_the_approvals_route() {
+    let f = wait_fixture();
+    let (_, paused) = call(&f, req("POST", "/runs/q-1", r#"{"input": "ask me"}"#));
+    let wait = &paused["waits"][0];
+    assert_eq!(
+        (wait["kind"].as_str(), wait["question"].as_str(), wait["choices"].clone()),
+        (Some("question"), Some("Ship it?"), json!(["yes", "no"])),
+        "{paused}"
+    );
+    assert!(wait.get("token").is_none());
+    let id = wait["id"].as_str().unwrap().to_string();
+    let (_, listed) = call(&f, req("GET", "/approvals", ""));
+    assert_eq!((listed[0]["kind"].as_str(), listed[0]["question"].as_str()), (Some("question"), Some("Ship it?")));
+    let before = snapshot(&f.kv);
+    for body in [r#"{"answer": "maybe"}"#, r#"{"approved": true}"#, r#"{"answer": "yes", "extra": 1}"#] {
+        let (s, v) = call(&f, req("POST", &format!("/approvals/{id}"), body));
+        assert_eq!((s, v["error"]["code"].as_str()), (400, Some("STEADFAST_INVALID_INPUT")), "{body}: {v}");
+    }
+    assert_eq!(snapshot(&f.kv), before, "refused answers change nothing");
+    let (s, v) = call(&f, req("POST", &format!("/approvals/{id}"), r#"{"answer": "yes", "note": "go"}"#));
+    assert_eq!((s, v["status"].as_str(), v["text"].as_str()), (200, Some("finished"), Some("got: yes")), "{v}");
+    let (s, v) = call(&f, req("POST", &format!("/approvals/{id}"), r#"{"answer": "yes"}"#));
+    assert_eq!((s, v["error"]["code"].as_str()), (404, Some("STEADFAST_APPROVAL_NOT_FOUND")), "{v}");
+}

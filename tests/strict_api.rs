@@ -20,6 +20,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use steadfast::core::wait::wait_id;
 use steadfast::front::api::{
     forward_target, object_run, Api, ApiRequest, ApiResponse, Forward, Found, Lookup, Spawner, RUN_HEADER,
 };
@@ -39,15 +40,28 @@ fn head(method: &str, path: &str, headers: &[(&str, &str)]) -> ApiRequest {
 
 /// Generated: a request goes to a run's object exactly when it is admitted (the token configured and given,
 /// a declared size within the limit), it is about one run (`/runs/{valid id}` or below, `POST /deliveries/{id}`,
-/// `POST /approvals/{id}` whose index entry names a valid run, `POST /sessions/{valid id}` and its `resume`, to
+/// `POST /approvals/{id}` whose index entry names a valid run, `POST /events/{token}` whose wait id the index
+/// names a run for (no API token needed; a malformed token looks nothing up), `POST /sessions/{valid id}` and its `resume`, to
 /// the turn the session executes first) and the store is `durable-object`; the configuration (the mode) is read
 /// only for an admitted request about a run, the lookup (approval index, session turns) only after that in
 /// strict mode; an approval or session the lookup cannot name a run for (or cannot be read for) is served where
 /// it arrived. Inside the object, [`object_run`] finds the same run again from what the Worker sent.
 #[test]
 fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_generated() {
+    // An event wait's token whose wait the index knows (run `held-2`), and one it does not.
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    let (known, guessed) = ("7".repeat(64), "8".repeat(64));
+    let known_id = leak(wait_id(&known).unwrap());
+    let guessed_id = leak(wait_id(&guessed).unwrap());
+    let (known_path, guessed_path) = (leak(format!("/events/{known}")), leak(format!("/events/{guessed}")));
     // (path, the run by path, the approval by path, methods that forward)
     let paths: &[(&str, Option<&str>, Option<&str>, &[&str])] = &[
+        (known_path, None, Some(known_id), &["POST"]),
+        (guessed_path, None, Some(guessed_id), &["POST"]),
+        // A malformed token: about a run (the mode is read) but no wait: nothing is looked up.
+        ("/events/not-a-token", None, None, &["POST"]),
+        ("/events/", None, None, &[]),
+        ("/events", None, None, &[]),
         ("/runs/a", Some("a"), None, &["GET", "POST", "DELETE", "PUT", "HEAD"]),
         ("/runs/order-7", Some("order-7"), None, &["GET", "POST", "DELETE", "PUT", "HEAD"]),
         ("/runs/order-7/resume", Some("order-7"), None, &["GET", "POST", "DELETE", "PUT", "HEAD"]),
@@ -83,6 +97,7 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
     // The lookups: apr_1 names run `held-1`, apr_2 a value that is no run id; any other approval is unknown;
     // session s1 executes its turn 4 next (in progress, or the next turn: the seed says).
     let index = |id: &str| match id {
+        id if id == known_id => Some("held-2".to_string()),
         "apr_1" => Some("held-1".to_string()),
         "apr_2" => Some("not a run id".to_string()),
         "session:s1" => Some("s1.turn-4".to_string()),
@@ -140,20 +155,27 @@ fn only_an_admitted_request_about_one_run_goes_to_its_object_in_strict_mode_gene
                 }
             },
         ));
+        // An event's delivery needs no API token (its wait's token is the capability).
+        let event =
+            path.len() > "/events/".len() && path.starts_with("/events/") && method.eq_ignore_ascii_case("POST");
         let admitted = path != "/health"
-            && configured == Some(TOKEN)
-            && auth.trim_start().to_ascii_lowercase().starts_with("bearer ")
-            && auth.ends_with(TOKEN)
+            && (event
+                || configured == Some(TOKEN)
+                    && auth.trim_start().to_ascii_lowercase().starts_with("bearer ")
+                    && auth.ends_with(TOKEN))
             && (length.is_empty() || length == "12");
         let about = forwarding.contains(&method.to_ascii_uppercase().as_str());
         let strict = admitted && about && !mode_fails && mode == StoreMode::DurableObject;
         let expected = match (run, approval) {
             (Some(run), _) => Some(Forward { run: run.into(), name_run: false, finish_first: None }),
-            (None, Some(a)) => index(a).filter(|r| !index_fails && (r == "held-1" || r == "s1.turn-4")).map(|run| {
-                // A session's send (not its resume) whose newest turn is in progress finishes that turn first.
-                let finish_first = (path == "/sessions/s1" && in_progress).then(|| "/sessions/s1/resume".to_string());
-                Forward { run, name_run: true, finish_first }
-            }),
+            (None, Some(a)) => {
+                index(a).filter(|r| !index_fails && (r == "held-1" || r == "held-2" || r == "s1.turn-4")).map(|run| {
+                    // A session's send (not its resume) whose newest turn is in progress finishes that turn first.
+                    let finish_first =
+                        (path == "/sessions/s1" && in_progress).then(|| "/sessions/s1/resume".to_string());
+                    Forward { run, name_run: true, finish_first }
+                })
+            }
             (None, None) => None,
         }
         .filter(|_| strict);
@@ -598,4 +620,75 @@ fn a_delivery_runs_as_the_objects_task_and_a_redelivery_is_acknowledged() {
     let v: Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!((r.status, v["outcome"].as_str()), (200, Some("acknowledged")), "{v}");
     assert_eq!(s.counters.get("lookup"), 1, "the tool ran once");
+}
+
+/// An event wait in strict mode: a run paused on it by one process; days later a new process (the run's object,
+/// which the Worker reached through the approval index) takes the delivery with the token alone and
+/// `Prefer: respond-async`: 202 once the run resumed, the run finishes as the object's task with the payload as
+/// the call's result; the token spent, a redelivery gets the same 404 as a guessed token.
+#[test]
+fn an_event_delivered_to_the_runs_object_resumes_it_as_the_objects_task() {
+    use steadfast::core::transcript::Message;
+    use steadfast::core::wait::WaitRequest;
+    let env = Env::objects();
+    let pool = RefCell::new(LocalPool::new());
+    let process = |n: u64| {
+        let turn = MockTurn::func(|req| match req.messages.last() {
+            Some(Message::Tool(r)) => MockTurn::text(format!("got: {}", r.content)),
+            _ => MockTurn::tools([("await_event", json!({}))]),
+        });
+        let tool = FnTool::new("await_event", "waits for a webhook", object_schema(), |_a, _ctx| async move {
+            Ok(ToolOutput::wait(WaitRequest::Event { deadline: None }))
+        });
+        let agent = steadfast::Agent::builder(MockModel::by_turn(vec![turn; 4]))
+            .store_rc(env.store.clone())
+            .clock(Rc::new(env.clock.clone()))
+            .sleep(Rc::new(Frozen))
+            .rng(Rc::new(SplitMix64::new(n)))
+            .tool_rc(Rc::new(tool))
+            .build()
+            .expect("agent builds");
+        let spawner = pool.borrow().spawner();
+        let spawn: Spawner = Rc::new(move |task| spawner.spawn_local(task).expect("the pool takes tasks"));
+        Rc::new(Api::new(agent, Some(TOKEN.into())).with_spawner(spawn))
+    };
+    let run_all = |api: &Rc<Api>, req: ApiRequest| {
+        let mut f = request(api, req);
+        for _ in 0..10 {
+            if let Some(r) = poll(&mut f) {
+                return r;
+            }
+            pool.borrow_mut().run_until_stalled();
+        }
+        panic!("no answer");
+    };
+    let r = run_all(&process(1), send("hook", false));
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["status"], "awaiting-approval", "{v}");
+    let token = v["waits"][0]["token"].as_str().unwrap().to_string();
+    let id = v["waits"][0]["id"].as_str().unwrap().to_string();
+    assert_eq!(wait_id(&token).as_deref(), Some(id.as_str()), "the index is read under the token's wait id");
+
+    env.clock.advance(3 * 24 * 3_600_000);
+    let delivery = |token: &str| {
+        let mut r = head("POST", &format!("/events/{token}"), &[("prefer", "respond-async"), (RUN_HEADER, "hook")]);
+        r.body = br#"{"paid": true}"#.to_vec();
+        r
+    };
+    let object = process(2);
+    let mut req = request(&object, delivery(&token));
+    assert!(poll(&mut req).is_none(), "nothing ran yet: no answer");
+    pool.borrow_mut().run_until_stalled();
+    let r = poll(&mut req).expect("answered once the run resumed");
+    assert_eq!(r.status, 202, "{}", r.body);
+    assert_eq!(serde_json::from_str::<Value>(&r.body).unwrap(), json!({"runId": "hook", "status": "accepted"}));
+    drop(req);
+    pool.borrow_mut().run_until_stalled();
+    let cp = block_on(env.store.load("hook")).unwrap().unwrap();
+    assert_eq!((format!("{:?}", cp.status), cp.last_text()), ("Finished".into(), r#"got: {"paid":true}"#.into()));
+
+    let spent = run_all(&process(3), delivery(&token));
+    let guessed = run_all(&process(3), delivery(&"0".repeat(64)));
+    assert_eq!((spent.status, code(&spent).as_str()), (404, "STEADFAST_WAIT_NOT_FOUND"), "{}", spent.body);
+    assert_eq!((spent.status, &spent.body), (guessed.status, &guessed.body), "spent and guessed: the same answer");
 }

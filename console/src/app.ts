@@ -486,6 +486,8 @@ function watchRun(id: string, after: number): void {
     else if (e.type === "text.delta") live(`The model is writing…`);
     else if (e.type === "heal.action") live(`Self-healing: ${String(e.action)} on ${String(e.tool)} (${String(e.reason)})`);
     else if (e.type === "agent.drift") live("The agent resuming this run differs from the one that started it.");
+    else if (e.type === "wait.start") live(`Waiting for ${waitWhat(String(e.kind), e.question as string | undefined, e.dueAt as number | undefined)}`);
+    else if (e.type === "wait.done") live(`The wait is over (${String(e.by)}).`);
   }, (position) => {
     if (Number.parseInt(position, 10) > after || position.endsWith(".done")) redraw();
   })
@@ -615,18 +617,71 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
 
 // ---------- approvals inbox ----------
 
+/** An approval record as `GET /approvals` lists it, with a tool's wait's fields (kind, question, choices, dueAt;
+ * src/core/approval.rs). */
+type WaitRecord = ApprovalRecord & {
+  kind?: "approval" | "question" | "event" | "timer";
+  question?: string;
+  choices?: string[];
+  dueAt?: number;
+};
+
+/** What a tool's wait waits for, in words: a question, an event (until its deadline), a time. */
+function waitWhat(kind: string, question: string | undefined, dueAt: number | undefined): string {
+  if (kind === "question") return `an answer: ${question ?? ""}`;
+  if (kind === "event") return dueAt ? `an event until ${time(dueAt)}` : "an event (no deadline)";
+  return `a timer: ${time(dueAt)}`;
+}
+
+/** A tool's wait in the inbox: a question gets an answer form (its choices as buttons, else a text field); an
+ * event or a timer shows when it resolves by itself. */
+function waitCard(a: WaitRecord, answer: (a: WaitRecord, value: string, note: string) => () => void): HTMLElement {
+  const kind = a.kind ?? "approval";
+  const note = h("input", { class: "note", placeholder: "note (optional)" });
+  const head = h(
+    "div",
+    null,
+    h("strong", { class: "wait-kind" }, kind),
+    ` ${a.toolCall.name} in run `,
+    runLink(a.runId),
+    h("span", { class: "muted" }, ` · step ${a.step} · ${a.id} · since ${time(a.createdAt)}`),
+  );
+  let body: HTMLElement;
+  if (kind === "question") {
+    const choices = a.choices ?? [];
+    const free = h("input", { class: "answer", placeholder: "your answer" });
+    body = h(
+      "div",
+      null,
+      h("p", { class: "question" }, a.question ?? ""),
+      h(
+        "div",
+        { class: "row" },
+        ...(choices.length
+          ? choices.map((c) => h("button", { type: "button", class: "choice", "data-choice": c, onclick: () => answer(a, c, note.value.trim())() }, c))
+          : [free, h("button", { type: "button", class: "send-answer", onclick: () => answer(a, free.value, note.value.trim())() }, "Answer")]),
+        note,
+      ),
+    );
+  } else {
+    body = h("p", { class: "wait-due" }, `Waits for ${waitWhat(kind, undefined, a.dueAt)}.`);
+  }
+  return h("div", { class: "card approval wait", "data-approval": a.id, "data-run": a.runId, "data-kind": kind }, head, body);
+}
+
 async function renderApprovals(lastResult: HTMLElement | null = null): Promise<void> {
-  const list = await api<ApprovalRecord[]>("GET", "/approvals");
-  const resolve = (a: ApprovalRecord, approved: boolean, note: string) => (): void =>
+  const list = await api<WaitRecord[]>("GET", "/approvals");
+  const resolve = (a: ApprovalRecord, approved: boolean, note: string, answer?: string) => (): void =>
     void guarded(async () => {
       let out: HTMLElement;
       try {
-        const r = await api<RunResult>("POST", `/approvals/${seg(a.id)}`, note ? { approved, note } : { approved });
+        const body = answer !== undefined ? { answer } : { approved };
+        const r = await api<RunResult>("POST", `/approvals/${seg(a.id)}`, note ? { ...body, note } : body);
         remember([r.runId]);
         out = h(
           "div",
           { class: "result ok", id: "resolve-result" },
-          `${approved ? "Approved" : "Rejected"} ${a.toolCall.name} for `,
+          `${answer !== undefined ? `Answered "${answer}" to` : approved ? "Approved" : "Rejected"} ${a.toolCall.name} for `,
           runLink(r.runId),
           `: the run is ${r.status}${r.finishReason ? ` (${r.finishReason})` : ""}. `,
           r.text ? h("q", null, r.text) : null,
@@ -644,11 +699,12 @@ async function renderApprovals(lastResult: HTMLElement | null = null): Promise<v
     h("div", { class: "row" }, refreshButton(() => renderApprovals())),
     lastResult,
     list.length === 0
-      ? h("p", { class: "muted", id: "no-approvals" }, "No pending approvals.")
+      ? h("p", { class: "muted", id: "no-approvals" }, "No pending approvals or waits.")
       : h(
           "div",
           { id: "approvals" },
           ...list.map((a) => {
+            if (a.kind && a.kind !== "approval") return waitCard(a, (w, value, note) => resolve(w, true, note, value));
             const note = h("input", { class: "note", placeholder: "note (optional)" });
             return h(
               "div",

@@ -18,6 +18,7 @@
 //!   "mcp": [{"url": "https://mcp.example.com/mcp",
 //!            "headers": {"Authorization": {"secret": "MCP_TOKEN", "prefix": "Bearer "}, "X-Team": "ops"}}],
 //!   "allowedHosts": ["api.example.com", "mcp.example.com"],
+//!   "waitTools": ["ask_question", "sleep_for", "sleep_until"],
 //!   "schedules": [{"id": "daily-report", "cron": "0 9 * * 1-5", "input": "Write the daily report"}]
 //! }
 //! ```
@@ -25,6 +26,13 @@
 //! Every object refuses unknown fields (a typo is an error, not a silently ignored setting), and every error
 //! is `STEADFAST_CONFIG_INVALID` naming the field (`model.provider`, `tools[1].url`, …). `{}` is a valid
 //! configuration: the offline mock model with the demo tools.
+//!
+//! `waitTools` opts into the built-in tools that wait ([`crate::runtime::WaitTool`]; default none):
+//! `ask_question {question, choices?}` pauses the run on a question, answered with `POST /approvals/{id}`
+//! `{"answer": …}` (one of its choices when it offers any); `sleep_for {seconds}` and `sleep_until {at}` (RFC 3339
+//! or ms since the epoch) park the run until then, woken by the cron sweep (KV mode) or the run object's alarm
+//! (strict mode). An unknown name is `STEADFAST_CONFIG_INVALID` at `waitTools[i]`; a name also used by another
+//! tool is refused when the agent is built.
 //!
 //! `mcp` names MCP servers (Streamable HTTP) whose tools the agent gets as its own ([`crate::tools::mcp`]):
 //! `url` (its host on `allowedHosts`, like a webhook's), `headers` (each a string, or `{"secret": "NAME"}` with
@@ -1219,6 +1227,20 @@ mod tests {
         for needle in ["model.script[0]", "model.script[1]", "model.script[2]", "model.script[3]"] {
             assert!(e.message.contains(needle), "missing {needle:?} in {}", e.message);
         }
+    }
+
+    #[test]
+    fn wait_tools_are_opt_in_and_an_unknown_one_is_a_coded_config_error() {
+        let cfg = AgentConfig::parse(r#"{"waitTools": ["ask_question", "sleep_for", "sleep_until"]}"#).unwrap();
+        use crate::runtime::WaitTool;
+        assert_eq!(cfg.agent_options().wait_tools, [WaitTool::AskQuestion, WaitTool::SleepFor, WaitTool::SleepUntil]);
+        assert!(AgentConfig::parse("{}").unwrap().agent_options().wait_tools.is_empty(), "none unless asked");
+        let e = err_of(r#"{"waitTools": ["ask_question", "wait_forever"]}"#);
+        assert!(e.message.contains("at `waitTools[1]`") && e.message.contains("wait_forever"), "{}", e.message);
+        let e = err_of(r#"{"waitTools": "ask_question"}"#);
+        assert!(e.message.contains("waitTools"), "{}", e.message);
+        // A wait tool named twice, or also a webhook tool's name, is refused when the agent is built (its tool
+        // names are unique: `STEADFAST_CONFIG_INVALID`).
     }
 
     fn ask(model: &MockModel, messages: &[Message]) -> Result<ModelResponse> {

@@ -8,16 +8,22 @@
 //!   stays resumable; later executions increment `demo/shipments`. Resuming (or the recovery sweep) finishes
 //!   the run without charging again.
 //! * `refund {"order": 7}` always needs a person's approval; it increments `demo/refunds`.
+//! * `wait_for_event {"deadlineSeconds"?: n}` waits for an event (a webhook): the run pauses on an event wait
+//!   whose token `POST /events/{token}` delivers to; the payload is the call's result, or after `n` seconds a
+//!   `timeout` error result.
 //!
 //! [`demo_script`] is the offline default model's script (for [`MockModel::by_turn`]): charge, then ship,
 //! then "Order 7 charged and shipped.". A message containing the word "refund" is answered by a
 //! `refund {"order": 7}` call first, which pauses the run on an approval; once approved the model says
-//! "Refund issued.".
+//! "Refund issued.". A message containing the word "webhook" is answered by `wait_for_event
+//! {"deadlineSeconds": 86400}`; then the model says "Webhook: <the call's result>" (the payload, or
+//! the deadline's `timeout` error).
 //!
 //! [`MockModel::by_turn`]: crate::runtime::MockModel::by_turn
 
 use crate::core::error::Result;
 use crate::core::transcript::Message;
+use crate::core::wait::WaitRequest;
 use crate::runtime::mock::MockTurn;
 use crate::runtime::tools::FnTool;
 use crate::runtime::traits::{ModelRequest, Tool, ToolError, ToolOutput};
@@ -38,7 +44,7 @@ pub const SHIP_ATTEMPTED_PREFIX: &str = "demo/ship-attempted/";
 pub const SHIP_DEATH_MESSAGE: &str = "the worker process died while shipping (demo)";
 
 /// Names of the demo tools.
-pub const DEMO_TOOL_NAMES: &[&str] = &["charge", "ship", "refund"];
+pub const DEMO_TOOL_NAMES: &[&str] = &["charge", "ship", "refund", "wait_for_event"];
 
 fn parse_count(v: Option<&str>) -> u64 {
     v.and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0)
@@ -111,7 +117,23 @@ pub fn demo_tools<K: KvBackend + Clone + 'static>(kv: K) -> Vec<Rc<dyn Tool>> {
         },
     )
     .needs_approval(true);
-    vec![Rc::new(charge), Rc::new(ship), Rc::new(refund)]
+    vec![Rc::new(charge), Rc::new(ship), Rc::new(refund), Rc::new(wait_for_event())]
+}
+
+/// `wait_for_event {"deadlineSeconds"?: n}`: an event wait, with a deadline `n` seconds after the call when
+/// given.
+fn wait_for_event() -> FnTool {
+    FnTool::new(
+        "wait_for_event",
+        "Waits for a webhook (demo).",
+        // Ignored (`unwrap_or_default`): a constant schema that parses (the demo tests build it).
+        serde_json::from_str(r#"{"type":"object","properties":{"deadlineSeconds":{"type":"integer","minimum":1}}}"#)
+            .unwrap_or_default(),
+        |args, ctx| async move {
+            let deadline = args["deadlineSeconds"].as_u64().map(|s| ctx.now.saturating_add(s.saturating_mul(1_000)));
+            Ok(ToolOutput::wait(WaitRequest::Event { deadline }))
+        },
+    )
 }
 
 /// The demo counters: `charges`, `shipments` and `refunds` (0 when never written).
@@ -147,22 +169,28 @@ fn wants_refund(req: &ModelRequest<'_>) -> bool {
 /// * turn 1 — in the refund flow "Refund issued." (or "The refund was not issued." when the call was
 ///   rejected), else `ship {"order": 7}`;
 /// * turn 2 — "Order 7 charged and shipped.".
+///
+/// A last user message containing "webhook" is answered by `wait_for_event
+/// {"deadlineSeconds": 86400}` on turn 0 and, on turn 1, "Webhook: <the call's result>" (the payload, or the
+/// deadline's `timeout` error).
 pub fn demo_script() -> Vec<MockTurn> {
     vec![
         MockTurn::func(|req| {
-            if wants_refund(req) {
+            if last_user_text(req).to_lowercase().contains("webhook") {
+                MockTurn::tools([("wait_for_event", json!({"deadlineSeconds": 86_400}))])
+            } else if wants_refund(req) {
                 MockTurn::tools([("refund", json!({"order": 7}))])
             } else {
                 MockTurn::tools([("charge", json!({"order": 7}))])
             }
         }),
-        MockTurn::func(|req| {
-            if wants_refund(req) {
+        MockTurn::func(|req| match req.messages.last() {
+            Some(Message::Tool(r)) if r.name == "wait_for_event" => MockTurn::text(format!("Webhook: {}", r.content)),
+            _ if wants_refund(req) => {
                 let rejected = matches!(req.messages.last(), Some(Message::Tool(r)) if r.is_error);
                 MockTurn::text(if rejected { "The refund was not issued." } else { "Refund issued." })
-            } else {
-                MockTurn::tools([("ship", json!({"order": 7}))])
             }
+            _ => MockTurn::tools([("ship", json!({"order": 7}))]),
         }),
         MockTurn::text("Order 7 charged and shipped."),
     ]
@@ -340,5 +368,38 @@ mod tests {
         assert_eq!(res.status, RunStatus::Finished);
         assert_eq!(res.text, "Refund issued.");
         assert_eq!(counts(&kv), (0, 0, 1));
+    }
+
+    #[test]
+    fn tour_webhook_waits_for_an_event_and_its_delivery_finishes_the_run_once() {
+        let kv = MemoryKv::new();
+        let store = MemoryStore::new();
+        let a = agent(&kv, &store);
+        let res = block_on(a.send("hook-7", "Wait for the payment webhook", SendOptions::default())).unwrap();
+        assert_eq!(res.status, RunStatus::AwaitingApproval);
+        let wait = &res.waits[0];
+        assert_eq!((wait.kind, wait.tool_name.as_str()), (crate::core::wait::WaitKind::Event, "wait_for_event"));
+        let saved = block_on(a.load("hook-7")).unwrap().unwrap().saved_at;
+        let due = wait.due_at.expect("a deadline a day on");
+        assert!(due >= saved + 86_400_000 - 60_000 && due <= saved + 86_400_000 + 60_000, "{due} vs {saved}");
+        let token = wait.token.clone().unwrap();
+        let done = block_on(a.events().deliver(&token, json!({"paid": true}))).unwrap();
+        assert_eq!((done.run.status, done.run.text.as_str()), (RunStatus::Finished, r#"Webhook: {"paid":true}"#));
+        let again = block_on(a.events().deliver(&token, json!({"paid": true}))).unwrap_err();
+        assert_eq!(again.code, ErrorCode::WaitNotFound, "spent with the pause");
+        assert_eq!(counts(&kv), (0, 0, 0), "no other demo tool ran");
+    }
+
+    #[test]
+    fn wait_for_event_waits_until_its_deadline_or_for_ever() {
+        let t = tool(&demo_tools(MemoryKv::new()), "wait_for_event");
+        let at = |args: Value| {
+            let c = ToolContext { now: 1_000_000, ..ctx("r", "c") };
+            block_on(t.execute(args, c)).unwrap().wait
+        };
+        assert_eq!(at(json!({"deadlineSeconds": 30})), Some(WaitRequest::Event { deadline: Some(1_030_000) }));
+        assert_eq!(at(json!({})), Some(WaitRequest::Event { deadline: None }));
+        let schema = t.input_schema();
+        assert_eq!(schema["properties"]["deadlineSeconds"]["minimum"], json!(1), "{schema}");
     }
 }

@@ -478,6 +478,49 @@ test("with the progress guard configured, what self-healing did shows at the cal
   await shot("run-heal");
 });
 
+test("the inbox lists a run's waits beside approvals: an event with its deadline, a question answered with one of its choices", async () => {
+  // The demo model waits for an event on a "webhook" message (a deadline a day on). Off the previous page first
+  // (its live watch would break when the Worker restarts).
+  await page.goto("about:blank");
+  await mf.setOptions(options(CONFIG, Number(new URL(base).port)));
+  const hook = await api("POST", "/runs/hook-1", { input: "wait for the payment webhook" });
+  assert.equal(hook.json.status, "awaiting-approval", JSON.stringify(hook.json));
+  const event = hook.json.waits[0];
+  // A Worker whose agent asks a question (the built-in ask_question, opted in with waitTools).
+  const ask = { toolCalls: [{ name: "ask_question", args: { question: "Ship to the old address?", choices: ["yes", "no"] } }] };
+  const config = { ...CONFIG, waitTools: ["ask_question"], model: { ...CONFIG.model, script: [ask, { text: "answered" }] } };
+  await page.goto("about:blank");
+  await mf.setOptions(options(config, Number(new URL(base).port)));
+  try {
+    const asked = await api("POST", "/runs/ask-1", { input: "ship order 7" });
+    assert.equal(asked.json.status, "awaiting-approval", JSON.stringify(asked.json));
+    const question = asked.json.waits[0];
+    await visit("#/approvals");
+    const eventCard = page.locator(`.approval[data-approval='${event.id}']`);
+    await eventCard.waitFor();
+    assert.equal(await eventCard.getAttribute("data-kind"), "event");
+    assert.match(await eventCard.textContent(), /event wait_for_event in run hook-1/);
+    assert.match(await eventCard.locator(".wait-due").textContent(), /^Waits for an event until /);
+    assert.ok(!(await page.content()).includes(event.token), "the inbox never shows an event's token");
+    const card = page.locator(`.approval[data-approval='${question.id}']`);
+    assert.equal(await card.getAttribute("data-kind"), "question");
+    assert.equal(await card.locator(".question").textContent(), "Ship to the old address?");
+    assert.deepEqual(await card.locator("button.choice").allTextContents(), ["yes", "no"]);
+    await shot("inbox-waits");
+    await card.locator("input.note").fill("kept the new one");
+    await card.locator("button.choice[data-choice='no']").click();
+    await waitText("#resolve-result", "finished");
+    assert.match(await text("#resolve-result"), /Answered "no" to ask_question for ask-1: the run is finished \(stop\)\. .*answered/);
+    const run = (await api("GET", "/runs/ask-1")).json;
+    const result = run.messages.find((m) => m.role === "tool");
+    assert.equal(result.content, "no", JSON.stringify(result));
+    assert.equal(await page.locator(`.approval[data-approval='${question.id}']`).count(), 0, "answered: gone from the inbox");
+  } finally {
+    await page.goto("about:blank");
+    await mf.setOptions(options(CONFIG, Number(new URL(base).port)));
+  }
+});
+
 test("without the demo tools the console shows no counters and asks for none it cannot get: 204, not a 404 on every page", async () => {
   // Off the previous page first (its live watch would break when the Worker restarts).
   await page.goto("about:blank");

@@ -5,7 +5,8 @@
 //! A request about one run is served by that run's object: `/runs/{id}` and below (every method: the object
 //! answers a refusal too); `POST /deliveries/{id}` (the object of its run, [`delivery_run_id`]);
 //! `POST /approvals/{id}` (the object of the run the approval index names; the shell names that run to the
-//! object in the [`RUN_HEADER`] header); `POST /sessions/{id}` and `/sessions/{id}/resume` (the object of the turn
+//! object in the [`RUN_HEADER`] header); `POST /events/{token}` (the same, the index read under the token's
+//! wait id, [`wait_id`]; a token that maps to nothing is answered where it arrived, no object asked); `POST /sessions/{id}` and `/sessions/{id}/resume` (the object of the turn
 //! the session executes first, named the same way; a send whose newest turn is in progress has that turn
 //! finished in its own object first, [`Forward::finish_first`]).
 
@@ -13,6 +14,7 @@ use super::route::{Route, RouteError};
 use super::{admit, Admission, ApiRequest, ApiResponse};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::ids::validate_run_id;
+use crate::core::wait::wait_id;
 use crate::front::config::StoreMode;
 use crate::runtime::delivery_run_id;
 
@@ -65,6 +67,8 @@ impl From<crate::runtime::NextExecution> for Found {
 enum About {
     Run(String),
     Approval(String),
+    /// An event wait's token: the run of its wait (the approval index, under the token's wait id).
+    Event(String),
     /// A session; whether the request is its send (not its resume).
     Session(String, bool),
 }
@@ -98,6 +102,7 @@ fn about(route: &std::result::Result<Route, RouteError>) -> Option<About> {
         | Route::Fork(id) => About::Run(id.clone()),
         Route::Deliver(id) => About::Run(delivery_run_id(id)),
         Route::Resolve(id) => About::Approval(id.clone()),
+        Route::DeliverEvent(token) => About::Event(token.clone()),
         Route::SessionSend(id) => About::Session(id.clone(), true),
         Route::SessionResume(id) => About::Session(id.clone(), false),
         _ => return None,
@@ -107,7 +112,8 @@ fn about(route: &std::result::Result<Route, RouteError>) -> Option<About> {
 /// In strict mode, where this request is served: by the object of the run it is about, once it is admitted
 /// (the token is checked here first, so an unauthenticated request wakes no object and neither `mode` nor the
 /// index is read): `/runs/{id}` and below, `POST /deliveries/{id}`, `POST /approvals/{id}` when `lookup` (the
-/// approval index) names a valid run, and `POST /sessions/{id}` and `/sessions/{id}/resume` to the object of the
+/// approval index) names a valid run, `POST /events/{token}` when the index names one under the token's wait
+/// id, and `POST /sessions/{id}` and `/sessions/{id}/resume` to the object of the
 /// run `lookup` says the session executes first (its unfinished newest turn, else its next one; a send to a
 /// session whose newest turn is in progress finishes that turn in its object first: [`Forward::finish_first`]).
 /// `None`: the request is served where it arrived (listings, compare, health, every refusal; an approval the
@@ -129,12 +135,28 @@ pub async fn forward_target(
     let (asked, send) = match &about {
         About::Run(run) => return Some(Forward { run: run.clone(), name_run: false, finish_first: None }),
         About::Approval(id) => (Lookup::Approval(id), None),
+        // A token that names no wait is answered where it arrived (no object is asked).
+        About::Event(token) => match wait_id(token) {
+            Some(id) => return event_target(lookup(Lookup::Approval(&id)).await),
+            None => return None,
+        },
         About::Session(id, send) => (Lookup::Session(id), Some(id).filter(|_| *send)),
     };
     match lookup(asked).await {
         Ok(Some(found)) if validate_run_id(&found.run).is_ok() => {
             let finish_first = send.filter(|_| found.in_progress).map(|id| format!("/sessions/{id}/resume"));
             Some(Forward { run: found.run, name_run: true, finish_first })
+        }
+        _ => None,
+    }
+}
+
+/// The object of an event's run, as the approval index found it under the token's wait id (`None`: served where
+/// it arrived, which answers `STEADFAST_WAIT_NOT_FOUND` for a token that opens nothing).
+fn event_target(found: Result<Option<Found>>) -> Option<Forward> {
+    match found {
+        Ok(Some(found)) if validate_run_id(&found.run).is_ok() => {
+            Some(Forward { run: found.run, name_run: true, finish_first: None })
         }
         _ => None,
     }
@@ -165,7 +187,7 @@ pub fn forward_failed(to: &Forward, why: &str) -> ApiResponse {
 pub fn object_run(head: &ApiRequest) -> Option<String> {
     match about(&Route::parse(&head.method, &head.path, false))? {
         About::Run(run) => Some(run),
-        About::Approval(_) | About::Session(..) => {
+        About::Approval(_) | About::Event(_) | About::Session(..) => {
             head.header(RUN_HEADER).filter(|r| validate_run_id(r).is_ok()).map(str::to_string)
         }
     }

@@ -8,7 +8,9 @@
 //! read (capped while reading: past the cap nothing is kept, and the rest is read and dropped up to
 //! [`MAX_DRAINED_BYTES`] before the `413`) and only then is the configuration read and the agent built. An
 //! unauthenticated caller therefore never makes the Worker parse a body, read its configuration or build an
-//! agent, and learns nothing about either.
+//! agent, and learns nothing about either. The one exception is `POST /events/{token}`, whose capability is the
+//! wait's token in its path: it is checked against the wait's record (so the agent is built), and every token
+//! that opens nothing gets the same `404`.
 //!
 //! **Routes.** A request's method and path are parsed once into a [`Route`] ([`route`]: `404`, `405` and the id
 //! checks are decided there, from one table), used for the token ([`admit`]: only `/health` is open), for
@@ -20,12 +22,12 @@
 //!
 //! **Modules.** This file: the request and response, the order of a request ([`serve`], [`admit`]: token, body
 //! limits), the [`Host`] the shell implements, and [`Api`] with its dispatch. [`route`]: the routes.
-//! One handler module per resource: `runs` (`/runs…`, `/compare`), `sessions`, `approvals`, `deliveries`,
+//! One handler module per resource: `runs` (`/runs…`, `/compare`), `sessions`, `approvals`, `deliveries`, `events`,
 //! `service` (`/health`, `/sweep`, `/schedules`, `/demo/counts`). `execute`: running a run for a request (here,
 //! spawned, SSE, `202`). [`sse`]: SSE frames and live bodies. [`forward`]: strict mode's forwarding. Every JSON
 //! answer is a type of [`crate::front::contract`] (or a runtime result), never built by hand.
 //!
-//! Routes (all but `/health` need `Authorization: Bearer <token>`):
+//! Routes (all but `/health` and `POST /events/{token}` need `Authorization: Bearer <token>`):
 //!
 //! | method | path | does |
 //! |---|---|---|
@@ -39,7 +41,8 @@
 //! | POST | `/runs/{id}/fork` | `{fromStep, patch?, newId?}` |
 //! | GET | `/compare/{a}/{b}` | compare two runs |
 //! | GET | `/approvals` | pending approvals |
-//! | POST | `/approvals/{id}` | `{approved, note?}` resolve |
+//! | POST | `/approvals/{id}` | `{approved, note?}` resolve; `{answer, note?}` answers a question (`approved: false`: declines it) |
+//! | POST | `/events/{token}` | no bearer token (the wait's token is the capability): the body (any JSON value) is delivered to the event wait → [`crate::runtime::EventDelivery`]; a malformed, guessed or spent token, or one whose run is gone: `STEADFAST_WAIT_NOT_FOUND` (404) alike |
 //! | GET | `/sweep` | the recovery sweep's stored state: outage breaker, provider failures, listing cursor |
 //! | POST | `/deliveries/{deliveryId}` | [`SendRequest`](crate::front::contract::SendRequest): run a delivered job once → [`crate::runtime::Delivery`] |
 //! | POST | `/sessions/{id}` | [`SendRequest`](crate::front::contract::SendRequest): the session's next turn (run `<id>.turn-<n>`) → RunResult (SSE as for runs) |
@@ -71,6 +74,7 @@
 
 mod approvals;
 mod deliveries;
+mod events;
 mod execute;
 pub mod forward;
 pub mod route;
@@ -322,7 +326,8 @@ pub enum Admission {
 }
 
 /// Decides what a request may do from its head, its [`Route`] parsed once: `/health` is answered at once (no
-/// token needed); every other route needs the bearer token ([`authorize`]); then a declared `Content-Length`
+/// token needed); `POST /events/{token}` needs none either (the wait's token is the capability, checked by the
+/// runtime); every other route needs the bearer token ([`authorize`]); then a declared `Content-Length`
 /// over [`MAX_BODY_BYTES`] is `STEADFAST_PAYLOAD_TOO_LARGE` (413) and an unreadable one
 /// `STEADFAST_INVALID_INPUT`, before a byte of the body is read ([`serve`] then reads and drops such a body, up
 /// to [`MAX_DRAINED_BYTES`], before it answers). `POST /__conformance` is [`Admission::Conformance`] only when
@@ -332,9 +337,10 @@ pub fn admit(req: &ApiRequest, token: Option<&str>, conformance_route: bool) -> 
     match &route {
         Ok(Route::Health) => return Ok(Admission::Respond(service::health())),
         Err(refused) if refused.public() => return Err(refused.to_error(&req.method, &req.path)),
-        _ => {}
+        // The wait's token in the path is the capability: no bearer token (whatever `Authorization` says).
+        Ok(Route::DeliverEvent(_)) => {}
+        _ => authorize(req, token)?,
     }
-    authorize(req, token)?;
     if let Some(len) = req.header("content-length") {
         let len: u64 = len.trim().parse().map_err(|_| bad(format!("Content-Length {len:?} is not a number")))?;
         if len > MAX_BODY_BYTES as u64 {
@@ -558,6 +564,7 @@ impl Api {
             Route::ListApprovals => self.list_approvals().await,
             Route::Resolve(id) => self.resolve(req, &id).await,
             Route::Deliver(id) => self.deliver(req, &id).await,
+            Route::DeliverEvent(token) => self.deliver_event(req, &token).await,
             Route::SessionSend(id) => self.session_send(req, &id).await,
             Route::SessionHistory(id) => self.session_history(req, &id).await,
             Route::SessionDelete(id) => self.session_delete(&id).await,

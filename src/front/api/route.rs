@@ -7,7 +7,7 @@
 //!
 //! **How it reads a path.** First the path's shape ([`Shape`], from its segments, every one kept: an empty id
 //! segment is `STEADFAST_SESSION_ID_INVALID`, never skipped) and its id segments, each checked for its kind (a
-//! run id, an approval id, a delivery id, a session id); then the method, in the table [`ROUTES`] (one row per
+//! run id, an approval id, a delivery id, a session id, an event wait's token); then the method, in the table [`ROUTES`] (one row per
 //! shape and method). A shape without a row for the method is `405`; a shape without any row (below a run or a
 //! session, a path no route has) is `404`.
 //!
@@ -49,6 +49,9 @@ pub enum Route {
     Resolve(String),
     /// `POST /deliveries/{id}`: run a delivered job once.
     Deliver(String),
+    /// `POST /events/{token}`: deliver an event to the wait whose token it is (no bearer token: the wait's
+    /// token is the capability).
+    DeliverEvent(String),
     /// `POST /sessions/{id}`: the session's next turn.
     SessionSend(String),
     /// `GET /sessions/{id}?limit=`: the session's turns, newest first.
@@ -104,6 +107,8 @@ pub enum Shape {
     Approval,
     /// `/deliveries/{id}`
     Delivery,
+    /// `/events/{token}`
+    Event,
     /// `/sessions/{id}`
     Session,
     /// `/sessions/{id}/resume`
@@ -141,6 +146,7 @@ pub const ROUTES: &[(Shape, &str, Build)] = &[
     (Shape::Approvals, "GET", |_| Route::ListApprovals),
     (Shape::Approval, "POST", |id| Route::Resolve(id[0].clone())),
     (Shape::Delivery, "POST", |id| Route::Deliver(id[0].clone())),
+    (Shape::Event, "POST", |id| Route::DeliverEvent(id[0].clone())),
     (Shape::Session, "POST", |id| Route::SessionSend(id[0].clone())),
     (Shape::Session, "GET", |id| Route::SessionHistory(id[0].clone())),
     (Shape::Session, "DELETE", |id| Route::SessionDelete(id[0].clone())),
@@ -277,6 +283,12 @@ fn shape_of(parts: &[&str], conformance: bool) -> Result<Option<(Shape, Vec<Stri
             delivery_id_segment(id)?;
             (Shape::Delivery, ids(&[id]))
         }
+        ["events", token] => {
+            // Any other token is the runtime's to refuse (`STEADFAST_WAIT_NOT_FOUND`, the one answer for a
+            // token that opens nothing, malformed ones included).
+            non_empty_segment("event", token)?;
+            (Shape::Event, ids(&[token]))
+        }
         ["sessions", id, rest @ ..] if rest.len() <= 1 => {
             validate_session_id(id)?;
             let shape = match rest {
@@ -379,6 +391,10 @@ mod tests {
             ("/approvals", vec![("GET", Route::ListApprovals)], None),
             ("/approvals/apr_1", vec![("POST", Route::Resolve(s("apr_1")))], None),
             ("/deliveries/d-1", vec![("POST", Route::Deliver(s("d-1")))], None),
+            ("/events/0f3a", vec![("POST", Route::DeliverEvent(s("0f3a")))], None),
+            ("/events/not a token", vec![("POST", Route::DeliverEvent(s("not a token")))], None),
+            ("/events", vec![], None),
+            ("/events/a/b", vec![], None),
             (
                 "/sessions/s1",
                 vec![
@@ -472,6 +488,7 @@ mod tests {
             Shape::Approvals => &["approvals"],
             Shape::Approval => &["approvals", "{}"],
             Shape::Delivery => &["deliveries", "{}"],
+            Shape::Event => &["events", "{}"],
             Shape::Session => &["sessions", "{}"],
             Shape::SessionResume => &["sessions", "{}", "resume"],
             Shape::SessionFork => &["sessions", "{}", "fork"],
@@ -543,6 +560,13 @@ mod tests {
                     return not_allowed();
                 }
                 Ok(Route::Deliver(s(id)))
+            }
+            ["events", token] => {
+                non_empty_segment("event", token)?;
+                if m != "POST" {
+                    return not_allowed();
+                }
+                Ok(Route::DeliverEvent(s(token)))
             }
             ["sessions", id] => {
                 validate_session_id(id)?;

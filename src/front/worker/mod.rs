@@ -120,9 +120,39 @@ impl ModelPlatform for WorkerPlatform<'_> {
 enum Runs {
     /// As configured (`store`): Workers KV, or the run objects through their stubs.
     Configured,
-    /// Inside the object of this run (strict mode): its own storage for it, the stubs for any other run, and
-    /// the object's watchers (told of every execution's events).
-    Object(String, Rc<RunObjectCore<crate::front::durable_sql::SqlObjectStorage>>, Rc<worker::State>, Watchers),
+    /// Inside the object of this run (strict mode): its own storage for it, the stubs for any other run, the
+    /// object's watchers (told of every execution's events) and the earliest due time of the waits its
+    /// executions paused on.
+    Object(
+        String,
+        Rc<RunObjectCore<crate::front::durable_sql::SqlObjectStorage>>,
+        Rc<worker::State>,
+        Watchers,
+        DueWaits,
+    ),
+}
+
+/// The earliest time a wait that resolves by itself (an event's deadline, a timer) comes due, as the `wait.start`
+/// events of a run object's executions say: once the execution ended, the object's alarm is set for it (at the
+/// latest), so [`Agent::wake`] resolves it then ([`object_task`]).
+#[derive(Clone, Default)]
+struct DueWaits(Rc<std::cell::Cell<Option<u64>>>);
+
+/// A run object's executions' observer: its watchers, and the due times of the waits they pause on.
+struct ObjectObserver(Watchers, DueWaits);
+
+impl crate::runtime::traits::EventSink for ObjectObserver {
+    fn emit(&self, event: &crate::core::events::EventEnvelope) {
+        self.0.emit(event);
+        if let crate::core::events::Event::WaitStart { due_at: Some(at), .. } = &event.event {
+            let due = &self.1 .0;
+            due.set(Some(due.get().map_or(*at, |d| d.min(*at))));
+        }
+    }
+
+    fn durable(&self, run_id: &str, position: u64) {
+        self.0.durable(run_id, position);
+    }
 }
 
 async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
@@ -133,7 +163,7 @@ async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent>
     let objects =
         |client: Box<dyn ObjectClient>| Rc::new(ObjectStore::new(client, kv.clone(), "", clock.clone(), sleep.clone()));
     let store: Rc<dyn RunStore> = match (runs, cfg.store) {
-        (Runs::Object(run_id, core, _, _), _) => {
+        (Runs::Object(run_id, core, ..), _) => {
             objects(Box::new(OwnObject::new(run_id.clone(), core.clone(), StubClient::new(env)?)))
         }
         (Runs::Configured, StoreMode::DurableObject) => objects(Box::new(StubClient::new(env)?)),
@@ -167,8 +197,8 @@ async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent>
     if let Some(guard) = cfg.progress_guard {
         b = b.hook(crate::runtime::ProgressGuard::new(guard));
     }
-    if let Runs::Object(_, _, _, hub) = runs {
-        b = b.observer(Rc::new(hub.clone()));
+    if let Runs::Object(_, _, _, hub, due) = runs {
+        b = b.observer(Rc::new(ObjectObserver(hub.clone(), due.clone())));
     }
     b.build()
 }
@@ -258,13 +288,14 @@ impl Host for WorkerHost<'_> {
         let agent = build_agent(env, &cfg, &self.runs).await?;
         let mut api =
             Api::new(agent, token).with_schedules(cfg.compiled_schedules()?).with_recovery(cfg.recovery.clone());
-        if let Runs::Object(_, _, state, hub) = &self.runs {
+        if let Runs::Object(_, _, state, hub, due) = &self.runs {
             // Every execution of the run happens in its object and tells the hub.
             api = api.with_watchers(hub.clone());
             // Inside the run's object: runs execute as tasks of the object, not of the request, each with the
-            // object's alarm set first for when its lease could be taken over (should the object die with it).
-            let (state, at) = (state.clone(), api.agent().takeover_at());
-            api = api.with_spawner(Rc::new(move |task| object_task(state.clone(), at, task)));
+            // object's alarm set first for when its lease could be taken over (should the object die with it),
+            // and after it for the earliest wait it paused on that resolves by itself.
+            let (state, at, due) = (state.clone(), api.agent().takeover_at(), due.clone());
+            api = api.with_spawner(Rc::new(move |task| object_task(state.clone(), at, due.clone(), task)));
         }
         // Ignored (no else): `build_agent` above failed already if the KV binding is missing.
         if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(env)) {
@@ -455,16 +486,28 @@ async fn serve_in_object(
     hub: Watchers,
 ) -> worker::Result<Response> {
     let token = secret(env, "STEADFAST_TOKEN");
-    let mut host = WorkerHost { req, body: None, env, runs: Runs::Object(run_id, core, state, hub) };
+    let runs = Runs::Object(run_id, core, state, hub, DueWaits::default());
+    let mut host = WorkerHost { req, body: None, env, runs };
     to_response(serve(head, token, &mut host).await, spawn_local)
 }
 
 /// Runs `task` as a task of a run's object, not of the request that started it, with the object's alarm set
-/// first for `at` (when its lease could be taken over, should the object die with it).
-fn object_task(state: Rc<worker::State>, at: u64, task: impl std::future::Future<Output = ()> + 'static) {
+/// first for `at` (when its lease could be taken over, should the object die with it), and once it ended for the
+/// earliest wait its execution paused on that resolves by itself (`due`: an event's deadline, a timer) when that
+/// comes before `at`, so the alarm ([`wake_object`], [`Agent::wake`]) resolves it on time (a later one is set by
+/// the alarm at `at`, from what [`Agent::wake`] answers). A request that executes nothing new (a refused send)
+/// still moves the alarm to its `at`: a wait due before then is resolved then, late by at most the lease's
+/// takeover time.
+fn object_task(
+    state: Rc<worker::State>,
+    at: u64,
+    due: DueWaits,
+    task: impl std::future::Future<Output = ()> + 'static,
+) {
     wasm_bindgen_futures::spawn_local(async move {
         object::set_alarm(&state, Some(at)).await;
-        task.await
+        task.await;
+        object::set_alarm(&state, due.0.take().filter(|d| *d < at)).await;
     })
 }
 
@@ -488,11 +531,12 @@ async fn fire_in_object(
         let schedule = cfg.compiled_schedules()?.into_iter().find(|s| s.spec.id == call.schedule).ok_or_else(|| {
             Error::new(ErrorCode::ConfigInvalid, format!("schedule '{}' is not configured", call.schedule))
         })?;
-        let runs = Runs::Object(call.fire.run_id.clone(), core, state.clone(), hub);
+        let due = DueWaits::default();
+        let runs = Runs::Object(call.fire.run_id.clone(), core, state.clone(), hub, due.clone());
         let agent = build_agent(env, &cfg, &runs).await?;
         let (tx, rx) = futures::channel::oneshot::channel();
         let at = agent.takeover_at();
-        object_task(state, at, async move {
+        object_task(state, at, due, async move {
             let outcome = agent.run_fire(&schedule, call.fire.fire_at, &crate::runtime::SendOptions::default()).await;
             // Ignored: the tick that asked has gone; the fire ran all the same.
             let _ = tx.send(outcome);
@@ -517,7 +561,8 @@ async fn wake_object(
     let woken: Result<Option<u64>> = async {
         let Some(run_id) = core.run_id()? else { return Ok(None) };
         let cfg = config(env)?;
-        let agent = build_agent(env, &cfg, &Runs::Object(run_id.clone(), core, state.clone(), hub)).await?;
+        let runs = Runs::Object(run_id.clone(), core, state.clone(), hub, DueWaits::default());
+        let agent = build_agent(env, &cfg, &runs).await?;
         fallback = Some(agent.takeover_at());
         agent.wake(&run_id, &cfg.recovery).await
     }
