@@ -9,7 +9,7 @@ import type { RunEvent } from "./types.js";
 const WAIT = Symbol.for("steadfast.wait");
 
 /** What a wait is, as the marker tells the core (times in ms since the epoch; checked there). */
-export type WaitSpec =
+type WaitSpec =
   | { kind: "question"; question: unknown; choices?: unknown }
   | { kind: "event"; deadline?: unknown }
   | { kind: "timer"; at: unknown }
@@ -22,23 +22,14 @@ export type WaitSpec =
  * Only the helpers make one; a wait the core cannot record (a bad time, an empty question) is an `InvalidWait`
  * error result the model reads.
  */
-export class ToolWait {
+export interface ToolWait {
   /** What the call waits for. */
   readonly kind: "question" | "event" | "timer";
-  readonly #brand = true;
-
-  private constructor(spec: WaitSpec) {
-    this.kind = spec.kind;
-    // Read by the core (src/front/bindings/tools.rs) under its symbol; not enumerable, not JSON.
-    Object.defineProperty(this, WAIT, { value: spec, enumerable: false });
-    void this.#brand;
-  }
-
-  /** @internal The marker of `spec` (the helpers' only way to make one). */
-  static of(spec: WaitSpec): ToolWait {
-    return new ToolWait(spec);
-  }
+  /** Only the helpers make one. */
+  readonly [toolWaitBrand]: true;
 }
+
+declare const toolWaitBrand: unique symbol;
 
 /** A time: ms since the epoch, or a `Date`. */
 export type WaitTime = number | Date;
@@ -81,7 +72,9 @@ export type ToolContext = GeneratedToolContext & WaitHelpers;
 
 const time = (t: unknown): unknown => (t instanceof Date ? t.getTime() : t);
 
-const marker = (spec: WaitSpec): ToolWait => ToolWait.of(spec);
+/** The marker of `spec`: its kind, and the spec under the symbol the core reads (not enumerable, not JSON). */
+const marker = (spec: WaitSpec): ToolWait =>
+  Object.defineProperty({ kind: spec.kind }, WAIT, { value: spec, enumerable: false }) as unknown as ToolWait;
 
 /** The context a tool's `execute` gets: the core's JSON, with the wait helpers. */
 export function toolContext(ctxJson: string): ToolContext {

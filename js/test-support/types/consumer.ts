@@ -296,6 +296,9 @@ defineTool({
   // @ts-expect-error choices are strings
   execute: (_args, ctx) => ctx.askQuestion("Which?", [1, 2]),
 });
+// @ts-expect-error only the ctx's helpers make a wait
+const fakeWait: ToolWait = { kind: "event" };
+void fakeWait;
 export async function waits(): Promise<EventDelivery> {
   const tools: WaitTool[] = ["ask_question", "sleep_for", "sleep_until"];
   const agent = createAgent({ model: mockModel(["done"]), tools: [awaitPayment, confirm], waitTools: tools, store: memoryStore() });
