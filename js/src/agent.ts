@@ -21,6 +21,7 @@ import {
 } from "./schedules.js";
 import { knownKeys } from "./options.js";
 import { lowLevelTool, type Tool } from "./tools.js";
+import type { Events } from "./waits.js";
 import type {
   ApprovalRecord,
   Checkpoint,
@@ -107,6 +108,14 @@ export interface ResumeOptions {
   signal?: AbortSignalLike;
 }
 
+/**
+ * What `approvals.resolve` takes: an approval's decision (`approved`, `note`), or a question's `answer` (any
+ * JSON value; `approved` defaults to `true` beside it, as `POST /approvals/{id}` reads it).
+ */
+export type Decision =
+  | { id: string; approved: boolean; note?: string; answer?: Json }
+  | { id: string; answer: Json; approved?: boolean; note?: string };
+
 /** A durable agent. */
 export interface Agent {
   /** Starts, resumes or continues run `sessionId`. Throws `SessionAwaitingApprovalError` while it waits. */
@@ -170,14 +179,21 @@ export interface Agent {
    */
   recover(options?: RecoverOptions): Recovery;
   approvals: {
-    /** Pending approvals, oldest first. */
+    /**
+     * Pending records, oldest first: approvals, and tools' waits (`kind`: `"approval"`, `"question"` with its
+     * `question` and `choices`, `"event"` with its `dueAt` deadline, `"timer"` with its `dueAt` time).
+     */
     list(): Promise<ApprovalRecord[]>;
-    /** Decides an approval; the run resumes when it was the last of its pause. */
-    resolve(
-      decision: { id: string; approved: boolean; note?: string },
-      options?: Omit<ResumeOptions, "events" | "signal">,
-    ): Promise<RunResult>;
+    /**
+     * Decides an approval (`{id, approved, note?}`) or answers a question (`{id, answer, note?}`: `approved` is
+     * `true` beside an answer; `approved: false` declines it); the run resumes when it was the last record of its
+     * pause. An answer must be one of the question's `choices` when it offers any (`STEADFAST_INVALID_INPUT`);
+     * an approval takes no answer, an event or a timer is not decided here (`STEADFAST_INVALID_INPUT`).
+     */
+    resolve(decision: Decision, options?: Omit<ResumeOptions, "events" | "signal">): Promise<RunResult>;
   };
+  /** Deliveries to tools' event waits (see `Events.deliver`). */
+  events: Events;
   /**
    * A new run from a step of another run's history: `{runId, sessionId, step, checkpoint}` (`sessionId` is the
    * new run's id, as `runId`); resume it to run it (`agent.resume(fork.sessionId)`).
@@ -391,7 +407,15 @@ export function createAgent(options: AgentOptions): Agent {
         call(() => {
           knownKeys(decision, "approvals.resolve decision");
           knownKeys(opts, "approvals.resolve options");
-          return low.approvalsResolve(decision?.id, decision?.approved, decision?.note, eventCallback(opts?.onEvent));
+          const d = decision as Partial<Decision> | undefined;
+          return low.approvalsResolve(d?.id, d?.approved, d?.note, d?.answer, eventCallback(opts?.onEvent));
+        }),
+    },
+    events: {
+      deliver: (token, payload, opts) =>
+        call(() => {
+          knownKeys(opts, "events.deliver options");
+          return low.eventsDeliver(token, payload, eventCallback(opts?.onEvent));
         }),
     },
     fork: async (id, opts) => forkWithSessionId(await call(() => low.fork(id, JSON.stringify(opts ?? null)))),

@@ -2,7 +2,7 @@
 // `resumeAfterApproval` — for code that owns the wiring (provider, tool registry, stores) call by call. Each is
 // `createAgent` over the given parts and one call of it, so the behaviour is the agent's: `execute` is
 // `agent.send`, `fork` is `agent.fork`, `resumeAfterApproval` is `agent.approvals.resolve`.
-import { createAgent, type Agent, type AgentOptions } from "./agent.js";
+import { createAgent, type Agent, type AgentOptions, type Decision } from "./agent.js";
 import { SteadfastError } from "./errors.js";
 import { knownKeys } from "./options.js";
 import type { Hook } from "./hooks.js";
@@ -129,11 +129,12 @@ export const AgentExecutor = {
 };
 
 /**
- * Decides an approval and, when it was the last of its pause, resumes the run (`agent.approvals.resolve`):
+ * Decides an approval (or answers a question: `{id, answer}`) and, when it was the last of its pause, resumes the
+ * run (`agent.approvals.resolve`):
  * `options.agent` is the agent definition (instructions, hooks, options; default none), `toolRegistry` its tools.
  */
 export function resumeAfterApproval(
-  decision: { id: string; approved: boolean; note?: string },
+  decision: Decision,
   approvalStore: CheckpointStore,
   toolRegistry: ToolRegistry | Tool[] | undefined,
   provider: Model,

@@ -4,6 +4,7 @@
 //   types.ts       the data types: generated from the Rust definitions by ts-rs (src/generated/), completed
 //   model.ts       the model interface a JS provider implements
 //   tools.ts       tools (`defineTool`)
+//   waits.ts       a tool's waits (`ctx.waitForEvent`, `askQuestion`, `sleepUntil`, `sleepFor`) and `agent.events`
 //   hooks.ts       hooks (`progressGuard`, `outputCheck`, custom `defineHook`)
 //   stores.ts      `memoryStore`, `kvStore`, `durableObjectStore`
 //   mock_model.ts  the scripted `mockModel`
@@ -40,6 +41,8 @@ export type {
   ModelRequest,
   NothingToResume,
   PendingRun,
+  PendingWait,
+  ResolvedBy,
   ResultKind,
   RunEvent,
   RunKind,
@@ -53,9 +56,22 @@ export type {
   ToolSpec,
   TrajectoryStep,
   Usage,
+  WaitKind,
+  WaitOutcome,
+  WaitRequest,
+  WaitTool,
 } from "./types.js";
 export type { Model, ModelResponse, ModelStream } from "./model.js";
 export { defineTool, type Tool } from "./tools.js";
+export type {
+  DeliverOptions,
+  EventDelivery,
+  Events,
+  ToolWait,
+  WaitForEventOptions,
+  WaitHelpers,
+  WaitTime,
+} from "./waits.js";
 export {
   defineHook,
   outputCheck,
@@ -117,6 +133,7 @@ export {
   createAgent,
   type Agent,
   type AgentOptions,
+  type Decision,
   type LLMProvider,
   type ResumeOptions,
   type RunOnceOptions,

@@ -4,6 +4,7 @@ import { SteadfastError, sync } from "./errors.js";
 import { toolKeys } from "./low_level.js";
 import { isStandardSchema, issuesText, jsonSchemaConverter, type StandardSchemaV1 } from "./standard_schema.js";
 import type { Json, ToolContext } from "./types.js";
+import { toolContext } from "./waits.js";
 import { isZod3, zod3ToJsonSchema, Zod3Unsupported } from "./zod3.js";
 
 export type { StandardSchemaV1 } from "./standard_schema.js";
@@ -43,6 +44,9 @@ export interface Tool<A = any> {
    * the run stays resumable.
    * Caution: a call may run again on resume (after a crash): make it idempotent with `ctx.idempotencyKey` (unique
    * across runs, unchanged when the same call runs again; the approval id for an approved call).
+   * To wait instead of answering, return one of `ctx`'s wait helpers: `ctx.waitForEvent({ deadline })` (an event
+   * delivered with `ctx.waitToken`), `ctx.askQuestion(question, choices)`, `ctx.sleepUntil(at)`, `ctx.sleepFor(ms)`
+   * (see `ToolWait`).
    */
   execute(args: A, ctx: ToolContext): unknown | Promise<unknown>;
   /**
@@ -197,7 +201,7 @@ export function lowLevelTool(t: Tool): object {
               e.name = "ValidationError";
               throw e;
             }
-            return t.execute(r.value, JSON.parse(ctxJson) as ToolContext);
+            return t.execute(r.value, toolContext(ctxJson));
           }
         : t.execute,
     sideEffecting: t.sideEffecting,

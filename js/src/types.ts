@@ -1,6 +1,6 @@
 // The data types: every one the core sends or reads is generated from its Rust definition by ts-rs
 // (src/generated/, scripts/gen-types.sh; cargo feature `ts`) and re-exported here, completed where the package
-// adds to it (`events` on results) or reads more leniently (`Input`).
+// adds to it (`events` on results, the wait helpers on a tool's `ToolContext`) or reads more leniently (`Input`).
 import type { ApprovalRecord } from "./generated/ApprovalRecord.js";
 import type { ApprovalStatus } from "./generated/ApprovalStatus.js";
 import type { Checkpoint } from "./generated/Checkpoint.js";
@@ -21,6 +21,12 @@ import type { ModelChange } from "./generated/ModelChange.js";
 import type { ModelRequest } from "./generated/ModelRequest.js";
 import type { NothingToResume } from "./generated/NothingToResume.js";
 import type { PendingRun as GeneratedPendingRun } from "./generated/PendingRun.js";
+import type { PendingWait } from "./generated/PendingWait.js";
+import type { ResolvedBy } from "./generated/ResolvedBy.js";
+import type { WaitKind } from "./generated/WaitKind.js";
+import type { WaitOutcome } from "./generated/WaitOutcome.js";
+import type { WaitRequest } from "./generated/WaitRequest.js";
+import type { WaitTool } from "./generated/WaitTool.js";
 import type { ResultKind } from "./generated/ResultKind.js";
 import type { RunResult as GeneratedRunResult } from "./generated/RunResult.js";
 import type { RunKind } from "./generated/RunKind.js";
@@ -28,7 +34,7 @@ import type { RunStats } from "./generated/RunStats.js";
 import type { RunStatus } from "./generated/RunStatus.js";
 import type { SweepReport } from "./generated/SweepReport.js";
 import type { ToolCall } from "./generated/ToolCall.js";
-import type { ToolContext } from "./generated/ToolContext.js";
+import type { ToolContext } from "./waits.js";
 import type { ToolResult } from "./generated/ToolResult.js";
 import type { ToolSpec } from "./generated/ToolSpec.js";
 import type { TrajectoryStep } from "./generated/TrajectoryStep.js";
@@ -55,6 +61,8 @@ export type {
   ModelChange,
   ModelRequest,
   NothingToResume,
+  PendingWait,
+  ResolvedBy,
   ResultKind,
   RunKind,
   RunStats,
@@ -66,6 +74,10 @@ export type {
   ToolSpec,
   TrajectoryStep,
   Usage,
+  WaitKind,
+  WaitOutcome,
+  WaitRequest,
+  WaitTool,
 };
 
 /**

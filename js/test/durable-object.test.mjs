@@ -70,3 +70,31 @@ test("a storage without SQL is refused with STEADFAST_CONFIG_INVALID", async () 
   assert.equal(r.code, "STEADFAST_CONFIG_INVALID", JSON.stringify(r));
   assert.match(r.message, /SQLite-backed/);
 });
+
+test("tools' waits in the object's storage: after a workerd restart an event is delivered once, and the sweep an alarm runs times out a deadline and wakes a timer at their time, not before", async () => {
+  const parked = await get("/wait");
+  assert.deepEqual([parked.pay.kind, parked.late.kind, parked.nap.kind], ["event", "event", "timer"]);
+  assert.match(parked.pay.token, /^[0-9a-f]{64}$/);
+  await mf.dispose();
+  mf = workerd(); // a new process over the persisted SQLite storage
+  const guessed = (parked.pay.token[0] === "a" ? "b" : "a") + parked.pay.token.slice(1);
+  assert.deepEqual(await get(`/deliver?token=${guessed}`), {
+    code: "STEADFAST_WAIT_NOT_FOUND",
+    runId: null,
+    message: "no event wait has this token (it is unknown, was spent, or its run is gone)",
+  });
+  const delivered = await get(`/deliver?token=${parked.pay.token}`);
+  assert.deepEqual(delivered, { duplicate: false, status: "finished", result: '{"paid":true}' });
+  assert.equal((await get(`/deliver?token=${parked.pay.token}`)).code, "STEADFAST_WAIT_NOT_FOUND", "spent");
+
+  const early = await get(`/alarm?skewMs=${30 * 60_000}`);
+  assert.equal(early.woken, 0);
+  assert.deepEqual([early.late.status, early.nap.status], ["awaiting-approval", "awaiting-approval"]);
+  const due = await get(`/alarm?skewMs=${2 * 3_600_000}`);
+  assert.equal(due.woken, 2, JSON.stringify(due));
+  assert.equal(due.late.status, "finished");
+  assert.equal(JSON.parse(due.late.result).error, "timeout");
+  assert.equal(due.nap.status, "finished");
+  assert.equal(JSON.parse(due.nap.result).woke, true);
+  assert.equal((await get(`/alarm?skewMs=${3 * 3_600_000}`)).woken, 0, "resolved once");
+});

@@ -59,7 +59,7 @@ pub struct ApprovalRecord {
     pub fingerprint: Option<Fingerprint>,
     /// What the call waits for: a reviewer's approval (the default), or a tool's wait ([`crate::core::wait`]).
     #[serde(default, skip_serializing_if = "WaitKind::is_approval")]
-    #[cfg_attr(feature = "ts", ts(optional))]
+    #[cfg_attr(feature = "ts", ts(as = "Option<WaitKind>", optional))]
     pub kind: WaitKind,
     /// A question's text.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,7 +67,7 @@ pub struct ApprovalRecord {
     pub question: Option<String>,
     /// A question's choices (empty: any answer).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "ts", ts(optional))]
+    #[cfg_attr(feature = "ts", ts(as = "Option<Vec<String>>", optional))]
     pub choices: Vec<String>,
     /// When the wait resolves by itself: an event's deadline, a timer's time (ms since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]

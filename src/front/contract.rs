@@ -170,6 +170,13 @@ pub struct ToolCallContext {
     /// when the same call runs again on resume): send it as `Idempotency-Key`, and look an effect up by it in
     /// `reconcile`.
     pub idempotency_key: String,
+    /// The token of the event wait this call may answer with (`return ctx.waitForEvent()`): hand it to whoever
+    /// will deliver the event (`agent.events.deliver(token, payload)`, `POST /events/{token}`). The same for the
+    /// same call on every resume; a capability: whoever holds it may deliver.
+    pub wait_token: String,
+    /// The agent's clock when the call started (ms since the epoch): what `ctx.sleepFor(ms)` counts from.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub now: u64,
 }
 
 impl From<&ToolContext> for ToolCallContext {
@@ -179,6 +186,8 @@ impl From<&ToolContext> for ToolCallContext {
             tool_call_id: ctx.tool_call_id.clone(),
             approval_id: ctx.approval_id.clone(),
             idempotency_key: ctx.idempotency_key().to_string(),
+            wait_token: ctx.wait_token.clone(),
+            now: ctx.now,
         }
     }
 }
@@ -671,7 +680,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tool_is_told_its_idempotency_key() {
+    fn a_tool_is_told_its_idempotency_key_wait_token_and_start_time() {
         let key = crate::core::idempotency::call_key("r:00", "call_1");
         let ctx = |approval: Option<&str>| ToolContext {
             run_id: "r".into(),
@@ -679,12 +688,13 @@ mod tests {
             call_key: key.clone(),
             approval_id: approval.map(String::from),
             abort: crate::runtime::AbortSignal::new(),
-            wait_token: String::new(),
-            now: 0,
+            wait_token: "ab".repeat(32),
+            now: 1_700_000_000_123,
         };
         assert_eq!(
             serde_json::to_value(ToolCallContext::from(&ctx(None))).unwrap(),
-            json!({"runId": "r", "toolCallId": "call_1", "approvalId": null, "idempotencyKey": key})
+            json!({"runId": "r", "toolCallId": "call_1", "approvalId": null, "idempotencyKey": key,
+                   "waitToken": "ab".repeat(32), "now": 1_700_000_000_123u64})
         );
         assert_eq!(ToolCallContext::from(&ctx(Some("ap_1"))).idempotency_key, "ap_1");
     }

@@ -45,7 +45,7 @@ pub struct RunResult {
     /// The tools' waits the run paused on in this execution (questions, events, timers; approvals are in
     /// `approval_ids`), with each event wait's token: the execution that paused hands it to its caller.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "ts", ts(optional))]
+    #[cfg_attr(feature = "ts", ts(as = "Option<Vec<PendingWait>>", optional))]
     pub waits: Vec<PendingWait>,
 }
 
@@ -68,7 +68,7 @@ pub struct PendingWait {
     pub question: Option<String>,
     /// A question's choices.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "ts", ts(optional))]
+    #[cfg_attr(feature = "ts", ts(as = "Option<Vec<String>>", optional))]
     pub choices: Vec<String>,
     /// An event's deadline or a timer's time (ms since the epoch).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2,6 +2,7 @@
 import type { DriftPolicy } from "./DriftPolicy.js";
 import type { LeaseOptions } from "./LeaseOptions.js";
 import type { RetryPolicy } from "./RetryPolicy.js";
+import type { WaitTool } from "./WaitTool.js";
 
 /**
  * The agent's limits and policies, defined once. The npm package's `createAgent` takes them as they are,
@@ -38,4 +39,9 @@ loopWindow: number,
  * Longest tool result kept, in bytes (default 262144 = 256 KiB, at least 1024); a longer one is cut and
  * ends with a marker the model reads.
  */
-maxToolResultBytes: number, };
+maxToolResultBytes: number, 
+/**
+ * Built-in tools that wait, added to the agent's own (default none): `ask_question` (a person's answer
+ * is the result), `sleep_for`, `sleep_until` (see [`crate::core::wait`]).
+ */
+waitTools: Array<WaitTool>, };

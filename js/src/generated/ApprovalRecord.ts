@@ -2,6 +2,8 @@
 import type { ApprovalStatus } from "./ApprovalStatus.js";
 import type { Fingerprint } from "./Fingerprint.js";
 import type { ToolCall } from "./ToolCall.js";
+import type { WaitKind } from "./WaitKind.js";
+import type { WaitOutcome } from "./WaitOutcome.js";
 
 /**
  * A stored approval.
@@ -46,4 +48,28 @@ decidedAt?: number,
 /**
  * Fingerprint of the agent that paused (the approval snapshot's).
  */
-fingerprint?: Fingerprint, };
+fingerprint?: Fingerprint, 
+/**
+ * What the call waits for: a reviewer's approval (the default), or a tool's wait ([`crate::core::wait`]).
+ */
+kind?: WaitKind, 
+/**
+ * A question's text.
+ */
+question?: string, 
+/**
+ * A question's choices (empty: any answer).
+ */
+choices?: Array<string>, 
+/**
+ * When the wait resolves by itself: an event's deadline, a timer's time (ms since the epoch).
+ */
+dueAt?: number, 
+/**
+ * An event wait's token hash ([`crate::core::wait::token_hash`]; never the token).
+ */
+tokenHash?: string, 
+/**
+ * A resolved wait's outcome (its call's result).
+ */
+outcome?: WaitOutcome, };

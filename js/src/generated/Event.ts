@@ -2,10 +2,12 @@
 import type { AgentDrift } from "./AgentDrift.js";
 import type { ErrorInfo } from "./ErrorInfo.js";
 import type { FinishReason } from "./FinishReason.js";
+import type { ResolvedBy } from "./ResolvedBy.js";
 import type { ResultKind } from "./ResultKind.js";
 import type { RunStatus } from "./RunStatus.js";
 import type { ToolCall } from "./ToolCall.js";
 import type { Usage } from "./Usage.js";
+import type { WaitKind } from "./WaitKind.js";
 import type { JsonValue } from "./serde_json/JsonValue.js";
 
 /**
@@ -79,7 +81,39 @@ approvalId: string,
 /**
  * The gated call.
  */
-toolCall: ToolCall, } | { "type": "agent.drift" } & AgentDrift | { "type": "heal.action", 
+toolCall: ToolCall, } | { "type": "wait.start", 
+/**
+ * The wait's id (its record's).
+ */
+waitId: string, 
+/**
+ * What it waits for.
+ */
+kind: WaitKind, 
+/**
+ * The call.
+ */
+toolCallId: string, 
+/**
+ * A question's text.
+ */
+question?: string, 
+/**
+ * An event's deadline or a timer's time (ms since the epoch).
+ */
+dueAt?: number, } | { "type": "wait.done", 
+/**
+ * The wait's id.
+ */
+waitId: string, 
+/**
+ * The call.
+ */
+toolCallId: string, 
+/**
+ * How it was resolved.
+ */
+by: ResolvedBy, } | { "type": "agent.drift" } & AgentDrift | { "type": "heal.action", 
 /**
  * Tool name.
  */

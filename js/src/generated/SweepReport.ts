@@ -59,4 +59,9 @@ operations: number,
 /**
  * Whether the tick reached the end of the listing (else the next tick continues where it stopped).
  */
-complete: boolean, };
+complete: boolean, 
+/**
+ * Tools' waits the tick resolved because their time came (an event's deadline, a timer), from the due
+ * index ([`Agent::wake_due`]).
+ */
+woken: number, };

@@ -21,4 +21,14 @@ approvalId: string | null,
  * when the same call runs again on resume): send it as `Idempotency-Key`, and look an effect up by it in
  * `reconcile`.
  */
-idempotencyKey: string, };
+idempotencyKey: string, 
+/**
+ * The token of the event wait this call may answer with (`return ctx.waitForEvent()`): hand it to whoever
+ * will deliver the event (`agent.events.deliver(token, payload)`, `POST /events/{token}`). The same for the
+ * same call on every resume; a capability: whoever holds it may deliver.
+ */
+waitToken: string, 
+/**
+ * The agent's clock when the call started (ms since the epoch): what `ctx.sleepFor(ms)` counts from.
+ */
+now: number, };

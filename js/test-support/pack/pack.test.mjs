@@ -95,6 +95,8 @@ const PUBLIC_EXPORTS = {
     "StartSchedulesOptions",
     "Checkpoints", "LLMProvider", "LocalStoreOptions", "MemoryStoreOptions", "StorageLike",
     "AiSdkCallOptions", "AiSdkCallSettings", "AiSdkLanguageModel", "AiSdkModelOptions",
+    "Decision", "DeliverOptions", "EventDelivery", "Events", "PendingWait", "ResolvedBy", "ToolWait", "WaitForEventOptions",
+    "WaitHelpers", "WaitKind", "WaitOutcome", "WaitRequest", "WaitTime", "WaitTool",
   ],
 };
 

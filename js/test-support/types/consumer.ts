@@ -257,3 +257,70 @@ export async function withMcpTools(): Promise<string[]> {
   await some.close();
   return Object.keys(agent.fingerprint.tools);
 }
+
+// Durable waits: a tool answers "pending" with its ctx's helpers (typed, `execute` may return the marker), the
+// built-in wait tools are an agent option, questions are answered through approvals, events delivered by token.
+import type { EventDelivery, PendingWait, ToolWait, WaitKind, WaitTool } from "steadfast";
+declare const webhooks: { register(url: string): Promise<void> };
+const awaitPayment = defineTool<{ order: string }>({
+  name: "await_payment",
+  description: "Waits for the payment provider's webhook",
+  inputSchema: { type: "object", properties: { order: { type: "string" } }, required: ["order"] },
+  execute: async ({ order }, ctx) => {
+    await webhooks.register(`https://shop.example.com/events/${ctx.waitToken}?order=${order}`);
+    const wait: ToolWait = ctx.waitForEvent({ deadline: new Date(ctx.now + 86_400_000) });
+    return wait;
+  },
+});
+const confirm = defineTool<{ question: string }>({
+  name: "confirm",
+  description: "Asks a person",
+  inputSchema: { type: "object" },
+  execute: ({ question }, ctx) => (question ? ctx.askQuestion(question, ["yes", "no"]) : ctx.sleepFor(60_000)),
+});
+defineTool({
+  name: "later",
+  description: "Sleeps",
+  execute: (_args, ctx) =>
+    ctx.runId === "a" ? ctx.sleepUntil(ctx.now + 1_000) : ctx.runId === "b" ? ctx.waitForEvent() : ctx.sleepUntil(new Date()),
+});
+defineTool({
+  name: "wrong",
+  description: "",
+  // @ts-expect-error a deadline is a number or a Date
+  execute: (_args, ctx) => ctx.waitForEvent({ deadline: "tomorrow" }),
+});
+defineTool({
+  name: "wrong2",
+  description: "",
+  // @ts-expect-error choices are strings
+  execute: (_args, ctx) => ctx.askQuestion("Which?", [1, 2]),
+});
+// @ts-expect-error only the ctx's helpers make a wait
+const fakeWait: ToolWait = { kind: "event" };
+void fakeWait;
+export async function waits(): Promise<EventDelivery> {
+  const tools: WaitTool[] = ["ask_question", "sleep_for", "sleep_until"];
+  const agent = createAgent({ model: mockModel(["done"]), tools: [awaitPayment, confirm], waitTools: tools, store: memoryStore() });
+  // @ts-expect-error not a wait tool
+  createAgent({ model: mockModel(["done"]), waitTools: ["nap"], store: memoryStore() });
+  const run = await agent.send("charge order 7", { sessionId: "order-7" });
+  const waiting: PendingWait[] = run.waits ?? [];
+  const kinds: WaitKind[] = waiting.map((w) => w.kind);
+  const question = (await agent.approvals.list()).find((r) => r.kind === "question");
+  if (question) {
+    const choices: string[] = question.choices ?? [];
+    await agent.approvals.resolve({ id: question.id, answer: choices[0] ?? "yes", note: kinds.join() });
+    await agent.approvals.resolve({ id: question.id, approved: false, note: "not mine" });
+  }
+  // @ts-expect-error an approval needs `approved` or an `answer`
+  await agent.approvals.resolve({ id: "apr_1" });
+  const due: number | undefined = waiting[0]?.dueAt;
+  const delivered = await agent.events.deliver(waiting[0]?.token ?? "", { paid: true, due }, { onEvent: (e) => void e.type });
+  const again: boolean = delivered.duplicate;
+  const status: string = delivered.run.status;
+  void [again, status, delivered.waitId];
+  const woken: number = (await agent.sweep()).woken;
+  void woken;
+  return delivered;
+}

@@ -30,6 +30,29 @@ export class Runs {
     return createAgent({ model: mockModel(script, { mode: "by-turn" }), tools, store: durableObjectStore(this.ctx, options) });
   }
 
+  /**
+   * An agent whose tools wait (an event with a deadline `deadlineMs` after the call, and the built-in
+   * `sleep_for`) on a clock `skew` ms ahead of the platform's (kept in the object's storage, so a restarted
+   * workerd reads the same time: "days later" without waiting).
+   */
+  async waiter(script) {
+    const skew = (await this.ctx.storage.get("skew")) ?? 0;
+    const clock = { now: () => Date.now() + skew, sleep: (ms) => new Promise((resolve) => setTimeout(resolve, ms)) };
+    const awaitPayment = defineTool({
+      name: "await_payment",
+      description: "Waits for the payment webhook",
+      inputSchema: { type: "object", properties: { deadlineMs: { type: "number" } } },
+      execute: ({ deadlineMs }, ctx) => ctx.waitForEvent({ deadline: new Date(ctx.now + deadlineMs) }),
+    });
+    return createAgent({
+      model: mockModel(script, { mode: "by-turn" }),
+      tools: [awaitPayment],
+      waitTools: ["sleep_for"],
+      store: durableObjectStore(this.ctx, { clock }),
+      clock,
+    });
+  }
+
   async fetch(request) {
     const url = new URL(request.url);
     const count = async (key) => (await this.ctx.storage.get(key)) ?? 0;
@@ -62,6 +85,35 @@ export class Runs {
             seenByA: (await this.agent([], { prefix: "a/" }).load("p"))?.status ?? null,
             seenByB: (await this.agent([], { prefix: "b/" }).load("p"))?.status ?? null,
           });
+        }
+        case "/wait": {
+          // Three runs park: an event with a day's deadline, one with an hour's, a timer in an hour.
+          const send = async (id, call) => (await (await this.waiter([{ toolCalls: [call] }, "done"])).send("go", { sessionId: id })).waits[0];
+          return json({
+            pay: await send("pay", { name: "await_payment", args: { deadlineMs: 86_400_000 } }),
+            late: await send("late", { name: "await_payment", args: { deadlineMs: 3_600_000 } }),
+            nap: await send("nap", { name: "sleep_for", args: { seconds: 3_600 } }),
+          });
+        }
+        case "/deliver": {
+          const agent = await this.waiter(["(first turns were recorded)", "done"]);
+          try {
+            const d = await agent.events.deliver(url.searchParams.get("token"), { paid: true });
+            return json({ duplicate: d.duplicate, status: d.run.status, result: d.run.messages.find((m) => m.role === "tool")?.content });
+          } catch (e) {
+            return json({ code: e.code, runId: e.runId ?? null, message: e.message });
+          }
+        }
+        case "/alarm": {
+          // What the object's alarm() does: a sweep tick on the agent's clock (`skewMs` moves it on).
+          await this.ctx.storage.put("skew", Number(url.searchParams.get("skewMs")));
+          const agent = await this.waiter(["(first turns were recorded)", "done"]);
+          const report = await agent.sweep();
+          const view = async (id) => {
+            const cp = await agent.load(id);
+            return { status: cp.status, result: cp.messages.find((m) => m.role === "tool")?.content ?? null };
+          };
+          return json({ woken: report.woken, pay: await view("pay"), late: await view("late"), nap: await view("nap") });
         }
         case "/bad-storage": {
           try {

@@ -67,6 +67,26 @@ pub(super) fn agent_options_of(get: impl Fn(&str) -> Result<Option<Value>>) -> R
     serde_json::from_value(given).map_err(|e| cfg(format!("invalid agent options: {e}")))
 }
 
+/// A decision as `approvals.resolve` takes it, with the rule `POST /approvals/{id}` has
+/// (src/front/api/approvals.rs): `approved` is required, except beside an `answer` (a question answered is
+/// approved); `STEADFAST_INVALID_INPUT` otherwise. Whether the record takes an answer is the runtime's
+/// ([`crate::runtime::Approvals::resolve_with`]).
+pub(super) fn decision_of(
+    id: String,
+    approved: Option<bool>,
+    note: Option<String>,
+    answer: Option<Value>,
+) -> Result<Resolve> {
+    let approved = match (approved, &answer) {
+        (Some(a), _) => a,
+        (None, Some(_)) => true,
+        (None, None) => {
+            return Err(Error::invalid_input("approved must be true or false (or give a question's `answer`)"))
+        }
+    };
+    Ok(Resolve { id, approved, note, answer })
+}
+
 #[wasm_bindgen]
 impl JsAgent {
     /// Builds an agent from `{model, tools?, hooks?, instructions?, clock?}` and the [`AgentOptions`] fields
@@ -213,23 +233,35 @@ impl JsAgent {
         promise(async move { agent.approvals().list().await })
     }
 
-    /// Resolves an approval; resolves to the RunResult JSON (the run resumes when it was the last one).
-    /// `on_event` is called with each event's JSON as it happens.
+    /// Resolves an approval, or answers a question; resolves to the RunResult JSON (the run resumes when it was
+    /// the last record of its pause). `answer` (any JSON value; `undefined`/`null`: none) is a question's answer;
+    /// `approved` may be left out beside it ([`decision_of`]). `on_event` is called with each event's JSON as it
+    /// happens.
     #[wasm_bindgen(js_name = approvalsResolve)]
     pub fn approvals_resolve(
         &self,
         id: JsValue,
         approved: JsValue,
         note: JsValue,
+        answer: JsValue,
         on_event: Option<Function>,
     ) -> Promise {
         let agent = self.agent.clone();
         promise(async move {
             let id = text_arg(&id, "the approval id")?;
-            let approved = approved.as_bool().ok_or_else(|| Error::invalid_input("approved must be true or false"))?;
+            let approved = if absent(&approved) {
+                None
+            } else {
+                Some(approved.as_bool().ok_or_else(|| Error::invalid_input("approved must be true or false"))?)
+            };
             let note = opt_text_arg(&note, "note")?;
+            let answer = match to_value(&answer, "the answer")? {
+                Value::Null => None,
+                v => Some(v),
+            };
+            let decision = decision_of(id, approved, note, answer)?;
             let (opts, _) = CallOptions::default().send_options(on_event);
-            agent.approvals().resolve_with(Resolve { id, approved, note, answer: None }, opts).await
+            agent.approvals().resolve_with(decision, opts).await
         })
     }
 
@@ -346,6 +378,34 @@ mod tests {
             assert_eq!((e.code, e.message.as_str()), (ErrorCode::ConfigInvalid, msg), "{given}");
         }
         assert_eq!(options_of(json!({"retry": {"maxAttempts": 2}})).unwrap().retry.max_attempts, 2);
+    }
+
+    #[test]
+    fn a_decision_needs_approved_except_beside_an_answer_as_the_http_route_does() {
+        let d = |approved, answer| decision_of("ap".into(), approved, Some("n".into()), answer);
+        assert!(d(Some(true), None).unwrap().approved);
+        assert!(!d(Some(false), None).unwrap().approved);
+        let answered = d(None, Some(json!("yes"))).unwrap();
+        assert_eq!((answered.approved, answered.answer), (true, Some(json!("yes"))));
+        let declined = d(Some(false), Some(json!("yes"))).unwrap();
+        assert!(!declined.approved, "an explicit approved: false wins");
+        assert_eq!(declined.note.as_deref(), Some("n"));
+        let e = d(None, None).unwrap_err();
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (ErrorCode::InvalidInput, "approved must be true or false (or give a question's `answer`)")
+        );
+    }
+
+    #[test]
+    fn wait_tools_are_an_agent_option_and_an_unknown_one_is_a_config_error() {
+        use crate::runtime::WaitTool;
+        let o = options_of(json!({"waitTools": ["ask_question", "sleep_for", "sleep_until"]})).unwrap();
+        assert_eq!(o.wait_tools, vec![WaitTool::AskQuestion, WaitTool::SleepFor, WaitTool::SleepUntil]);
+        let e = options_of(json!({"waitTools": ["ask_question", "nap"]})).unwrap_err();
+        assert_eq!(e.code, ErrorCode::ConfigInvalid);
+        assert!(e.message.contains("unknown variant `nap`"), "{e}");
+        assert_eq!(options_of(json!({"waitTools": "ask_question"})).unwrap_err().code, ErrorCode::ConfigInvalid);
     }
 
     #[test]

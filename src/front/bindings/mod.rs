@@ -8,10 +8,12 @@
 //!
 //! * [`agent`] — `JsAgent`: the options object (the runtime's [`crate::runtime::AgentOptions`] read whole,
 //!   plus model, tools, hooks, instructions, clock), runs, approvals, fork, history.
-//! * [`session`], [`schedules`], [`recovery`] — the agent's session, schedule and sweep methods.
+//! * [`session`], [`schedules`], [`recovery`] — the agent's session, schedule and sweep methods;
+//!   [`waits`] — deliveries to tools' event waits (`events.deliver`).
 //! * [`calls`] — what every run-starting call takes besides its input (`{events?}`, event callback, abort
 //!   signal, send document) and answers.
-//! * [`model`], [`tools`], [`hooks`], [`clock`] — the JS shapes the runtime calls back into.
+//! * [`model`], [`tools`] (with the wait markers a tool answers), [`hooks`], [`clock`] — the JS shapes the
+//!   runtime calls back into.
 //! * [`stores`] — `JsStore`: memory, KV journal, Durable Object. [`compare`] — `compareTrajectories`.
 //! * [`errors`] — JSON text and coded JS errors; [`args`] — the checks of the arguments JS hands in.
 //!
@@ -31,3 +33,4 @@ mod schedules;
 mod session;
 mod stores;
 mod tools;
+mod waits;
