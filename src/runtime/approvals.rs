@@ -31,6 +31,26 @@ pub struct Resolve {
     pub answer: Option<serde_json::Value>,
 }
 
+impl Resolve {
+    /// A decision from what a caller gave: `approved` may be left out beside a question's `answer` (an answer
+    /// approves); with neither, `STEADFAST_INVALID_INPUT`.
+    pub fn new(
+        id: String,
+        approved: Option<bool>,
+        note: Option<String>,
+        answer: Option<serde_json::Value>,
+    ) -> Result<Resolve> {
+        let approved = match (approved, &answer) {
+            (Some(a), _) => a,
+            (None, Some(_)) => true,
+            (None, None) => {
+                return Err(Error::invalid_input("approved must be true or false (or give a question's `answer`)"))
+            }
+        };
+        Ok(Resolve { id, approved, note, answer })
+    }
+}
+
 /// The approvals API of an agent.
 pub struct Approvals<'a> {
     deps: &'a Deps,

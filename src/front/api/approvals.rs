@@ -2,7 +2,7 @@
 //! was the last approval of its pause).
 
 use super::{required_body, Api, ApiRequest, ApiResponse};
-use crate::core::error::{Error, Result};
+use crate::core::error::Result;
 use crate::runtime::{Resolve, SendOptions};
 use serde::Deserialize;
 
@@ -30,12 +30,7 @@ impl Api {
     /// result (executed as a send is).
     pub(super) async fn resolve(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
         let body: ResolveBody = required_body(req)?;
-        let approved = match (body.approved, &body.answer) {
-            (Some(a), _) => a,
-            (None, Some(_)) => true,
-            (None, None) => return Err(Error::invalid_input("the body needs `approved` (or a question's `answer`)")),
-        };
-        let decision = Resolve { id: id.to_string(), approved, note: body.note, answer: body.answer };
+        let decision = Resolve::new(id.to_string(), body.approved, body.note, body.answer)?;
         let (sink, opts) = self.start_sink(SendOptions::default());
         let agent = self.agent.clone();
         let run = async move {

@@ -77,14 +77,7 @@ pub(super) fn decision_of(
     note: Option<String>,
     answer: Option<Value>,
 ) -> Result<Resolve> {
-    let approved = match (approved, &answer) {
-        (Some(a), _) => a,
-        (None, Some(_)) => true,
-        (None, None) => {
-            return Err(Error::invalid_input("approved must be true or false (or give a question's `answer`)"))
-        }
-    };
-    Ok(Resolve { id, approved, note, answer })
+    Resolve::new(id, approved, note, answer)
 }
 
 #[wasm_bindgen]
