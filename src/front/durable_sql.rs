@@ -30,7 +30,7 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::front::wasm_shared::{js_message, method, prop};
 pub use crate::front::wasm_shared::{JsClock, JsSleep};
 use crate::store::kv::{check_bulk, check_bulk_bytes, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
-use crate::store::object::{JournalRow, ObjectClient, ObjectRequest, ObjectStorage, RunObjectCore, Write};
+use crate::store::object::{JournalRow, ObjectClient, ObjectStorage, RunObjectCore, Write};
 use async_trait::async_trait;
 use js_sys::{Array, Function};
 use std::cell::{Cell, RefCell};
@@ -360,10 +360,6 @@ impl SqlRuns {
 impl ObjectClient for SqlRuns {
     async fn call(&self, run_id: &str, call: String) -> Result<String> {
         Ok(self.object(run_id).handle_json(&call))
-    }
-
-    async fn request(&self, run_id: &str, request: ObjectRequest) -> Result<String> {
-        Ok(self.object(run_id).handle_request(run_id, request))
     }
 }
 

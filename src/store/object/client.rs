@@ -42,22 +42,12 @@ pub(super) const INDEX_WRITE_TRIES: u32 = 3;
 pub trait ObjectClient {
     /// One call to the object of `run_id`.
     async fn call(&self, run_id: &str, call: String) -> Result<String>;
-
-    /// One request to the object of `run_id`, handed over as it is: a client whose object is in this process
-    /// may answer it without encoding and decoding a call; the default encodes it for [`ObjectClient::call`].
-    async fn request(&self, run_id: &str, request: ObjectRequest) -> Result<String> {
-        self.call(run_id, encode(&ObjectCall { run_id: run_id.to_string(), request })?).await
-    }
 }
 
 #[async_trait(?Send)]
 impl<C: ObjectClient + ?Sized> ObjectClient for Box<C> {
     async fn call(&self, run_id: &str, call: String) -> Result<String> {
         (**self).call(run_id, call).await
-    }
-
-    async fn request(&self, run_id: &str, request: ObjectRequest) -> Result<String> {
-        (**self).request(run_id, request).await
     }
 }
 
@@ -86,9 +76,9 @@ impl ObjectClient for LocalObjects {
     }
 }
 
-/// The client a run's own object uses while it executes the run: requests about its run go straight to its
-/// own [`RunObjectCore`] (no call encoded and decoded, same logic and reply), calls about any other run (a
-/// fork's new run, a compared one) go through `others`.
+/// The client a run's own object uses while it executes the run: calls about its run go straight to its own
+/// [`RunObjectCore`] (no request, same JSON and logic), calls about any other run (a fork's new run, a
+/// compared one) go through `others`.
 pub struct OwnObject<S: ObjectStorage, C: ObjectClient> {
     run_id: String,
     core: Rc<RunObjectCore<S>>,
@@ -109,14 +99,6 @@ impl<S: ObjectStorage, C: ObjectClient> ObjectClient for OwnObject<S, C> {
             Ok(self.core.handle_json(&call))
         } else {
             self.others.call(run_id, call).await
-        }
-    }
-
-    async fn request(&self, run_id: &str, request: ObjectRequest) -> Result<String> {
-        if run_id == self.run_id {
-            Ok(self.core.handle_request(run_id, request))
-        } else {
-            self.others.request(run_id, request).await
         }
     }
 }
@@ -200,7 +182,8 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
 
     /// One call: the answer's value (JSON) and the rows it wrote.
     async fn call_counted(&self, run_id: &str, request: ObjectRequest) -> Result<(String, u64)> {
-        let raw = self.client.request(run_id, request).await?;
+        let body = encode(&ObjectCall { run_id: run_id.to_string(), request })?;
+        let raw = self.client.call(run_id, body).await?;
         let reply =
             ObjectReply::parse(&raw).map_err(|e| Error::new(e.code, format!("run '{run_id}': {}", e.message)))?;
         self.count(|c| {

@@ -182,21 +182,11 @@ impl<S: ObjectStorage> RunObjectCore<S> {
     /// Handles one call given as JSON and answers with an [`ObjectReply`](super::ObjectReply)'s text. A call that
     /// cannot be decoded is answered with `STEADFAST_INVALID_INPUT`.
     pub fn handle_json(&self, call: &str) -> String {
-        match serde_json::from_str::<ObjectCall>(call) {
-            Ok(c) => self.handle_request(&c.run_id, c.request),
-            Err(e) => Self::reply(0, Err(Error::invalid_input(format!("not a run object call: {e}")))),
-        }
-    }
-
-    /// Handles one request handed over as it is (by a client in the same process, with no call to encode and
-    /// decode) and answers with an [`ObjectReply`](super::ObjectReply)'s text, as [`Self::handle_json`] does.
-    pub fn handle_request(&self, run_id: &str, request: ObjectRequest) -> String {
         let before = self.storage.rows_written();
-        let result = self.handle(run_id, request);
-        Self::reply(self.storage.rows_written().saturating_sub(before), result)
-    }
-
-    fn reply(rows_written: u64, result: Result<String>) -> String {
+        let result = serde_json::from_str::<ObjectCall>(call)
+            .map_err(|e| Error::invalid_input(format!("not a run object call: {e}")))
+            .and_then(|c| self.handle(&c.run_id, c.request));
+        let rows_written = self.storage.rows_written().saturating_sub(before);
         match result {
             Ok(v) => format!("{rows_written} ok {v}"),
             // Ignored (`unwrap_or_default`): an error (strings, a code, numbers) always serialises.

@@ -258,47 +258,6 @@ mod tests {
         });
     }
 
-    /// The run's own object answers requests about its run directly (no call encoded and decoded): the same
-    /// leases, fencing, commits, loads and deletes as through JSON calls, with the other store (JSON calls)
-    /// reading and writing the same object.
-    #[test]
-    fn a_runs_own_object_answers_its_requests_directly_as_through_json_calls() {
-        futures::executor::block_on(async {
-            let caps = conformance::Capabilities { strict_fencing: true };
-            // Both stores of a pair over boxed clients: one type (the conformance cases take two of one type).
-            type Boxed = ObjectStore<Box<dyn ObjectClient>, MemoryKv>;
-            let over = |client: Box<dyn ObjectClient>, kv: &MemoryKv, clock: &ManualClock| -> Boxed {
-                let sleep = Rc::new(crate::time::ManualSleep::new(clock.clone()));
-                ObjectStore::new(client, kv.clone(), "", Rc::new(clock.clone()), sleep)
-            };
-            let own = |run_id: &str, objects: &LocalObjects, kv: &MemoryKv, clock: &ManualClock| {
-                over(Box::new(OwnObject::new(run_id, objects.object(run_id), objects.clone())), kv, clock)
-            };
-            let store =
-                |objects: &LocalObjects, kv: &MemoryKv, clock: &ManualClock| over(Box::new(objects.clone()), kv, clock);
-            let fresh = || (LocalObjects::default(), MemoryKv::new(), ManualClock::new(1_700_000_000_000));
-            let (objects, kv, clock) = fresh();
-            let (a, b) = (own("f", &objects, &kv, &clock), store(&objects, &kv, &clock));
-            conformance::stale_writer_is_fenced(&a, &b, &clock, &caps).await;
-            let (objects, kv, clock) = fresh();
-            let b = store(&objects, &kv, &clock);
-            conformance::lease_busy_then_takeover_after_expiry(&own("r", &objects, &kv, &clock), &b, &clock).await;
-            let (objects, kv, clock) = fresh();
-            let b = store(&objects, &kv, &clock);
-            conformance::delete_forgets_run(&own("d", &objects, &kv, &clock), &b, &clock, &caps).await;
-            let (objects, kv, clock) = fresh();
-            let b = store(&objects, &kv, &clock);
-            conformance::new_run_is_created_only_if_absent(&own("n", &objects, &kv, &clock), &b, &clock).await;
-            let (objects, kv, clock) = fresh();
-            conformance::many_commits_stay_foldable(&own("many", &objects, &kv, &clock), &clock, 40).await;
-            assert_eq!(
-                store(&objects, &kv, &clock).load("many").await.expect("load").expect("exists").messages.len(),
-                41,
-                "what the direct requests wrote reads back through JSON calls"
-            );
-        });
-    }
-
     #[test]
     fn a_call_that_cannot_be_decoded_is_refused_as_invalid_input_and_writes_nothing() {
         let core = RunObjectCore::new(MemoryObjectStorage::default());
