@@ -264,7 +264,7 @@ fn a_timer_wakes_the_run_at_its_time_by_the_sweep_or_the_runs_alarm() {
             assert_eq!(wake(&b), None, "{name}: nothing more to wake");
             let cp = block_on(b.load("nap")).unwrap().unwrap();
             assert_eq!(cp.status, RunStatus::Finished, "{name} (alarm {by_alarm})");
-            assert!(cp.last_text().starts_with("got: {\"at\":"), "{name}: {}", cp.last_text());
+            assert!(cp.last_text().starts_with("got: {\"woke\":true,\"at\":"), "{name}: {}", cp.last_text());
         }
     }
 }

@@ -167,21 +167,9 @@ pub fn resolve_wait(mut record: ApprovalRecord, outcome: WaitOutcome) -> Result<
 /// anew); the other way fails with `STEADFAST_APPROVAL_ALREADY_DECIDED`.
 pub fn decide(mut record: ApprovalRecord, approved: bool, note: Option<String>) -> Result<ApprovalRecord> {
     if !record.kind.is_approval() {
-        return Err(Error::invalid_input(format!(
-            "'{}' waits for {}, not an approval: {}",
-            record.id,
-            match record.kind {
-                WaitKind::Question => "an answer",
-                WaitKind::Event => "an event",
-                _ => "a time",
-            },
-            match record.kind {
-                WaitKind::Question => "give it an `answer`",
-                _ => "it is not decided with approved/note",
-            }
-        ))
-        .with_approval(&record.id)
-        .with_run(&record.run_id));
+        return Err(Error::invalid_input(format!("'{}' is a {}, not an approval", record.id, record.kind.as_str()))
+            .with_approval(&record.id)
+            .with_run(&record.run_id));
     }
     let wanted = if approved { ApprovalStatus::Approved } else { ApprovalStatus::Rejected };
     if record.status != ApprovalStatus::Pending && record.status != wanted {

@@ -29,7 +29,7 @@ use super::error::{Error, ErrorCode, Result};
 use super::fingerprint::sha256_hex;
 use super::limits::{json_depth, MAX_JSON_DEPTH};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Largest event payload or answer accepted (bytes of its JSON).
 pub const MAX_PAYLOAD_BYTES: usize = 256 * 1024;
@@ -263,11 +263,12 @@ pub fn delivered(payload: &Value) -> Result<WaitOutcome> {
 /// for a person who declined (`note` is theirs).
 pub fn answered(choices: &[String], answer: Option<&Value>, note: Option<&str>) -> Result<WaitOutcome> {
     let Some(answer) = answer else {
-        let content = json!({"error": "declined", "message": "The person declined to answer.", "note": note});
+        let note = serde_json::to_string(&note).unwrap_or_else(|_| "null".into());
+        let content = format!(r#"{{"error":"declined","message":"The person declined to answer.","note":{note}}}"#);
         return Ok(WaitOutcome {
             by: ResolvedBy::Declined,
-            digest: sha256_hex(content.to_string().as_bytes()),
-            content: content.to_string(),
+            digest: sha256_hex(content.as_bytes()),
+            content,
             is_error: true,
         });
     };
@@ -288,13 +289,14 @@ pub fn came_due(kind: WaitKind, due_at: u64, now: u64) -> Option<WaitOutcome> {
     let (by, content, is_error) = match kind {
         WaitKind::Event => (
             ResolvedBy::Deadline,
-            json!({"error": "timeout", "message": "No event was delivered before the deadline.", "deadline": due_at})
-                .to_string(),
+            format!(
+                r#"{{"error":"timeout","message":"No event was delivered before the deadline.","deadline":{due_at}}}"#
+            ),
             true,
         ),
         WaitKind::Timer => (
             ResolvedBy::Timer,
-            json!({"woke": true, "at": due_at, "late_ms": now.saturating_sub(due_at)}).to_string(),
+            format!(r#"{{"woke":true,"at":{due_at},"late_ms":{}}}"#, now.saturating_sub(due_at)),
             false,
         ),
         WaitKind::Question | WaitKind::Approval => return None,
@@ -376,6 +378,7 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<u64> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use serde_json::json;
 
     #[test]
     fn a_token_is_stable_per_call_and_differs_across_scopes_and_calls() {

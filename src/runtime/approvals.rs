@@ -92,21 +92,15 @@ impl Approvals<'_> {
         let (rec, again) = match stored.kind {
             WaitKind::Approval => {
                 if decision.answer.is_some() {
-                    return Err(Error::invalid_input(format!(
-                        "'{}' is an approval: it takes approved/note, not an answer",
-                        decision.id
-                    ))
-                    .with_approval(&decision.id));
+                    return Err(Error::invalid_input(format!("'{}' is an approval: no answer", decision.id))
+                        .with_approval(&decision.id));
                 }
                 (decide(stored, decision.approved, decision.note.clone())?, false)
             }
             WaitKind::Question => {
                 if decision.approved && decision.answer.is_none() {
-                    return Err(Error::invalid_input(format!(
-                        "'{}' is a question: give it an `answer` (or `approved: false` to decline)",
-                        decision.id
-                    ))
-                    .with_approval(&decision.id));
+                    return Err(Error::invalid_input(format!("'{}' is a question: it needs an answer", decision.id))
+                        .with_approval(&decision.id));
                 }
                 let answer = if decision.approved { decision.answer.as_ref() } else { None };
                 let outcome = answered(&stored.choices, answer, decision.note.as_deref())
@@ -120,9 +114,9 @@ impl Approvals<'_> {
             }
             WaitKind::Event | WaitKind::Timer => {
                 return Err(Error::invalid_input(format!(
-                    "'{}' waits for {}: it is not decided through the approvals API",
+                    "'{}' is a {}: it is not decided",
                     decision.id,
-                    if stored.kind == WaitKind::Event { "an event (deliver it with its token)" } else { "a time" }
+                    stored.kind.as_str()
                 ))
                 .with_approval(&decision.id));
             }

@@ -6,11 +6,17 @@ use super::tools::FnTool;
 use super::traits::{Tool, ToolError, ToolOutput};
 use crate::core::wait::WaitRequest;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::rc::Rc;
 
 /// Longest sleep a model may ask for (ms): a year.
 pub const MAX_SLEEP_MS: u64 = 366 * 24 * 3_600_000;
+
+/// A tool's JSON Schema from its text (parsed once, when the agent is built: smaller code than `json!`).
+fn schema(text: &str) -> Value {
+    // Ignored (no else): the texts are this file's own, valid JSON (a test builds every tool).
+    serde_json::from_str(text).unwrap_or_default()
+}
 
 /// A built-in waiting tool.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -31,17 +37,10 @@ impl WaitTool {
         Rc::new(match self {
             WaitTool::AskQuestion => FnTool::new(
                 "ask_question",
-                "Ask a person a question and wait for the answer (it may take hours or days; the answer is this \
-                 call's result). Give `choices` when only some answers make sense.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "question": {"type": "string", "minLength": 1},
-                        "choices": {"type": "array", "items": {"type": "string", "minLength": 1}}
-                    },
-                    "required": ["question"],
-                    "additionalProperties": false
-                }),
+                "Ask a person and wait for the answer (the result); `choices` limits the answers.",
+                schema(
+                    r#"{"type":"object","properties":{"question":{"type":"string","minLength":1},"choices":{"type":"array","items":{"type":"string","minLength":1}}},"required":["question"],"additionalProperties":false}"#,
+                ),
                 |args: Value, _ctx| async move {
                     let question = args["question"].as_str().unwrap_or_default().to_string();
                     let choices = match args.get("choices") {
@@ -53,13 +52,10 @@ impl WaitTool {
             ),
             WaitTool::SleepFor => FnTool::new(
                 "sleep_for",
-                "Pause this run for a number of seconds (nothing runs meanwhile); the result says when it woke.",
-                json!({
-                    "type": "object",
-                    "properties": {"seconds": {"type": "number", "minimum": 0}},
-                    "required": ["seconds"],
-                    "additionalProperties": false
-                }),
+                "Pause the run for some seconds.",
+                schema(
+                    r#"{"type":"object","properties":{"seconds":{"type":"number","minimum":0}},"required":["seconds"],"additionalProperties":false}"#,
+                ),
                 |args: Value, ctx| async move {
                     let seconds = args["seconds"].as_f64().unwrap_or(0.0);
                     let ms = (seconds * 1_000.0).round();
@@ -74,14 +70,10 @@ impl WaitTool {
             ),
             WaitTool::SleepUntil => FnTool::new(
                 "sleep_until",
-                "Pause this run until a time (RFC 3339, e.g. 2026-12-24T09:00:00Z, or ms since the epoch); the \
-                 result says when it woke.",
-                json!({
-                    "type": "object",
-                    "properties": {"at": {"type": ["string", "number"]}},
-                    "required": ["at"],
-                    "additionalProperties": false
-                }),
+                "Pause the run until a time (RFC 3339 or ms since the epoch).",
+                schema(
+                    r#"{"type":"object","properties":{"at":{"type":["string","number"]}},"required":["at"],"additionalProperties":false}"#,
+                ),
                 |args: Value, ctx| async move {
                     let at = match &args["at"] {
                         Value::Number(n) => n.as_u64(),

@@ -12,11 +12,11 @@ use super::Agent;
 use crate::core::approval::{resolve_wait, ApprovalRecord, ApprovalStatus, Resolved};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::wait::{came_due, delivered, token_matches, wait_id, WaitKind};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 /// What a delivery did.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct EventDelivery {
@@ -82,10 +82,8 @@ impl Events<'_> {
     }
 }
 
-/// What [`Agent::wake_due`] did.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase")]
+/// What [`Agent::wake_due`] did (the sweep's report counts it as `woken`).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct WakeReport {
     /// Due entries listed.
     pub listed: usize,

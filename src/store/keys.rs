@@ -114,6 +114,25 @@ impl Keys {
         })
     }
 
+    /// Adds to `out` the entries of one listing page (in key order, which is time order) due by `until`, up to
+    /// `limit` in all; `true` once the listing need not go on (an entry not yet due, or `limit` reached).
+    pub fn take_due(
+        &self,
+        page: &[crate::store::kv::ListKey],
+        until: u64,
+        limit: usize,
+        out: &mut Vec<crate::store::DueWait>,
+    ) -> bool {
+        for k in page {
+            let Some(due) = self.due_of(&k.name) else { continue };
+            if due.at > until || out.len() >= limit {
+                return true;
+            }
+            out.push(due);
+        }
+        false
+    }
+
     /// A small runtime document (`state/<name>`, e.g. the sweep's breaker and cursor).
     pub fn state(&self, name: &str) -> String {
         format!("{}state/{name}", self.prefix)

@@ -63,10 +63,10 @@ test("without the optional MCP SDK installed, steadfast/mcp loads and mcpTools r
   });
 });
 
-test("the package's wasm stays under its 480 KiB gzip budget (the README's figure; built with wasm-opt, as build.sh does when binaryen is installed)", () => {
+test("the package's wasm stays under its 512 KiB gzip budget (the README's figure; built with wasm-opt, as build.sh does when binaryen is installed)", () => {
   const wasm = readFileSync(join(project, "node_modules/steadfast/wasm/steadfast_bg.wasm"));
   const gz = gzipSync(wasm, { level: 9 }).length;
-  assert.ok(gz <= 480 * 1024, `the package's wasm is ${gz} bytes gzip -9, over 491,520 (STEADFAST_NO_WASM_OPT=1 builds are bigger)`);
+  assert.ok(gz <= 512 * 1024, `the package's wasm is ${gz} bytes gzip -9, over 524,288 (STEADFAST_NO_WASM_OPT=1 builds are bigger)`);
 });
 
 // The package's public surface: every name `import ... from "steadfast"` offers, and whether it is a value (a

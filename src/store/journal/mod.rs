@@ -679,16 +679,9 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
         let mut cursor: Option<String> = None;
         loop {
             let page = self.list(&prefix, cursor.as_deref()).await?;
-            for k in &page.keys {
-                let Some(due) = self.keys.due_of(&k.name) else { continue };
-                if due.at > until || out.len() >= limit {
-                    return Ok(out);
-                }
-                out.push(due);
-            }
-            match page.cursor {
-                Some(c) => cursor = Some(c),
-                None => return Ok(out),
+            match (self.keys.take_due(&page.keys, until, limit, &mut out), page.cursor) {
+                (false, Some(c)) => cursor = Some(c),
+                _ => return Ok(out),
             }
         }
     }

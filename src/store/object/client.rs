@@ -580,16 +580,9 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
         loop {
             let page = self.index.list(&prefix, cursor.as_deref(), MAX_LIST_LIMIT).await?;
             self.count(|c| c.reads += 1);
-            for k in &page.keys {
-                let Some(due) = keys.due_of(&k.name) else { continue };
-                if due.at > until || out.len() >= limit {
-                    return Ok(out);
-                }
-                out.push(due);
-            }
-            match page.cursor {
-                Some(c) => cursor = Some(c),
-                None => return Ok(out),
+            match (keys.take_due(&page.keys, until, limit, &mut out), page.cursor) {
+                (false, Some(c)) => cursor = Some(c),
+                _ => return Ok(out),
             }
         }
     }
