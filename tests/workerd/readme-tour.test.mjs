@@ -12,8 +12,9 @@
 //   answer (the events stream) line by line as a subsequence: each README line that is not `…` appears, in
 //   order, in the answer; `data:` lines compared as abridged JSON.
 // - anything else (`ok`, `204`, grep's output): the exact text.
-// - an approval id `apr_<24 hex>` in the README is a placeholder: bound to the id the Worker answers where the
-//   README first shows it, and replaced by that id in later commands and texts.
+// - an approval id `apr_<24 hex>`, a wait id `wait_<32 hex>` and a wait's token (64 hex digits) in the README are
+//   placeholders: bound to the value the Worker answers where the README first shows it, and replaced by that
+//   value in later commands and texts.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -29,8 +30,10 @@ const SECTION = "## A five-minute tour";
 // Fields whose value is a time (milliseconds since the epoch), different in every run: compared by type, a
 // non-negative integer. `savedAt`: a run's last checkpoint; `at`: when the sweep next takes a run up (the
 // listing's `next`), when an event was recorded (the events stream).
-const TIMESTAMPS = new Set(["savedAt", "at"]);
-const APPROVAL_ID = /apr_[0-9a-f]{24}/g;
+const TIMESTAMPS = new Set(["savedAt", "at", "dueAt"]);
+// Placeholders: an approval id, a wait id, a wait's token (64 hex digits).
+const APPROVAL_ID = /apr_[0-9a-f]{24}|wait_[0-9a-f]{32}|\b[0-9a-f]{64}\b/g;
+const PLACEHOLDER = /^(?:apr_[0-9a-f]{24}|wait_[0-9a-f]{32}|[0-9a-f]{64})$/;
 // One command's limit: the longest, `sleep 5; curl …`, takes about five seconds.
 const COMMAND_TIMEOUT_MS = 30_000;
 
@@ -184,7 +187,8 @@ function differences(expected, actual, bind, at = "$", key = null) {
     const ok = Number.isSafeInteger(actual) && actual >= 0;
     return ok ? [] : [`${at}: a timestamp (milliseconds, an integer) expected, the Worker has ${JSON.stringify(actual)}`];
   }
-  if (typeof expected === "string" && /^apr_[0-9a-f]{24}$/.test(expected) && /^apr_[0-9a-f]{24}$/.test(actual)) {
+  const shape = (s) => s.replace(/[0-9a-f]/g, "x");
+  if (typeof expected === "string" && PLACEHOLDER.test(expected) && typeof actual === "string" && shape(expected) === shape(actual)) {
     const bound = bind(expected, actual);
     if (bound !== actual) return [`${at}: ${JSON.stringify(bound)} expected, the Worker has ${JSON.stringify(actual)}`];
     return [];
@@ -328,7 +332,7 @@ test("every command of the README's five-minute tour answers what the README sho
   for (const step of steps) {
     await t.test(step.command, async () => {
       const command = substitute(step.command);
-      const unbound = command.match(APPROVAL_ID)?.find((id) => !ids.has(id));
+      const unbound = step.command.match(APPROVAL_ID)?.find((id) => !ids.has(id));
       assert.ok(!unbound, `the command uses the approval id ${unbound} before any answer of the tour showed it`);
       const expected = substitute(step.expected);
       const out = (await run(setup, command)).replace(/\n+$/, "");
