@@ -95,6 +95,8 @@ fn bare(steps: usize) -> f64 {
                     call_key: String::new(),
                     approval_id: None,
                     abort: AbortSignal::default(),
+                    wait_token: String::new(),
+                    now: 0,
                 };
                 tool.execute(c.args.clone(), ctx)
             });
