@@ -6,7 +6,7 @@
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { FINAL_TEXT, INSTRUCTIONS, PROMPT, TOOL_RESULT, TOOLS, stepCalls } from "../peers/workload.mjs";
+import { FINAL_TEXT, INSTRUCTIONS, PROMPT, TOOL_RESULT, TOOLS, stepCalls, scriptedModel } from "../peers/workload.mjs";
 import { FakeKv } from "../../js/test-support/fake_kv.mjs";
 
 const arg = (name, dflt) => {
@@ -24,17 +24,7 @@ const { createAgent, defineTool, memoryStore, kvStore } = await import(
 );
 
 async function run() {
-  let k = 0;
-  const model = {
-    id: "scripted",
-    async generate() {
-      const i = k++;
-      const usage = { inputTokens: 10, outputTokens: 5 };
-      return i < STEPS
-        ? { toolCalls: stepCalls(i).map((c, j) => ({ id: `call_${i}_${j}`, ...c })), usage, stopReason: "tool_calls" }
-        : { text: FINAL_TEXT, usage, stopReason: "stop" };
-    },
-  };
+  const model = scriptedModel(STEPS);
   const tools = TOOLS.map((t) => defineTool({ ...t, execute: async () => TOOL_RESULT }));
   const store = STORE === "kv" ? kvStore(new FakeKv(), { settleMs: 10 }) : memoryStore();
   const agent = createAgent({ model, tools, instructions: INSTRUCTIONS, store, maxSteps: STEPS + 1 });

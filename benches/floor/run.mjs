@@ -24,7 +24,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { FINAL_TEXT, INSTRUCTIONS, PROMPT, TOOL_RESULT, TOOLS, stepCalls } from "../peers/workload.mjs";
+import { FINAL_TEXT, INSTRUCTIONS, PROMPT, TOOL_RESULT, TOOLS, stepCalls, scriptedModel } from "../peers/workload.mjs";
 import { FakeKv } from "../../js/test-support/fake_kv.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -51,21 +51,6 @@ const say = (line = "") => {
   console.log(line);
   out.push(line);
 };
-
-/** The scripted model every contender calls: call k answers step k's two tool calls, then the final text. */
-function scriptedModel(steps) {
-  let k = 0;
-  return {
-    id: "scripted",
-    async generate() {
-      const i = k++;
-      const usage = { inputTokens: 10, outputTokens: 5 };
-      return i < steps
-        ? { toolCalls: stepCalls(i).map((c, j) => ({ id: `call_${i}_${j}`, ...c })), usage, stopReason: "tool_calls" }
-        : { text: FINAL_TEXT, usage, stopReason: "stop" };
-    },
-  };
-}
 
 const toolDefs = () => TOOLS.map((t) => ({ ...t, execute: async () => TOOL_RESULT }));
 

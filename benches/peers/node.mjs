@@ -9,7 +9,7 @@ import { MemorySaver, MessagesDeltaValue, StateSchema } from "@langchain/langgra
 import { BaseChatModel } from "@langchain/core/language_models/chat_models";
 import { AIMessage } from "@langchain/core/messages";
 import { tool as lcTool } from "@langchain/core/tools";
-import { FINAL_TEXT, INSTRUCTIONS, PROMPT, TOOL_RESULT, TOOLS, stepCalls } from "./workload.mjs";
+import { FINAL_TEXT, INSTRUCTIONS, PROMPT, TOOL_RESULT, TOOLS, stepCalls, scriptedModel } from "./workload.mjs";
 
 // A scripted chat model for LangGraph (tool calls as LangChain `tool_calls`).
 class ScriptedChatModel extends BaseChatModel {
@@ -123,17 +123,7 @@ export async function steadfastCrossing(steps) {
 /** One steadfast run (npm package, memoryStore) of `steps` steps. */
 export async function steadfastRun(steps, sessionId = "bench") {
   const { createAgent, defineTool, memoryStore } = steadfast;
-  let k = 0;
-  const model = {
-    id: "scripted",
-    async generate() {
-      const i = k++;
-      const usage = { inputTokens: 10, outputTokens: 5 };
-      return i < steps
-        ? { toolCalls: stepCalls(i).map((c, j) => ({ id: `call_${i}_${j}`, ...c })), usage, stopReason: "tool_calls" }
-        : { text: FINAL_TEXT, usage, stopReason: "stop" };
-    },
-  };
+  const model = scriptedModel(steps);
   const tools = TOOLS.map((t) => defineTool({ ...t, execute: async () => TOOL_RESULT }));
   const agent = createAgent({ model, tools, instructions: INSTRUCTIONS, store: memoryStore(), maxSteps: steps + 1 });
   const t0 = performance.now();

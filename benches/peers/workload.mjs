@@ -37,3 +37,19 @@ export const TOOLS = [
     },
   },
 ];
+
+/** The scripted model (the npm package's JS model shape): call k answers step k's two tool calls (ids
+ * `call_<k>_<j>`), then the final text after `steps` calls. */
+export function scriptedModel(steps) {
+  let k = 0;
+  return {
+    id: "scripted",
+    async generate() {
+      const i = k++;
+      const usage = { inputTokens: 10, outputTokens: 5 };
+      return i < steps
+        ? { toolCalls: stepCalls(i).map((c, j) => ({ id: `call_${i}_${j}`, ...c })), usage, stopReason: "tool_calls" }
+        : { text: FINAL_TEXT, usage, stopReason: "stop" };
+    },
+  };
+}
