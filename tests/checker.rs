@@ -8,7 +8,9 @@
 //! an abort (a send or resume aborted after a while), a recovery sweep tick (diagnosis forks on or off) and strict
 //! mode's alarm, and the durable waits: a question answered (yes, no, declined), an event delivered with a token
 //! handed out so far (the newest mostly; redelivered soon after half the time, with the same or another payload;
-//! spent tokens too), deadlines and timers taken up by sweep ticks and alarms. A step may crash its execution right after its k-th effect (tools in flight finishing or not);
+//! spent tokens too), deadlines and timers taken up by sweep ticks and alarms, and messages to a run with
+//! `queue: true` (steering; interrupting or not; the agents read queues at every boundary or at most once a
+//! second). A step may crash its execution right after its k-th effect (tools in flight finishing or not);
 //! every step is a new process (a fresh agent and store handle). Steps overlap: every store operation, model
 //! call and tool takes seeded simulated time, so executions interleave at their awaits. Tool results come in
 //! every allowed size (a program in fifty allows results up to 4 MiB, eight at once). The tools: a plain one, a
@@ -40,7 +42,10 @@
 //!   that resumed its run reads as the call's result; a timer never wakes and a deadline never times out before
 //!   its time; a question's result is an offered answer or a refusal; after the program every deadline and timer
 //!   was taken up (a pause settles only while a person or an event without a deadline still has to answer).
-//!   The counts of each way a wait resolved are printed (`waits: …`) and must all be above zero.
+//!   The counts of each way a wait resolved are printed (`waits: …`) and must all be above zero;
+//! * steering: a queued message is applied at most once (in every observed transcript), and after the program a
+//!   finished run holds each message acknowledged for it exactly once, in the order they were sent (unless the
+//!   run was deleted or healed since); the counts (`steering: …`) must be above zero.
 //!
 //! `cargo test --test checker -- --nocapture` prints
 //! `model-checked programs: N, operations: M, crash points: C, stores: 3, violations: 0`. More programs:
@@ -150,6 +155,11 @@ enum Op {
     Alarm {
         run: usize,
     },
+    /// A message to the run with `queue: true` (steering), stopping the calls that have not started or not.
+    Steer {
+        run: usize,
+        interrupt: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -173,6 +183,8 @@ struct Program {
     big: bool,
     /// Every run is a "stuck" one sometimes (a tool that keeps failing): quarantine and diagnosis forks.
     stuck_every: u64,
+    /// The agents' `steer_poll_ms`.
+    steer_poll_ms: u64,
 }
 
 impl Program {
@@ -205,6 +217,9 @@ impl Program {
                 66..=73 if pick(3) != 0 => Op::Event { pick: pick(8) as u32, payload: pick(2) as u8 },
                 66..=73 => Op::Deliver { delivery: pick(DELIVERIES.len() as u64) as usize, task },
                 74..=78 => Op::Delete { run },
+                // A sweep tick in three is a message to a run with `queue: true` instead (chosen from the task's
+                // number: the programs are otherwise the ones the generator made before steering).
+                79..=90 if task % 3 == 2 => Op::Steer { run, interrupt: task % 6 == 5 },
                 79..=90 => Op::Sweep { diagnosis: pick(2) == 0 },
                 _ => Op::Alarm { run },
             };
@@ -218,7 +233,11 @@ impl Program {
                 steps.push(Step { at_ms: again, replica: pick(3) as u8, op, crash: None, abort_after_ms: None });
             }
         }
-        Program { seed, steps, concurrency: [1, 2, 8][pick(3) as usize], big, stuck_every: 3 + pick(5) }
+        let concurrency = [1, 2, 8][pick(3) as usize];
+        let stuck_every = 3 + pick(5);
+        // Queues read at every boundary, or at most once a second (the default).
+        let steer_poll_ms = [0, 1_000][pick(2) as usize];
+        Program { seed, steps, concurrency, big, stuck_every, steer_poll_ms }
     }
 }
 
@@ -264,6 +283,20 @@ struct Log {
     delivered: BTreeMap<String, Vec<u8>>,
     /// How often each way of resolving a wait happened: see [`WaitCounts`].
     waits: WaitCounts,
+    /// Messages sent with `queue: true` that were acknowledged.
+    steers: Vec<SteerSent>,
+}
+
+/// A message sent to a run with `queue: true` and acknowledged.
+#[derive(Clone, Debug)]
+struct SteerSent {
+    run: String,
+    /// Its text (unique in the program).
+    text: String,
+    started: u64,
+    ended: u64,
+    /// Whether its own send applied it.
+    applied: bool,
 }
 
 /// The waits a program exercised (printed, so a generator that stops making them shows).
@@ -275,6 +308,11 @@ struct WaitCounts {
     refused: u64,
     timeouts: u64,
     woken: u64,
+    /// Steering: messages queued for an execution that held the run, applied by their own send, and calls an
+    /// interrupting message stopped.
+    steers_queued: u64,
+    steers_applied: u64,
+    calls_stopped: u64,
 }
 
 impl WaitCounts {
@@ -285,6 +323,9 @@ impl WaitCounts {
         self.refused += o.refused;
         self.timeouts += o.timeouts;
         self.woken += o.woken;
+        self.steers_queued += o.steers_queued;
+        self.steers_applied += o.steers_applied;
+        self.calls_stopped += o.calls_stopped;
     }
 }
 
@@ -459,6 +500,15 @@ impl World {
                 && (!cp.held_results.is_empty() || !cp.intents.is_empty() || !cp.started_tool_call_ids.is_empty())
             {
                 self.violation(format!("{run_id}: finished with held results, intents or start marks"));
+            }
+            // A queued message is applied at most once.
+            let mut steers = BTreeSet::new();
+            for m in cp.messages.iter().chain(&cp.queued_input) {
+                if let Message::User { content } = m {
+                    if content.starts_with("steer ") && !steers.insert(content.clone()) {
+                        self.violation(format!("{run_id} at {}: '{content}' was applied twice", now - T0));
+                    }
+                }
             }
         }
         if !self.recorded(run_id) {
@@ -832,6 +882,7 @@ impl World {
             tool_concurrency: self.program.concurrency,
             lease: LEASE,
             max_tool_result_bytes,
+            steer_poll_ms: Some(self.program.steer_poll_ms),
             ..AgentOptions::default()
         };
         let mut b = Agent::builder(CheckerModel { world: self.clone() })
@@ -1037,6 +1088,27 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
             touched.push(RUNS[*run].into());
             agent.wake(RUNS[*run], &w.sweep_options(false)).await.map(|_| ())
         }
+        Op::Steer { run, interrupt } => {
+            let text = format!("steer {index}");
+            touched.push(RUNS[*run].into());
+            let queued = SendOptions { queue: true, interrupt: *interrupt, ..opts() };
+            match agent.send(RUNS[*run], text.as_str(), queued).await {
+                Ok(r) => {
+                    let mut log = w.log.borrow_mut();
+                    if let Some(q) = r.queued {
+                        match q.applied {
+                            true => log.waits.steers_applied += 1,
+                            false => log.waits.steers_queued += 1,
+                        }
+                        let sent =
+                            SteerSent { run: RUNS[*run].into(), text, started, ended: w.now(), applied: q.applied };
+                        log.steers.push(sent);
+                    }
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
     };
     {
         let mut log = w.log.borrow_mut();
@@ -1155,6 +1227,7 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
                     match r.name.as_str() {
                         "hook" if r.content.contains("\"timeout\"") => w.log.borrow_mut().waits.timeouts += 1,
                         "nap" if r.content.contains("\"woke\"") => w.log.borrow_mut().waits.woken += 1,
+                        _ if r.content.contains("\"steeredBy\"") => w.log.borrow_mut().waits.calls_stopped += 1,
                         _ => {}
                     }
                 }
@@ -1174,6 +1247,7 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
             }
         }
     }
+    check_steers(&w);
     let mut log = w.log.borrow_mut();
     let mut found = std::mem::take(&mut log.violations);
     for (key, users) in &log.key_users {
@@ -1192,6 +1266,50 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
         }
     }
     Outcome { violations: found, operations: log.operations, crashes: log.crashes, waits: log.waits }
+}
+
+/// Every acknowledged queued message reached its run once, in the order it was sent: after the program, a run
+/// that finished (not deleted since the message was sent, not healed by a diagnosis fork) holds each message
+/// sent to it exactly once, and one sent after another one was acknowledged comes after it. (A run that still
+/// waits on a person, or was quarantined, may hold it in its queue: its resumption applies it.)
+fn check_steers(w: &World) {
+    let steers = w.log.borrow().steers.clone();
+    let mut order: BTreeMap<String, Vec<(SteerSent, usize)>> = BTreeMap::new();
+    for s in &steers {
+        let deleted = w.log.borrow().deletes.get(&s.run).is_some_and(|ds| ds.iter().any(|(_, end)| *end >= s.started));
+        let healed = w.log.borrow().seen.contains_key(&format!("{}.heal", s.run));
+        let Some(cp) = w.read(&s.run) else { continue };
+        if deleted || healed || cp.status != RunStatus::Finished {
+            continue;
+        }
+        let at: Vec<usize> = cp
+            .messages
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| matches!(m, Message::User { content } if *content == s.text))
+            .map(|(i, _)| i)
+            .collect();
+        match at.as_slice() {
+            [i] => order.entry(s.run.clone()).or_default().push((s.clone(), *i)),
+            _ => w.violation(format!(
+                "{}: '{}' (sent at {}, applied by its send: {}) is in the finished run {} times",
+                s.run,
+                s.text,
+                s.started - T0,
+                s.applied,
+                at.len()
+            )),
+        }
+    }
+    for (run, sent) in order {
+        for (a, ia) in &sent {
+            for (b, ib) in &sent {
+                if a.ended < b.started && ia > ib {
+                    w.violation(format!("{run}: '{}' was sent after '{}' but applied before it", b.text, a.text));
+                }
+            }
+        }
+    }
 }
 
 // --- The test -------------------------------------------------------------------------------------------------
@@ -1302,10 +1420,24 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         seeds.len(),
         kinds.len()
     );
-    let WaitCounts { answered, delivered, duplicates, refused, timeouts, woken } = waits;
+    let WaitCounts {
+        answered,
+        delivered,
+        duplicates,
+        refused,
+        timeouts,
+        woken,
+        steers_queued,
+        steers_applied,
+        calls_stopped,
+    } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
          refused {refused}), deadlines {timeouts}, timers woken {woken}"
+    );
+    println!(
+        "steering: messages queued for a running execution {steers_queued}, applied by their own send \
+         {steers_applied}, calls stopped by an interrupting message {calls_stopped}"
     );
     if seeds.len() > 100 {
         // The generator exercises every way a wait resolves (a change that stops it fails here).
@@ -1316,6 +1448,9 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("refusals", refused),
             ("deadlines", timeouts),
             ("timers", woken),
+            ("queued messages", steers_queued),
+            ("messages applied by their send", steers_applied),
+            ("stopped calls", calls_stopped),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

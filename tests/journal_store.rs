@@ -1234,6 +1234,7 @@ impl KvBackend for KeyReads {
         self.inner.delete(key).await
     }
     async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> steadfast::Result<ListPage> {
+        *self.found.borrow_mut().entry(format!("list {prefix}")).or_insert(0) += 1;
         self.inner.list(prefix, cursor, limit).await
     }
 }
@@ -1242,7 +1243,7 @@ impl KvBackend for KeyReads {
 /// resume reads the lease and the journal once to refuse what needs no lease, takes the lease (deciding on
 /// that same lease read, then the takeover probe: the previous segment's end marker and the index, and the
 /// entries past what was read), folds the run under the lease and reads the lease back after the settle
-/// window. Every journal entry comes from KV once: the probe and the fold under the lease use what the first
+/// window (and lists its message queue, steering's reads). Every journal entry comes from KV once: the probe and the fold under the lease use what the first
 /// read fetched (an entry's key is written once); the lease twice (the first read and the read-back). Cases: a run left by a propagated tool failure (its lease released, the end marker written)
 /// and a run whose process crashed (its lease expired, no marker), with a short and a long journal.
 #[test]
@@ -1280,7 +1281,10 @@ fn a_resume_fetches_each_journal_entry_once() {
         let twice: Vec<_> = entries.iter().filter(|(_, n)| **n > 1).collect();
         assert!(twice.is_empty(), "{ctx}: journal entries fetched more than once: {twice:?}");
         assert_eq!(found.get("run/r/lease"), Some(&2), "{ctx}: lease reads (before the lease, the read-back)");
-        assert_eq!(done.stats.store_reads, reads, "{ctx}: store reads of the resume");
+        // Besides them, the run's message queue is listed twice: at the first boundary past `steer_poll_ms` (the
+        // settle window moved the clock past it) and before the run finishes.
+        assert_eq!(found.get("list queue/r/"), Some(&2), "{ctx}: queue reads");
+        assert_eq!(done.stats.store_reads, reads + 2, "{ctx}: store reads of the resume");
     }
 }
 

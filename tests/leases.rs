@@ -377,6 +377,18 @@ impl RunStore for FailOnce {
         self.op("delete_due")?;
         self.inner.delete_due(due).await
     }
+    async fn put_queued(&self, msg: &steadfast::store::QueuedMessage) -> Result<()> {
+        self.op("put_queued")?;
+        self.inner.put_queued(msg).await
+    }
+    async fn list_queued(&self, run_id: &str) -> Result<Vec<steadfast::store::QueuedMessage>> {
+        self.op("list_queued")?;
+        self.inner.list_queued(run_id).await
+    }
+    async fn delete_queued(&self, msg: &steadfast::store::QueuedMessage) -> Result<()> {
+        self.op("delete_queued")?;
+        self.inner.delete_queued(msg).await
+    }
     async fn get_state(&self, name: &str) -> Result<Option<String>> {
         self.op("get_state")?;
         self.inner.get_state(name).await
@@ -538,6 +550,15 @@ impl RunStore for ConfirmRefused {
     }
     async fn delete_due(&self, due: &steadfast::store::DueWait) -> Result<()> {
         self.inner.delete_due(due).await
+    }
+    async fn put_queued(&self, msg: &steadfast::store::QueuedMessage) -> Result<()> {
+        self.inner.put_queued(msg).await
+    }
+    async fn list_queued(&self, run_id: &str) -> Result<Vec<steadfast::store::QueuedMessage>> {
+        self.inner.list_queued(run_id).await
+    }
+    async fn delete_queued(&self, msg: &steadfast::store::QueuedMessage) -> Result<()> {
+        self.inner.delete_queued(msg).await
     }
     async fn get_state(&self, name: &str) -> Result<Option<String>> {
         self.inner.get_state(name).await

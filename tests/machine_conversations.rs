@@ -18,6 +18,7 @@ use steadfast::core::fingerprint::Fingerprint;
 use steadfast::core::machine::{
     DriftPolicy, Effect, Gate, KeyedCall, MachineConfig, ModelResponse, Outcome, RunMachine, Start, ToolOutcome,
 };
+use steadfast::core::steer::QueuedMessage;
 use steadfast::core::transcript::{validate_transcript, Message, ResultKind, ToolCall, ToolResult, Usage};
 
 const RUN: &str = "run-1";
@@ -44,6 +45,7 @@ fn config_with(model: &str, tools: &[&str]) -> MachineConfig {
         business_state: None,
         max_tool_result_bytes: 256 * 1024,
         key_scope: Some(SCOPE.into()),
+        steer_poll_ms: None,
     }
 }
 
@@ -1437,6 +1439,7 @@ enum Owed {
     Gate(Vec<ToolCall>),
     Reconcile(Vec<KeyedCall>),
     Pause,
+    Queue,
 }
 
 /// Every answer the machine does not wait for, tried while it waits: refused and changing nothing — or, once an
@@ -1455,6 +1458,9 @@ fn probe(s: &mut Story, owed: Option<&Owed>, cut: bool, seed: u64) {
     if owed != Some(&Owed::Model) {
         tolerable.push(("notify_model_response", Box::new(|m| m.notify_model_response(answer("stray")))));
         tolerable.push(("notify_model_failed", Box::new(|m| m.notify_model_failed(stray_error()))));
+    }
+    if owed != Some(&Owed::Queue) {
+        tolerable.push(("notify_queue", Box::new(|m| m.notify_queue(vec![]))));
     }
     match owed {
         Some(Owed::Gate(_)) => tolerable.push((
@@ -1495,6 +1501,10 @@ fn play(seed: u64, probing: bool) -> (Vec<String>, Checkpoint) {
     let mut rng = Seeded(seed);
     let mut cfg = config();
     cfg.max_steps = 6;
+    // Even seeds read the message queue at every boundary (steering); the messages sent so far, each re-listed
+    // now and then (applied already, or lost with a crashed execution).
+    cfg.steer_poll_ms = (seed % 2 == 0).then_some(0);
+    let mut sent: Vec<QueuedMessage> = Vec::new();
     let mut s = Story::new(cfg.clone());
     let mut trace: Vec<String> = Vec::new();
     let mut owed: Option<Owed> = None;
@@ -1517,6 +1527,7 @@ fn play(seed: u64, probing: bool) -> (Vec<String>, Checkpoint) {
                 approvals.extend(records);
                 owed = Some(Owed::Pause);
             }
+            Some(Effect::ReadQueue) => owed = Some(Owed::Queue),
             Some(Effect::Emit(_)) => unreachable!("the harness keeps events"),
             Some(Effect::Finish(outcome)) => {
                 if probing {
@@ -1563,7 +1574,7 @@ fn play(seed: u64, probing: bool) -> (Vec<String>, Checkpoint) {
                     s.abort();
                     cut = true;
                     running.clear();
-                    if matches!(owed, Some(Owed::Model | Owed::Gate(_) | Owed::Reconcile(_))) {
+                    if matches!(owed, Some(Owed::Model | Owed::Gate(_) | Owed::Reconcile(_) | Owed::Queue)) {
                         owed = None;
                     }
                     continue;
@@ -1634,6 +1645,24 @@ fn play(seed: u64, probing: bool) -> (Vec<String>, Checkpoint) {
                     Some(Owed::Pause) => {
                         s.approvals_recorded();
                     }
+                    Some(Owed::Queue) => {
+                        let mut listed: Vec<QueuedMessage> = sent.iter().filter(|_| rng.chance(50)).cloned().collect();
+                        if rng.chance(30) {
+                            let id = format!("msg_{}", sent.len());
+                            let text = format!("steer {}", sent.len());
+                            let q = QueuedMessage::new(
+                                s.cp(),
+                                id,
+                                sent.len() as u64,
+                                vec![Message::user(text)],
+                                rng.chance(35),
+                            )
+                            .expect("a queued message");
+                            sent.push(q.clone());
+                            listed.push(q);
+                        }
+                        accepted("notify_queue", s.m.notify_queue(listed));
+                    }
                     None => panic!("seed {seed}: the machine waits for nothing, with nothing running: {:#?}", s.log),
                 }
             }
@@ -1667,7 +1696,7 @@ fn answers_out_of_turn_are_refused_at_every_step_of_generated_stories_and_change
     let seeds = common::seeds::seeds(1..501);
     let mut ended = [0usize; 3];
     // How varied the stories were: executions, reconcile rounds, pauses, aborts, failed attempts.
-    let mut seen = [0usize; 5];
+    let mut seen = [0usize; 7];
     for seed in seeds {
         let repro = common::seeds::repro(seed, "answers_out_of_turn_are_refused");
         let plain = std::panic::catch_unwind(|| play(seed, false));
@@ -1678,6 +1707,20 @@ fn answers_out_of_turn_are_refused_at_every_step_of_generated_stories_and_change
         assert_eq!(plain_trace, probed_trace, "seed {seed}: the probes changed the story; reproduce with: {repro}");
         assert_eq!(plain_cp, probed_cp, "seed {seed}: the probes changed the state; reproduce with: {repro}");
         validate_transcript(&plain_cp.messages).unwrap_or_else(|e| panic!("seed {seed}: {e}; {repro}"));
+        // A queued message is applied at most once, and the ids recorded are its.
+        let steers: Vec<&String> = plain_cp
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::User { content } if content.starts_with("steer ") => Some(content),
+                _ => None,
+            })
+            .collect();
+        let unique: std::collections::BTreeSet<&String> = steers.iter().copied().collect();
+        assert_eq!(unique.len(), steers.len(), "seed {seed}: a queued message applied twice; {repro}");
+        assert!(plain_cp.steered.len() >= steers.len(), "seed {seed}: applied messages are recorded; {repro}");
+        seen[5] += plain_cp.steered.len();
+        seen[6] += count_not_run(&plain_cp.messages);
         let count = |pred: &dyn Fn(&str) -> bool| plain_trace.iter().filter(|t| pred(t)).count();
         seen[0] += count(&|t| t.starts_with("RunStart"));
         seen[1] += count(&|t| t.starts_with("Reconcile {"));
@@ -1691,7 +1734,16 @@ fn answers_out_of_turn_are_refused_at_every_step_of_generated_stories_and_change
         }] += 1;
     }
     eprintln!("generated stories ended finished / in progress / awaiting approval: {ended:?}");
-    eprintln!("executions / reconcile rounds / pauses / aborts / failed attempts: {seen:?}");
+    eprintln!(
+        "executions / reconcile rounds / pauses / aborts / failed attempts / queued messages applied / calls they \
+         stopped: {seen:?}"
+    );
+    assert!(seen[5] > 0 && seen[6] > 0, "the stories steer: {seen:?}");
+}
+
+/// Results of calls a queued message stopped.
+fn count_not_run(messages: &[Message]) -> usize {
+    messages.iter().filter(|m| matches!(m, Message::Tool(r) if r.kind == ResultKind::NotRun)).count()
 }
 
 /// Group commit: results that settle together are committed as one journal entry, still placed in call order

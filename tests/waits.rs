@@ -351,3 +351,38 @@ fn a_timer_resolved_beside_a_pending_approval_keeps_the_pause_and_costs_nothing_
         assert!(result_of(&done, "sleep_for").content.contains("\"woke\":true"), "{name}");
     }
 }
+
+#[test]
+fn pending_lists_what_a_paused_run_waits_on_without_tokens() {
+    for (name, make) in stores() {
+        let env = make();
+        let tokens = Rc::new(RefCell::new(Vec::new()));
+        let a = env.agent_with(
+            one_call("await_payment", json!({})),
+            vec![payment_tool(tokens.clone(), Some(HOUR))],
+            questions(),
+            "",
+        );
+        let paused = block_on(a.send("w1", "charge", opts())).unwrap();
+        let q = env.agent_with(one_call("ask_question", json!({"question": "Which size?"})), vec![], questions(), "");
+        block_on(q.send("w2", "ask", opts())).unwrap();
+        let listed = block_on(a.pending()).unwrap();
+        let of = |id: &str| listed.iter().find(|r| r.run_id == id).unwrap_or_else(|| panic!("{name}: {id} listed"));
+        let event = &of("w1").waits;
+        assert_eq!(event.len(), 1, "{name}");
+        assert_eq!(
+            (event[0].kind, event[0].due_at, event[0].token.as_deref()),
+            (WaitKind::Event, paused.waits[0].due_at, None),
+            "{name}"
+        );
+        assert_eq!(event[0].id, paused.waits[0].id, "{name}");
+        let question = &of("w2").waits;
+        assert_eq!(
+            (question[0].kind, question[0].question.as_deref()),
+            (WaitKind::Question, Some("Which size?")),
+            "{name}"
+        );
+        let json = serde_json::to_string(&listed).unwrap();
+        assert!(!json.contains(tokens.borrow()[0].as_str()), "{name}: a listing never shows a token");
+    }
+}

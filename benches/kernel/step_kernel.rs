@@ -56,6 +56,7 @@ fn config() -> MachineConfig {
         business_state: None,
         max_tool_result_bytes: 256 * 1024,
         key_scope: None,
+        steer_poll_ms: None,
     }
 }
 

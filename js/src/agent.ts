@@ -9,7 +9,7 @@ import type { Model, ModelStream } from "./model.js";
 import type { Clock } from "./clock.js";
 import { recoveryLoop, type RecoverOptions, type Recovery, type SweepOptions } from "./recovery.js";
 import { storeHandle, type Checkpoints, type KVNamespaceLike, type Store } from "./stores.js";
-import { eventCallback, sessionHandle, type Session } from "./session.js";
+import { eventCallback, sendRequest, sessionHandle, type Session } from "./session.js";
 import {
   fireSchedules,
   scheduleLoop,
@@ -87,6 +87,16 @@ export interface SendOptions {
   sessionId: string;
   /** Business state a new run starts with. */
   businessState?: Json;
+  /**
+   * Steering: while another execution holds the run (or it waits on an approval), record the input as a message
+   * for it instead of failing busy: that execution applies it at its next step boundary, once, in order. The
+   * result is then the stored run with `queued: {messageId, applied: false}` (nothing ran here). When no
+   * execution holds the run, this call applies it and runs, as a send (`applied: true`). Off (refused) when the
+   * agent's `steerPollMs` is `null`.
+   */
+  queue?: boolean;
+  /** With `queue`: when the message is applied, stop the current turn's calls that have not started (each gets a `not-run` result naming the message). */
+  interrupt?: boolean;
   /** Return the run's events in `result.events`. */
   events?: boolean;
   /** Called with each event as it happens (a throwing callback is ignored). */
@@ -211,10 +221,6 @@ export interface Agent {
   readonly fingerprint: Fingerprint;
 }
 
-/** The send document the core reads (`{input, businessState?}`, the HTTP API's body of `POST /runs/{id}`). */
-function sendRequest(input: Input, businessState: Json | undefined): string {
-  return JSON.stringify({ input, businessState });
-}
 
 
 /** The events of an execution as an async iterable: yielded as they arrive, then the execution's error. */
@@ -351,7 +357,7 @@ export function createAgent(options: AgentOptions): Agent {
       knownKeys(opts, "send options");
       return low.send(
         opts.sessionId,
-        sendRequest(input, opts.businessState),
+        sendRequest(input, opts),
         JSON.stringify({ events: opts.events ?? false }),
         eventCallback(opts.onEvent),
         opts.signal ?? null,
@@ -379,7 +385,7 @@ export function createAgent(options: AgentOptions): Agent {
         knownKeys(opts, "runOnce options");
         return low.runOnce(
           deliveryId,
-          sendRequest(input, opts.businessState),
+          sendRequest(input, opts),
           JSON.stringify({ events: opts.events ?? false }),
           eventCallback(opts.onEvent),
           opts.signal ?? null,

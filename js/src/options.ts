@@ -6,12 +6,12 @@ import { SteadfastError } from "./errors.js";
 
 /** Every JS-only options object, by the name a refusal gives it, with the keys it takes. */
 const KEYS = {
-  "send options": ["sessionId", "businessState", "events", "onEvent", "signal"],
-  "stream options": ["sessionId", "businessState", "signal"],
+  "send options": ["sessionId", "businessState", "queue", "interrupt", "events", "onEvent", "signal"],
+  "stream options": ["sessionId", "businessState", "queue", "interrupt", "signal"],
   "runOnce options": ["businessState", "events", "onEvent", "signal"],
   "resume options": ["events", "onEvent", "signal"],
   "session options": ["id"],
-  "session send options": ["businessState", "events", "onEvent", "signal"],
+  "session send options": ["businessState", "queue", "interrupt", "events", "onEvent", "signal"],
   "session resume options": ["events", "onEvent", "signal"],
   "session history options": ["limit"],
   "approvals.resolve decision": ["id", "approved", "note", "answer"],

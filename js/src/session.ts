@@ -13,6 +13,10 @@ export type { SessionFork, SessionForkOptions, SessionTurn };
 export interface SessionSendOptions {
   /** Business state the session's first turn starts with (later turns carry the previous turn's). */
   businessState?: Json;
+  /** Steering: while the newest turn is unfinished, a message to it (see `SendOptions.queue`) instead of the next turn. */
+  queue?: boolean;
+  /** With `queue`: stop the turn's calls that have not started when the message is applied. */
+  interrupt?: boolean;
   /** Return the turn's events in `result.events`. */
   events?: boolean;
   /** Called with each event as it happens (a throwing callback is ignored). */
@@ -82,6 +86,11 @@ export interface LowSessions {
   sessionDelete(id: string): Promise<string>;
 }
 
+/** The send document the core reads (`{input, businessState?, queue?, interrupt?}`, the HTTP API's body of `POST /runs/{id}`). */
+export function sendRequest(input: Input, opts: { businessState?: Json; queue?: boolean; interrupt?: boolean }): string {
+  return JSON.stringify({ input, businessState: opts.businessState, queue: opts.queue, interrupt: opts.interrupt });
+}
+
 /** The session handle over the low-level agent (`id` checked already). */
 export function sessionHandle(low: LowSessions, id: string): Session {
   return {
@@ -93,7 +102,7 @@ export function sessionHandle(low: LowSessions, id: string): Session {
         knownKeys(opts, "session send options");
         return low.sessionSend(
           id,
-          JSON.stringify({ input, businessState: opts.businessState }),
+          sendRequest(input, opts),
           JSON.stringify({ events: opts.events ?? false }),
           eventCallback(opts.onEvent),
           opts.signal ?? null,

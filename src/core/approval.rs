@@ -235,6 +235,57 @@ pub fn plan_resolution(batch: &[String], decided: &ApprovalRecord, siblings: &[A
     }
 }
 
+/// A tool's wait a run is paused on (see [`crate::core::wait`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct PendingWait {
+    /// The wait's id (its record's, as `GET /approvals` lists it).
+    pub id: String,
+    /// What it waits for.
+    pub kind: WaitKind,
+    /// The call.
+    pub tool_call_id: String,
+    /// The tool.
+    pub tool_name: String,
+    /// A question's text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub question: Option<String>,
+    /// A question's choices.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", ts(as = "Option<Vec<String>>", optional))]
+    pub choices: Vec<String>,
+    /// An event's deadline or a timer's time (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional, type = "number"))]
+    pub due_at: Option<u64>,
+    /// An event wait's token: deliver with `POST /events/{token}` (a capability: keep it secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub token: Option<String>,
+}
+
+impl PendingWait {
+    /// The view of a tool's wait record (`None` for an approval), its token derived from the run's key scope.
+    pub fn of(record: &ApprovalRecord, scope: &str) -> Option<PendingWait> {
+        if record.kind == WaitKind::Approval {
+            return None;
+        }
+        let token = (record.kind == WaitKind::Event).then(|| super::wait::token(scope, &record.tool_call.id));
+        Some(PendingWait {
+            id: record.id.clone(),
+            kind: record.kind,
+            tool_call_id: record.tool_call.id.clone(),
+            tool_name: record.tool_call.name.clone(),
+            question: record.question.clone(),
+            choices: record.choices.clone(),
+            due_at: record.due_at,
+            token,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -170,6 +170,10 @@ pub struct Checkpoint {
     /// User input queued behind pending tool calls (placed after their results).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queued_input: Vec<Message>,
+    /// Ids of the queued messages ([`crate::core::steer`]) this run applied, in the order applied: a listed
+    /// message whose id is here is never applied again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steered: Vec<String>,
     /// Extension state (progress-guard counters and the like), kept across crashes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
@@ -230,6 +234,9 @@ pub struct Header {
     /// See [`Checkpoint::queued_input`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub queued_input: Vec<Message>,
+    /// See [`Checkpoint::steered`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steered: Vec<String>,
 }
 
 macro_rules! header_patch {
@@ -299,6 +306,7 @@ header_patch! {
         attempts: u32 = "at" | "attempts",
         held_results: Vec<ToolResult> = "hr" | "heldResults",
         queued_input: Vec<Message> = "qi" | "queuedInput",
+        steered: Vec<String> = "sq" | "steered",
     }
     optional {
         last_error: ErrorInfo = "le" | "lastError",
@@ -507,6 +515,7 @@ impl Checkpoint {
             finish_reason: self.finish_reason,
             held_results: self.held_results.clone(),
             queued_input: self.queued_input.clone(),
+            steered: self.steered.clone(),
         }
     }
 
@@ -527,6 +536,7 @@ impl Checkpoint {
         self.finish_reason = h.finish_reason;
         self.held_results = h.held_results;
         self.queued_input = h.queued_input;
+        self.steered = h.steered;
     }
 
     /// Folds one entry into this state. Fails with `STEADFAST_CHECKPOINT_CORRUPT` when the entry does not

@@ -116,6 +116,17 @@ pub enum Event {
         /// How it was resolved.
         by: ResolvedBy,
     },
+    /// A message queued for the run ([`crate::core::steer`]) was applied: it goes after the current turn's
+    /// results; the calls it stopped before they started are named (each has a `not-run` result).
+    #[serde(rename = "message.applied")]
+    MessageApplied {
+        /// The queued message's id.
+        #[serde(rename = "messageId")]
+        message_id: String,
+        /// The calls it stopped.
+        #[serde(rename = "stoppedToolCallIds", default, skip_serializing_if = "Vec::is_empty")]
+        stopped_tool_call_ids: Vec<String>,
+    },
     /// The resuming agent differs from the checkpoint's.
     #[serde(rename = "agent.drift")]
     AgentDrift(AgentDrift),

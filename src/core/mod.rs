@@ -18,6 +18,7 @@ pub mod replay;
 pub mod retry;
 pub mod schedule;
 pub(crate) mod schema;
+pub mod steer;
 pub mod sweep;
 pub mod trajectory;
 pub mod transcript;

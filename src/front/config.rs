@@ -436,6 +436,10 @@ pub struct AgentConfig {
     /// The KV lease settle window in ms (default 1000; see `JournalOptions::settle_ms`).
     #[serde(default = "default_settle_ms")]
     pub settle_ms: u64,
+    /// How often a run reads its message queue at step boundaries, at most (ms, default 1000; `null`: steering
+    /// off, and sends with `queue` are refused). See `AgentOptions::steer_poll_ms`.
+    #[serde(default = "default_steer_poll_ms")]
+    pub steer_poll_ms: Option<u64>,
     /// Schedules (M23): `{id, cron, input, missed?, graceMs?}` each, fired by the Worker's cron trigger.
     #[serde(default)]
     pub schedules: Vec<Schedule>,
@@ -443,6 +447,10 @@ pub struct AgentConfig {
     /// `{hintAfter?, denyAfter?, maxDenials?}` turns it on (`{}`: the defaults 2, 3, 3); absent: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_guard: Option<crate::runtime::ProgressGuardOptions>,
+}
+
+fn default_steer_poll_ms() -> Option<u64> {
+    AgentOptions::default().steer_poll_ms
 }
 
 fn default_settle_ms() -> u64 {
@@ -467,6 +475,7 @@ impl Default for AgentConfig {
             demo_tools: None,
             history_limit: DEFAULT_HISTORY_LIMIT,
             settle_ms: default_settle_ms(),
+            steer_poll_ms: default_steer_poll_ms(),
             schedules: Vec::new(),
             progress_guard: None,
         }
@@ -520,6 +529,7 @@ impl AgentConfig {
             loop_window,
             max_tool_result_bytes,
             wait_tools: self.wait_tools.clone(),
+            steer_poll_ms: self.steer_poll_ms,
         }
     }
 
@@ -1425,6 +1435,7 @@ mod tests {
                     .into_iter()
                     .filter(|_| n(0, 1) == 1)
                     .collect(),
+                steer_poll_ms: (n(0, 3) > 0).then(|| n(0, 60_000)),
             };
             use crate::runtime::WaitTool;
             let Value::Object(mut doc) = serde_json::to_value(&options).unwrap() else { panic!("{repro}") };

@@ -28,7 +28,7 @@ use crate::core::error::{Error, ErrorInfo, Result};
 use crate::core::events::HealRecord;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::transcript::{Message, Usage};
-use crate::runtime::{Input, NextAttempt, ScheduleStatus, SessionTurn, ToolContext};
+use crate::runtime::{Input, NextAttempt, ScheduleStatus, SendOptions, SessionTurn, ToolContext};
 use crate::store::PendingRun;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -46,6 +46,13 @@ pub struct SendRequest {
     /// Business state a new run starts with.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub business_state: Option<Value>,
+    /// Queue the input for the execution that holds the run instead of waiting for it (steering; see
+    /// `SendOptions::queue`). HTTP also takes `Prefer: queue`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queue: bool,
+    /// With `queue`: stop the current turn's calls that have not started when the message is applied.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupt: bool,
 }
 
 impl SendRequest {
@@ -54,9 +61,12 @@ impl SendRequest {
         body_from_json(text)
     }
 
-    /// The runtime input and the business state.
-    pub fn into_parts(self) -> Result<(Input, Option<Value>)> {
-        Ok((parse_input(self.input)?, self.business_state))
+    /// The runtime input; the business state, `queue` and `interrupt` go into `opts`.
+    pub fn into_options(self, opts: &mut SendOptions) -> Result<Input> {
+        opts.business_state = self.business_state;
+        opts.queue = self.queue;
+        opts.interrupt = self.interrupt;
+        parse_input(self.input)
     }
 }
 
@@ -495,16 +505,28 @@ mod tests {
                 Some(v) => json!({ "input": v }).to_string(),
                 None => "{}".into(),
             };
-            let via_doc = SendRequest::from_json(&doc).and_then(SendRequest::into_parts).map(|(i, _)| i);
+            let via_doc = SendRequest::from_json(&doc).and_then(|r| r.into_options(&mut SendOptions::default()));
             assert_eq!(via_doc.map_err(|e| e.code), parse_input(value).map_err(|e| e.code), "{doc}; {repro}");
         }
     }
 
     #[test]
-    fn a_send_document_refuses_unknown_fields_and_keeps_business_state() {
-        let (input, state) =
-            SendRequest::from_json(r#"{"input": "hi", "businessState": {"order": 7}}"#).unwrap().into_parts().unwrap();
-        assert_eq!((input.0, state), (vec![Message::user("hi")], Some(json!({"order": 7}))));
+    fn a_send_document_refuses_unknown_fields_and_keeps_business_state_queue_and_interrupt() {
+        let mut opts = SendOptions::default();
+        let input = SendRequest::from_json(r#"{"input": "hi", "businessState": {"order": 7}}"#)
+            .unwrap()
+            .into_options(&mut opts)
+            .unwrap();
+        assert_eq!(
+            (input.0, opts.business_state, opts.queue),
+            (vec![Message::user("hi")], Some(json!({"order": 7})), false)
+        );
+        let mut opts = SendOptions::default();
+        SendRequest::from_json(r#"{"input": "stop", "queue": true, "interrupt": true}"#)
+            .unwrap()
+            .into_options(&mut opts)
+            .unwrap();
+        assert_eq!((opts.queue, opts.interrupt), (true, true));
         for bad in [r#"{"inputs": "hi"}"#, r#"{"input": "hi", "sessionId": "a"}"#, "[]", "\"hi\"", "{"] {
             assert_eq!(SendRequest::from_json(bad).unwrap_err().code, ErrorCode::InvalidInput, "{bad}");
         }

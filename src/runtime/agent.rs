@@ -6,6 +6,7 @@ use super::approvals::Approvals;
 use super::deps::{Deps, RegisteredTool};
 use super::hooks::Hook;
 use super::traits::{EventSink, Model, Tool, ToolSpec, Warn};
+use crate::core::approval::PendingWait;
 use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::fingerprint::Fingerprint;
@@ -285,6 +286,14 @@ impl Agent {
         validate_run_id(run_id)?;
         // A session's turns (and a schedule's fires) continue through the session (the schedule), never here.
         check_reserved_suffix(run_id)?;
+        if opts.queue {
+            return self.send_queued(run_id, input, opts).await;
+        }
+        if opts.interrupt {
+            return Err(
+                Error::invalid_input("interrupt applies to a queued message: send it with queue").with_run(run_id)
+            );
+        }
         let res = self.execute(run_id, Start::Send(input), &opts).await?;
         res.ok_or_else(|| Error::internal("send produced no result"))
     }
@@ -323,7 +332,7 @@ impl Agent {
         self.runs().load(run_id).await
     }
 
-    /// Every unfinished run (M11).
+    /// Every unfinished run (M11); a run awaiting approval lists what its tools wait on (`waits`).
     pub async fn pending(&self) -> Result<Vec<PendingRun>> {
         self.runs().pending().await
     }
@@ -334,13 +343,23 @@ impl Agent {
     }
 
     pub(crate) async fn execute(&self, run_id: &str, start: Start, opts: &SendOptions) -> Result<Option<RunResult>> {
+        Ok(self.execute_steered(run_id, start, opts).await?.map(|(res, _)| res))
+    }
+
+    /// [`Agent::execute`], with the ids of the queued messages the run has applied by its end (its `steered`).
+    pub(crate) async fn execute_steered(
+        &self,
+        run_id: &str,
+        start: Start,
+        opts: &SendOptions,
+    ) -> Result<Option<(RunResult, Vec<String>)>> {
         validate_run_id(run_id)?;
         let deps = &self.deps;
         let before = deps.store.counters();
         // Refusals that need no lease (and so write nothing).
         let pre = deps.store.load(run_id).await?;
         match (&pre, &start) {
-            (None, Start::Resume) => return Ok(None),
+            (None, Start::Resume | Start::Drain) => return Ok(None),
             (Some(cp), Start::Resume) if cp.status == RunStatus::Finished => return Ok(None),
             // A send that creates a run: the id may not take a suffix only the runtime creates (`.heal`).
             (None, Start::Send(_)) => validate_new_run_id(run_id)?,
@@ -354,6 +373,9 @@ impl Agent {
         let driven = deps
             .with_lease(run_id, true, async |lease, cp| {
                 if matches!(start, Start::Resume) && cp.as_ref().is_none_or(|c| c.status == RunStatus::Finished) {
+                    return Ok(None);
+                }
+                if matches!(start, Start::Drain) && cp.is_none() {
                     return Ok(None);
                 }
                 if let (None, Start::Send(_)) = (&cp, &start) {
@@ -373,7 +395,9 @@ impl Agent {
                 deps.drive(lease, machine, opts).await.map(Some)
             })
             .await?;
-        driven.map(|d| d.report(deps.store.counters().since(&before))).transpose()
+        let Some(driven) = driven else { return Ok(None) };
+        let steered = driven.machine.checkpoint().steered.clone();
+        Ok(Some((driven.report(deps.store.counters().since(&before))?, steered)))
     }
 }
 
@@ -436,9 +460,19 @@ impl Runs {
         self.store.load(run_id).await
     }
 
-    /// Every unfinished run (M11).
+    /// Every unfinished run (M11); a run awaiting approval lists what its tools wait on (`waits`).
     pub async fn pending(&self) -> Result<Vec<PendingRun>> {
-        self.store.pending().await
+        let mut runs = self.store.pending().await?;
+        // What a paused run's tools wait on: one read of each wait's record (tokens left out: a listing never
+        // shows a capability). A record that cannot be read is left out here; `GET /approvals` reports it.
+        for run in runs.iter_mut().filter(|r| r.status == RunStatus::AwaitingApproval) {
+            for id in run.approval_ids.iter().filter(|id| id.starts_with(crate::core::wait::WAIT_ID_PREFIX)) {
+                if let Ok(Some(rec)) = self.store.get_approval(id).await {
+                    run.waits.extend(PendingWait::of(&rec, "").map(|w| PendingWait { token: None, ..w }));
+                }
+            }
+        }
+        Ok(runs)
     }
 
     /// Past states of a run, newest first.

@@ -85,6 +85,7 @@ impl Deps {
             business_state: opts.business_state.clone(),
             max_tool_result_bytes: self.options.max_tool_result_bytes,
             key_scope: None,
+            steer_poll_ms: self.options.steer_poll_ms,
         }
     }
 }

@@ -29,12 +29,14 @@ pub(crate) mod recovery;
 pub(crate) mod result;
 pub(crate) mod schedules;
 pub(crate) mod session;
+pub(crate) mod steer;
 pub(crate) mod tools;
 pub(crate) mod traits;
 pub(crate) mod wait_tools;
 pub(crate) mod waits;
 pub(crate) mod watch;
 
+pub use crate::core::approval::PendingWait;
 pub use crate::rng::{Rng, SplitMix64};
 #[cfg(feature = "testing")]
 pub use crate::time::{yield_now, ManualClock, ManualSleep, SimExecutor, SimSleep, SimSpawner, SimTask, SimTime};
@@ -54,7 +56,7 @@ pub use recovery::{
     delivery_run_id, diagnosis_note, Delivery, ForkOptions, ForkResult, NextAttempt, NoListener, SweepListener,
     SweepReport,
 };
-pub use result::{PendingWait, RunResult, RunStats};
+pub use result::{QueuedSend, RunResult, RunStats};
 pub use schedules::{DueFire, FireCall, ScheduleOutcome, ScheduleStatus};
 pub use session::{NextExecution, Session, SessionFork, SessionForkOptions, SessionTurn, HINT_LAG as SESSION_HINT_LAG};
 pub use tools::FnTool;

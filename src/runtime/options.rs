@@ -38,6 +38,12 @@ pub struct AgentOptions {
     /// Built-in tools that wait, added to the agent's own (default none): `ask_question` (a person's answer
     /// is the result), `sleep_for`, `sleep_until` (see [`crate::core::wait`]).
     pub wait_tools: Vec<WaitTool>,
+    /// Read the run's message queue (messages sent with `queue: true`, [`crate::core::steer`]) at step
+    /// boundaries, at most once per this many ms (and always before a run finishes). `None` turns steering off:
+    /// no queue is read, and a send with `queue: true` is refused. Default 1,000 ms: on Workers KV a read is one
+    /// `list` operation, so this bounds what steering costs a fast run.
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub steer_poll_ms: Option<u64>,
 }
 
 impl Default for AgentOptions {
@@ -51,6 +57,7 @@ impl Default for AgentOptions {
             loop_window: 4,
             max_tool_result_bytes: crate::core::limits::DEFAULT_MAX_TOOL_RESULT_BYTES,
             wait_tools: Vec::new(),
+            steer_poll_ms: Some(crate::core::steer::DEFAULT_STEER_POLL_MS),
         }
     }
 }
@@ -110,6 +117,14 @@ pub struct SendOptions {
     pub abort: Option<AbortSignal>,
     /// Event receiver.
     pub events: Option<Rc<dyn EventSink>>,
+    /// Queue the input instead of waiting for the run ([`crate::core::steer`]): while another execution holds
+    /// the run (or it waits on an approval), the message is recorded and applied at that execution's next step
+    /// boundary (the result says `queued`, nothing ran here); otherwise this call applies it and runs, as a send.
+    /// A run that does not exist yet is created as by a send.
+    pub queue: bool,
+    /// With `queue`: when the message is applied, stop the current turn's calls that have not started (each gets
+    /// a `not-run` result naming the message).
+    pub interrupt: bool,
     /// Crash injection (tests): stop after this effect as if the process died.
     #[cfg(feature = "testing")]
     pub crash: Option<CrashPoint>,

@@ -1,11 +1,10 @@
 //! What an execution reports: [`RunResult`] (the run after it, and [`RunStats`], what it did).
 
-use crate::core::approval::ApprovalRecord;
+use crate::core::approval::{ApprovalRecord, PendingWait};
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::Result;
 use crate::core::machine::{Outcome, RunMachine};
 use crate::core::transcript::{Message, Usage};
-use crate::core::wait::WaitKind;
 use crate::store::StoreCounters;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -47,57 +46,24 @@ pub struct RunResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "ts", ts(as = "Option<Vec<PendingWait>>", optional))]
     pub waits: Vec<PendingWait>,
+    /// A send with `queue: true` ([`crate::core::steer`]): the message it queued, and whether the run applied it
+    /// by the end of this call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub queued: Option<QueuedSend>,
 }
 
-/// A tool's wait a run is paused on (see [`crate::core::wait`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// What a send with `queue: true` did with its message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
-pub struct PendingWait {
-    /// The wait's id (its record's, as `GET /approvals` lists it).
-    pub id: String,
-    /// What it waits for.
-    pub kind: WaitKind,
-    /// The call.
-    pub tool_call_id: String,
-    /// The tool.
-    pub tool_name: String,
-    /// A question's text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "ts", ts(optional))]
-    pub question: Option<String>,
-    /// A question's choices.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[cfg_attr(feature = "ts", ts(as = "Option<Vec<String>>", optional))]
-    pub choices: Vec<String>,
-    /// An event's deadline or a timer's time (ms since the epoch).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "ts", ts(optional, type = "number"))]
-    pub due_at: Option<u64>,
-    /// An event wait's token: deliver with `POST /events/{token}` (a capability: keep it secret).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[cfg_attr(feature = "ts", ts(optional))]
-    pub token: Option<String>,
-}
-
-impl PendingWait {
-    /// The view of a tool's wait record (`None` for an approval), its token derived from the run's key scope.
-    pub fn of(record: &ApprovalRecord, scope: &str) -> Option<PendingWait> {
-        if record.kind == WaitKind::Approval {
-            return None;
-        }
-        let token = (record.kind == WaitKind::Event).then(|| crate::core::wait::token(scope, &record.tool_call.id));
-        Some(PendingWait {
-            id: record.id.clone(),
-            kind: record.kind,
-            tool_call_id: record.tool_call.id.clone(),
-            tool_name: record.tool_call.name.clone(),
-            question: record.question.clone(),
-            choices: record.choices.clone(),
-            due_at: record.due_at,
-            token,
-        })
-    }
+pub struct QueuedSend {
+    /// The queued message's id (as the `message.applied` event names it).
+    pub message_id: String,
+    /// Whether the run applied it during this call (no execution held the run, so this call ran it). `false`:
+    /// it waits in the run's queue for the execution that holds the run (its next step boundary), for the
+    /// resumption after the run's approval, or for the recovery sweep; nothing ran here.
+    pub applied: bool,
 }
 
 impl RunResult {
@@ -124,6 +90,7 @@ impl RunResult {
             business_state: cp.business_state.clone(),
             stats,
             waits: Vec::new(),
+            queued: None,
         }
     }
 }

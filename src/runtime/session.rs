@@ -18,7 +18,9 @@
 //! lets one through and the other fails with `STEADFAST_SESSION_BUSY` (retryable: sent again, it continues
 //! after the winner's turn). A send while turn n is unfinished finishes turn n first (pending calls, then the
 //! model), then starts turn n+1; while turn n waits on an approval it fails with
-//! `STEADFAST_SESSION_AWAITING_APPROVAL` and runs nothing.
+//! `STEADFAST_SESSION_AWAITING_APPROVAL` and runs nothing. A send with `queue: true` while turn n is unfinished
+//! is a message to turn n instead ([`crate::core::steer`]): queued for the execution that holds it, or applied
+//! by this call when none does.
 
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
@@ -200,6 +202,12 @@ impl Session<'_> {
     pub async fn send(&self, input: impl Into<Input>, opts: SendOptions) -> Result<RunResult> {
         let input = input.into().0;
         let latest = self.latest().await?;
+        if opts.queue {
+            // Steering: a message for the newest turn while it is unfinished (see `SendOptions::queue`).
+            if let Some((_, cp)) = latest.as_ref().filter(|(_, cp)| cp.status != RunStatus::Finished) {
+                return self.agent.send_queued(&cp.run_id, input, opts).await;
+            }
+        }
         let (n, prior) = match latest {
             None => (0, None),
             Some((n, cp)) => match cp.status {

@@ -11,6 +11,7 @@ use super::result::RunResult;
 use super::Agent;
 use crate::core::approval::{resolve_wait, ApprovalRecord, ApprovalStatus, Resolved};
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::steer::is_message_id;
 use crate::core::wait::{came_due, delivered, token_matches, wait_id, WaitKind};
 use serde::Serialize;
 use serde_json::Value;
@@ -128,6 +129,18 @@ impl Agent {
         for entry in due {
             if opts.abort.as_ref().is_some_and(|a| a.is_aborted()) || !go_on() {
                 break;
+            }
+            if is_message_id(&entry.wait_id) {
+                match self.drain_due(&entry, opts).await {
+                    Ok(true) => {
+                        // Ignored: an entry that stays is met again next time.
+                        let _ = self.store().delete_due(&entry).await;
+                        report.dropped += 1;
+                    }
+                    Ok(false) => report.busy += 1,
+                    Err(e) => report.failed.push((entry.run_id.clone(), e)),
+                }
+                continue;
             }
             let rec = match self.store().get_approval(&entry.wait_id).await {
                 Ok(r) => r.filter(|r| r.run_id == entry.run_id),

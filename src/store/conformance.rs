@@ -44,6 +44,8 @@ pub async fn run_all<S: RunStore>(make: &dyn Fn(&ManualClock) -> (S, S), caps: &
     wait_records_round_trip(&s).await;
     let (s, _, _) = fresh();
     due_index_lists_due_waits_earliest_first(&s).await;
+    let (s, _, _) = fresh();
+    queued_messages_list_in_queue_order_per_run(&s).await;
     let (s, _, c) = fresh();
     pending_lists_unfinished(&s, &c).await;
     let (s, _, c) = fresh();
@@ -281,6 +283,33 @@ pub async fn due_index_lists_due_waits_earliest_first(store: &impl RunStore) {
         store.list_due(u64::MAX, 10).await.expect("list"),
         vec![entries[1].clone(), entries[0].clone(), entries[3].clone(), entries[4].clone()]
     );
+}
+
+/// A run's queued messages list in queue order (time, then id), apart from other runs' (one run's id a prefix
+/// of another's); writing one twice lists it once; a deleted one is gone.
+pub async fn queued_messages_list_in_queue_order_per_run(store: &impl RunStore) {
+    use crate::core::steer::QueuedMessage;
+    use crate::core::transcript::Message;
+    let q = |run: &str, id: &str, at: u64, interrupt: bool| QueuedMessage {
+        id: id.into(),
+        run_id: run.into(),
+        at,
+        tag: "0123456789abcdef".into(),
+        messages: vec![Message::user(format!("{id} for {run}"))],
+        interrupt,
+    };
+    let mine = [q("run-1", "msg_b", 2_000, false), q("run-1", "msg_a", 2_000, true), q("run-1", "msg_c", 1_000, false)];
+    for m in mine.iter().chain([&q("run-10", "msg_d", 500, false), &q("run-2", "msg_e", 1, false)]) {
+        store.put_queued(m).await.expect("put queued");
+    }
+    store.put_queued(&mine[0]).await.expect("put queued again");
+    let want = vec![mine[2].clone(), mine[1].clone(), mine[0].clone()];
+    assert_eq!(store.list_queued("run-1").await.expect("list"), want);
+    assert_eq!(store.list_queued("run-3").await.expect("list"), vec![]);
+    store.delete_queued(&mine[1]).await.expect("delete");
+    store.delete_queued(&mine[1]).await.expect("delete again");
+    assert_eq!(store.list_queued("run-1").await.expect("list"), vec![mine[2].clone(), mine[0].clone()]);
+    assert_eq!(store.list_queued("run-10").await.expect("list").len(), 1);
 }
 
 /// Unfinished runs are listed with their status and errors; finished ones are not.

@@ -142,6 +142,7 @@ impl IndexMeta {
             heal_of: self.h.clone(),
             kind,
             owner_id,
+            waits: Vec::new(),
         }
     }
 }

@@ -11,6 +11,7 @@
 //! <prefix>approval/<approval id>             approval record
 //! <prefix>idx/due/<at:016>/<wait id>/<run id> a tool's wait that resolves by itself at `at` (the due index;
 //!                                            run and wait ids hold no `/`; byte order is time order)
+//! <prefix>queue/<run id>/<at:016>.<msg id>    a message queued for the run (steering; byte order is queue order)
 //! <prefix>state/<name>                       runtime state (the sweep's breaker and cursor)
 //! ```
 //! A segment tag is `<epoch:06>.<owner>`: unique per acquisition, so two owners never write the same key.
@@ -89,6 +90,16 @@ impl Keys {
     /// An approval record.
     pub fn approval(&self, id: &str) -> String {
         format!("{}approval/{id}", self.prefix)
+    }
+
+    /// Prefix of a run's message queue.
+    pub fn queue_prefix(&self, run_id: &str) -> String {
+        format!("{}queue/{run_id}/", self.prefix)
+    }
+
+    /// A queued message's key.
+    pub fn queued(&self, msg: &crate::core::steer::QueuedMessage) -> String {
+        format!("{}queue/{}/{}", self.prefix, msg.run_id, msg.order_key())
     }
 
     /// Prefix of the due index.

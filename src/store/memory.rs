@@ -18,6 +18,7 @@ use super::{sort_approvals, DueWait, HistoryEntry, Lease, LeaseOptions, PendingP
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::steer::QueuedMessage;
 use async_trait::async_trait;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -118,6 +119,8 @@ struct Inner {
     approvals: BTreeMap<String, String>,
     /// The due index, earliest first.
     due: BTreeSet<DueWait>,
+    /// Queued messages by (run id, queue order key).
+    queue: BTreeMap<(String, String), QueuedMessage>,
     state: BTreeMap<String, String>,
     commits: u64,
 }
@@ -348,6 +351,22 @@ impl RunStore for MemoryStore {
 
     async fn delete_due(&self, due: &DueWait) -> Result<()> {
         self.inner.borrow_mut().due.remove(due);
+        Ok(())
+    }
+
+    async fn put_queued(&self, msg: &QueuedMessage) -> Result<()> {
+        self.inner.borrow_mut().queue.insert((msg.run_id.clone(), msg.order_key()), msg.clone());
+        Ok(())
+    }
+
+    async fn list_queued(&self, run_id: &str) -> Result<Vec<QueuedMessage>> {
+        let inner = self.inner.borrow();
+        let from = (run_id.to_string(), String::new());
+        Ok(inner.queue.range(from..).take_while(|((r, _), _)| r == run_id).map(|(_, q)| q.clone()).collect())
+    }
+
+    async fn delete_queued(&self, msg: &QueuedMessage) -> Result<()> {
+        self.inner.borrow_mut().queue.remove(&(msg.run_id.clone(), msg.order_key()));
         Ok(())
     }
 

@@ -34,6 +34,13 @@
 //!   unexpired lease (expiry plus `grace_ms`, for clock skew); otherwise it starts a new epoch.
 //!   [`RunStore::renew_lease`] never takes a lease back from another owner. [`RunStore::release_lease`] ends it.
 //! * **Approvals.** Records are written before the `awaiting-approval` entry (the machine orders it).
+//! * **Due waits.** [`RunStore::put_due`] / [`RunStore::list_due`] / [`RunStore::delete_due`]: an index of what
+//!   comes due at a time (a wait's deadline or timer, a queued message the sweep looks at), listed earliest
+//!   first at a cost that does not grow with the number of runs.
+//! * **Message queues.** [`RunStore::put_queued`] / [`RunStore::list_queued`] / [`RunStore::delete_queued`]:
+//!   per run, the messages sent to it while it executes ([`crate::core::steer`]), listed in queue order. A
+//!   listing may lag a put or a delete (Workers KV: up to a minute in another location); the run's recorded ids
+//!   make a message apply once whatever a listing shows.
 //! * **Listing.** [`RunStore::pending`] lists every run that is not finished, including corrupt ones (for
 //!   the API; its cost grows with the backlog). The recovery sweep lists in bounded pages instead:
 //!   [`RunStore::pending_page`] returns up to about `limit` runs after an opaque cursor, in run-id byte
@@ -60,6 +67,7 @@ pub mod sim;
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, JournalEntry, RunStatus};
 use crate::core::error::{ErrorInfo, Result};
+pub use crate::core::steer::QueuedMessage;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -144,6 +152,12 @@ pub struct PendingRun {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub owner_id: Option<String>,
+    /// What a run awaiting approval waits on besides approvals: its tools' questions, events (with their
+    /// deadlines) and timers, without their tokens. Filled in by the runtime's listing (`Agent::pending`); a
+    /// store's own listing leaves it empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", ts(as = "Option<Vec<crate::core::approval::PendingWait>>", optional))]
+    pub waits: Vec<crate::core::approval::PendingWait>,
 }
 
 /// A run named with its status.
@@ -201,6 +215,7 @@ impl PendingRun {
             heal_of: cp.heal_of.clone(),
             kind,
             owner_id,
+            waits: Vec::new(),
         }
     }
 
@@ -220,6 +235,7 @@ impl PendingRun {
             heal_of: None,
             kind,
             owner_id,
+            waits: Vec::new(),
         }
     }
 }
@@ -431,6 +447,12 @@ pub trait RunStore {
     async fn list_due(&self, until: u64, limit: usize) -> Result<Vec<DueWait>>;
     /// Removes a wait from the due index (nothing to do when it is not there).
     async fn delete_due(&self, due: &DueWait) -> Result<()>;
+    /// Adds a message to its run's queue ([`crate::core::steer`]; written once: writing it again is harmless).
+    async fn put_queued(&self, msg: &QueuedMessage) -> Result<()>;
+    /// The run's queued messages, in queue order (time, then id). An unreadable entry is left out.
+    async fn list_queued(&self, run_id: &str) -> Result<Vec<QueuedMessage>>;
+    /// Removes a message from its run's queue (nothing to do when it is not there).
+    async fn delete_queued(&self, msg: &QueuedMessage) -> Result<()>;
     /// Reads a small named document kept by the runtime (the recovery sweep's state).
     async fn get_state(&self, name: &str) -> Result<Option<String>>;
     /// Writes a small named document (last write wins).

@@ -436,6 +436,15 @@ impl RunStore for Spy {
     async fn delete_due(&self, due: &steadfast::store::DueWait) -> steadfast::Result<()> {
         self.inner.delete_due(due).await
     }
+    async fn put_queued(&self, msg: &steadfast::store::QueuedMessage) -> steadfast::Result<()> {
+        self.inner.put_queued(msg).await
+    }
+    async fn list_queued(&self, run_id: &str) -> steadfast::Result<Vec<steadfast::store::QueuedMessage>> {
+        self.inner.list_queued(run_id).await
+    }
+    async fn delete_queued(&self, msg: &steadfast::store::QueuedMessage) -> steadfast::Result<()> {
+        self.inner.delete_queued(msg).await
+    }
     async fn get_state(&self, name: &str) -> steadfast::Result<Option<String>> {
         self.inner.get_state(name).await
     }

@@ -555,7 +555,9 @@ fn approved_call_interrupted_by_a_crash_is_not_run_again() {
     let env = new_env();
     let counters = Counters::default();
     let script = || vec![MockTurn::tools([("wire", json!({"amount": 100}))]), MockTurn::text("Checked the wire.")];
-    let agent = env.agent(MockModel::by_turn(script()), vec![gated_tool("wire", &counters)]);
+    // The crash point counts effects: no queue reads (steering) among them.
+    let no_steering = steadfast::runtime::AgentOptions { steer_poll_ms: None, ..Default::default() };
+    let agent = env.agent_with(MockModel::by_turn(script()), vec![gated_tool("wire", &counters)], no_steering, "");
     let paused = block_on(agent.send("r", "wire 100", opts())).unwrap();
     // Resolve, and "die" while the approved call runs (it does take effect).
     let crash = SendOptions { crash: Some(CrashPoint { after_effects: 4, finish_in_flight: true }), ..opts() };

@@ -159,6 +159,26 @@ impl<K: KvBackend> RunStore for SeedLayoutStore<K> {
         self.kv.delete(&format!("due/{:016}/{}/{}", due.at, due.wait_id, due.run_id)).await
     }
 
+    /// The seed had no queues; this keeps them as the journal store does (one key each, in queue order).
+    async fn put_queued(&self, msg: &steadfast::store::QueuedMessage) -> Result<()> {
+        self.put(&format!("queue/{}/{}", msg.run_id, msg.order_key()), &serde_json::to_string(msg).unwrap()).await
+    }
+
+    async fn list_queued(&self, run_id: &str) -> Result<Vec<steadfast::store::QueuedMessage>> {
+        let page = self.kv.list(&format!("queue/{run_id}/"), None, 1_000).await?;
+        let mut out = Vec::new();
+        for k in page.keys {
+            if let Some(v) = self.get(&k.name).await? {
+                out.extend(serde_json::from_str(&v).ok());
+            }
+        }
+        Ok(out)
+    }
+
+    async fn delete_queued(&self, msg: &steadfast::store::QueuedMessage) -> Result<()> {
+        self.kv.delete(&format!("queue/{}/{}", msg.run_id, msg.order_key())).await
+    }
+
     async fn get_state(&self, name: &str) -> Result<Option<String>> {
         self.get(&format!("state/{name}")).await
     }

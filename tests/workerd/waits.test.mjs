@@ -114,6 +114,10 @@ for (const mode of ["kv", "strict"]) {
     const listed = await call(first, "GET", "/approvals");
     assert.deepEqual(listed.json.map((a) => [a.id, a.kind]), [[wait.id, "event"]], listed.text);
     assert.ok(!listed.text.includes(wait.token), "the listing never shows the token");
+    const runs = await call(first, "GET", "/runs");
+    const run = runs.json.runs.find((r) => r.runId === "pay-1");
+    assert.deepEqual(run?.waits?.map((w) => [w.id, w.kind, w.dueAt]), [[wait.id, "event", wait.dueAt]], runs.text);
+    assert.ok(!runs.text.includes(wait.token), "GET /runs never shows the token");
     await first.stop();
 
     // Another process, later: nothing ran in between.
@@ -190,5 +194,35 @@ for (const mode of ["kv", "strict"]) {
     assert.deepEqual([result.content, result.isError ?? false], ["no", false], JSON.stringify(result));
     const again = await call(second, "POST", `/approvals/${wait.id}`, { answer: "no" });
     assert.deepEqual([again.status, again.json.error?.code], [404, "STEADFAST_APPROVAL_NOT_FOUND"], again.text);
+  });
+}
+
+for (const mode of ["kv", "strict"]) {
+  test(`${mode}: messages sent with queue to a run that waits are answered 202 and applied, in order, by the run's resumption`, { timeout: 90000 }, async () => {
+    const dir = stateDir(`steer-${mode}`);
+    const w = worker(mode, demo, dir);
+    const paused = await call(w, "POST", "/runs/steer-1", { input: "wait for the payment webhook" });
+    assert.equal(paused.json.status, "awaiting-approval", paused.text);
+    const first = await call(w, "POST", "/runs/steer-1", { input: "ship to the EU warehouse", queue: true });
+    assert.equal(first.status, 202, first.text);
+    assert.equal(first.json.queued.applied, false, first.text);
+    assert.match(first.json.queued.messageId, /^msg_/);
+    assert.equal(first.json.status, "awaiting-approval", "the stored run: nothing ran");
+    const second = await call(w, "POST", "/runs/steer-1", { input: "and gift-wrap it" }, { prefer: "queue" });
+    assert.equal(second.status, 202, second.text);
+    const alone = await call(w, "POST", "/runs/steer-1", { input: "x", interrupt: true });
+    assert.deepEqual([alone.status, alone.json.error?.code], [400, "STEADFAST_INVALID_INPUT"], alone.text);
+
+    const delivered = await deliver(w, paused.json.waits[0].token, { paid: true });
+    assert.equal(delivered.status, 200, delivered.text);
+    const view = await waitFor(async () => {
+      const r = await call(w, "GET", "/runs/steer-1");
+      return r.json.status === "finished" && r;
+    });
+    assert.ok(view, "the run finished");
+    const roles = view.json.messages.map((m) => m.role);
+    const users = view.json.messages.filter((m) => m.role === "user").map((m) => m.content);
+    assert.deepEqual(users, ["wait for the payment webhook", "ship to the EU warehouse", "and gift-wrap it"], view.text);
+    assert.ok(roles.indexOf("tool") < roles.lastIndexOf("user"), "after the event's result");
   });
 }

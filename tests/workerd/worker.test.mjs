@@ -618,14 +618,14 @@ test("the test build's /__conformance needs the token, then passes the store sui
   assert.equal((await call(open, "POST", "/__conformance")).status, 503);
   const r = await call(mf, "POST", "/__conformance");
   assert.equal(r.status, 200, r.text);
-  assert.match(r.text, /store conformance on WorkersKv: ok \(14 suites\)/);
+  assert.match(r.text, /store conformance on WorkersKv: ok \(15 suites\)/);
   // The Durable Object store (strict mode) on the real local binding, strict fencing asserted, and one SQLite
   // row written per durable boundary (measured by SQLite's rows_written, asserted inside the Worker).
-  assert.match(r.text, /store conformance on DurableObject: ok \(14 suites, strict fencing\)/);
+  assert.match(r.text, /store conformance on DurableObject: ok \(15 suites, strict fencing\)/);
   assert.match(r.text, /strict_writes_per_boundary=1\.00 \(40 rows for 40 boundaries\)/);
   // The runs kept inside one object, as the npm package's durableObjectStore keeps them (SqlRuns + SqlIndex
   // over the object's SQL storage, run inside a real local object), strict fencing asserted.
-  assert.match(r.text, /store conformance on the runs of one Durable Object \(durableObjectStore\): ok \(14 suites, strict fencing\)/);
+  assert.match(r.text, /store conformance on the runs of one Durable Object \(durableObjectStore\): ok \(15 suites, strict fencing\)/);
   console.log(r.text);
 });
 

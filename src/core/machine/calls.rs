@@ -146,6 +146,18 @@ impl TurnCalls {
         calls
     }
 
+    /// The calls that have not started, in call order: cleared to run but not handed out, or about to pause
+    /// for a reviewer.
+    pub(super) fn unstarted(&self) -> Vec<ToolCall> {
+        let mut calls = Vec::new();
+        for slot in &self.slots {
+            if matches!(slot.state, CallState::Ready { .. } | CallState::AwaitingApproval { .. }) {
+                calls.push(slot.call.clone());
+            }
+        }
+        calls
+    }
+
     /// Whether a call has no result yet.
     pub(super) fn has_open(&self) -> bool {
         self.slots.iter().any(|s| s.state.is_open())

@@ -60,11 +60,13 @@
 //! - `notify`: the runtime's answers and signals (`notify_*`);
 //! - `step`: what happens after each answer: state changes that need no I/O, the commit, then the effects that
 //!   need the committed state;
-//! - `calls`: the one state of each tool call of the current turn.
+//! - `calls`: the one state of each tool call of the current turn;
+//! - `steer`: reading the run's message queue at step boundaries and applying what it holds.
 
 mod calls;
 mod notify;
 mod start;
+mod steer;
 mod step;
 mod types;
 
@@ -93,6 +95,21 @@ enum Wait {
     Reconcile,
     /// `notify_approvals_recorded`; then the run pauses on this batch of approval ids.
     Approvals { batch: Vec<String> },
+    /// `notify_queue`.
+    Queue,
+}
+
+/// When the run's message queue was read ([`crate::core::steer`]): at most once per boundary of each kind within
+/// a turn (reset when the model answers), and no more often than the agent's `steer_poll_ms` (except before the
+/// run finishes).
+#[derive(Clone, Copy, Debug, Default)]
+struct QueueReads {
+    /// Read before this turn's calls start.
+    before_tools: bool,
+    /// Read before the next model call (or before the run finishes).
+    before_model: bool,
+    /// The clock reading of the last read.
+    last_at: Option<u64>,
 }
 
 /// Where the execution stands.
@@ -134,6 +151,8 @@ pub struct RunMachine {
     turn_finish: Option<FinishReason>,
     /// The tool call ids of the transcript, indexed as it grows (see `sanitize_calls`).
     call_ids: step::CallIds,
+    /// Reads of the message queue in this turn.
+    queue_reads: QueueReads,
 }
 
 impl RunMachine {

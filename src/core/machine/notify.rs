@@ -44,6 +44,9 @@ impl RunMachine {
             return Ok(());
         }
         self.waiting = None;
+        // A new turn: its boundaries may read the queue again.
+        self.queue_reads.before_tools = false;
+        self.queue_reads.before_model = false;
         self.cp.step_index += 1;
         self.cp.usage.add(resp.usage);
         self.cp.total_usage.add(resp.usage);
@@ -322,7 +325,7 @@ impl RunMachine {
         if self.phase != Phase::Active {
             return;
         }
-        if matches!(self.waiting, Some(Wait::Model | Wait::Gate | Wait::Reconcile)) {
+        if matches!(self.waiting, Some(Wait::Model | Wait::Gate | Wait::Reconcile | Wait::Queue)) {
             self.waiting = None;
         }
         for call in self.calls.open_calls() {
@@ -352,7 +355,7 @@ impl RunMachine {
 
     /// Whether the machine takes an answer to `wait` now: `Ok(false)` for a late answer after an abort or a
     /// failure decided the outcome (ignored), `STEADFAST_INTERNAL` from `notify` when it waits for something else.
-    fn awaits(&self, wait: Wait, notify: &str) -> Result<bool> {
+    pub(super) fn awaits(&self, wait: Wait, notify: &str) -> Result<bool> {
         if self.cut_short() {
             return Ok(false);
         }
@@ -380,6 +383,7 @@ impl RunMachine {
             (_, Some(Wait::Gate)) => "waits for gate verdicts",
             (_, Some(Wait::Reconcile)) => "waits for reconcile answers",
             (_, Some(Wait::Approvals { .. })) => "waits for approval records",
+            (_, Some(Wait::Queue)) => "waits for the message queue",
             (_, None) => "waits for running tools only",
         }
     }

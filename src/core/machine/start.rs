@@ -32,6 +32,12 @@ impl RunMachine {
                 check_message_depth("the input", m).map_err(|e| e.with_run(&run_id))?;
             }
         }
+        if matches!(start, Start::Drain) && cfg.steer_poll_ms.is_none() {
+            return Err(Error::invalid_input(format!(
+                "run '{run_id}': this agent does not read queued messages (steering is off)"
+            ))
+            .with_run(&run_id));
+        }
         let mut m = RunMachine {
             cp: Checkpoint::new(&run_id),
             cfg,
@@ -45,6 +51,7 @@ impl RunMachine {
             snapshot_next: false,
             turn_finish: None,
             call_ids: Default::default(),
+            queue_reads: Default::default(),
         };
         let annotate = matches!(start, Start::Quarantine | Start::Failed(_));
         let decisions = match stored {
@@ -57,6 +64,9 @@ impl RunMachine {
         if !annotate {
             m.cp.fingerprint = Some(m.cfg.fingerprint.clone());
         }
+        // The queue is read once the agent's interval has passed in this execution (a message sent before it
+        // began was applied by its sender, or waits for a boundary or the finish read).
+        m.queue_reads.last_at = Some(now);
         if m.phase == Phase::Active {
             m.enter_turn(decisions);
         }
@@ -69,7 +79,7 @@ impl RunMachine {
             Start::Send(input) => input,
             Start::Turn { prior: Some(prior), input } => return self.start_turn(*prior, input),
             Start::Turn { prior: None, input } => input,
-            Start::Resume => {
+            Start::Resume | Start::Drain => {
                 return Err(Error::new(
                     ErrorCode::CheckpointNotFound,
                     format!("run '{}' has no checkpoint", self.cfg.run_id),
@@ -104,8 +114,15 @@ impl RunMachine {
         self.cp.key_scope = self.cfg.key_scope.clone();
         self.snapshot_next = true;
         self.dirty = true;
+        self.skip_first_queue_read();
         self.emit(Event::RunStart { resumed: false, step: 0 });
         Ok(())
+    }
+
+    /// A run this execution creates has no queued message yet (a message names a run that exists): its first
+    /// model call reads no queue; its next boundaries do.
+    fn skip_first_queue_read(&mut self) {
+        self.queue_reads.before_model = true;
     }
 
     /// A session's next turn: `prior`'s conversation under this run's id, continued with `input`; the whole
@@ -131,6 +148,7 @@ impl RunMachine {
         self.start_stored_run(Start::Send(input))?;
         self.snapshot_next = true;
         self.dirty = true;
+        self.skip_first_queue_read();
         Ok(())
     }
 
@@ -259,19 +277,27 @@ impl RunMachine {
                     ))
                     .with_run(&run_id));
                 }
-                self.cp.input_start = self.cp.messages.len();
-                self.cp.input_len = input.len();
-                self.cp.messages.extend(input);
-                self.cp.step_index = 0;
-                self.cp.usage = Usage::default();
-                self.cp.status = RunStatus::InProgress;
-                self.cp.finish_reason = None;
-                self.cp.started_tool_call_ids.clear();
-                self.progress();
-                self.emit(Event::RunStart { resumed: true, step: 0 });
+                self.reopen(input);
             }
+            // Reads the queue first (see `steer`).
+            (RunStatus::Finished, Start::Drain) => {}
         }
         Ok(None)
+    }
+
+    /// A finished run continues as a conversation with `input` (non-empty user messages): a new run segment
+    /// (steps and usage count from zero, the conversation's totals go on).
+    pub(super) fn reopen(&mut self, input: Vec<Message>) {
+        self.cp.input_start = self.cp.messages.len();
+        self.cp.input_len = input.len();
+        self.cp.messages.extend(input);
+        self.cp.step_index = 0;
+        self.cp.usage = Usage::default();
+        self.cp.status = RunStatus::InProgress;
+        self.cp.finish_reason = None;
+        self.cp.started_tool_call_ids.clear();
+        self.progress();
+        self.emit(Event::RunStart { resumed: true, step: 0 });
     }
 
     fn check_drift(&mut self) -> Result<()> {

@@ -93,7 +93,7 @@ impl RunMachine {
             return;
         }
         self.calls.abandon_running();
-        if matches!(self.waiting, Some(Wait::Model | Wait::Gate | Wait::Reconcile)) {
+        if matches!(self.waiting, Some(Wait::Model | Wait::Gate | Wait::Reconcile | Wait::Queue)) {
             self.waiting = None;
         }
         self.cp.last_error = Some(err.info());
@@ -257,6 +257,13 @@ impl RunMachine {
         }
         if self.phase == Phase::Active {
             self.transitions();
+            if self.finish_read_due() {
+                // Before the final turn is committed: a message found continues the run in the same commit, and
+                // a run that finishes writes one entry, as without steering. (The state's `steered` ids are
+                // committed: only the model's turn is not.)
+                self.read_queue();
+                return;
+            }
             let calls = self.calls.calls_in(&CallState::AwaitingReconcile);
             if !calls.is_empty() {
                 let calls = calls.into_iter().map(|call| KeyedCall { key: self.key_of(&call), call }).collect();
@@ -301,6 +308,10 @@ impl RunMachine {
         }
         match self.cp.messages.last() {
             Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty() => {
+                if self.queue_read_due(QueuePoint::Finish) {
+                    // `advance` reads the queue first: a message sent during the last model call continues the run.
+                    return;
+                }
                 let reason = self.turn_finish.take().unwrap_or(FinishReason::Stop);
                 let note = (reason == FinishReason::Length).then(|| {
                     "Stopped: the model's answer was cut off at its output token limit (maxTokens). The transcript \
@@ -332,8 +343,17 @@ impl RunMachine {
     /// Effects that need the committed state: run the calls cleared to run, pause, call the model.
     pub(super) fn actions(&mut self) {
         if !self.calls.has_open() {
+            let point = if self.at_final_answer() { QueuePoint::Finish } else { QueuePoint::Model };
+            if self.queue_read_due(point) {
+                self.read_queue();
+                return;
+            }
             self.effects.push_back(Effect::CallModel { step: self.cp.step_index + 1 });
             self.waiting = Some(Wait::Model);
+            return;
+        }
+        if self.queue_read_due(QueuePoint::Tools) && !self.calls.unstarted().is_empty() {
+            self.read_queue();
             return;
         }
         let mut to_pause = Vec::new();
@@ -471,5 +491,49 @@ impl RunMachine {
             end = i - 1;
         }
         true
+    }
+}
+
+/// A boundary where the run's message queue may be read ([`crate::core::steer`]; answered in `steer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QueuePoint {
+    /// Before the current turn's calls start.
+    Tools,
+    /// Before the next model call.
+    Model,
+    /// Before the run finishes (its last turn has no calls): read whatever the interval says.
+    Finish,
+}
+
+impl RunMachine {
+    /// Whether to read the queue now, at `point`.
+    fn queue_read_due(&self, point: QueuePoint) -> bool {
+        let Some(poll) = self.cfg.steer_poll_ms else { return false };
+        let r = &self.queue_reads;
+        let elapsed = r.last_at.is_none_or(|at| self.now.saturating_sub(at) >= poll);
+        match point {
+            QueuePoint::Tools => !r.before_tools && elapsed,
+            QueuePoint::Model => !r.before_model && elapsed,
+            QueuePoint::Finish => !r.before_model,
+        }
+    }
+
+    /// Whether the unfinished run's last turn is a final answer that waits for the read before it finishes.
+    fn finish_read_due(&self) -> bool {
+        self.cp.status == RunStatus::InProgress
+            && !self.calls.has_open()
+            && self.at_final_answer()
+            && self.queue_read_due(QueuePoint::Finish)
+    }
+
+    /// Whether the last turn is a final answer (no calls), which finishes the run.
+    fn at_final_answer(&self) -> bool {
+        matches!(self.cp.messages.last(), Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty())
+    }
+
+    /// Asks for a read of the queue.
+    fn read_queue(&mut self) {
+        self.effects.push_back(super::Effect::ReadQueue);
+        self.waiting = Some(Wait::Queue);
     }
 }

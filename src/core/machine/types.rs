@@ -54,6 +54,9 @@ pub struct MachineConfig {
     /// ([`crate::core::idempotency::new_scope`]: the run id and a random nonce, drawn by the runtime). Ignored
     /// for a stored run, which keeps its own; a new run without one keys its calls by its id alone.
     pub key_scope: Option<String>,
+    /// Read the run's message queue ([`crate::core::steer`]) at step boundaries, at most once per this many ms
+    /// (and always before the run finishes); `None`: never (a queued message then waits for the sweep).
+    pub steer_poll_ms: Option<u64>,
 }
 
 /// How a machine is started.
@@ -80,6 +83,11 @@ pub enum Start {
     /// Record a failed attempt on the stored run (`lastError`, `attempts + 1`) when the attempt's own commit was
     /// refused for good (`STEADFAST_STORE_FAILED`): one commit, nothing runs.
     Failed(Error),
+    /// Apply the run's queued messages ([`crate::core::steer`]): an unfinished run is resumed (it reads its queue
+    /// at its boundaries); a finished run reads its queue first and continues with what it finds as with a send,
+    /// or ends at once, unchanged, when nothing is queued. Refused while the run waits on an approval (the
+    /// resumption after it reads the queue) and when the agent does not read queues.
+    Drain,
 }
 
 /// The runtime's verdict on a tool call before it runs.
@@ -233,6 +241,9 @@ pub enum Effect {
         /// One record per gated call.
         approvals: Vec<ApprovalRecord>,
     },
+    /// Read the run's message queue ([`crate::core::steer`]); answer with
+    /// [`RunMachine::notify_queue`](super::RunMachine::notify_queue) (the entries listed, in queue order).
+    ReadQueue,
     /// The execution is over.
     Finish(Outcome),
 }

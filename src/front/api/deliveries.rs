@@ -10,8 +10,9 @@ impl Api {
     /// `POST /deliveries/{id}`: a [`SendRequest`], executed once for the delivery.
     pub(super) async fn deliver(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
         let body: SendRequest = required_body(req)?;
-        let (input, business_state) = body.into_parts()?;
-        let (sink, opts) = self.start_sink(SendOptions { business_state, ..SendOptions::default() });
+        let mut opts = SendOptions::default();
+        let input = body.into_options(&mut opts)?;
+        let (sink, opts) = self.start_sink(opts);
         let agent = self.agent.clone();
         let delivery_id = id.to_string();
         let run = async move {

@@ -77,9 +77,10 @@ fn closing_frames(start: &Rc<StartSink>, run: LocalFuture<'static, ApiResponse>)
     })
 }
 
-/// Whether the request asks to be answered before its run ends (`Prefer: respond-async`, RFC 7240).
-fn prefers_async(req: &ApiRequest) -> bool {
-    req.header("prefer").is_some_and(|p| p.to_ascii_lowercase().contains("respond-async"))
+/// Whether the request's `Prefer` header (RFC 7240) names `token`: `respond-async` (answer before the run ends),
+/// `queue` (steering: queue the input for the execution that holds the run).
+fn prefers(req: &ApiRequest, token: &str) -> bool {
+    req.header("prefer").is_some_and(|p| p.to_ascii_lowercase().split(',').any(|t| t.trim() == token))
 }
 
 impl Api {
@@ -101,12 +102,14 @@ impl Api {
     ) -> Result<(Input, Rc<StartSink>, SendOptions, Option<FrameReader>)> {
         // An empty body is an empty request (one that does not parse was refused by `?`).
         let body: SendRequest = parse_body(&req.body, true)?.unwrap_or_default();
-        let (input, business_state) = body.into_parts()?;
+        let mut opts = SendOptions::default();
+        let input = body.into_options(&mut opts)?;
+        opts.queue |= prefers(req, "queue");
         let sse = req.header("accept").is_some_and(|a| a.contains("text/event-stream"));
         let (sender, frames) = sse.then(frame_queue).unzip();
         let start = Rc::new(StartSink { frames: sender, ..StartSink::default() });
-        let events: Option<Rc<dyn EventSink>> = (sse || self.spawner.is_some()).then(|| start.clone() as _);
-        Ok((input, start, SendOptions { business_state, events, ..SendOptions::default() }, frames))
+        opts.events = (sse || self.spawner.is_some()).then(|| start.clone() as _);
+        Ok((input, start, opts, frames))
     }
 
     /// Executes a run (`run` answers when it ends): here, in this request, without a spawner; with one, as a
@@ -133,7 +136,7 @@ impl Api {
             *task.answer.borrow_mut() = Some(answer);
             task.wake();
         }));
-        let respond_async = prefers_async(req);
+        let respond_async = prefers(req, "respond-async");
         let answer_from_start = respond_async || frames.is_some();
         let started = futures::future::poll_fn(|cx| {
             if answer_from_start && start.started.borrow().is_some() {

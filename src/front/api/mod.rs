@@ -32,7 +32,7 @@
 //! | method | path | does |
 //! |---|---|---|
 //! | GET | `/health` | liveness |
-//! | POST | `/runs/{id}` | [`SendRequest`](crate::front::contract::SendRequest) `{input, businessState?}`: start or continue a run → RunResult (SSE with `Accept: text/event-stream`) |
+//! | POST | `/runs/{id}` | [`SendRequest`](crate::front::contract::SendRequest) `{input, businessState?, queue?, interrupt?}`: start or continue a run → RunResult (SSE with `Accept: text/event-stream`); with `queue` (or `Prefer: queue`) while another execution holds the run: `202` and the message waits for its next step boundary |
 //! | POST | `/runs/{id}/resume` | finish an unfinished run → RunResult, or [`NothingToResume`](crate::front::contract::NothingToResume) |
 //! | GET | `/runs/{id}` | the run's state: a [`RunView`](crate::front::contract::RunView) |
 //! | DELETE | `/runs/{id}` | delete the run |
@@ -179,6 +179,12 @@ impl ApiResponse {
 
     fn ok<T: serde::Serialize>(v: &T) -> ApiResponse {
         ApiResponse::with(200, v)
+    }
+
+    /// A send's result: `202 Accepted` when its message was queued for the execution that holds the run and
+    /// nothing ran here (`queued.applied: false`), else `200`.
+    fn sent(r: &crate::runtime::RunResult) -> ApiResponse {
+        ApiResponse::with(if r.queued.as_ref().is_some_and(|q| !q.applied) { 202 } else { 200 }, r)
     }
 
     /// `204 No Content`: no body, no headers.

@@ -52,7 +52,7 @@ impl Api {
         let agent = self.agent.clone();
         let run_id = id.to_string();
         let run = async move {
-            agent.send(&run_id, input, opts).await.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::ok(&r))
+            agent.send(&run_id, input, opts).await.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::sent(&r))
         };
         Ok(self.execute(req, start, Box::pin(run), frames).await)
     }

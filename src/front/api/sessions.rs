@@ -29,7 +29,7 @@ impl Api {
                 Ok(s) => s.send(input, opts).await,
                 Err(e) => Err(e),
             };
-            res.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::ok(&r))
+            res.map_or_else(|e| ApiResponse::error(&e), |r| ApiResponse::sent(&r))
         };
         // In strict mode, in the object of the turn it executes first (a task of the object's, as a run's send).
         Ok(self.execute(req, start, Box::pin(run), frames).await)

@@ -131,12 +131,10 @@ pub(super) fn prepare(
     Ok(Prepared { opts: send_opts, sink, _link: link })
 }
 
-/// A send document ([`SendRequest`]: `{input, businessState?}`): the runtime input, with the business state
-/// put into `opts`.
+/// A send document ([`SendRequest`]: `{input, businessState?, queue?, interrupt?}`): the runtime input, with the
+/// rest put into `opts`.
 pub(super) fn request_of(request_json: &str, opts: &mut SendOptions) -> Result<Input> {
-    let (input, business_state) = SendRequest::from_json(request_json)?.into_parts()?;
-    opts.business_state = business_state;
-    Ok(input)
+    SendRequest::from_json(request_json)?.into_options(opts)
 }
 
 /// A result as JSON, with `events` added when they were asked for.

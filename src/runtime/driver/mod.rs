@@ -30,8 +30,8 @@ use crate::core::events::{
 use crate::core::machine::{Effect, Gate, KeyedCall, ModelResponse, Outcome, RunMachine, ToolOutcome};
 use crate::core::retry::NextRetry;
 use crate::core::transcript::{Message, ToolCall};
-use crate::store::DueWait;
 use crate::store::Lease;
+use crate::store::{DueWait, QueuedMessage};
 use pool::{Launch, ToolFuture, ToolPool};
 use serde_json::{Map, Value};
 use std::cell::Cell;
@@ -78,6 +78,8 @@ pub(crate) struct Driver<'a> {
     last_commit_ms: u64,
     /// The records of the pause this execution took, if it paused (what the run waits on).
     pub(crate) paused: Vec<ApprovalRecord>,
+    /// The queued messages handed to the machine (deleted once their ids are committed).
+    handed: Vec<QueuedMessage>,
 }
 
 /// Which hook entry point to run.
@@ -108,6 +110,7 @@ impl<'a> Driver<'a> {
             abort_seen: false,
             last_commit_ms: 0,
             paused: Vec::new(),
+            handed: Vec::new(),
         }
     }
 
@@ -255,9 +258,16 @@ impl<'a> Driver<'a> {
                         self.on_run_tool(&mut m, Launch { call, approval_id, key, wait_token }, &mut pool).await?
                     }
                     Effect::Pause { approvals } => self.on_pause(&mut m, &approvals, &mut pool).await?,
+                    Effect::ReadQueue => self.on_read_queue(&mut m, &mut pool).await?,
                     Effect::Finish(outcome) => {
                         // A result is reported only by a confirmed owner (a loser's journal is never read).
                         self.ensure_lease().await?;
+                        // The queued messages this execution applied are committed now: their entries go.
+                        let applied: Vec<QueuedMessage> = std::mem::take(&mut self.handed)
+                            .into_iter()
+                            .filter(|q| m.checkpoint().steered.contains(&q.id))
+                            .collect();
+                        self.forget_queued(&applied).await;
                         return Ok((m, outcome));
                     }
                 }
@@ -402,6 +412,31 @@ impl<'a> Driver<'a> {
         self.after_effect(pool).await?;
         deliver(m, |m| m.notify_approvals_recorded());
         Ok(())
+    }
+
+    /// [`Effect::ReadQueue`]: the run's queue is listed; the entries the run applied already (or that were queued
+    /// for another run of its id) are deleted, the others handed to the machine. A listing that fails reads as
+    /// empty: the next boundary reads again, and every queued message has a due entry the sweep acts on.
+    async fn on_read_queue(&mut self, m: &mut RunMachine, pool: &mut ToolPool) -> Result<()> {
+        // Deliberately ignored (`unwrap_or_default`): see above.
+        let listed = self.deps.store.list_queued(&self.lease.run_id).await.unwrap_or_default();
+        self.after_effect(pool).await?;
+        let (spent, fresh): (Vec<QueuedMessage>, Vec<QueuedMessage>) =
+            listed.into_iter().partition(|q| m.queue_entry_spent(q));
+        self.forget_queued(&spent).await;
+        self.handed.extend(fresh.iter().cloned());
+        deliver(m, |m| m.notify_queue(fresh));
+        Ok(())
+    }
+
+    /// Deletes queued messages and their due entries. Best effort: a message left behind is spent (its id is
+    /// recorded), so whoever lists it next deletes it again.
+    async fn forget_queued(&self, entries: &[QueuedMessage]) {
+        for q in entries {
+            // Deliberately ignored: see above.
+            let _ = self.deps.store.delete_queued(q).await;
+            let _ = self.deps.store.delete_due(&crate::runtime::steer::due_of(q)).await;
+        }
     }
 
     /// Group commit: every call that has settled by now (while the last commit was written, or at the same time

@@ -42,6 +42,9 @@ impl Agent {
     /// acknowledged, a run waiting on a person is left, an unfinished run is resumed, and only a new delivery
     /// is sent. A redelivery of a finished job makes no model call.
     pub async fn run_once(&self, delivery_id: &str, input: impl Into<Input>, opts: SendOptions) -> Result<Delivery> {
+        if opts.queue || opts.interrupt {
+            return Err(Error::invalid_input("a delivery runs its job once: it takes no queue or interrupt"));
+        }
         let mut run_id = delivery_run_id(delivery_id);
         let direct = format!("dlv-{delivery_id}");
         if run_id != direct && validate_run_id(&direct).is_ok() {

@@ -120,11 +120,13 @@ use super::keys::Keys;
 use super::kv::{KvBackend, PutOptions, MAX_BULK_GET};
 use super::object::split_parts;
 use super::{
-    sort_approvals, DueWait, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters,
+    sort_approvals, DueWait, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, QueuedMessage, RunStore,
+    StoreCounters,
 };
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::steer::sort_queue;
 use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
 use lease::{LeaseRecord, Writer};
@@ -325,6 +327,27 @@ impl<K: KvBackend> JournalStore<K> {
     /// The backend.
     pub fn kv(&self) -> &K {
         &self.kv
+    }
+
+    /// Every value under `prefix` that reads as a `T`, in key order: the names page by page, then the values
+    /// in bulk gets of at most [`MAX_BULK_GET`] (none when nothing is listed). A value that does not read as a
+    /// `T` is left out.
+    async fn list_values<T: serde::de::DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>> {
+        let mut names = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self.list(prefix, cursor.as_deref()).await?;
+            names.extend(page.keys.into_iter().map(|k| k.name));
+            match page.cursor {
+                Some(c) => cursor = Some(c),
+                None => break,
+            }
+        }
+        let mut out = Vec::new();
+        for chunk in names.chunks(MAX_BULK_GET) {
+            out.extend(self.get_many(chunk).await?.into_iter().flatten().filter_map(|v| serde_json::from_str(&v).ok()));
+        }
+        Ok(out)
     }
 
     /// The key builder.
@@ -639,26 +662,8 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
     }
 
     async fn list_approvals(&self) -> Result<Vec<ApprovalRecord>> {
-        let prefix = self.keys.approval_prefix();
-        let mut names = Vec::new();
-        let mut cursor: Option<String> = None;
-        loop {
-            let page = self.list(&prefix, cursor.as_deref()).await?;
-            names.extend(page.keys.into_iter().map(|k| k.name));
-            match page.cursor {
-                Some(c) => cursor = Some(c),
-                None => break,
-            }
-        }
-        let mut out = Vec::new();
-        for chunk in names.chunks(MAX_BULK_GET) {
-            for v in self.get_many(chunk).await?.into_iter().flatten() {
-                // Ignored (no else): see `RunStore::list_approvals` on unreadable records.
-                if let Ok(r) = serde_json::from_str::<ApprovalRecord>(&v) {
-                    out.push(r);
-                }
-            }
-        }
+        // Unreadable records are left out: see `RunStore::list_approvals`.
+        let mut out: Vec<ApprovalRecord> = self.list_values(&self.keys.approval_prefix()).await?;
         sort_approvals(&mut out);
         Ok(out)
     }
@@ -688,6 +693,21 @@ impl<K: KvBackend> RunStore for JournalStore<K> {
 
     async fn delete_due(&self, due: &DueWait) -> Result<()> {
         self.delete_retrying(&self.keys.due(due)).await
+    }
+
+    async fn put_queued(&self, msg: &QueuedMessage) -> Result<()> {
+        self.put_retrying(&self.keys.queued(msg), &encode(msg)?, PutOptions::default()).await
+    }
+
+    /// One list operation when the queue is empty (the common case at a step boundary).
+    async fn list_queued(&self, run_id: &str) -> Result<Vec<QueuedMessage>> {
+        let mut out: Vec<QueuedMessage> = self.list_values(&self.keys.queue_prefix(run_id)).await?;
+        sort_queue(&mut out);
+        Ok(out)
+    }
+
+    async fn delete_queued(&self, msg: &QueuedMessage) -> Result<()> {
+        self.delete_retrying(&self.keys.queued(msg)).await
     }
 
     async fn get_state(&self, name: &str) -> Result<Option<String>> {

@@ -11,7 +11,8 @@ use crate::store::index::{IndexMeta, IndexOp, IndexView};
 use crate::store::keys::Keys;
 use crate::store::kv::{check_value, KvBackend, PutOptions, MAX_LIST_LIMIT};
 use crate::store::{
-    sort_approvals, DueWait, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, RunStore, StoreCounters,
+    sort_approvals, DueWait, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, QueuedMessage, RunStore,
+    StoreCounters,
 };
 use crate::time::{Clock, Sleep};
 use async_trait::async_trait;
@@ -599,6 +600,19 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
     async fn put_state(&self, name: &str, value: &str) -> Result<()> {
         check_value(value)?;
         self.kv_put(&format!("{}state/{name}", self.prefix), value, PutOptions::default()).await
+    }
+
+    async fn put_queued(&self, msg: &QueuedMessage) -> Result<()> {
+        let request = ObjectRequest::PutQueued { key: msg.order_key(), message: encode(msg)? };
+        self.call_unit(&msg.run_id, request).await
+    }
+
+    async fn list_queued(&self, run_id: &str) -> Result<Vec<QueuedMessage>> {
+        self.call(run_id, ObjectRequest::ListQueued).await
+    }
+
+    async fn delete_queued(&self, msg: &QueuedMessage) -> Result<()> {
+        self.call_unit(&msg.run_id, ObjectRequest::DeleteQueued { key: msg.order_key() }).await
     }
 
     fn counters(&self) -> StoreCounters {

@@ -6,7 +6,7 @@ use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{EntryBody, JournalEntry};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::store::kv::check_value;
-use crate::store::{Lease, LeaseOptions};
+use crate::store::{Lease, LeaseOptions, QueuedMessage};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -151,6 +151,7 @@ impl ObjectStorage for MemoryObjectStorage {
 pub(super) const LEASE: &str = "lease";
 pub(super) const NULL: &str = "null";
 pub(super) const APPROVAL: &str = "approval/";
+pub(super) const QUEUE: &str = "queue/";
 
 /// The error of a value over a limit, naming what was written.
 pub(super) fn too_large(what: &str, bytes: usize, limit: usize) -> Error {
@@ -246,6 +247,24 @@ impl<S: ObjectStorage> RunObjectCore<S> {
             }
             ObjectRequest::DeleteApproval { id } => {
                 self.storage.write(vec![Write::Remove(format!("{APPROVAL}{id}"))])?;
+                Ok(NULL.into())
+            }
+            ObjectRequest::PutQueued { key, message } => {
+                check_value(&message)?;
+                if message.len() > MAX_META_BYTES {
+                    return Err(too_large(&format!("queued message '{key}'"), message.len(), MAX_META_BYTES));
+                }
+                self.storage.write(vec![Write::Put(format!("{QUEUE}{key}"), message)])?;
+                Ok(NULL.into())
+            }
+            // Rows list in key order, which is queue order.
+            ObjectRequest::ListQueued => {
+                let rows = self.storage.list(QUEUE)?;
+                let out: Vec<QueuedMessage> = rows.iter().filter_map(|(_, s)| serde_json::from_str(s).ok()).collect();
+                encode(&out)
+            }
+            ObjectRequest::DeleteQueued { key } => {
+                self.storage.write(vec![Write::Remove(format!("{QUEUE}{key}"))])?;
                 Ok(NULL.into())
             }
         }

@@ -27,7 +27,8 @@
 //!   machine writes one every so often), so its cost stays bounded. The object keeps its whole journal
 //!   (history of any depth).
 //! * **Approvals** live in their run's object (`meta` rows `approval/<id>`). A deleted run keeps them (the
-//!   contract's orphans).
+//!   contract's orphans). So do the run's **queued messages** (`meta` rows `queue/<order key>`): a send queues
+//!   a message in the object while the run executes there, and the execution reads it at its next boundary.
 //! * **The index** (in the [`KvBackend`]): `<prefix>idx/run/<run id>` while a run is unfinished, its list
 //!   metadata the run's listing summary (`IndexMeta`: status, step, attempts, last error,
 //!   approvals, quarantine, diagnosis marker, save time), and `<prefix>idx/approval/<approval id>` (list
@@ -147,6 +148,20 @@ pub enum ObjectRequest {
     DeleteApproval {
         /// Approval id.
         id: String,
+    },
+    /// Add a message to the run's queue (its JSON) under its queue order key: `()`.
+    PutQueued {
+        /// The message's order key ([`crate::core::steer::QueuedMessage::order_key`]).
+        key: String,
+        /// The message's JSON.
+        message: String,
+    },
+    /// The run's queued messages, in queue order: `Vec<QueuedMessage>` (unreadable ones left out).
+    ListQueued,
+    /// Remove a message from the run's queue: `()`.
+    DeleteQueued {
+        /// The message's order key.
+        key: String,
     },
 }
 
