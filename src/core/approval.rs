@@ -145,7 +145,7 @@ pub fn resolve_wait(mut record: ApprovalRecord, outcome: WaitOutcome) -> Result<
         if done.digest == outcome.digest && done.by == outcome.by {
             return Ok(Resolved::Again(record));
         }
-        let by = format!("{:?}", done.by).to_lowercase();
+        let by = format!("{:?}", done.by).to_ascii_lowercase();
         return Err(Error::new(
             ErrorCode::WaitAlreadyResolved,
             format!("the {} wait '{}' was resolved already (by {by})", record.kind.as_str(), record.id),
@@ -175,7 +175,8 @@ pub fn decide(mut record: ApprovalRecord, approved: bool, note: Option<String>) 
     if record.status != ApprovalStatus::Pending && record.status != wanted {
         return Err(Error::new(
             ErrorCode::ApprovalAlreadyDecided,
-            format!("approval '{}' was already {:?}", record.id, record.status).to_lowercase(),
+            // Ids are ASCII (`new_id`), so ASCII lowercasing is all `to_lowercase` did here.
+            format!("approval '{}' was already {:?}", record.id, record.status).to_ascii_lowercase(),
         )
         .with_approval(&record.id)
         .with_run(&record.run_id));

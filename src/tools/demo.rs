@@ -160,8 +160,15 @@ fn last_user_text<'a>(req: &ModelRequest<'a>) -> &'a str {
         .unwrap_or("")
 }
 
+/// The last user message in lower case, as far as "refund" and "webhook" can tell: ASCII lowercasing plus the
+/// one other character whose lowercase is one of their letters (U+212A KELVIN SIGN is 'k'), so it finds them
+/// exactly where `str::to_lowercase` would, without pulling Unicode's case tables into the Worker.
+fn lowered_user_text(req: &ModelRequest<'_>) -> String {
+    last_user_text(req).to_ascii_lowercase().replace('\u{212A}', "k")
+}
+
 fn wants_refund(req: &ModelRequest<'_>) -> bool {
-    last_user_text(req).to_lowercase().contains("refund")
+    lowered_user_text(req).contains("refund")
 }
 
 /// The offline default model's script for the tour (use it with `MockModel::by_turn`):
@@ -176,7 +183,7 @@ fn wants_refund(req: &ModelRequest<'_>) -> bool {
 pub fn demo_script() -> Vec<MockTurn> {
     vec![
         MockTurn::func(|req| {
-            if last_user_text(req).to_lowercase().contains("webhook") {
+            if lowered_user_text(req).contains("webhook") {
                 MockTurn::tools([("wait_for_event", json!({"deadlineSeconds": 86_400}))])
             } else if wants_refund(req) {
                 MockTurn::tools([("refund", json!({"order": 7}))])

@@ -6,6 +6,7 @@
 //! Tables: `journal(seq, part, snap, body)` keyed by `(seq, part)` and `meta(k, v)` keyed by `k`, both
 //! `WITHOUT ROWID` (the key is the table: one row written per insert, no secondary index).
 
+use super::platform::new_request;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::front::api::{Forward, RUN_HEADER};
 use crate::front::durable_sql::{Sql, SqlObjectStorage};
@@ -14,7 +15,7 @@ use crate::store::object::{ObjectClient, RunObjectCore};
 use async_trait::async_trait;
 use std::rc::Rc;
 use wasm_bindgen::JsValue;
-use worker::{durable_object, DurableObject, Env, Headers, Method, Request, RequestInit, Response, State};
+use worker::{durable_object, DurableObject, Env, Headers, Method, Request, Response, State};
 
 /// The binding of the run objects (wrangler.toml `[[durable_objects.bindings]]`).
 pub const BINDING: &str = "RUN_OBJECTS";
@@ -167,9 +168,9 @@ impl StubClient {
             headers.set(&k, &v)?;
         }
         headers.set(RUN_HEADER, &to.run)?;
-        let mut init = RequestInit::new();
-        init.with_method(req.method()).with_headers(headers).with_body(req.inner().body().map(JsValue::from));
-        stub.fetch_with_request(Request::new_with_init(&req.inner().url(), &init)?).await
+        let body = req.inner().body().map(JsValue::from);
+        stub.fetch_with_request(new_request(&req.inner().url(), req.method(), Some(&headers), body.as_ref(), false)?)
+            .await
     }
 
     /// Sends `POST <path>` (no body, the client's authorization, [`RUN_HEADER`] naming the run) to the object of
@@ -182,9 +183,8 @@ impl StubClient {
         headers.set(RUN_HEADER, &to.run)?;
         let url = req.inner().url();
         let url = format!("{}{path}", crate::http::split_url(&url).0);
-        let mut init = RequestInit::new();
-        init.with_method(Method::Post).with_headers(headers);
-        let mut resp = self.stub(&to.run)?.fetch_with_request(Request::new_with_init(&url, &init)?).await?;
+        let req = new_request(&url, Method::Post, Some(&headers), None, false)?;
+        let mut resp = self.stub(&to.run)?.fetch_with_request(req).await?;
         // Read to the end: the turn has finished (or failed) once its answer is complete.
         resp.text().await.map(|_| ())
     }
@@ -198,9 +198,8 @@ impl StubClient {
         async {
             // Ignored: a FireCall (strings, a number) always serialises.
             let body = serde_json::to_string(&call).unwrap_or_default();
-            let mut init = RequestInit::new();
-            init.with_method(Method::Post).with_body(Some(JsValue::from_str(&body)));
-            let req = Request::new_with_init(&format!("https://run-object{FIRE_PATH}"), &init)?;
+            let body = JsValue::from_str(&body);
+            let req = new_request(&format!("https://run-object{FIRE_PATH}"), Method::Post, None, Some(&body), false)?;
             self.stub(&run_id)?.fetch_with_request(req).await?.text().await
         }
         .await
@@ -216,10 +215,8 @@ impl StubClient {
     pub async fn conformance_runs(&self, name: &str) -> Result<String> {
         let failed = |e: worker::Error| Error::new(ErrorCode::StoreUnavailable, format!("{name}: {e}"));
         let stub = self.ns.id_from_name(name).and_then(|id| id.get_stub()).map_err(failed)?;
-        let mut init = RequestInit::new();
-        init.with_method(Method::Post);
-        let req =
-            Request::new_with_init(&format!("https://run-object{CONFORMANCE_RUNS_PATH}"), &init).map_err(failed)?;
+        let req = new_request(&format!("https://run-object{CONFORMANCE_RUNS_PATH}"), Method::Post, None, None, false)
+            .map_err(failed)?;
         stub.fetch_with_request(req).await.map_err(failed)?.text().await.map_err(failed)
     }
 
@@ -236,9 +233,9 @@ impl ObjectClient for StubClient {
         let unavailable =
             |e: worker::Error| Error::new(ErrorCode::StoreUnavailable, format!("run '{run_id}': the run object: {e}"));
         let stub = self.stub(run_id).map_err(unavailable)?;
-        let mut init = RequestInit::new();
-        init.with_method(Method::Post).with_body(Some(JsValue::from_str(&call)));
-        let req = Request::new_with_init(&format!("https://run-object{STORE_PATH}"), &init).map_err(unavailable)?;
+        let call = JsValue::from_str(&call);
+        let req = new_request(&format!("https://run-object{STORE_PATH}"), Method::Post, None, Some(&call), false)
+            .map_err(unavailable)?;
         let mut resp = stub.fetch_with_request(req).await.map_err(unavailable)?;
         resp.text().await.map_err(unavailable)
     }

@@ -14,7 +14,7 @@ use serde_json::Value;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use worker::web_sys::ReadableStream;
-use worker::{AbortController, ByteStream, Fetch, Headers, Method, Request, RequestInit, RequestRedirect};
+use worker::{AbortController, ByteStream, Fetch, Headers, Method, Request};
 
 /// Timeout when a request gives none (`timeout_ms: 0`).
 const DEFAULT_TIMEOUT_MS: u64 = 60_000;
@@ -41,6 +41,38 @@ impl HttpClient for FetchClient {
     }
 }
 
+/// workers-rs's `Request::new_with_init(url, &init)`, for the `RequestInit` fields we set (method, headers, body,
+/// redirect), with the same error. Built on `web_sys::RequestInit` directly: workers-rs's conversion of its
+/// `RequestInit` also handles the `cf` properties (image resizing options and their serialisers), which we
+/// never set but which stayed in the Worker's wasm (~6 KB gzip). The answer is `Request::from` the
+/// `web_sys::Request` (it differs only in workers-rs's private "immutable" flag, which guards `headers_mut` and
+/// `path_mut`: none of our requests is changed after it is built).
+pub(crate) fn new_request(
+    url: &str,
+    method: Method,
+    headers: Option<&Headers>,
+    body: Option<&JsValue>,
+    manual_redirect: bool,
+) -> worker::Result<Request> {
+    use worker::web_sys;
+    let init = web_sys::RequestInit::new();
+    if let Some(headers) = headers.filter(|h| !h.is_empty()) {
+        init.set_headers(headers.as_ref());
+    }
+    init.set_method(method.as_ref());
+    init.set_redirect(if manual_redirect {
+        web_sys::RequestRedirect::Manual
+    } else {
+        web_sys::RequestRedirect::Follow
+    });
+    if let Some(body) = body {
+        init.set_body(body);
+    }
+    web_sys::Request::new_with_str_and_init(url, &init).map(Request::from).map_err(|e| {
+        worker::Error::JsError(e.as_string().unwrap_or_else(|| "invalid URL or options for Request".to_string()))
+    })
+}
+
 /// One attempt: a 2xx body goes to `on_chunk` while it is read when there is one, every other body into a
 /// [`CappedBody`].
 async fn exchange(
@@ -52,13 +84,11 @@ async fn exchange(
     for (k, v) in &req.headers {
         headers.set(k, v).map_err(|e| net("bad header", e))?;
     }
-    let mut init = RequestInit::new();
+    let body = req.body.as_deref().map(JsValue::from_str);
     // Redirects are not followed: a redirect could leave an allow-listed host (a 3xx is an answer).
-    init.with_method(Method::from(req.method.clone())).with_headers(headers).with_redirect(RequestRedirect::Manual);
-    if let Some(body) = &req.body {
-        init.with_body(Some(wasm_bindgen::JsValue::from_str(body)));
-    }
-    let request = Request::new_with_init(&req.url, &init).map_err(|e| net("bad request", e))?;
+    let method = Method::from(req.method.clone());
+    let request =
+        new_request(&req.url, method, Some(&headers), body.as_ref(), true).map_err(|e| net("bad request", e))?;
     let controller = AbortController::default();
     let signal = controller.signal();
     let exchange = async {
