@@ -14,11 +14,11 @@ macro_rules! codes {
         /// Stable error codes. The string form (`as_str`) is part of the public API.
         // Serialize and Deserialize are written by hand below (the string form, through `as_str` and `parse`):
         // serde's derive matched the 37 strings a second time, in each deserializer's visitor (~5 KB gzip of
-        // the Worker). The `serde` attributes are for ts-rs only.
+        // the Worker). The `ts` attributes name the strings for ts-rs.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
         pub enum ErrorCode {
-            $( $(#[$doc])* #[cfg_attr(feature = "ts", serde(rename = $text))] $variant, )*
+            $( $(#[$doc])* #[cfg_attr(feature = "ts", ts(rename = $text))] $variant, )*
         }
 
         impl ErrorCode {
