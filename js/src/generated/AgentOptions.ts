@@ -44,4 +44,11 @@ maxToolResultBytes: number,
  * Built-in tools that wait, added to the agent's own (default none): `ask_question` (a person's answer
  * is the result), `sleep_for`, `sleep_until` (see [`crate::core::wait`]).
  */
-waitTools: Array<WaitTool>, };
+waitTools: Array<WaitTool>, 
+/**
+ * Read the run's message queue (messages sent with `queue: true`, [`crate::core::steer`]) at step
+ * boundaries, at most once per this many ms (and always before a run finishes). `None` turns steering off:
+ * no queue is read, and a send with `queue: true` is refused. Default 1,000 ms: on Workers KV a read is one
+ * `list` operation, so this bounds what steering costs a fast run.
+ */
+steerPollMs: number | null, };

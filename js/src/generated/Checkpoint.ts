@@ -110,6 +110,11 @@ heldResults?: Array<ToolResult>,
  */
 queuedInput?: Array<Message>, 
 /**
+ * Ids of the queued messages ([`crate::core::steer`]) this run applied, in the order applied: a listed
+ * message whose id is here is never applied again.
+ */
+steered?: Array<string>, 
+/**
  * Extension state (progress-guard counters and the like), kept across crashes.
  */
 ext?: JsonValue, 

@@ -113,7 +113,15 @@ toolCallId: string,
 /**
  * How it was resolved.
  */
-by: ResolvedBy, } | { "type": "agent.drift" } & AgentDrift | { "type": "heal.action", 
+by: ResolvedBy, } | { "type": "message.applied", 
+/**
+ * The queued message's id.
+ */
+messageId: string, 
+/**
+ * The calls it stopped.
+ */
+stoppedToolCallIds?: Array<string>, } | { "type": "agent.drift" } & AgentDrift | { "type": "heal.action", 
 /**
  * Tool name.
  */

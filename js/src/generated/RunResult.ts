@@ -2,6 +2,7 @@
 import type { FinishReason } from "./FinishReason.js";
 import type { Message } from "./Message.js";
 import type { PendingWait } from "./PendingWait.js";
+import type { QueuedSend } from "./QueuedSend.js";
 import type { RunStats } from "./RunStats.js";
 import type { RunStatus } from "./RunStatus.js";
 import type { Usage } from "./Usage.js";
@@ -68,4 +69,9 @@ stats: RunStats,
  * The tools' waits the run paused on in this execution (questions, events, timers; approvals are in
  * `approval_ids`), with each event wait's token: the execution that paused hands it to its caller.
  */
-waits?: Array<PendingWait>, };
+waits?: Array<PendingWait>, 
+/**
+ * A send with `queue: true` ([`crate::core::steer`]): the message it queued, and whether the run applied it
+ * by the end of this call.
+ */
+queued?: QueuedSend, };
