@@ -444,7 +444,7 @@ const UNKNOWN_KEYS = [
   ["a tool's needsAproval", () => agentOf({ tools: [{ name: "t", description: "", needsAproval: true, execute: () => 1 }] }), /^tool 't': unknown key "needsAproval"/],
   ["progressGuard", () => agentOf({ hooks: [progressGuard({ hintAftr: 2 })] }), /^hooks\[0\] \(progressGuard\): unknown key "hintAftr"/],
   ["defineHook", () => agentOf({ hooks: [defineHook({ name: "h", beforeTool: () => undefined, afterTools: () => undefined })] }), /^hooks\[0\] \(custom\): unknown key "afterTools"/],
-  ["send", () => agentOf().send("hi", { sessionId: "s", event: true }), /^send options: unknown key "event" \(it takes sessionId, businessState, events, onEvent, signal\)$/],
+  ["send", () => agentOf().send("hi", { sessionId: "s", event: true }), /^send options: unknown key "event" \(it takes sessionId, businessState, queue, interrupt, events, onEvent, signal\)$/],
   ["stream", async () => { for await (const _ of agentOf().stream("hi", { sessionId: "s", onEvent: () => 1 })); }, /^stream options: unknown key "onEvent"/],
   ["runOnce", () => agentOf().runOnce("d1", "hi", { bussinessState: {} }), /^runOnce options: unknown key "bussinessState"/],
   ["resume", () => agentOf().resume("s", { event: true }), /^resume options: unknown key "event"/],

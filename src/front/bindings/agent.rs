@@ -103,6 +103,10 @@ impl JsAgent {
 
         let agent_options = agent_options_of(|key| {
             let v = prop(options, key);
+            // `steerPollMs: null` turns steering off (its `null` is a value); any other option's `null` is absent.
+            if v.is_null() && key == "steerPollMs" {
+                return Ok(Some(Value::Null));
+            }
             if absent(&v) {
                 return Ok(None);
             }
