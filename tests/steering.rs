@@ -311,3 +311,36 @@ fn queue_is_refused_with_a_code_when_steering_is_off_or_the_message_is_too_large
         assert_eq!(user_texts(&block_on(a.load("r7")).unwrap().unwrap().messages), ["hello"], "{name}");
     }
 }
+
+#[test]
+fn a_message_whose_drain_is_refused_for_good_leaves_the_due_index_and_waits_for_the_runs_next_execution() {
+    for (name, make) in stores() {
+        let env = make();
+        let a = env.agent_with(MockModel::by_turn(vec![echo(), echo(), echo()]), vec![], every_boundary(), "");
+        block_on(a.send("r7", "hello", SendOptions::default())).unwrap();
+        let lease =
+            block_on(env.store.acquire_lease("r7", "someone", env.clock.now_ms(), &Default::default())).unwrap();
+        block_on(a.send("r7", "still there?", queued(false))).unwrap();
+        block_on(env.store.release_lease(&lease)).unwrap();
+
+        // The sweep's agent has steering off (an operator turned it off while messages were queued): it
+        // refuses to drain.
+        let off = AgentOptions { steer_poll_ms: None, ..Default::default() };
+        let drifted = env.agent_with(MockModel::by_turn(vec![echo(), echo()]), vec![], off, "");
+        env.clock.advance(DUE_AFTER_MS + 1_000);
+        let sweep = SweepOptions::default();
+        let first = block_on(drifted.sweep(&sweep, &NoListener)).unwrap();
+        assert_eq!(first.errors, 1, "{name}: the refusal is reported");
+        assert!(block_on(env.store.list_due(u64::MAX, 100)).unwrap().is_empty(), "{name}: its due entry went");
+        assert_eq!(block_on(env.store.list_queued("r7")).unwrap().len(), 1, "{name}: the message stays queued");
+        // The next tick does not try again.
+        let second = block_on(drifted.sweep(&sweep, &NoListener)).unwrap();
+        assert_eq!(second.errors, 0, "{name}: not retried every tick");
+
+        // The run's next execution applies it at its first boundary (after the new input, before the model).
+        let r = block_on(a.send("r7", "and now?", SendOptions::default())).unwrap();
+        assert_eq!(user_texts(&r.messages), ["hello", "and now?", "still there?"], "{name}: applied once");
+        assert_eq!(block_on(a.load("r7")).unwrap().unwrap().last_text(), "heard: still there?", "{name}");
+        assert_clean(&env, "r7", name);
+    }
+}

@@ -138,7 +138,16 @@ impl Agent {
                         report.dropped += 1;
                     }
                     Ok(false) => report.busy += 1,
-                    Err(e) => report.failed.push((entry.run_id.clone(), e)),
+                    Err(e) => {
+                        if !e.retryable() {
+                            // Refused for good (the agent drifted from the run, a tool it needs is gone): trying
+                            // every tick changes nothing. The message stays queued; the run's next execution
+                            // (a send, a resume) applies it.
+                            // Ignored: an entry that stays is met again next time.
+                            let _ = self.store().delete_due(&entry).await;
+                        }
+                        report.failed.push((entry.run_id.clone(), e));
+                    }
                 }
                 continue;
             }
