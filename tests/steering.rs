@@ -3,7 +3,8 @@
 //! execution holds the run is recorded and applied by that execution at its next step boundary, once; an
 //! `interrupt` message stops the calls that have not started (`not-run` results naming it); a message for a run
 //! paused on an approval is applied by the resumption; a message nobody read is taken up by the sweep; a message
-//! queued for a deleted run never reaches a new run of the same id; steering off refuses `queue`.
+//! queued for a deleted run never reaches a new run of the same id; a drain refused for good leaves the due index
+//! (the message waits for the run's next execution); steering off refuses `queue`.
 
 mod common;
 
