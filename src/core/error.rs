@@ -133,6 +133,8 @@ codes! {
     WaitNotFound = "STEADFAST_WAIT_NOT_FOUND", retryable = false, status = 404, outage = false;
     /// The wait was resolved already, differently (another payload, another answer, its deadline).
     WaitAlreadyResolved = "STEADFAST_WAIT_ALREADY_RESOLVED", retryable = false, status = 409, outage = false;
+    /// A sub-agent's call would start a child deeper than the lead's `maxSubagentDepth` (default 3).
+    SubagentDepth = "STEADFAST_SUBAGENT_DEPTH", retryable = false, status = 409, outage = false;
     /// A bug: an invariant of the run state machine did not hold.
     Internal = "STEADFAST_INTERNAL", retryable = false, status = 500, outage = false;
 }

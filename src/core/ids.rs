@@ -74,6 +74,48 @@ pub fn fire_run_id(schedule_id: &str, fire_secs: u64) -> String {
     format!("{schedule_id}.{fire_secs}{FIRE_SUFFIX}")
 }
 
+/// Between a run id and a sub-agent's name in a child run's id: `<parent>.sub-<name>-<12 hex digits>`.
+pub const SUB_INFIX: &str = ".sub-";
+
+/// Hex digits of the parent call's key in a child run's id (48 bits: unique among one run's calls).
+const SUB_KEY_LEN: usize = 12;
+
+/// The run id of the child run sub-agent `name` runs for the call whose key is `call_key` in run `parent`
+/// (`<parent>.sub-<name>-<first 12 hex digits of the key>`): the same for the same call on every resume, so a
+/// resumed parent finds its child. Fails with `STEADFAST_SESSION_ID_INVALID` when it would be longer than
+/// [`MAX_RUN_ID_LEN`].
+pub fn subagent_run_id(parent: &str, name: &str, call_key: &str) -> Result<String> {
+    let key = call_key.get(..SUB_KEY_LEN).unwrap_or(call_key);
+    let id = format!("{parent}{SUB_INFIX}{name}-{key}");
+    validate_run_id(&id)?;
+    Ok(id)
+}
+
+/// A child run's parent run id and sub-agent name; `None` for a run that is no sub-agent's.
+pub fn subagent_parent(run_id: &str) -> Option<(&str, &str)> {
+    let pos = run_id.rfind(SUB_INFIX)?;
+    let tail = &run_id[pos + SUB_INFIX.len()..];
+    let dash = tail.len().checked_sub(SUB_KEY_LEN + 1)?;
+    let (name, key) = (&tail[..dash], &tail[dash + 1..]);
+    if name.is_empty() || !tail[dash..].starts_with('-') || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some((&run_id[..pos], name))
+}
+
+/// The sub-agent names from the top run down to `run_id` (empty for a run that is no sub-agent's): `["a", "b"]`
+/// for `lead.sub-a-<key>.sub-b-<key>`. Its length is the run's depth.
+pub fn subagent_path(run_id: &str) -> Vec<&str> {
+    let mut path = Vec::new();
+    let mut id = run_id;
+    while let Some((parent, name)) = subagent_parent(id) {
+        path.push(name);
+        id = parent;
+    }
+    path.reverse();
+    path
+}
+
 /// Longest session (and schedule) id, in characters.
 pub const MAX_SESSION_ID_LEN: usize = 128;
 
@@ -119,7 +161,7 @@ pub fn validate_new_run_id(id: &str) -> Result<()> {
 }
 
 /// Refuses a run id that ends with a suffix reserved for runs the runtime creates for sessions and schedules
-/// (`.turn-<n>`, `.fire`, `.paused`): a plain send may neither create nor continue one (a session's turns
+/// (`.turn-<n>`, `.fire`, `.paused`) and for sub-agents' child runs (`.sub-`): a plain send may neither create nor continue one (a session's turns
 /// continue through the session).
 pub fn check_reserved_suffix(id: &str) -> Result<()> {
     let reserved = |why: &str| {
@@ -130,6 +172,9 @@ pub fn check_reserved_suffix(id: &str) -> Result<()> {
     };
     if id.ends_with(".paused") || id.ends_with(FIRE_SUFFIX) {
         return reserved("the suffixes '.paused' and '.fire' are reserved (a schedule's fires end with '.fire')");
+    }
+    if id.contains(SUB_INFIX) {
+        return reserved("'.sub-' is reserved for the child runs of sub-agents (a lead's tool call starts them)");
     }
     if let Some(pos) = id.rfind(TURN_INFIX) {
         let tail = &id[pos + TURN_INFIX.len()..];
@@ -149,6 +194,25 @@ mod tests {
         for id in ["a", "chat-42", "order_7", "trip.fork-1", "x.heal", "A.b.C", &"a".repeat(200), "a.turn-x"] {
             assert!(validate_run_id(id).is_ok(), "{id}");
         }
+    }
+
+    #[test]
+    fn a_child_run_id_names_its_parent_and_sub_agent_and_is_reserved() {
+        let key = "0123456789abcdef0123456789abcdef";
+        let child = subagent_run_id("lead", "research", key).unwrap();
+        assert_eq!(child, "lead.sub-research-0123456789ab");
+        assert_eq!(subagent_parent(&child), Some(("lead", "research")));
+        let grandchild = subagent_run_id(&child, "fetch-web", key).unwrap();
+        assert_eq!(subagent_parent(&grandchild), Some((child.as_str(), "fetch-web")));
+        assert_eq!(subagent_path(&grandchild), ["research", "fetch-web"]);
+        assert!(subagent_path("lead").is_empty());
+        for id in ["lead.sub-x", "lead.sub--0123456789ab", "lead.sub-x-0123456789zz", "a.turn-1"] {
+            assert_eq!(subagent_parent(id), None, "{id}");
+        }
+        assert_eq!(check_reserved_suffix(&child).unwrap_err().code, ErrorCode::SessionIdInvalid);
+        assert_eq!(check_reserved_suffix("lead.sub-whatever").unwrap_err().code, ErrorCode::SessionIdInvalid);
+        let long = "a".repeat(180);
+        assert_eq!(subagent_run_id(&long, "research", key).unwrap_err().code, ErrorCode::SessionIdInvalid);
     }
 
     #[test]

@@ -22,6 +22,7 @@ use std::rc::Rc;
 
 use super::options::{AgentOptions, SendOptions};
 use super::result::RunResult;
+use super::subagent::{SubagentDecl, SubagentTool};
 
 /// Input for `send`: text, one message or several.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -67,6 +68,8 @@ pub struct AgentBuilder {
     rng: Option<Rc<dyn Rng>>,
     warn: Option<Warn>,
     observer: Option<Rc<dyn EventSink>>,
+    subagents: Vec<SubagentDecl>,
+    max_subagent_depth: usize,
 }
 
 impl AgentBuilder {
@@ -79,6 +82,22 @@ impl AgentBuilder {
     /// Adds a shared tool.
     pub fn tool_rc(mut self, tool: Rc<dyn Tool>) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Declares a sub-agent: the model sees a tool `name` (`{task}`) whose call runs `agent` on the task as a
+    /// child run of its own (`<run>.sub-<name>-<call key>`). The sub-agent shares this agent's store,
+    /// clock, timer, random source, warnings and observer unless its builder sets its own. Resolve its
+    /// approvals, deliver its events and resume its runs through this agent: it owns the whole tree.
+    pub fn subagent(mut self, name: impl Into<String>, description: impl Into<String>, agent: AgentBuilder) -> Self {
+        self.subagents.push(SubagentDecl { name: name.into(), description: description.into(), builder: agent });
+        self
+    }
+
+    /// How deep sub-agents may nest below this agent (default 3): a call that would start a child deeper answers
+    /// with a `STEADFAST_SUBAGENT_DEPTH` error result. The top agent's setting holds for the whole tree.
+    pub fn max_subagent_depth(mut self, depth: usize) -> Self {
+        self.max_subagent_depth = depth;
         self
     }
 
@@ -155,8 +174,33 @@ impl AgentBuilder {
     /// Checks the configuration and builds the agent. Fails with `STEADFAST_CONFIG_INVALID` for duplicate or
     /// empty tool names, schemas that do not compile, a missing store, or (on wasm) a missing clock/timer.
     pub fn build(self) -> Result<Agent> {
+        let depth = self.max_subagent_depth;
+        self.build_at(0, depth)
+    }
+
+    /// Builds the agent `level` sub-agent levels below the top, whose depth limit is `max_depth`.
+    fn build_at(mut self, level: usize, max_depth: usize) -> Result<Agent> {
         let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
-        let store = self.store.ok_or_else(|| cfg("an agent needs a store (e.g. MemoryStore::new())".into()))?;
+        let store = self.store.clone().ok_or_else(|| cfg("an agent needs a store (e.g. MemoryStore::new())".into()))?;
+        let mut subagents = Vec::new();
+        let mut subagent_tools: Vec<Rc<SubagentTool>> = Vec::new();
+        for decl in std::mem::take(&mut self.subagents) {
+            let mut b = decl.builder;
+            b.store = b.store.or_else(|| Some(store.clone()));
+            b.clock = b.clock.or_else(|| self.clock.clone());
+            b.sleep = b.sleep.or_else(|| self.sleep.clone());
+            b.rng = b.rng.or_else(|| self.rng.clone());
+            b.warn = b.warn.or_else(|| self.warn.clone());
+            b.observer = b.observer.or_else(|| self.observer.clone());
+            let child = b.build_at(level + 1, max_depth)?;
+            if !Rc::ptr_eq(&child.deps.store, &store) {
+                return Err(cfg(format!("sub-agent '{}' must use its lead's store", decl.name)));
+            }
+            let tool = Rc::new(SubagentTool::new(decl.name.clone(), decl.description, child.clone(), max_depth));
+            subagent_tools.push(tool.clone());
+            self.tools.push(tool);
+            subagents.push((decl.name, child));
+        }
         let mut names = BTreeSet::new();
         let mut tools = Vec::new();
         let mut specs = Vec::new();
@@ -181,7 +225,8 @@ impl AgentBuilder {
                 description: t.description().to_string(),
                 input_schema: t.input_schema().clone(),
             });
-            tools.push(RegisteredTool { tool: t, schema });
+            let subagent = subagent_tools.iter().find(|s| Rc::as_ptr(s) as *const u8 == Rc::as_ptr(&t) as *const u8);
+            tools.push(RegisteredTool { tool: t, schema, subagent: subagent.cloned() });
         }
         if self.options.max_steps == 0 {
             return Err(cfg("maxSteps must be at least 1".into()));
@@ -222,6 +267,8 @@ impl AgentBuilder {
                 warn: self.warn,
                 observer: self.observer,
                 fingerprint,
+                level,
+                subagents,
             }),
         })
     }
@@ -264,6 +311,8 @@ impl Agent {
             rng: None,
             warn: None,
             observer: None,
+            subagents: Vec::new(),
+            max_subagent_depth: super::subagent::DEFAULT_MAX_SUBAGENT_DEPTH,
         }
     }
 
@@ -354,7 +403,7 @@ impl Agent {
         opts: &SendOptions,
     ) -> Result<Option<(RunResult, Vec<String>)>> {
         validate_run_id(run_id)?;
-        let deps = &self.deps;
+        let deps = self.deps.for_run_or_err(run_id)?;
         let before = deps.store.counters();
         // Refusals that need no lease (and so write nothing).
         let pre = deps.store.load(run_id).await?;
@@ -397,7 +446,9 @@ impl Agent {
             .await?;
         let Some(driven) = driven else { return Ok(None) };
         let steered = driven.machine.checkpoint().steered.clone();
-        Ok(Some((driven.report(deps.store.counters().since(&before))?, steered)))
+        let report = driven.report(deps.store.counters().since(&before))?;
+        self.deps.after_execution(run_id, opts).await?;
+        Ok(Some((report, steered)))
     }
 }
 

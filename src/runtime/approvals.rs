@@ -134,8 +134,20 @@ impl Approvals<'_> {
     /// on it and, for the resume, once the lease is confirmed. [`Settled::Moved`]: the run no longer waits on
     /// it (moved on after an earlier resolution: the caller decides whether that is a repeat); the record is
     /// left as it is. [`Settled::Orphaned`]: the run is gone or replaced; the record was withdrawn.
+    /// Then, as after any execution, a finished child run's result goes to its lead ([`Deps::after_execution`]),
+    /// also for a repeat (the run moved past the record already: a delivery lost to a crash is made now).
     pub(crate) async fn settle(&self, rec: ApprovalRecord, opts: SendOptions) -> Result<Settled> {
-        let deps = self.deps;
+        let run_id = rec.run_id.clone();
+        let settled = self.settle_here(rec, opts.clone()).await?;
+        if matches!(settled, Settled::Run(_) | Settled::Moved(_)) {
+            self.deps.after_execution(&run_id, &opts).await?;
+        }
+        Ok(settled)
+    }
+
+    /// [`Approvals::settle`] without the deliveries that follow it.
+    async fn settle_here(&self, rec: ApprovalRecord, opts: SendOptions) -> Result<Settled> {
+        let deps = self.deps.for_run_or_err(&rec.run_id)?;
         let store = &deps.store;
         let before = store.counters();
         let id = rec.id.clone();

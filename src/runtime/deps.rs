@@ -17,6 +17,9 @@ use std::rc::Rc;
 pub(crate) struct RegisteredTool {
     pub(crate) tool: Rc<dyn Tool>,
     pub(crate) schema: Schema,
+    /// The same tool when it is a sub-agent's: the driver runs it with the execution's options (abort, and in
+    /// tests its crash budget), which the child's execution takes on.
+    pub(crate) subagent: Option<Rc<super::subagent::SubagentTool>>,
 }
 
 /// What an agent's executions depend on (see the module docs).
@@ -37,6 +40,10 @@ pub(crate) struct Deps {
     /// Sees every execution's events besides the caller's sink (see [`super::AgentBuilder::observer`]).
     pub(crate) observer: Option<Rc<dyn super::traits::EventSink>>,
     pub(crate) options: AgentOptions,
+    /// How many sub-agent levels below the top agent this one runs (0 for the agent its user built).
+    pub(crate) level: usize,
+    /// The sub-agents this agent declares, by name (their child runs execute with their agents).
+    pub(crate) subagents: Vec<(String, super::Agent)>,
 }
 
 impl Deps {

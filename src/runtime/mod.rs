@@ -30,6 +30,7 @@ pub(crate) mod result;
 pub(crate) mod schedules;
 pub(crate) mod session;
 pub(crate) mod steer;
+pub(crate) mod subagent;
 pub(crate) mod tools;
 pub(crate) mod traits;
 pub(crate) mod wait_tools;
@@ -59,6 +60,7 @@ pub use recovery::{
 pub use result::{QueuedSend, RunResult, RunStats};
 pub use schedules::{DueFire, FireCall, ScheduleOutcome, ScheduleStatus};
 pub use session::{NextExecution, Session, SessionFork, SessionForkOptions, SessionTurn, HINT_LAG as SESSION_HINT_LAG};
+pub use subagent::DEFAULT_MAX_SUBAGENT_DEPTH;
 pub use tools::FnTool;
 pub use traits::{
     AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,

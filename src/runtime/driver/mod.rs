@@ -745,7 +745,15 @@ impl<'a> Driver<'a> {
     }
 
     fn start_tool(&self, Launch { call, approval_id, key, wait_token }: Launch) -> ToolFuture {
-        let tool = self.deps.tools.iter().find(|t| t.tool.name() == call.name).map(|t| t.tool.clone());
+        let registered = self.deps.tools.iter().find(|t| t.tool.name() == call.name);
+        let tool = registered.map(|t| t.tool.clone());
+        let subagent = registered.and_then(|t| t.subagent.clone());
+        let child_opts = SendOptions {
+            abort: Some(self.abort.clone()),
+            #[cfg(feature = "testing")]
+            crash_budget: self.opts.crash_budget.clone(),
+            ..Default::default()
+        };
         let ctx = ToolContext {
             run_id: self.lease.run_id.clone(),
             tool_call_id: call.id.clone(),
@@ -758,7 +766,10 @@ impl<'a> Driver<'a> {
         Box::pin(async move {
             let outcome = match tool {
                 None => ToolOutcome::Failed { message: format!("Error: unknown tool '{}'", call.name) },
-                Some(tool) => match tool.execute(call.args, ctx).await {
+                Some(tool) => match match subagent {
+                    Some(sub) => sub.run(call.args, ctx, child_opts).await,
+                    None => tool.execute(call.args, ctx).await,
+                } {
                     Ok(ToolOutput { wait: Some(wait), .. }) => ToolOutcome::Wait(wait),
                     Ok(out) => ToolOutcome::Ok { content: out.content, business_state: out.business_state },
                     Err(ToolError::Failed { kind, message }) => {

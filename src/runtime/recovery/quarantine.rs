@@ -54,7 +54,7 @@ impl Agent {
 
     /// Marks a run quarantined under its lease; `false` when someone else did (or it progressed) already.
     async fn mark_quarantined(&self, run_id: &str, max_attempts: u32) -> Result<bool> {
-        let deps = &self.deps;
+        let deps = self.deps.for_run_or_err(run_id)?;
         let before = deps.store.counters();
         let opts = SendOptions::default();
         let driven = deps

@@ -1,0 +1,264 @@
+//! Sub-agents: a lead agent delegates a task to another agent through a tool call, and the sub-agent's work is
+//! a durable run of its own, a *child run* (`<lead>.sub-<name>-<call key>`, [`subagent_run_id`]).
+//!
+//! * The lead's model sees one tool per sub-agent (`{task}`). The call starts the child run, or, when the lead
+//!   resumes after a crash, resumes it where it stopped (the id is the same for the same call): a child is never
+//!   started over and a recorded child step never runs again. The child's final text is the call's result.
+//! * A child paused on an approval (or any wait) pauses the lead: the call answers with an event wait, and the
+//!   lead pauses once nothing else runs. Resolving the child's approval — through the lead's agent, which owns
+//!   the whole tree ([`Deps::for_run`]) — resumes the child and, when it finishes, delivers its result to the
+//!   lead's wait, which resumes the lead: one request. Whichever of the two ends last does the delivery: the
+//!   child's execution when it finishes ([`Deps::after_execution`]: "deliver up"), or the lead's when it pauses
+//!   on a child that finished meanwhile ("deliver down").
+//! * The depth of the tree is bounded (the lead's [`AgentBuilder::max_subagent_depth`], default 3): a call
+//!   that would go deeper answers with a `STEADFAST_SUBAGENT_DEPTH` error the model reads.
+
+use super::agent::{Agent, AgentBuilder};
+use super::deps::Deps;
+use super::options::SendOptions;
+use super::traits::{Tool, ToolContext, ToolError, ToolOutput};
+use super::waits::Events;
+use crate::core::checkpoint::{Checkpoint, RunStatus};
+use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::ids::{subagent_parent, subagent_path, subagent_run_id};
+use crate::core::machine::Start;
+use crate::core::transcript::Message;
+use crate::core::wait::WaitRequest;
+use async_trait::async_trait;
+use futures::future::LocalBoxFuture;
+use futures::FutureExt;
+use serde_json::{json, Value};
+
+/// How deep sub-agents nest by default (the lead is depth 0; its sub-agents' runs depth 1).
+pub const DEFAULT_MAX_SUBAGENT_DEPTH: usize = 3;
+
+/// A sub-agent as its lead declares it (see [`AgentBuilder::subagent`]).
+pub(crate) struct SubagentDecl {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) builder: AgentBuilder,
+}
+
+/// The lead's tool for one sub-agent.
+pub(crate) struct SubagentTool {
+    name: String,
+    description: String,
+    schema: Value,
+    child: Agent,
+    max_depth: usize,
+}
+
+impl SubagentTool {
+    pub(crate) fn new(name: String, description: String, child: Agent, max_depth: usize) -> SubagentTool {
+        let schema = json!({
+            "type": "object",
+            "properties": {"task": {"type": "string", "description": "What the sub-agent should do."}},
+            "required": ["task"],
+        });
+        SubagentTool { name, description, schema, child, max_depth }
+    }
+}
+
+/// A child run's failure as the lead's call sees it: retryable ones reject the lead's attempt (it resumes the
+/// child later), the others are an error result the lead's model reads.
+fn child_failed(e: Error) -> ToolError {
+    if e.retryable() {
+        ToolError::Propagate(e)
+    } else {
+        ToolError::typed(e.code.as_str(), e.message)
+    }
+}
+
+#[async_trait(?Send)]
+impl Tool for SubagentTool {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn description(&self) -> &str {
+        &self.description
+    }
+    fn input_schema(&self) -> &Value {
+        &self.schema
+    }
+
+    async fn execute(&self, args: Value, ctx: ToolContext) -> std::result::Result<ToolOutput, ToolError> {
+        let opts = SendOptions { abort: Some(ctx.abort.clone()), ..Default::default() };
+        self.run(args, ctx, opts).await
+    }
+}
+
+impl SubagentTool {
+    /// The call: starts or resumes the child run with `opts` (the lead's execution's abort signal), or reads
+    /// its result.
+    pub(crate) async fn run(
+        &self,
+        args: Value,
+        ctx: ToolContext,
+        opts: SendOptions,
+    ) -> std::result::Result<ToolOutput, ToolError> {
+        let task = args.get("task").and_then(Value::as_str).unwrap_or_default();
+        let child_id = subagent_run_id(&ctx.run_id, &self.name, &ctx.call_key).map_err(child_failed)?;
+        let depth = subagent_path(&child_id).len();
+        if depth > self.max_depth {
+            return Err(child_failed(Error::new(
+                ErrorCode::SubagentDepth,
+                format!(
+                    "sub-agent '{}' would run at depth {depth}; this agent allows at most {}",
+                    self.name, self.max_depth
+                ),
+            )));
+        }
+        let stored = self.child.deps.store.load(&child_id).await.map_err(ToolError::Propagate)?;
+        let ran = match stored {
+            // The call's first execution: the child starts (refused if another execution of the same call created
+            // it meanwhile: busy, so the lead's attempt is retried and then finds it).
+            None => {
+                let start = Start::Turn { prior: None, input: vec![Message::user(task)] };
+                self.child.execute(&child_id, start, &opts).await
+            }
+            Some(cp) => match cp.status {
+                RunStatus::Finished => return Ok(result_of(&cp)),
+                RunStatus::AwaitingApproval => return Ok(ToolOutput::wait(WaitRequest::Event { deadline: None })),
+                _ => self.child.execute(&child_id, Start::Resume, &opts).await,
+            },
+        };
+        let ran = match ran {
+            Ok(r) => r,
+            Err(e) if e.code == ErrorCode::SessionExists => {
+                return Err(ToolError::Propagate(Error::new(ErrorCode::SessionBusy, e.message)))
+            }
+            Err(e) => return Err(child_failed(e)),
+        };
+        match ran.map(|r| r.status) {
+            Some(RunStatus::Finished) | None => {
+                let cp = self.child.deps.store.load(&child_id).await.map_err(ToolError::Propagate)?;
+                match cp {
+                    Some(cp) if cp.status == RunStatus::Finished => Ok(result_of(&cp)),
+                    Some(cp) if cp.status == RunStatus::AwaitingApproval => {
+                        Ok(ToolOutput::wait(WaitRequest::Event { deadline: None }))
+                    }
+                    _ => Err(ToolError::Propagate(Error::new(
+                        ErrorCode::SessionBusy,
+                        format!("child run '{child_id}' did not finish: the lead tries again"),
+                    ))),
+                }
+            }
+            Some(RunStatus::AwaitingApproval) => Ok(ToolOutput::wait(WaitRequest::Event { deadline: None })),
+            Some(_) => Err(ToolError::Propagate(Error::new(
+                ErrorCode::SessionBusy,
+                format!("child run '{child_id}' did not finish: the lead tries again"),
+            ))),
+        }
+    }
+}
+
+/// What a finished child answers its lead's call with: its final text.
+fn result_of(cp: &Checkpoint) -> ToolOutput {
+    ToolOutput::text(cp.last_text())
+}
+
+impl Deps {
+    /// The dependencies run `run_id` executes with: this agent's for its own runs, a sub-agent's for a child
+    /// run (found by the sub-agent names in the id, from this agent's depth down). `None` for a child of a
+    /// sub-agent this agent does not declare (any more), or a run above this agent's depth.
+    pub(crate) fn for_run(&self, run_id: &str) -> Option<&Deps> {
+        let path = subagent_path(run_id);
+        let mut deps = self;
+        for name in path.get(self.level..)? {
+            deps = &deps.subagents.iter().find(|(n, _)| n == name)?.1.deps;
+        }
+        Some(deps)
+    }
+
+    /// [`Deps::for_run`], or the coded error for a child run whose sub-agent is gone.
+    pub(crate) fn for_run_or_err(&self, run_id: &str) -> Result<&Deps> {
+        self.for_run(run_id).ok_or_else(|| {
+            Error::new(
+                ErrorCode::AgentDrift,
+                format!("run '{run_id}' is a child run of a sub-agent this agent does not declare"),
+            )
+            .with_run(run_id)
+        })
+    }
+
+    /// After an execution of `run_id` ended: a finished child run's result goes to its parent's wait (when the
+    /// parent is within this agent's reach and waits on it); a run paused while one of its sub-agents' children
+    /// finished meanwhile gets that result. Each delivery resumes the run it goes to (and so on up the tree).
+    pub(crate) fn after_execution<'a>(
+        &'a self,
+        run_id: &'a str,
+        opts: &'a SendOptions,
+    ) -> LocalBoxFuture<'a, Result<()>> {
+        async move {
+            if subagent_parent(run_id).is_none() && self.for_run(run_id).is_none_or(|d| d.subagents.is_empty()) {
+                return Ok(());
+            }
+            let Some(cp) = self.store.load(run_id).await? else { return Ok(()) };
+            match cp.status {
+                RunStatus::Finished => self.deliver_up(&cp, opts).await,
+                RunStatus::AwaitingApproval => self.deliver_down(&cp, opts).await,
+                _ => Ok(()),
+            }
+        }
+        .boxed_local()
+    }
+
+    /// Delivers finished child `child`'s result to its parent, when the parent waits on it.
+    async fn deliver_up(&self, child: &Checkpoint, opts: &SendOptions) -> Result<()> {
+        let Some((parent_id, name)) = subagent_parent(&child.run_id) else { return Ok(()) };
+        if self.for_run(parent_id).is_none() {
+            // Above this agent: the parent's own execution (the sub-agent's call) reads the child's result.
+            return Ok(());
+        }
+        let Some(parent) = self.store.load(parent_id).await? else { return Ok(()) };
+        if parent.status != RunStatus::AwaitingApproval {
+            return Ok(());
+        }
+        let Some(token) = child_token(&parent, name, &child.run_id) else { return Ok(()) };
+        self.deliver(&token, child, opts).await
+    }
+
+    /// Delivers the results of `parent`'s children that finished while it paused on them.
+    async fn deliver_down(&self, parent: &Checkpoint, opts: &SendOptions) -> Result<()> {
+        let Some(deps) = self.for_run(&parent.run_id) else { return Ok(()) };
+        let Some(last) = parent.messages.iter().rev().find(|m| !m.tool_calls().is_empty()) else { return Ok(()) };
+        for call in last.tool_calls() {
+            if !deps.subagents.iter().any(|(n, _)| *n == call.name) {
+                continue;
+            }
+            let Some(key) = parent.call_key(&call.id) else { continue };
+            let Ok(child_id) = subagent_run_id(&parent.run_id, &call.name, &key) else { continue };
+            let Some(child) = self.store.load(&child_id).await? else { continue };
+            if child.status == RunStatus::Finished {
+                let token = crate::core::wait::token(parent.own_key_scope(), &call.id);
+                self.deliver(&token, &child, opts).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One delivery of `child`'s result to the wait of `token`; a wait that is gone or resolved already (another
+    /// delivery got there first) is no error.
+    async fn deliver(&self, token: &str, child: &Checkpoint, opts: &SendOptions) -> Result<()> {
+        let payload = Value::String(child.last_text());
+        let opts = SendOptions { abort: opts.abort.clone(), ..Default::default() };
+        match Events::new(self).deliver_with(token, payload, opts).await {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.code, ErrorCode::WaitNotFound | ErrorCode::WaitAlreadyResolved) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// The event token of `parent`'s call of sub-agent `name` whose child run is `child_id`.
+fn child_token(parent: &Checkpoint, name: &str, child_id: &str) -> Option<String> {
+    let last = parent.messages.iter().rev().find(|m| !m.tool_calls().is_empty())?;
+    let call = last.tool_calls().iter().find(|c| {
+        c.name == name
+            && parent
+                .call_key(&c.id)
+                .and_then(|k| subagent_run_id(&parent.run_id, name, &k).ok())
+                .is_some_and(|id| id == child_id)
+    })?;
+    Some(crate::core::wait::token(parent.own_key_scope(), &call.id))
+}

@@ -1,0 +1,311 @@
+//! Sub-agents (issue 30, part 1 and the nesting of part 3) through the runtime, on every store (memory, the
+//! journal store on the KV simulator, strict mode's run objects): a lead's call of a sub-agent runs a child run
+//! whose final text is the call's result; after a crash at any effect of lead or child, the lead's resumption
+//! resumes the child where it stopped (never starts it over, never runs a recorded child call again); a child
+//! paused on an approval pauses the lead, and resolving the child's approval through the lead's agent finishes
+//! both in one request; sub-agents nest up to the lead's depth limit, and child ids are reserved.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::cell::RefCell;
+use std::rc::Rc;
+use steadfast::core::checkpoint::RunStatus;
+use steadfast::core::ids::{subagent_parent, subagent_path};
+use steadfast::core::transcript::{validate_transcript, Message};
+use steadfast::runtime::{
+    Agent, AgentBuilder, CrashBudget, FnTool, MockModel, MockTurn, Resolve, SendOptions, SplitMix64, Tool, ToolOutput,
+};
+use steadfast::store::RunStore;
+use steadfast::ErrorCode;
+
+fn stores() -> Vec<(&'static str, fn() -> Env)> {
+    vec![("memory", Env::new), ("journal", Env::journal_sim), ("objects", Env::objects)]
+}
+
+/// A builder over the environment's store, clock and timer.
+fn builder(env: &Env, model: MockModel, seed: u64) -> AgentBuilder {
+    Agent::builder(model)
+        .store_rc(env.store.clone())
+        .clock(Rc::new(env.clock.clone()))
+        .sleep(Rc::new(env.sleep.clone()))
+        .rng(Rc::new(SplitMix64::new(seed)))
+}
+
+/// The final text of the tool results of a transcript, in order.
+fn results(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(r) => Some(r.content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A model that answers with the last tool result it saw (prefixed), or `text` when it saw none.
+fn echo_result(prefix: &'static str) -> MockTurn {
+    MockTurn::func(move |req| {
+        let last = results(req.messages).pop().unwrap_or_default();
+        MockTurn::text(format!("{prefix}{last}"))
+    })
+}
+
+/// Executions of child tools, by call key; each execution also checks, on the store, that its call has no
+/// recorded result yet (a recorded call never runs again).
+#[derive(Clone, Default)]
+struct Runs(Rc<RefCell<Vec<String>>>, Rc<RefCell<Vec<String>>>);
+
+impl Runs {
+    fn count(&self, key: &str) -> usize {
+        self.0.borrow().iter().filter(|k| *k == key).count()
+    }
+}
+
+/// A child tool that records its executions and checks that its call's result is not recorded yet.
+fn lookup(store: Rc<dyn RunStore>, runs: &Runs, name: &'static str, gated: bool) -> Rc<dyn Tool> {
+    let runs = runs.clone();
+    let tool = FnTool::new(name, "looks something up", object_schema(), move |_args, ctx| {
+        let runs = runs.clone();
+        let store = store.clone();
+        async move {
+            let cp = store.load(&ctx.run_id).await.map_err(steadfast::runtime::ToolError::Propagate)?;
+            let recorded = cp.is_some_and(|cp| {
+                cp.messages.iter().any(|m| matches!(m, Message::Tool(r) if r.tool_call_id == ctx.tool_call_id))
+            });
+            if recorded {
+                runs.1.borrow_mut().push(format!("{} ran again after its result was recorded", ctx.call_key));
+            }
+            runs.0.borrow_mut().push(ctx.call_key.clone());
+            Ok(ToolOutput::text(format!("{name}: 42")))
+        }
+    })
+    .needs_approval(gated);
+    Rc::new(tool)
+}
+
+/// A lead that delegates once to sub-agent `research`, whose agent calls `lookup` once and reports.
+fn lead(env: &Env, runs: &Runs, gated: bool, seed: u64) -> Agent {
+    let child = builder(
+        env,
+        MockModel::by_turn(vec![MockTurn::tools([("lookup", json!({}))]), echo_result("found ")]),
+        seed * 2 + 1,
+    )
+    .instructions("You research.")
+    .tool_rc(lookup(env.store.clone(), runs, "lookup", gated));
+    builder(
+        env,
+        MockModel::by_turn(vec![
+            MockTurn::tools([("research", json!({"task": "what is the answer?"}))]),
+            echo_result("the team says: "),
+        ]),
+        seed * 2,
+    )
+    .subagent("research", "Researches a question", child)
+    .build()
+    .expect("the lead builds")
+}
+
+/// The one child run of the store's runs under `lead_id`.
+fn child_of(env: &Env, lead_id: &str) -> steadfast::core::checkpoint::Checkpoint {
+    let lead = block_on(env.store.load(lead_id)).unwrap().unwrap();
+    let call = lead.messages.iter().flat_map(|m| m.tool_calls().to_vec()).next().expect("the lead called");
+    let key = lead.call_key(&call.id).unwrap();
+    let id = steadfast::core::ids::subagent_run_id(lead_id, "research", &key).unwrap();
+    block_on(env.store.load(&id)).unwrap().expect("the child run is stored")
+}
+
+#[test]
+fn a_sub_agent_call_runs_a_child_run_whose_final_text_is_the_leads_tool_result() {
+    for (name, make) in stores() {
+        let env = make();
+        let runs = Runs::default();
+        let a = lead(&env, &runs, false, 1);
+        let r = block_on(a.send("trip", "plan it", SendOptions::default())).unwrap();
+        assert_eq!(r.status, RunStatus::Finished, "{name}");
+        assert_eq!(r.text, "the team says: found lookup: 42", "{name}");
+        assert_eq!(results(&r.messages), ["found lookup: 42"], "{name}: the child's final text is the result");
+
+        let child = child_of(&env, "trip");
+        assert_eq!(subagent_parent(&child.run_id), Some(("trip", "research")), "{name}");
+        assert_eq!(subagent_path(&child.run_id), ["research"], "{name}");
+        assert_eq!(child.status, RunStatus::Finished, "{name}");
+        assert!(
+            matches!(&child.messages[..2], [Message::System { content }, Message::User { content: task }]
+                if content == "You research." && task == "what is the answer?"),
+            "{name}: the child runs the task under its own instructions: {:?}",
+            child.messages
+        );
+        assert_eq!(runs.0.borrow().len(), 1, "{name}: the child's tool ran once");
+        // The child is a run like any other: listed, loadable, never pending once finished.
+        assert!(block_on(a.pending()).unwrap().is_empty(), "{name}");
+        // Its id is reserved: a plain send may not create or continue it.
+        let err = block_on(a.send(&child.run_id, "hi", SendOptions::default())).unwrap_err();
+        assert_eq!(err.code, ErrorCode::SessionIdInvalid, "{name}");
+    }
+}
+
+/// Crash at every effect of the lead and its child (one budget counts both executions' effects), then resume
+/// the lead until it finishes: the child is never started over and no recorded child call runs again.
+#[test]
+fn after_a_crash_at_any_effect_of_lead_or_child_the_leads_resumption_resumes_the_child_where_it_stopped() {
+    for (name, make) in stores() {
+        let mut crashed_in_child = 0;
+        let mut k = 1;
+        loop {
+            let env = make();
+            let runs = Runs::default();
+            let a = lead(&env, &runs, false, k as u64);
+            let budget = CrashBudget::new(k, k % 2 == 0);
+            let opts = SendOptions { crash_budget: Some(budget.clone()), ..Default::default() };
+            let first = block_on(a.send("trip", "plan it", opts));
+            if !budget.crashed() {
+                assert_eq!(first.unwrap().status, RunStatus::Finished, "{name} k={k}");
+                break;
+            }
+            let before = block_on(env.store.load("trip")).unwrap();
+            // Whether the crash came while the child ran: the lead had called, and had no result yet.
+            let in_child = before.as_ref().is_some_and(|cp| {
+                cp.messages.iter().any(|m| !m.tool_calls().is_empty())
+                    && !cp.messages.iter().any(|m| matches!(m, Message::Tool(_)))
+            });
+            // A new process resumes the lead (or starts it again when nothing was recorded).
+            env.past_leases();
+            let b = lead(&env, &runs, false, 1_000 + k as u64);
+            let done = match before {
+                Some(cp) if cp.status == RunStatus::Finished => steadfast::runtime::RunResult::stored(&cp),
+                Some(_) => block_on(b.resume("trip", SendOptions::default())).unwrap().expect("resumable"),
+                None => block_on(b.send("trip", "plan it", SendOptions::default())).unwrap(),
+            };
+            assert_eq!(done.status, RunStatus::Finished, "{name} k={k}");
+            assert_eq!(done.text, "the team says: found lookup: 42", "{name} k={k}");
+            assert!(runs.1.borrow().is_empty(), "{name} k={k}: {:?}", runs.1.borrow());
+            let child = child_of(&env, "trip");
+            validate_transcript(&child.messages).unwrap_or_else(|e| panic!("{name} k={k}: {e:?}"));
+            let tasks = child.messages.iter().filter(|m| matches!(m, Message::User { .. })).count();
+            assert_eq!(tasks, 1, "{name} k={k}: the child was never started over");
+            let call = child.messages.iter().flat_map(|m| m.tool_calls().to_vec()).next().unwrap();
+            let key = child.call_key(&call.id).unwrap();
+            assert!(runs.count(&key) <= 2, "{name} k={k}: at most once more, when the crash lost its result");
+            if in_child {
+                crashed_in_child += 1;
+            }
+            k += 1;
+            assert!(k < 200, "{name}: the crash points end");
+        }
+        eprintln!("{name}: {k} crash points, {crashed_in_child} of them while the child ran");
+        assert!(k > 8, "{name}: lead and child together perform more than 8 effects ({k})");
+        assert!(crashed_in_child > 0, "{name}");
+    }
+}
+
+#[test]
+fn a_child_paused_on_an_approval_pauses_the_lead_and_resolving_it_finishes_both_in_one_request() {
+    for (name, make) in stores() {
+        let env = make();
+        let runs = Runs::default();
+        let a = lead(&env, &runs, true, 7);
+        let paused = block_on(a.send("trip", "plan it", SendOptions::default())).unwrap();
+        assert_eq!(paused.status, RunStatus::AwaitingApproval, "{name}: the lead pauses");
+        let child = child_of(&env, "trip");
+        assert_eq!(child.status, RunStatus::AwaitingApproval, "{name}: on its child's approval");
+        let approval = child.approval_ids.first().cloned().expect("the child waits on its approval");
+        assert!(runs.0.borrow().is_empty(), "{name}: nothing ran before the approval");
+        // The approval is listed, for the child run.
+        let listed = block_on(a.approvals().list()).unwrap();
+        assert!(listed.iter().any(|r| r.id == approval && r.run_id == child.run_id), "{name}: {listed:?}");
+
+        // Another process resolves it through the lead's agent: the child runs to its end, then the lead.
+        let b = lead(&env, &runs, true, 8);
+        let res =
+            block_on(b.approvals().resolve(Resolve { id: approval.clone(), approved: true, ..Default::default() }))
+                .unwrap();
+        assert_eq!((res.run_id.as_str(), res.status), (child.run_id.as_str(), RunStatus::Finished), "{name}");
+        let lead_now = block_on(b.load("trip")).unwrap().unwrap();
+        assert_eq!(lead_now.status, RunStatus::Finished, "{name}: the lead finished in the same request");
+        assert_eq!(lead_now.last_text(), "the team says: found lookup: 42", "{name}");
+        assert_eq!(runs.0.borrow().len(), 1, "{name}: the child's call ran once");
+        assert!(
+            block_on(b.approvals().list())
+                .unwrap()
+                .iter()
+                .all(|r| r.status != steadfast::core::approval::ApprovalStatus::Pending),
+            "{name}"
+        );
+
+        // The same decision again is a repeat: nothing runs, nothing changes.
+        let again = block_on(b.approvals().resolve(Resolve { id: approval, approved: true, ..Default::default() }));
+        if let Ok(r) = again {
+            assert_eq!(r.status, RunStatus::Finished, "{name}");
+        }
+        assert_eq!(runs.0.borrow().len(), 1, "{name}");
+        assert_eq!(block_on(b.load("trip")).unwrap().unwrap().seq, lead_now.seq, "{name}");
+    }
+}
+
+#[test]
+fn sub_agents_nest_up_to_the_leads_depth_limit_and_a_deeper_call_is_a_coded_error_the_model_reads() {
+    for (name, make) in stores() {
+        let env = make();
+        // lead -> planner -> (planner's own sub-agent) deeper: with a depth limit of 1, the planner's call of
+        // `deeper` is refused.
+        let deeper = builder(&env, MockModel::by_turn(vec![MockTurn::text("too deep")]), 5);
+        let planner = builder(
+            &env,
+            MockModel::by_turn(vec![MockTurn::tools([("deeper", json!({"task": "go on"}))]), echo_result("planner: ")]),
+            4,
+        )
+        .subagent("deeper", "Goes deeper", deeper);
+        let a = builder(
+            &env,
+            MockModel::by_turn(vec![MockTurn::tools([("planner", json!({"task": "plan"}))]), echo_result("lead: ")]),
+            3,
+        )
+        .subagent("planner", "Plans", planner)
+        .max_subagent_depth(1)
+        .build()
+        .unwrap();
+        let r = block_on(a.send("deep", "go", SendOptions::default())).unwrap();
+        assert_eq!(r.status, RunStatus::Finished, "{name}");
+        assert!(
+            r.text.starts_with("lead: planner: STEADFAST_SUBAGENT_DEPTH: sub-agent 'deeper' would run at depth 2"),
+            "{name}: {}",
+            r.text
+        );
+
+        // With the default limit (3) the same tree runs all three levels.
+        let env = make();
+        let deeper = builder(&env, MockModel::by_turn(vec![MockTurn::text("bottom reached")]), 5);
+        let planner = builder(
+            &env,
+            MockModel::by_turn(vec![MockTurn::tools([("deeper", json!({"task": "go on"}))]), echo_result("planner: ")]),
+            4,
+        )
+        .subagent("deeper", "Goes deeper", deeper);
+        let a = builder(
+            &env,
+            MockModel::by_turn(vec![MockTurn::tools([("planner", json!({"task": "plan"}))]), echo_result("lead: ")]),
+            3,
+        )
+        .subagent("planner", "Plans", planner)
+        .build()
+        .unwrap();
+        let r = block_on(a.send("deep", "go", SendOptions::default())).unwrap();
+        assert_eq!(r.text, "lead: planner: bottom reached", "{name}");
+    }
+}
+
+#[test]
+fn a_sub_agent_is_declared_with_a_valid_unique_tool_name_over_its_leads_store() {
+    let env = Env::new();
+    let child = || builder(&env, MockModel::by_turn(vec![MockTurn::text("-")]), 2);
+    let model = || MockModel::by_turn(vec![MockTurn::text("-")]);
+    let twice = builder(&env, model(), 1).subagent("a", "x", child()).subagent("a", "y", child()).build();
+    assert_eq!(twice.err().map(|e| e.code), Some(ErrorCode::ConfigInvalid));
+    let bad = builder(&env, model(), 1).subagent("a b", "x", child()).build();
+    assert_eq!(bad.err().map(|e| e.code), Some(ErrorCode::ConfigInvalid));
+    let other_store = Env::new();
+    let elsewhere = builder(&env, model(), 1).subagent("a", "x", builder(&other_store, model(), 3)).build();
+    assert_eq!(elsewhere.err().map(|e| e.code), Some(ErrorCode::ConfigInvalid));
+}
