@@ -109,6 +109,7 @@ fn bare(steps: usize) -> f64 {
                     content: out.content,
                     is_error: false,
                     kind: ResultKind::Execution,
+                    usage: None,
                 }));
             }
         }

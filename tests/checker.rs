@@ -63,14 +63,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use steadfast::core::checkpoint::{Checkpoint, RunStatus};
+use steadfast::core::ids::{subagent_path, subagent_run_id};
 use steadfast::core::machine::ModelResponse;
 use steadfast::core::schedule::{CompiledSchedule, Schedule, ScheduleInput};
 use steadfast::core::sweep::SweepOptions;
 use steadfast::core::transcript::{validate_transcript, Message, ToolCall, Usage};
 use steadfast::core::wait::{WaitKind, WaitRequest};
 use steadfast::runtime::{
-    AbortSignal, Agent, AgentOptions, Clock, CrashPoint, FnTool, ForkOptions, Model, ModelRequest, NoListener, Resolve,
-    Rng, ScheduleOutcome, SendOptions, SimExecutor, SimTime, Sleep, SplitMix64, Tool, ToolError, ToolOutput,
+    AbortSignal, Agent, AgentOptions, Clock, CrashPoint, FnTool, ForkOptions, Model, ModelRequest, Resolve, Rng,
+    ScheduleOutcome, SendOptions, SimExecutor, SimTime, Sleep, SplitMix64, Tool, ToolError, ToolOutput,
 };
 use steadfast::store::kv::KvBackend;
 use steadfast::store::object::{LocalObjects, ObjectStore};
@@ -84,6 +85,8 @@ const RUNS: [&str; 5] = ["r0", "r1", "r2", "f0", "f1"];
 const SESSIONS: [&str; 2] = ["s0", "s1"];
 const DELIVERIES: [&str; 2] = ["d0", "d1"];
 const SCHEDULE: &str = "sch";
+/// Levels of sub-agents below a lead (`team`, and its own `team`).
+const TEAM_DEPTH: usize = 2;
 /// Sweep ticks after the program (time moving on between them) within which every run must settle.
 const LIVENESS_TICKS: usize = 14;
 const LEASE: LeaseOptions = LeaseOptions { ttl_ms: 30_000, renew_every_ms: 10_000, grace_ms: 30_000 };
@@ -313,6 +316,11 @@ struct WaitCounts {
     steers_queued: u64,
     steers_applied: u64,
     calls_stopped: u64,
+    /// Sub-agents: calls of `team`, their results read from a finished child, and leads found paused on a
+    /// paused child after the program.
+    team_calls: u64,
+    team_results: u64,
+    team_pauses: u64,
 }
 
 impl WaitCounts {
@@ -326,6 +334,9 @@ impl WaitCounts {
         self.steers_queued += o.steers_queued;
         self.steers_applied += o.steers_applied;
         self.calls_stopped += o.calls_stopped;
+        self.team_calls += o.team_calls;
+        self.team_results += o.team_results;
+        self.team_pauses += o.team_pauses;
     }
 }
 
@@ -651,6 +662,8 @@ impl Model for CheckerModel {
                     82..=85 => "ask",
                     86..=90 => "hook",
                     91..=94 => "nap",
+                    // A sub-agent (two levels: the lead's team has a team of its own).
+                    95..=98 if subagent_path(request.run_id).len() < TEAM_DEPTH => "team",
                     _ => "big",
                 };
                 let size = match (w.program.big, p(4)) {
@@ -660,7 +673,11 @@ impl Model for CheckerModel {
                     (false, _) => p(3_000),
                 };
                 let id = if token % 2 == 0 { String::new() } else { format!("call_{assistants}_{i}") };
-                ToolCall { id, name: name.into(), args: json!({"t": token, "i": i, "size": size}), invalid: None }
+                let mut args = json!({"t": token, "i": i, "size": size});
+                if name == "team" {
+                    args["task"] = json!(format!("task {} (delegated)", (token * 7 + i as u64) % 1_000));
+                }
+                ToolCall { id, name: name.into(), args, invalid: None }
             })
             .collect();
         Ok(ModelResponse {
@@ -885,16 +902,29 @@ impl World {
             steer_poll_ms: Some(self.program.steer_poll_ms),
             ..AgentOptions::default()
         };
-        let mut b = Agent::builder(CheckerModel { world: self.clone() })
+        // The lead, its sub-agent `team` and that one's own `team`: the same model and tools at every level (the
+        // model asks for `team` only above the bottom level).
+        let level = |team: Option<steadfast::runtime::AgentBuilder>| {
+            let mut b = Agent::builder(CheckerModel { world: self.clone() }).options(options.clone());
+            for t in tools(self) {
+                b = b.tool_rc(t);
+            }
+            match team {
+                Some(t) => b.subagent("team", "delegates a task", t),
+                None => b,
+            }
+        };
+        let mut team = None;
+        for _ in 0..TEAM_DEPTH {
+            team = Some(level(team));
+        }
+        level(team)
             .store_rc(store)
             .clock(clock.clone())
             .sleep(clock)
             .rng(Rc::new(SplitMix64::new(self.program.seed.wrapping_mul(7_919).wrapping_add(n))))
-            .options(options);
-        for t in tools(self) {
-            b = b.tool_rc(t);
-        }
-        b.build().expect("the agent builds")
+            .build()
+            .expect("the agent builds")
     }
 
     fn sweep_options(&self, diagnosis: bool) -> SweepOptions {
@@ -1122,14 +1152,49 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
         Err(e) => w.violation(format!("step {index} {:?} failed: {} {}", step.op, e.code, e.message)),
     }
     for id in touched {
-        w.observe(&id);
-        w.observe(&format!("{id}.heal"));
+        for id in with_children(&w, &id) {
+            w.observe(&id);
+            w.observe(&format!("{id}.heal"));
+        }
     }
+}
+
+/// `run_id` and the child runs of its `team` calls, and theirs (as far as they exist).
+fn with_children(w: &World, run_id: &str) -> Vec<String> {
+    let mut ids = vec![run_id.to_string()];
+    let mut i = 0;
+    while i < ids.len() {
+        if let Some(cp) = w.read(&ids[i]) {
+            ids.extend(team_calls(&cp).into_iter().map(|(_, child)| child));
+        }
+        i += 1;
+    }
+    ids
+}
+
+/// The `team` calls of a run: (call id, its child run's id).
+fn team_calls(cp: &Checkpoint) -> Vec<(String, String)> {
+    cp.messages
+        .iter()
+        .flat_map(|m| m.tool_calls().iter().filter(|c| c.name == "team"))
+        .filter_map(|c| {
+            let key = cp.call_key(&c.id)?;
+            Some((c.id.clone(), subagent_run_id(&cp.run_id, "team", &key).ok()?))
+        })
+        .collect()
 }
 
 /// One sweep tick, its operations checked against the platform's limit.
 async fn sweep(w: &World, agent: &Agent, diagnosis: bool) -> Result<()> {
-    let report = agent.sweep(&w.sweep_options(diagnosis), &NoListener).await?;
+    /// Tells the trace what failed in a tick.
+    struct Traced<'a>(&'a World);
+    impl steadfast::runtime::SweepListener for Traced<'_> {
+        fn on_error(&self, e: &steadfast::Error, run_id: Option<&str>) -> Result<()> {
+            self.0.trace(|| format!("sweep error on {run_id:?}: {} {}", e.code, e.message));
+            Ok(())
+        }
+    }
+    let report = agent.sweep(&w.sweep_options(diagnosis), &Traced(w)).await?;
     w.trace(|| format!("sweep: {report:?}"));
     if report.operations > 1_000 {
         w.violation(format!("a sweep tick used {} store operations (over 1,000)", report.operations));
@@ -1151,6 +1216,10 @@ fn all_ids(w: &World) -> BTreeSet<String> {
     }
     for d in DELIVERIES {
         ids.insert(steadfast::runtime::delivery_run_id(d));
+    }
+    let tops: Vec<String> = ids.iter().cloned().collect();
+    for id in tops {
+        ids.extend(with_children(w, &id));
     }
     ids
 }
@@ -1248,6 +1317,7 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
         }
     }
     check_steers(&w);
+    check_subagents(&w);
     let mut log = w.log.borrow_mut();
     let mut found = std::mem::take(&mut log.violations);
     for (key, users) in &log.key_users {
@@ -1310,6 +1380,93 @@ fn check_steers(w: &World) {
             }
         }
     }
+}
+
+/// Every child's result reached its lead once, as the child ended: after the program, a `team` call's result
+/// (not an error) is its finished child's final text; a lead never waits on a child that finished (a delivery
+/// lost). (A lead's copy in a fork has no child of its own id: its result was recorded in the source.)
+fn check_subagents(w: &World) {
+    for id in all_ids(w) {
+        let Some(cp) = w.read(&id) else { continue };
+        // What the run spent is what its model turns and its sub-agents' children spent.
+        let mut spent = Usage::default();
+        for m in &cp.messages {
+            match m {
+                Message::Assistant { usage: Some(u), .. } => spent.add(*u),
+                Message::Tool(r) => spent.add(r.usage.unwrap_or_default()),
+                _ => {}
+            }
+        }
+        for r in &cp.held_results {
+            spent.add(r.usage.unwrap_or_default());
+        }
+        if spent != cp.total_usage {
+            w.violation(format!("{id}: its usage is {:?} but its turns and children spent {spent:?}", cp.total_usage));
+        }
+        for (call_id, child_id) in team_calls(&cp) {
+            w.log.borrow_mut().waits.team_calls += 1;
+            let Some(child) = w.read(&child_id) else { continue };
+            // Placed in the transcript, or held until the calls before it have theirs.
+            let result = cp
+                .messages
+                .iter()
+                .find_map(|m| match m {
+                    Message::Tool(r) if r.tool_call_id == call_id => Some(r),
+                    _ => None,
+                })
+                .or_else(|| cp.held_results.iter().find(|r| r.tool_call_id == call_id));
+            match result {
+                Some(r) if !r.is_error => {
+                    if child.status == RunStatus::Finished && r.usage != Some(child.total_usage) {
+                        w.violation(format!(
+                            "{id}: {call_id} counts {:?} of its child's spend, which was {:?}",
+                            r.usage, child.total_usage
+                        ));
+                    }
+                    if child.status != RunStatus::Finished {
+                        w.violation(format!(
+                            "{id}: {call_id} has a result but its child {child_id} is {:?}",
+                            child.status
+                        ));
+                    } else if r.content != child.last_text() {
+                        w.violation(format!(
+                            "{id}: {call_id} reads {:?}, its child {child_id} ended with {:?}",
+                            r.content,
+                            child.last_text()
+                        ));
+                    } else {
+                        w.log.borrow_mut().waits.team_results += 1;
+                    }
+                }
+                Some(_) => {}
+                None if cp.status == RunStatus::AwaitingApproval => match child.status {
+                    // Delivered when the call's wait record holds the result (the pause may still wait on others).
+                    RunStatus::Finished if !wait_resolved(w, &cp, &call_id) => w.violation(format!(
+                        "{id} still waits on {call_id} although its child {child_id} finished (a delivery was lost; \
+                         its pause: {:?})",
+                        cp.approval_ids
+                            .iter()
+                            .map(|a| match w.oracle.get_approval(a).now_or_never() {
+                                Some(Ok(Some(r))) => format!("{a}: {} {:?} {:?}", r.tool_call.id, r.kind, r.status),
+                                other => format!("{a}: {other:?}"),
+                            })
+                            .collect::<Vec<_>>()
+                    )),
+                    RunStatus::AwaitingApproval => w.log.borrow_mut().waits.team_pauses += 1,
+                    _ => {}
+                },
+                None => {}
+            }
+        }
+    }
+}
+
+/// Whether `cp`'s pause holds a resolution for call `call_id` (its wait record has an outcome).
+fn wait_resolved(w: &World, cp: &Checkpoint, call_id: &str) -> bool {
+    cp.approval_ids.iter().any(|id| {
+        matches!(w.oracle.get_approval(id).now_or_never(), Some(Ok(Some(r)))
+            if r.tool_call.id == call_id && r.outcome.is_some())
+    })
 }
 
 // --- The test -------------------------------------------------------------------------------------------------
@@ -1430,6 +1587,9 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         steers_queued,
         steers_applied,
         calls_stopped,
+        team_calls,
+        team_results,
+        team_pauses,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -1438,6 +1598,10 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
     println!(
         "steering: messages queued for a running execution {steers_queued}, applied by their own send \
          {steers_applied}, calls stopped by an interrupting message {calls_stopped}"
+    );
+    println!(
+        "sub-agents: calls {team_calls}, results read from a finished child {team_results}, leads paused on a \
+         paused child {team_pauses}"
     );
     if seeds.len() > 100 {
         // The generator exercises every way a wait resolves (a change that stops it fails here).
@@ -1451,6 +1615,9 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("queued messages", steers_queued),
             ("messages applied by their send", steers_applied),
             ("stopped calls", calls_stopped),
+            ("sub-agent calls", team_calls),
+            ("sub-agent results", team_results),
+            ("leads paused on a child", team_pauses),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

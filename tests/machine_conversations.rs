@@ -92,7 +92,7 @@ fn answer(text: &str) -> ModelResponse {
 }
 
 fn ok(content: &str) -> ToolOutcome {
-    ToolOutcome::Ok { content: content.into(), business_state: None }
+    ToolOutcome::Ok { content: content.into(), business_state: None, usage: None }
 }
 
 fn failed(message: &str) -> ToolOutcome {
@@ -1113,7 +1113,10 @@ fn business_state_from_a_tool_is_committed_with_its_result() {
         .gate_run(&["c1"])
         .expect_commit()
         .expect_run_tool("c1");
-    s.settle("c1", ToolOutcome::Ok { content: "added".into(), business_state: Some(json!({"cart": ["apple"]})) });
+    s.settle(
+        "c1",
+        ToolOutcome::Ok { content: "added".into(), business_state: Some(json!({"cart": ["apple"]})), usage: None },
+    );
     s.expect_commit();
     assert_eq!(s.last_commit().business_state, Some(json!({"cart": ["apple"]})));
     assert_eq!(s.stored().business_state, Some(json!({"cart": ["apple"]})));
@@ -1135,7 +1138,7 @@ fn journal_deltas_fold_to_the_machine_state_after_every_commit() {
         .expect_commit()
         .expect_run_tool("c1")
         .expect_run_tool("c2")
-        .settle("c2", ToolOutcome::Ok { content: "w".into(), business_state: Some(json!({"n": 1})) })
+        .settle("c2", ToolOutcome::Ok { content: "w".into(), business_state: Some(json!({"n": 1})), usage: None })
         .expect_commit()
         .settle("c1", failed("Error: not found"))
         .expect_commit();

@@ -107,6 +107,30 @@ fn lead(env: &Env, runs: &Runs, gated: bool, seed: u64) -> Agent {
     .expect("the lead builds")
 }
 
+/// The lead's usage is its own model turns' plus its child's whole spend, which its call's result keeps.
+fn assert_spend_rolls_up(
+    lead: &[Message],
+    total: steadfast::core::transcript::Usage,
+    child: &steadfast::core::checkpoint::Checkpoint,
+    name: &str,
+) {
+    let mut own = steadfast::core::transcript::Usage::default();
+    for m in lead {
+        if let Message::Assistant { usage: Some(u), .. } = m {
+            own.add(*u);
+        }
+    }
+    let result = lead.iter().find_map(|m| match m {
+        Message::Tool(r) => Some(r),
+        _ => None,
+    });
+    assert_eq!(result.and_then(|r| r.usage), Some(child.total_usage), "{name}: the result keeps the child's spend");
+    assert!(child.total_usage.input_tokens > 0, "{name}: the child spent something");
+    let mut want = own;
+    want.add(child.total_usage);
+    assert_eq!(total, want, "{name}: the lead's usage includes its child's");
+}
+
 /// The one child run of the store's runs under `lead_id`.
 fn child_of(env: &Env, lead_id: &str) -> steadfast::core::checkpoint::Checkpoint {
     let lead = block_on(env.store.load(lead_id)).unwrap().unwrap();
@@ -138,6 +162,7 @@ fn a_sub_agent_call_runs_a_child_run_whose_final_text_is_the_leads_tool_result()
             child.messages
         );
         assert_eq!(runs.0.borrow().len(), 1, "{name}: the child's tool ran once");
+        assert_spend_rolls_up(&r.messages, r.total_usage, &child, name);
         // The child is a run like any other: listed, loadable, never pending once finished.
         assert!(block_on(a.pending()).unwrap().is_empty(), "{name}");
         // Its id is reserved: a plain send may not create or continue it.
@@ -188,6 +213,8 @@ fn after_a_crash_at_any_effect_of_lead_or_child_the_leads_resumption_resumes_the
             let call = child.messages.iter().flat_map(|m| m.tool_calls().to_vec()).next().unwrap();
             let key = child.call_key(&call.id).unwrap();
             assert!(runs.count(&key) <= 2, "{name} k={k}: at most once more, when the crash lost its result");
+            let lead_cp = block_on(env.store.load("trip")).unwrap().unwrap();
+            assert_spend_rolls_up(&lead_cp.messages, lead_cp.total_usage, &child, &format!("{name} k={k}"));
             if in_child {
                 crashed_in_child += 1;
             }
@@ -226,6 +253,7 @@ fn a_child_paused_on_an_approval_pauses_the_lead_and_resolving_it_finishes_both_
         assert_eq!(lead_now.status, RunStatus::Finished, "{name}: the lead finished in the same request");
         assert_eq!(lead_now.last_text(), "the team says: found lookup: 42", "{name}");
         assert_eq!(runs.0.borrow().len(), 1, "{name}: the child's call ran once");
+        assert_spend_rolls_up(&lead_now.messages, lead_now.total_usage, &child_of(&env, "trip"), name);
         assert!(
             block_on(b.approvals().list())
                 .unwrap()
@@ -308,4 +336,51 @@ fn a_sub_agent_is_declared_with_a_valid_unique_tool_name_over_its_leads_store() 
     let other_store = Env::new();
     let elsewhere = builder(&env, model(), 1).subagent("a", "x", builder(&other_store, model(), 3)).build();
     assert_eq!(elsewhere.err().map(|e| e.code), Some(ErrorCode::ConfigInvalid));
+}
+
+/// A child that waits on a timer: the lead pauses with it; the sweep wakes the child when its time comes, and
+/// the child's result reaches the lead in the same tick.
+#[test]
+fn a_child_waiting_on_a_timer_is_woken_by_the_sweep_and_its_result_resumes_the_lead() {
+    for (name, make) in stores() {
+        let env = make();
+        let nap: Rc<dyn Tool> =
+            Rc::new(FnTool::new("nap", "waits a minute", object_schema(), |_args, ctx| async move {
+                Ok(ToolOutput::wait(steadfast::core::wait::WaitRequest::Timer { at: ctx.now + 60_000 }))
+            }));
+        let child = builder(
+            &env,
+            MockModel::by_turn(vec![MockTurn::tools([("nap", json!({}))]), MockTurn::text("rested")]),
+            11,
+        )
+        .tool_rc(nap);
+        let a = builder(
+            &env,
+            MockModel::by_turn(vec![
+                MockTurn::tools([("research", json!({"task": "rest"}))]),
+                echo_result("the team says: "),
+            ]),
+            10,
+        )
+        .subagent("research", "Rests", child)
+        .build()
+        .unwrap();
+        let paused = block_on(a.send("nap", "go", SendOptions::default())).unwrap();
+        assert_eq!(paused.status, RunStatus::AwaitingApproval, "{name}");
+        env.clock.advance(61_000);
+        struct Errors(RefCell<Vec<String>>);
+        impl steadfast::runtime::SweepListener for Errors {
+            fn on_error(&self, e: &steadfast::Error, run: Option<&str>) -> steadfast::Result<()> {
+                self.0.borrow_mut().push(format!("{run:?}: {} {}", e.code, e.message));
+                Ok(())
+            }
+        }
+        let errors = Errors(RefCell::default());
+        let report = block_on(a.sweep(&Default::default(), &errors)).unwrap();
+        assert!(errors.0.borrow().is_empty(), "{name}: {:?}", errors.0.borrow());
+        assert_eq!(report.woken, 1, "{name}");
+        let lead = block_on(a.load("nap")).unwrap().unwrap();
+        assert_eq!(lead.status, RunStatus::Finished, "{name}");
+        assert_eq!(lead.last_text(), "the team says: rested", "{name}");
+    }
 }

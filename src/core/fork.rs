@@ -186,8 +186,14 @@ fn replace_tool_result(cp: &mut Checkpoint, source_id: &str, patch: &ToolResultP
         return Ok(());
     }
 
-    let result =
-        ToolResult { tool_call_id: id.to_string(), name, content, is_error: false, kind: ResultKind::Execution };
+    let result = ToolResult {
+        tool_call_id: id.to_string(),
+        name,
+        content,
+        is_error: false,
+        kind: ResultKind::Execution,
+        usage: None,
+    };
     match cp.held_results.iter_mut().find(|r| r.tool_call_id == id) {
         Some(held) => *held = result,
         None => cp.held_results.push(result),
@@ -249,6 +255,7 @@ mod tests {
             content: content.into(),
             is_error: false,
             kind: ResultKind::Execution,
+            usage: None,
         })
     }
 
@@ -422,6 +429,7 @@ mod tests {
                 content: r#"{"sent":true}"#.into(),
                 is_error: false,
                 kind: ResultKind::Execution,
+                usage: None,
             }]
         );
 
@@ -446,6 +454,7 @@ mod tests {
             content: "sent".into(),
             is_error: false,
             kind: ResultKind::Execution,
+            usage: None,
         }];
         let patch = ForkPatch {
             tool_result: Some(ToolResultPatch { tool_call_id: "c2".into(), result: json!("charged") }),
@@ -474,6 +483,7 @@ mod tests {
             content: "sent".into(),
             is_error: false,
             kind: ResultKind::Execution,
+            usage: None,
         }];
         src.queued_input = vec![Message::user("later")];
         let new = vec![Message::user("pay less")];

@@ -312,6 +312,7 @@ mod tests {
             content: content.into(),
             is_error: false,
             kind: ResultKind::Execution,
+            usage: None,
         })
     }
 

@@ -58,6 +58,11 @@ pub struct ToolResult {
     pub is_error: bool,
     /// How the result came to be.
     pub kind: ResultKind,
+    /// What a sub-agent spent for this call (its child run's usage), counted in this run's usage when the result
+    /// was recorded. Absent for every other tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub usage: Option<Usage>,
 }
 
 /// A transcript message.
@@ -234,6 +239,7 @@ mod tests {
             content: "ok".into(),
             is_error: false,
             kind: ResultKind::Execution,
+            usage: None,
         })
     }
 

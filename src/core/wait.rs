@@ -181,6 +181,11 @@ pub struct WaitOutcome {
     /// SHA-256 of what resolved it (the payload's or the answer's canonical JSON), to tell a retried delivery
     /// from a different one.
     pub digest: String,
+    /// What a sub-agent's child run spent (a child's result delivered to its lead's wait), added to the run's
+    /// usage with the result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub usage: Option<crate::core::transcript::Usage>,
 }
 
 /// An event wait's token for call `call_id` of a run with key scope `scope` (64 hex digits; see the module docs).
@@ -256,7 +261,13 @@ fn content_of(v: &Value, json: String) -> String {
 pub fn delivered(payload: &Value) -> Result<WaitOutcome> {
     let text = check_payload("the event's payload", payload)?;
     let digest = sha256_hex(text.as_bytes());
-    Ok(WaitOutcome { by: ResolvedBy::Delivery, content: content_of(payload, text), is_error: false, digest })
+    Ok(WaitOutcome {
+        by: ResolvedBy::Delivery,
+        content: content_of(payload, text),
+        is_error: false,
+        digest,
+        usage: None,
+    })
 }
 
 /// The resolution of a question by a person: `Some(answer)` (one of `choices` when it offers any), or `None`
@@ -266,6 +277,7 @@ pub fn answered(choices: &[String], answer: Option<&Value>, note: Option<&str>) 
         let note = serde_json::to_string(&note).unwrap_or_else(|_| "null".into());
         let content = format!(r#"{{"error":"declined","message":"The person declined to answer.","note":{note}}}"#);
         return Ok(WaitOutcome {
+            usage: None,
             by: ResolvedBy::Declined,
             digest: sha256_hex(content.as_bytes()),
             content,
@@ -280,7 +292,7 @@ pub fn answered(choices: &[String], answer: Option<&Value>, note: Option<&str>) 
         )));
     }
     let digest = sha256_hex(text.as_bytes());
-    Ok(WaitOutcome { by: ResolvedBy::Answer, content: content_of(answer, text), is_error: false, digest })
+    Ok(WaitOutcome { by: ResolvedBy::Answer, content: content_of(answer, text), is_error: false, digest, usage: None })
 }
 
 /// The resolution of a wait that came due at `due_at` and was resolved at `now`: an event's `timeout`, a
@@ -303,7 +315,7 @@ pub fn came_due(kind: WaitKind, due_at: u64, now: u64) -> Option<WaitOutcome> {
     };
     // The digest names the due time, not when it was noticed: two processes that both find it due agree.
     let digest = sha256_hex(format!("due {} {due_at}", kind.as_str()).as_bytes());
-    Some(WaitOutcome { by, content, is_error, digest })
+    Some(WaitOutcome { by, content, is_error, digest, usage: None })
 }
 
 /// Days from 1970-01-01 to a civil date (proleptic Gregorian; Howard Hinnant's algorithm).

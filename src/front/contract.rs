@@ -427,6 +427,7 @@ mod tests {
                     content: text(rng),
                     is_error: false,
                     kind: ResultKind::Execution,
+                    usage: None,
                 }))
                 .unwrap(),
             ),

@@ -296,6 +296,7 @@ mod tests {
             content: content.into(),
             is_error,
             kind: ResultKind::Execution,
+            usage: None,
         })
     }
 

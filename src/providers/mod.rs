@@ -581,6 +581,7 @@ mod tests {
             content: "x".into(),
             is_error: true,
             kind: ResultKind::Validation,
+            usage: None,
         });
         let v = serde_json::to_value(openai_messages(&[r], true)).unwrap();
         assert_eq!(v[0], json!({"role": "tool", "tool_call_id": "c", "content": "x"}));

@@ -184,6 +184,7 @@ mod tests {
                 content: "18C".into(),
                 is_error: false,
                 kind: ResultKind::Execution,
+                usage: None,
             }),
             Message::Tool(ToolResult {
                 tool_call_id: "call_b".into(),
@@ -191,6 +192,7 @@ mod tests {
                 content: "Error: upstream down".into(),
                 is_error: true,
                 kind: ResultKind::Execution,
+                usage: None,
             }),
         ]
     }

@@ -353,6 +353,7 @@ mod tests {
                 content: "18C".into(),
                 is_error: false,
                 kind: ResultKind::Execution,
+                usage: None,
             }),
             Message::Tool(ToolResult {
                 tool_call_id: "call_1_1".into(),
@@ -360,6 +361,7 @@ mod tests {
                 content: "Error: upstream down".into(),
                 is_error: true,
                 kind: ResultKind::Execution,
+                usage: None,
             }),
         ]
     }

@@ -205,6 +205,7 @@ mod tests {
             content,
             is_error: false,
             kind: crate::core::transcript::ResultKind::Execution,
+            usage: None,
         })
     }
 

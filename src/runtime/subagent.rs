@@ -3,7 +3,8 @@
 //!
 //! * The lead's model sees one tool per sub-agent (`{task}`). The call starts the child run, or, when the lead
 //!   resumes after a crash, resumes it where it stopped (the id is the same for the same call): a child is never
-//!   started over and a recorded child step never runs again. The child's final text is the call's result.
+//!   started over and a recorded child step never runs again. The child's final text is the call's result,
+//!   and what the child spent is added to the lead's usage with it (kept on the result: `ToolResult::usage`).
 //! * A child paused on an approval (or any wait) pauses the lead: the call answers with an event wait, and the
 //!   lead pauses once nothing else runs. Resolving the child's approval — through the lead's agent, which owns
 //!   the whole tree ([`Deps::for_run`]) — resumes the child and, when it finishes, delivers its result to the
@@ -152,9 +153,9 @@ impl SubagentTool {
     }
 }
 
-/// What a finished child answers its lead's call with: its final text.
+/// What a finished child answers its lead's call with: its final text, and what it spent.
 fn result_of(cp: &Checkpoint) -> ToolOutput {
-    ToolOutput::text(cp.last_text())
+    ToolOutput { usage: Some(cp.total_usage), ..ToolOutput::text(cp.last_text()) }
 }
 
 impl Deps {
@@ -240,9 +241,10 @@ impl Deps {
     /// One delivery of `child`'s result to the wait of `token`; a wait that is gone or resolved already (another
     /// delivery got there first) is no error.
     async fn deliver(&self, token: &str, child: &Checkpoint, opts: &SendOptions) -> Result<()> {
-        let payload = Value::String(child.last_text());
+        let mut outcome = crate::core::wait::delivered(&Value::String(child.last_text()))?;
+        outcome.usage = Some(child.total_usage);
         let opts = SendOptions { abort: opts.abort.clone(), ..Default::default() };
-        match Events::new(self).deliver_with(token, payload, opts).await {
+        match Events::new(self).deliver_outcome(token, outcome, opts).await {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.code, ErrorCode::WaitNotFound | ErrorCode::WaitAlreadyResolved) => Ok(()),
             Err(e) => Err(e),

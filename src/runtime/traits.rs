@@ -116,6 +116,9 @@ pub struct ToolOutput {
     /// ([`crate::core::wait`]); its resolution becomes the call's result (`content` and `business_state` are
     /// not used). The run pauses once no other call runs, and holds no lease while it waits.
     pub wait: Option<WaitRequest>,
+    /// What producing it spent in model tokens elsewhere (a sub-agent's child run): added to the run's usage
+    /// with the result, and kept on it ([`crate::core::transcript::ToolResult::usage`]).
+    pub usage: Option<crate::core::transcript::Usage>,
 }
 
 impl ToolOutput {

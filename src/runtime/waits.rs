@@ -59,7 +59,16 @@ impl Events<'_> {
     /// opens no wait — malformed, guessed, spent once the run moved on, or its run deleted — gets
     /// `STEADFAST_WAIT_NOT_FOUND`, the same answer in every case.
     pub async fn deliver_with(&self, token: &str, payload: Value, opts: SendOptions) -> Result<EventDelivery> {
-        let outcome = delivered(&payload)?;
+        self.deliver_outcome(token, delivered(&payload)?, opts).await
+    }
+
+    /// [`Events::deliver_with`] of a checked resolution (a sub-agent's child result carries its usage).
+    pub(crate) async fn deliver_outcome(
+        &self,
+        token: &str,
+        outcome: crate::core::wait::WaitOutcome,
+        opts: SendOptions,
+    ) -> Result<EventDelivery> {
         let Some(id) = wait_id(token) else { return Err(not_found()) };
         let stored = match self.deps.store.get_approval(&id).await? {
             Some(r)

@@ -301,6 +301,7 @@ mod tests {
             content: if is_error { "rejected".into() } else { "ok".into() },
             is_error,
             kind: if is_error { ResultKind::Rejected } else { ResultKind::Execution },
+            usage: None,
         })
     }
 

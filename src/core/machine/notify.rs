@@ -207,7 +207,7 @@ impl RunMachine {
 
     pub(super) fn settle(&mut self, call: &ToolCall, outcome: ToolOutcome) -> Result<()> {
         match outcome {
-            ToolOutcome::Ok { content, business_state } => {
+            ToolOutcome::Ok { content, business_state, usage } => {
                 let content = cap_tool_result(content, self.cfg.max_tool_result_bytes);
                 match business_state {
                     Some(bs) if json_depth(&bs) > MAX_JSON_DEPTH => {
@@ -223,7 +223,7 @@ impl RunMachine {
                     Some(bs) => self.cp.business_state = Some(bs),
                     None => {}
                 }
-                self.record(result(call, content, false, ResultKind::Execution));
+                self.record_spent(result(call, content, false, ResultKind::Execution), usage, None);
             }
             ToolOutcome::Failed { message } => {
                 self.record(result(call, cap_chars(&message, MAX_ERROR_RESULT_CHARS), true, ResultKind::Execution));
@@ -231,13 +231,13 @@ impl RunMachine {
             ToolOutcome::Denied { reason } => {
                 self.record(result(call, format!("denied: {reason}"), true, ResultKind::Denied));
             }
-            ToolOutcome::Replaced { content, is_error, by } => {
+            ToolOutcome::Replaced { content, is_error, by, usage } => {
                 let content = if is_error {
                     cap_chars(&content, MAX_ERROR_RESULT_CHARS)
                 } else {
                     cap_tool_result(content, self.cfg.max_tool_result_bytes)
                 };
-                self.record_by(result(call, content, is_error, ResultKind::Execution), Some(by));
+                self.record_spent(result(call, content, is_error, ResultKind::Execution), usage, Some(by));
             }
             ToolOutcome::Wait(wait) => match wait.check() {
                 Ok(()) => {

@@ -8,13 +8,13 @@ use crate::core::checkpoint::{Checkpoint, EntryBody, FinishReason, Header, Journ
 use crate::core::error::{cap_chars, Error};
 use crate::core::events::Event;
 use crate::core::fingerprint::{canonical_json, Fingerprint};
-use crate::core::transcript::{Message, ResultKind, ToolCall, ToolResult};
+use crate::core::transcript::{Message, ResultKind, ToolCall, ToolResult, Usage};
 use crate::core::wait::{WaitKind, WaitRequest};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
 pub(super) fn result(call: &ToolCall, content: String, is_error: bool, kind: ResultKind) -> ToolResult {
-    ToolResult { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error, kind }
+    ToolResult { tool_call_id: call.id.clone(), name: call.name.clone(), content, is_error, kind, usage: None }
 }
 
 /// The tool call ids of a transcript that only grows: the first `indexed` messages' ids are in `ids`.
@@ -125,6 +125,20 @@ impl RunMachine {
         self.record_by(r, None);
     }
 
+    /// [`Self::record_by`] for a result that cost `usage` elsewhere (a sub-agent's child run): the run's usage
+    /// and the conversation's grow by it in the same commit, and the result keeps it. Nothing is added for a call
+    /// that is not open (its result was recorded already).
+    pub(super) fn record_spent(&mut self, mut r: ToolResult, usage: Option<Usage>, by: Option<String>) {
+        if let Some(u) = usage {
+            if self.calls.slot(&r.tool_call_id).is_some_and(|s| s.state != CallState::Recorded) {
+                self.cp.usage.add(u);
+                self.cp.total_usage.add(u);
+                r.usage = Some(u);
+            }
+        }
+        self.record_by(r, by);
+    }
+
     /// Records a call's result: placed after its turn when every earlier call has one, held (durably) until then.
     /// The call becomes `Recorded`; a call that is not open changes nothing.
     pub(super) fn record_by(&mut self, r: ToolResult, replaced_by: Option<String>) {
@@ -211,7 +225,8 @@ impl RunMachine {
                         tool_call_id: call.id.clone(),
                         by: outcome.by,
                     });
-                    self.record(result(call, outcome.content.clone(), outcome.is_error, ResultKind::Execution));
+                    let r = result(call, outcome.content.clone(), outcome.is_error, ResultKind::Execution);
+                    self.record_spent(r, outcome.usage, None);
                 } else if !d.approved {
                     let content = json!({
                         "error": "rejected",

@@ -125,6 +125,8 @@ pub enum ToolOutcome {
         content: String,
         /// Replaces the run's business state when set.
         business_state: Option<Value>,
+        /// What a sub-agent's child run spent for the call (added to this run's usage with the result).
+        usage: Option<Usage>,
     },
     /// It threw: the model reads the message as an `is_error` result.
     Failed {
@@ -149,6 +151,8 @@ pub enum ToolOutcome {
         is_error: bool,
         /// The hook that replaced it.
         by: String,
+        /// What a sub-agent's child run spent for the call (still counted: it was spent).
+        usage: Option<Usage>,
     },
 }
 

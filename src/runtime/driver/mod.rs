@@ -502,13 +502,15 @@ impl<'a> Driver<'a> {
             return Ok(outcome);
         }
         let Some(call) = m.pending_calls().into_iter().find(|c| c.id == id) else { return Ok(outcome) };
-        let mut draft = match &outcome {
-            ToolOutcome::Ok { content, .. } => ToolResultDraft { content: content.clone(), is_error: false },
-            ToolOutcome::Failed { message } => ToolResultDraft { content: message.clone(), is_error: true },
+        let (mut draft, usage) = match &outcome {
+            ToolOutcome::Ok { content, usage, .. } => {
+                (ToolResultDraft { content: content.clone(), is_error: false }, *usage)
+            }
+            ToolOutcome::Failed { message } => (ToolResultDraft { content: message.clone(), is_error: true }, None),
             _ => return Ok(outcome),
         };
         match self.hooks(m, HookPoint::AfterTool(&call, &mut draft)).await? {
-            Some(by) => Ok(ToolOutcome::Replaced { content: draft.content, is_error: draft.is_error, by }),
+            Some(by) => Ok(ToolOutcome::Replaced { content: draft.content, is_error: draft.is_error, by, usage }),
             None => Ok(outcome),
         }
     }
@@ -526,7 +528,7 @@ impl<'a> Driver<'a> {
             match tool.reconcile(&call.args, key).await {
                 Ok(Some(o)) => out.push((
                     call.id.clone(),
-                    Some(ToolOutcome::Ok { content: o.content, business_state: o.business_state }),
+                    Some(ToolOutcome::Ok { content: o.content, business_state: o.business_state, usage: o.usage }),
                 )),
                 Ok(None) => out.push((call.id.clone(), None)),
                 Err(ToolError::Propagate(e)) => return Err(e),
@@ -750,6 +752,10 @@ impl<'a> Driver<'a> {
         let subagent = registered.and_then(|t| t.subagent.clone());
         let child_opts = SendOptions {
             abort: Some(self.abort.clone()),
+            // Tests: the process that dies is the lead's, with its children's executions in it (a crash point
+            // counts the child's own effects; a budget counts everyone's).
+            #[cfg(feature = "testing")]
+            crash: self.opts.crash,
             #[cfg(feature = "testing")]
             crash_budget: self.opts.crash_budget.clone(),
             ..Default::default()
@@ -771,7 +777,9 @@ impl<'a> Driver<'a> {
                     None => tool.execute(call.args, ctx).await,
                 } {
                     Ok(ToolOutput { wait: Some(wait), .. }) => ToolOutcome::Wait(wait),
-                    Ok(out) => ToolOutcome::Ok { content: out.content, business_state: out.business_state },
+                    Ok(out) => {
+                        ToolOutcome::Ok { content: out.content, business_state: out.business_state, usage: out.usage }
+                    }
                     Err(ToolError::Failed { kind, message }) => {
                         ToolOutcome::Failed { message: ToolError::model_text(&kind, &message) }
                     }

@@ -186,7 +186,7 @@ mod tests {
     }
 
     fn ok(text: &str) -> ToolOutcome {
-        ToolOutcome::Ok { content: text.into(), business_state: None }
+        ToolOutcome::Ok { content: text.into(), business_state: None, usage: None }
     }
 
     /// Tools that settle when the test says so: `start` launches by them, `finish(id)` settles one.

@@ -140,6 +140,7 @@ fn close_pending_calls(cp: &mut Checkpoint, attempts: u32, error: Option<&ErrorI
             ),
             is_error: true,
             kind: ResultKind::NotRun,
+            usage: None,
         });
     }
     place_held_results(cp);
