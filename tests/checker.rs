@@ -10,7 +10,9 @@
 //! handed out so far (the newest mostly; redelivered soon after half the time, with the same or another payload;
 //! spent tokens too), deadlines and timers taken up by sweep ticks and alarms, and messages to a run with
 //! `queue: true` (steering; interrupting or not; the agents read queues at every boundary or at most once a
-//! second). A step may crash its execution right after its k-th effect (tools in flight finishing or not);
+//! second). The agents delegate: the model may call `team`, a sub-agent (whose agent has a `team` of its own: two
+//! levels), so sends, resumes, decisions, deliveries, ticks and alarms all reach child runs too (a child's
+//! approval, question, event or timer pauses its lead). A step may crash its execution right after its k-th effect (tools in flight finishing or not);
 //! every step is a new process (a fresh agent and store handle). Steps overlap: every store operation, model
 //! call and tool takes seeded simulated time, so executions interleave at their awaits. Tool results come in
 //! every allowed size (a program in fifty allows results up to 4 MiB, eight at once). The tools: a plain one, a
@@ -46,6 +48,11 @@
 //! * steering: a queued message is applied at most once (in every observed transcript), and after the program a
 //!   finished run holds each message acknowledged for it exactly once, in the order they were sent (unless the
 //!   run was deleted or healed since); the counts (`steering: …`) must be above zero.
+//!
+//! * sub-agents: a `team` call's result (not an error) is its finished child's final text, with the child's whole
+//!   spend; a lead never waits on a child that finished without the result reaching its wait (a lost delivery);
+//!   every run's usage is its model turns' plus its children's. Child runs are observed like any run (so every
+//!   invariant above holds for them); the counts (`sub-agents: …`) must be above zero.
 //!
 //! `cargo test --test checker -- --nocapture` prints
 //! `model-checked programs: N, operations: M, crash points: C, stores: 3, violations: 0`. More programs:

@@ -14,6 +14,7 @@ use std::rc::Rc;
 use steadfast::core::checkpoint::RunStatus;
 use steadfast::core::ids::{subagent_parent, subagent_path};
 use steadfast::core::transcript::{validate_transcript, Message};
+use steadfast::runtime::Clock;
 use steadfast::runtime::{
     Agent, AgentBuilder, CrashBudget, FnTool, MockModel, MockTurn, Resolve, SendOptions, SplitMix64, Tool, ToolOutput,
 };
@@ -165,6 +166,22 @@ fn a_sub_agent_call_runs_a_child_run_whose_final_text_is_the_leads_tool_result()
         assert_spend_rolls_up(&r.messages, r.total_usage, &child, name);
         // The child is a run like any other: listed, loadable, never pending once finished.
         assert!(block_on(a.pending()).unwrap().is_empty(), "{name}");
+        // `GET /runs/{id}` lists the lead's children and names a child's parent.
+        let (status, view) = get_run(&a, "trip");
+        assert_eq!(status, 200, "{name}");
+        assert_eq!(view["children"][0]["runId"], child.run_id.as_str(), "{name}: {view}");
+        assert_eq!(
+            (view["children"][0]["name"].as_str(), view["children"][0]["status"].as_str()),
+            (Some("research"), Some("finished")),
+            "{name}"
+        );
+        assert_eq!(view["parentRunId"], serde_json::Value::Null, "{name}");
+        let (_, child_view) = get_run(&a, &child.run_id);
+        assert_eq!(
+            (child_view["parentRunId"].as_str(), child_view["children"].as_array().map(Vec::len)),
+            (Some("trip"), Some(0)),
+            "{name}"
+        );
         // Its id is reserved: a plain send may not create or continue it.
         let err = block_on(a.send(&child.run_id, "hi", SendOptions::default())).unwrap_err();
         assert_eq!(err.code, ErrorCode::SessionIdInvalid, "{name}");
@@ -382,5 +399,116 @@ fn a_child_waiting_on_a_timer_is_woken_by_the_sweep_and_its_result_resumes_the_l
         let lead = block_on(a.load("nap")).unwrap().unwrap();
         assert_eq!(lead.status, RunStatus::Finished, "{name}");
         assert_eq!(lead.last_text(), "the team says: rested", "{name}");
+    }
+}
+
+/// The lead is busy when its child finishes (another execution holds its lease): the delivery fails, leaves a
+/// due entry, and a later sweep tick delivers the child's result — the lead never waits forever on a child that
+/// finished.
+#[test]
+fn a_delivery_that_meets_a_busy_lead_is_made_by_a_later_sweep_tick() {
+    for (name, make) in stores() {
+        let env = make();
+        let nap: Rc<dyn Tool> =
+            Rc::new(FnTool::new("nap", "waits a minute", object_schema(), |_args, ctx| async move {
+                Ok(ToolOutput::wait(steadfast::core::wait::WaitRequest::Timer { at: ctx.now + 60_000 }))
+            }));
+        let child = builder(
+            &env,
+            MockModel::by_turn(vec![MockTurn::tools([("nap", json!({}))]), MockTurn::text("rested")]),
+            21,
+        )
+        .tool_rc(nap);
+        let a = builder(
+            &env,
+            MockModel::by_turn(vec![
+                MockTurn::tools([("research", json!({"task": "rest"}))]),
+                echo_result("the team says: "),
+            ]),
+            20,
+        )
+        .subagent("research", "Rests", child)
+        .build()
+        .unwrap();
+        let paused = block_on(a.send("busy", "go", SendOptions::default())).unwrap();
+        assert_eq!(paused.status, RunStatus::AwaitingApproval, "{name}");
+        env.clock.advance(61_000);
+        let lease =
+            block_on(env.store.acquire_lease("busy", "someone", env.clock.now_ms(), &Default::default())).unwrap();
+        let first = block_on(a.sweep(&Default::default(), &steadfast::runtime::NoListener)).unwrap();
+        assert_eq!(first.busy, 1, "{name}: the delivery met the busy lead: {first:?}");
+        let child_run = child_of(&env, "busy");
+        assert_eq!(child_run.status, RunStatus::Finished, "{name}: the child finished");
+        assert_eq!(block_on(a.load("busy")).unwrap().unwrap().status, RunStatus::AwaitingApproval, "{name}");
+        block_on(env.store.release_lease(&lease)).unwrap();
+
+        // The next tick delivers it (the child's resolution is taken up again, and the delivery's own entry
+        // is dropped once it finds the lead past the wait).
+        block_on(a.sweep(&Default::default(), &steadfast::runtime::NoListener)).unwrap();
+        env.clock.advance(61_000);
+        block_on(a.sweep(&Default::default(), &steadfast::runtime::NoListener)).unwrap();
+        let lead = block_on(a.load("busy")).unwrap().unwrap();
+        assert_eq!((lead.status, lead.last_text()), (RunStatus::Finished, "the team says: rested".into()), "{name}");
+        assert!(block_on(env.store.list_due(u64::MAX, 100)).unwrap().is_empty(), "{name}: no entry is left");
+    }
+}
+
+/// The sweep finishes an interrupted child on its own (the child is pending) while its lead's lease is held: the
+/// delivery fails, and the due entry it leaves makes a tick a minute later deliver the result — nothing else
+/// would (the child is finished, so no longer pending, and its approval was spent).
+#[test]
+fn a_child_finished_by_the_sweep_while_its_lead_is_busy_reaches_the_lead_a_minute_later() {
+    for (name, make) in stores() {
+        let env = make();
+        let runs = Runs::default();
+        let one_try = steadfast::runtime::AgentOptions {
+            retry: steadfast::core::retry::RetryPolicy { max_attempts: 1, ..Default::default() },
+            ..Default::default()
+        };
+        // The child's model fails once after the approval (its run stays pending), then answers.
+        let child = builder(
+            &env,
+            MockModel::new(vec![
+                MockTurn::tools([("lookup", json!({}))]),
+                MockTurn::error(503),
+                MockTurn::text("found it"),
+            ]),
+            31,
+        )
+        .options(one_try)
+        .tool_rc(lookup(env.store.clone(), &runs, "lookup", true));
+        let a = builder(
+            &env,
+            MockModel::by_turn(vec![
+                MockTurn::tools([("research", json!({"task": "look"}))]),
+                echo_result("the team says: "),
+            ]),
+            30,
+        )
+        .subagent("research", "Looks", child)
+        .build()
+        .unwrap();
+        block_on(a.send("late", "go", SendOptions::default())).unwrap();
+        let approval = child_of(&env, "late").approval_ids[0].clone();
+        let failed = block_on(a.approvals().resolve(Resolve { id: approval, approved: true, ..Default::default() }));
+        assert_eq!(failed.unwrap_err().code, ErrorCode::ProviderUnavailable, "{name}");
+        assert_eq!(child_of(&env, "late").status, RunStatus::InProgress, "{name}: the child is pending");
+
+        let lease =
+            block_on(env.store.acquire_lease("late", "someone", env.clock.now_ms(), &Default::default())).unwrap();
+        env.clock.advance(31_000);
+        block_on(a.sweep(&Default::default(), &steadfast::runtime::NoListener)).unwrap();
+        assert_eq!(child_of(&env, "late").status, RunStatus::Finished, "{name}: the sweep finished the child");
+        assert_eq!(block_on(a.load("late")).unwrap().unwrap().status, RunStatus::AwaitingApproval, "{name}");
+        block_on(env.store.release_lease(&lease)).unwrap();
+
+        block_on(a.sweep(&Default::default(), &steadfast::runtime::NoListener)).unwrap();
+        assert_eq!(block_on(a.load("late")).unwrap().unwrap().status, RunStatus::AwaitingApproval, "{name}: not yet");
+        env.clock.advance(61_000);
+        block_on(a.sweep(&Default::default(), &steadfast::runtime::NoListener)).unwrap();
+        let lead = block_on(a.load("late")).unwrap().unwrap();
+        assert_eq!((lead.status, lead.last_text()), (RunStatus::Finished, "the team says: found it".into()), "{name}");
+        assert_eq!(runs.0.borrow().len(), 1, "{name}: the child's call ran once");
+        assert!(block_on(env.store.list_due(u64::MAX, 100)).unwrap().is_empty(), "{name}: no entry is left");
     }
 }

@@ -79,7 +79,22 @@ export interface AgentParts {
    * instead of the platform's: `testClock()` in tests.
    */
   clock?: Clock;
+  /**
+   * Sub-agents: the model sees a tool per sub-agent (`{task}`) whose call runs it on the task as a durable run of
+   * its own (`<run>.sub-<name>-<key>`): resumed where it stopped after a crash, its final text the call's result and
+   * its spend added to the lead's usage; its pauses pause the lead (resolve them through this agent). Each shares
+   * this agent's store and clock.
+   */
+  subagents?: SubagentOptions[];
 }
+
+/** A sub-agent (`createAgent({ subagents })`): an agent of its own, named as its lead's tool. */
+export type SubagentOptions = Omit<AgentOptions, "store" | "clock"> & {
+  /** The tool name its lead's model calls it by (letters, digits, `_`, `-`). */
+  name: string;
+  /** What it does, for the lead's model. */
+  description: string;
+};
 
 /** Options of `send`. */
 export interface SendOptions {
@@ -328,26 +343,37 @@ export function transcriptHolder(model: Model) {
 /** The documents' name for a model provider (`createAgent({ provider })`): the same interface as `Model`. */
 export type LLMProvider = Model;
 
-/** Creates a durable agent. */
-export function createAgent(options: AgentOptions): Agent {
-  const { model: given, provider, tools = [], hooks = [], store, ...rest } = options;
+/** An agent's options object as the core takes it: its model, tools and hooks in their low-level form, and its
+ * sub-agents' too (`at` names the object in errors). */
+function lowLevelParts(options: Omit<AgentOptions, "store">, at: string): object {
+  const { model: given, provider, tools = [], hooks = [], subagents, ...rest } = options;
   const model = given ?? provider;
   if (model === undefined) {
-    throw new SteadfastError("STEADFAST_CONFIG_INVALID", "an agent needs a model: createAgent({ model }) (or `provider`)");
+    throw new SteadfastError("STEADFAST_CONFIG_INVALID", `${at}an agent needs a model: createAgent({ model }) (or \`provider\`)`);
   }
-  const lowModel = transcriptHolder(model);
-  const low: JsAgent = sync(() =>
-    newAgent(
-      {
-        ...rest,
-        model: lowModel,
-        // Not arrays: handed on as they are, for the core to refuse (STEADFAST_CONFIG_INVALID).
-        tools: Array.isArray(tools) ? tools.map(lowLevelTool) : tools,
-        hooks: Array.isArray(hooks) ? hooks.map(lowLevelHook) : hooks,
-      },
-      storeHandle(store),
-    ),
-  );
+  return {
+    ...rest,
+    model: transcriptHolder(model),
+    // Not arrays: handed on as they are, for the core to refuse (STEADFAST_CONFIG_INVALID).
+    tools: Array.isArray(tools) ? tools.map(lowLevelTool) : tools,
+    hooks: Array.isArray(hooks) ? hooks.map(lowLevelHook) : hooks,
+    ...(subagents === undefined
+      ? {}
+      : {
+          subagents: Array.isArray(subagents)
+            ? subagents.map((sub, i) =>
+                typeof sub === "object" && sub !== null ? lowLevelParts(sub, `${at}subagents[${i}]: `) : sub,
+              )
+            : subagents,
+        }),
+  };
+}
+
+/** Creates a durable agent. */
+export function createAgent(options: AgentOptions): Agent {
+  const { store, ...parts } = options;
+  const lowOptions = lowLevelParts(parts, "");
+  const low: JsAgent = sync(() => newAgent(lowOptions, storeHandle(store)));
   const fingerprint = JSON.parse(low.fingerprint()) as Fingerprint;
   // Arguments go to the core as they are (`opts ?? {}`: a missing options object is a missing session id there);
   // it answers a wrong one with a coded error.

@@ -133,6 +133,7 @@ export {
   createAgent,
   type Agent,
   type AgentOptions,
+  type SubagentOptions,
   type Decision,
   type LLMProvider,
   type ResumeOptions,

@@ -74,6 +74,12 @@ pub fn fire_run_id(schedule_id: &str, fire_secs: u64) -> String {
     format!("{schedule_id}.{fire_secs}{FIRE_SUFFIX}")
 }
 
+/// Whether `name` may name a tool (and so a sub-agent): 1-64 characters of letters, digits, `_` and `-` (what the
+/// providers accept).
+pub fn is_tool_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 /// Between a run id and a sub-agent's name in a child run's id: `<parent>.sub-<name>-<12 hex digits>`.
 pub const SUB_INFIX: &str = ".sub-";
 

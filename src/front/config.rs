@@ -51,7 +51,7 @@ use crate::providers::{
 };
 use crate::runtime::mock::{MockError, MockTurn};
 use crate::runtime::traits::Tool;
-use crate::runtime::AgentOptions;
+use crate::runtime::{Agent, AgentBuilder, AgentOptions, DEFAULT_MAX_SUBAGENT_DEPTH};
 use crate::runtime::{MockModel, Model};
 use crate::store::LeaseOptions;
 use crate::tools::demo::{demo_script, DEMO_TOOL_NAMES};
@@ -447,6 +447,43 @@ pub struct AgentConfig {
     /// `{hintAfter?, denyAfter?, maxDenials?}` turns it on (`{}`: the defaults 2, 3, 3); absent: off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress_guard: Option<crate::runtime::ProgressGuardOptions>,
+    /// Sub-agents (`{name, description, instructions?, model?, limits?, tools?, waitTools?, demoTools?,
+    /// subagents?}` each): the model sees a tool per sub-agent whose call runs it as a child run. A sub-agent
+    /// without a `model` or `limits` uses the lead's; the lead's `retry`, `lease`, `onAgentDrift`,
+    /// `steerPollMs` and `allowedHosts` hold for all. Nested at most three levels deep.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<SubagentConfig>,
+}
+
+/// A sub-agent in the configuration (see [`AgentConfig::subagents`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubagentConfig {
+    /// The tool name its lead's model calls it by (letters, digits, `_`, `-`).
+    pub name: String,
+    /// What it does, for the lead's model.
+    pub description: String,
+    /// Its instructions.
+    #[serde(default)]
+    pub instructions: String,
+    /// Its model (default: the lead's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelConfig>,
+    /// Its limits (default: the lead's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<Limits>,
+    /// Its webhook tools.
+    #[serde(default)]
+    pub tools: Vec<WebhookToolConfig>,
+    /// Its built-in tools that wait.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wait_tools: Vec<crate::runtime::WaitTool>,
+    /// The demo tools (default off).
+    #[serde(default)]
+    pub demo_tools: bool,
+    /// Its own sub-agents.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subagents: Vec<SubagentConfig>,
 }
 
 fn default_steer_poll_ms() -> Option<u64> {
@@ -478,6 +515,7 @@ impl Default for AgentConfig {
             steer_poll_ms: default_steer_poll_ms(),
             schedules: Vec::new(),
             progress_guard: None,
+            subagents: Vec::new(),
         }
     }
 }
@@ -503,6 +541,53 @@ impl AgentConfig {
     /// The schedules, checked (`STEADFAST_SESSION_ID_INVALID` / `STEADFAST_CONFIG_INVALID` naming the schedule).
     pub fn compiled_schedules(&self) -> Result<Vec<CompiledSchedule>> {
         compile_all(self.schedules.clone())
+    }
+
+    /// The configuration sub-agent `sub` runs with: its own model (else the lead's), instructions, limits
+    /// (else the lead's), tools and sub-agents; the lead's retry, lease, drift policy, steering and allowed hosts.
+    /// No schedules, MCP servers or progress guard of its own.
+    pub fn for_subagent(&self, sub: &SubagentConfig) -> AgentConfig {
+        AgentConfig {
+            model: sub.model.clone().unwrap_or_else(|| self.model.clone()),
+            instructions: sub.instructions.clone(),
+            limits: sub.limits.clone().unwrap_or_else(|| self.limits.clone()),
+            tools: sub.tools.clone(),
+            wait_tools: sub.wait_tools.clone(),
+            demo_tools: Some(sub.demo_tools),
+            subagents: sub.subagents.clone(),
+            mcp: Vec::new(),
+            schedules: Vec::new(),
+            progress_guard: None,
+            ..self.clone()
+        }
+    }
+
+    /// An agent of this configuration (the lead, or a sub-agent's, from [`AgentConfig::for_subagent`]): its model
+    /// from `platform`, options, instructions, the demo tools `demo` makes (when on), the webhook tools over `http`
+    /// and its sub-agents, each built the same way. The caller adds the store, clock, timer and what only the lead
+    /// has (MCP tools, the progress guard).
+    pub fn agent_builder<P: ModelPlatform>(
+        &self,
+        platform: &P,
+        http: Rc<dyn HttpClient>,
+        demo: &dyn Fn() -> Vec<Rc<dyn Tool>>,
+    ) -> Result<AgentBuilder> {
+        let mut b = Agent::builder_rc(self.model(platform)?)
+            .options(self.agent_options())
+            .instructions(self.instructions.clone());
+        if self.demo_tools_enabled() {
+            for t in demo() {
+                b = b.tool_rc(t);
+            }
+        }
+        for t in self.webhook_tools(http.clone())? {
+            b = b.tool_rc(t);
+        }
+        for sub in &self.subagents {
+            let child = self.for_subagent(sub).agent_builder(platform, http.clone(), demo)?;
+            b = b.subagent(sub.name.clone(), sub.description.clone(), child);
+        }
+        Ok(b)
     }
 
     /// Whether the demo tools are on (`demoTools`, else on for the mock provider only).
@@ -609,6 +694,35 @@ impl AgentConfig {
         cache.tools(&self.mcp, &self.allowlist(), secret, http, now_ms, &taken).await
     }
 
+    /// Checks the sub-agents: at most [`DEFAULT_MAX_SUBAGENT_DEPTH`] levels, tool names that are valid and unique
+    /// beside `taken` (this agent's other tools), and each one's own configuration as [`AgentConfig::validate`]
+    /// checks it.
+    fn validate_subagents<'a>(&'a self, mut taken: BTreeSet<&'a str>, errs: &mut Vec<String>) {
+        fn depth(subs: &[SubagentConfig]) -> usize {
+            subs.iter().map(|s| 1 + depth(&s.subagents)).max().unwrap_or(0)
+        }
+        if depth(&self.subagents) > DEFAULT_MAX_SUBAGENT_DEPTH {
+            errs.push(format!("subagents: sub-agents nest at most {DEFAULT_MAX_SUBAGENT_DEPTH} levels deep"));
+            return;
+        }
+        if self.demo_tools_enabled() {
+            taken.extend(DEMO_TOOL_NAMES.iter().copied());
+        }
+        taken.extend(self.wait_tools.iter().map(|w| w.name()));
+        for (i, sub) in self.subagents.iter().enumerate() {
+            let n = &sub.name;
+            if !crate::core::ids::is_tool_name(n) {
+                errs.push(format!("subagents[{i}].name: {n:?} must be 1-64 characters of letters, digits, '_' or '-'"));
+            } else if !taken.insert(n.as_str()) {
+                errs.push(format!("subagents[{i}].name: '{n}' is also the name of another tool or sub-agent"));
+            }
+            if let Err(e) = self.for_subagent(sub).validate() {
+                let why = e.message.strip_prefix("invalid agent configuration: ").unwrap_or(&e.message);
+                errs.push(format!("subagents[{i}]: {why}"));
+            }
+        }
+    }
+
     /// Checks what the types cannot: a model id for real providers, a script only for `mock` and well
     /// formed, `limits.maxSteps` ≥ 1, sane lease and recovery timing, well-formed `allowedHosts`, unique tool
     /// names (demo tools included when on), webhook URLs and MCP servers on allow-listed hosts. Fails with
@@ -687,6 +801,7 @@ impl AgentConfig {
             }
         }
         errs.extend(check_servers(&self.mcp, &allowlist));
+        self.validate_subagents(names, &mut errs);
 
         if errs.is_empty() {
             return Ok(());
@@ -1490,6 +1605,68 @@ mod tests {
             assert_eq!(e.code, ErrorCode::ProviderUnavailable, "{retry}: {e}");
             assert_eq!(platform.http.requests().len(), asked, "{retry}");
         }
+    }
+
+    /// Sub-agents from the configuration: each with its own mock script, instructions and limits (or the lead's),
+    /// built into the lead as tools whose calls run child runs; names, nesting and each sub-agent's own
+    /// settings are checked with the configuration.
+    #[test]
+    fn configured_sub_agents_run_as_child_runs_and_are_checked_with_the_configuration() {
+        use crate::runtime::{ManualClock, ManualSleep};
+        let cfg = AgentConfig::parse(
+            r#"{"model": {"provider": "mock", "script": [
+                    {"toolCalls": [{"name": "research", "args": {"task": "find the answer"}}]},
+                    {"text": "done"}]},
+                "limits": {"maxSteps": 7},
+                "subagents": [{"name": "research", "description": "Finds things",
+                    "instructions": "You research.",
+                    "model": {"provider": "mock", "script": [{"text": "the answer is 42"}]}}]}"#,
+        )
+        .unwrap();
+        let sub = cfg.for_subagent(&cfg.subagents[0]);
+        assert_eq!(
+            (sub.instructions.as_str(), sub.limits.max_steps, sub.demo_tools_enabled()),
+            ("You research.", 7, false)
+        );
+        let platform = TestPlatform { http: crate::providers::fake::FakeHttp::new(vec![]), secrets: vec![], ai: None };
+        let clock = ManualClock::new(1_000);
+        let agent = cfg
+            .agent_builder(&platform, Rc::new(NoHttp), &Vec::new)
+            .unwrap()
+            .store(crate::store::MemoryStore::new())
+            .clock(Rc::new(clock.clone()))
+            .sleep(Rc::new(ManualSleep::new(clock)))
+            .build()
+            .unwrap();
+        let r = block_on(agent.send("r1", "go", Default::default())).unwrap();
+        let results: Vec<&str> = r
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                crate::core::transcript::Message::Tool(t) => Some(t.content.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results, ["the answer is 42"]);
+        let children = block_on(agent.children(&block_on(agent.load("r1")).unwrap().unwrap())).unwrap();
+        assert_eq!(children.len(), 1);
+        assert_eq!(children[0].status, Some(crate::core::checkpoint::RunStatus::Finished));
+        assert!(children[0].run_id.starts_with("r1.sub-research-"), "{:?}", children[0]);
+
+        let sub = |fields: &str| format!(r#"{{"subagents": [{{"name": "a", "description": "x"{fields}}}]}}"#);
+        let e = err_of(r#"{"subagents": [{"name": "a b", "description": "x"}]}"#);
+        assert!(e.message.contains("subagents[0].name: \"a b\" must be"), "{}", e.message);
+        let e = err_of(r#"{"demoTools": true, "subagents": [{"name": "charge", "description": "x"}]}"#);
+        assert!(e.message.contains("subagents[0].name: 'charge' is also the name"), "{}", e.message);
+        let e = err_of(&sub(r#", "limits": {"maxSteps": 0}"#));
+        assert!(e.message.contains("subagents[0]: limits.maxSteps must be at least 1"), "{}", e.message);
+        let e = err_of(&sub(r#", "schedules": []"#));
+        assert!(e.message.contains("unknown field `schedules`"), "{}", e.message);
+        let deep = r#"{"subagents": [{"name": "a", "description": "x", "subagents": [{"name": "b", "description": "x",
+            "subagents": [{"name": "c", "description": "x", "subagents": [{"name": "d", "description": "x"}]}]}]}]}"#;
+        let e = err_of(deep);
+        assert!(e.message.contains("sub-agents nest at most 3 levels deep"), "{}", e.message);
+        assert!(AgentConfig::parse(&sub(r#", "subagents": [{"name": "b", "description": "y"}]"#)).is_ok());
     }
 
     #[test]

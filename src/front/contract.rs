@@ -142,10 +142,17 @@ pub struct RunView {
     pub saved_at: u64,
     /// What self-healing did in this run, oldest first (the newest 50).
     pub heal_actions: Vec<HealRecord>,
+    /// The child runs of its sub-agent calls, in call order.
+    #[serde(default)]
+    pub children: Vec<crate::runtime::ChildRun>,
+    /// For a sub-agent's child run: the run whose call started it (`null` otherwise).
+    #[serde(default)]
+    pub parent_run_id: Option<String>,
 }
 
 impl From<Checkpoint> for RunView {
     fn from(cp: Checkpoint) -> RunView {
+        let parent_run_id = crate::core::ids::subagent_parent(&cp.run_id).map(|(p, _)| p.to_string());
         RunView {
             run_id: cp.run_id,
             status: cp.status,
@@ -161,6 +168,8 @@ impl From<Checkpoint> for RunView {
             business_state: cp.business_state,
             saved_at: cp.saved_at,
             heal_actions: HealRecord::log(cp.ext.as_ref()),
+            children: Vec::new(),
+            parent_run_id,
         }
     }
 }
@@ -551,6 +560,9 @@ mod tests {
             "savedAt": cp.saved_at,
             // The heal log as the runtime keeps it in the hook state.
             "healActions": cp.ext.as_ref().and_then(|e| e.get("healLog")).cloned().unwrap_or(json!([])),
+            // Listed by `GET /runs/{id}` from the store (none in the view of a checkpoint alone).
+            "children": [],
+            "parentRunId": cp.run_id.split_once(".sub-").map(|(parent, _)| parent),
         })
     }
 
@@ -565,7 +577,11 @@ mod tests {
             FinishReason::Aborted,
         ];
         Checkpoint {
-            run_id: format!("run-{}", rng.next_u64() % 1000),
+            // A sub-agent's child run one time in three (its view names its parent).
+            run_id: match pick(rng, 3) {
+                0 => format!("run-{}.sub-research-{:012x}", rng.next_u64() % 1000, rng.next_u64() >> 16),
+                _ => format!("run-{}", rng.next_u64() % 1000),
+            },
             messages: (0..pick(rng, 4)).map(|i| Message::user(format!("m{i}"))).collect(),
             step_index: pick(rng, 20) as u32,
             usage: Usage { input_tokens: rng.next_u64() % 10_000, output_tokens: rng.next_u64() % 10_000 },

@@ -22,7 +22,6 @@ use std::rc::Rc;
 
 use super::options::{AgentOptions, SendOptions};
 use super::result::RunResult;
-use super::subagent::{SubagentDecl, SubagentTool};
 
 /// Input for `send`: text, one message or several.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -53,6 +52,13 @@ impl From<Vec<Message>> for Input {
 #[derive(Clone)]
 pub struct Agent {
     pub(crate) deps: Rc<Deps>,
+}
+
+/// A sub-agent as its lead declares it (see [`AgentBuilder::subagent`]).
+struct SubagentDecl {
+    name: String,
+    description: String,
+    builder: AgentBuilder,
 }
 
 /// Builds an [`Agent`].
@@ -183,7 +189,7 @@ impl AgentBuilder {
         let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
         let store = self.store.clone().ok_or_else(|| cfg("an agent needs a store (e.g. MemoryStore::new())".into()))?;
         let mut subagents = Vec::new();
-        let mut subagent_tools: Vec<Rc<SubagentTool>> = Vec::new();
+        let mut child_calls: Vec<(String, Rc<dyn super::deps::ChildCall>)> = Vec::new();
         for decl in std::mem::take(&mut self.subagents) {
             let mut b = decl.builder;
             b.store = b.store.or_else(|| Some(store.clone()));
@@ -196,10 +202,10 @@ impl AgentBuilder {
             if !Rc::ptr_eq(&child.deps.store, &store) {
                 return Err(cfg(format!("sub-agent '{}' must use its lead's store", decl.name)));
             }
-            let tool = Rc::new(SubagentTool::new(decl.name.clone(), decl.description, child.clone(), max_depth));
-            subagent_tools.push(tool.clone());
+            let (tool, call) = child.as_subagent(decl.name.clone(), decl.description, max_depth);
+            child_calls.push((decl.name.clone(), call));
             self.tools.push(tool);
-            subagents.push((decl.name, child));
+            subagents.push((decl.name, child.deps.clone()));
         }
         let mut names = BTreeSet::new();
         let mut tools = Vec::new();
@@ -209,10 +215,7 @@ impl AgentBuilder {
         let all: Vec<Rc<dyn Tool>> = builtins.chain(self.tools).collect();
         for t in all {
             let name = t.name().to_string();
-            if name.is_empty()
-                || name.len() > 64
-                || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            {
+            if !crate::core::ids::is_tool_name(&name) {
                 return Err(cfg(format!("tool name {name:?} must be 1-64 characters of letters, digits, '_' or '-'")));
             }
             if !names.insert(name.clone()) {
@@ -225,8 +228,9 @@ impl AgentBuilder {
                 description: t.description().to_string(),
                 input_schema: t.input_schema().clone(),
             });
-            let subagent = subagent_tools.iter().find(|s| Rc::as_ptr(s) as *const u8 == Rc::as_ptr(&t) as *const u8);
-            tools.push(RegisteredTool { tool: t, schema, subagent: subagent.cloned() });
+            // A sub-agent's tool (names are unique: checked above).
+            let subagent = child_calls.iter().find(|(n, _)| n == t.name()).map(|(_, c)| c.clone());
+            tools.push(RegisteredTool { tool: t, schema, subagent });
         }
         if self.options.max_steps == 0 {
             return Err(cfg("maxSteps must be at least 1".into()));
@@ -312,7 +316,7 @@ impl Agent {
             warn: None,
             observer: None,
             subagents: Vec::new(),
-            max_subagent_depth: super::subagent::DEFAULT_MAX_SUBAGENT_DEPTH,
+            max_subagent_depth: super::options::DEFAULT_MAX_SUBAGENT_DEPTH,
         }
     }
 

@@ -4,13 +4,14 @@
 
 use super::hooks::Hook;
 use super::options::{AgentOptions, SendOptions};
-use super::traits::{Model, Tool, ToolSpec};
+use super::traits::{Model, Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 use crate::core::fingerprint::Fingerprint;
 use crate::core::machine::MachineConfig;
 use crate::core::schema::Schema;
 use crate::rng::Rng;
 use crate::store::RunStore;
 use crate::time::{Clock, Sleep};
+use serde_json::Value;
 use std::rc::Rc;
 
 /// A tool with its compiled argument schema.
@@ -19,7 +20,14 @@ pub(crate) struct RegisteredTool {
     pub(crate) schema: Schema,
     /// The same tool when it is a sub-agent's: the driver runs it with the execution's options (abort, and in
     /// tests its crash budget), which the child's execution takes on.
-    pub(crate) subagent: Option<Rc<super::subagent::SubagentTool>>,
+    pub(crate) subagent: Option<Rc<dyn ChildCall>>,
+}
+
+/// A tool call the driver runs with its execution's options (a sub-agent's: its child run takes on the lead's
+/// abort signal and, in tests, its crash points).
+#[async_trait::async_trait(?Send)]
+pub(crate) trait ChildCall {
+    async fn run(&self, args: Value, ctx: ToolContext, opts: SendOptions) -> Result<ToolOutput, ToolError>;
 }
 
 /// What an agent's executions depend on (see the module docs).
@@ -43,7 +51,7 @@ pub(crate) struct Deps {
     /// How many sub-agent levels below the top agent this one runs (0 for the agent its user built).
     pub(crate) level: usize,
     /// The sub-agents this agent declares, by name (their child runs execute with their agents).
-    pub(crate) subagents: Vec<(String, super::Agent)>,
+    pub(crate) subagents: Vec<(String, Rc<Deps>)>,
 }
 
 impl Deps {

@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::rc::Rc;
 
+/// How deep sub-agents nest by default (the lead is depth 0; its sub-agents' child runs depth 1): see
+/// [`super::AgentBuilder::max_subagent_depth`].
+pub const DEFAULT_MAX_SUBAGENT_DEPTH: usize = 3;
+
 /// The agent's limits and policies, defined once. The npm package's `createAgent` takes them as they are,
 /// beside the parts only JS gives (model, tools, hooks, store, clock); the Worker configuration names them
 /// alike: its `limits` section holds `maxSteps`, `toolConcurrency`, `loopWindow` and `maxToolResultBytes`, and

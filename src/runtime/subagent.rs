@@ -11,11 +11,11 @@
 //!   lead's wait, which resumes the lead: one request. Whichever of the two ends last does the delivery: the
 //!   child's execution when it finishes ([`Deps::after_execution`]: "deliver up"), or the lead's when it pauses
 //!   on a child that finished meanwhile ("deliver down").
-//! * The depth of the tree is bounded (the lead's [`AgentBuilder::max_subagent_depth`], default 3): a call
+//! * The depth of the tree is bounded (the lead's `AgentBuilder::max_subagent_depth`, default 3): a call
 //!   that would go deeper answers with a `STEADFAST_SUBAGENT_DEPTH` error the model reads.
 
-use super::agent::{Agent, AgentBuilder};
-use super::deps::Deps;
+use super::agent::Agent;
+use super::deps::{ChildCall, Deps};
 use super::options::SendOptions;
 use super::traits::{Tool, ToolContext, ToolError, ToolOutput};
 use super::waits::Events;
@@ -29,15 +29,20 @@ use async_trait::async_trait;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
 use serde_json::{json, Value};
+use std::rc::Rc;
 
-/// How deep sub-agents nest by default (the lead is depth 0; its sub-agents' runs depth 1).
-pub const DEFAULT_MAX_SUBAGENT_DEPTH: usize = 3;
-
-/// A sub-agent as its lead declares it (see [`AgentBuilder::subagent`]).
-pub(crate) struct SubagentDecl {
-    pub(crate) name: String,
-    pub(crate) description: String,
-    pub(crate) builder: AgentBuilder,
+impl Agent {
+    /// This agent as its lead's tool `name`: the tool the lead's model sees, and the same call as the driver runs
+    /// it (with the lead's execution's options). `max_depth` is the lead's depth limit.
+    pub(crate) fn as_subagent(
+        &self,
+        name: String,
+        description: String,
+        max_depth: usize,
+    ) -> (Rc<dyn Tool>, Rc<dyn ChildCall>) {
+        let tool = Rc::new(SubagentTool::new(name, description, self.clone(), max_depth));
+        (tool.clone(), tool)
+    }
 }
 
 /// The lead's tool for one sub-agent.
@@ -88,10 +93,11 @@ impl Tool for SubagentTool {
     }
 }
 
-impl SubagentTool {
+#[async_trait(?Send)]
+impl ChildCall for SubagentTool {
     /// The call: starts or resumes the child run with `opts` (the lead's execution's abort signal), or reads
     /// its result.
-    pub(crate) async fn run(
+    async fn run(
         &self,
         args: Value,
         ctx: ToolContext,
@@ -166,7 +172,7 @@ impl Deps {
         let path = subagent_path(run_id);
         let mut deps = self;
         for name in path.get(self.level..)? {
-            deps = &deps.subagents.iter().find(|(n, _)| n == name)?.1.deps;
+            deps = &deps.subagents.iter().find(|(n, _)| n == name)?.1;
         }
         Some(deps)
     }
@@ -216,7 +222,32 @@ impl Deps {
             return Ok(());
         }
         let Some(token) = child_token(&parent, name, &child.run_id) else { return Ok(()) };
-        self.deliver(&token, child, opts).await
+        self.deliver(&token, child, opts, Some(parent_id)).await
+    }
+
+    /// The sweep's take-up of a lead's wait on a child (a due entry [`Deps::deliver`] left when a delivery
+    /// failed): the finished child's result is delivered now. `Ok(())` when done or when there is nothing to do
+    /// (the record is no sub-agent's wait, its child has not finished, its lead moved on).
+    pub(crate) async fn redeliver(
+        &self,
+        rec: &crate::core::approval::ApprovalRecord,
+        opts: &SendOptions,
+    ) -> Result<()> {
+        let Some(parent) = self.store.load(&rec.run_id).await? else { return Ok(()) };
+        let Some(deps) = self.for_run(&parent.run_id) else { return Ok(()) };
+        let call = &rec.tool_call;
+        if parent.status != RunStatus::AwaitingApproval || !deps.subagents.iter().any(|(n, _)| *n == call.name) {
+            return Ok(());
+        }
+        let Some(key) = parent.call_key(&call.id) else { return Ok(()) };
+        let Ok(child_id) = subagent_run_id(&parent.run_id, &call.name, &key) else { return Ok(()) };
+        match self.store.load(&child_id).await? {
+            Some(child) if child.status == RunStatus::Finished => {
+                let token = crate::core::wait::token(parent.own_key_scope(), &call.id);
+                self.deliver(&token, &child, opts, None).await
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Delivers the results of `parent`'s children that finished while it paused on them.
@@ -232,22 +263,32 @@ impl Deps {
             let Some(child) = self.store.load(&child_id).await? else { continue };
             if child.status == RunStatus::Finished {
                 let token = crate::core::wait::token(parent.own_key_scope(), &call.id);
-                self.deliver(&token, &child, opts).await?;
+                self.deliver(&token, &child, opts, Some(&parent.run_id)).await?;
             }
         }
         Ok(())
     }
 
     /// One delivery of `child`'s result to the wait of `token`; a wait that is gone or resolved already (another
-    /// delivery got there first) is no error.
-    async fn deliver(&self, token: &str, child: &Checkpoint, opts: &SendOptions) -> Result<()> {
+    /// delivery got there first) is no error. When it fails otherwise (the lead is busy, the store is down) and
+    /// `lead` is given, a due entry for the wait is left first, so the sweep delivers it a minute later
+    /// ([`Deps::redeliver`]): the child has finished, and nothing else would.
+    async fn deliver(&self, token: &str, child: &Checkpoint, opts: &SendOptions, lead: Option<&str>) -> Result<()> {
         let mut outcome = crate::core::wait::delivered(&Value::String(child.last_text()))?;
         outcome.usage = Some(child.total_usage);
         let opts = SendOptions { abort: opts.abort.clone(), ..Default::default() };
         match Events::new(self).deliver_outcome(token, outcome, opts).await {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.code, ErrorCode::WaitNotFound | ErrorCode::WaitAlreadyResolved) => Ok(()),
-            Err(e) => Err(e),
+            Err(e) => {
+                if let (Some(run_id), Some(wait_id)) = (lead, crate::core::wait::wait_id(token)) {
+                    let at = self.now() + crate::core::steer::DUE_AFTER_MS;
+                    // Ignored: the delivery's own error is the one to report; without the entry, a later
+                    // decision or delivery on the lead's pause still reads the child (deliver down).
+                    let _ = self.store.put_due(&crate::store::DueWait { at, wait_id, run_id: run_id.into() }).await;
+                }
+                Err(e)
+            }
         }
     }
 }
@@ -263,4 +304,38 @@ fn child_token(parent: &Checkpoint, name: &str, child_id: &str) -> Option<String
                 .is_some_and(|id| id == child_id)
     })?;
     Some(crate::core::wait::token(parent.own_key_scope(), &call.id))
+}
+
+/// A child run of a run, as `GET /runs/{id}` lists it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct ChildRun {
+    /// The sub-agent.
+    pub name: String,
+    /// The lead's call that runs it.
+    pub tool_call_id: String,
+    /// The child run's id.
+    pub run_id: String,
+    /// Its status; `null` before the call started it.
+    pub status: Option<RunStatus>,
+}
+
+impl Agent {
+    /// The child runs of run `cp`'s sub-agent calls, in call order (calls of a sub-agent its agent no longer
+    /// declares included: their ids tell).
+    pub async fn children(&self, cp: &Checkpoint) -> Result<Vec<ChildRun>> {
+        let Some(deps) = self.deps.for_run(&cp.run_id) else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for call in cp.messages.iter().flat_map(|m| m.tool_calls()) {
+            if !deps.subagents.iter().any(|(n, _)| *n == call.name) {
+                continue;
+            }
+            let Some(key) = cp.call_key(&call.id) else { continue };
+            let Ok(run_id) = subagent_run_id(&cp.run_id, &call.name, &key) else { continue };
+            let status = self.deps.store.load(&run_id).await?.map(|c| c.status);
+            out.push(ChildRun { name: call.name.clone(), tool_call_id: call.id.clone(), run_id, status });
+        }
+        Ok(out)
+    }
 }

@@ -32,11 +32,20 @@ pub enum WaitTool {
 }
 
 impl WaitTool {
+    /// The tool's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            WaitTool::AskQuestion => "ask_question",
+            WaitTool::SleepFor => "sleep_for",
+            WaitTool::SleepUntil => "sleep_until",
+        }
+    }
+
     /// The tool.
     pub fn tool(self) -> Rc<dyn Tool> {
         Rc::new(match self {
             WaitTool::AskQuestion => FnTool::new(
-                "ask_question",
+                self.name(),
                 "Ask a person and wait for the answer (the result); `choices` limits the answers.",
                 schema(
                     r#"{"type":"object","properties":{"question":{"type":"string","minLength":1},"choices":{"type":"array","items":{"type":"string","minLength":1}}},"required":["question"],"additionalProperties":false}"#,
@@ -51,7 +60,7 @@ impl WaitTool {
                 },
             ),
             WaitTool::SleepFor => FnTool::new(
-                "sleep_for",
+                self.name(),
                 "Pause the run for some seconds.",
                 schema(
                     r#"{"type":"object","properties":{"seconds":{"type":"number","minimum":0}},"required":["seconds"],"additionalProperties":false}"#,
@@ -69,7 +78,7 @@ impl WaitTool {
                 },
             ),
             WaitTool::SleepUntil => FnTool::new(
-                "sleep_until",
+                self.name(),
                 "Pause the run until a time (RFC 3339 or ms since the epoch).",
                 schema(
                     r#"{"type":"object","properties":{"at":{"type":["string","number"]}},"required":["at"],"additionalProperties":false}"#,

@@ -179,6 +179,11 @@ impl Agent {
                 Some(r) if r.status == ApprovalStatus::Pending && r.due_at == Some(entry.at) => {
                     self.resolve_due(r, now, opts.clone()).await
                 }
+                // A lead's wait on a sub-agent's child whose delivery failed: delivered now (the entry goes once
+                // it is, or once there is nothing to deliver).
+                Some(r) if r.status == ApprovalStatus::Pending && r.kind == WaitKind::Event => {
+                    self.deps.redeliver(&r, opts).await.map(|()| None)
+                }
                 _ => Ok(None),
             };
             match taken {

@@ -33,9 +33,10 @@
 //! * **The URL's path and query are secret**, as for webhooks: messages show the origin only.
 
 use crate::core::error::{cap_chars, Error, ErrorCode, Result};
+use crate::core::ids::is_tool_name;
 use crate::http::{HttpClient, HttpRequest, HttpResponse};
 use crate::runtime::traits::{Tool, ToolContext, ToolError, ToolOutput};
-use crate::tools::webhook::{check_header, valid_tool_name, Allowlist, ParsedUrl};
+use crate::tools::webhook::{check_header, Allowlist, ParsedUrl};
 use async_trait::async_trait;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -548,7 +549,7 @@ pub fn parse_tool_list(result: &Value) -> std::result::Result<(Vec<McpToolSpec>,
         let Some(name) = t.get("name").and_then(Value::as_str) else {
             return Err(format!("tools[{i}] has no name"));
         };
-        if !valid_tool_name(name) {
+        if !is_tool_name(name) {
             return Err(format!(
                 "tool {:?}: a tool name must be 1-64 characters of letters, digits, '_' or '-'",
                 cap_chars(name, 80)

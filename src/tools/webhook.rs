@@ -122,7 +122,7 @@ impl WebhookToolConfig {
     /// allow-listed.
     pub fn check(&self, allowlist: &Allowlist) -> Result<ParsedUrl> {
         let name = &self.name;
-        if !valid_tool_name(name) {
+        if !crate::core::ids::is_tool_name(name) {
             return Err(config_err(format!(
                 "webhook tool name {name:?} must be 1-64 characters of letters, digits, '_' or '-'"
             )));
@@ -152,11 +152,6 @@ impl WebhookToolConfig {
         allowlist.check(&url.host).map_err(|e| config_err(format!("webhook tool '{name}': {}", e.message)))?;
         Ok(url)
     }
-}
-
-/// Whether `name` can name a tool (1-64 letters, digits, `_` or `-`: what the providers accept).
-pub(crate) fn valid_tool_name(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 fn is_tchar(c: char) -> bool {

@@ -10,18 +10,12 @@ import assert from "node:assert/strict";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { Miniflare } from "miniflare";
 import { apiCaller } from "./support/api.mjs";
-import { builtWorker } from "./support/built.mjs";
+import { persistedWorkers } from "./support/persisted.mjs";
 
 const TOKEN = "test-token-waits-0123";
 const BASE = "http://localhost";
-const instances = [];
-after(async () => {
-  for (const mf of instances) await mf.dispose();
-});
 
-const script = builtWorker();
 const call = apiCaller(TOKEN, BASE);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function waitFor(check, ms = 15000) {
@@ -33,38 +27,8 @@ async function waitFor(check, ms = 15000) {
   }
 }
 
-// One Worker ("a process") in its own workerd over the state persisted in `dir` (KV, and the run objects'
-// SQLite storage in strict mode).
-function worker(mode, config, dir) {
-  assert.ok(fs.existsSync("build/index.js"), "build/index.js is missing: run ./scripts/build-worker");
-  const strict = mode === "strict";
-  const cfg = { recovery: { intervalMs: 1 }, ...config, ...(strict ? { store: "durable-object" } : {}) };
-  const mf = new Miniflare({
-    kvPersist: path.join(dir, "kv"),
-    ...(strict ? { durableObjectsPersist: path.join(dir, "do") } : {}),
-    workers: [
-      {
-        ...script,
-        name: "worker",
-        kvNamespaces: { RUNS: "runs" },
-        ...(strict ? { durableObjects: { RUN_OBJECTS: { className: "RunObject", useSQLite: true } } } : {}),
-        bindings: { STEADFAST_TOKEN: TOKEN, STEADFAST_CONFIG: JSON.stringify(cfg) },
-      },
-    ],
-    unsafeTriggerHandlers: true,
-    cf: false,
-  });
-  instances.push(mf);
-  return {
-    mf,
-    dispatchFetch: async (url, init) => (await mf.getWorker("worker")).fetch(url, init),
-    tick: async () => (await mf.getWorker("worker")).scheduled({ cron: "* * * * *", scheduledTime: new Date() }),
-    stop: async () => {
-      await mf.dispose();
-      instances.splice(instances.indexOf(mf), 1);
-    },
-  };
-}
+// One Worker ("a process") in its own workerd over the state persisted in `dir` (support/persisted.mjs).
+const worker = persistedWorkers(TOKEN);
 
 function stateDir(name) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `steadfast-waits-${name}-`));

@@ -60,7 +60,8 @@ impl Api {
     /// `GET /runs/{id}`: the run's state as a [`RunView`].
     pub(super) async fn get_run(&self, id: &str) -> Result<ApiResponse> {
         let cp = self.agent.load(id).await?.ok_or_else(|| no_checkpoint(id))?;
-        Ok(ApiResponse::ok(&RunView::from(cp)))
+        let children = self.agent.children(&cp).await?;
+        Ok(ApiResponse::ok(&RunView { children, ..RunView::from(cp) }))
     }
 
     /// `DELETE /runs/{id}`.

@@ -12,7 +12,7 @@ use super::tools::JsTool;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::front::contract::NothingToResume;
 use crate::front::wasm_shared::{absent, js_rng, prop, to_value};
-use crate::runtime::{Agent, AgentOptions, ForkOptions, Resolve};
+use crate::runtime::{Agent, AgentBuilder, AgentOptions, ForkOptions, Resolve};
 use crate::store::RunStore;
 use js_sys::{Array, Function, Promise};
 use serde_json::Value;
@@ -38,7 +38,11 @@ pub(super) fn console_warn(line: &str) {
 
 /// The parts of the options object only JS gives (beside the [`AgentOptions`] fields); js/src/agent.ts takes
 /// `provider` and `store` out before it hands the object on.
-const AGENT_PARTS: [&str; 7] = ["model", "provider", "tools", "hooks", "store", "instructions", "clock"];
+const AGENT_PARTS: [&str; 8] = ["model", "provider", "tools", "hooks", "store", "instructions", "clock", "subagents"];
+
+/// The parts of a sub-agent's object (`subagents[i]`) besides the [`AgentOptions`] fields: no store or clock of
+/// its own (its lead's), a name and a description.
+const SUBAGENT_PARTS: [&str; 7] = ["name", "description", "model", "tools", "hooks", "instructions", "subagents"];
 
 /// [`AgentOptions`] as JSON: every field with its default (the names the options object may use, and the
 /// nested objects' keys).
@@ -80,6 +84,69 @@ pub(super) fn decision_of(
     Resolve::new(id, approved, note, answer)
 }
 
+/// An agent's model, options, instructions, tools, hooks and sub-agents from its options object (the lead's, or
+/// `subagents[i]` of its lead at `at`, which names the object in errors).
+fn builder_of(options: &JsValue, at: &str) -> Result<AgentBuilder> {
+    let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
+    let model = JsModel::from_js(prop(options, "model"))?;
+    let agent_options = agent_options_of(|key| {
+        let v = prop(options, key);
+        // `steerPollMs: null` turns steering off (its `null` is a value); any other option's `null` is absent.
+        if v.is_null() && key == "steerPollMs" {
+            return Ok(Some(Value::Null));
+        }
+        if absent(&v) {
+            return Ok(None);
+        }
+        to_value(&v, key).map(Some).map_err(|e| cfg(format!("{at}{}", e.message)))
+    })?;
+    let instructions = prop(options, "instructions");
+    let instructions = if absent(&instructions) {
+        String::new()
+    } else {
+        instructions.as_string().ok_or_else(|| cfg(format!("{at}instructions must be a string")))?
+    };
+    let mut b = Agent::builder(model).options(agent_options).instructions(instructions);
+    let tools = prop(options, "tools");
+    if !absent(&tools) {
+        if !Array::is_array(&tools) {
+            return Err(cfg(format!("{at}tools must be an array")));
+        }
+        for (i, t) in Array::from(&tools).iter().enumerate() {
+            b = b.tool(JsTool::from_js(t, i)?);
+        }
+    }
+    let hooks = prop(options, "hooks");
+    if !absent(&hooks) {
+        if !Array::is_array(&hooks) {
+            return Err(cfg(format!("{at}hooks must be an array")));
+        }
+        for (i, h) in Array::from(&hooks).iter().enumerate() {
+            b = add_hook(b, &h, i)?;
+        }
+    }
+    let subagents = prop(options, "subagents");
+    if !absent(&subagents) {
+        if !Array::is_array(&subagents) {
+            return Err(cfg(format!("{at}subagents must be an array")));
+        }
+        let names = agent_option_defaults()?;
+        let known: Vec<&str> = SUBAGENT_PARTS.iter().copied().chain(names.keys().map(String::as_str)).collect();
+        for (i, sub) in Array::from(&subagents).iter().enumerate() {
+            let here = format!("{at}subagents[{i}].");
+            if !sub.is_object() {
+                return Err(cfg(format!("{at}subagents[{i}] must be an object")));
+            }
+            known_keys(&sub, &known, &[], &format!("{at}subagents[{i}]"))?;
+            let text =
+                |key: &str| prop(&sub, key).as_string().ok_or_else(|| cfg(format!("{here}{key} must be a string")));
+            let (name, description) = (text("name")?, text("description")?);
+            b = b.subagent(name, description, builder_of(&sub, &here)?);
+        }
+    }
+    Ok(b)
+}
+
 #[wasm_bindgen]
 impl JsAgent {
     /// Builds an agent from `{model, tools?, hooks?, instructions?, clock?}` and the [`AgentOptions`] fields
@@ -92,62 +159,20 @@ impl JsAgent {
     }
 
     fn build(options: &JsValue, store: Rc<dyn RunStore>) -> Result<Agent> {
-        let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
         if !options.is_object() {
-            return Err(cfg("agent options must be an object".into()));
+            return Err(Error::new(ErrorCode::ConfigInvalid, "agent options must be an object"));
         }
         let names = agent_option_defaults()?;
         let known: Vec<&str> = AGENT_PARTS.iter().copied().chain(names.keys().map(String::as_str)).collect();
         known_keys(options, &known, &[], "createAgent options")?;
-        let model = JsModel::from_js(prop(options, "model"))?;
-
-        let agent_options = agent_options_of(|key| {
-            let v = prop(options, key);
-            // `steerPollMs: null` turns steering off (its `null` is a value); any other option's `null` is absent.
-            if v.is_null() && key == "steerPollMs" {
-                return Ok(Some(Value::Null));
-            }
-            if absent(&v) {
-                return Ok(None);
-            }
-            to_value(&v, key).map(Some).map_err(|e| cfg(e.message))
-        })?;
-
-        let instructions = prop(options, "instructions");
-        let instructions = if absent(&instructions) {
-            String::new()
-        } else {
-            instructions.as_string().ok_or_else(|| cfg("instructions must be a string".into()))?
-        };
-
         let (clock, sleep) = clock_of(&prop(options, "clock"), "the agent's clock")?;
-        let mut b = Agent::builder(model)
+        Ok(builder_of(options, "")?
             .store_rc(store)
             .clock(clock)
             .sleep(sleep)
             .warn(Rc::new(console_warn))
             .rng(Rc::new(js_rng()))
-            .options(agent_options)
-            .instructions(instructions);
-        let tools = prop(options, "tools");
-        if !absent(&tools) {
-            if !Array::is_array(&tools) {
-                return Err(cfg("tools must be an array".into()));
-            }
-            for (i, t) in Array::from(&tools).iter().enumerate() {
-                b = b.tool(JsTool::from_js(t, i)?);
-            }
-        }
-        let hooks = prop(options, "hooks");
-        if !absent(&hooks) {
-            if !Array::is_array(&hooks) {
-                return Err(cfg("hooks must be an array".into()));
-            }
-            for (i, h) in Array::from(&hooks).iter().enumerate() {
-                b = add_hook(b, &h, i)?;
-            }
-        }
-        b.build()
+            .build()?)
     }
 
     /// The agent's fingerprint (JSON).

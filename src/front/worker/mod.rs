@@ -174,21 +174,13 @@ async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent>
             JournalOptions { history_limit: cfg.history_limit, settle_ms: cfg.settle_ms, ..JournalOptions::default() },
         )),
     };
-    let mut b = Agent::builder_rc(cfg.model(&WorkerPlatform(env))?)
+    let demo = || demo_tools(kv.clone());
+    let mut b = cfg
+        .agent_builder(&WorkerPlatform(env), Rc::new(FetchClient), &demo)?
         .store_rc(store)
         .clock(clock)
         .sleep(sleep)
-        .rng(Rc::new(js_rng()))
-        .options(cfg.agent_options())
-        .instructions(cfg.instructions.clone());
-    if cfg.demo_tools_enabled() {
-        for t in demo_tools(kv) {
-            b = b.tool_rc(t);
-        }
-    }
-    for t in cfg.webhook_tools(Rc::new(FetchClient))? {
-        b = b.tool_rc(t);
-    }
+        .rng(Rc::new(js_rng()));
     let mcp = MCP.with(Rc::clone);
     let now = crate::time::Clock::now_ms(&JsClock);
     for t in cfg.mcp_tools(&mcp, Rc::new(FetchClient), &|name| secret(env, name), now).await? {

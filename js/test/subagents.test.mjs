@@ -1,0 +1,115 @@
+// Sub-agents through the npm package (issue 30): `createAgent({ subagents })` gives the lead's model a tool per
+// sub-agent whose call runs it as a child run (`<run>.sub-<name>-<key>`); the child's final text is the call's
+// result and its spend is added to the lead's usage; a lead whose attempt failed mid-child resumes the child where
+// it stopped (its recorded model turns are not asked again); a child paused on an approval pauses the lead, and
+// resolving it through the lead's agent finishes both; bad sub-agent options are refused with codes.
+import test from "node:test";
+import assert from "node:assert/strict";
+import { createAgent, memoryStore, PropagatingToolError, SteadfastError } from "steadfast";
+
+/** A scripted model: each call answers with the next turn (a function of the request, or a value); `calls` counts. */
+function scripted(id, turns) {
+  const model = {
+    id,
+    calls: 0,
+    async generate(request) {
+      const turn = turns[Math.min(model.calls, turns.length - 1)];
+      model.calls += 1;
+      return typeof turn === "function" ? turn(request) : turn;
+    },
+  };
+  return model;
+}
+
+const usage = { inputTokens: 10, outputTokens: 5 };
+const call = (name, args) => ({ toolCalls: [{ id: "c1", name, args }], stopReason: "tool_calls", usage });
+const lastTool = (request) => request.messages.filter((m) => m.role === "tool").at(-1)?.content;
+
+/** A lead that delegates to `research`, whose agent calls `lookup` (the given tool) and reports its result. */
+function team(store, lookup, extra = {}) {
+  const child = scripted("child", [call("lookup", {}), (r) => ({ text: `found ${lastTool(r)}`, stopReason: "stop", usage })]);
+  const lead = scripted("lead", [
+    call("research", { task: "what is the answer?" }),
+    (r) => ({ text: `the team says: ${lastTool(r)}`, stopReason: "stop", usage }),
+  ]);
+  const agent = createAgent({
+    model: lead,
+    store,
+    subagents: [{ name: "research", description: "Researches", instructions: "You research.", model: child, tools: [lookup], ...extra }],
+  });
+  return { agent, lead, child };
+}
+
+test("a sub-agent's call runs a child run whose final text is the lead's tool result and whose spend the lead counts", async () => {
+  const store = memoryStore();
+  let ran = 0;
+  const lookup = { name: "lookup", description: "looks up", execute: async () => { ran += 1; return "42"; } };
+  const { agent } = team(store, lookup);
+  const r = await agent.send("plan it", { sessionId: "trip" });
+  assert.equal(r.status, "finished");
+  assert.equal(r.text, "the team says: found 42");
+  assert.equal(ran, 1);
+  const result = r.messages.find((m) => m.role === "tool");
+  assert.equal(result.content, "found 42");
+  assert.deepEqual(result.usage, { inputTokens: 20, outputTokens: 10 }, "the child's two turns");
+  assert.deepEqual(r.usage, { inputTokens: 40, outputTokens: 20 }, "the lead's two turns and the child's");
+  const children = (await agent.pending()).length;
+  assert.equal(children, 0, "nothing is left unfinished");
+});
+
+test("a lead whose attempt failed while its child ran resumes the child where it stopped", async () => {
+  const store = memoryStore();
+  let ran = 0;
+  const lookup = {
+    name: "lookup",
+    description: "looks up",
+    execute: async () => {
+      ran += 1;
+      if (ran === 1) throw new PropagatingToolError("the lookup service is down");
+      return "42";
+    },
+  };
+  const { agent, child } = team(store, lookup);
+  await assert.rejects(agent.send("plan it", { sessionId: "trip" }), (e) => e.code === "STEADFAST_TOOL_PROPAGATED");
+  assert.equal(child.calls, 1, "the child's first turn was asked once");
+  const r = await agent.resume("trip");
+  assert.equal(r.status, "finished");
+  assert.equal(r.text, "the team says: found 42");
+  assert.equal(child.calls, 2, "the child's recorded turn was not asked again: it resumed, it did not start over");
+  assert.equal(ran, 2);
+});
+
+test("a child paused on an approval pauses its lead; resolving it through the lead's agent finishes both", async () => {
+  const store = memoryStore();
+  let ran = 0;
+  const lookup = { name: "lookup", description: "looks up", needsApproval: true, execute: async () => { ran += 1; return "42"; } };
+  const { agent } = team(store, lookup);
+  const paused = await agent.send("plan it", { sessionId: "trip" });
+  assert.equal(paused.status, "awaiting-approval");
+  const approvals = await agent.approvals.list();
+  const childApproval = approvals.find((a) => a.runId.startsWith("trip.sub-research-") && (a.kind ?? "approval") === "approval");
+  assert.ok(childApproval, JSON.stringify(approvals));
+  assert.equal(ran, 0);
+  const child = await agent.approvals.resolve({ id: childApproval.id, approved: true });
+  assert.equal(child.status, "finished");
+  const lead = await agent.load("trip");
+  assert.equal(lead.status, "finished");
+  assert.equal(ran, 1);
+  assert.equal(lead.messages.at(-1).content, "the team says: found 42");
+});
+
+test("bad sub-agent options are refused with STEADFAST_CONFIG_INVALID naming the sub-agent", () => {
+  const store = memoryStore();
+  const model = scripted("m", [{ text: "-", stopReason: "stop" }]);
+  const refused = (subagents, pattern) =>
+    assert.throws(
+      () => createAgent({ model, store, subagents }),
+      (e) => e instanceof SteadfastError && e.code === "STEADFAST_CONFIG_INVALID" && pattern.test(e.message),
+    );
+  refused("research", /subagents must be an array/);
+  refused([{ name: "research", model }], /subagents\[0\]\.description must be a string/);
+  refused([{ name: "research", description: "x" }], /subagents\[0\]: an agent needs a model/);
+  refused([{ name: "research", description: "x", model, store }], /unknown.*store|store/);
+  refused([{ name: "a b", description: "x", model }], /tool name/);
+  refused([{ name: "r", description: "x", model }, { name: "r", description: "y", model }], /two tools are named 'r'/);
+});
