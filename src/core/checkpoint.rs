@@ -364,7 +364,10 @@ pub struct JournalEntry {
 }
 
 /// What an entry holds.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Read by a hand-written reader (see `entry_body_de` below) with the same forms as serde's internally tagged
+/// derive; written by the derive.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "t")]
 pub enum EntryBody {
     /// The whole state.
@@ -402,6 +405,194 @@ pub enum EntryBody {
         #[serde(default, skip_serializing_if = "Option::is_none", with = "double_option", rename = "x", alias = "ext")]
         ext: Option<Option<Value>>,
     },
+}
+
+/// The reader of [`EntryBody`]: what serde's derive for the internally tagged enum accepts (the tag `t`, `s` |
+/// `snapshot` or `d` | `delta`, anywhere in the object, or first in an array followed by the variant's fields in
+/// order; every short name and its long alias; defaults; duplicates and missing fields refused), without
+/// buffering the whole body into serde's `Content` first (which instantiated every type of an entry a second
+/// time). Fields before the tag (never written so: the tag comes first) are kept as JSON values and read once the
+/// tag is known; unknown fields are read as JSON values and dropped, as the buffering did.
+mod entry_body_de {
+    use super::{Checkpoint, EntryBody, HeaderPatch, Message};
+    use crate::core::fingerprint::Fingerprint;
+    use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde::Deserialize;
+    use serde_json::Value;
+    use std::fmt;
+
+    /// Field names (the serialized ones, as the derive's errors name them), by slot: `c`, then the delta's.
+    const NAMES: [&str; 7] = ["c", "f", "m", "h", "bs", "fp", "x"];
+
+    #[derive(Default)]
+    struct Slots {
+        state: Option<Box<Checkpoint>>,
+        from: Option<usize>,
+        messages: Option<Vec<Message>>,
+        head: Option<HeaderPatch>,
+        business_state: Option<Option<Value>>,
+        fingerprint: Option<Option<Fingerprint>>,
+        ext: Option<Option<Value>>,
+    }
+
+    impl Slots {
+        fn is_set(&self, slot: usize) -> bool {
+            match slot {
+                0 => self.state.is_some(),
+                1 => self.from.is_some(),
+                2 => self.messages.is_some(),
+                3 => self.head.is_some(),
+                4 => self.business_state.is_some(),
+                5 => self.fingerprint.is_some(),
+                _ => self.ext.is_some(),
+            }
+        }
+
+        fn body<E: de::Error>(self, delta: bool) -> Result<EntryBody, E> {
+            Ok(if delta {
+                EntryBody::Delta {
+                    from: self.from.ok_or_else(|| E::missing_field("f"))?,
+                    messages: self.messages.unwrap_or_default(),
+                    head: self.head.unwrap_or_default(),
+                    business_state: self.business_state,
+                    fingerprint: self.fingerprint.flatten(),
+                    ext: self.ext,
+                }
+            } else {
+                EntryBody::Snapshot { state: self.state.ok_or_else(|| E::missing_field("c"))? }
+            })
+        }
+    }
+
+    /// The slot of a field of the variant (`None`: not one of its fields, ignored).
+    fn slot(delta: bool, key: &str) -> Option<usize> {
+        let slot = match key {
+            "c" | "state" => 0,
+            "f" | "from" => 1,
+            "m" | "messages" => 2,
+            "h" | "head" => 3,
+            "bs" | "business_state" => 4,
+            "fp" | "fingerprint" => 5,
+            "x" | "ext" => 6,
+            _ => return None,
+        };
+        ((slot != 0) == delta).then_some(slot)
+    }
+
+    /// The variant a tag names (`true`: a delta).
+    fn variant<E: de::Error>(tag: &str) -> Result<bool, E> {
+        match tag {
+            "s" | "snapshot" => Ok(false),
+            "d" | "delta" => Ok(true),
+            _ => Err(E::unknown_variant(tag, &["s", "d"])),
+        }
+    }
+
+    /// Reads one field's value into its slot (`None`: an ignored field, read as a JSON value and dropped).
+    struct Field<'a>(&'a mut Slots, Option<usize>);
+
+    impl<'de> DeserializeSeed<'de> for Field<'_> {
+        type Value = ();
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            let s = self.0;
+            match self.1 {
+                Some(0) => s.state = Some(Deserialize::deserialize(d)?),
+                Some(1) => s.from = Some(Deserialize::deserialize(d)?),
+                Some(2) => s.messages = Some(Deserialize::deserialize(d)?),
+                Some(3) => s.head = Some(Deserialize::deserialize(d)?),
+                Some(4) => s.business_state = Some(Deserialize::deserialize(d)?),
+                Some(5) => s.fingerprint = Some(Deserialize::deserialize(d)?),
+                Some(_) => s.ext = Some(Deserialize::deserialize(d)?),
+                None => drop(Value::deserialize(d)?),
+            }
+            Ok(())
+        }
+    }
+
+    struct BodyVisitor;
+
+    impl<'de> Visitor<'de> for BodyVisitor {
+        type Value = EntryBody;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("internally tagged enum EntryBody")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<EntryBody, A::Error> {
+            let tag: String = seq.next_element()?.ok_or_else(|| de::Error::missing_field("t"))?;
+            let delta = variant(&tag)?;
+            let mut s = Slots::default();
+            let fields = if delta { 1..7 } else { 0..1 };
+            let mut read = 0;
+            for slot in fields {
+                if seq.next_element_seed(Field(&mut s, Some(slot)))?.is_none() {
+                    break;
+                }
+                read += 1;
+            }
+            // The derive's sequence form: a required field missing is too short, an element more too long.
+            let expected = if delta {
+                "struct variant EntryBody::Delta with 6 elements"
+            } else {
+                "struct variant EntryBody::Snapshot with 1 element"
+            };
+            if (delta && s.from.is_none()) || (!delta && s.state.is_none()) {
+                return Err(de::Error::invalid_length(0, &expected));
+            }
+            let mut extra = 0;
+            while seq.next_element::<Value>()?.is_some() {
+                extra += 1;
+            }
+            if extra > 0 {
+                return Err(de::Error::invalid_length(read + extra, &expected));
+            }
+            s.body(delta)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<EntryBody, A::Error> {
+            let mut delta = None;
+            let mut before = Vec::<(String, Value)>::new();
+            let mut s = Slots::default();
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "t" {
+                    if delta.is_some() {
+                        return Err(de::Error::duplicate_field("t"));
+                    }
+                    let is_delta = variant(&map.next_value::<String>()?)?;
+                    delta = Some(is_delta);
+                    // The fields before the tag, now that their types are known.
+                    for (key, value) in before.drain(..) {
+                        let Some(i) = slot(is_delta, &key) else { continue };
+                        if s.is_set(i) {
+                            return Err(de::Error::duplicate_field(NAMES[i]));
+                        }
+                        let text = value.to_string();
+                        let mut d = serde_json::Deserializer::from_str(&text);
+                        Field(&mut s, Some(i)).deserialize(&mut d).map_err(de::Error::custom)?;
+                    }
+                    continue;
+                }
+                match delta {
+                    None => before.push((key, map.next_value()?)),
+                    Some(is_delta) => {
+                        let slot = slot(is_delta, &key);
+                        if let Some(i) = slot.filter(|&i| s.is_set(i)) {
+                            return Err(de::Error::duplicate_field(NAMES[i]));
+                        }
+                        map.next_value_seed(Field(&mut s, slot))?;
+                    }
+                }
+            }
+            s.body(delta.ok_or_else(|| de::Error::missing_field("t"))?)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for EntryBody {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<EntryBody, D::Error> {
+            d.deserialize_any(BodyVisitor)
+        }
+    }
 }
 
 /// Deepest nesting (objects and arrays) of an encoded snapshot entry a store accepts; a delta may be nested
@@ -780,6 +971,123 @@ mod tests {
         let s_short = serde_json::to_string(&s).unwrap();
         assert!(s_short.starts_with(r#"{"s":1,"a":1700000000000,"b":{"t":"s","c":{"runId":"p""#), "{s_short}");
         assert_eq!(serde_json::from_str::<JournalEntry>(&s_short).unwrap(), s);
+    }
+
+    /// The derive the hand-written reader of [`EntryBody`] replaced, kept to compare with.
+    #[derive(Deserialize)]
+    #[serde(tag = "t")]
+    enum DerivedBody {
+        #[serde(rename = "s", alias = "snapshot")]
+        Snapshot {
+            #[serde(rename = "c", alias = "state")]
+            state: Box<Checkpoint>,
+        },
+        #[serde(rename = "d", alias = "delta")]
+        Delta {
+            #[serde(rename = "f", alias = "from")]
+            from: usize,
+            #[serde(default, rename = "m", alias = "messages")]
+            messages: Vec<Message>,
+            #[serde(default, rename = "h", alias = "head")]
+            head: HeaderPatch,
+            #[serde(default, with = "double_option", rename = "bs", alias = "business_state")]
+            business_state: Option<Option<Value>>,
+            #[serde(default, rename = "fp", alias = "fingerprint")]
+            fingerprint: Option<Fingerprint>,
+            #[serde(default, with = "double_option", rename = "x", alias = "ext")]
+            ext: Option<Option<Value>>,
+        },
+    }
+
+    impl From<DerivedBody> for EntryBody {
+        fn from(b: DerivedBody) -> EntryBody {
+            match b {
+                DerivedBody::Snapshot { state } => EntryBody::Snapshot { state },
+                DerivedBody::Delta { from, messages, head, business_state, fingerprint, ext } => {
+                    EntryBody::Delta { from, messages, head, business_state, fingerprint, ext }
+                }
+            }
+        }
+    }
+
+    /// The hand-written reader accepts what the derive accepted, as the same body, and refuses what it refused.
+    #[test]
+    fn the_entry_body_reader_reads_what_the_derive_read() {
+        let cp = r#"{"runId":"p","messages":[{"role":"user","content":"go"}],"stepIndex":2}"#;
+        let fp = r#"{"model":"m","tools":{},"instructions":"de7d1b721a1e0632","hash":"2bb5bdd1e8e4e377"}"#;
+        let msgs = r#"[{"role":"assistant","content":"hi","toolCalls":[{"id":"c","name":"t","args":{"a":[1]}}]}]"#;
+        let head = r#"{"n":3,"u":[1,2],"ub":{"inputTokens":5},"le":null,"fr":"stop","st":"finished"}"#;
+        let bodies = [
+            format!(r#"{{"t":"s","c":{cp}}}"#),
+            format!(r#"{{"t":"snapshot","state":{cp}}}"#),
+            format!(r#"{{"c":{cp},"t":"s"}}"#),
+            format!(r#"{{"c":{cp},"zz":1e400,"t":"s"}}"#),
+            format!(r#"{{"c":{cp},"t":"s","f":"not a number"}}"#),
+            format!(r#"{{"t":"s","c":{cp},"state":{cp}}}"#),
+            format!(r#"{{"c":{cp},"state":{cp},"t":"s"}}"#),
+            format!(r#"{{"t":"s","t":"s","c":{cp}}}"#),
+            format!(r#"{{"t":"x","c":{cp}}}"#),
+            format!(r#"{{"t":1,"c":{cp}}}"#),
+            format!(r#"{{"c":{cp}}}"#),
+            r#"{"t":"s"}"#.to_string(),
+            r#"{"t":"s","c":null}"#.to_string(),
+            r#"{"t":"d"}"#.to_string(),
+            r#"{"t":"d","f":0}"#.to_string(),
+            r#"{"t":"d","f":-1}"#.to_string(),
+            r#"{"t":"d","f":1.5}"#.to_string(),
+            r#"{"t":"d","f":"1"}"#.to_string(),
+            r#"{"t":"d","f":0,"from":1}"#.to_string(),
+            r#"{"from":0,"t":"delta"}"#.to_string(),
+            r#"{"f":0,"bs":null,"x":{"k":1},"t":"d"}"#.to_string(),
+            format!(r#"{{"t":"d","f":4,"m":{msgs},"h":{head},"bs":{{"n":1}},"fp":{fp},"x":null}}"#),
+            format!(r#"{{"t":"delta","from":4,"messages":{msgs},"head":{head},"business_state":null,"fingerprint":{fp},"ext":[1]}}"#),
+            format!(r#"{{"h":{head},"m":{msgs},"t":"d","f":4,"fp":null,"c":7}}"#),
+            format!(r#"{{"t":"d","f":4,"fp":{fp},"fingerprint":{fp}}}"#),
+            format!(r#"{{"fp":{fp},"t":"d","f":4,"fingerprint":null}}"#),
+            r#"{"t":"d","f":4,"h":{"u":{"inputTokens":1,"outputTokens":2,"inputTokens":3}}}"#.to_string(),
+            r#"{"t":"d","f":4,"h":{"u":[1,2,3]}}"#.to_string(),
+            r#"{"t":"d","f":4,"h":{"u":[1]}}"#.to_string(),
+            r#"{"t":"d","f":4,"h":{"u":[]}}"#.to_string(),
+            r#"{"t":"d","f":4,"h":{"u":[-1,2]}}"#.to_string(),
+            r#"{"t":"d","f":4,"h":{"u":null}}"#.to_string(),
+            r#"{"t":"d","f":4,"h":{"u":"x"}}"#.to_string(),
+            r#"{"t":"d","f":4,"h":{"u":{"inputTokens":1.5}}}"#.to_string(),
+            r#"{"t":"d","f":4,"h":{"usage":{"inputTokens":7,"other":1}, "le":{"code":"STEADFAST_INTERNAL","message":"m","retryable":false}}}"#.to_string(),
+            r#"{"t":"d","f":4,"m":[{"role":"nobody"}]}"#.to_string(),
+            r#"{"t":"d","f":4,"m":{}}"#.to_string(),
+            r#"{"t":"d","f":4,"h":null}"#.to_string(),
+            r#"{"t":"d","f":4,"h":[]}"#.to_string(),
+            r#"{"t":"d","f":4,"x":1,"ext":2}"#.to_string(),
+            r#"{}"#.to_string(),
+            r#"[]"#.to_string(),
+            r#"["d"]"#.to_string(),
+            r#"["d",3]"#.to_string(),
+            r#"["d",3,[],{"n":1},null,null,{"k":1}]"#.to_string(),
+            r#"["d",3,[],{"n":1},null,null,{"k":1},8]"#.to_string(),
+            format!(r#"["s",{cp}]"#),
+            format!(r#"["s",{cp},1]"#),
+            r#"["s"]"#.to_string(),
+            r#"["q",1]"#.to_string(),
+            r#"[1,1]"#.to_string(),
+            r#""d""#.to_string(),
+            r#"null"#.to_string(),
+            r#"7"#.to_string(),
+        ];
+        for body in &bodies {
+            for text in [body.clone(), format!("[{body}]")] {
+                let new = serde_json::from_str::<Vec<EntryBody>>(&text)
+                    .or_else(|_| serde_json::from_str(&text).map(|b| vec![b]))
+                    .map_err(|e| e.to_string());
+                let old = serde_json::from_str::<Vec<DerivedBody>>(&text)
+                    .or_else(|_| serde_json::from_str(&text).map(|b| vec![b]))
+                    .map(|v| v.into_iter().map(EntryBody::from).collect::<Vec<_>>())
+                    .map_err(|e| e.to_string());
+                assert_eq!(new.is_ok(), old.is_ok(), "{text}: {new:?} / {old:?}");
+                if let (Ok(new), Ok(old)) = (&new, &old) {
+                    assert_eq!(new, old, "{text}");
+                }
+            }
+        }
     }
 
     fn nested(depth: usize) -> Value {

@@ -85,8 +85,10 @@ pub const MAX_META_BYTES: usize = 2_000_000;
 /// limited: 1,000 on older plans).
 pub const MAX_LISTED_OBJECTS: usize = 500;
 
-/// A request to one run's object (the wire format between [`ObjectStore`] and the object: JSON).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// A request to one run's object (the wire format between [`ObjectStore`] and the object: JSON). Written by
+/// serde's derive (externally tagged, camelCase names), read by a hand-written reader of the same forms (see
+/// `request_de`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum ObjectRequest {
     /// The journal from its newest snapshot on, checked (whole entries, in order, each at its seq): an array
@@ -163,6 +165,204 @@ pub enum ObjectRequest {
         /// The message's order key.
         key: String,
     },
+}
+
+/// The reader of [`ObjectRequest`]: what serde's derive for the externally tagged enum accepts (a unit variant as
+/// its name or `{"name": null}`; a struct variant as `{"name": {fields}}` or `{"name": [fields in order]}`; unknown
+/// fields ignored; duplicate, missing and mistyped fields refused), with one field reader for every variant
+/// instead of a visitor per variant.
+mod request_de {
+    use super::ObjectRequest;
+    use crate::store::{Lease, LeaseOptions};
+    use serde::de::{
+        self, DeserializeSeed, Deserializer, EnumAccess, IgnoredAny, MapAccess, SeqAccess, VariantAccess, Visitor,
+    };
+    use serde::Deserialize;
+    use std::fmt;
+
+    const VARIANTS: &[&str] = &[
+        "load",
+        "acquire",
+        "renew",
+        "release",
+        "commit",
+        "delete",
+        "history",
+        "putApproval",
+        "getApproval",
+        "listApprovals",
+        "deleteApproval",
+        "putQueued",
+        "listQueued",
+        "deleteQueued",
+    ];
+
+    /// Field names, by field number.
+    const FIELDS: [&str; 11] =
+        ["owner", "nowMs", "opts", "lease", "seq", "snapshot", "entry", "id", "record", "key", "message"];
+
+    /// Each variant's fields (field numbers, in declaration order; empty for a unit variant) and field names.
+    fn fields(variant: usize) -> (&'static [u8], &'static [&'static str]) {
+        match variant {
+            1 => (&[0, 1, 2], &["owner", "nowMs", "opts"]),
+            2 => (&[3, 1, 2], &["lease", "nowMs", "opts"]),
+            3 => (&[3], &["lease"]),
+            4 => (&[3, 4, 5, 6], &["lease", "seq", "snapshot", "entry"]),
+            7 => (&[7, 8], &["id", "record"]),
+            8 | 10 => (&[7], &["id"]),
+            11 => (&[9, 10], &["key", "message"]),
+            13 => (&[9], &["key"]),
+            _ => (&[], &[]),
+        }
+    }
+
+    /// The fields read so far (strings by field number).
+    #[derive(Default)]
+    struct Args {
+        text: [Option<String>; 11],
+        now_ms: Option<u64>,
+        seq: Option<u64>,
+        snapshot: Option<bool>,
+        opts: Option<LeaseOptions>,
+        lease: Option<Lease>,
+    }
+
+    impl Args {
+        fn is_set(&self, field: u8) -> bool {
+            match field {
+                1 => self.now_ms.is_some(),
+                2 => self.opts.is_some(),
+                3 => self.lease.is_some(),
+                4 => self.seq.is_some(),
+                5 => self.snapshot.is_some(),
+                f => self.text[f as usize].is_some(),
+            }
+        }
+
+        fn text<E: de::Error>(&mut self, field: usize) -> Result<String, E> {
+            self.text[field].take().ok_or_else(|| E::missing_field(FIELDS[field]))
+        }
+
+        fn request<E: de::Error>(mut self, variant: usize) -> Result<ObjectRequest, E> {
+            fn need<T, E: de::Error>(v: Option<T>, field: usize) -> Result<T, E> {
+                v.ok_or_else(|| E::missing_field(FIELDS[field]))
+            }
+            // Missing fields are named in declaration order, as the derive does.
+            Ok(match variant {
+                1 => ObjectRequest::Acquire {
+                    owner: self.text(0)?,
+                    now_ms: need(self.now_ms, 1)?,
+                    opts: need(self.opts, 2)?,
+                },
+                2 => ObjectRequest::Renew {
+                    lease: need(self.lease, 3)?,
+                    now_ms: need(self.now_ms, 1)?,
+                    opts: need(self.opts, 2)?,
+                },
+                3 => ObjectRequest::Release { lease: need(self.lease, 3)? },
+                4 => ObjectRequest::Commit {
+                    lease: need(self.lease.take(), 3)?,
+                    seq: need(self.seq, 4)?,
+                    snapshot: need(self.snapshot, 5)?,
+                    entry: self.text(6)?,
+                },
+                7 => ObjectRequest::PutApproval { id: self.text(7)?, record: self.text(8)? },
+                8 => ObjectRequest::GetApproval { id: self.text(7)? },
+                10 => ObjectRequest::DeleteApproval { id: self.text(7)? },
+                11 => ObjectRequest::PutQueued { key: self.text(9)?, message: self.text(10)? },
+                _ => ObjectRequest::DeleteQueued { key: self.text(9)? },
+            })
+        }
+    }
+
+    /// Reads one field's value (`None`: an unknown field, ignored).
+    struct Field<'a>(&'a mut Args, Option<u8>);
+
+    impl<'de> DeserializeSeed<'de> for Field<'_> {
+        type Value = ();
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            let a = self.0;
+            match self.1 {
+                Some(1) => a.now_ms = Some(u64::deserialize(d)?),
+                Some(2) => a.opts = Some(LeaseOptions::deserialize(d)?),
+                Some(3) => a.lease = Some(Lease::deserialize(d)?),
+                Some(4) => a.seq = Some(u64::deserialize(d)?),
+                Some(5) => a.snapshot = Some(bool::deserialize(d)?),
+                Some(f) => a.text[f as usize] = Some(String::deserialize(d)?),
+                None => drop(IgnoredAny::deserialize(d)?),
+            }
+            Ok(())
+        }
+    }
+
+    /// A struct variant's fields.
+    struct Fields(usize);
+
+    impl<'de> Visitor<'de> for Fields {
+        type Value = ObjectRequest;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "struct variant ObjectRequest::{}", VARIANTS[self.0])
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<ObjectRequest, A::Error> {
+            let mut args = Args::default();
+            for (i, &field) in fields(self.0).0.iter().enumerate() {
+                if seq.next_element_seed(Field(&mut args, Some(field)))?.is_none() {
+                    return Err(de::Error::invalid_length(i, &self));
+                }
+            }
+            args.request(self.0)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<ObjectRequest, A::Error> {
+            let mut args = Args::default();
+            let (numbers, names) = fields(self.0);
+            while let Some(key) = map.next_key::<String>()? {
+                let field = names.iter().position(|n| *n == key).map(|i| numbers[i]);
+                if let Some(f) = field.filter(|&f| args.is_set(f)) {
+                    return Err(de::Error::duplicate_field(FIELDS[f as usize]));
+                }
+                map.next_value_seed(Field(&mut args, field))?;
+            }
+            args.request(self.0)
+        }
+    }
+
+    struct RequestVisitor;
+
+    impl<'de> Visitor<'de> for RequestVisitor {
+        type Value = ObjectRequest;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("enum ObjectRequest")
+        }
+
+        fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<ObjectRequest, A::Error> {
+            let (name, access) = data.variant::<String>()?;
+            let variant =
+                VARIANTS.iter().position(|v| *v == name).ok_or_else(|| de::Error::unknown_variant(&name, VARIANTS))?;
+            let (_, names) = fields(variant);
+            if !names.is_empty() {
+                return access.struct_variant(names, Fields(variant));
+            }
+            access.unit_variant()?;
+            Ok(match variant {
+                0 => ObjectRequest::Load,
+                5 => ObjectRequest::Delete,
+                6 => ObjectRequest::History,
+                9 => ObjectRequest::ListApprovals,
+                _ => ObjectRequest::ListQueued,
+            })
+        }
+    }
+
+    impl<'de> Deserialize<'de> for ObjectRequest {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ObjectRequest, D::Error> {
+            d.deserialize_enum("ObjectRequest", VARIANTS, RequestVisitor)
+        }
+    }
 }
 
 /// One call: the run (the object's name) and the request.
@@ -299,6 +499,115 @@ mod tests {
             assert_eq!(pending.len(), 1);
             assert_eq!(pending[0].last_error.as_ref().map(|e| e.code), Some(ErrorCode::CheckpointCorrupt));
         });
+    }
+
+    /// The derive the hand-written reader of [`ObjectRequest`] replaced, kept to compare with (written as the
+    /// same JSON).
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase", rename_all_fields = "camelCase")]
+    enum DerivedRequest {
+        Load,
+        Acquire { owner: String, now_ms: u64, opts: LeaseOptions },
+        Renew { lease: Lease, now_ms: u64, opts: LeaseOptions },
+        Release { lease: Lease },
+        Commit { lease: Lease, seq: u64, snapshot: bool, entry: String },
+        Delete,
+        History,
+        PutApproval { id: String, record: String },
+        GetApproval { id: String },
+        ListApprovals,
+        DeleteApproval { id: String },
+        PutQueued { key: String, message: String },
+        ListQueued,
+        DeleteQueued { key: String },
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct DerivedCall {
+        #[allow(dead_code)]
+        run_id: String,
+        request: DerivedRequest,
+    }
+
+    /// The hand-written reader accepts what the derive accepted, as the same request, and refuses what it
+    /// refused.
+    #[test]
+    fn the_request_reader_reads_what_the_derive_read() {
+        let lease = r#"{"runId":"r","owner":"o","epoch":3,"expiresAt":9}"#;
+        let mut requests = vec![
+            r#""load""#.to_string(),
+            r#"{"load":null}"#.to_string(),
+            r#"{"load":{}}"#.to_string(),
+            r#""acquire""#.to_string(),
+            r#"{"acquire":{"owner":"o","nowMs":5,"opts":{"ttlMs":1}}}"#.to_string(),
+            r#"{"acquire":{"opts":{},"nowMs":5,"owner":"o","extra":[1,{"a":2}]}}"#.to_string(),
+            r#"{"acquire":{"owner":"o","nowMs":5}}"#.to_string(),
+            r#"{"acquire":{"owner":"o","owner":"p","nowMs":5,"opts":{}}}"#.to_string(),
+            r#"{"acquire":{"owner":5,"nowMs":5,"opts":{}}}"#.to_string(),
+            r#"{"acquire":{"owner":"o","nowMs":-5,"opts":{}}}"#.to_string(),
+            r#"{"acquire":["o",5,{"graceMs":2}]}"#.to_string(),
+            r#"{"acquire":["o",5]}"#.to_string(),
+            r#"{"acquire":["o",5,{},1]}"#.to_string(),
+            r#"{"acquire":null}"#.to_string(),
+            r#"{"acquire":{"owner":"o","nowMs":5,"opts":{}},"load":null}"#.to_string(),
+            r#"{"Acquire":{"owner":"o","nowMs":5,"opts":{}}}"#.to_string(),
+            r#"{"now_ms":1}"#.to_string(),
+            r#"{}"#.to_string(),
+            r#"[]"#.to_string(),
+            r#"null"#.to_string(),
+            r#""explode""#.to_string(),
+            format!(r#"{{"renew":{{"lease":{lease},"nowMs":1,"opts":{{}}}}}}"#),
+            format!(r#"{{"renew":{{"lease":{lease},"opts":{{}}}}}}"#),
+            format!(r#"{{"release":{{"lease":{lease}}}}}"#),
+            format!(r#"{{"release":{{"lease":{lease},"owner":7}}}}"#),
+            format!(r#"{{"release":[{lease}]}}"#),
+            r#"{"release":{"lease":{"runId":"r"}}}"#.to_string(),
+            format!(r#"{{"commit":{{"lease":{lease},"seq":2,"snapshot":true,"entry":"{{}}"}}}}"#),
+            format!(r#"{{"commit":{{"lease":{lease},"seq":2,"snapshot":1,"entry":"e"}}}}"#),
+            format!(r#"{{"commit":{{"lease":{lease},"seq":2,"entry":"e"}}}}"#),
+            format!(r#"{{"commit":[{lease},2,false,"e"]}}"#),
+            format!(r#"{{"commit":{{"lease":{lease},"lease":{lease},"seq":2,"snapshot":true,"entry":"e"}}}}"#),
+        ];
+        for (name, fields) in [
+            ("putApproval", r#"{"id":"a","record":"{}"}"#),
+            ("putApproval", r#"{"id":"a"}"#),
+            ("putApproval", r#"{"record":"r","id":"a","id":"b"}"#),
+            ("getApproval", r#"{"id":"a"}"#),
+            ("getApproval", r#"["a"]"#),
+            ("getApproval", r#"{"key":"a"}"#),
+            ("deleteApproval", r#"{"id":"a","record":3}"#),
+            ("deleteApproval", r#"{}"#),
+            ("putQueued", r#"{"key":"k","message":"m"}"#),
+            ("putQueued", r#"["k","m"]"#),
+            ("putQueued", r#"{"key":"k","message":null}"#),
+            ("deleteQueued", r#"{"key":"k"}"#),
+            ("deleteQueued", r#"{"id":"k"}"#),
+            ("listQueued", "null"),
+            ("listQueued", "[]"),
+            ("listApprovals", "null"),
+            ("delete", "null"),
+            ("history", "null"),
+            ("history", "1"),
+        ] {
+            requests.push(format!(r#"{{"{name}":{fields}}}"#));
+            requests.push(format!(r#""{name}""#));
+        }
+        let mut accepted = 0;
+        for request in &requests {
+            let call = format!(r#"{{"runId":"r","request":{request}}}"#);
+            for text in [request, &call] {
+                let new = serde_json::from_str::<ObjectRequest>(text)
+                    .or_else(|_| serde_json::from_str::<ObjectCall>(text).map(|c| c.request))
+                    .map(|r| serde_json::to_string(&r).unwrap());
+                let old = serde_json::from_str::<DerivedRequest>(text)
+                    .or_else(|_| serde_json::from_str::<DerivedCall>(text).map(|c| c.request))
+                    .map(|r| serde_json::to_string(&r).unwrap());
+                assert_eq!(new.as_ref().ok(), old.as_ref().ok(), "{text}: {new:?} / {old:?}");
+                accepted += usize::from(new.is_ok());
+            }
+        }
+        assert!(accepted > 30, "{accepted}");
     }
 
     #[test]
