@@ -141,7 +141,10 @@ impl StepKernel {
                     for call in std::mem::take(&mut self.launched) {
                         let content = format!("{} {} {}", call.name, call.args["i"], self.payload);
                         self.m
-                            .notify_tool_settled(&call.id, ToolOutcome::Ok { content, business_state: None })
+                            .notify_tool_settled(
+                                &call.id,
+                                ToolOutcome::Ok { content, business_state: None, usage: None },
+                            )
                             .expect("the machine waits for the tool");
                     }
                 }
