@@ -355,33 +355,37 @@ fn a_sub_agent_is_declared_with_a_valid_unique_tool_name_over_its_leads_store() 
     assert_eq!(elsewhere.err().map(|e| e.code), Some(ErrorCode::ConfigInvalid));
 }
 
+/// A lead that delegates to `research`, whose agent calls `nap` (a timer a minute on) and then says "rested".
+fn resting_team(env: &Env, seed: u64) -> Agent {
+    let nap: Rc<dyn Tool> = Rc::new(FnTool::new("nap", "waits a minute", object_schema(), |_args, ctx| async move {
+        Ok(ToolOutput::wait(steadfast::core::wait::WaitRequest::Timer { at: ctx.now + 60_000 }))
+    }));
+    let child = builder(
+        env,
+        MockModel::by_turn(vec![MockTurn::tools([("nap", json!({}))]), MockTurn::text("rested")]),
+        seed + 1,
+    )
+    .tool_rc(nap);
+    builder(
+        env,
+        MockModel::by_turn(vec![
+            MockTurn::tools([("research", json!({"task": "rest"}))]),
+            echo_result("the team says: "),
+        ]),
+        seed,
+    )
+    .subagent("research", "Rests", child)
+    .build()
+    .unwrap()
+}
+
 /// A child that waits on a timer: the lead pauses with it; the sweep wakes the child when its time comes, and
 /// the child's result reaches the lead in the same tick.
 #[test]
 fn a_child_waiting_on_a_timer_is_woken_by_the_sweep_and_its_result_resumes_the_lead() {
     for (name, make) in stores() {
         let env = make();
-        let nap: Rc<dyn Tool> =
-            Rc::new(FnTool::new("nap", "waits a minute", object_schema(), |_args, ctx| async move {
-                Ok(ToolOutput::wait(steadfast::core::wait::WaitRequest::Timer { at: ctx.now + 60_000 }))
-            }));
-        let child = builder(
-            &env,
-            MockModel::by_turn(vec![MockTurn::tools([("nap", json!({}))]), MockTurn::text("rested")]),
-            11,
-        )
-        .tool_rc(nap);
-        let a = builder(
-            &env,
-            MockModel::by_turn(vec![
-                MockTurn::tools([("research", json!({"task": "rest"}))]),
-                echo_result("the team says: "),
-            ]),
-            10,
-        )
-        .subagent("research", "Rests", child)
-        .build()
-        .unwrap();
+        let a = resting_team(&env, 10);
         let paused = block_on(a.send("nap", "go", SendOptions::default())).unwrap();
         assert_eq!(paused.status, RunStatus::AwaitingApproval, "{name}");
         env.clock.advance(61_000);
@@ -409,27 +413,7 @@ fn a_child_waiting_on_a_timer_is_woken_by_the_sweep_and_its_result_resumes_the_l
 fn a_delivery_that_meets_a_busy_lead_is_made_by_a_later_sweep_tick() {
     for (name, make) in stores() {
         let env = make();
-        let nap: Rc<dyn Tool> =
-            Rc::new(FnTool::new("nap", "waits a minute", object_schema(), |_args, ctx| async move {
-                Ok(ToolOutput::wait(steadfast::core::wait::WaitRequest::Timer { at: ctx.now + 60_000 }))
-            }));
-        let child = builder(
-            &env,
-            MockModel::by_turn(vec![MockTurn::tools([("nap", json!({}))]), MockTurn::text("rested")]),
-            21,
-        )
-        .tool_rc(nap);
-        let a = builder(
-            &env,
-            MockModel::by_turn(vec![
-                MockTurn::tools([("research", json!({"task": "rest"}))]),
-                echo_result("the team says: "),
-            ]),
-            20,
-        )
-        .subagent("research", "Rests", child)
-        .build()
-        .unwrap();
+        let a = resting_team(&env, 20);
         let paused = block_on(a.send("busy", "go", SendOptions::default())).unwrap();
         assert_eq!(paused.status, RunStatus::AwaitingApproval, "{name}");
         env.clock.advance(61_000);
