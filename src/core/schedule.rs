@@ -12,8 +12,11 @@
 use crate::core::cron::Cron;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::ids::validate_session_id;
+use crate::core::transcript::message_de::BufferedMessage;
 use crate::core::transcript::Message;
-use serde::{Deserialize, Serialize};
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use std::fmt;
 
 /// What a tick does with a fire it finds after its time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,7 +31,9 @@ pub enum MissedFires {
 }
 
 /// A schedule's input: a user message's text, or messages.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Read by a hand-written reader (below) with the forms of serde's untagged derive; written by the derive.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(untagged)]
 pub enum ScheduleInput {
@@ -36,6 +41,69 @@ pub enum ScheduleInput {
     Text(String),
     /// Messages.
     Messages(Vec<Message>),
+}
+
+/// The reader of [`ScheduleInput`]: a string is the text, an array the messages (read as the untagged derive read
+/// them from serde's buffer, see [`BufferedMessage`]); anything else, or an array with an item that is not a
+/// message, is refused with the derive's message. Without buffering the input into serde's `Content` first.
+impl<'de> Deserialize<'de> for ScheduleInput {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<ScheduleInput, D::Error> {
+        d.deserialize_any(InputVisitor)
+    }
+}
+
+struct InputVisitor;
+
+fn unmatched<E: de::Error>() -> E {
+    E::custom("data did not match any variant of untagged enum ScheduleInput")
+}
+
+impl<'de> Visitor<'de> for InputVisitor {
+    type Value = ScheduleInput;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("untagged enum ScheduleInput")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<ScheduleInput, E> {
+        Ok(ScheduleInput::Text(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<ScheduleInput, E> {
+        Ok(ScheduleInput::Text(v))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<ScheduleInput, A::Error> {
+        let mut out = Vec::new();
+        while let Some(m) = seq.next_element_seed(BufferedMessage).map_err(|_| unmatched::<A::Error>())? {
+            out.push(m);
+        }
+        Ok(ScheduleInput::Messages(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, _: A) -> std::result::Result<ScheduleInput, A::Error> {
+        Err(unmatched())
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> std::result::Result<ScheduleInput, E> {
+        Err(unmatched())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> std::result::Result<ScheduleInput, E> {
+        Err(unmatched())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> std::result::Result<ScheduleInput, E> {
+        Err(unmatched())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> std::result::Result<ScheduleInput, E> {
+        Err(unmatched())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> std::result::Result<ScheduleInput, E> {
+        Err(unmatched())
+    }
 }
 
 impl ScheduleInput {

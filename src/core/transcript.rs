@@ -66,7 +66,10 @@ pub struct ToolResult {
 }
 
 /// A transcript message.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// Read by a hand-written reader (see `message_de` below) with the same forms as serde's internally tagged
+/// derive; written by the derive.
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(tag = "role", rename_all = "lowercase")]
 pub enum Message {
@@ -102,6 +105,279 @@ pub enum Message {
     },
     /// A tool result.
     Tool(ToolResult),
+}
+
+/// The reader of [`Message`]: what serde's derive for the internally tagged enum accepts (the tag `role`,
+/// `system` | `user` | `assistant` | `tool`, anywhere in the object, or first in an array followed by the
+/// variant's fields in order; defaults; duplicates and missing fields refused; unknown fields read as JSON values
+/// and dropped), without buffering the whole message into serde's `Content` first (which instantiated every
+/// type of a message a second time). `content` (a string in every variant) is read where it stands; the other
+/// fields before the tag (never written so: the tag comes first) are kept as JSON values and read once the tag
+/// is known.
+///
+/// Unlike the derive, which checked the whole message as JSON values first, from JSON text it accepts a repeated
+/// key inside a tool call or usage given before the tag (a JSON value keeps the last), and a number beyond `f64`
+/// or a lone surrogate escape in an unknown field of a tool call or usage (serde skips those unread), as the
+/// [`crate::core::checkpoint::EntryBody`] reader does for its nested types.
+pub(crate) mod message_de {
+    use super::{Message, ResultKind, ToolCall, ToolResult, Usage};
+    use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Unexpected, Visitor};
+    use serde::Deserialize;
+    use serde_json::Value;
+    use std::fmt;
+
+    const VARIANTS: &[&str] = &["system", "user", "assistant", "tool"];
+
+    /// Field names, by slot.
+    const NAMES: [&str; 8] = ["content", "toolCalls", "reasoning", "usage", "toolCallId", "name", "isError", "kind"];
+
+    #[derive(Default)]
+    struct Slots {
+        content: Option<String>,
+        tool_calls: Option<Vec<ToolCall>>,
+        reasoning: Option<Vec<Value>>,
+        usage: Option<Option<Usage>>,
+        tool_call_id: Option<String>,
+        name: Option<String>,
+        is_error: Option<bool>,
+        kind: Option<ResultKind>,
+    }
+
+    impl Slots {
+        fn is_set(&self, slot: usize) -> bool {
+            match slot {
+                0 => self.content.is_some(),
+                1 => self.tool_calls.is_some(),
+                2 => self.reasoning.is_some(),
+                3 => self.usage.is_some(),
+                4 => self.tool_call_id.is_some(),
+                5 => self.name.is_some(),
+                6 => self.is_error.is_some(),
+                _ => self.kind.is_some(),
+            }
+        }
+
+        /// The message of variant `v` (an index into `VARIANTS`), its required fields checked in the derive's
+        /// order.
+        fn message<E: de::Error>(self, v: u8) -> Result<Message, E> {
+            fn req<T, E: de::Error>(slot: Option<T>, name: &'static str) -> Result<T, E> {
+                slot.ok_or_else(|| E::missing_field(name))
+            }
+            Ok(match v {
+                0 => Message::System { content: req(self.content, "content")? },
+                1 => Message::User { content: req(self.content, "content")? },
+                2 => Message::Assistant {
+                    content: self.content.unwrap_or_default(),
+                    tool_calls: self.tool_calls.unwrap_or_default(),
+                    reasoning: self.reasoning.unwrap_or_default(),
+                    usage: self.usage.flatten(),
+                },
+                _ => Message::Tool(ToolResult {
+                    tool_call_id: req(self.tool_call_id, "toolCallId")?,
+                    name: req(self.name, "name")?,
+                    content: req(self.content, "content")?,
+                    is_error: self.is_error.unwrap_or_default(),
+                    kind: req(self.kind, "kind")?,
+                    usage: self.usage.flatten(),
+                }),
+            })
+        }
+    }
+
+    /// The slots of variant `v`'s fields in their declared order (a tool result's are [`ToolResult`]'s), and
+    /// what the derive's sequence form expects.
+    fn fields(v: u8) -> (&'static [usize], &'static str) {
+        match v {
+            0 => (&[0], "struct variant Message::System with 1 element"),
+            1 => (&[0], "struct variant Message::User with 1 element"),
+            2 => (&[0, 1, 2, 3], "struct variant Message::Assistant with 4 elements"),
+            _ => (&[4, 5, 0, 6, 7, 3], "struct ToolResult with 6 elements"),
+        }
+    }
+
+    /// The slot of a field of variant `v` (`None`: not one of its fields, ignored).
+    fn slot(v: u8, key: &str) -> Option<usize> {
+        let slot = NAMES.iter().position(|n| *n == key)?;
+        fields(v).0.contains(&slot).then_some(slot)
+    }
+
+    /// Whether the field in `slot` has no default in variant `v`.
+    fn required(v: u8, slot: usize) -> bool {
+        match v {
+            0 | 1 => true,
+            2 => false,
+            _ => !matches!(slot, 3 | 6),
+        }
+    }
+
+    /// The tag's value: a variant name (or, from a deserializer that offers integers as identifiers, its index),
+    /// as the derive's variant identifier reads it.
+    ///
+    /// `RoleSeed(true)`: a role as read from serde's buffer (a message in an untagged enum's variant), which offers
+    /// a non-negative integer to an identifier, where JSON text and values offer only strings.
+    struct Role(u8);
+
+    struct RoleSeed(bool);
+
+    impl<'de> DeserializeSeed<'de> for RoleSeed {
+        type Value = Role;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Role, D::Error> {
+            if self.0 {
+                d.deserialize_any(RoleVisitor)
+            } else {
+                d.deserialize_identifier(RoleVisitor)
+            }
+        }
+    }
+
+    struct RoleVisitor;
+
+    impl<'de> Visitor<'de> for RoleVisitor {
+        type Value = Role;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("variant identifier")
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Role, E> {
+            match v {
+                0..=3 => Ok(Role(v as u8)),
+                _ => Err(E::invalid_value(Unexpected::Unsigned(v), &"variant index 0 <= i < 4")),
+            }
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Role, E> {
+            match VARIANTS.iter().position(|n| *n == v) {
+                Some(i) => Ok(Role(i as u8)),
+                None => Err(E::unknown_variant(v, VARIANTS)),
+            }
+        }
+
+        fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Role, E> {
+            match VARIANTS.iter().position(|n| n.as_bytes() == v) {
+                Some(i) => Ok(Role(i as u8)),
+                None => Err(E::unknown_variant(&String::from_utf8_lossy(v), VARIANTS)),
+            }
+        }
+    }
+
+    /// Reads one field's value into its slot (`None`: an ignored field, read as a JSON value and dropped).
+    struct Field<'a>(&'a mut Slots, Option<usize>);
+
+    impl<'de> DeserializeSeed<'de> for Field<'_> {
+        type Value = ();
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            let s = self.0;
+            match self.1 {
+                Some(0) => s.content = Some(Deserialize::deserialize(d)?),
+                Some(1) => s.tool_calls = Some(Deserialize::deserialize(d)?),
+                Some(2) => s.reasoning = Some(Deserialize::deserialize(d)?),
+                Some(3) => s.usage = Some(Deserialize::deserialize(d)?),
+                Some(4) => s.tool_call_id = Some(Deserialize::deserialize(d)?),
+                Some(5) => s.name = Some(Deserialize::deserialize(d)?),
+                Some(6) => s.is_error = Some(Deserialize::deserialize(d)?),
+                Some(_) => s.kind = Some(Deserialize::deserialize(d)?),
+                None => drop(Value::deserialize(d)?),
+            }
+            Ok(())
+        }
+    }
+
+    /// `MessageVisitor(true)`: a message read as from serde's buffer (see [`RoleSeed`]).
+    struct MessageVisitor(bool);
+
+    impl<'de> Visitor<'de> for MessageVisitor {
+        type Value = Message;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("internally tagged enum Message")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Message, A::Error> {
+            let v = seq.next_element_seed(RoleSeed(self.0))?.ok_or_else(|| de::Error::missing_field("role"))?.0;
+            let (order, expected) = fields(v);
+            let mut s = Slots::default();
+            let mut read = 0;
+            for (i, &slot) in order.iter().enumerate() {
+                if seq.next_element_seed(Field(&mut s, Some(slot)))?.is_some() {
+                    read += 1;
+                } else if required(v, slot) {
+                    return Err(de::Error::invalid_length(i, &expected));
+                }
+            }
+            // The derive read the rest of the array first: an element more is refused after the fields.
+            let mut extra = 0;
+            while seq.next_element::<Value>()?.is_some() {
+                extra += 1;
+            }
+            if extra > 0 {
+                let expected = match read {
+                    1 => "1 element in sequence".to_string(),
+                    n => format!("{n} elements in sequence"),
+                };
+                return Err(de::Error::invalid_length(read + extra, &expected.as_str()));
+            }
+            s.message(v)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message, A::Error> {
+            let mut variant = None;
+            let mut before = Vec::<(String, Value)>::new();
+            let mut s = Slots::default();
+            while let Some(key) = map.next_key::<String>()? {
+                if key == "role" {
+                    if variant.is_some() {
+                        return Err(de::Error::duplicate_field("role"));
+                    }
+                    let v = map.next_value_seed(RoleSeed(self.0))?.0;
+                    variant = Some(v);
+                    // The fields before the tag, now that the variant is known.
+                    for (key, value) in before.drain(..) {
+                        let Some(i) = slot(v, &key) else { continue };
+                        if s.is_set(i) {
+                            return Err(de::Error::duplicate_field(NAMES[i]));
+                        }
+                        Field(&mut s, Some(i)).deserialize(value).map_err(de::Error::custom)?;
+                    }
+                    continue;
+                }
+                let field = match variant {
+                    Some(v) => slot(v, &key),
+                    // `content` is a string in every variant.
+                    None if key == "content" => Some(0),
+                    None => {
+                        before.push((key, map.next_value()?));
+                        continue;
+                    }
+                };
+                if let Some(i) = field.filter(|&i| s.is_set(i)) {
+                    return Err(de::Error::duplicate_field(NAMES[i]));
+                }
+                map.next_value_seed(Field(&mut s, field))?;
+            }
+            s.message(variant.ok_or_else(|| de::Error::missing_field("role"))?)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Message {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Message, D::Error> {
+            d.deserialize_any(MessageVisitor(false))
+        }
+    }
+
+    /// A message as the derive of an untagged enum read it from serde's buffer: a schedule's input (a role may
+    /// be a variant's index there).
+    pub(crate) struct BufferedMessage;
+
+    impl<'de> DeserializeSeed<'de> for BufferedMessage {
+        type Value = Message;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Message, D::Error> {
+            d.deserialize_any(MessageVisitor(true))
+        }
+    }
 }
 
 impl Message {
@@ -254,6 +530,242 @@ mod tests {
         assert_eq!(r["kind"], "execution");
         let back: Message = serde_json::from_value(v).unwrap();
         assert_eq!(back, m);
+    }
+
+    /// The derive the hand-written reader of [`Message`] replaced, kept to compare with.
+    #[derive(Debug, Deserialize)]
+    #[serde(tag = "role", rename_all = "lowercase")]
+    enum DerivedMessage {
+        System {
+            content: String,
+        },
+        User {
+            content: String,
+        },
+        Assistant {
+            #[serde(default)]
+            content: String,
+            #[serde(default, rename = "toolCalls")]
+            tool_calls: Vec<ToolCall>,
+            #[serde(default)]
+            reasoning: Vec<Value>,
+            #[serde(default)]
+            usage: Option<Usage>,
+        },
+        Tool(ToolResult),
+    }
+
+    impl From<DerivedMessage> for Message {
+        fn from(m: DerivedMessage) -> Message {
+            match m {
+                DerivedMessage::System { content } => Message::System { content },
+                DerivedMessage::User { content } => Message::User { content },
+                DerivedMessage::Assistant { content, tool_calls, reasoning, usage } => {
+                    Message::Assistant { content, tool_calls, reasoning, usage }
+                }
+                DerivedMessage::Tool(r) => Message::Tool(r),
+            }
+        }
+    }
+
+    /// A schedule's input with the derived message (the untagged enum reads its messages from serde's buffer).
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    #[derive(Debug)]
+    enum DerivedInput {
+        Text(String),
+        Messages(Vec<DerivedMessage>),
+    }
+
+    /// The hand-written reader accepts what the derive accepted, as the same message, and refuses what it
+    /// refused: from JSON text, from a JSON value and from serde's buffer (a schedule's input), on generated
+    /// objects (fields of every variant, in any order, repeated, with good and bad values) and arrays.
+    #[test]
+    fn the_message_reader_reads_what_the_derive_read() {
+        use crate::core::schedule::ScheduleInput;
+        let pool: &[(&str, &[&str])] = &[
+            ("role", &[r#""system""#, r#""user""#, r#""assistant""#, r#""tool""#, r#""bot""#, "1", "null"]),
+            ("content", &[r#""hi""#, r#""""#, "5", "null"]),
+            (
+                "toolCalls",
+                &[
+                    r#"[{"id":"c","name":"t","args":{"a":[1]}}]"#,
+                    r#"[{"id":"c\"\u00e9","name":"t","args":[1.5,-2,1e20,true,null,{"k":[]}]},{"id":"d","name":"u"}]"#,
+                    r#"[{"id":"c","name":"t","args":{"a":1,"a":2}}]"#,
+                    "[]",
+                    "5",
+                    r#"[{"id":"c"}]"#,
+                ],
+            ),
+            ("reasoning", &[r#"[{"type":"thinking","thinking":"x"}]"#, r#"[{"a":1,"a":[2]}]"#, "{}", "[]"]),
+            (
+                "usage",
+                &[
+                    r#"{"inputTokens":5,"outputTokens":2}"#,
+                    "null",
+                    r#""x""#,
+                    r#"{"inputTokens":-1}"#,
+                    r#"{"inputTokens":1.0}"#,
+                ],
+            ),
+            ("toolCallId", &[r#""c""#, r#""\ud83d\ude00\n""#, "7"]),
+            ("name", &[r#""t""#, "null"]),
+            ("isError", &["true", "1"]),
+            ("kind", &[r#""execution""#, r#""not-run""#, r#""bogus""#]),
+            ("zz", &["1e400", r#"{"a":1,"a":2}"#, r#"[1,"x"]"#]),
+        ];
+        let mut texts = vec![
+            "{}".to_string(),
+            "[]".to_string(),
+            "null".to_string(),
+            r#""user""#.to_string(),
+            "7".to_string(),
+            r#"{"role":"user","content":"a","content":"b"}"#.to_string(),
+            r#"{"content":"a","role":"user","content":"b"}"#.to_string(),
+            r#"{"role":"user","role":"user","content":"a"}"#.to_string(),
+            r#"{"role":"tool","toolCallId":"c","name":"t","content":"ok","kind":"execution","usage":{"inputTokens":1}}"#
+                .to_string(),
+            r#"{"kind":"denied","isError":true,"role":"tool","toolCallId":"c","name":"t","content":"no"}"#.to_string(),
+            r#"{"role":"assistant","toolCalls":[{"id":"c","name":"t","args":{"a":1},"invalid":"deep"}]}"#.to_string(),
+            r#"{"role":"assistant","toolCalls":[{"id":"c","id":"d","name":"t"}]}"#.to_string(),
+            r#"{"role":"assistant","usage":{"inputTokens":1,"inputTokens":2}}"#.to_string(),
+            r#"{"toolCalls":[{"id":"c","id":"d","name":"t"}],"role":"user","content":"x"}"#.to_string(),
+            r#"{"usage":{"inputTokens":1},"kind":"rejected","role":"tool","toolCallId":"c","name":"t","content":"x"}"#
+                .to_string(),
+        ];
+        for elems in [
+            r#""user""#,
+            r#""user","hi""#,
+            r#""user","hi",1"#,
+            r#""user",5"#,
+            r#""system","hi""#,
+            r#""bot","hi""#,
+            r#"3,"hi""#,
+            r#""assistant""#,
+            r#""assistant","hi",[],[{"a":1}],{"inputTokens":3}"#,
+            r#""assistant","hi",[],[],null,7"#,
+            r#""assistant","hi",5"#,
+            r#""tool","c","t","ok",false,"execution""#,
+            r#""tool","c","t","ok",false,"execution",null"#,
+            r#""tool","c","t","ok",false,"execution",null,1,2"#,
+            r#""tool","c","t","ok",false"#,
+            r#""tool","c","t","ok""#,
+            r#""tool","c""#,
+            r#""tool""#,
+        ] {
+            texts.push(format!("[{elems}]"));
+        }
+        // Generated objects: a small deterministic generator picks fields (a field may come twice), their order
+        // and their values.
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        for _ in 0..6000 {
+            let count = next(7);
+            let mut fields = Vec::new();
+            if next(8) != 0 {
+                let roles = pool[0].1;
+                fields.push(format!(r#""role":{}"#, roles[next(roles.len())]));
+            }
+            for _ in 0..count {
+                let (name, values) = pool[1 + next(pool.len() - 1)];
+                fields.push(format!(r#""{name}":{}"#, values[next(values.len())]));
+            }
+            let at = next(fields.len().max(1));
+            if !fields.is_empty() {
+                let first = fields.remove(0);
+                fields.insert(at, first);
+            }
+            texts.push(format!("{{{}}}", fields.join(",")));
+        }
+        let mut accepted = 0;
+        let mut inputs: Vec<String> = [
+            r#""hi""#,
+            r#""""#,
+            "5",
+            "-1",
+            "1.5",
+            "true",
+            "null",
+            "{}",
+            r#"{"role":"user","content":"a"}"#,
+            "[]",
+            r#"["x"]"#,
+            "[[]]",
+            "[null]",
+            r#"[{"role":0,"content":"s"},{"role":3,"toolCallId":"c","name":"t","content":"r","kind":"denied"}]"#,
+            r#"[{"role":4,"content":"s"}]"#,
+            r#"[{"role":-1,"content":"s"}]"#,
+            r#"[{"role":1.0,"content":"s"}]"#,
+            r#"[[1,"hi"]]"#,
+            r#"[{"content":"a","role":1}]"#,
+            "[",
+            r#"["x""#,
+        ]
+        .map(String::from)
+        .to_vec();
+        for text in &texts {
+            let new = serde_json::from_str::<Message>(text).map_err(|e| e.to_string());
+            let old = serde_json::from_str::<DerivedMessage>(text).map(Message::from).map_err(|e| e.to_string());
+            assert_eq!(new.is_ok(), old.is_ok(), "{text}: {new:?} / {old:?}");
+            if let (Ok(new), Ok(old)) = (&new, &old) {
+                assert_eq!(new, old, "{text}");
+                accepted += 1;
+            }
+            let Ok(value) = serde_json::from_str::<Value>(text) else { continue };
+            let new = serde_json::from_value::<Message>(value.clone()).map_err(|e| e.to_string());
+            let old = serde_json::from_value::<DerivedMessage>(value).map(Message::from).map_err(|e| e.to_string());
+            assert_eq!(new.is_ok(), old.is_ok(), "value {text}: {new:?} / {old:?}");
+            if let (Ok(new), Ok(old)) = (&new, &old) {
+                assert_eq!(new, old, "value {text}");
+            }
+            inputs.push(format!("[{text}]"));
+            inputs.push(format!(r#"[{{"role":"user","content":"a"}},{text},"x"]"#));
+        }
+        // A schedule's input (read from serde's buffer by the derive): from JSON text and from a JSON value (the
+        // Worker's configuration), with the derive's message when nothing matched.
+        let unmatched = "data did not match any variant of untagged enum ScheduleInput";
+        for list in &inputs {
+            // Ignored: a list that is not JSON has no value form; the text readers above still check it.
+            let value = serde_json::from_str::<Value>(list).ok();
+            let new = serde_json::from_str::<ScheduleInput>(list).map_err(|e| e.to_string());
+            let old = serde_json::from_str::<DerivedInput>(list).map_err(|e| e.to_string());
+            let new_v = value.clone().map(|v| serde_json::from_value::<ScheduleInput>(v).map_err(|e| e.to_string()));
+            let old_v = value.map(|v| serde_json::from_value::<DerivedInput>(v).map_err(|e| e.to_string()));
+            assert_eq!(new.is_ok(), old.is_ok(), "input {list}: {new:?} / {old:?}");
+            if let (Some(new), Some(old)) = (&new_v, &old_v) {
+                assert_eq!(new.is_ok(), old.is_ok(), "input value {list}: {new:?} / {old:?}");
+                if let (Err(new), Err(old)) = (new, old) {
+                    assert_eq!(new, unmatched, "input value {list}");
+                    assert_eq!(old, &unmatched.replace("ScheduleInput", "DerivedInput"), "input value {list}");
+                }
+            }
+            for (new, old) in [(new, old)].into_iter().chain(new_v.zip(old_v)) {
+                match (new, old) {
+                    (Ok(ScheduleInput::Messages(new)), Ok(DerivedInput::Messages(old))) => {
+                        assert_eq!(new, old.into_iter().map(Message::from).collect::<Vec<_>>(), "input {list}")
+                    }
+                    (Ok(ScheduleInput::Text(new)), Ok(DerivedInput::Text(old))) => assert_eq!(new, old, "input {list}"),
+                    (Err(_), Err(_)) => {}
+                    other => panic!("input {list}: {other:?}"),
+                }
+            }
+        }
+        assert!(accepted > 300, "only {accepted} of {} accepted", texts.len());
+        // What the reader accepts from JSON text that the derive refused (see `message_de`).
+        for text in [
+            r#"{"usage":{"inputTokens":1,"inputTokens":2},"role":"assistant"}"#,
+            r#"{"toolCalls":[{"id":"c","id":"d","name":"t"}],"role":"assistant"}"#,
+            r#"{"role":"assistant","usage":{"zz":1e400}}"#,
+            r#"{"role":"assistant","toolCalls":[{"id":"c","name":"t","zz":"\ud800"}]}"#,
+        ] {
+            assert!(serde_json::from_str::<Message>(text).is_ok(), "{text}");
+            assert!(serde_json::from_str::<DerivedMessage>(text).is_err(), "{text}");
+        }
     }
 
     #[test]
