@@ -49,6 +49,10 @@
 //!   finished run holds each message acknowledged for it exactly once, in the order they were sent (unless the
 //!   run was deleted or healed since); the counts (`steering: …`) must be above zero.
 //!
+//! * handoffs: the lead may hand its conversation to `desk` and back (`transfer_to_desk`, `transfer_to_lead`,
+//!   several in a turn now and then, `maxHandoffs` 2): of a turn's transfers only the first is taken; a run is
+//!   with the agent its last taken transfer named, under that agent's instructions, and only that agent's model
+//!   is called for it; the counts (`handoffs: …`) must be above zero.
 //! * sub-agents: a `team` call's result (not an error) is its finished child's final text, with the child's whole
 //!   spend; a lead never waits on a child that finished without the result reaching its wait (a lost delivery);
 //!   every run's usage is its model turns' plus its children's. Child runs are observed like any run (so every
@@ -94,6 +98,8 @@ const DELIVERIES: [&str; 2] = ["d0", "d1"];
 const SCHEDULE: &str = "sch";
 /// Levels of sub-agents below a lead (`team`, and its own `team`).
 const TEAM_DEPTH: usize = 2;
+/// Handoffs a run may take (low, so the limit is met).
+const MAX_HANDOFFS: u32 = 2;
 /// Sweep ticks after the program (time moving on between them) within which every run must settle.
 const LIVENESS_TICKS: usize = 14;
 const LEASE: LeaseOptions = LeaseOptions { ttl_ms: 30_000, renew_every_ms: 10_000, grace_ms: 30_000 };
@@ -328,6 +334,10 @@ struct WaitCounts {
     team_calls: u64,
     team_results: u64,
     team_pauses: u64,
+    /// Handoffs: transfers taken, transfers not taken (not the first of their turn), refused at the limit.
+    handoffs: u64,
+    transfers_not_taken: u64,
+    handoff_limits: u64,
 }
 
 impl WaitCounts {
@@ -344,6 +354,9 @@ impl WaitCounts {
         self.team_calls += o.team_calls;
         self.team_results += o.team_results;
         self.team_pauses += o.team_pauses;
+        self.handoffs += o.handoffs;
+        self.transfers_not_taken += o.transfers_not_taken;
+        self.handoff_limits += o.handoff_limits;
     }
 }
 
@@ -519,6 +532,9 @@ impl World {
             {
                 self.violation(format!("{run_id}: finished with held results, intents or start marks"));
             }
+            if let Some(why) = handoff_violation(cp) {
+                self.violation(format!("{run_id} at {}: {why}", now - T0));
+            }
             // A queued message is applied at most once.
             let mut steers = BTreeSet::new();
             for m in cp.messages.iter().chain(&cp.queued_input) {
@@ -593,6 +609,8 @@ fn lost(prev: &Seen, cur: &Seen) -> Option<String> {
 /// give none), `call_<turn>_<i>` otherwise: they collide across runs, as real ones do.
 struct CheckerModel {
     world: Rc<World>,
+    /// The agent it answers for: `lead` or `desk` (the top agent's handoff team), `team` (a sub-agent).
+    agent: &'static str,
 }
 
 fn task_of(messages: &[Message]) -> Option<(u64, usize)> {
@@ -631,6 +649,21 @@ impl Model for CheckerModel {
             }
         }
         check_wait_results(w, request.run_id, request.messages);
+        // The conversation is with the agent whose model is called: its instructions are the last system message.
+        if self.agent != "team" {
+            let system = request.messages.iter().rev().find_map(|m| match m {
+                Message::System { content } => Some(content.as_str()),
+                _ => None,
+            });
+            if system != Some(&format!("You are {}.", self.agent)) {
+                w.violation(format!(
+                    "{}: {}'s model was called under instructions {system:?}",
+                    request.run_id, self.agent
+                ));
+            }
+        }
+        let transfers: Vec<String> =
+            request.tools.iter().filter(|t| t.name.starts_with("transfer_to_")).map(|t| t.name.clone()).collect();
         let latency = 100 + w.pick(2_500);
         w.time.sleep(latency).await;
         if w.pick(40) == 0 {
@@ -659,7 +692,7 @@ impl Model for CheckerModel {
         let assistants = request.messages.iter().filter(|m| matches!(m, Message::Assistant { .. })).count();
         let calls = (0..n)
             .map(|i| {
-                let name = match p(100) {
+                let mut name = match p(100) {
                     0..=18 => "read",
                     19..=36 => "pay",
                     37..=50 => "mail",
@@ -673,6 +706,10 @@ impl Model for CheckerModel {
                     95..=98 if subagent_path(request.run_id).len() < TEAM_DEPTH => "team",
                     _ => "big",
                 };
+                // A handoff (two or more in a turn now and then: only the first is taken).
+                if !transfers.is_empty() && p(8) == 0 {
+                    name = &transfers[p(transfers.len() as u64) as usize];
+                }
                 let size = match (w.program.big, p(4)) {
                     (true, 0) => 4 * 1024 * 1024,
                     (true, _) => 1 + p(4 * 1024 * 1024),
@@ -695,6 +732,58 @@ impl Model for CheckerModel {
             reasoning: Vec::new(),
         })
     }
+}
+
+/// Handoffs in a recorded state: of a turn's transfer calls, only the first may be taken (a result that is not
+/// an error), and it moved the conversation (the run is with the agent of the last taken transfer, whose
+/// instructions are the last system message); a run takes at most `MAX_HANDOFFS` per run segment.
+fn handoff_violation(cp: &Checkpoint) -> Option<String> {
+    if !subagent_path(cp.run_id.trim_end_matches(".heal")).is_empty() {
+        return None;
+    }
+    let mut last_taken: Option<(String, bool)> = None;
+    for (i, m) in cp.messages.iter().enumerate() {
+        let transfers: Vec<&ToolCall> = m.tool_calls().iter().filter(|c| c.name.starts_with("transfer_to_")).collect();
+        if transfers.is_empty() {
+            continue;
+        }
+        let taken: Vec<&str> = cp.messages[i + 1..]
+            .iter()
+            .take_while(|m| matches!(m, Message::Tool(_)))
+            .filter_map(|m| match m {
+                Message::Tool(r) if r.name.starts_with("transfer_to_") && !r.is_error => Some(r.tool_call_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        match taken.as_slice() {
+            [] => {}
+            [id] if *id == transfers[0].id => {
+                let to = transfers[0].name.trim_start_matches("transfer_to_").to_string();
+                // Moved once the turn had every result: a system message follows its results.
+                let complete = cp.messages[i + 1..].iter().filter(|m| matches!(m, Message::Tool(_))).count()
+                    >= m.tool_calls().len();
+                last_taken = Some((to, complete));
+            }
+            _ => return Some(format!("a turn's transfers taken: {taken:?}, not only its first")),
+        }
+    }
+    if cp.handoffs > MAX_HANDOFFS {
+        return Some(format!("{} handoffs, more than maxHandoffs {MAX_HANDOFFS}", cp.handoffs));
+    }
+    let system = cp.messages.iter().rev().find_map(|m| match m {
+        Message::System { content } => Some(content.clone()),
+        _ => None,
+    });
+    let agent = cp.agent.clone().unwrap_or_else(|| "lead".into());
+    if system.as_deref() != Some(&format!("You are {agent}.")) {
+        return Some(format!("the run is with '{agent}' under instructions {system:?}"));
+    }
+    if let Some((to, true)) = last_taken {
+        if cp.status == RunStatus::Finished && to != agent {
+            return Some(format!("its last taken transfer went to '{to}', the run is with '{agent}'"));
+        }
+    }
+    None
 }
 
 /// A wait's result in a transcript the model is handed: a timer woke and a deadline passed no earlier than their
@@ -907,12 +996,13 @@ impl World {
             lease: LEASE,
             max_tool_result_bytes,
             steer_poll_ms: Some(self.program.steer_poll_ms),
+            max_handoffs: MAX_HANDOFFS,
             ..AgentOptions::default()
         };
         // The lead, its sub-agent `team` and that one's own `team`: the same model and tools at every level (the
         // model asks for `team` only above the bottom level).
-        let level = |team: Option<steadfast::runtime::AgentBuilder>| {
-            let mut b = Agent::builder(CheckerModel { world: self.clone() }).options(options.clone());
+        let level = |agent: &'static str, team: Option<steadfast::runtime::AgentBuilder>| {
+            let mut b = Agent::builder(CheckerModel { world: self.clone(), agent }).options(options.clone());
             for t in tools(self) {
                 b = b.tool_rc(t);
             }
@@ -923,9 +1013,13 @@ impl World {
         };
         let mut team = None;
         for _ in 0..TEAM_DEPTH {
-            team = Some(level(team));
+            team = Some(level("team", team));
         }
-        level(team)
+        // The lead hands its conversation to `desk` and back (handoffs; `desk` has the same tools, no sub-agent).
+        let desk = level("desk", None).instructions("You are desk.");
+        level("lead", team)
+            .instructions("You are lead.")
+            .handoff("desk", "takes the conversation over", desk)
             .store_rc(store)
             .clock(clock.clone())
             .sleep(clock)
@@ -1395,6 +1489,20 @@ fn check_steers(w: &World) {
 fn check_subagents(w: &World) {
     for id in all_ids(w) {
         let Some(cp) = w.read(&id) else { continue };
+        {
+            let mut log = w.log.borrow_mut();
+            for m in &cp.messages {
+                let Message::Tool(r) = m else { continue };
+                if !r.name.starts_with("transfer_to_") {
+                    continue;
+                }
+                match (r.is_error, r.content.starts_with("STEADFAST_HANDOFF_LIMIT")) {
+                    (false, _) => log.waits.handoffs += 1,
+                    (true, true) => log.waits.handoff_limits += 1,
+                    (true, false) => log.waits.transfers_not_taken += 1,
+                }
+            }
+        }
         // What the run spent is what its model turns and its sub-agents' children spent.
         let mut spent = Usage::default();
         for m in &cp.messages {
@@ -1597,6 +1705,9 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         team_calls,
         team_results,
         team_pauses,
+        handoffs,
+        transfers_not_taken,
+        handoff_limits,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -1609,6 +1720,10 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
     println!(
         "sub-agents: calls {team_calls}, results read from a finished child {team_results}, leads paused on a \
          paused child {team_pauses}"
+    );
+    println!(
+        "handoffs: transfers taken {handoffs}, not taken (not the first of their turn) {transfers_not_taken}, \
+         refused at maxHandoffs {handoff_limits}"
     );
     if seeds.len() > 100 {
         // The generator exercises every way a wait resolves (a change that stops it fails here).
@@ -1625,6 +1740,9 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("sub-agent calls", team_calls),
             ("sub-agent results", team_results),
             ("leads paused on a child", team_pauses),
+            ("handoffs", handoffs),
+            ("transfers not taken", transfers_not_taken),
+            ("handoffs refused at the limit", handoff_limits),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

@@ -46,6 +46,7 @@ fn config_with(model: &str, tools: &[&str]) -> MachineConfig {
         max_tool_result_bytes: 256 * 1024,
         key_scope: Some(SCOPE.into()),
         steer_poll_ms: None,
+        team: Default::default(),
     }
 }
 

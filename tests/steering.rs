@@ -58,10 +58,6 @@ impl Model for Interrupted {
     }
 }
 
-fn stores() -> Vec<(&'static str, fn() -> Env)> {
-    vec![("memory", Env::new), ("journal", Env::journal_sim), ("objects", Env::objects)]
-}
-
 /// Reads the queue at every boundary (the default reads at most once a second; the clock here stands still).
 fn every_boundary() -> AgentOptions {
     AgentOptions { steer_poll_ms: Some(0), ..Default::default() }

@@ -15,24 +15,9 @@ use steadfast::core::checkpoint::RunStatus;
 use steadfast::core::ids::{subagent_parent, subagent_path};
 use steadfast::core::transcript::{validate_transcript, Message};
 use steadfast::runtime::Clock;
-use steadfast::runtime::{
-    Agent, AgentBuilder, CrashBudget, FnTool, MockModel, MockTurn, Resolve, SendOptions, SplitMix64, Tool, ToolOutput,
-};
+use steadfast::runtime::{Agent, CrashBudget, FnTool, MockModel, MockTurn, Resolve, SendOptions, Tool, ToolOutput};
 use steadfast::store::RunStore;
 use steadfast::ErrorCode;
-
-fn stores() -> Vec<(&'static str, fn() -> Env)> {
-    vec![("memory", Env::new), ("journal", Env::journal_sim), ("objects", Env::objects)]
-}
-
-/// A builder over the environment's store, clock and timer.
-fn builder(env: &Env, model: MockModel, seed: u64) -> AgentBuilder {
-    Agent::builder(model)
-        .store_rc(env.store.clone())
-        .clock(Rc::new(env.clock.clone()))
-        .sleep(Rc::new(env.sleep.clone()))
-        .rng(Rc::new(SplitMix64::new(seed)))
-}
 
 /// The final text of the tool results of a transcript, in order.
 fn results(messages: &[Message]) -> Vec<String> {

@@ -23,10 +23,6 @@ use steadfast::ErrorCode;
 
 const HOUR: u64 = 3_600_000;
 
-fn stores() -> Vec<(&'static str, fn() -> Env)> {
-    vec![("memory", Env::new), ("journal", Env::journal_sim), ("objects", Env::objects)]
-}
-
 fn opts() -> SendOptions {
     SendOptions::default()
 }

@@ -57,6 +57,7 @@ fn config() -> MachineConfig {
         max_tool_result_bytes: 256 * 1024,
         key_scope: None,
         steer_poll_ms: None,
+        team: Default::default(),
     }
 }
 

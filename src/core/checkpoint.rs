@@ -178,6 +178,14 @@ pub struct Checkpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub ext: Option<Value>,
+    /// The agent of the run's handoff team the conversation is with, by its team name: `None` until the first
+    /// handoff (the run's own agent). See [`crate::core::machine::Team`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub agent: Option<String>,
+    /// Handoffs the current run took (a finished run that continues counts from zero again).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub handoffs: u32,
     /// Number of journal entries folded into this state (the next entry has `seq = self.seq + 1`).
     #[serde(default)]
     #[cfg_attr(feature = "ts", ts(type = "number"))]
@@ -237,6 +245,16 @@ pub struct Header {
     /// See [`Checkpoint::steered`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steered: Vec<String>,
+    /// See [`Checkpoint::agent`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// See [`Checkpoint::handoffs`].
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub handoffs: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 macro_rules! header_patch {
@@ -307,24 +325,26 @@ header_patch! {
         held_results: Vec<ToolResult> = "hr" | "heldResults",
         queued_input: Vec<Message> = "qi" | "queuedInput",
         steered: Vec<String> = "sq" | "steered",
+        handoffs: u32 = "ho" | "handoffs",
     }
     optional {
         last_error: ErrorInfo = "le" | "lastError",
         finish_reason: FinishReason = "fr" | "finishReason",
+        agent: String = "ag" | "agent",
     }
 }
 
 /// A patch's usage on the wire: `[inputTokens, outputTokens]`; the object form of earlier entries still reads.
+///
+/// Read by hand with what serde's untagged derive of `Pair(u64, u64)` or `Object(Usage)` accepted (an array of
+/// at most two counts, the missing ones 0, as [`Usage`]'s own sequence form; an object as [`Usage`] reads one),
+/// without buffering the value into serde's `Content` first.
 mod usage_pair {
     use crate::core::transcript::Usage;
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Wire {
-        Pair(u64, u64),
-        Object(Usage),
-    }
+    use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde::{Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+    use std::fmt;
 
     pub fn serialize<S: Serializer>(v: &Option<Usage>, s: S) -> Result<S::Ok, S::Error> {
         match v {
@@ -334,10 +354,79 @@ mod usage_pair {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Usage>, D::Error> {
-        Ok(Some(match Wire::deserialize(d)? {
-            Wire::Pair(input_tokens, output_tokens) => Usage { input_tokens, output_tokens },
-            Wire::Object(u) => u,
-        }))
+        d.deserialize_any(WireVisitor).map(Some)
+    }
+
+    /// The derive's message when neither form matched.
+    fn unmatched<E: de::Error>() -> E {
+        E::custom("data did not match any variant of untagged enum Wire")
+    }
+
+    struct WireVisitor;
+
+    impl<'de> Visitor<'de> for WireVisitor {
+        type Value = Usage;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("untagged enum Wire")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Usage, A::Error> {
+            let input = seq.next_element::<u64>().map_err(|_| unmatched::<A::Error>())?;
+            let output = match input {
+                Some(_) => seq.next_element::<u64>().map_err(|_| unmatched::<A::Error>())?,
+                None => None,
+            };
+            if output.is_some() && seq.next_element::<IgnoredAny>().map_err(|_| unmatched::<A::Error>())?.is_some() {
+                return Err(unmatched());
+            }
+            Ok(Usage { input_tokens: input.unwrap_or(0), output_tokens: output.unwrap_or(0) })
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Usage, A::Error> {
+            // As [`Usage`] reads an object, with any other field read as a JSON value (the derive's buffer
+            // refused a number beyond `f64` there).
+            let (mut input, mut output) = (None, None);
+            while let Some(key) = map.next_key::<String>().map_err(|_| unmatched::<A::Error>())? {
+                let slot = match key.as_str() {
+                    "inputTokens" => &mut input,
+                    "outputTokens" => &mut output,
+                    _ => {
+                        map.next_value::<Value>().map_err(|_| unmatched::<A::Error>())?;
+                        continue;
+                    }
+                };
+                if slot.is_some() {
+                    return Err(unmatched());
+                }
+                *slot = Some(map.next_value::<u64>().map_err(|_| unmatched::<A::Error>())?);
+            }
+            Ok(Usage { input_tokens: input.unwrap_or(0), output_tokens: output.unwrap_or(0) })
+        }
+
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Usage, E> {
+            Err(unmatched())
+        }
+
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Usage, E> {
+            Err(unmatched())
+        }
+
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Usage, E> {
+            Err(unmatched())
+        }
+
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Usage, E> {
+            Err(unmatched())
+        }
+
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Usage, E> {
+            Err(unmatched())
+        }
+
+        fn visit_unit<E: de::Error>(self) -> Result<Usage, E> {
+            Err(unmatched())
+        }
     }
 }
 
@@ -707,6 +796,8 @@ impl Checkpoint {
             held_results: self.held_results.clone(),
             queued_input: self.queued_input.clone(),
             steered: self.steered.clone(),
+            agent: self.agent.clone(),
+            handoffs: self.handoffs,
         }
     }
 
@@ -728,6 +819,8 @@ impl Checkpoint {
         self.held_results = h.held_results;
         self.queued_input = h.queued_input;
         self.steered = h.steered;
+        self.agent = h.agent;
+        self.handoffs = h.handoffs;
     }
 
     /// Folds one entry into this state. Fails with `STEADFAST_CHECKPOINT_CORRUPT` when the entry does not
@@ -971,6 +1064,80 @@ mod tests {
         let s_short = serde_json::to_string(&s).unwrap();
         assert!(s_short.starts_with(r#"{"s":1,"a":1700000000000,"b":{"t":"s","c":{"runId":"p""#), "{s_short}");
         assert_eq!(serde_json::from_str::<JournalEntry>(&s_short).unwrap(), s);
+    }
+
+    /// The derive the hand-written usage reader replaced, kept to compare with.
+    #[derive(Debug, Deserialize)]
+    #[serde(untagged)]
+    enum Wire {
+        Pair(u64, u64),
+        Object(Usage),
+    }
+
+    /// The usage reader accepts what the derive accepted, as the same usage, and refuses what it refused, with
+    /// its message: from JSON text and from JSON values, on generated arrays and objects.
+    #[test]
+    fn the_usage_reader_reads_what_the_derive_read() {
+        #[derive(Deserialize)]
+        struct Patch {
+            #[serde(default, with = "usage_pair")]
+            u: Option<Usage>,
+        }
+        let items = ["1", "2", "0", "-1", "1.5", "18446744073709551615", "1e400", r#""x""#, "null", "[]", "{}"];
+        let mut texts: Vec<String> = [
+            "null",
+            "true",
+            "7",
+            "-7",
+            "7.5",
+            r#""x""#,
+            "{}",
+            r#"{"inputTokens":1}"#,
+            r#"{"inputTokens":1,"outputTokens":2}"#,
+            r#"{"outputTokens":2,"zz":[1]}"#,
+            r#"{"inputTokens":1,"inputTokens":2}"#,
+            r#"{"inputTokens":-1}"#,
+            r#"{"inputTokens":1.0}"#,
+            r#"{"inputTokens":null}"#,
+            r#"{"zz":1e400}"#,
+        ]
+        .map(String::from)
+        .to_vec();
+        for a in items {
+            texts.push(format!("[{a}]"));
+            for b in items {
+                texts.push(format!("[{a},{b}]"));
+                for c in ["3", "null", "1e400"] {
+                    texts.push(format!("[{a},{b},{c}]"));
+                }
+            }
+        }
+        let unmatched = "data did not match any variant of untagged enum Wire";
+        for text in &texts {
+            let new = serde_json::from_str::<Patch>(&format!(r#"{{"u":{text}}}"#)).map(|p| p.u.unwrap());
+            let old = serde_json::from_str::<Wire>(text);
+            let old = old.map(|w| match w {
+                Wire::Pair(input_tokens, output_tokens) => Usage { input_tokens, output_tokens },
+                Wire::Object(u) => u,
+            });
+            assert_eq!(new.is_ok(), old.is_ok(), "{text}: {new:?} / {old:?}");
+            if let (Ok(new), Ok(old)) = (&new, &old) {
+                assert_eq!(new, old, "{text}");
+            }
+            let Ok(value) = serde_json::from_str::<Value>(text) else { continue };
+            let new = serde_json::from_value::<Patch>(serde_json::json!({ "u": value.clone() })).map(|p| p.u.unwrap());
+            let old = serde_json::from_value::<Wire>(value);
+            match (new, old) {
+                (Ok(new), Ok(Wire::Pair(i, o))) => {
+                    assert_eq!(new, Usage { input_tokens: i, output_tokens: o }, "{text}")
+                }
+                (Ok(new), Ok(Wire::Object(u))) => assert_eq!(new, u, "{text}"),
+                (Err(new), Err(old)) => {
+                    assert_eq!((new.to_string(), old.to_string()), (unmatched.into(), unmatched.into()))
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
     }
 
     /// The derive the hand-written reader of [`EntryBody`] replaced, kept to compare with.

@@ -135,6 +135,9 @@ codes! {
     WaitAlreadyResolved = "STEADFAST_WAIT_ALREADY_RESOLVED", retryable = false, status = 409, outage = false;
     /// A sub-agent's call would start a child deeper than the lead's `maxSubagentDepth` (default 3).
     SubagentDepth = "STEADFAST_SUBAGENT_DEPTH", retryable = false, status = 409, outage = false;
+    /// A `transfer_to_<name>` call would exceed the run's `maxHandoffs` (default 5): the model reads it as the
+    /// call's error result and the conversation stays with the agent it is with.
+    HandoffLimit = "STEADFAST_HANDOFF_LIMIT", retryable = false, status = 409, outage = false;
     /// A bug: an invariant of the run state machine did not hold.
     Internal = "STEADFAST_INTERNAL", retryable = false, status = 500, outage = false;
 }

@@ -127,6 +127,16 @@ pub enum Event {
         #[serde(rename = "stoppedToolCallIds", default, skip_serializing_if = "Vec::is_empty")]
         stopped_tool_call_ids: Vec<String>,
     },
+    /// The conversation was handed to another agent of the run's team (its `transfer_to_<to>` call): the next
+    /// model turn is that agent's.
+    #[serde(rename = "handoff")]
+    Handoff {
+        /// The `transfer_to_<to>` call.
+        #[serde(rename = "toolCallId")]
+        tool_call_id: String,
+        /// The agent that has the conversation now.
+        to: String,
+    },
     /// The resuming agent differs from the checkpoint's.
     #[serde(rename = "agent.drift")]
     AgentDrift(AgentDrift),

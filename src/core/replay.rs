@@ -3,9 +3,10 @@
 //!
 //! A journal entry moves a run from one recorded state to the next. [`recorded_events`] names what that move
 //! recorded, as the events a live execution sent for it: `step` (a model turn), `tool.done` (a result),
-//! `approval.requested` (a call paused on a reviewer), `error` (a failed attempt) and `run.done` (the run
-//! finished or paused). The other events (`run.start`, `tool.start`, `tool.resume`, `agent.drift`,
-//! `heal.action`, the deltas) leave nothing in the journal: they reach only those watching while they happen.
+//! `handoff` (the conversation handed to another agent), `approval.requested` (a call paused on a reviewer),
+//! `error` (a failed attempt) and `run.done` (the run finished or paused). The other events (`run.start`,
+//! `tool.start`, `tool.resume`, `agent.drift`, `heal.action`, the deltas) leave nothing in the journal: they
+//! reach only those watching while they happen.
 //!
 //! A watcher's place is a [`Cursor`]: the journal position it has seen through (the `id:` of the SSE stream),
 //! and whether it also saw the run end there.
@@ -68,6 +69,7 @@ pub fn is_recorded(event: &Event) -> bool {
             | Event::ApprovalRequested { .. }
             | Event::Error { .. }
             | Event::RunDone { .. }
+            | Event::Handoff { .. }
     )
 }
 
@@ -112,6 +114,16 @@ pub fn recorded_events(prev: &Checkpoint, next: &Checkpoint) -> Vec<Event> {
         }
     }
     out.extend(next.held_results.iter().filter(|r| !held_before.contains(r.tool_call_id.as_str())).map(done));
+    if let Some(to) = next.agent.as_ref().filter(|to| next.handoffs > 0 && prev.agent.as_ref() != Some(*to)) {
+        // The turn's transfer result that handed the conversation over.
+        let tool = format!("{}{to}", super::machine::HANDOFF_PREFIX);
+        let turn = next.messages.iter().rposition(|m| matches!(m, Message::Assistant { .. })).unwrap_or(0);
+        let call = next.messages[turn..].iter().find_map(|m| match m {
+            Message::Tool(r) if !r.is_error && r.name == tool => Some(r.tool_call_id.clone()),
+            _ => None,
+        });
+        out.push(Event::Handoff { tool_call_id: call.unwrap_or_default(), to: to.clone() });
+    }
     if next.status == RunStatus::AwaitingApproval {
         let asked_before: HashSet<&str> = match prev.status {
             RunStatus::AwaitingApproval => prev.approval_ids.iter().map(String::as_str).collect(),

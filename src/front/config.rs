@@ -453,6 +453,25 @@ pub struct AgentConfig {
     /// `steerPollMs` and `allowedHosts` hold for all. Nested at most three levels deep.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<SubagentConfig>,
+    /// Agents a run may hand its conversation to (`{name, description, instructions?, model?, tools?,
+    /// waitTools?, demoTools?, subagents?}` each, as a sub-agent; its `limits` are the lead's): every agent of the
+    /// team sees a `transfer_to_<name>` tool for each other one, the lead as [`AgentConfig::name`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handoffs: Vec<SubagentConfig>,
+    /// The lead's name in its handoff team (default `lead`).
+    #[serde(default = "default_team_name")]
+    pub name: String,
+    /// Handoffs a run may take (default 5).
+    #[serde(default = "default_max_handoffs")]
+    pub max_handoffs: u32,
+}
+
+fn default_team_name() -> String {
+    "lead".into()
+}
+
+fn default_max_handoffs() -> u32 {
+    AgentOptions::default().max_handoffs
 }
 
 /// A sub-agent in the configuration (see [`AgentConfig::subagents`]).
@@ -516,6 +535,9 @@ impl Default for AgentConfig {
             schedules: Vec::new(),
             progress_guard: None,
             subagents: Vec::new(),
+            handoffs: Vec::new(),
+            name: default_team_name(),
+            max_handoffs: default_max_handoffs(),
         }
     }
 }
@@ -555,6 +577,7 @@ impl AgentConfig {
             wait_tools: sub.wait_tools.clone(),
             demo_tools: Some(sub.demo_tools),
             subagents: sub.subagents.clone(),
+            handoffs: Vec::new(),
             mcp: Vec::new(),
             schedules: Vec::new(),
             progress_guard: None,
@@ -587,7 +610,11 @@ impl AgentConfig {
             let child = self.for_subagent(sub).agent_builder(platform, http.clone(), demo)?;
             b = b.subagent(sub.name.clone(), sub.description.clone(), child);
         }
-        Ok(b)
+        for member in &self.handoffs {
+            let agent = self.for_subagent(member).agent_builder(platform, http.clone(), demo)?;
+            b = b.handoff(member.name.clone(), member.description.clone(), agent);
+        }
+        Ok(b.name(self.name.clone()))
     }
 
     /// Whether the demo tools are on (`demoTools`, else on for the mock provider only).
@@ -615,6 +642,7 @@ impl AgentConfig {
             max_tool_result_bytes,
             wait_tools: self.wait_tools.clone(),
             steer_poll_ms: self.steer_poll_ms,
+            max_handoffs: self.max_handoffs,
         }
     }
 
@@ -709,6 +737,23 @@ impl AgentConfig {
             taken.extend(DEMO_TOOL_NAMES.iter().copied());
         }
         taken.extend(self.wait_tools.iter().map(|w| w.name()));
+        let mut team = BTreeSet::from([self.name.as_str()]);
+        for (i, member) in self.handoffs.iter().enumerate() {
+            let n = &member.name;
+            let tool = format!("{}{n}", crate::core::machine::HANDOFF_PREFIX);
+            if !crate::core::ids::is_tool_name(&tool) {
+                errs.push(format!("handoffs[{i}].name: {n:?} must be 1-52 characters of letters, digits, '_' or '-'"));
+            } else if !team.insert(n.as_str()) || taken.contains(tool.as_str()) {
+                errs.push(format!("handoffs[{i}].name: '{n}' is also the name of the lead or another agent or tool"));
+            }
+            if let Err(e) = self.for_subagent(member).validate() {
+                let why = e.message.strip_prefix("invalid agent configuration: ").unwrap_or(&e.message);
+                errs.push(format!("handoffs[{i}]: {why}"));
+            }
+        }
+        if !self.handoffs.is_empty() && !crate::core::ids::is_tool_name(&format!("transfer_to_{}", self.name)) {
+            errs.push(format!("name: {:?} must be 1-52 characters of letters, digits, '_' or '-'", self.name));
+        }
         for (i, sub) in self.subagents.iter().enumerate() {
             let n = &sub.name;
             if !crate::core::ids::is_tool_name(n) {
@@ -1551,6 +1596,7 @@ mod tests {
                     .filter(|_| n(0, 1) == 1)
                     .collect(),
                 steer_poll_ms: (n(0, 3) > 0).then(|| n(0, 60_000)),
+                max_handoffs: n(0, 20) as u32,
             };
             use crate::runtime::WaitTool;
             let Value::Object(mut doc) = serde_json::to_value(&options).unwrap() else { panic!("{repro}") };
@@ -1667,6 +1713,47 @@ mod tests {
         let e = err_of(deep);
         assert!(e.message.contains("sub-agents nest at most 3 levels deep"), "{}", e.message);
         assert!(AgentConfig::parse(&sub(r#", "subagents": [{"name": "b", "description": "y"}]"#)).is_ok());
+    }
+
+    /// Handoffs from the configuration: the lead (named by `name`) hands the conversation to a configured agent
+    /// with its own mock script and instructions; names are checked with the configuration.
+    #[test]
+    fn configured_handoffs_move_the_conversation_and_are_checked_with_the_configuration() {
+        use crate::runtime::{ManualClock, ManualSleep};
+        let cfg = AgentConfig::parse(
+            r#"{"model": {"provider": "mock", "script": [{"toolCalls": [{"name": "transfer_to_billing", "args": {}}]}]},
+                "name": "triage", "instructions": "You triage.", "maxHandoffs": 3,
+                "handoffs": [{"name": "billing", "description": "Handles invoices", "instructions": "You bill.",
+                    "model": {"provider": "mock", "script": [{"text": "(the lead's turn)"}, {"text": "billing here"}]}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(cfg.agent_options().max_handoffs, 3);
+        let platform = TestPlatform { http: crate::providers::fake::FakeHttp::new(vec![]), secrets: vec![], ai: None };
+        let clock = ManualClock::new(1_000);
+        let agent = cfg
+            .agent_builder(&platform, Rc::new(NoHttp), &Vec::new)
+            .unwrap()
+            .store(crate::store::MemoryStore::new())
+            .clock(Rc::new(clock.clone()))
+            .sleep(Rc::new(ManualSleep::new(clock)))
+            .build()
+            .unwrap();
+        let r = block_on(agent.send("r1", "my invoice", Default::default())).unwrap();
+        assert_eq!(r.text, "billing here");
+        let cp = block_on(agent.load("r1")).unwrap().unwrap();
+        assert_eq!((cp.agent.as_deref(), cp.handoffs), (Some("billing"), 1));
+        assert!(matches!(cp.messages.last(), Some(crate::core::transcript::Message::Assistant { .. })));
+        assert!(cp
+            .messages
+            .iter()
+            .any(|m| matches!(m, crate::core::transcript::Message::System { content } if content == "You bill.")));
+
+        let e = err_of(r#"{"handoffs": [{"name": "lead", "description": "x"}]}"#);
+        assert!(e.message.contains("handoffs[0].name: 'lead' is also the name of the lead"), "{}", e.message);
+        let e = err_of(r#"{"handoffs": [{"name": "a b", "description": "x"}]}"#);
+        assert!(e.message.contains("handoffs[0].name: \"a b\" must be"), "{}", e.message);
+        let e = err_of(r#"{"handoffs": [{"name": "a", "description": "x", "limits": {"maxSteps": 0}}]}"#);
+        assert!(e.message.contains("handoffs[0]: limits.maxSteps must be at least 1"), "{}", e.message);
     }
 
     #[test]

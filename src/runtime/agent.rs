@@ -76,6 +76,9 @@ pub struct AgentBuilder {
     observer: Option<Rc<dyn EventSink>>,
     subagents: Vec<SubagentDecl>,
     max_subagent_depth: usize,
+    /// The agents its runs may hand the conversation to, and this agent's own name among them.
+    handoffs: Vec<SubagentDecl>,
+    name: String,
 }
 
 impl AgentBuilder {
@@ -104,6 +107,24 @@ impl AgentBuilder {
     /// with a `STEADFAST_SUBAGENT_DEPTH` error result. The top agent's setting holds for the whole tree.
     pub fn max_subagent_depth(mut self, depth: usize) -> Self {
         self.max_subagent_depth = depth;
+        self
+    }
+
+    /// Declares an agent this agent's runs may hand the conversation to: every agent of the team (this one, as
+    /// [`AgentBuilder::name`], and each declared here) sees a `transfer_to_<name>` tool for each other one
+    /// (`description` says what `name` does). The first such call of a turn hands the conversation over once the
+    /// turn's results are in: the run goes on in the same run id with `agent`'s model, tools and instructions (a
+    /// system message). Limits, policies, hooks, store and clock stay this agent's; `agent` may declare tools and
+    /// sub-agents, not handoffs of its own. At most `maxHandoffs` ([`AgentOptions::max_handoffs`]) per run.
+    pub fn handoff(mut self, name: impl Into<String>, description: impl Into<String>, agent: AgentBuilder) -> Self {
+        self.handoffs.push(SubagentDecl { name: name.into(), description: description.into(), builder: agent });
+        self
+    }
+
+    /// This agent's name in its handoff team (default `lead`): the others hand the conversation back to it with
+    /// `transfer_to_<name>`.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
         self
     }
 
@@ -207,6 +228,7 @@ impl AgentBuilder {
             self.tools.push(tool);
             subagents.push((decl.name, child.deps.clone()));
         }
+        let handoffs = self.build_team(&store, level, max_depth)?;
         let mut names = BTreeSet::new();
         let mut tools = Vec::new();
         let mut specs = Vec::new();
@@ -273,8 +295,66 @@ impl AgentBuilder {
                 fingerprint,
                 level,
                 subagents,
+                team_name: self.name,
+                handoffs,
             }),
         })
+    }
+}
+
+impl AgentBuilder {
+    /// Builds the agents of this agent's handoff team (each with a `transfer_to_` tool for every other one, and
+    /// this agent's store, clock, timer, random source, warnings, observer and options) and adds this agent's
+    /// own `transfer_to_` tools.
+    fn build_team(
+        &mut self,
+        store: &Rc<dyn RunStore>,
+        level: usize,
+        max_depth: usize,
+    ) -> Result<Vec<(String, Rc<Deps>)>> {
+        let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
+        let decls = std::mem::take(&mut self.handoffs);
+        if decls.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut team = vec![(self.name.clone(), format!("the agent the conversation started with ('{}')", self.name))];
+        for d in &decls {
+            if team.iter().any(|(n, _)| *n == d.name) {
+                return Err(cfg(format!("two agents of the handoff team are named '{}'", d.name)));
+            }
+            team.push((d.name.clone(), d.description.clone()));
+        }
+        let mut members = Vec::new();
+        let mut subagent_names: BTreeSet<String> = self.subagents.iter().map(|s| s.name.clone()).collect();
+        for decl in decls {
+            let mut b = decl.builder;
+            if !b.handoffs.is_empty() {
+                return Err(cfg(format!(
+                    "handoff agent '{}' declares handoffs of its own: declare every agent of the team on the lead",
+                    decl.name
+                )));
+            }
+            for s in &b.subagents {
+                if !subagent_names.insert(s.name.clone()) {
+                    return Err(cfg(format!("two agents of the handoff team declare a sub-agent '{}'", s.name)));
+                }
+            }
+            b.store = Some(store.clone());
+            b.clock = b.clock.or_else(|| self.clock.clone());
+            b.sleep = b.sleep.or_else(|| self.sleep.clone());
+            b.rng = b.rng.or_else(|| self.rng.clone());
+            b.warn = b.warn.or_else(|| self.warn.clone());
+            b.observer = b.observer.or_else(|| self.observer.clone());
+            b.options = self.options.clone();
+            for (name, description) in team.iter().filter(|(n, _)| *n != decl.name) {
+                b.tools.push(Rc::new(super::handoff::TransferTool::new(name, description)));
+            }
+            members.push((decl.name, b.build_at(level, max_depth)?.deps));
+        }
+        for (name, description) in &team[1..] {
+            self.tools.push(Rc::new(super::handoff::TransferTool::new(name, description)));
+        }
+        Ok(members)
     }
 }
 
@@ -317,6 +397,8 @@ impl Agent {
             observer: None,
             subagents: Vec::new(),
             max_subagent_depth: super::options::DEFAULT_MAX_SUBAGENT_DEPTH,
+            handoffs: Vec::new(),
+            name: "lead".into(),
         }
     }
 

@@ -52,6 +52,10 @@ pub(crate) struct Deps {
     pub(crate) level: usize,
     /// The sub-agents this agent declares, by name (their child runs execute with their agents).
     pub(crate) subagents: Vec<(String, Rc<Deps>)>,
+    /// This agent's name in its handoff team (`lead` by default).
+    pub(crate) team_name: String,
+    /// The agents its runs may hand the conversation to, by name (see [`super::handoff`]).
+    pub(crate) handoffs: Vec<(String, Rc<Deps>)>,
 }
 
 impl Deps {
@@ -101,6 +105,7 @@ impl Deps {
             max_tool_result_bytes: self.options.max_tool_result_bytes,
             key_scope: None,
             steer_poll_ms: self.options.steer_poll_ms,
+            team: self.team(),
         }
     }
 }

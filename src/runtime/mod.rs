@@ -20,6 +20,7 @@ pub(crate) mod approvals;
 mod deps;
 mod driver;
 pub(crate) mod feed;
+pub(crate) mod handoff;
 pub(crate) mod heal;
 pub(crate) mod hooks;
 mod lease;

@@ -15,6 +15,8 @@ use std::rc::Rc;
 /// How deep sub-agents nest by default (the lead is depth 0; its sub-agents' child runs depth 1): see
 /// [`super::AgentBuilder::max_subagent_depth`].
 pub const DEFAULT_MAX_SUBAGENT_DEPTH: usize = 3;
+/// How many handoffs a run may take by default ([`AgentOptions::max_handoffs`]).
+pub const DEFAULT_MAX_HANDOFFS: u32 = 5;
 
 /// The agent's limits and policies, defined once. The npm package's `createAgent` takes them as they are,
 /// beside the parts only JS gives (model, tools, hooks, store, clock); the Worker configuration names them
@@ -48,6 +50,9 @@ pub struct AgentOptions {
     /// `list` operation, so this bounds what steering costs a fast run.
     #[cfg_attr(feature = "ts", ts(type = "number | null"))]
     pub steer_poll_ms: Option<u64>,
+    /// Handoffs a run may take (default 5): one more `transfer_to_<name>` call is a `STEADFAST_HANDOFF_LIMIT`
+    /// error result and the conversation stays where it is. The lead's setting holds for its whole team.
+    pub max_handoffs: u32,
 }
 
 impl Default for AgentOptions {
@@ -62,6 +67,7 @@ impl Default for AgentOptions {
             max_tool_result_bytes: crate::core::limits::DEFAULT_MAX_TOOL_RESULT_BYTES,
             wait_tools: Vec::new(),
             steer_poll_ms: Some(crate::core::steer::DEFAULT_STEER_POLL_MS),
+            max_handoffs: DEFAULT_MAX_HANDOFFS,
         }
     }
 }

@@ -167,12 +167,17 @@ fn result_of(cp: &Checkpoint) -> ToolOutput {
 impl Deps {
     /// The dependencies run `run_id` executes with: this agent's for its own runs, a sub-agent's for a child
     /// run (found by the sub-agent names in the id, from this agent's depth down). `None` for a child of a
-    /// sub-agent this agent does not declare (any more), or a run above this agent's depth.
+    /// sub-agent this agent does not declare (any more), or a run above this agent's depth. A diagnosis fork
+    /// (`<run>.heal`) executes with its source's agent.
     pub(crate) fn for_run(&self, run_id: &str) -> Option<&Deps> {
-        let path = subagent_path(run_id);
+        let mut source = run_id;
+        while let Some(s) = source.strip_suffix(crate::core::sweep::HEAL_SUFFIX) {
+            source = s;
+        }
+        let path = subagent_path(source);
         let mut deps = self;
         for name in path.get(self.level..)? {
-            deps = &deps.subagents.iter().find(|(n, _)| n == name)?.1;
+            deps = deps.subagent(name)?;
         }
         Some(deps)
     }
@@ -197,7 +202,7 @@ impl Deps {
         opts: &'a SendOptions,
     ) -> LocalBoxFuture<'a, Result<()>> {
         async move {
-            if subagent_parent(run_id).is_none() && self.for_run(run_id).is_none_or(|d| d.subagents.is_empty()) {
+            if subagent_parent(run_id).is_none() && self.for_run(run_id).is_none_or(|d| !d.has_subagents()) {
                 return Ok(());
             }
             let Some(cp) = self.store.load(run_id).await? else { return Ok(()) };
@@ -236,7 +241,7 @@ impl Deps {
         let Some(parent) = self.store.load(&rec.run_id).await? else { return Ok(()) };
         let Some(deps) = self.for_run(&parent.run_id) else { return Ok(()) };
         let call = &rec.tool_call;
-        if parent.status != RunStatus::AwaitingApproval || !deps.subagents.iter().any(|(n, _)| *n == call.name) {
+        if parent.status != RunStatus::AwaitingApproval || deps.subagent(&call.name).is_none() {
             return Ok(());
         }
         let Some(key) = parent.call_key(&call.id) else { return Ok(()) };
@@ -255,7 +260,7 @@ impl Deps {
         let Some(deps) = self.for_run(&parent.run_id) else { return Ok(()) };
         let Some(last) = parent.messages.iter().rev().find(|m| !m.tool_calls().is_empty()) else { return Ok(()) };
         for call in last.tool_calls() {
-            if !deps.subagents.iter().any(|(n, _)| *n == call.name) {
+            if deps.subagent(&call.name).is_none() {
                 continue;
             }
             let Some(key) = parent.call_key(&call.id) else { continue };
@@ -328,7 +333,7 @@ impl Agent {
         let Some(deps) = self.deps.for_run(&cp.run_id) else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for call in cp.messages.iter().flat_map(|m| m.tool_calls()) {
-            if !deps.subagents.iter().any(|(n, _)| *n == call.name) {
+            if deps.subagent(&call.name).is_none() {
                 continue;
             }
             let Some(key) = cp.call_key(&call.id) else { continue };

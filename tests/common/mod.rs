@@ -174,6 +174,21 @@ pub fn failing_tool(name: &str, counters: &Counters) -> Rc<dyn Tool> {
     }))
 }
 
+/// The three stores the runtime's guarantee tests run on: memory, the journal store on the KV simulator,
+/// strict mode's run objects.
+pub fn stores() -> Vec<(&'static str, fn() -> Env)> {
+    vec![("memory", Env::new), ("journal", Env::journal_sim), ("objects", Env::objects)]
+}
+
+/// A builder of an agent around `model` over the environment's store, clock and timer, with a seeded `Rng`.
+pub fn builder(env: &Env, model: steadfast::runtime::MockModel, seed: u64) -> steadfast::runtime::AgentBuilder {
+    steadfast::runtime::Agent::builder(model)
+        .store_rc(env.store.clone())
+        .clock(Rc::new(env.clock.clone()))
+        .sleep(Rc::new(env.sleep.clone()))
+        .rng(Rc::new(steadfast::runtime::SplitMix64::new(seed)))
+}
+
 pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
 }

@@ -51,4 +51,9 @@ waitTools: Array<WaitTool>,
  * no queue is read, and a send with `queue: true` is refused. Default 1,000 ms: on Workers KV a read is one
  * `list` operation, so this bounds what steering costs a fast run.
  */
-steerPollMs: number | null, };
+steerPollMs: number | null, 
+/**
+ * Handoffs a run may take (default 5): one more `transfer_to_<name>` call is a `STEADFAST_HANDOFF_LIMIT`
+ * error result and the conversation stays where it is. The lead's setting holds for its whole team.
+ */
+maxHandoffs: number, };

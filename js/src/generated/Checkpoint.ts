@@ -119,6 +119,15 @@ steered?: Array<string>,
  */
 ext?: JsonValue, 
 /**
+ * The agent of the run's handoff team the conversation is with, by its team name: `None` until the first
+ * handoff (the run's own agent). See [`crate::core::machine::Team`].
+ */
+agent?: string, 
+/**
+ * Handoffs the current run took (a finished run that continues counts from zero again).
+ */
+handoffs?: number, 
+/**
  * Number of journal entries folded into this state (the next entry has `seq = self.seq + 1`).
  */
 seq: number, 

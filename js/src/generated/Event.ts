@@ -121,7 +121,15 @@ messageId: string,
 /**
  * The calls it stopped.
  */
-stoppedToolCallIds?: Array<string>, } | { "type": "agent.drift" } & AgentDrift | { "type": "heal.action", 
+stoppedToolCallIds?: Array<string>, } | { "type": "handoff", 
+/**
+ * The `transfer_to_<to>` call.
+ */
+toolCallId: string, 
+/**
+ * The agent that has the conversation now.
+ */
+to: string, } | { "type": "agent.drift" } & AgentDrift | { "type": "heal.action", 
 /**
  * Tool name.
  */

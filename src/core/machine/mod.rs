@@ -61,17 +61,31 @@
 //! - `step`: what happens after each answer: state changes that need no I/O, the commit, then the effects that
 //!   need the committed state;
 //! - `calls`: the one state of each tool call of the current turn;
-//! - `steer`: reading the run's message queue at step boundaries and applying what it holds.
+//! - `steer`: reading the run's message queue at step boundaries and applying what it holds;
+//! - `handoff`: answering `transfer_to_<name>` calls and handing the conversation to another agent.
+//!
+//! # Handoffs
+//!
+//! A run whose configuration has a [`Team`] hands its conversation from agent to agent. A turn's calls of
+//! `transfer_to_<name>` tools are answered by the machine when the turn is entered, nothing runs: the first of
+//! the turn hands off (`{"transferredTo": name}`), the others get `not-run` results; past `maxHandoffs` the
+//! first gets a `STEADFAST_HANDOFF_LIMIT` error result instead. Once every call of the turn has its result, the
+//! conversation moves to that agent in the same commit as the turn's last result: the checkpoint's `agent`
+//! names it, its fingerprint becomes the checkpoint's (the drift checks of later executions compare with that
+//! agent's current definition), its instructions are added as a system message and `handoffs` counts one more;
+//! the next model call is its. A crash before that commit repeats the move, deterministically, on resume.
 
 mod calls;
+mod handoff;
 mod notify;
 mod start;
 mod steer;
 mod step;
 mod types;
 
+pub use handoff::HANDOFF_PREFIX;
 pub use types::{
-    DriftPolicy, Effect, Gate, KeyedCall, MachineConfig, ModelResponse, Outcome, Start, ToolOutcome,
+    DriftPolicy, Effect, Gate, KeyedCall, MachineConfig, ModelResponse, Outcome, Start, Team, TeamMember, ToolOutcome,
     MAX_ERROR_RESULT_CHARS,
 };
 

@@ -147,7 +147,10 @@ impl RunMachine {
                 ResultKind::Validation,
             )),
             Gate::UnknownTool => {
-                let names: Vec<&str> = self.cfg.tool_names.iter().map(String::as_str).collect();
+                let names: Vec<&str> = match self.active() {
+                    Ok((_, tools)) => tools.iter().map(String::as_str).collect(),
+                    Err(_) => Vec::new(),
+                };
                 let content = format!("unknown tool '{}'. Available tools: {}", call.name, names.join(", "));
                 self.record(result(call, content, true, ResultKind::Validation));
             }

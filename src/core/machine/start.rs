@@ -62,7 +62,7 @@ impl RunMachine {
             Some(cp) => m.start_stored(cp, start)?,
         };
         if !annotate {
-            m.cp.fingerprint = Some(m.cfg.fingerprint.clone());
+            m.cp.fingerprint = Some(m.active()?.0.clone());
         }
         // The queue is read once the agent's interval has passed in this execution (a message sent before it
         // began was applied by its sender, or waits for a boundary or the finish read).
@@ -142,6 +142,8 @@ impl RunMachine {
         cp.total_usage = prior.total_usage;
         cp.total_usage.at_least(prior.usage);
         cp.ext = prior.ext;
+        // The conversation stays with the agent it was handed to.
+        cp.agent = prior.agent;
         cp.key_scope = self.cfg.key_scope.clone();
         cp.status = RunStatus::Finished;
         self.cp = cp;
@@ -292,6 +294,7 @@ impl RunMachine {
         self.cp.input_len = input.len();
         self.cp.messages.extend(input);
         self.cp.step_index = 0;
+        self.cp.handoffs = 0;
         self.cp.usage = Usage::default();
         self.cp.status = RunStatus::InProgress;
         self.cp.finish_reason = None;
@@ -302,7 +305,7 @@ impl RunMachine {
 
     fn check_drift(&mut self) -> Result<()> {
         let Some(saved) = self.cp.fingerprint.clone() else { return Ok(()) };
-        let drift = self.cfg.fingerprint.drift_from(&saved);
+        let drift = self.active()?.0.drift_from(&saved);
         if drift.is_empty() {
             return Ok(());
         }
@@ -323,7 +326,7 @@ impl RunMachine {
     }
 
     fn check_tool_exists(&self, call: &ToolCall) -> Result<()> {
-        if self.cfg.tool_names.contains(&call.name) {
+        if self.active()?.1.contains(&call.name) {
             return Ok(());
         }
         Err(Error::new(

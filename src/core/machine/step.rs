@@ -243,6 +243,9 @@ impl RunMachine {
         for i in 0..self.calls.len() {
             let CallState::Entered { approval_id } = &self.calls.at(i).state else { continue };
             let (call, approval_id) = (self.calls.at(i).call.clone(), approval_id.clone());
+            if self.answer_handoff(&call) {
+                continue;
+            }
             if self.cp.started_tool_call_ids.contains(&call.id) {
                 let content = format!(
                     "interrupted: the process stopped while '{}' was running; it may or may not have taken effect. \
@@ -316,6 +319,7 @@ impl RunMachine {
         if self.calls.has_open() || self.cp.status != RunStatus::InProgress {
             return;
         }
+        self.take_handoff();
         if !self.cp.queued_input.is_empty() {
             let input = std::mem::take(&mut self.cp.queued_input);
             self.cp.messages.extend(input);
@@ -409,7 +413,7 @@ impl RunMachine {
                 step: self.cp.step_index,
                 created_at: self.now,
                 decided_at: None,
-                fingerprint: Some(self.cfg.fingerprint.clone()),
+                fingerprint: self.active().ok().map(|(fp, _)| fp.clone()),
                 ..Default::default()
             };
             if let Some((wait, token)) = wait {

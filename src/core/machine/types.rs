@@ -57,6 +57,33 @@ pub struct MachineConfig {
     /// Read the run's message queue ([`crate::core::steer`]) at step boundaries, at most once per this many ms
     /// (and always before the run finishes); `None`: never (a queued message then waits for the sweep).
     pub steer_poll_ms: Option<u64>,
+    /// The run's handoff team (no members: no handoffs).
+    pub team: Team,
+}
+
+/// The agents a run's conversation may be handed to ([handoffs](super#handoffs)): the run's own agent (the
+/// lead, `lead` by name) and its members. Each sees a `transfer_to_<name>` tool for every other one.
+#[derive(Clone, Debug, Default)]
+pub struct Team {
+    /// The run's own agent's name in the team (`transfer_to_<lead>` hands the conversation back to it).
+    pub lead: String,
+    /// The other agents.
+    pub members: Vec<TeamMember>,
+    /// Handoffs a run may take (`maxHandoffs`); one more is a `STEADFAST_HANDOFF_LIMIT` error result.
+    pub max_handoffs: u32,
+}
+
+/// An agent of a run's handoff team besides the run's own: what the machine checks and records of it.
+#[derive(Clone, Debug)]
+pub struct TeamMember {
+    /// Its name (`transfer_to_<name>`).
+    pub name: String,
+    /// Its fingerprint (the checkpoint's while the conversation is with it).
+    pub fingerprint: Fingerprint,
+    /// Names of its tools (its `transfer_to_` tools included).
+    pub tool_names: BTreeSet<String>,
+    /// Its instructions: a system message added to the transcript when the conversation is handed to it.
+    pub instructions: String,
 }
 
 /// How a machine is started.

@@ -57,6 +57,9 @@ enum Race<T> {
 
 pub(crate) struct Driver<'a> {
     deps: &'a Deps,
+    /// The agent of the run's handoff team the conversation is with (`deps` without handoffs): the model the
+    /// driver calls and the tools it gates and runs are this one's ([`Driver::follow`]).
+    agent: &'a Deps,
     pub(crate) lease: Lease,
     /// The call's options (read after construction only by the test build's fault injection).
     #[cfg_attr(not(feature = "testing"), allow(dead_code))]
@@ -95,6 +98,7 @@ impl<'a> Driver<'a> {
         let now = deps.now();
         Driver {
             deps,
+            agent: deps,
             lease,
             opts,
             abort: opts.abort.clone().unwrap_or_default(),
@@ -204,7 +208,7 @@ impl<'a> Driver<'a> {
 
     /// The gate of one call: unknown tool, invalid arguments (the JSON Schema, then the tool's own check), hooks (deny / rewrite), approval, intent.
     async fn gate(&mut self, m: &mut RunMachine, call: &ToolCall, pool: &mut ToolPool) -> Result<Gate> {
-        let deps: &'a Deps = self.deps;
+        let deps: &'a Deps = self.agent;
         let Some(t) = deps.tool(&call.name) else { return Ok(Gate::UnknownTool) };
         if let Err(errors) = t.schema.validate(&call.args) {
             return Ok(Gate::Invalid { message: errors.join("; ") });
@@ -227,6 +231,13 @@ impl<'a> Driver<'a> {
 
     fn now(&self) -> u64 {
         self.deps.now()
+    }
+
+    /// Follows the conversation to the agent of the team the machine's checkpoint names (a handoff moves it
+    /// between a turn's last result and the next model call).
+    fn follow(&mut self, m: &RunMachine) {
+        let deps: &'a Deps = self.deps;
+        self.agent = deps.member(m.checkpoint().agent.as_deref());
     }
 
     /// Drives the machine to its `Finish`: performs each effect it asks for (one method per kind), hands it the
@@ -310,6 +321,7 @@ impl<'a> Driver<'a> {
 
     /// [`Effect::CallModel`]: `before_model` hooks, the model call through the retry layer, `after_model` hooks.
     async fn on_call_model(&mut self, m: &mut RunMachine, step: u32, pool: &mut ToolPool) -> Result<()> {
+        self.follow(m);
         // The hooks see the transcript while they may change the machine: a copy, made only when there are hooks
         // (it costs the whole transcript at every step).
         let before = if self.deps.hooks.is_empty() {
@@ -342,6 +354,7 @@ impl<'a> Driver<'a> {
 
     /// [`Effect::Gate`]: each call's gate, in call order; a hook that fails fails the attempt.
     async fn on_gate(&mut self, m: &mut RunMachine, calls: &[ToolCall], pool: &mut ToolPool) -> Result<()> {
+        self.follow(m);
         let mut decisions = Vec::new();
         let mut failed = None;
         for c in calls {
@@ -363,6 +376,7 @@ impl<'a> Driver<'a> {
 
     /// [`Effect::Reconcile`]: each side-effecting tool says whether an unrecorded effect happened.
     async fn on_reconcile(&mut self, m: &mut RunMachine, calls: &[KeyedCall], pool: &mut ToolPool) -> Result<()> {
+        self.follow(m);
         let answers = self.reconcile(calls).await;
         self.after_effect(pool).await?;
         match answers {
@@ -520,7 +534,7 @@ impl<'a> Driver<'a> {
     async fn reconcile(&mut self, calls: &[KeyedCall]) -> Result<Vec<(String, Option<ToolOutcome>)>> {
         let mut out = Vec::new();
         for KeyedCall { call, key } in calls {
-            let Some(t) = self.deps.tool(&call.name) else {
+            let Some(t) = self.agent.tool(&call.name) else {
                 out.push((call.id.clone(), None));
                 continue;
             };
@@ -691,6 +705,7 @@ impl<'a> Driver<'a> {
     /// One model turn through the retry layer. `Ok(None)` when aborted.
     async fn call_model(&mut self, m: &RunMachine, step: u32) -> Result<Option<ModelResponse>> {
         let deps: &'a Deps = self.deps;
+        let agent: &'a Deps = self.agent;
         let policy = deps.options.retry;
         let started = self.now();
         let mut attempt = 0;
@@ -700,11 +715,11 @@ impl<'a> Driver<'a> {
             let request = ModelRequest {
                 run_id: &self.lease.run_id.clone(),
                 messages: &m.checkpoint().messages,
-                tools: &deps.specs,
+                tools: &agent.specs,
                 step,
                 execution: &self.lease.owner.clone(),
             };
-            let model = deps.model.clone();
+            let model = agent.model.clone();
             let answer = match self.sink.clone() {
                 // Someone listens: the answer's increments become events as they arrive.
                 Some(sink) => {
@@ -741,13 +756,14 @@ impl<'a> Driver<'a> {
         if !pool.can_start(limit, |id| m.is_running(id)) {
             return Ok(());
         }
+        self.follow(m);
         self.ensure_lease().await?;
         self.stats.tool_runs += pool.start(limit, |id| m.is_running(id), |l| self.start_tool(l));
         Ok(())
     }
 
     fn start_tool(&self, Launch { call, approval_id, key, wait_token }: Launch) -> ToolFuture {
-        let registered = self.deps.tools.iter().find(|t| t.tool.name() == call.name);
+        let registered = self.agent.tool(&call.name);
         let tool = registered.map(|t| t.tool.clone());
         let subagent = registered.and_then(|t| t.subagent.clone());
         let child_opts = SendOptions {
