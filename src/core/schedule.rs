@@ -31,8 +31,8 @@ pub enum MissedFires {
 }
 
 /// A schedule's input: a user message's text, or messages.
-///
-/// Read by a hand-written reader (below) with the forms of serde's untagged derive; written by the derive.
+// Read by a hand-written reader (below) with the forms of serde's untagged derive; written by the derive. (A
+// plain comment: the doc comment is the generated TypeScript type's too.)
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(untagged)]

@@ -66,9 +66,8 @@ pub struct ToolResult {
 }
 
 /// A transcript message.
-///
-/// Read by a hand-written reader (see `message_de` below) with the same forms as serde's internally tagged
-/// derive; written by the derive.
+// Read by a hand-written reader (see `message_de` below) with the same forms as serde's internally tagged derive;
+// written by the derive. (A plain comment: the doc comment is the generated TypeScript type's too.)
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(tag = "role", rename_all = "lowercase")]
