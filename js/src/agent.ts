@@ -86,6 +86,16 @@ export interface AgentParts {
    * this agent's store and clock.
    */
   subagents?: SubagentOptions[];
+  /**
+   * Handoffs: agents a run may hand its conversation to. Every agent of the team (this one, as `name`, and each
+   * listed here) sees a `transfer_to_<name>` tool for each other one; the first such call of a turn moves the
+   * conversation, in the same run, to that agent's model, tools and instructions (recorded, so a resumed run goes
+   * on with the agent it was with). At most `maxHandoffs` (default 5) per run. Limits, policies, hooks, store and
+   * clock stay this agent's.
+   */
+  handoffs?: HandoffOptions[];
+  /** This agent's name in its handoff team (default `lead`): the others hand back to it with `transfer_to_<name>`. */
+  name?: string;
 }
 
 /** A sub-agent (`createAgent({ subagents })`): an agent of its own, named as its lead's tool. */
@@ -93,6 +103,17 @@ export type SubagentOptions = Omit<AgentOptions, "store" | "clock"> & {
   /** The tool name its lead's model calls it by (letters, digits, `_`, `-`). */
   name: string;
   /** What it does, for the lead's model. */
+  description: string;
+};
+
+/**
+ * An agent of a handoff team (`createAgent({ handoffs })`): its model, tools, instructions and sub-agents; the run's
+ * settings and hooks are its lead's, and the team is declared on the lead only.
+ */
+export type HandoffOptions = Pick<AgentParts, "model" | "provider" | "tools" | "instructions" | "subagents"> & {
+  /** Its name in the team: the others hand the conversation to it with `transfer_to_<name>`. */
+  name: string;
+  /** What it does, for the other agents' models. */
   description: string;
 };
 
@@ -346,7 +367,7 @@ export type LLMProvider = Model;
 /** An agent's options object as the core takes it: its model, tools and hooks in their low-level form, and its
  * sub-agents' too (`at` names the object in errors). */
 function lowLevelParts(options: Omit<AgentOptions, "store">, at: string): object {
-  const { model: given, provider, tools = [], hooks = [], subagents, ...rest } = options;
+  const { model: given, provider, tools = [], hooks = [], subagents, handoffs, ...rest } = options;
   const model = given ?? provider;
   if (model === undefined) {
     throw new SteadfastError("STEADFAST_CONFIG_INVALID", `${at}an agent needs a model: createAgent({ model }) (or \`provider\`)`);
@@ -365,6 +386,15 @@ function lowLevelParts(options: Omit<AgentOptions, "store">, at: string): object
                 typeof sub === "object" && sub !== null ? lowLevelParts(sub, `${at}subagents[${i}]: `) : sub,
               )
             : subagents,
+        }),
+    ...(handoffs === undefined
+      ? {}
+      : {
+          handoffs: Array.isArray(handoffs)
+            ? handoffs.map((member, i) =>
+                typeof member === "object" && member !== null ? lowLevelParts(member, `${at}handoffs[${i}]: `) : member,
+              )
+            : handoffs,
         }),
   };
 }

@@ -134,6 +134,7 @@ export {
   type Agent,
   type AgentOptions,
   type SubagentOptions,
+  type HandoffOptions,
   type Decision,
   type LLMProvider,
   type ResumeOptions,

@@ -84,7 +84,7 @@ const PUBLIC_EXPORTS = {
     "HookContext", "ApprovalRecord", "ApprovalStatus", "Checkpoint", "Clock",
     "Comparison", "Delivery",
     "ErrorCode", "ErrorInfo", "Event", "EventEnvelope", "Fingerprint", "FinishReason", "ForkOptions", "ForkResult",
-    "HistoryEntry", "Hook", "Input", "Json", "KVNamespaceLike", "KvStoreOptions", "Message", "MockModel",
+    "HandoffOptions", "HistoryEntry", "Hook", "Input", "Json", "KVNamespaceLike", "KvStoreOptions", "Message", "MockModel",
     "MockModelOptions", "MockTurn", "Model", "ModelChange", "ModelRequest", "ModelResponse", "ModelStream", "NothingToResume", "OutputCheckFn",
     "OutputCheckHook", "PendingRun", "ProgressGuardHook", "ProgressGuardOptions", "RecoverOptions", "Recovery",
     "RecoveryRun", "ResultKind", "ResumeOptions", "RunEvent", "RunOnceOptions", "RunResult", "RunStats", "RunStatus",

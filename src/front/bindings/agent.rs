@@ -38,11 +38,18 @@ pub(super) fn console_warn(line: &str) {
 
 /// The parts of the options object only JS gives (beside the [`AgentOptions`] fields); js/src/agent.ts takes
 /// `provider` and `store` out before it hands the object on.
-const AGENT_PARTS: [&str; 8] = ["model", "provider", "tools", "hooks", "store", "instructions", "clock", "subagents"];
+const AGENT_PARTS: [&str; 10] =
+    ["model", "provider", "tools", "hooks", "store", "instructions", "clock", "subagents", "handoffs", "name"];
 
 /// The parts of a sub-agent's object (`subagents[i]`) besides the [`AgentOptions`] fields: no store or clock of
 /// its own (its lead's), a name and a description.
-const SUBAGENT_PARTS: [&str; 7] = ["name", "description", "model", "tools", "hooks", "instructions", "subagents"];
+const SUBAGENT_PARTS: [&str; 8] =
+    ["name", "description", "model", "tools", "hooks", "instructions", "subagents", "handoffs"];
+
+/// The parts of a handoff agent's object (`handoffs[i]`): no [`AgentOptions`] fields, store, clock or hooks (the
+/// run's settings and hooks are its lead's, see [`AgentBuilder::handoff`]) and no handoffs of its own (the team is
+/// declared on the lead). `hooks` is here to be refused with its reason, not as an unknown key.
+const HANDOFF_PARTS: [&str; 7] = ["name", "description", "model", "tools", "hooks", "instructions", "subagents"];
 
 /// [`AgentOptions`] as JSON: every field with its default (the names the options object may use, and the
 /// nested objects' keys).
@@ -84,8 +91,8 @@ pub(super) fn decision_of(
     Resolve::new(id, approved, note, answer)
 }
 
-/// An agent's model, options, instructions, tools, hooks and sub-agents from its options object (the lead's, or
-/// `subagents[i]` of its lead at `at`, which names the object in errors).
+/// An agent's model, options, instructions, tools, hooks, sub-agents, handoff team and team name from its options
+/// object (the lead's, or `subagents[i]` / `handoffs[i]` of its lead at `at`, which names the object in errors).
 fn builder_of(options: &JsValue, at: &str) -> Result<AgentBuilder> {
     let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
     let model = JsModel::from_js(prop(options, "model"))?;
@@ -143,6 +150,33 @@ fn builder_of(options: &JsValue, at: &str) -> Result<AgentBuilder> {
             let (name, description) = (text("name")?, text("description")?);
             b = b.subagent(name, description, builder_of(&sub, &here)?);
         }
+    }
+    let handoffs = prop(options, "handoffs");
+    if !absent(&handoffs) {
+        if !Array::is_array(&handoffs) {
+            return Err(cfg(format!("{at}handoffs must be an array")));
+        }
+        for (i, member) in Array::from(&handoffs).iter().enumerate() {
+            let here = format!("{at}handoffs[{i}].");
+            if !member.is_object() {
+                return Err(cfg(format!("{at}handoffs[{i}] must be an object")));
+            }
+            known_keys(&member, &HANDOFF_PARTS, &[], &format!("{at}handoffs[{i}]"))?;
+            let hooks = prop(&member, "hooks");
+            if !absent(&hooks) && !(Array::is_array(&hooks) && Array::from(&hooks).length() == 0) {
+                return Err(cfg(format!(
+                    "{here}hooks: a handoff agent runs under its lead's hooks; give them to the lead"
+                )));
+            }
+            let text =
+                |key: &str| prop(&member, key).as_string().ok_or_else(|| cfg(format!("{here}{key} must be a string")));
+            let (name, description) = (text("name")?, text("description")?);
+            b = b.handoff(name, description, builder_of(&member, &here)?);
+        }
+    }
+    let name = prop(options, "name");
+    if !absent(&name) {
+        b = b.name(name.as_string().ok_or_else(|| cfg(format!("{at}name must be a string")))?);
     }
     Ok(b)
 }
