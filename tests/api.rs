@@ -1367,3 +1367,50 @@ fn a_question_is_answered_through_the_approvals_route() {
     let (s, v) = call(&f, req("POST", &format!("/approvals/{id}"), r#"{"answer": "yes"}"#));
     assert_eq!((s, v["error"]["code"].as_str()), (404, Some("STEADFAST_APPROVAL_NOT_FOUND")), "{v}");
 }
+
+/// A live answer of a run with a sub-agent: the child's events come in the stream as they happen, tagged with
+/// the sub-agent, and the stream's `id:` positions are the lead's journal only (growing, one `.done`, last).
+#[test]
+fn sse_passes_a_childs_events_on_tagged_without_moving_the_leads_cursor() {
+    let (env, _kv) = journal_env(MemoryKv::new());
+    let counters = Counters::default();
+    let child = builder(
+        &env,
+        MockModel::by_turn(vec![MockTurn::tools([("charge", json!({"order": 7}))]), MockTurn::text("charged")]),
+        2,
+    )
+    .tool_rc(counting_tool("charge", &counters));
+    let lead = builder(
+        &env,
+        MockModel::by_turn(vec![
+            MockTurn::tools([("billing", json!({"task": "charge order 7"}))]),
+            MockTurn::text("Done."),
+        ]),
+        1,
+    )
+    .subagent("billing", "Charges orders", child)
+    .build()
+    .unwrap();
+    let api = Api::new(lead, Some(TOKEN.into()));
+    let whole = block_on(block_on(api.handle(sse_req("team"))).collected());
+    let events = sse_events(&whole.body);
+    let (own, child): (Vec<&Value>, Vec<&Value>) = events.iter().partition(|e| e["runId"] == "team");
+    assert!(own.iter().all(|e| e.get("subagent").is_none()), "{}", whole.body);
+    assert!(child.len() >= 3, "the child's events are in the stream: {}", whole.body);
+    for e in &child {
+        assert_eq!((e["subagent"]["name"].as_str(), e["subagent"]["depth"].as_u64()), (Some("billing"), Some(1)));
+        assert_eq!(e["subagent"]["parent"], "team");
+        assert!(e["subagent"]["toolCallId"].is_string(), "{e}");
+    }
+    assert_eq!(own.last().unwrap()["type"], "run.done");
+    assert!(child.iter().any(|e| e["type"] == "run.done"));
+    let ids: Vec<&str> = whole.body.split("\n\n").filter_map(|b| b.strip_prefix("id: ")).collect();
+    let done: Vec<&&str> = ids.iter().filter(|i| i.ends_with(".done")).collect();
+    assert_eq!(done.len(), 1, "one end, the lead's: {ids:?}");
+    assert!(ids.last().unwrap().ends_with(".done"), "{ids:?}");
+    let positions: Vec<u64> = ids.iter().map(|i| i.trim_end_matches(".done").parse().unwrap()).collect();
+    assert!(positions.windows(2).all(|w| w[0] <= w[1]), "the lead's positions only: {ids:?}");
+    let lead_cp = block_on(env.store.load("team")).unwrap().unwrap();
+    assert_eq!(lead_cp.last_text(), "Done.");
+    assert_eq!(counters.get("charge"), 1);
+}

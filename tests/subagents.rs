@@ -481,3 +481,117 @@ fn a_child_finished_by_the_sweep_while_its_lead_is_busy_reaches_the_lead_a_minut
         assert!(block_on(env.store.list_due(u64::MAX, 100)).unwrap().is_empty(), "{name}: no entry is left");
     }
 }
+
+/// The one call of a run's transcript, and the child run it started (sub-agent `sub`).
+fn called_child(env: &Env, run_id: &str, sub: &str) -> (String, String) {
+    let cp = block_on(env.store.load(run_id)).unwrap().expect("the run is stored");
+    let call = cp.messages.iter().flat_map(|m| m.tool_calls().to_vec()).next().expect("the run called");
+    let key = cp.call_key(&call.id).unwrap();
+    (call.id.clone(), steadfast::core::ids::subagent_run_id(run_id, sub, &key).unwrap())
+}
+
+#[test]
+fn a_childs_events_reach_its_leads_caller_live_tagged_with_the_sub_agent_depth_parent_and_call() {
+    use steadfast::core::events::{Event, SubagentTag};
+    for (name, make) in stores() {
+        let env = make();
+        let deeper = builder(&env, MockModel::by_turn(vec![MockTurn::text("bottom reached")]), 5);
+        let planner = builder(
+            &env,
+            MockModel::by_turn(vec![MockTurn::tools([("deeper", json!({"task": "go on"}))]), echo_result("planner: ")]),
+            4,
+        )
+        .subagent("deeper", "Goes deeper", deeper);
+        let a = builder(
+            &env,
+            MockModel::by_turn(vec![MockTurn::tools([("planner", json!({"task": "plan"}))]), echo_result("lead: ")]),
+            3,
+        )
+        .subagent("planner", "Plans", planner)
+        .build()
+        .unwrap();
+        let (opts, sink) = listening();
+        let r = block_on(a.send("deep", "go", opts)).unwrap();
+        assert_eq!(r.text, "lead: planner: bottom reached", "{name}");
+        let (lead_call, planner_id) = called_child(&env, "deep", "planner");
+        let (planner_call, deeper_id) = called_child(&env, &planner_id, "deeper");
+        let events = sink.events();
+        let tag = |n: &str, depth, parent: &str, call: &str| {
+            Some(SubagentTag { name: n.into(), depth, parent: parent.into(), tool_call_id: Some(call.into()) })
+        };
+        for (run, want) in [
+            ("deep", None),
+            (planner_id.as_str(), tag("planner", 1, "deep", &lead_call)),
+            (deeper_id.as_str(), tag("deeper", 2, &planner_id, &planner_call)),
+        ] {
+            let own: Vec<_> = events.iter().filter(|e| e.run_id == run).collect();
+            assert!(own.len() >= 3, "{name}: {run} emitted its events: {own:?}");
+            let seqs: Vec<u64> = own.iter().map(|e| e.seq).collect();
+            assert_eq!(seqs, (0..own.len() as u64).collect::<Vec<_>>(), "{name}: {run}'s seq is its own, gapless");
+            assert!(own.iter().all(|e| e.subagent == want), "{name}: {run}: {own:?}");
+            assert!(matches!(own.last().map(|e| &e.event), Some(Event::RunDone { .. })), "{name}: {run}");
+        }
+        // Live: each child's events come while its caller's call runs, before that call's result.
+        let at = |run: &str, done: bool| {
+            events
+                .iter()
+                .position(|e| {
+                    e.run_id == run
+                        && if done {
+                            matches!(e.event, Event::ToolDone { .. })
+                        } else {
+                            matches!(e.event, Event::RunDone { .. })
+                        }
+                })
+                .unwrap()
+        };
+        assert!(at(&deeper_id, false) < at(&planner_id, true), "{name}: the grandchild ends before the child's call");
+        assert!(at(&planner_id, false) < at("deep", true), "{name}: the child ends before the lead's call");
+        // On the wire: `subagent` on a child's events only.
+        let child_event = events.iter().find(|e| e.run_id == planner_id).unwrap();
+        let wire = serde_json::to_value(child_event).unwrap();
+        assert_eq!(
+            wire["subagent"],
+            json!({"name": "planner", "depth": 1, "parent": "deep", "toolCallId": lead_call}),
+            "{name}"
+        );
+        let back: steadfast::core::events::EventEnvelope = serde_json::from_value(wire).unwrap();
+        assert_eq!(&back, child_event, "{name}");
+        let lead_event = serde_json::to_value(events.iter().find(|e| e.run_id == "deep").unwrap()).unwrap();
+        assert!(lead_event.get("subagent").is_none(), "{name}: {lead_event}");
+    }
+}
+
+#[test]
+fn resolving_a_childs_approval_streams_the_childs_events_tagged_and_then_its_leads() {
+    use steadfast::core::events::Event;
+    for (name, make) in stores() {
+        let env = make();
+        let runs = Runs::default();
+        let a = lead(&env, &runs, true, 9);
+        let paused = block_on(a.send("trip", "plan it", SendOptions::default())).unwrap();
+        assert_eq!(paused.status, RunStatus::AwaitingApproval, "{name}");
+        let child = child_of(&env, "trip");
+        let approval = child.approval_ids.first().cloned().unwrap();
+        let (opts, sink) = listening();
+        let res =
+            block_on(a.approvals().resolve_with(Resolve { id: approval, approved: true, ..Default::default() }, opts))
+                .unwrap();
+        assert_eq!(res.status, RunStatus::Finished, "{name}");
+        let events = sink.events();
+        let child_events: Vec<_> = events.iter().filter(|e| e.run_id == child.run_id).collect();
+        assert!(!child_events.is_empty(), "{name}");
+        for e in &child_events {
+            let tag = e.subagent.as_ref().expect("a child's event names its sub-agent");
+            // Its lead's call is not what executes it here: the decision is.
+            assert_eq!((tag.name.as_str(), tag.depth, tag.parent.as_str()), ("research", 1, "trip"), "{name}");
+            assert_eq!(tag.tool_call_id, None, "{name}");
+        }
+        // The lead, resumed by the child's result in the same request, streams to the same caller, untagged.
+        let lead_done = events.iter().rposition(|e| e.run_id == "trip" && matches!(e.event, Event::RunDone { .. }));
+        let child_done =
+            events.iter().position(|e| e.run_id == child.run_id && matches!(e.event, Event::RunDone { .. }));
+        assert!(child_done < lead_done && lead_done.is_some(), "{name}: {events:?}");
+        assert!(events.iter().filter(|e| e.run_id == "trip").all(|e| e.subagent.is_none()), "{name}");
+    }
+}

@@ -49,6 +49,7 @@ export type {
   RunResult,
   RunStats,
   RunStatus,
+  SubagentTag,
   SweepReport,
   ToolCall,
   ToolContext,

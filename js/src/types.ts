@@ -32,6 +32,7 @@ import type { RunResult as GeneratedRunResult } from "./generated/RunResult.js";
 import type { RunKind } from "./generated/RunKind.js";
 import type { RunStats } from "./generated/RunStats.js";
 import type { RunStatus } from "./generated/RunStatus.js";
+import type { SubagentTag } from "./generated/SubagentTag.js";
 import type { SweepReport } from "./generated/SweepReport.js";
 import type { ToolCall } from "./generated/ToolCall.js";
 import type { ToolContext } from "./waits.js";
@@ -67,6 +68,7 @@ export type {
   RunKind,
   RunStats,
   RunStatus,
+  SubagentTag,
   SweepReport,
   ToolCall,
   ToolContext,

@@ -98,6 +98,29 @@ test("a child paused on an approval pauses its lead; resolving it through the le
   assert.equal(lead.messages.at(-1).content, "the team says: found 42");
 });
 
+test("a child's events reach its lead's caller live, each tagged with its sub-agent, depth, parent and call", async () => {
+  const store = memoryStore();
+  const lookup = { name: "lookup", description: "looks up", execute: async () => "42" };
+  const { agent } = team(store, lookup);
+  const live = [];
+  const r = await agent.send("plan it", { sessionId: "trip", events: true, onEvent: (e) => live.push(e) });
+  assert.equal(r.status, "finished");
+  assert.deepEqual(live, r.events, "the callback saw what the result lists, in the same order");
+  const lead = r.events.filter((e) => e.runId === "trip");
+  const child = r.events.filter((e) => e.runId !== "trip");
+  assert.ok(lead.every((e) => !("subagent" in e)), JSON.stringify(lead));
+  assert.ok(child.length >= 3, JSON.stringify(r.events));
+  const callId = r.messages.find((m) => m.role === "tool").toolCallId;
+  for (const e of child) {
+    assert.match(e.runId, /^trip\.sub-research-[0-9a-f]{12}$/);
+    assert.deepEqual(e.subagent, { name: "research", depth: 1, parent: "trip", toolCallId: callId });
+  }
+  assert.deepEqual(child.map((e) => e.seq), child.map((_, i) => i), "the child's seq is its own, gapless");
+  const childDone = r.events.findIndex((e) => e.runId !== "trip" && e.type === "run.done");
+  const leadCallDone = r.events.findIndex((e) => e.runId === "trip" && e.type === "tool.done");
+  assert.ok(childDone >= 0 && childDone < leadCallDone, "the child's events come while the lead's call runs");
+});
+
 test("bad sub-agent options are refused with STEADFAST_CONFIG_INVALID naming the sub-agent", () => {
   const store = memoryStore();
   const model = scripted("m", [{ text: "-", stopReason: "stop" }]);

@@ -281,7 +281,27 @@ impl StreamDelta {
     }
 }
 
-/// An event as delivered: `{v, seq, runId, at, type, ...}`.
+/// Where an event of a sub-agent's child run comes from (the envelope's `subagent`): the sub-agent, how deep
+/// its child run is below the top lead (1 for the lead's own sub-agents), the run that called it and, when that
+/// run's call is what executes the child here, the call. A child's events keep their own `runId` and `seq`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentTag {
+    /// The sub-agent (its tool name in the calling run).
+    pub name: String,
+    /// Sub-agent levels below the top run.
+    pub depth: u32,
+    /// The run that called the sub-agent.
+    pub parent: String,
+    /// The parent's tool call that executes the child (absent when the child executes on its own: an approval
+    /// of the child resolved, the recovery sweep).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub tool_call_id: Option<String>,
+}
+
+/// An event as delivered: `{v, seq, runId, at, type, ...}`, and `subagent` on a child run's events.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
@@ -297,6 +317,10 @@ pub struct EventEnvelope {
     /// Time (ms since the epoch).
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub at: u64,
+    /// The sub-agent whose child run this event is of (events of a child run reach its lead's event sinks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub subagent: Option<SubagentTag>,
     /// The event.
     #[serde(flatten)]
     pub event: Event,
@@ -313,6 +337,7 @@ mod tests {
             seq: 3,
             run_id: "r".into(),
             at: 5,
+            subagent: None,
             event: Event::RunDone { status: RunStatus::Finished, finish_reason: Some(FinishReason::Stop), steps: 2 },
         };
         let v = serde_json::to_value(&env).unwrap();

@@ -135,6 +135,9 @@ pub struct SendOptions {
     /// With `queue`: when the message is applied, stop the current turn's calls that have not started (each gets
     /// a `not-run` result naming the message).
     pub interrupt: bool,
+    /// The parent's tool call that executes this child run, named on the child's events
+    /// ([`crate::core::events::SubagentTag`]): set by the runtime for a sub-agent's call; leave it `None`.
+    pub subagent_call: Option<String>,
     /// Crash injection (tests): stop after this effect as if the process died.
     #[cfg(feature = "testing")]
     pub crash: Option<CrashPoint>,

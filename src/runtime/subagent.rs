@@ -281,7 +281,8 @@ impl Deps {
     async fn deliver(&self, token: &str, child: &Checkpoint, opts: &SendOptions, lead: Option<&str>) -> Result<()> {
         let mut outcome = crate::core::wait::delivered(&Value::String(child.last_text()))?;
         outcome.usage = Some(child.total_usage);
-        let opts = SendOptions { abort: opts.abort.clone(), ..Default::default() };
+        // The lead's events go where the child's went (the caller of the request that finished the child).
+        let opts = SendOptions { abort: opts.abort.clone(), events: opts.events.clone(), ..Default::default() };
         match Events::new(self).deliver_outcome(token, outcome, opts).await {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.code, ErrorCode::WaitNotFound | ErrorCode::WaitAlreadyResolved) => Ok(()),

@@ -239,6 +239,42 @@ impl<F: Fn(&EventEnvelope)> EventSink for F {
     }
 }
 
+/// The event sink of an execution of run `run_id`: `sink` itself, or for a child run, `sink` with every event
+/// tagged with its sub-agent ([`crate::core::events::SubagentTag`]; `call`: the parent's call executing it, when one is).
+pub(crate) fn tagged(sink: Rc<dyn EventSink>, run_id: &str, call: Option<&str>) -> Rc<dyn EventSink> {
+    match crate::core::ids::subagent_parent(run_id) {
+        None => sink,
+        Some((parent, name)) => {
+            let depth = u32::try_from(crate::core::ids::subagent_path(run_id).len()).unwrap_or(u32::MAX);
+            let tag = crate::core::events::SubagentTag {
+                name: name.into(),
+                depth,
+                parent: parent.into(),
+                tool_call_id: call.map(Into::into),
+            };
+            Rc::new(Tagged { tag, sink })
+        }
+    }
+}
+
+/// A child run's event sink: its lead's, with the sub-agent named on each event.
+struct Tagged {
+    tag: crate::core::events::SubagentTag,
+    sink: Rc<dyn EventSink>,
+}
+
+impl EventSink for Tagged {
+    fn emit(&self, event: &EventEnvelope) {
+        let mut event = event.clone();
+        event.subagent = Some(self.tag.clone());
+        self.sink.emit(&event);
+    }
+
+    fn durable(&self, run_id: &str, position: u64) {
+        self.sink.durable(run_id, position);
+    }
+}
+
 /// Two sinks as one (the caller's and the agent's observer).
 pub(crate) struct Tee(pub Rc<dyn EventSink>, pub Rc<dyn EventSink>);
 

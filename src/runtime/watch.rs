@@ -372,7 +372,7 @@ mod tests {
 
     fn start(run_id: &str, step: u32) -> EventEnvelope {
         let event = Event::RunStart { resumed: false, step };
-        EventEnvelope { v: EVENT_SCHEMA_VERSION, seq: 0, run_id: run_id.into(), at: 0, event }
+        EventEnvelope { v: EVENT_SCHEMA_VERSION, seq: 0, run_id: run_id.into(), at: 0, subagent: None, event }
     }
 
     fn taken(sub: &mut Subscription) -> Vec<String> {

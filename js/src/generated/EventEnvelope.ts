@@ -5,13 +5,14 @@ import type { FinishReason } from "./FinishReason.js";
 import type { ResolvedBy } from "./ResolvedBy.js";
 import type { ResultKind } from "./ResultKind.js";
 import type { RunStatus } from "./RunStatus.js";
+import type { SubagentTag } from "./SubagentTag.js";
 import type { ToolCall } from "./ToolCall.js";
 import type { Usage } from "./Usage.js";
 import type { WaitKind } from "./WaitKind.js";
 import type { JsonValue } from "./serde_json/JsonValue.js";
 
 /**
- * An event as delivered: `{v, seq, runId, at, type, ...}`.
+ * An event as delivered: `{v, seq, runId, at, type, ...}`, and `subagent` on a child run's events.
  */
 export type EventEnvelope = { 
 /**
@@ -30,7 +31,11 @@ runId: string,
 /**
  * Time (ms since the epoch).
  */
-at: number, } & ({ "type": "run.start", 
+at: number, 
+/**
+ * The sub-agent whose child run this event is of (events of a child run reach its lead's event sinks).
+ */
+subagent?: SubagentTag, } & ({ "type": "run.start", 
 /**
  * Whether a stored run was resumed (or continued).
  */

@@ -31,6 +31,12 @@ pub(super) struct StartSink {
 }
 
 impl StartSink {
+    /// Whether `run_id` is the run this execution started with (or none started yet): the others are the runs
+    /// of its sub-agents (or the lead a child's result resumed), whose events pass on without moving the cursor.
+    fn is_own(&self, run_id: &str) -> bool {
+        self.started.borrow().as_deref().is_none_or(|started| started == run_id)
+    }
+
     fn wake(&self) {
         if let Some(w) = self.waiting.borrow_mut().take() {
             w.wake();
@@ -48,14 +54,19 @@ impl EventSink for StartSink {
             // A reader gone (the client left) takes nothing more; the run goes on without it.
             frames.send(sse_frame(event));
             if let crate::core::events::Event::RunDone { status, .. } = event.event {
-                if status != RunStatus::InProgress {
+                // Another run's end (a child's, or the lead a child's result resumed) is not this run's.
+                if status != RunStatus::InProgress && self.is_own(&event.run_id) {
                     frames.send(sse_id(Cursor { position: self.position.get(), ended: true }));
                 }
             }
         }
     }
 
-    fn durable(&self, _run_id: &str, position: u64) {
+    fn durable(&self, run_id: &str, position: u64) {
+        // The stream's cursor is the run's own journal position, not another run's (a child's, or its lead's).
+        if !self.is_own(run_id) {
+            return;
+        }
         if let Some(frames) = &self.frames {
             if position != self.position.get() {
                 frames.send(sse_id(Cursor { position, ended: false }));

@@ -143,6 +143,7 @@ impl Api {
                             seq: seq.replace(seq.get() + 1),
                             run_id: run_id.clone(),
                             at,
+                            subagent: None,
                             event,
                         };
                         sender.send(sse_frame(&e));

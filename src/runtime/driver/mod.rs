@@ -96,16 +96,18 @@ enum HookPoint<'c> {
 impl<'a> Driver<'a> {
     pub(crate) fn new(deps: &'a Deps, lease: Lease, opts: &'a SendOptions) -> Driver<'a> {
         let now = deps.now();
+        let sink = match (opts.events.clone(), deps.observer.clone()) {
+            (Some(a), Some(b)) => Some(Rc::new(Tee(a, b)) as Rc<dyn EventSink>),
+            (a, b) => a.or(b),
+        }
+        .map(|sink| super::traits::tagged(sink, &lease.run_id, opts.subagent_call.as_deref()));
         Driver {
             deps,
             agent: deps,
             lease,
             opts,
             abort: opts.abort.clone().unwrap_or_default(),
-            sink: match (opts.events.clone(), deps.observer.clone()) {
-                (Some(a), Some(b)) => Some(Rc::new(Tee(a, b))),
-                (a, b) => a.or(b),
-            },
+            sink,
             seq: Rc::new(Cell::new(0)),
             stats: RunStats::default(),
             next_renew_at: now.saturating_add(deps.options.lease.renew_every_ms),
@@ -768,6 +770,10 @@ impl<'a> Driver<'a> {
         let subagent = registered.and_then(|t| t.subagent.clone());
         let child_opts = SendOptions {
             abort: Some(self.abort.clone()),
+            // The child's events reach this execution's caller (tagged with the sub-agent by the child's driver;
+            // the observer, which the child shares, it reaches by itself).
+            events: self.opts.events.clone(),
+            subagent_call: Some(call.id.clone()),
             // Tests: the process that dies is the lead's, with its children's executions in it (a crash point
             // counts the child's own effects; a budget counts everyone's).
             #[cfg(feature = "testing")]
@@ -820,7 +826,14 @@ fn deliver(m: &mut RunMachine, notify: impl FnOnce(&mut RunMachine) -> Result<()
 
 /// Delivers one event to `sink` with the next `seq`.
 fn emit_to(sink: &dyn EventSink, seq: &Cell<u64>, run_id: &str, at: u64, event: Event) {
-    let env = EventEnvelope { v: EVENT_SCHEMA_VERSION, seq: seq.get(), run_id: run_id.to_string(), at, event };
+    let env = EventEnvelope {
+        v: EVENT_SCHEMA_VERSION,
+        seq: seq.get(),
+        run_id: run_id.to_string(),
+        at,
+        subagent: None,
+        event,
+    };
     seq.set(seq.get() + 1);
     sink.emit(&env);
 }
