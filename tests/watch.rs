@@ -487,3 +487,109 @@ fn a_watcher_that_left_stops_the_watch_before_it_reads_the_run_again() {
     assert_eq!(waits.get(), 1, "asked once, then it stopped");
     assert!(ended_while_running.get(), "the watch ended with its watcher, not with the run");
 }
+
+/// A tool that returns once `hub` has a subscriber (a watcher that joined).
+fn gate(hub: &Watchers) -> Rc<dyn Tool> {
+    let hub = hub.clone();
+    Rc::new(FnTool::new("gate", "gate", object_schema(), move |_args, _ctx| {
+        let hub = hub.clone();
+        async move {
+            while hub.is_empty() {
+                yield_now().await;
+            }
+            Ok(ToolOutput::text("open"))
+        }
+    }))
+}
+
+/// A lead that waits for a watcher (`gate`), then delegates to sub-agent `plan`, whose agent calls the slow
+/// tool twice, one call at a time.
+fn team(
+    store: Rc<dyn RunStore>,
+    clock: &ManualClock,
+    sleep: Rc<dyn Sleep>,
+    hub: Option<&Watchers>,
+    c: &Counters,
+) -> Agent {
+    let child = Agent::builder(MockModel::by_turn(vec![
+        MockTurn::tools([("slow", json!({"n": 1})), ("slow", json!({"n": 2}))]),
+        MockTurn::text("planned"),
+    ]))
+    .options(AgentOptions { tool_concurrency: 1, ..AgentOptions::default() })
+    .tool_rc(slow_tool("slow", 40, c));
+    let mut b = Agent::builder(MockModel::by_turn(vec![
+        MockTurn::tools([("gate", json!({})), ("plan", json!({"task": "plan it"}))]),
+        MockTurn::text("Done."),
+    ]))
+    .options(AgentOptions { tool_concurrency: 1, ..AgentOptions::default() })
+    .tool_rc(gate(hub.unwrap_or(&Watchers::new())))
+    .store_rc(store)
+    .clock(Rc::new(clock.clone()))
+    .sleep(sleep)
+    .rng(Rc::new(SplitMix64::new(9)))
+    .subagent("plan", "Plans", child);
+    if let Some(hub) = hub {
+        b = b.observer(Rc::new(hub.clone()));
+    }
+    b.build().unwrap()
+}
+
+#[test]
+fn with_a_hub_a_leads_watcher_hears_its_childs_events_live_tagged_between_its_own() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store: Rc<dyn RunStore> = Rc::new(MemoryStore::new());
+    let c = Counters::default();
+    let hub = Watchers::new();
+    let runner = team(store.clone(), &clock, Rc::new(ManualSleep::new(clock.clone())), Some(&hub), &c);
+    // The watcher's timer never fires: only the hub can tell it anything.
+    let watching = team(store.clone(), &clock, Rc::new(NeverSleep), None, &c);
+    let opts = WatchOptions { poll_ms: 1_000, max_ms: 10_000_000 };
+    let mut pool = LocalPool::new();
+    let seen: Seen = Rc::default();
+    let ended = Rc::new(Cell::new(false));
+    {
+        let (w, h, s, e) = (watching.clone(), hub.clone(), seen.clone(), ended.clone());
+        pool.spawner()
+            .spawn_local(async move {
+                exists(&w, "t").await;
+                w.watch("t", Cursor::default(), Some(&h), opts, &watcher(&s)).await.unwrap();
+                e.set(true);
+            })
+            .unwrap();
+    }
+    pool.spawner()
+        .spawn_local(async move { drop(runner.send("t", "go", SendOptions::default()).await.unwrap()) })
+        .unwrap();
+    pool.run_until_stalled();
+    assert!(ended.get(), "the watch ended with the lead");
+    let seen = seen.borrow();
+    let children: Vec<_> = seen
+        .iter()
+        .filter_map(|w| match w {
+            Watched::Child(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect();
+    let child_id = children.first().map(|e| e.run_id.clone()).expect("the lead's watcher heard its child");
+    assert!(children.iter().all(|e| e.run_id == child_id), "one child");
+    let tag = children[0].subagent.clone().expect("tagged");
+    assert_eq!((tag.name.as_str(), tag.depth, tag.parent.as_str()), ("plan", 1, "t"));
+    // Everything the child's execution emitted, in its order: both calls' starts and ends, and its end.
+    let seqs: Vec<u64> = children.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (0..children.len() as u64).collect::<Vec<_>>(), "{children:?}");
+    let starts = children.iter().filter(|e| matches!(e.event, Event::ToolStart { .. })).count();
+    assert_eq!(starts, 2, "{children:?}");
+    assert!(matches!(children.last().unwrap().event, Event::RunDone { .. }));
+    // Live, between the lead's own events: after the lead's turn that calls it, before the call's result.
+    let at = |f: &dyn Fn(&Watched) -> bool| seen.iter().position(f).unwrap_or_else(|| panic!("{seen:?}"));
+    let plan = |e: &Event| matches!(e, Event::ToolDone { name, .. } if name == "plan");
+    let call_started = at(&|w| matches!(w, Watched::Event(Event::Step { tool_calls, .. }, _) if tool_calls.len() == 2));
+    let first_child = at(&|w| matches!(w, Watched::Child(_)));
+    let call_done = at(&|w| matches!(w, Watched::Event(e, _) if plan(e)));
+    assert!(call_started < first_child && first_child < call_done, "{seen:?}");
+    // The lead's own recorded events are the journal's, as for any watch.
+    let whole = block_on(watching.replay("t", 0)).unwrap().unwrap();
+    let journal: Vec<Event> = whole.entries.into_iter().flat_map(|(_, _, e)| e).collect();
+    assert_eq!(recorded_of(&seen), journal);
+    assert_eq!(c.get("call:call_0_0") + c.get("call:call_0_1"), 2, "the child's two calls ran once each");
+}

@@ -44,6 +44,10 @@ pub enum Watched {
     /// An event: recorded, replayed from the journal (with the time its entry was saved), or live from the hub
     /// (`None`: now).
     Event(Event, Option<u64>),
+    /// An event of one of the run's sub-agents' child runs (any depth), live from the hub as it happens, with its
+    /// own `runId`, `seq` and `subagent` tag: heard only where a hub sees the executions (strict mode's run
+    /// object), and only while the watch waits there; a child's journal is its own run's to replay.
+    Child(EventEnvelope),
     /// The watcher has now seen everything through this cursor (the SSE `id:`).
     Through(Cursor),
     /// Nothing new: the watch is about to wait (answer `false` if the watcher is gone, and it stops reading the
@@ -270,6 +274,11 @@ impl Agent {
                         return false;
                     }
                 }
+                futures::future::Either::Left((HubItem::Child(e), _)) => {
+                    if !push(Watched::Child(e)) {
+                        return false;
+                    }
+                }
                 futures::future::Either::Left((HubItem::Changed, _)) | futures::future::Either::Right(_) => {
                     return true
                 }
@@ -282,6 +291,8 @@ impl Agent {
 enum HubItem {
     /// An event the journal does not record.
     Event(Event),
+    /// An event of a child run below the run (every one: the run's journal has none of them).
+    Child(EventEnvelope),
     /// The run has a new entry, or an execution of it ended: read it again.
     Changed,
 }
@@ -340,6 +351,12 @@ impl Watchers {
 
 impl EventSink for Watchers {
     fn emit(&self, e: &EventEnvelope) {
+        // A child run's events go to the watchers of each run above it as well.
+        let mut above = e.subagent.as_ref().map(|_| e.run_id.as_str());
+        while let Some((parent, _)) = above.and_then(crate::core::ids::subagent_parent) {
+            self.tell(parent, || HubItem::Child(e.clone()));
+            above = Some(parent);
+        }
         if matches!(e.event, Event::RunDone { .. }) {
             // The execution ended: whatever it recorded last is read from the journal.
             self.tell(&e.run_id, || HubItem::Changed);
@@ -381,6 +398,7 @@ mod tests {
             out.push(match item {
                 HubItem::Event(Event::RunStart { step, .. }) => format!("start {step}"),
                 HubItem::Event(e) => format!("{e:?}"),
+                HubItem::Child(e) => format!("child {} {}", e.run_id, e.seq),
                 HubItem::Changed => "changed".into(),
             });
         }
@@ -406,5 +424,34 @@ mod tests {
         drop(hub);
         assert_eq!(taken(&mut a), ["changed"]);
         assert!(a.next().now_or_never().is_none(), "without its hub a subscription waits (for the watch's timer)");
+    }
+
+    #[test]
+    fn a_child_runs_events_reach_the_subscribers_of_every_run_above_it_as_they_came() {
+        let hub = Watchers::new();
+        let child = crate::core::ids::subagent_run_id("lead", "plan", "0123456789abcdef").unwrap();
+        let grandchild = crate::core::ids::subagent_run_id(&child, "look", "fedcba9876543210").unwrap();
+        let (mut lead, mut mid, mut low, mut other) =
+            (hub.subscribe("lead"), hub.subscribe(&child), hub.subscribe(&grandchild), hub.subscribe("other"));
+        let tagged = |run_id: &str, seq: u64, name: &str, depth: u32, parent: &str| {
+            let tag = crate::core::events::SubagentTag {
+                name: name.into(),
+                depth,
+                parent: parent.into(),
+                tool_call_id: None,
+            };
+            EventEnvelope { seq, subagent: Some(tag), ..start(run_id, 1) }
+        };
+        hub.emit(&tagged(&grandchild, 0, "look", 2, &child));
+        hub.emit(&tagged(&child, 3, "plan", 1, "lead"));
+        hub.emit(&start("lead", 2));
+        assert_eq!(taken(&mut lead), [format!("child {grandchild} 0"), format!("child {child} 3"), "start 2".into()]);
+        assert_eq!(taken(&mut mid), [format!("child {grandchild} 0"), "start 1".into()]);
+        assert_eq!(taken(&mut low), ["start 1"], "its own run's events, as for any run");
+        assert_eq!(taken(&mut other), Vec::<String>::new());
+        // Untagged, an event reaches its own run's subscribers only.
+        hub.emit(&start(&grandchild, 5));
+        assert_eq!(taken(&mut lead), Vec::<String>::new());
+        assert_eq!(taken(&mut low), ["start 5"]);
     }
 }

@@ -148,6 +148,8 @@ impl Api {
                         };
                         sender.send(sse_frame(&e));
                     }
+                    // As it came: its own run id and seq, tagged with its sub-agent.
+                    Watched::Child(e) => sender.send(sse_frame(&e)),
                     Watched::Through(c) => sender.send(sse_id(c)),
                     // About to wait: not for a client that left.
                     Watched::Waiting => {}
