@@ -16,6 +16,7 @@ import type { ScheduleStatus } from "../../js/src/generated/ScheduleStatus.js";
 import type { SessionTurn } from "../../js/src/generated/SessionTurn.js";
 import type { RunResult } from "../../js/src/generated/RunResult.js";
 import type { RunView } from "../../js/src/generated/RunView.js";
+import type { ChildRun } from "../../js/src/generated/ChildRun.js";
 import type { TrajectoryStep } from "../../js/src/generated/TrajectoryStep.js";
 import { api, ApiError, seg, token, watch } from "./api.js";
 import { confirmButton, fill, h, json, runLink, time, type Child } from "./dom.js";
@@ -497,12 +498,44 @@ function watchRun(id: string, after: number): void {
     });
 }
 
+/**
+ * The tree of a run's sub-agent calls: each child run (its sub-agent, status and the lead's call), with its own
+ * children below it, read from each child's `GET /runs/{id}` (at most `depth` levels; the API nests at most three).
+ */
+async function childTree(children: ChildRun[], depth: number): Promise<HTMLElement> {
+  const items = await Promise.all(
+    children.map(async (c) => {
+      const below =
+        c.status !== null && depth > 1
+          ? await api<RunView>("GET", `/runs/${seg(c.runId)}`).then(
+              (v) => (v.children.length ? childTree(v.children, depth - 1) : null),
+              // A child gone (deleted) or unreadable: shown without its subtree.
+              () => null,
+            )
+          : null;
+      return h(
+        "li",
+        { "data-run": c.runId },
+        h("span", { class: "sub-name" }, c.name),
+        " ",
+        c.status === null ? h("span", { class: "badge status" }, "not started") : statusBadge(c.status),
+        " ",
+        runLink(c.runId),
+        h("span", { class: "muted" }, ` (call ${c.toolCallId})`),
+        below,
+      );
+    }),
+  );
+  return h("ul", { class: "children" }, ...items);
+}
+
 async function renderRun(id: string, said: HTMLElement | null = null): Promise<void> {
   const [run, history] = await Promise.all([
     api<RunView>("GET", `/runs/${seg(id)}`),
     api<HistoryEntry[]>("GET", `/runs/${seg(id)}/history?limit=50`),
   ]);
   remember([id]);
+  const children = run.children.length ? await childTree(run.children, 3) : null;
   const actionOut = h("div", { id: "action-result" }, said);
   const forkOut = h("div", { id: "fork-out" });
   const resume = (): Promise<void> =>
@@ -541,6 +574,9 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
     main,
     h("h2", null, "Run ", h("span", { id: "run-id" }, id), " ", statusBadge(run.status)),
     turn ? h("p", null, `Turn ${turn[2]} of session `, h("a", { href: `#/sessions/${encodeURIComponent(turn[1])}`, id: "run-session" }, turn[1])) : null,
+    run.parentRunId
+      ? h("p", null, "Sub-agent run of ", h("a", { href: `#/runs/${encodeURIComponent(run.parentRunId)}`, id: "run-parent" }, run.parentRunId))
+      : null,
     h(
       "div",
       { class: "row" },
@@ -574,6 +610,7 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
       h("dd", null, time(run.savedAt)),
     ),
     run.businessState !== null ? [h("h3", null, "Business state"), json(run.businessState)] : null,
+    children ? [h("h3", null, "Sub-agents"), h("div", { id: "children" }, children)] : null,
     h("h3", null, "Timeline"),
     run.status === "in-progress" ? h("p", { id: "live", class: "live" }, "Watching for new steps…") : null,
     timeline(run.messages, run.healActions),

@@ -478,6 +478,45 @@ test("with the progress guard configured, what self-healing did shows at the cal
   await shot("run-heal");
 });
 
+test("a lead's page shows its sub-agent calls as a tree with each child's status; a child's page links back to its lead", async () => {
+  const mock = (script) => ({ ...CONFIG.model, script });
+  const deeper = { name: "deeper", description: "Goes deeper", model: mock([{ text: "bottom reached" }]) };
+  const planner = {
+    name: "planner",
+    description: "Plans",
+    model: mock([{ toolCalls: [{ name: "deeper", args: { task: "go on" } }] }, { text: "planned" }]),
+    subagents: [deeper],
+  };
+  const lead = mock([{ toolCalls: [{ name: "planner", args: { task: "plan the trip" } }] }, { text: "the trip is planned" }]);
+  // Off the previous page first (its live watch would break when the Worker restarts).
+  await page.goto("about:blank");
+  await mf.setOptions(options({ ...CONFIG, model: lead, subagents: [planner] }, Number(new URL(base).port)));
+  try {
+    const r = await api("POST", "/runs/trip-1", { input: "plan my trip" });
+    assert.equal(r.json.status, "finished", JSON.stringify(r.json));
+    const view = (await api("GET", "/runs/trip-1")).json;
+    const child = view.children[0];
+    assert.equal(child.name, "planner");
+    const grandchild = (await api("GET", `/runs/${encodeURIComponent(child.runId)}`)).json.children[0];
+    assert.equal(grandchild.name, "deeper");
+    await visit("#/runs/trip-1");
+    await waitText(`#children li[data-run='${child.runId}']`, "planner");
+    const row = await text(`#children li[data-run='${child.runId}']`);
+    assert.match(row, /finished/);
+    assert.ok(row.includes(`call ${child.toolCallId}`), row);
+    // The grandchild is listed inside its parent's item.
+    await waitText(`#children li[data-run='${child.runId}'] li[data-run='${grandchild.runId}']`, "deeper");
+    await shot("run-subagents");
+    await page.locator(`#children li[data-run='${child.runId}'] > a.run-link`).click();
+    await waitText("#run-parent", "trip-1");
+    await waitText("#run-id", child.runId);
+    await waitText(`#children li[data-run='${grandchild.runId}']`, "finished");
+  } finally {
+    await page.goto("about:blank");
+    await mf.setOptions(options(CONFIG, Number(new URL(base).port)));
+  }
+});
+
 test("the inbox lists a run's waits beside approvals: an event with its deadline, a question answered with one of its choices", async () => {
   // The demo model waits for an event on a "webhook" message (a deadline a day on). Off the previous page first
   // (its live watch would break when the Worker restarts).
