@@ -274,28 +274,31 @@ fn a_child_paused_on_an_approval_pauses_the_lead_and_resolving_it_finishes_both_
     }
 }
 
+/// lead -> planner -> (planner's own sub-agent) deeper, which answers `bottom`; each level reports the result of
+/// its call prefixed with its name.
+fn three_levels(env: &Env, bottom: &'static str) -> steadfast::runtime::AgentBuilder {
+    let deeper = builder(env, MockModel::by_turn(vec![MockTurn::text(bottom)]), 5);
+    let planner = builder(
+        env,
+        MockModel::by_turn(vec![MockTurn::tools([("deeper", json!({"task": "go on"}))]), echo_result("planner: ")]),
+        4,
+    )
+    .subagent("deeper", "Goes deeper", deeper);
+    builder(
+        env,
+        MockModel::by_turn(vec![MockTurn::tools([("planner", json!({"task": "plan"}))]), echo_result("lead: ")]),
+        3,
+    )
+    .subagent("planner", "Plans", planner)
+}
+
 #[test]
 fn sub_agents_nest_up_to_the_leads_depth_limit_and_a_deeper_call_is_a_coded_error_the_model_reads() {
     for (name, make) in stores() {
         let env = make();
         // lead -> planner -> (planner's own sub-agent) deeper: with a depth limit of 1, the planner's call of
         // `deeper` is refused.
-        let deeper = builder(&env, MockModel::by_turn(vec![MockTurn::text("too deep")]), 5);
-        let planner = builder(
-            &env,
-            MockModel::by_turn(vec![MockTurn::tools([("deeper", json!({"task": "go on"}))]), echo_result("planner: ")]),
-            4,
-        )
-        .subagent("deeper", "Goes deeper", deeper);
-        let a = builder(
-            &env,
-            MockModel::by_turn(vec![MockTurn::tools([("planner", json!({"task": "plan"}))]), echo_result("lead: ")]),
-            3,
-        )
-        .subagent("planner", "Plans", planner)
-        .max_subagent_depth(1)
-        .build()
-        .unwrap();
+        let a = three_levels(&env, "too deep").max_subagent_depth(1).build().unwrap();
         let r = block_on(a.send("deep", "go", SendOptions::default())).unwrap();
         assert_eq!(r.status, RunStatus::Finished, "{name}");
         assert!(
@@ -306,21 +309,7 @@ fn sub_agents_nest_up_to_the_leads_depth_limit_and_a_deeper_call_is_a_coded_erro
 
         // With the default limit (3) the same tree runs all three levels.
         let env = make();
-        let deeper = builder(&env, MockModel::by_turn(vec![MockTurn::text("bottom reached")]), 5);
-        let planner = builder(
-            &env,
-            MockModel::by_turn(vec![MockTurn::tools([("deeper", json!({"task": "go on"}))]), echo_result("planner: ")]),
-            4,
-        )
-        .subagent("deeper", "Goes deeper", deeper);
-        let a = builder(
-            &env,
-            MockModel::by_turn(vec![MockTurn::tools([("planner", json!({"task": "plan"}))]), echo_result("lead: ")]),
-            3,
-        )
-        .subagent("planner", "Plans", planner)
-        .build()
-        .unwrap();
+        let a = three_levels(&env, "bottom reached").build().unwrap();
         let r = block_on(a.send("deep", "go", SendOptions::default())).unwrap();
         assert_eq!(r.text, "lead: planner: bottom reached", "{name}");
     }
@@ -495,21 +484,7 @@ fn a_childs_events_reach_its_leads_caller_live_tagged_with_the_sub_agent_depth_p
     use steadfast::core::events::{Event, SubagentTag};
     for (name, make) in stores() {
         let env = make();
-        let deeper = builder(&env, MockModel::by_turn(vec![MockTurn::text("bottom reached")]), 5);
-        let planner = builder(
-            &env,
-            MockModel::by_turn(vec![MockTurn::tools([("deeper", json!({"task": "go on"}))]), echo_result("planner: ")]),
-            4,
-        )
-        .subagent("deeper", "Goes deeper", deeper);
-        let a = builder(
-            &env,
-            MockModel::by_turn(vec![MockTurn::tools([("planner", json!({"task": "plan"}))]), echo_result("lead: ")]),
-            3,
-        )
-        .subagent("planner", "Plans", planner)
-        .build()
-        .unwrap();
+        let a = three_levels(&env, "bottom reached").build().unwrap();
         let (opts, sink) = listening();
         let r = block_on(a.send("deep", "go", opts)).unwrap();
         assert_eq!(r.text, "lead: planner: bottom reached", "{name}");

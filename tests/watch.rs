@@ -265,13 +265,24 @@ fn agent(
         MockTurn::tools([("slow", json!({"n": 3}))]),
         MockTurn::text("Done."),
     ]);
-    let mut b = Agent::builder(model)
-        .store_rc(store)
-        .clock(Rc::new(clock.clone()))
-        .sleep(sleep)
-        .rng(Rc::new(SplitMix64::new(7)))
-        .options(AgentOptions { tool_concurrency: 1, ..AgentOptions::default() })
-        .tool_rc(slow_tool("slow", 40, c));
+    let b = Agent::builder(model).rng(Rc::new(SplitMix64::new(7)));
+    on(b.options(one_at_a_time()).tool_rc(slow_tool("slow", 40, c)), store, clock, sleep, hub)
+}
+
+/// One tool call at a time.
+fn one_at_a_time() -> AgentOptions {
+    AgentOptions { tool_concurrency: 1, ..AgentOptions::default() }
+}
+
+/// `b` over `store`, `clock` and `sleep`, its executions reported to `hub` (if any), built.
+fn on(
+    b: steadfast::runtime::AgentBuilder,
+    store: Rc<dyn RunStore>,
+    clock: &ManualClock,
+    sleep: Rc<dyn Sleep>,
+    hub: Option<&Watchers>,
+) -> Agent {
+    let mut b = b.store_rc(store).clock(Rc::new(clock.clone())).sleep(sleep);
     if let Some(hub) = hub {
         b = b.observer(Rc::new(hub.clone()));
     }
@@ -515,23 +526,17 @@ fn team(
         MockTurn::tools([("slow", json!({"n": 1})), ("slow", json!({"n": 2}))]),
         MockTurn::text("planned"),
     ]))
-    .options(AgentOptions { tool_concurrency: 1, ..AgentOptions::default() })
+    .options(one_at_a_time())
     .tool_rc(slow_tool("slow", 40, c));
-    let mut b = Agent::builder(MockModel::by_turn(vec![
+    let b = Agent::builder(MockModel::by_turn(vec![
         MockTurn::tools([("gate", json!({})), ("plan", json!({"task": "plan it"}))]),
         MockTurn::text("Done."),
     ]))
-    .options(AgentOptions { tool_concurrency: 1, ..AgentOptions::default() })
-    .tool_rc(gate(hub.unwrap_or(&Watchers::new())))
-    .store_rc(store)
-    .clock(Rc::new(clock.clone()))
-    .sleep(sleep)
     .rng(Rc::new(SplitMix64::new(9)))
+    .options(one_at_a_time())
+    .tool_rc(gate(hub.unwrap_or(&Watchers::new())))
     .subagent("plan", "Plans", child);
-    if let Some(hub) = hub {
-        b = b.observer(Rc::new(hub.clone()));
-    }
-    b.build().unwrap()
+    on(b, store, clock, sleep, hub)
 }
 
 #[test]
