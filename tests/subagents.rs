@@ -73,7 +73,18 @@ fn lookup(store: Rc<dyn RunStore>, runs: &Runs, name: &'static str, gated: bool)
 
 /// A lead that delegates once to sub-agent `research`, whose agent calls `lookup` once and reports.
 fn lead(env: &Env, runs: &Runs, gated: bool, seed: u64) -> Agent {
-    let child = builder(
+    lead_with(env, runs, gated, seed, |b| b).build().expect("the lead builds")
+}
+
+/// [`lead`]'s builder, its child's builder changed by `child`.
+fn lead_with(
+    env: &Env,
+    runs: &Runs,
+    gated: bool,
+    seed: u64,
+    child_of_lead: impl FnOnce(steadfast::runtime::AgentBuilder) -> steadfast::runtime::AgentBuilder,
+) -> steadfast::runtime::AgentBuilder {
+    let child_builder = builder(
         env,
         MockModel::by_turn(vec![MockTurn::tools([("lookup", json!({}))]), echo_result("found ")]),
         seed * 2 + 1,
@@ -88,9 +99,7 @@ fn lead(env: &Env, runs: &Runs, gated: bool, seed: u64) -> Agent {
         ]),
         seed * 2,
     )
-    .subagent("research", "Researches a question", child)
-    .build()
-    .expect("the lead builds")
+    .subagent("research", "Researches a question", child_of_lead(child_builder))
 }
 
 /// The lead's usage is its own model turns' plus its child's whole spend, which its call's result keeps.
@@ -568,5 +577,51 @@ fn resolving_a_childs_approval_streams_the_childs_events_tagged_and_then_its_lea
             events.iter().position(|e| e.run_id == child.run_id && matches!(e.event, Event::RunDone { .. }));
         assert!(child_done < lead_done && lead_done.is_some(), "{name}: {events:?}");
         assert!(events.iter().filter(|e| e.run_id == "trip").all(|e| e.subagent.is_none()), "{name}");
+    }
+}
+
+#[test]
+fn a_paused_child_is_drift_checked_under_its_leads_policy_when_its_decision_resumes_it() {
+    use steadfast::core::machine::DriftPolicy;
+    use steadfast::runtime::AgentOptions;
+    let error = AgentOptions { on_agent_drift: DriftPolicy::Error, ..Default::default() };
+    for (name, make) in stores() {
+        let env = make();
+        let runs = Runs::default();
+        // The lead refuses drift; its sub-agent's own options say warn (the default) and are not what counts.
+        let a = lead_with(&env, &runs, true, 11, |b| b).options(error.clone()).build().unwrap();
+        let paused = block_on(a.send("trip", "plan it", SendOptions::default())).unwrap();
+        assert_eq!(paused.status, RunStatus::AwaitingApproval, "{name}");
+        let child = child_of(&env, "trip");
+        let approval = child.approval_ids.first().cloned().unwrap();
+        // Meanwhile the sub-agent changed (a tool added): the paused child level has drifted.
+        let changed = lead_with(&env, &runs, true, 12, |b| b.tool_rc(counting_tool("note", &Counters::default())))
+            .options(error.clone())
+            .build()
+            .unwrap();
+        let e = block_on(changed.approvals().resolve(Resolve {
+            id: approval.clone(),
+            approved: true,
+            ..Default::default()
+        }))
+        .unwrap_err();
+        assert_eq!(
+            (e.code, e.run_id.as_deref()),
+            (ErrorCode::AgentDrift, Some(child.run_id.as_str())),
+            "{name}: {e:?}"
+        );
+        assert!(runs.0.borrow().is_empty(), "{name}: nothing of the child ran under the changed agent");
+        assert_eq!(block_on(env.store.load("trip")).unwrap().unwrap().status, RunStatus::AwaitingApproval, "{name}");
+        // Under a lead that warns, the same change resumes both, with a warning.
+        let warned = Rc::new(RefCell::new(Vec::new()));
+        let w = warned.clone();
+        let warn = lead_with(&env, &runs, true, 13, |b| b.tool_rc(counting_tool("note", &Counters::default())))
+            .warn(Rc::new(move |line: &str| w.borrow_mut().push(line.to_string())))
+            .build()
+            .unwrap();
+        let res = block_on(warn.approvals().resolve(Resolve { id: approval, approved: true, ..Default::default() }));
+        assert_eq!(res.map(|r| r.status).ok(), Some(RunStatus::Finished), "{name}");
+        assert_eq!(block_on(env.store.load("trip")).unwrap().unwrap().status, RunStatus::Finished, "{name}");
+        assert!(warned.borrow().iter().any(|l| l.contains(&child.run_id)), "{name}: {:?}", warned.borrow());
     }
 }

@@ -98,8 +98,11 @@ export interface AgentParts {
   name?: string;
 }
 
-/** A sub-agent (`createAgent({ subagents })`): an agent of its own, named as its lead's tool. */
-export type SubagentOptions = Omit<AgentOptions, "store" | "clock"> & {
+/**
+ * A sub-agent (`createAgent({ subagents })`): an agent of its own, named as its lead's tool. Its runs are
+ * drift-checked under its lead's `onAgentDrift` (not an option of its own).
+ */
+export type SubagentOptions = Omit<AgentOptions, "store" | "clock" | "onAgentDrift"> & {
   /** The tool name its lead's model calls it by (letters, digits, `_`, `-`). */
   name: string;
   /** What it does, for the lead's model. */

@@ -133,6 +133,7 @@ test("bad sub-agent options are refused with STEADFAST_CONFIG_INVALID naming the
   refused([{ name: "research", model }], /subagents\[0\]\.description must be a string/);
   refused([{ name: "research", description: "x" }], /subagents\[0\]: an agent needs a model/);
   refused([{ name: "research", description: "x", model, store }], /^subagents\[0\]: unknown key "store"/);
+  refused([{ name: "research", description: "x", model, onAgentDrift: "error" }], /^subagents\[0\]\.onAgentDrift: a sub-agent's runs are drift-checked under its lead's onAgentDrift/);
   refused([{ name: "a b", description: "x", model }], /tool name/);
   refused([{ name: "r", description: "x", model }, { name: "r", description: "y", model }], /two tools are named 'r'/);
 });

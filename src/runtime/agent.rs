@@ -96,8 +96,10 @@ impl AgentBuilder {
 
     /// Declares a sub-agent: the model sees a tool `name` (`{task}`) whose call runs `agent` on the task as a
     /// child run of its own (`<run>.sub-<name>-<call key>`). The sub-agent shares this agent's store,
-    /// clock, timer, random source, warnings and observer unless its builder sets its own. Resolve its
-    /// approvals, deliver its events and resume its runs through this agent: it owns the whole tree.
+    /// clock, timer, random source, warnings and observer unless its builder sets its own. Its runs are
+    /// drift-checked under this agent's `onAgentDrift` (each paused level when it resumes; the top agent's
+    /// policy holds for the whole tree), whatever its own options say. Resolve its approvals, deliver its events
+    /// and resume its runs through this agent: it owns the whole tree.
     pub fn subagent(mut self, name: impl Into<String>, description: impl Into<String>, agent: AgentBuilder) -> Self {
         self.subagents.push(SubagentDecl { name: name.into(), description: description.into(), builder: agent });
         self
@@ -219,6 +221,7 @@ impl AgentBuilder {
             b.rng = b.rng.or_else(|| self.rng.clone());
             b.warn = b.warn.or_else(|| self.warn.clone());
             b.observer = b.observer.or_else(|| self.observer.clone());
+            b.options.on_agent_drift = self.options.on_agent_drift;
             let child = b.build_at(level + 1, max_depth)?;
             if !Rc::ptr_eq(&child.deps.store, &store) {
                 return Err(cfg(format!("sub-agent '{}' must use its lead's store", decl.name)));

@@ -145,6 +145,11 @@ fn builder_of(options: &JsValue, at: &str) -> Result<AgentBuilder> {
                 return Err(cfg(format!("{at}subagents[{i}] must be an object")));
             }
             known_keys(&sub, &known, &[], &format!("{at}subagents[{i}]"))?;
+            if !absent(&prop(&sub, "onAgentDrift")) {
+                return Err(cfg(format!(
+                    "{here}onAgentDrift: a sub-agent's runs are drift-checked under its lead's onAgentDrift; set it on the lead"
+                )));
+            }
             let text =
                 |key: &str| prop(&sub, key).as_string().ok_or_else(|| cfg(format!("{here}{key} must be a string")));
             let (name, description) = (text("name")?, text("description")?);
