@@ -581,7 +581,7 @@ fn resolving_a_childs_approval_streams_the_childs_events_tagged_and_then_its_lea
 }
 
 #[test]
-fn a_paused_child_is_drift_checked_under_its_leads_policy_when_its_decision_resumes_it() {
+fn a_paused_child_is_drift_checked_under_its_leads_policy_and_a_refusal_keeps_the_pause_for_the_fixed_agent() {
     use steadfast::core::machine::DriftPolicy;
     use steadfast::runtime::AgentOptions;
     let error = AgentOptions { on_agent_drift: DriftPolicy::Error, ..Default::default() };
@@ -612,16 +612,56 @@ fn a_paused_child_is_drift_checked_under_its_leads_policy_when_its_decision_resu
         );
         assert!(runs.0.borrow().is_empty(), "{name}: nothing of the child ran under the changed agent");
         assert_eq!(block_on(env.store.load("trip")).unwrap().unwrap().status, RunStatus::AwaitingApproval, "{name}");
-        // Under a lead that warns, the same change resumes both, with a warning.
+        // The seeds: "when a sub-agent's check rejects, the lead's approval and its awaiting-approval checkpoint
+        // are put back, so fixing the sub-agent and resolving again works".
+        let stored = block_on(env.store.get_approval(&approval)).unwrap().expect("the approval is kept");
+        assert_eq!(stored.status, steadfast::core::approval::ApprovalStatus::Pending, "{name}: {stored:?}");
+        assert_eq!(child_of(&env, "trip").status, RunStatus::AwaitingApproval, "{name}");
+        let fixed = lead_with(&env, &runs, true, 13, |b| b).options(error.clone()).build().unwrap();
+        let res =
+            block_on(fixed.approvals().resolve(Resolve { id: approval.clone(), approved: true, ..Default::default() }));
+        assert_eq!(res.map(|r| r.status).ok(), Some(RunStatus::Finished), "{name}: the fixed sub-agent resolves it");
+        assert_eq!(block_on(env.store.load("trip")).unwrap().unwrap().status, RunStatus::Finished, "{name}");
+        assert_eq!(runs.0.borrow().len(), 1, "{name}");
+    }
+}
+
+#[test]
+fn under_a_warning_lead_a_drifted_paused_child_resumes_and_its_agent_drift_event_names_the_sub_agent() {
+    for (name, make) in stores() {
+        let env = make();
+        let runs = Runs::default();
+        let a = lead(&env, &runs, true, 14);
+        assert_eq!(
+            block_on(a.send("trip", "plan it", SendOptions::default())).unwrap().status,
+            RunStatus::AwaitingApproval
+        );
+        let child = child_of(&env, "trip");
+        let approval = child.approval_ids.first().cloned().unwrap();
         let warned = Rc::new(RefCell::new(Vec::new()));
         let w = warned.clone();
-        let warn = lead_with(&env, &runs, true, 13, |b| b.tool_rc(counting_tool("note", &Counters::default())))
+        let changed = lead_with(&env, &runs, true, 15, |b| b.tool_rc(counting_tool("note", &Counters::default())))
             .warn(Rc::new(move |line: &str| w.borrow_mut().push(line.to_string())))
             .build()
             .unwrap();
-        let res = block_on(warn.approvals().resolve(Resolve { id: approval, approved: true, ..Default::default() }));
+        let (opts, sink) = listening();
+        let res = block_on(
+            changed.approvals().resolve_with(Resolve { id: approval, approved: true, ..Default::default() }, opts),
+        );
         assert_eq!(res.map(|r| r.status).ok(), Some(RunStatus::Finished), "{name}");
         assert_eq!(block_on(env.store.load("trip")).unwrap().unwrap().status, RunStatus::Finished, "{name}");
         assert!(warned.borrow().iter().any(|l| l.contains(&child.run_id)), "{name}: {:?}", warned.borrow());
+        // The seeds: "with 'warn' the agent.drift event carries subagent".
+        let drift: Vec<_> = sink
+            .events()
+            .into_iter()
+            .filter(|e| matches!(e.event, steadfast::core::events::Event::AgentDrift(_)))
+            .collect();
+        assert_eq!(drift.len(), 1, "{name}: one level drifted: {drift:?}");
+        let tag = drift[0].subagent.as_ref().expect("the drift event names its sub-agent");
+        assert_eq!(
+            (drift[0].run_id.as_str(), tag.name.as_str(), tag.parent.as_str()),
+            (child.run_id.as_str(), "research", "trip")
+        );
     }
 }
