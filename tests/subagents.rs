@@ -665,3 +665,35 @@ fn under_a_warning_lead_a_drifted_paused_child_resumes_and_its_agent_drift_event
         );
     }
 }
+
+#[test]
+fn a_leads_view_shows_what_its_unreturned_children_spent_so_far_and_none_once_their_results_are_in() {
+    for (name, make) in stores() {
+        let env = make();
+        let runs = Runs::default();
+        let a = lead(&env, &runs, true, 16);
+        let paused = block_on(a.send("trip", "plan it", SendOptions::default())).unwrap();
+        assert_eq!(paused.status, RunStatus::AwaitingApproval, "{name}");
+        let child = child_of(&env, "trip");
+        assert!(child.total_usage.input_tokens > 0, "{name}: the paused child spent a model turn");
+        let (status, view) = get_run(&a, "trip");
+        assert_eq!(status, 200, "{name}");
+        let spent = serde_json::to_value(child.total_usage).unwrap();
+        assert_eq!(view["children"][0]["usage"], spent, "{name}: {view}");
+        assert_eq!(view["delegatedInFlight"], spent, "{name}: the child's spend so far, not yet in the lead's usage");
+        let lead_own = serde_json::to_value(block_on(a.load("trip")).unwrap().unwrap().usage).unwrap();
+        assert_eq!(view["usage"], lead_own, "{name}");
+
+        let approval = child.approval_ids[0].clone();
+        block_on(a.approvals().resolve(Resolve { id: approval, approved: true, ..Default::default() })).unwrap();
+        let (_, view) = get_run(&a, "trip");
+        assert_eq!(view["status"], "finished", "{name}");
+        assert_eq!(
+            view["delegatedInFlight"],
+            serde_json::Value::Null,
+            "{name}: its result is recorded, with its spend"
+        );
+        let child = child_of(&env, "trip");
+        assert_eq!(view["children"][0]["usage"], serde_json::to_value(child.total_usage).unwrap(), "{name}");
+    }
+}

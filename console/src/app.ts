@@ -521,7 +521,7 @@ async function childTree(children: ChildRun[], depth: number): Promise<HTMLEleme
         c.status === null ? h("span", { class: "badge status" }, "not started") : statusBadge(c.status),
         " ",
         runLink(c.runId),
-        h("span", { class: "muted" }, ` (call ${c.toolCallId})`),
+        h("span", { class: "muted" }, ` (call ${c.toolCallId}${c.usage ? `; ${c.usage.inputTokens} input / ${c.usage.outputTokens} output tokens` : ""})`),
         below,
       );
     }),
@@ -596,6 +596,10 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
       h("dd", null, run.step),
       h("dt", null, "usage"),
       h("dd", null, `${run.usage.inputTokens} input / ${run.usage.outputTokens} output tokens`),
+      run.delegatedInFlight ? h("dt", null, "children so far") : null,
+      run.delegatedInFlight
+        ? h("dd", { id: "run-delegated" }, `${run.delegatedInFlight.inputTokens} input / ${run.delegatedInFlight.outputTokens} output tokens (not yet in usage)`)
+        : null,
       h("dt", null, "last error"),
       h("dd", { id: "run-error" }, errorText(run.lastError)),
       h("dt", null, "attempts"),

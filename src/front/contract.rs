@@ -148,6 +148,25 @@ pub struct RunView {
     /// For a sub-agent's child run: the run whose call started it (`null` otherwise).
     #[serde(default)]
     pub parent_run_id: Option<String>,
+    /// What its children whose results it has not recorded yet have spent so far (read from their own
+    /// checkpoints: not in `usage` until their results are recorded, with their whole spend); `null` when none.
+    #[serde(default)]
+    pub delegated_in_flight: Option<Usage>,
+}
+
+impl RunView {
+    /// The view of `cp` with its child runs (`children`, from [`crate::runtime::Agent::children`]) and what the
+    /// ones whose results `cp` has not recorded have spent.
+    pub fn with_children(cp: Checkpoint, children: Vec<crate::runtime::ChildRun>) -> RunView {
+        let recorded = |id: &str| cp.messages.iter().any(|m| matches!(m, Message::Tool(r) if r.tool_call_id == id));
+        let mut in_flight: Option<Usage> = None;
+        for c in children.iter().filter(|c| !recorded(&c.tool_call_id)) {
+            if let Some(u) = c.usage {
+                in_flight.get_or_insert_with(Usage::default).add(u);
+            }
+        }
+        RunView { children, delegated_in_flight: in_flight, ..RunView::from(cp) }
+    }
 }
 
 impl From<Checkpoint> for RunView {
@@ -170,6 +189,7 @@ impl From<Checkpoint> for RunView {
             heal_actions: HealRecord::log(cp.ext.as_ref()),
             children: Vec::new(),
             parent_run_id,
+            delegated_in_flight: None,
         }
     }
 }
@@ -563,6 +583,8 @@ mod tests {
             // Listed by `GET /runs/{id}` from the store (none in the view of a checkpoint alone).
             "children": [],
             "parentRunId": cp.run_id.split_once(".sub-").map(|(parent, _)| parent),
+            // Added up from the children (none here).
+            "delegatedInFlight": null,
         })
     }
 

@@ -325,6 +325,9 @@ pub struct ChildRun {
     pub run_id: String,
     /// Its status; `null` before the call started it.
     pub status: Option<RunStatus>,
+    /// What it has spent so far (its model turns and its own children's; read from its checkpoint: a child is
+    /// checkpointed like any run); `null` before the call started it.
+    pub usage: Option<crate::core::transcript::Usage>,
 }
 
 impl Agent {
@@ -339,8 +342,9 @@ impl Agent {
             }
             let Some(key) = cp.call_key(&call.id) else { continue };
             let Ok(run_id) = subagent_run_id(&cp.run_id, &call.name, &key) else { continue };
-            let status = self.deps.store.load(&run_id).await?.map(|c| c.status);
-            out.push(ChildRun { name: call.name.clone(), tool_call_id: call.id.clone(), run_id, status });
+            let child = self.deps.store.load(&run_id).await?;
+            let (status, usage) = (child.as_ref().map(|c| c.status), child.map(|c| c.total_usage));
+            out.push(ChildRun { name: call.name.clone(), tool_call_id: call.id.clone(), run_id, status, usage });
         }
         Ok(out)
     }

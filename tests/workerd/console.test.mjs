@@ -503,7 +503,8 @@ test("a lead's page shows its sub-agent calls as a tree with each child's status
     await waitText(`#children li[data-run='${child.runId}']`, "planner");
     const row = await text(`#children li[data-run='${child.runId}']`);
     assert.match(row, /finished/);
-    assert.ok(row.includes(`call ${child.toolCallId}`), row);
+    assert.ok(row.includes(`call ${child.toolCallId}; ${child.usage.inputTokens} input / ${child.usage.outputTokens} output tokens`), row);
+    assert.equal(await page.locator("#run-delegated").count(), 0, "a finished lead has no children's spend outside its usage");
     // The grandchild is listed inside its parent's item.
     await waitText(`#children li[data-run='${child.runId}'] li[data-run='${grandchild.runId}']`, "deeper");
     await shot("run-subagents");

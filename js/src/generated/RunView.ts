@@ -77,4 +77,9 @@ children: Array<ChildRun>,
 /**
  * For a sub-agent's child run: the run whose call started it (`null` otherwise).
  */
-parentRunId: string | null, };
+parentRunId: string | null, 
+/**
+ * What its children whose results it has not recorded yet have spent so far (read from their own
+ * checkpoints: not in `usage` until their results are recorded, with their whole spend); `null` when none.
+ */
+delegatedInFlight: Usage | null, };

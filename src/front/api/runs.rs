@@ -61,7 +61,7 @@ impl Api {
     pub(super) async fn get_run(&self, id: &str) -> Result<ApiResponse> {
         let cp = self.agent.load(id).await?.ok_or_else(|| no_checkpoint(id))?;
         let children = self.agent.children(&cp).await?;
-        Ok(ApiResponse::ok(&RunView { children, ..RunView::from(cp) }))
+        Ok(ApiResponse::ok(&RunView::with_children(cp, children)))
     }
 
     /// `DELETE /runs/{id}`.
