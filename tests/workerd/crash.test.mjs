@@ -183,7 +183,7 @@ function defineTests() {
   // run (the X-Steadfast-Run-Id header), as an API scopes keys to an account.
   const effects = new Map(); // `<run id> <key>` -> { tool, body }
   const ek = (runId, key) => `${runId} ${key}`;
-  const hold = new Set(["ship", "stock", "pack", "crate"]);
+  const hold = new Set(["ship", "stock", "pack", "crate", "bin"]);
   const arrived = new Map([...hold].map((t) => [t, deferred()]));
   const held = [];
   function deferred() {
@@ -377,105 +377,16 @@ function defineTests() {
     );
   });
 
-  test("three levels of sub-agents: the middle one paused for approval, kill -9 mid-grandchild after the decision; one cron tick of a new process finishes all three, each effect once per key", { timeout: 120_000 }, async () => {
-    await listening;
-    const LEAD = "tree-1";
+  // Three levels of sub-agents under lead `lead`: `middle` calls `refund` (a webhook that needs approval), then the
+  // grandchild `deep`, which calls the webhook `tool` (held: never answered before the crash).
+  function threeLevels(lead, tool, extra) {
     const base = `http://127.0.0.1:${server.address().port}/tools`;
-    const webhook = (name, extra = {}) => ({ name, description: `${name} (test endpoint)`, inputSchema: { type: "object" },
-      url: `${base}/${name}`, sideEffecting: true, timeoutMs: 30_000, ...extra });
-    const LEASE = { ttlMs: 2500, renewEveryMs: 800, graceMs: 100 };
+    const webhook = (name, more = {}) => ({ name, description: `${name} (test endpoint)`, inputSchema: { type: "object" },
+      url: `${base}/${name}`, sideEffecting: true, timeoutMs: 30_000, ...more });
     const mock = (script) => ({ provider: "mock", script });
-    const config = {
-      model: mock([{ toolCalls: [{ name: "middle", args: { task: "refund and restock order 9" } }] }, { text: "the tree is done" }]),
-      demoTools: false,
-      lease: LEASE,
-      recovery: { intervalMs: 1 },
-      allowedHosts: ["127.0.0.1"],
-      subagents: [{
-        name: "middle",
-        description: "Refunds and restocks",
-        model: mock([
-          { toolCalls: [{ name: "refund", args: { order: 9 } }] },
-          { toolCalls: [{ name: "deep", args: { task: "restock A-9" } }] },
-          { text: "refunded, restocked" },
-        ]),
-        tools: [webhook("refund", { needsApproval: true })],
-        subagents: [{
-          name: "deep",
-          description: "Restocks",
-          model: mock([{ toolCalls: [{ name: "crate", args: { sku: "A-9" } }] }, { text: "restocked" }]),
-          tools: [webhook("crate")],
-        }],
-      }],
-    };
-
-    // ----- process A: the lead pauses on its middle child's approval; the decision runs the middle child, which
-    // runs the grandchild, whose call never gets an answer: the process dies there -----
-    const a = await startWorker(config);
-    const paused = await call(a, "POST", `/runs/${LEAD}`, { input: "refund and restock order 9" });
-    assert.equal(paused.json.status, "awaiting-approval", paused.text);
-    const listed = await call(a, "GET", "/approvals");
-    const approval = listed.json.find((r) => r.runId.startsWith(`${LEAD}.sub-middle-`) && r.toolCall.name === "refund");
-    assert.ok(approval, listed.text);
-    const decided = call(a, "POST", `/approvals/${approval.id}`, { approved: true }).then((r) => ({ answered: r }), (e) => ({ failed: e }));
-    await Promise.race([arrived.get("crate").promise, decided.then((r) => {
-      throw new Error(`the decision ended before the grandchild's call arrived: ${JSON.stringify(r.answered ?? String(r.failed))}\n${a.log}`);
-    })]);
-    const killedAt = Date.now();
-    await killGroup(a);
-    assert.ok((await decided).failed, "the decision's request died with the process");
-    const middleId = approval.runId;
-
-    // ----- process B: once the dead owner's leases are over, one cron tick -----
-    const b = await startWorker(config);
-    const middleAtCrash = (await call(b, "GET", `/runs/${middleId}`)).json;
-    assert.equal(middleAtCrash.status, "in-progress", JSON.stringify(middleAtCrash));
-    const deepId = middleAtCrash.children.find((c) => c.name === "deep")?.runId;
-    assert.ok(deepId, JSON.stringify(middleAtCrash.children));
-    assert.equal((await call(b, "GET", `/runs/${deepId}`)).json.status, "in-progress");
-    assert.equal((await call(b, "GET", `/runs/${LEAD}`)).json.status, "awaiting-approval");
-    await sleep(Math.max(0, killedAt + LEASE.ttlMs + LEASE.graceMs + 200 - Date.now()));
-    const tick = await fetch(`${b.url}/cdn-cgi/handler/scheduled?cron=*+*+*+*+*`);
-    assert.equal(tick.status, 200, await tick.text());
-    const lead = (await call(b, "GET", `/runs/${LEAD}`)).json;
-    assert.equal(lead.status, "finished", `one tick finished the tree: ${JSON.stringify(lead)}\n${b.log.slice(-3000)}`);
-    assert.equal(lead.messages.at(-1).content, "the tree is done");
-    const middle = (await call(b, "GET", `/runs/${middleId}`)).json;
-    const deep = (await call(b, "GET", `/runs/${deepId}`)).json;
-    assert.deepEqual([middle.status, deep.status], ["finished", "finished"]);
-    assert.deepEqual(lead.children.map((c) => [c.runId, c.status]), [[middleId, "finished"]]);
-    assert.equal(lead.messages.find((m) => m.role === "tool").content, "refunded, restocked", "the middle child's result");
-    assert.equal(middle.messages.filter((m) => m.role === "tool").at(-1).content, "restocked", "the grandchild's result");
-
-    // Each effect once per key: the approved refund ran once; the grandchild's call, in flight at the crash, ran
-    // again once with the same key (its endpoint answered the stored effect).
-    const of = (runId, tool) => requests.filter((q) => q.runId === runId && q.tool === tool);
-    assert.equal(of(middleId, "refund").length, 1, JSON.stringify(requests));
-    const crates = of(deepId, "crate");
-    assert.equal(crates.length, 2, JSON.stringify(crates));
-    assert.equal(new Set(crates.map((q) => q.key)).size, 1, "the same key before and after the crash");
-    const deepCall = deep.messages.find((m) => m.toolCalls)?.toolCalls[0];
-    const deepScope = (await call(b, "GET", `/runs/${deepId}/history?limit=1`)).json[0].checkpoint.keyScope;
-    assert.equal(crates[0].key, await callKey(deepScope, deepCall.id), "the grandchild's call key");
-    const treeEffects = [...effects.keys()].filter((k) => k.startsWith(`${LEAD}.`));
-    assert.deepEqual(treeEffects.sort(), [ek(middleId, of(middleId, "refund")[0].key), ek(deepId, crates[0].key)].sort());
-    assert.deepEqual(JSON.parse(deep.messages.find((m) => m.role === "tool").content), effects.get(ek(deepId, crates[0].key)).body);
-    await killGroup(b);
-    console.log(`three-level crash test: one cron tick finished the tree ${Date.now() - killedAt} ms after kill -9`);
-  });
-
-  test("strict mode, three levels of sub-agents: kill -9 mid-grandchild after the middle one's approval; the restarted workerd finishes all three with no request, each effect once per key", { timeout: 120_000 }, async () => {
-    await listening;
-    hold.add("bin");
-    arrived.set("bin", deferred());
-    const LEAD = "tree-s";
-    const base = `http://127.0.0.1:${server.address().port}/tools`;
-    const webhook = (name, extra = {}) => ({ name, description: `${name} (test endpoint)`, inputSchema: { type: "object" },
-      url: `${base}/${name}`, sideEffecting: true, timeoutMs: 30_000, ...extra });
-    const mock = (script) => ({ provider: "mock", script });
-    const config = {
-      store: "durable-object",
-      model: mock([{ toolCalls: [{ name: "middle", args: { task: "refund and restock order 10" } }] }, { text: "the tree is done" }]),
+    return {
+      ...extra,
+      model: mock([{ toolCalls: [{ name: "middle", args: { task: `refund and restock ${lead}` } }] }, { text: "the tree is done" }]),
       demoTools: false,
       lease: { ttlMs: 2500, renewEveryMs: 800, graceMs: 100 },
       recovery: { intervalMs: 1 },
@@ -484,50 +395,104 @@ function defineTests() {
         name: "middle",
         description: "Refunds and restocks",
         model: mock([
-          { toolCalls: [{ name: "refund", args: { order: 10 } }] },
-          { toolCalls: [{ name: "deep", args: { task: "restock B-10" } }] },
+          { toolCalls: [{ name: "refund", args: { run: lead } }] },
+          { toolCalls: [{ name: "deep", args: { task: "restock" } }] },
           { text: "refunded, restocked" },
         ]),
         tools: [webhook("refund", { needsApproval: true })],
         subagents: [{
           name: "deep",
           description: "Restocks",
-          model: mock([{ toolCalls: [{ name: "bin", args: { sku: "B-10" } }] }, { text: "restocked" }]),
-          tools: [webhook("bin")],
+          model: mock([{ toolCalls: [{ name: tool, args: { run: lead } }] }, { text: "restocked" }]),
+          tools: [webhook(tool)],
         }],
       }],
     };
+  }
+
+  // Process A: the lead pauses on its middle child's approval; the decision runs the middle child, which runs the
+  // grandchild, whose call of `tool` never gets an answer: the process dies there. Returns the middle child's id
+  // and when the process died.
+  async function pauseApproveAndKill(config, lead, tool) {
     const a = await startWorker(config);
-    const paused = await call(a, "POST", `/runs/${LEAD}`, { input: "refund and restock order 10" });
+    const paused = await call(a, "POST", `/runs/${lead}`, { input: "refund and restock" });
     assert.equal(paused.json.status, "awaiting-approval", paused.text);
     const listed = await call(a, "GET", "/approvals");
-    const approval = listed.json.find((r) => r.runId.startsWith(`${LEAD}.sub-middle-`) && r.toolCall.name === "refund");
+    const approval = listed.json.find((r) => r.runId.startsWith(`${lead}.sub-middle-`) && r.toolCall.name === "refund");
     assert.ok(approval, listed.text);
     const decided = call(a, "POST", `/approvals/${approval.id}`, { approved: true }).then((r) => ({ answered: r }), (e) => ({ failed: e }));
-    await Promise.race([arrived.get("bin").promise, decided.then((r) => {
+    await Promise.race([arrived.get(tool).promise, decided.then((r) => {
       throw new Error(`the decision ended before the grandchild's call arrived: ${JSON.stringify(r.answered ?? String(r.failed))}\n${a.log}`);
     })]);
+    const killedAt = Date.now();
     await killGroup(a);
-    const middleId = approval.runId;
+    assert.ok((await decided).failed, "the decision's request died with the process");
+    return { middleId: approval.runId, killedAt };
+  }
 
+  // The finished tree: the lead's and the middle child's results, and each effect once per key (the approved
+  // refund ran once; the grandchild's call, in flight at the crash, ran again once with the same key, and its
+  // endpoint answered the stored effect).
+  async function assertTreeDone(w, lead, middleId, tool) {
+    const view = (await call(w, "GET", `/runs/${lead}`)).json;
+    assert.equal(view.messages.at(-1).content, "the tree is done");
+    assert.deepEqual(view.children.map((c) => [c.runId, c.status]), [[middleId, "finished"]]);
+    assert.equal(view.messages.find((m) => m.role === "tool").content, "refunded, restocked", "the middle child's result");
+    const middle = (await call(w, "GET", `/runs/${middleId}`)).json;
+    const deepId = middle.children.find((c) => c.name === "deep").runId;
+    const deep = (await call(w, "GET", `/runs/${deepId}`)).json;
+    assert.deepEqual([middle.status, deep.status], ["finished", "finished"]);
+    assert.equal(middle.messages.filter((m) => m.role === "tool").at(-1).content, "restocked", "the grandchild's result");
+    const of = (runId, name) => requests.filter((q) => q.runId === runId && q.tool === name);
+    assert.equal(of(middleId, "refund").length, 1, JSON.stringify(requests));
+    const sent = of(deepId, tool);
+    assert.equal(sent.length, 2, JSON.stringify(sent));
+    assert.equal(new Set(sent.map((q) => q.key)).size, 1, "the same key before and after the crash");
+    const deepCall = deep.messages.find((m) => m.toolCalls).toolCalls[0];
+    const deepScope = (await call(w, "GET", `/runs/${deepId}/history?limit=1`)).json[0].checkpoint.keyScope;
+    assert.equal(sent[0].key, await callKey(deepScope, deepCall.id), "the grandchild's call key");
+    assert.deepEqual([...effects.keys()].filter((k) => k.startsWith(`${lead}.`)).sort(),
+      [ek(middleId, of(middleId, "refund")[0].key), ek(deepId, sent[0].key)].sort(), "one effect per key");
+    assert.deepEqual(JSON.parse(deep.messages.find((m) => m.role === "tool").content), effects.get(ek(deepId, sent[0].key)).body);
+  }
+
+  test("three levels of sub-agents: the middle one paused for approval, kill -9 mid-grandchild after the decision; one cron tick of a new process finishes all three, each effect once per key", { timeout: 120_000 }, async () => {
+    await listening;
+    const LEAD = "tree-1";
+    const config = threeLevels(LEAD, "crate", {});
+    const { middleId, killedAt } = await pauseApproveAndKill(config, LEAD, "crate");
+    // Process B: what the crash left (the middle child and the grandchild mid-run, the lead waiting on its
+    // child); once the dead owner's leases are over, one cron tick.
+    const b = await startWorker(config);
+    const middleAtCrash = (await call(b, "GET", `/runs/${middleId}`)).json;
+    assert.equal(middleAtCrash.status, "in-progress", JSON.stringify(middleAtCrash));
+    const deepId = middleAtCrash.children.find((c) => c.name === "deep")?.runId;
+    assert.ok(deepId, JSON.stringify(middleAtCrash.children));
+    assert.equal((await call(b, "GET", `/runs/${deepId}`)).json.status, "in-progress");
+    assert.equal((await call(b, "GET", `/runs/${LEAD}`)).json.status, "awaiting-approval");
+    await sleep(Math.max(0, killedAt + config.lease.ttlMs + config.lease.graceMs + 200 - Date.now()));
+    const tick = await fetch(`${b.url}/cdn-cgi/handler/scheduled?cron=*+*+*+*+*`);
+    assert.equal(tick.status, 200, await tick.text());
+    const lead = (await call(b, "GET", `/runs/${LEAD}`)).json;
+    assert.equal(lead.status, "finished", `one tick finished the tree: ${JSON.stringify(lead)}\n${b.log.slice(-3000)}`);
+    await assertTreeDone(b, LEAD, middleId, "crate");
+    await killGroup(b);
+    console.log(`three-level crash test: one cron tick finished the tree ${Date.now() - killedAt} ms after kill -9`);
+  });
+
+  test("strict mode, three levels of sub-agents: kill -9 mid-grandchild after the middle one's approval; the restarted workerd finishes all three with no request, each effect once per key", { timeout: 120_000 }, async () => {
+    await listening;
+    const LEAD = "tree-s";
+    const config = threeLevels(LEAD, "bin", { store: "durable-object" });
+    const { middleId } = await pauseApproveAndKill(config, LEAD, "bin");
     // No request, no cron tick: the run objects' alarms in the restarted workerd.
     const b = await startWorker(config);
     const restartedAt = Date.now();
-    const lead = await until("the tree to finish", async () => {
+    await until("the tree to finish", async () => {
       const r = await call(b, "GET", `/runs/${LEAD}`);
       return r.json.status === "finished" ? r.json : null;
     }, 30_000, b, 200);
-    assert.equal(lead.messages.at(-1).content, "the tree is done");
-    assert.equal(lead.messages.find((m) => m.role === "tool").content, "refunded, restocked");
-    const middle = (await call(b, "GET", `/runs/${middleId}`)).json;
-    const deepId = middle.children.find((c) => c.name === "deep").runId;
-    const of = (runId, tool) => requests.filter((q) => q.runId === runId && q.tool === tool);
-    assert.equal(of(middleId, "refund").length, 1, JSON.stringify(requests));
-    const bins = of(deepId, "bin");
-    assert.equal(bins.length, 2, JSON.stringify(bins));
-    assert.equal(new Set(bins.map((q) => q.key)).size, 1, "the same key before and after the crash");
-    assert.deepEqual([...effects.keys()].filter((k) => k.startsWith(`${LEAD}.`)).sort(),
-      [ek(middleId, of(middleId, "refund")[0].key), ek(deepId, bins[0].key)].sort(), "one effect per key");
+    await assertTreeDone(b, LEAD, middleId, "bin");
     await killGroup(b);
     console.log(`strict three-level crash test: the alarms finished the tree ${Date.now() - restartedAt} ms after the restart`);
   });
