@@ -214,10 +214,11 @@ test("the Worker answers in the shapes both shells share: the run view, deliveri
   const view = await call(mf, "GET", "/runs/dlv-evt-1");
   assert.equal(view.status, 200, view.text);
   assert.deepEqual(keys(view.json), [
-    "approvalIds", "attempts", "businessState", "children", "fingerprint", "finishReason", "healActions", "lastError", "messages",
-    "parentRunId", "quarantined", "runId", "savedAt", "status", "step", "usage",
+    "approvalIds", "attempts", "businessState", "children", "delegatedInFlight", "fingerprint", "finishReason", "healActions",
+    "lastError", "messages", "parentRunId", "quarantined", "runId", "savedAt", "status", "step", "usage",
   ]);
   assert.deepEqual([view.json.status, view.json.approvalIds, view.json.lastError, view.json.businessState], ["awaiting-approval", [waiting.json.approvalId], null, null]);
+  assert.equal(view.json.delegatedInFlight, null, "no sub-agent children");
   // A body that is a JSON array is refused, not read as the struct's fields by position.
   const before = await kvListing(mf);
   for (const [p, body] of [["/runs/a", '["Charge order 7"]'], [`/approvals/${waiting.json.approvalId}`, "[true]"], ["/deliveries/evt-3", '["x"]']]) {
