@@ -25,6 +25,7 @@ import type { Events } from "./waits.js";
 import type {
   ApprovalRecord,
   Checkpoint,
+  ChildRun,
   Comparison,
   Delivery,
   Fingerprint,
@@ -256,6 +257,11 @@ export interface Agent {
   load(sessionId: string): Promise<Checkpoint | null>;
   /** Past states of a run, newest first. */
   history(sessionId: string, limit?: number): Promise<HistoryEntry[]>;
+  /**
+   * The child runs of a run's sub-agent calls, in call order: sub-agent, call, child run id, status and what it has
+   * spent so far (`[]` for a run that does not exist).
+   */
+  children(sessionId: string): Promise<ChildRun[]>;
   /** The agent's fingerprint (model, tools, instructions). */
   readonly fingerprint: Fingerprint;
 }
@@ -490,5 +496,6 @@ export function createAgent(options: AgentOptions): Agent {
     },
     load: (id) => call(() => low.load(id)),
     history: (id, limit = 50) => call(() => low.history(id, limit)),
+    children: (id) => call(() => low.children(id)),
   };
 }

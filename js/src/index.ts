@@ -22,6 +22,7 @@ export type {
   ApprovalRecord,
   ApprovalStatus,
   Checkpoint,
+  ChildRun,
   Comparison,
   Delivery,
   AgentDrift,

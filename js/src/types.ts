@@ -4,6 +4,7 @@
 import type { ApprovalRecord } from "./generated/ApprovalRecord.js";
 import type { ApprovalStatus } from "./generated/ApprovalStatus.js";
 import type { Checkpoint } from "./generated/Checkpoint.js";
+import type { ChildRun } from "./generated/ChildRun.js";
 import type { Comparison } from "./generated/Comparison.js";
 import type { Delivery as GeneratedDelivery } from "./generated/Delivery.js";
 import type { AgentDrift } from "./generated/AgentDrift.js";
@@ -48,6 +49,7 @@ export type {
   ApprovalRecord,
   ApprovalStatus,
   Checkpoint,
+  ChildRun,
   Comparison,
   AgentDrift,
   ErrorCode,

@@ -57,6 +57,26 @@ test("a sub-agent's call runs a child run whose final text is the lead's tool re
   assert.equal(children, 0, "nothing is left unfinished");
 });
 
+test("agent.children lists a run's child runs with their status and spend so far; none for an unknown run", async () => {
+  const store = memoryStore();
+  const lookup = { name: "lookup", description: "looks up", needsApproval: true, execute: async () => "42" };
+  const { agent } = team(store, lookup);
+  await agent.send("plan it", { sessionId: "trip" });
+  const [paused] = await agent.children("trip");
+  assert.equal(paused.name, "research");
+  assert.match(paused.runId, /^trip\.sub-research-[0-9a-f]{12}$/);
+  assert.equal(paused.status, "awaiting-approval");
+  assert.deepEqual(paused.usage, { inputTokens: 10, outputTokens: 5 }, "one model turn so far");
+  const load = await agent.load("trip");
+  assert.equal(paused.toolCallId, load.messages.find((m) => m.toolCalls?.length).toolCalls[0].id);
+  const approval = (await agent.approvals.list()).find((a) => a.runId === paused.runId);
+  await agent.approvals.resolve({ id: approval.id, approved: true });
+  const [done] = await agent.children("trip");
+  assert.deepEqual([done.runId, done.status, done.usage], [paused.runId, "finished", { inputTokens: 20, outputTokens: 10 }]);
+  assert.deepEqual(await agent.children("no-such-run"), []);
+  await assert.rejects(agent.children(7), (e) => e.code === "STEADFAST_INVALID_INPUT" && /the run id must be a string/.test(e.message));
+});
+
 test("a lead whose attempt failed while its child ran resumes the child where it stopped", async () => {
   const store = memoryStore();
   let ran = 0;

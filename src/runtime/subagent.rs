@@ -331,6 +331,14 @@ pub struct ChildRun {
 }
 
 impl Agent {
+    /// The child runs of run `run_id`'s sub-agent calls ([`Agent::children`]); none for a run that does not exist.
+    pub async fn children_of(&self, run_id: &str) -> Result<Vec<ChildRun>> {
+        match self.load(run_id).await? {
+            Some(cp) => self.children(&cp).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// The child runs of run `cp`'s sub-agent calls, in call order (calls of a sub-agent its agent no longer
     /// declares included: their ids tell).
     pub async fn children(&self, cp: &Checkpoint) -> Result<Vec<ChildRun>> {

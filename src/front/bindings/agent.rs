@@ -362,6 +362,13 @@ impl JsAgent {
         promise(async move { agent.load(&text_arg(&run_id, "the run id")?).await })
     }
 
+    /// The child runs of a run's sub-agent calls, in call order, each with its status and spend so far (JSON
+    /// array; `[]` for a run that does not exist).
+    pub fn children(&self, run_id: JsValue) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { agent.children_of(&text_arg(&run_id, "the run id")?).await })
+    }
+
     /// Past states of a run, newest first (JSON array).
     pub fn history(&self, run_id: JsValue, limit: JsValue) -> Promise {
         let agent = self.agent.clone();
