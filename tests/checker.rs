@@ -55,8 +55,10 @@
 //!   is called for it; the counts (`handoffs: …`) must be above zero.
 //! * sub-agents: a `team` call's result (not an error) is its finished child's final text, with the child's whole
 //!   spend; a lead never waits on a child that finished without the result reaching its wait (a lost delivery);
-//!   every run's usage is its model turns' plus its children's. Child runs are observed like any run (so every
-//!   invariant above holds for them); the counts (`sub-agents: …`) must be above zero.
+//!   every run's usage is its model turns' plus its children's; once a lead's delete returned, none of the child
+//!   runs it had (at any depth) is left. Child runs are observed like any run (so every invariant above holds for
+//!   them; one may vanish once a run above it was deleted or healed); the counts (`sub-agents: …`) must be above
+//!   zero.
 //!
 //! `cargo test --test checker -- --nocapture` prints
 //! `model-checked programs: N, operations: M, crash points: C, stores: 3, violations: 0`. More programs:
@@ -74,7 +76,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use steadfast::core::checkpoint::{Checkpoint, RunStatus};
-use steadfast::core::ids::{subagent_path, subagent_run_id};
+use steadfast::core::ids::{subagent_parent, subagent_path, subagent_run_id};
 use steadfast::core::machine::ModelResponse;
 use steadfast::core::schedule::{CompiledSchedule, Schedule, ScheduleInput};
 use steadfast::core::sweep::SweepOptions;
@@ -334,6 +336,8 @@ struct WaitCounts {
     team_calls: u64,
     team_results: u64,
     team_pauses: u64,
+    /// Child runs deleted with their lead (each checked gone once the lead's delete returned).
+    children_deleted: u64,
     /// Handoffs: transfers taken, transfers not taken (not the first of their turn), refused at the limit.
     handoffs: u64,
     transfers_not_taken: u64,
@@ -354,6 +358,7 @@ impl WaitCounts {
         self.team_calls += o.team_calls;
         self.team_results += o.team_results;
         self.team_pauses += o.team_pauses;
+        self.children_deleted += o.children_deleted;
         self.handoffs += o.handoffs;
         self.transfers_not_taken += o.transfers_not_taken;
         self.handoff_limits += o.handoff_limits;
@@ -558,6 +563,17 @@ impl World {
                 .deletes
                 .get(run_id)
                 .is_some_and(|ds| ds.iter().any(|(start, end)| *end >= prev.at && *start <= now));
+            // A child run goes with its lead: deleted with it (`Agent::delete`), or when next executed once its
+            // lead is gone (a lead deleted, or replaced by its diagnosis fork), at any time after that.
+            let leads: Vec<&str> = std::iter::successors(subagent_parent(run_id).map(|(p, _)| p), |id| {
+                subagent_parent(id).map(|(p, _)| p)
+            })
+            .collect();
+            let lead_gone = leads.iter().any(|lead| {
+                log.deletes.get(*lead).is_some_and(|ds| ds.iter().any(|(start, _)| *start <= now))
+                    || log.seen.contains_key(&format!("{lead}.heal"))
+            });
+            let deleted = deleted || lead_gone;
             let healed = run_id.ends_with(".heal") || log.seen.contains_key(&format!("{run_id}.heal"));
             match &seen {
                 None if !deleted && !healed => log.violations.push(format!(
@@ -1133,9 +1149,21 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
             agent.run_once(DELIVERIES[*delivery], format!("task {task}"), opts()).await.map(|_| ())
         }
         Op::Delete { run } => {
+            // The lead's child runs, and theirs, that exist before the delete.
+            let tree: Vec<String> =
+                with_children(&w, RUNS[*run]).into_iter().filter(|id| w.read(id).is_some()).collect();
             let r = agent.delete(RUNS[*run]).await;
             w.log.borrow_mut().deletes.entry(RUNS[*run].into()).or_default().push((started, w.now()));
             touched.push(RUNS[*run].into());
+            if r.is_ok() {
+                // Gone with their lead: none of them is left once its delete returned.
+                for child in tree.iter().filter(|id| id.as_str() != RUNS[*run]) {
+                    if w.read(child).is_some() {
+                        w.violation(format!("{child}: left behind by the delete of its lead {}", RUNS[*run]));
+                    }
+                    w.log.borrow_mut().waits.children_deleted += 1;
+                }
+            }
             r
         }
         Op::Sweep { diagnosis } => sweep(&w, &agent, *diagnosis).await,
@@ -1705,6 +1733,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         team_calls,
         team_results,
         team_pauses,
+        children_deleted,
         handoffs,
         transfers_not_taken,
         handoff_limits,
@@ -1719,7 +1748,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
     );
     println!(
         "sub-agents: calls {team_calls}, results read from a finished child {team_results}, leads paused on a \
-         paused child {team_pauses}"
+         paused child {team_pauses}, children deleted with their lead {children_deleted}"
     );
     println!(
         "handoffs: transfers taken {handoffs}, not taken (not the first of their turn) {transfers_not_taken}, \
@@ -1740,6 +1769,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("sub-agent calls", team_calls),
             ("sub-agent results", team_results),
             ("leads paused on a child", team_pauses),
+            ("children deleted with their lead", children_deleted),
             ("handoffs", handoffs),
             ("transfers not taken", transfers_not_taken),
             ("handoffs refused at the limit", handoff_limits),

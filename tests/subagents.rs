@@ -697,3 +697,61 @@ fn a_leads_view_shows_what_its_unreturned_children_spent_so_far_and_none_once_th
         assert_eq!(view["children"][0]["usage"], serde_json::to_value(child.total_usage).unwrap(), "{name}");
     }
 }
+
+#[test]
+fn deleting_a_lead_deletes_its_child_runs_at_every_depth_and_a_new_send_starts_over() {
+    for (name, make) in stores() {
+        let env = make();
+        let a = three_levels(&env, "bottom reached").build().unwrap();
+        assert_eq!(
+            block_on(a.send("deep", "go", SendOptions::default())).unwrap().text,
+            "lead: planner: bottom reached"
+        );
+        let (_, planner_id) = called_child(&env, "deep", "planner");
+        let (_, deeper_id) = called_child(&env, &planner_id, "deeper");
+        block_on(a.delete("deep")).unwrap();
+        for id in ["deep", planner_id.as_str(), deeper_id.as_str()] {
+            assert!(block_on(env.store.load(id)).unwrap().is_none(), "{name}: {id} went with its lead");
+        }
+        // A new run under the same id starts over, with children of its own (another key scope: other ids).
+        let r = block_on(a.send("deep", "go", SendOptions::default())).unwrap();
+        assert_eq!(r.text, "lead: planner: bottom reached", "{name}");
+        let (_, again) = called_child(&env, "deep", "planner");
+        assert_ne!(again, planner_id, "{name}");
+    }
+}
+
+#[test]
+fn a_child_whose_lead_is_gone_goes_with_it_when_next_executed_and_nothing_of_it_runs() {
+    for (name, make) in stores() {
+        let env = make();
+        let runs = Runs::default();
+        let a = lead(&env, &runs, true, 17);
+        let paused = block_on(a.send("trip", "plan it", SendOptions::default())).unwrap();
+        assert_eq!(paused.status, RunStatus::AwaitingApproval, "{name}");
+        let child = child_of(&env, "trip");
+        let approval = child.approval_ids[0].clone();
+        // A delete cut short after its first step: the lead is gone, its child is not.
+        block_on(a.runs().delete("trip")).unwrap();
+        assert!(block_on(env.store.load(&child.run_id)).unwrap().is_some(), "{name}");
+        // A decision on the child's approval: refused, and the child goes; its call never runs.
+        let e = block_on(a.approvals().resolve(Resolve { id: approval.clone(), approved: true, ..Default::default() }))
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::CheckpointNotFound, "{name}: {e:?}");
+        assert!(e.message.contains("which was deleted"), "{name}: {}", e.message);
+        assert!(block_on(env.store.load(&child.run_id)).unwrap().is_none(), "{name}: the child went with its lead");
+        assert!(block_on(env.store.get_approval(&approval)).unwrap().is_none(), "{name}: and its approval record");
+        assert!(runs.0.borrow().is_empty(), "{name}: nothing of the child ran");
+
+        // The same through a resume (the sweep's way in): nothing to resume, and the child goes.
+        let env = make();
+        let a = lead(&env, &runs, true, 18);
+        block_on(a.send("trip", "plan it", SendOptions::default())).unwrap();
+        let child = child_of(&env, "trip");
+        block_on(a.runs().delete("trip")).unwrap();
+        let r = block_on(a.resume(&child.run_id, SendOptions::default())).unwrap();
+        assert!(r.is_none(), "{name}: nothing to resume");
+        assert!(block_on(env.store.load(&child.run_id)).unwrap().is_none(), "{name}");
+        assert!(runs.0.borrow().is_empty(), "{name}");
+    }
+}

@@ -460,9 +460,14 @@ impl Agent {
         Runs::new(self.deps.store.clone())
     }
 
-    /// Deletes a run (its checkpoint, history and lease). A later send starts it over.
+    /// Deletes a run (its checkpoint, history and lease) and the child runs its sub-agent calls started, theirs
+    /// too: a child run belongs to its lead (its id is derived from the lead's; nothing else reaches it). The lead
+    /// goes first, so a delete cut short leaves children without their lead, never a lead without the children it
+    /// would otherwise start over; such a child deletes itself when it is next executed (a sweep, a resume). A
+    /// later send starts the run over.
     pub async fn delete(&self, run_id: &str) -> Result<()> {
-        self.runs().delete(run_id).await
+        validate_run_id(run_id)?;
+        self.deps.delete_tree(run_id).await
     }
 
     /// The run's current checkpoint.
@@ -494,6 +499,13 @@ impl Agent {
         validate_run_id(run_id)?;
         let deps = self.deps.for_run_or_err(run_id)?;
         let before = deps.store.counters();
+        if self.deps.gone_with_lead(run_id).await? {
+            // A child run whose lead was deleted: it went with its lead, and nothing of it runs.
+            return match start {
+                Start::Resume | Start::Drain => Ok(None),
+                _ => Err(lead_gone(run_id)),
+            };
+        }
         // Refusals that need no lease (and so write nothing).
         let pre = deps.store.load(run_id).await?;
         match (&pre, &start) {
@@ -539,6 +551,13 @@ impl Agent {
         self.deps.after_execution(run_id, opts).await?;
         Ok(Some((report, steered)))
     }
+}
+
+/// The refusal of a child run whose lead was deleted ([`Deps::gone_with_lead`]).
+pub(crate) fn lead_gone(run_id: &str) -> Error {
+    let lead = crate::core::ids::subagent_parent(run_id).map_or("", |(lead, _)| lead);
+    Error::new(ErrorCode::CheckpointNotFound, format!("run '{run_id}' was a child of run '{lead}', which was deleted"))
+        .with_run(run_id)
 }
 
 /// A new turn's run exists already: another send of the session created it meanwhile (retry: the session then

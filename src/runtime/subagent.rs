@@ -342,7 +342,14 @@ impl Agent {
     /// The child runs of run `cp`'s sub-agent calls, in call order (calls of a sub-agent its agent no longer
     /// declares included: their ids tell).
     pub async fn children(&self, cp: &Checkpoint) -> Result<Vec<ChildRun>> {
-        let Some(deps) = self.deps.for_run(&cp.run_id) else { return Ok(Vec::new()) };
+        self.deps.children(cp).await
+    }
+}
+
+impl Deps {
+    /// [`Agent::children`] (this agent is the top of the tree).
+    async fn children(&self, cp: &Checkpoint) -> Result<Vec<ChildRun>> {
+        let Some(deps) = self.for_run(&cp.run_id) else { return Ok(Vec::new()) };
         let mut out = Vec::new();
         for call in cp.messages.iter().flat_map(|m| m.tool_calls()) {
             if deps.subagent(&call.name).is_none() {
@@ -350,10 +357,40 @@ impl Agent {
             }
             let Some(key) = cp.call_key(&call.id) else { continue };
             let Ok(run_id) = subagent_run_id(&cp.run_id, &call.name, &key) else { continue };
-            let child = self.deps.store.load(&run_id).await?;
+            let child = self.store.load(&run_id).await?;
             let (status, usage) = (child.as_ref().map(|c| c.status), child.map(|c| c.total_usage));
             out.push(ChildRun { name: call.name.clone(), tool_call_id: call.id.clone(), run_id, status, usage });
         }
         Ok(out)
+    }
+
+    /// Deletes run `run_id` and the child runs its sub-agent calls started, theirs too (see [`Agent::delete`]):
+    /// each run before its children.
+    pub(crate) async fn delete_tree(&self, run_id: &str) -> Result<()> {
+        let mut left = vec![run_id.to_string()];
+        while let Some(id) = left.pop() {
+            let children = match self.for_run(&id).is_some_and(|d| d.has_subagents()) {
+                // No read for an agent without sub-agents.
+                false => Vec::new(),
+                true => match self.store.load(&id).await? {
+                    Some(cp) => self.children(&cp).await?,
+                    None => Vec::new(),
+                },
+            };
+            self.store.delete(&id).await?;
+            left.extend(children.into_iter().filter(|c| c.status.is_some()).map(|c| c.run_id));
+        }
+        Ok(())
+    }
+
+    /// Whether `run_id` is a child run whose lead is gone: then it is deleted with its own children (a delete cut
+    /// short, or one that raced the lead's call, left it), and nothing of it may run.
+    pub(crate) async fn gone_with_lead(&self, run_id: &str) -> Result<bool> {
+        let Some((lead, _)) = subagent_parent(run_id) else { return Ok(false) };
+        if self.store.load(lead).await?.is_some() {
+            return Ok(false);
+        }
+        self.delete_tree(run_id).await?;
+        Ok(true)
     }
 }
