@@ -251,7 +251,7 @@ export interface Agent {
   fork(sessionId: string, options: ForkOptions): Promise<ForkResult>;
   /** Compares two stored runs by id (the standalone `compareTrajectories` takes checkpoints or transcripts). */
   compareTrajectories(a: string, b: string): Promise<Comparison>;
-  /** Deletes a run; a later send starts over. */
+  /** Deletes a run, and the child runs its sub-agent calls started (at every depth); a later send starts over. */
   delete(sessionId: string): Promise<void>;
   /** The run's checkpoint, or `null`. */
   load(sessionId: string): Promise<Checkpoint | null>;
