@@ -503,7 +503,7 @@ impl Agent {
             // A child run whose lead was deleted: it went with its lead, and nothing of it runs.
             return match start {
                 Start::Resume | Start::Drain => Ok(None),
-                _ => Err(lead_gone(run_id)),
+                _ => Err(Deps::lead_gone(run_id)),
             };
         }
         // Refusals that need no lease (and so write nothing).
@@ -551,13 +551,6 @@ impl Agent {
         self.deps.after_execution(run_id, opts).await?;
         Ok(Some((report, steered)))
     }
-}
-
-/// The refusal of a child run whose lead was deleted ([`Deps::gone_with_lead`]).
-pub(crate) fn lead_gone(run_id: &str) -> Error {
-    let lead = crate::core::ids::subagent_parent(run_id).map_or("", |(lead, _)| lead);
-    Error::new(ErrorCode::CheckpointNotFound, format!("run '{run_id}' was a child of run '{lead}', which was deleted"))
-        .with_run(run_id)
 }
 
 /// A new turn's run exists already: another send of the session created it meanwhile (retry: the session then

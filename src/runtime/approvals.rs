@@ -125,7 +125,7 @@ impl Approvals<'_> {
         if self.deps.gone_with_lead(&run_id).await? {
             // Ignored: the record's run is gone; a record left behind is refused again the same way.
             let _ = self.deps.store.delete_approval(&decision.id).await;
-            return Err(super::agent::lead_gone(&run_id).with_approval(&decision.id));
+            return Err(Deps::lead_gone(&run_id).with_approval(&decision.id));
         }
         match self.settle(rec, opts).await? {
             Settled::Run(res) | Settled::Waiting(res) => Ok(*res),

@@ -383,6 +383,16 @@ impl Deps {
         Ok(())
     }
 
+    /// The refusal of a child run whose lead was deleted ([`Deps::gone_with_lead`]).
+    pub(crate) fn lead_gone(run_id: &str) -> Error {
+        let lead = subagent_parent(run_id).map_or("", |(lead, _)| lead);
+        Error::new(
+            ErrorCode::CheckpointNotFound,
+            format!("run '{run_id}' was a child of run '{lead}', which was deleted"),
+        )
+        .with_run(run_id)
+    }
+
     /// Whether `run_id` is a child run whose lead is gone: then it is deleted with its own children (a delete cut
     /// short, or one that raced the lead's call, left it), and nothing of it may run.
     pub(crate) async fn gone_with_lead(&self, run_id: &str) -> Result<bool> {
