@@ -1658,7 +1658,6 @@ mod tests {
     /// settings are checked with the configuration.
     #[test]
     fn configured_sub_agents_run_as_child_runs_and_are_checked_with_the_configuration() {
-        use crate::runtime::{ManualClock, ManualSleep};
         let cfg = AgentConfig::parse(
             r#"{"model": {"provider": "mock", "script": [
                     {"toolCalls": [{"name": "research", "args": {"task": "find the answer"}}]},
@@ -1674,16 +1673,7 @@ mod tests {
             (sub.instructions.as_str(), sub.limits.max_steps, sub.demo_tools_enabled()),
             ("You research.", 7, false)
         );
-        let platform = TestPlatform { http: crate::providers::fake::FakeHttp::new(vec![]), secrets: vec![], ai: None };
-        let clock = ManualClock::new(1_000);
-        let agent = cfg
-            .agent_builder(&platform, Rc::new(NoHttp), &Vec::new)
-            .unwrap()
-            .store(crate::store::MemoryStore::new())
-            .clock(Rc::new(clock.clone()))
-            .sleep(Rc::new(ManualSleep::new(clock)))
-            .build()
-            .unwrap();
+        let agent = offline_agent(&cfg);
         let r = block_on(agent.send("r1", "go", Default::default())).unwrap();
         let results: Vec<&str> = r
             .messages
@@ -1715,11 +1705,24 @@ mod tests {
         assert!(AgentConfig::parse(&sub(r#", "subagents": [{"name": "b", "description": "y"}]"#)).is_ok());
     }
 
+    /// The configured agent over a memory store, a manual clock and no network (mock models only).
+    fn offline_agent(cfg: &AgentConfig) -> crate::runtime::Agent {
+        use crate::runtime::{ManualClock, ManualSleep};
+        let platform = TestPlatform { http: crate::providers::fake::FakeHttp::new(vec![]), secrets: vec![], ai: None };
+        let clock = ManualClock::new(1_000);
+        cfg.agent_builder(&platform, Rc::new(NoHttp), &Vec::new)
+            .unwrap()
+            .store(crate::store::MemoryStore::new())
+            .clock(Rc::new(clock.clone()))
+            .sleep(Rc::new(ManualSleep::new(clock)))
+            .build()
+            .unwrap()
+    }
+
     /// Handoffs from the configuration: the lead (named by `name`) hands the conversation to a configured agent
     /// with its own mock script and instructions; names are checked with the configuration.
     #[test]
     fn configured_handoffs_move_the_conversation_and_are_checked_with_the_configuration() {
-        use crate::runtime::{ManualClock, ManualSleep};
         let cfg = AgentConfig::parse(
             r#"{"model": {"provider": "mock", "script": [{"toolCalls": [{"name": "transfer_to_billing", "args": {}}]}]},
                 "name": "triage", "instructions": "You triage.", "maxHandoffs": 3,
@@ -1728,16 +1731,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(cfg.agent_options().max_handoffs, 3);
-        let platform = TestPlatform { http: crate::providers::fake::FakeHttp::new(vec![]), secrets: vec![], ai: None };
-        let clock = ManualClock::new(1_000);
-        let agent = cfg
-            .agent_builder(&platform, Rc::new(NoHttp), &Vec::new)
-            .unwrap()
-            .store(crate::store::MemoryStore::new())
-            .clock(Rc::new(clock.clone()))
-            .sleep(Rc::new(ManualSleep::new(clock)))
-            .build()
-            .unwrap();
+        let agent = offline_agent(&cfg);
         let r = block_on(agent.send("r1", "my invoice", Default::default())).unwrap();
         assert_eq!(r.text, "billing here");
         let cp = block_on(agent.load("r1")).unwrap().unwrap();
