@@ -563,8 +563,8 @@ impl World {
                 .deletes
                 .get(run_id)
                 .is_some_and(|ds| ds.iter().any(|(start, end)| *end >= prev.at && *start <= now));
-            // A child run goes with its lead: deleted with it (`Agent::delete`), or when next executed once its
-            // lead is gone (a lead deleted, or replaced by its diagnosis fork), at any time after that.
+            // A child run goes with its lead: deleted with it (`Agent::delete`, also when the sweep replaces a lead
+            // by its diagnosis fork), at any time after that lead's delete started.
             let leads: Vec<&str> = std::iter::successors(subagent_parent(run_id).map(|(p, _)| p), |id| {
                 subagent_parent(id).map(|(p, _)| p)
             })

@@ -480,6 +480,11 @@ fn a_child_finished_by_the_sweep_while_its_lead_is_busy_reaches_the_lead_a_minut
     }
 }
 
+/// Run `id`'s stored state.
+fn stored(env: &Env, id: &str) -> steadfast::core::checkpoint::Checkpoint {
+    block_on(env.store.load(id)).unwrap().expect("the run is stored")
+}
+
 /// The one call of a run's transcript, and the child run it started (sub-agent `sub`).
 fn called_child(env: &Env, run_id: &str, sub: &str) -> (String, String) {
     let cp = block_on(env.store.load(run_id)).unwrap().expect("the run is stored");
@@ -722,7 +727,7 @@ fn deleting_a_lead_deletes_its_child_runs_at_every_depth_and_a_new_send_starts_o
 }
 
 #[test]
-fn a_child_whose_lead_is_gone_goes_with_it_when_next_executed_and_nothing_of_it_runs() {
+fn a_child_whose_lead_is_gone_is_refused_when_next_executed_or_decided_and_nothing_of_it_runs() {
     for (name, make) in stores() {
         let env = make();
         let runs = Runs::default();
@@ -734,14 +739,18 @@ fn a_child_whose_lead_is_gone_goes_with_it_when_next_executed_and_nothing_of_it_
         // A delete cut short after its first step: the lead is gone, its child is not.
         block_on(a.runs().delete("trip")).unwrap();
         assert!(block_on(env.store.load(&child.run_id)).unwrap().is_some(), "{name}");
-        // A decision on the child's approval: refused, and the child goes; its call never runs.
+        // A decision on the child's approval: refused with nothing recorded (a miss is no proof on KV); its call
+        // never runs; deleting the child's own id removes it.
         let e = block_on(a.approvals().resolve(Resolve { id: approval.clone(), approved: true, ..Default::default() }))
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::CheckpointNotFound, "{name}: {e:?}");
-        assert!(e.message.contains("which was deleted"), "{name}: {}", e.message);
-        assert!(block_on(env.store.load(&child.run_id)).unwrap().is_none(), "{name}: the child went with its lead");
-        assert!(block_on(env.store.get_approval(&approval)).unwrap().is_none(), "{name}: and its approval record");
+        assert!(e.message.contains("which is not found"), "{name}: {}", e.message);
+        let kept = block_on(env.store.get_approval(&approval)).unwrap().expect("the record stays");
+        assert_eq!(kept.status, steadfast::core::approval::ApprovalStatus::Pending, "{name}");
+        assert_eq!(stored(&env, &child.run_id).status, RunStatus::AwaitingApproval, "{name}: unchanged");
         assert!(runs.0.borrow().is_empty(), "{name}: nothing of the child ran");
+        block_on(a.delete(&child.run_id)).unwrap();
+        assert!(block_on(env.store.load(&child.run_id)).unwrap().is_none(), "{name}");
 
         // The same through a resume (the sweep's way in): nothing to resume, and the child goes.
         let env = make();
@@ -751,7 +760,7 @@ fn a_child_whose_lead_is_gone_goes_with_it_when_next_executed_and_nothing_of_it_
         block_on(a.runs().delete("trip")).unwrap();
         let r = block_on(a.resume(&child.run_id, SendOptions::default())).unwrap();
         assert!(r.is_none(), "{name}: nothing to resume");
-        assert!(block_on(env.store.load(&child.run_id)).unwrap().is_none(), "{name}");
+        assert_eq!(stored(&env, &child.run_id).seq, child.seq, "{name}: nothing written");
         assert!(runs.0.borrow().is_empty(), "{name}");
     }
 }

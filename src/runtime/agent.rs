@@ -463,8 +463,8 @@ impl Agent {
     /// Deletes a run (its checkpoint, history and lease) and the child runs its sub-agent calls started, theirs
     /// too: a child run belongs to its lead (its id is derived from the lead's; nothing else reaches it). The lead
     /// goes first, so a delete cut short leaves children without their lead, never a lead without the children it
-    /// would otherwise start over; such a child deletes itself when it is next executed (a sweep, a resume). A
-    /// later send starts the run over.
+    /// would otherwise start over; such a child never runs again (an execution or a decision finds its lead gone
+    /// and refuses) and is removed by deleting its own id. A later send starts the run over.
     pub async fn delete(&self, run_id: &str) -> Result<()> {
         validate_run_id(run_id)?;
         self.deps.delete_tree(run_id).await
@@ -500,7 +500,7 @@ impl Agent {
         let deps = self.deps.for_run_or_err(run_id)?;
         let before = deps.store.counters();
         if self.deps.gone_with_lead(run_id).await? {
-            // A child run whose lead was deleted: it went with its lead, and nothing of it runs.
+            // A child run whose lead is not found: nothing of it runs.
             return match start {
                 Start::Resume | Start::Drain => Ok(None),
                 _ => Err(Deps::lead_gone(run_id)),

@@ -123,8 +123,7 @@ impl Approvals<'_> {
         };
         let run_id = rec.run_id.clone();
         if self.deps.gone_with_lead(&run_id).await? {
-            // Ignored: the record's run is gone; a record left behind is refused again the same way.
-            let _ = self.deps.store.delete_approval(&decision.id).await;
+            // Nothing recorded: the record stays pending (a lead not yet visible here is found a minute later).
             return Err(Deps::lead_gone(&run_id).with_approval(&decision.id));
         }
         match self.settle(rec, opts).await? {

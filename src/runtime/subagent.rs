@@ -383,24 +383,25 @@ impl Deps {
         Ok(())
     }
 
-    /// The refusal of a child run whose lead was deleted ([`Deps::gone_with_lead`]).
+    /// The refusal of a child run whose lead is not found ([`Deps::gone_with_lead`]).
     pub(crate) fn lead_gone(run_id: &str) -> Error {
         let lead = subagent_parent(run_id).map_or("", |(lead, _)| lead);
         Error::new(
             ErrorCode::CheckpointNotFound,
-            format!("run '{run_id}' was a child of run '{lead}', which was deleted"),
+            format!(
+                "run '{run_id}' is a child of run '{lead}', which is not found (deleted; on Workers KV possibly not \
+                 visible here yet: try again in a minute); delete '{run_id}' to remove it"
+            ),
         )
         .with_run(run_id)
     }
 
-    /// Whether `run_id` is a child run whose lead is gone: then it is deleted with its own children (a delete cut
-    /// short, or one that raced the lead's call, left it), and nothing of it may run.
+    /// Whether `run_id` is a child run whose lead is not found (a delete cut short, or one that raced the lead's
+    /// call, left it): nothing of it may run. It is not deleted here: on Workers KV a location may still serve a
+    /// cached miss for a lead created within the last minute, and a miss is no proof; the lead's own delete
+    /// removes its children, and a left one is removed by deleting its id.
     pub(crate) async fn gone_with_lead(&self, run_id: &str) -> Result<bool> {
         let Some((lead, _)) = subagent_parent(run_id) else { return Ok(false) };
-        if self.store.load(lead).await?.is_some() {
-            return Ok(false);
-        }
-        self.delete_tree(run_id).await?;
-        Ok(true)
+        Ok(self.store.load(lead).await?.is_none())
     }
 }
