@@ -22,6 +22,7 @@ use std::rc::Rc;
 
 use super::options::{AgentOptions, SendOptions};
 use super::result::RunResult;
+use super::subagent::SubagentOptions;
 
 /// Input for `send`: text, one message or several.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -59,6 +60,7 @@ struct SubagentDecl {
     name: String,
     description: String,
     builder: AgentBuilder,
+    opts: SubagentOptions,
 }
 
 /// Builds an [`Agent`].
@@ -79,6 +81,8 @@ pub struct AgentBuilder {
     /// The agents its runs may hand the conversation to, and this agent's own name among them.
     handoffs: Vec<SubagentDecl>,
     name: String,
+    /// How its lead's calls run it, when this agent is a sub-agent.
+    child_opts: SubagentOptions,
 }
 
 impl AgentBuilder {
@@ -100,8 +104,21 @@ impl AgentBuilder {
     /// drift-checked under this agent's `onAgentDrift` (each paused level when it resumes; the top agent's
     /// policy holds for the whole tree), whatever its own options say. Resolve its approvals, deliver its events
     /// and resume its runs through this agent: it owns the whole tree.
-    pub fn subagent(mut self, name: impl Into<String>, description: impl Into<String>, agent: AgentBuilder) -> Self {
-        self.subagents.push(SubagentDecl { name: name.into(), description: description.into(), builder: agent });
+    pub fn subagent(self, name: impl Into<String>, description: impl Into<String>, agent: AgentBuilder) -> Self {
+        self.subagent_with(name, description, agent, SubagentOptions::default())
+    }
+
+    /// [`AgentBuilder::subagent`] with options: a detached sub-agent's call answers at once and its child runs
+    /// apart from the lead (see [`SubagentOptions`]).
+    pub fn subagent_with(
+        mut self,
+        name: impl Into<String>,
+        description: impl Into<String>,
+        agent: AgentBuilder,
+        opts: SubagentOptions,
+    ) -> Self {
+        let (name, description) = (name.into(), description.into());
+        self.subagents.push(SubagentDecl { name, description, builder: agent, opts });
         self
     }
 
@@ -119,7 +136,8 @@ impl AgentBuilder {
     /// system message). Limits, policies, hooks, store and clock stay this agent's; `agent` may declare tools and
     /// sub-agents, not handoffs of its own. At most `maxHandoffs` ([`AgentOptions::max_handoffs`]) per run.
     pub fn handoff(mut self, name: impl Into<String>, description: impl Into<String>, agent: AgentBuilder) -> Self {
-        self.handoffs.push(SubagentDecl { name: name.into(), description: description.into(), builder: agent });
+        let opts = SubagentOptions::default();
+        self.handoffs.push(SubagentDecl { name: name.into(), description: description.into(), builder: agent, opts });
         self
     }
 
@@ -222,6 +240,20 @@ impl AgentBuilder {
             b.warn = b.warn.or_else(|| self.warn.clone());
             b.observer = b.observer.or_else(|| self.observer.clone());
             b.options.on_agent_drift = self.options.on_agent_drift;
+            if decl.opts.abandon && !decl.opts.detached {
+                return Err(cfg(format!(
+                    "sub-agent '{}': only a detached sub-agent's child may be abandoned",
+                    decl.name
+                )));
+            }
+            if decl.opts.detached && self.options.steer_poll_ms.is_none() {
+                return Err(cfg(format!(
+                    "sub-agent '{}' is detached: its result comes to the lead as a queued message, which needs \
+                     steering on (steerPollMs)",
+                    decl.name
+                )));
+            }
+            b.child_opts = decl.opts;
             let child = b.build_at(level + 1, max_depth)?;
             if !Rc::ptr_eq(&child.deps.store, &store) {
                 return Err(cfg(format!("sub-agent '{}' must use its lead's store", decl.name)));
@@ -300,6 +332,7 @@ impl AgentBuilder {
                 subagents,
                 team_name: self.name,
                 handoffs,
+                child_opts: self.child_opts,
             }),
         })
     }
@@ -402,6 +435,7 @@ impl Agent {
             max_subagent_depth: super::options::DEFAULT_MAX_SUBAGENT_DEPTH,
             handoffs: Vec::new(),
             name: "lead".into(),
+            child_opts: SubagentOptions::default(),
         }
     }
 

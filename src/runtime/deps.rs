@@ -56,6 +56,8 @@ pub(crate) struct Deps {
     pub(crate) team_name: String,
     /// The agents its runs may hand the conversation to, by name (see [`super::handoff`]).
     pub(crate) handoffs: Vec<(String, Rc<Deps>)>,
+    /// How its lead's calls run this agent, when it is a sub-agent (attached by default).
+    pub(crate) child_opts: super::subagent::SubagentOptions,
 }
 
 impl Deps {

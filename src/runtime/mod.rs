@@ -61,7 +61,7 @@ pub use recovery::{
 pub use result::{QueuedSend, RunResult, RunStats};
 pub use schedules::{DueFire, FireCall, ScheduleOutcome, ScheduleStatus};
 pub use session::{NextExecution, Session, SessionFork, SessionForkOptions, SessionTurn, HINT_LAG as SESSION_HINT_LAG};
-pub use subagent::ChildRun;
+pub use subagent::{ChildRun, SubagentOptions};
 pub use tools::FnTool;
 pub use traits::{
     AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,

@@ -11,6 +11,17 @@
 //!   lead's wait, which resumes the lead: one request. Whichever of the two ends last does the delivery: the
 //!   child's execution when it finishes ([`Deps::after_execution`]: "deliver up"), or the lead's when it pauses
 //!   on a child that finished meanwhile ("deliver down").
+//! * A **detached** sub-agent ([`SubagentOptions::detached`]) answers its call at once with the child's id
+//!   (`{"started": …}`) and the lead goes on: its child is written as a new run that has not run yet, and the
+//!   recovery sweep (the cron tick in both modes; the Rust library's `sweep`) executes it like any interrupted
+//!   run. When it finishes, its final text comes to the lead as a queued message ([`crate::core::steer`]) whose
+//!   id is derived from the child's: the lead applies it once, at its next boundary while it runs, after its
+//!   pause, or — when it has finished — the sweep continues it with the message. The call writes an *outbox*
+//!   entry (a due-index entry naming the child) before it creates the child, kept until the lead has applied
+//!   the result: so a crash between the child's end and the message, or a message its lead's last queue read
+//!   missed, loses nothing — the sweep takes the entry up and delivers again (the message's id makes a repeat
+//!   a no-op) or looks later. On the lead's delete a detached child is deleted with it, or runs
+//!   on when its sub-agent says `abandon` (its result then has no lead to go to).
 //! * The depth of the tree is bounded (the lead's `AgentBuilder::max_subagent_depth`, default 3): a call
 //!   that would go deeper answers with a `STEADFAST_SUBAGENT_DEPTH` error the model reads.
 
@@ -23,8 +34,10 @@ use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::ids::{subagent_parent, subagent_path, subagent_run_id};
 use crate::core::machine::Start;
+use crate::core::steer::{QueuedMessage, DUE_AFTER_MS, MESSAGE_ID_PREFIX};
 use crate::core::transcript::Message;
 use crate::core::wait::WaitRequest;
+use crate::store::DueWait;
 use async_trait::async_trait;
 use futures::future::LocalBoxFuture;
 use futures::FutureExt;
@@ -45,6 +58,35 @@ impl Agent {
     }
 }
 
+/// How a lead's calls run a sub-agent ([`crate::runtime::AgentBuilder::subagent_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SubagentOptions {
+    /// The call answers at once (`{"started": "<child run id>"}`) and the lead goes on; the child runs apart
+    /// (the recovery sweep executes it) and its final text comes to the lead as a queued message, applied once
+    /// — also to a lead that finished meanwhile, which continues with it. Needs the lead's steering on.
+    pub detached: bool,
+    /// A detached child runs on when its lead is deleted (default: it is deleted with it).
+    pub abandon: bool,
+}
+
+/// The due-index entry of a detached child's outbox (its run id is the child's): written before the child is,
+/// taken up by the sweep ([`Deps::detached_due`]).
+pub(crate) const DETACHED_DUE: &str = "detached";
+
+/// When a detached child's outbox entry comes due after it was written (longer than Workers KV's minute of
+/// cached reads, so the sweep does not take the child for missing when it reads it).
+const OUTBOX_AFTER_MS: u64 = 2 * DUE_AFTER_MS;
+
+/// Longest final text a detached child's message carries (characters; the rest is read from the child run).
+const MAX_DELIVERED_CHARS: usize = 32_000;
+
+/// The id of the message that brings detached child `child_id`'s result to its lead (the same for every
+/// delivery of it: the lead applies one).
+pub(crate) fn detached_message_id(child_id: &str) -> String {
+    let hash = crate::core::fingerprint::sha256_hex(child_id.as_bytes());
+    format!("{MESSAGE_ID_PREFIX}sub{}", &hash[..32])
+}
+
 /// The lead's tool for one sub-agent.
 pub(crate) struct SubagentTool {
     name: String,
@@ -52,6 +94,30 @@ pub(crate) struct SubagentTool {
     schema: Value,
     child: Agent,
     max_depth: usize,
+}
+
+impl SubagentTool {
+    /// A detached call: the child is written as a run that has not started (its outbox entry first), unless a
+    /// run of the call did so before; the answer names it.
+    async fn start_detached(&self, child_id: &str, task: &str) -> std::result::Result<ToolOutput, ToolError> {
+        let deps = &self.child.deps;
+        let started = ToolOutput::json(json!({"started": child_id, "subagent": self.name, "detached": true}));
+        if deps.store.load(child_id).await.map_err(ToolError::Propagate)?.is_some() {
+            return Ok(started);
+        }
+        let outbox =
+            DueWait { at: deps.now() + OUTBOX_AFTER_MS, wait_id: DETACHED_DUE.into(), run_id: child_id.into() };
+        deps.store.put_due(&outbox).await.map_err(ToolError::Propagate)?;
+        let cfg = deps.machine_config(child_id, &SendOptions::default());
+        let start = Start::Send(vec![Message::user(task)]);
+        let cp = crate::core::machine::RunMachine::start(cfg, None, start, deps.now()).map_err(child_failed)?;
+        match self.child.write_new_run(child_id, cp.checkpoint().clone()).await {
+            // Another execution of the same call wrote it first.
+            Err(e) if e.code == ErrorCode::SessionExists => Ok(started),
+            Err(e) => Err(ToolError::Propagate(e)),
+            Ok(_) => Ok(started),
+        }
+    }
 }
 
 impl SubagentTool {
@@ -114,6 +180,9 @@ impl ChildCall for SubagentTool {
                     self.name, self.max_depth
                 ),
             )));
+        }
+        if self.child.deps.child_opts.detached {
+            return self.start_detached(&child_id, task).await;
         }
         let stored = self.child.deps.store.load(&child_id).await.map_err(ToolError::Propagate)?;
         let ran = match stored {
@@ -218,6 +287,9 @@ impl Deps {
     /// Delivers finished child `child`'s result to its parent, when the parent waits on it.
     async fn deliver_up(&self, child: &Checkpoint, opts: &SendOptions) -> Result<()> {
         let Some((parent_id, name)) = subagent_parent(&child.run_id) else { return Ok(()) };
+        if self.for_run(&child.run_id).is_some_and(|d| d.child_opts.detached) {
+            return self.deliver_detached(child).await.map(|_| ());
+        }
         if self.for_run(parent_id).is_none() {
             // Above this agent: the parent's own execution (the sub-agent's call) reads the child's result.
             return Ok(());
@@ -260,7 +332,7 @@ impl Deps {
         let Some(deps) = self.for_run(&parent.run_id) else { return Ok(()) };
         let Some(last) = parent.messages.iter().rev().find(|m| !m.tool_calls().is_empty()) else { return Ok(()) };
         for call in last.tool_calls() {
-            if deps.subagent(&call.name).is_none() {
+            if deps.subagent(&call.name).is_none_or(|d| d.child_opts.detached) {
                 continue;
             }
             let Some(key) = parent.call_key(&call.id) else { continue };
@@ -296,6 +368,40 @@ impl Deps {
                 Err(e)
             }
         }
+    }
+}
+
+impl Deps {
+    /// Queues finished detached child `child`'s result for its lead (see the module docs). `Ok(true)` when there
+    /// is nothing (more) to do: the lead applied it, or is gone. The message's due entry is due now: the sweep's
+    /// next look continues a lead that finished (a running or paused one reads its queue itself).
+    pub(crate) async fn deliver_detached(&self, child: &Checkpoint) -> Result<bool> {
+        let Some((lead_id, name)) = subagent_parent(&child.run_id) else { return Ok(true) };
+        let Some(lead) = self.store.load(lead_id).await? else { return Ok(true) };
+        let id = detached_message_id(&child.run_id);
+        if lead.steered.contains(&id) {
+            return Ok(true);
+        }
+        let text = crate::core::error::cap_chars(&child.last_text(), MAX_DELIVERED_CHARS);
+        let text = format!("Sub-agent '{name}' finished (run {}):\n{text}", child.run_id);
+        let msg = QueuedMessage::new(&lead, id, child.saved_at, vec![Message::user(text)], false)?;
+        self.store.put_due(&DueWait { at: self.now(), wait_id: msg.id.clone(), run_id: lead_id.into() }).await?;
+        self.store.put_queued(&msg).await?;
+        Ok(false)
+    }
+
+    /// The sweep's take-up of a detached child's outbox entry: done with once the child is gone or its lead
+    /// applied its result (or is gone); otherwise a finished child's result is queued (again, if its own
+    /// execution did: the lead applies it once) and the entry moves on, further the longer the child has not
+    /// moved (a minute to an hour). `Ok(())`: this entry can go.
+    pub(crate) async fn detached_due(&self, entry: &DueWait) -> Result<()> {
+        let Some(child) = self.store.load(&entry.run_id).await? else { return Ok(()) };
+        if child.status == RunStatus::Finished && self.deliver_detached(&child).await? {
+            return Ok(());
+        }
+        let now = self.now();
+        let later = now.saturating_sub(child.saved_at).clamp(DUE_AFTER_MS, 60 * DUE_AFTER_MS);
+        self.store.put_due(&DueWait { at: now + later, ..entry.clone() }).await
     }
 }
 
@@ -378,7 +484,9 @@ impl Deps {
                 },
             };
             self.store.delete(&id).await?;
-            left.extend(children.into_iter().filter(|c| c.status.is_some()).map(|c| c.run_id));
+            // An abandoned detached child runs on.
+            let abandoned = |c: &ChildRun| self.for_run(&c.run_id).is_some_and(|d| d.child_opts.abandon);
+            left.extend(children.into_iter().filter(|c| c.status.is_some() && !abandoned(c)).map(|c| c.run_id));
         }
         Ok(())
     }
@@ -402,6 +510,10 @@ impl Deps {
     /// removes its children, and a left one is removed by deleting its id.
     pub(crate) async fn gone_with_lead(&self, run_id: &str) -> Result<bool> {
         let Some((lead, _)) = subagent_parent(run_id) else { return Ok(false) };
+        if self.for_run(run_id).is_some_and(|d| d.child_opts.abandon) {
+            // Abandoned by its lead's delete: it runs on.
+            return Ok(false);
+        }
         Ok(self.store.load(lead).await?.is_none())
     }
 }

@@ -160,6 +160,18 @@ impl Agent {
                 }
                 continue;
             }
+            if entry.wait_id == super::subagent::DETACHED_DUE {
+                // A detached child's outbox: its result delivered, or looked at later.
+                match self.deps.detached_due(&entry).await {
+                    Ok(()) => {
+                        // Ignored: an entry that stays is met again next time.
+                        let _ = self.store().delete_due(&entry).await;
+                        report.dropped += 1;
+                    }
+                    Err(e) => report.failed.push((entry.run_id.clone(), e)),
+                }
+                continue;
+            }
             let rec = match self.store().get_approval(&entry.wait_id).await {
                 Ok(r) => r.filter(|r| r.run_id == entry.run_id),
                 Err(e) => {
