@@ -83,8 +83,9 @@ use steadfast::core::sweep::SweepOptions;
 use steadfast::core::transcript::{validate_transcript, Message, ToolCall, Usage};
 use steadfast::core::wait::{WaitKind, WaitRequest};
 use steadfast::runtime::{
-    AbortSignal, Agent, AgentOptions, Clock, CrashPoint, FnTool, ForkOptions, Model, ModelRequest, Resolve, Rng,
-    ScheduleOutcome, SendOptions, SimExecutor, SimTime, Sleep, SplitMix64, Tool, ToolError, ToolOutput,
+    AbortSignal, Agent, AgentOptions, Clock, CrashBudget, CrashPoint, FnTool, ForkOptions, Model, ModelRequest,
+    Resolve, Rng, ScheduleOutcome, SendOptions, SimExecutor, SimTime, Sleep, SplitMix64, SubagentOptions, Tool,
+    ToolError, ToolOutput,
 };
 use steadfast::store::kv::KvBackend;
 use steadfast::store::object::{LocalObjects, ObjectStore};
@@ -132,6 +133,10 @@ enum Op {
         task: u32,
     },
     Resume {
+        run: usize,
+    },
+    /// Resume an unfinished child of a detached sub-agent call, picked by `run` (as the sweep or a user would).
+    ResumeChild {
         run: usize,
     },
     /// Decide the `pick`-th pending approval (modulo how many there are).
@@ -226,6 +231,8 @@ impl Program {
             let task = pick(1_000) as u32;
             let op = match pick(100) {
                 0..=21 => Op::Send { run, task },
+                // One resume in four goes to a detached child of the run (chosen from the task's number).
+                22..=31 if task % 2 == 1 => Op::ResumeChild { run },
                 22..=31 => Op::Resume { run },
                 32..=41 if pick(2) == 0 => Op::Answer { pick: pick(8) as u32, choice: pick(3) as u8 },
                 32..=41 => Op::Decide { pick: pick(8) as u32, approve: pick(3) != 0 },
@@ -338,6 +345,11 @@ struct WaitCounts {
     team_pauses: u64,
     /// Child runs deleted with their lead (each checked gone once the lead's delete returned).
     children_deleted: u64,
+    /// Detached sub-agent `bg`: calls answered "started", children whose result the lead applied, children
+    /// abandoned by a lead's delete (still there once it returned).
+    bg_calls: u64,
+    bg_delivered: u64,
+    bg_abandoned: u64,
     /// Handoffs: transfers taken, transfers not taken (not the first of their turn), refused at the limit.
     handoffs: u64,
     transfers_not_taken: u64,
@@ -362,6 +374,9 @@ impl WaitCounts {
         self.handoffs += o.handoffs;
         self.transfers_not_taken += o.transfers_not_taken;
         self.handoff_limits += o.handoff_limits;
+        self.bg_calls += o.bg_calls;
+        self.bg_delivered += o.bg_delivered;
+        self.bg_abandoned += o.bg_abandoned;
     }
 }
 
@@ -540,11 +555,12 @@ impl World {
             if let Some(why) = handoff_violation(cp) {
                 self.violation(format!("{run_id} at {}: {why}", now - T0));
             }
-            // A queued message is applied at most once.
+            // A queued message is applied at most once; so is a detached child's result.
             let mut steers = BTreeSet::new();
             for m in cp.messages.iter().chain(&cp.queued_input) {
                 if let Message::User { content } = m {
-                    if content.starts_with("steer ") && !steers.insert(content.clone()) {
+                    let once = content.starts_with("steer ") || content.starts_with("Sub-agent 'bg' finished");
+                    if once && !steers.insert(content.clone()) {
                         self.violation(format!("{run_id} at {}: '{content}' was applied twice", now - T0));
                     }
                 }
@@ -717,6 +733,8 @@ impl Model for CheckerModel {
                     75..=81 => "checked",
                     82..=85 => "ask",
                     86..=90 => "hook",
+                    // A detached sub-agent of the lead (its result comes as a queued message).
+                    91..=94 | 99 if self.agent == "lead" => "bg",
                     91..=94 => "nap",
                     // A sub-agent (two levels: the lead's team has a team of its own).
                     95..=98 if subagent_path(request.run_id).len() < TEAM_DEPTH => "team",
@@ -734,7 +752,7 @@ impl Model for CheckerModel {
                 };
                 let id = if token % 2 == 0 { String::new() } else { format!("call_{assistants}_{i}") };
                 let mut args = json!({"t": token, "i": i, "size": size});
-                if name == "team" {
+                if name == "team" || name == "bg" {
                     args["task"] = json!(format!("task {} (delegated)", (token * 7 + i as u64) % 1_000));
                 }
                 ToolCall { id, name: name.into(), args, invalid: None }
@@ -1033,7 +1051,11 @@ impl World {
         }
         // The lead hands its conversation to `desk` and back (handoffs; `desk` has the same tools, no sub-agent).
         let desk = level("desk", None).instructions("You are desk.");
+        // A detached sub-agent: abandoned on its lead's delete in odd programs, deleted with it in even ones.
+        let bg = level("bg", None).instructions("You are bg.");
+        let detached = SubagentOptions { detached: true, abandon: self.program.seed % 2 == 1 };
         level("lead", team)
+            .subagent_with("bg", "works in the background", bg, detached)
             .instructions("You are lead.")
             .handoff("desk", "takes the conversation over", desk)
             .store_rc(store)
@@ -1094,6 +1116,22 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
             touched.push(RUNS[*run].into());
             agent.resume(RUNS[*run], opts()).await.map(|_| ())
         }
+        Op::ResumeChild { run } => {
+            // Any unfinished detached child (of any run the program made), picked by `run`.
+            let children: Vec<String> = all_ids(&w)
+                .into_iter()
+                .filter(|id| subagent_parent(id).is_some_and(|(_, name)| name == "bg"))
+                .filter(|id| w.read(id).is_some_and(|cp| cp.status != RunStatus::Finished))
+                .collect();
+            match children.get(*run % children.len().max(1)) {
+                None => Ok(()),
+                Some(child) => {
+                    touched.push(child.clone());
+                    touched.extend(subagent_parent(child).map(|(lead, _)| lead.to_string()));
+                    agent.resume(child, opts()).await.map(|_| ())
+                }
+            }
+        }
         Op::Decide { pick, approve } => match agent.approvals().list().await {
             Ok(list) if !list.iter().any(|r| r.kind == WaitKind::Approval) => Ok(()),
             Ok(list) => {
@@ -1151,7 +1189,14 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
         Op::Delete { run } => {
             // The lead's child runs, and theirs, that exist before the delete.
             let tree: Vec<String> =
-                with_children(&w, RUNS[*run]).into_iter().filter(|id| w.read(id).is_some()).collect();
+                with_children(&w, RUNS[*run], false).into_iter().filter(|id| w.read(id).is_some()).collect();
+            // Detached children its sub-agent abandons run on (odd programs).
+            let abandoned: Vec<String> = match (w.program.seed % 2, w.read(RUNS[*run])) {
+                (1, Some(cp)) => {
+                    calls_of(&cp, "bg").into_iter().map(|(_, c)| c).filter(|c| w.read(c).is_some()).collect()
+                }
+                _ => Vec::new(),
+            };
             let r = agent.delete(RUNS[*run]).await;
             w.log.borrow_mut().deletes.entry(RUNS[*run].into()).or_default().push((started, w.now()));
             touched.push(RUNS[*run].into());
@@ -1163,10 +1208,16 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
                     }
                     w.log.borrow_mut().waits.children_deleted += 1;
                 }
+                for child in &abandoned {
+                    if w.read(child).is_none() {
+                        w.violation(format!("{child}: abandoned by its sub-agent, but deleted with its lead"));
+                    }
+                    w.log.borrow_mut().waits.bg_abandoned += 1;
+                }
             }
             r
         }
-        Op::Sweep { diagnosis } => sweep(&w, &agent, *diagnosis).await,
+        Op::Sweep { diagnosis } => sweep_crashing(&w, &agent, *diagnosis, opts().crash).await,
         Op::Answer { pick, choice } => match agent.approvals().list().await {
             Ok(list) => {
                 let asked: Vec<_> = list.into_iter().filter(|r| r.kind == WaitKind::Question).collect();
@@ -1281,20 +1332,25 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
         Err(e) => w.violation(format!("step {index} {:?} failed: {} {}", step.op, e.code, e.message)),
     }
     for id in touched {
-        for id in with_children(&w, &id) {
+        for id in with_children(&w, &id, true) {
             w.observe(&id);
             w.observe(&format!("{id}.heal"));
         }
     }
 }
 
-/// `run_id` and the child runs of its `team` calls, and theirs (as far as they exist).
-fn with_children(w: &World, run_id: &str) -> Vec<String> {
+/// `run_id` and the child runs of its `team` calls and its `bg` calls (those abandoned on a delete only with
+/// `abandoned`), and theirs (as far as they exist).
+fn with_children(w: &World, run_id: &str, abandoned: bool) -> Vec<String> {
     let mut ids = vec![run_id.to_string()];
     let mut i = 0;
+    let bg = abandoned || w.program.seed % 2 == 0;
     while i < ids.len() {
         if let Some(cp) = w.read(&ids[i]) {
             ids.extend(team_calls(&cp).into_iter().map(|(_, child)| child));
+            if bg {
+                ids.extend(calls_of(&cp, "bg").into_iter().map(|(_, child)| child));
+            }
         }
         i += 1;
     }
@@ -1303,27 +1359,45 @@ fn with_children(w: &World, run_id: &str) -> Vec<String> {
 
 /// The `team` calls of a run: (call id, its child run's id).
 fn team_calls(cp: &Checkpoint) -> Vec<(String, String)> {
+    calls_of(cp, "team")
+}
+
+/// The calls of sub-agent `name` in a run: (call id, its child run's id).
+fn calls_of(cp: &Checkpoint, name: &str) -> Vec<(String, String)> {
     cp.messages
         .iter()
-        .flat_map(|m| m.tool_calls().iter().filter(|c| c.name == "team"))
+        .flat_map(|m| m.tool_calls().iter().filter(|c| c.name == name))
         .filter_map(|c| {
             let key = cp.call_key(&c.id)?;
-            Some((c.id.clone(), subagent_run_id(&cp.run_id, "team", &key).ok()?))
+            Some((c.id.clone(), subagent_run_id(&cp.run_id, name, &key).ok()?))
         })
         .collect()
 }
 
 /// One sweep tick, its operations checked against the platform's limit.
 async fn sweep(w: &World, agent: &Agent, diagnosis: bool) -> Result<()> {
-    /// Tells the trace what failed in a tick.
-    struct Traced<'a>(&'a World);
+    sweep_crashing(w, agent, diagnosis, None).await
+}
+
+/// [`sweep`], the executions it starts crashing right after their `crash`-th effect (counted across them).
+async fn sweep_crashing(w: &World, agent: &Agent, diagnosis: bool, crash: Option<CrashPoint>) -> Result<()> {
+    /// Tells the trace what failed in a tick; crashes its executions.
+    struct Traced<'a>(&'a World, Option<Rc<CrashBudget>>);
     impl steadfast::runtime::SweepListener for Traced<'_> {
         fn on_error(&self, e: &steadfast::Error, run_id: Option<&str>) -> Result<()> {
             self.0.trace(|| format!("sweep error on {run_id:?}: {} {}", e.code, e.message));
             Ok(())
         }
+        fn crash_budget(&self) -> Option<Rc<CrashBudget>> {
+            self.1.clone()
+        }
     }
-    let report = agent.sweep(&w.sweep_options(diagnosis), &Traced(w)).await?;
+    let budget = crash.map(|c| CrashBudget::new(c.after_effects, c.finish_in_flight));
+    let report = agent.sweep(&w.sweep_options(diagnosis), &Traced(w, budget.clone())).await;
+    if budget.is_some_and(|b| b.crashed()) {
+        w.log.borrow_mut().crashes += 1;
+    }
+    let report = report?;
     w.trace(|| format!("sweep: {report:?}"));
     if report.operations > 1_000 {
         w.violation(format!("a sweep tick used {} store operations (over 1,000)", report.operations));
@@ -1348,7 +1422,7 @@ fn all_ids(w: &World) -> BTreeSet<String> {
     }
     let tops: Vec<String> = ids.iter().cloned().collect();
     for id in tops {
-        ids.extend(with_children(w, &id));
+        ids.extend(with_children(w, &id, true));
     }
     ids
 }
@@ -1447,6 +1521,7 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
     }
     check_steers(&w);
     check_subagents(&w);
+    check_detached(&w);
     let mut log = w.log.borrow_mut();
     let mut found = std::mem::take(&mut log.violations);
     for (key, users) in &log.key_users {
@@ -1604,6 +1679,57 @@ fn check_subagents(w: &World) {
     }
 }
 
+/// Every detached child's result reached its lead once: after the program, a `bg` call's result (not an
+/// error) names its child; a finished child's final text is in its lead's transcript exactly once when the lead
+/// has finished since (unless the lead was deleted or healed after the call), at most once otherwise (a lead
+/// that still waits on a person, or was quarantined, applies it when it resumes).
+fn check_detached(w: &World) {
+    for id in all_ids(w) {
+        let Some(cp) = w.read(&id) else { continue };
+        for (call_id, child_id) in calls_of(&cp, "bg") {
+            let placed = cp.messages.iter().find_map(|m| match m {
+                Message::Tool(r) if r.tool_call_id == call_id => Some(r.clone()),
+                _ => None,
+            });
+            let result = placed.or_else(|| cp.held_results.iter().find(|r| r.tool_call_id == call_id).cloned());
+            let Some(r) = result.filter(|r| !r.is_error) else { continue };
+            let started: Option<Value> = serde_json::from_str(&r.content).ok();
+            let named = started.as_ref().and_then(|v| v["started"].as_str()).unwrap_or_default();
+            if named != child_id {
+                // A fork's (or a session's next turn's) copy of another run's call names that run's child: its
+                // result belongs there.
+                if !subagent_parent(named).is_some_and(|(lead, name)| name == "bg" && lead != id) {
+                    w.violation(format!("{id}: {call_id} answered {:?}, not its child {child_id}", r.content));
+                }
+                continue;
+            }
+            w.log.borrow_mut().waits.bg_calls += 1;
+            let Some(child) = w.read(&child_id).filter(|c| c.status == RunStatus::Finished) else { continue };
+            let head = format!("Sub-agent 'bg' finished (run {child_id}):\n");
+            let got: Vec<&str> = cp
+                .messages
+                .iter()
+                .filter_map(|m| match m {
+                    Message::User { content } => content.strip_prefix(&head),
+                    _ => None,
+                })
+                .collect();
+            let moved_on =
+                w.log.borrow().seen.contains_key(&format!("{id}.heal")) || w.log.borrow().deletes.contains_key(&id);
+            match got.as_slice() {
+                [text] if *text == child.last_text() => w.log.borrow_mut().waits.bg_delivered += 1,
+                [text] => w.violation(format!(
+                    "{id}: {child_id}'s result reads {text:?}, it ended with {:?}",
+                    child.last_text()
+                )),
+                [] if cp.status != RunStatus::Finished || cp.quarantined || moved_on => {}
+                [] => w.violation(format!("{id} finished without the result of its detached child {child_id}")),
+                _ => w.violation(format!("{id}: {child_id}'s result was applied {} times", got.len())),
+            }
+        }
+    }
+}
+
 /// Whether `cp`'s pause holds a resolution for call `call_id` (its wait record has an outcome).
 fn wait_resolved(w: &World, cp: &Checkpoint, call_id: &str) -> bool {
     cp.approval_ids.iter().any(|id| {
@@ -1737,6 +1863,9 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         handoffs,
         transfers_not_taken,
         handoff_limits,
+        bg_calls,
+        bg_delivered,
+        bg_abandoned,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -1751,32 +1880,13 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
          paused child {team_pauses}, children deleted with their lead {children_deleted}"
     );
     println!(
+        "detached sub-agent: calls answered started {bg_calls}, results applied by their lead {bg_delivered}, \
+         children abandoned by a lead's delete {bg_abandoned}"
+    );
+    println!(
         "handoffs: transfers taken {handoffs}, not taken (not the first of their turn) {transfers_not_taken}, \
          refused at maxHandoffs {handoff_limits}"
     );
-    if seeds.len() > 100 {
-        // The generator exercises every way a wait resolves (a change that stops it fails here).
-        for (what, n) in [
-            ("answers", answered),
-            ("deliveries", delivered),
-            ("duplicates", duplicates),
-            ("refusals", refused),
-            ("deadlines", timeouts),
-            ("timers", woken),
-            ("queued messages", steers_queued),
-            ("messages applied by their send", steers_applied),
-            ("stopped calls", calls_stopped),
-            ("sub-agent calls", team_calls),
-            ("sub-agent results", team_results),
-            ("leads paused on a child", team_pauses),
-            ("children deleted with their lead", children_deleted),
-            ("handoffs", handoffs),
-            ("transfers not taken", transfers_not_taken),
-            ("handoffs refused at the limit", handoff_limits),
-        ] {
-            assert!(n > 0, "no {what} in {} programs", seeds.len());
-        }
-    }
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (seed, kind, vs) in &failing {
@@ -1807,6 +1917,32 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         println!("  shrunk program (seed {seed}, {}): {:#?}", kind.name(), shrunk.steps);
     }
     assert_eq!(violations, 0, "violations (see above)");
+    if seeds.len() > 100 {
+        // The generator exercises every way a wait resolves (a change that stops it fails here).
+        for (what, n) in [
+            ("answers", answered),
+            ("deliveries", delivered),
+            ("duplicates", duplicates),
+            ("refusals", refused),
+            ("deadlines", timeouts),
+            ("timers", woken),
+            ("queued messages", steers_queued),
+            ("messages applied by their send", steers_applied),
+            ("stopped calls", calls_stopped),
+            ("sub-agent calls", team_calls),
+            ("sub-agent results", team_results),
+            ("leads paused on a child", team_pauses),
+            ("children deleted with their lead", children_deleted),
+            ("handoffs", handoffs),
+            ("transfers not taken", transfers_not_taken),
+            ("handoffs refused at the limit", handoff_limits),
+            ("detached calls", bg_calls),
+            ("detached results applied", bg_delivered),
+            ("detached children abandoned", bg_abandoned),
+        ] {
+            assert!(n > 0, "no {what} in {} programs", seeds.len());
+        }
+    }
     assert!(seeds.len() as u64 >= n.min(2_000) || common::seeds::only_seed().is_some(), "at least 2,000 programs");
     assert!(ops > seeds.len() as u64 * 4 && (crashes > 0 || seeds.len() < 50), "programs do something: {ops} ops");
 }

@@ -302,3 +302,45 @@ fn only_a_detached_sub_agent_may_abandon_and_a_detached_one_needs_its_leads_stee
     assert_eq!(e.code, ErrorCode::ConfigInvalid);
     assert!(e.message.contains("'bg'"), "{}", e.message);
 }
+
+/// A crash at any effect of the child's execution (the sweep's, or a resume's): a later tick finishes the child
+/// where it stopped, and its result reaches the lead once — also after a crash right after its last commit,
+/// before its message was written (the outbox delivers it).
+#[test]
+fn after_a_crash_at_any_effect_of_the_detached_childs_execution_its_result_reaches_the_lead_once() {
+    for (name, make) in stores() {
+        let mut after_finish = 0;
+        let mut k = 1;
+        loop {
+            let env = make();
+            let runs = Rc::new(RefCell::new(0));
+            let a = team(&env, &runs, DETACHED, vec![], 20 + k as u64).build().unwrap();
+            block_on(a.send("lead", "go", SendOptions::default())).unwrap();
+            let child_id = bg_child_id(&env, "lead");
+            let crash = steadfast::runtime::CrashPoint { after_effects: k, finish_in_flight: k % 2 == 0 };
+            let first = block_on(a.resume(&child_id, SendOptions { crash: Some(crash), ..Default::default() }));
+            if first.is_ok() {
+                break;
+            }
+            assert_eq!(first.unwrap_err().code, ErrorCode::Crashed, "{name} k={k}");
+            if load(&env, &child_id).unwrap().status == RunStatus::Finished {
+                after_finish += 1;
+            }
+            env.past_leases();
+            let b = team(&env, &runs, DETACHED, vec![], 700 + k as u64).build().unwrap();
+            for _ in 0..4 {
+                env.clock.advance(61_000);
+                tick(&b);
+            }
+            let child = load(&env, &child_id).unwrap();
+            let lead = load(&env, "lead").unwrap();
+            assert_eq!(child.status, RunStatus::Finished, "{name} k={k}");
+            assert_eq!((lead.status, deliveries(&lead, "bg")), (RunStatus::Finished, 1), "{name} k={k}");
+            assert!(*runs.borrow() <= 2, "{name} k={k}: at most once more, when the crash lost its result");
+            validate_transcript(&lead.messages).unwrap();
+            k += 1;
+            assert!(k < 100, "{name}: the crash points end");
+        }
+        assert!(after_finish > 0, "{name}: a crash came after the child's last commit ({k} points)");
+    }
+}

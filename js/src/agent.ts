@@ -108,6 +108,16 @@ export type SubagentOptions = Omit<AgentOptions, "store" | "clock" | "onAgentDri
   name: string;
   /** What it does, for the lead's model. */
   description: string;
+  /**
+   * Detached: the call answers at once (`{"started": "<child run id>", …}`) and the lead goes on; the recovery
+   * sweep (`agent.sweep()`, a cron trigger, `recover`) runs the child, and its final text comes to the lead as a
+   * queued message (`Sub-agent '<name>' finished (run …):` and the text), applied once — a lead that finished
+   * meanwhile continues with it. Needs the lead's steering on (`steerPollMs`, on by default). Its spend stays its
+   * own (`agent.children(id)`).
+   */
+  detached?: boolean;
+  /** With `detached`: the child runs on when its lead is deleted (default: it is deleted with it). */
+  abandon?: boolean;
 };
 
 /**

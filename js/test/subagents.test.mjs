@@ -157,3 +157,47 @@ test("bad sub-agent options are refused with STEADFAST_CONFIG_INVALID naming the
   refused([{ name: "a b", description: "x", model }], /tool name/);
   refused([{ name: "r", description: "x", model }, { name: "r", description: "y", model }], /two tools are named 'r'/);
 });
+
+test("a detached sub-agent's call answers at once; the sweep runs the child and its result continues the finished lead once", async () => {
+  const store = memoryStore();
+  let ran = 0;
+  const lookup = { name: "lookup", description: "looks up", execute: async () => { ran += 1; return "42"; } };
+  const child = scripted("child", [call("lookup", {}), (r) => ({ text: `found ${lastTool(r)}`, stopReason: "stop", usage })]);
+  const lastUser = (r) => r.messages.filter((m) => m.role === "user").at(-1).content;
+  const lead = scripted("lead", [
+    call("research", { task: "look it up" }),
+    { text: "started it", stopReason: "stop", usage },
+    (r) => ({ text: `heard: ${lastUser(r)}`, stopReason: "stop", usage }),
+  ]);
+  const agent = createAgent({
+    model: lead,
+    store,
+    subagents: [{ name: "research", description: "Researches", model: child, tools: [lookup], detached: true }],
+  });
+  const r = await agent.send("go", { sessionId: "bg" });
+  assert.deepEqual([r.status, r.text, ran], ["finished", "started it", 0]);
+  const [kid] = await agent.children("bg");
+  assert.deepEqual(JSON.parse(r.messages.find((m) => m.role === "tool").content), { started: kid.runId, subagent: "research", detached: true });
+  assert.equal(kid.status, "in-progress");
+  await agent.sweep({ intervalMs: 0 });
+  assert.equal((await agent.children("bg"))[0].status, "finished");
+  await agent.sweep({ intervalMs: 0 });
+  const done = await agent.load("bg");
+  assert.equal(done.status, "finished");
+  assert.equal(done.messages.at(-1).content, `heard: Sub-agent 'research' finished (run ${kid.runId}):\nfound 42`);
+  await agent.sweep({ intervalMs: 0 });
+  const again = await agent.load("bg");
+  assert.equal(again.messages.filter((m) => m.role === "user" && m.content.startsWith("Sub-agent")).length, 1);
+  assert.equal(ran, 1);
+});
+
+test("detached and abandon are checked: booleans, abandon only when detached", async () => {
+  const store = memoryStore();
+  const model = scripted("m", [{ text: "hi", stopReason: "stop", usage }]);
+  const make = (extra) => () => createAgent({ model, store, subagents: [{ name: "r", description: "x", model, ...extra }] });
+  assert.throws(make({ detached: "yes" }), (e) => e.code === "STEADFAST_CONFIG_INVALID" && /subagents\[0\]\.detached must be true or false/.test(e.message));
+  assert.throws(make({ abandon: true }), (e) => e.code === "STEADFAST_CONFIG_INVALID" && /only a detached sub-agent's child may be abandoned/.test(e.message));
+  const noSteering = () => createAgent({ model, store, steerPollMs: null, subagents: [{ name: "r", description: "x", model, detached: true }] });
+  assert.throws(noSteering, (e) => e.code === "STEADFAST_CONFIG_INVALID" && /needs steering on/.test(e.message));
+  createAgent({ model, store, subagents: [{ name: "r", description: "x", model, detached: true, abandon: true }] });
+});

@@ -51,7 +51,7 @@ use crate::providers::{
 };
 use crate::runtime::mock::{MockError, MockTurn};
 use crate::runtime::traits::Tool;
-use crate::runtime::{Agent, AgentBuilder, AgentOptions, DEFAULT_MAX_SUBAGENT_DEPTH};
+use crate::runtime::{Agent, AgentBuilder, AgentOptions, SubagentOptions, DEFAULT_MAX_SUBAGENT_DEPTH};
 use crate::runtime::{MockModel, Model};
 use crate::store::LeaseOptions;
 use crate::tools::demo::{demo_script, DEMO_TOOL_NAMES};
@@ -503,6 +503,14 @@ pub struct SubagentConfig {
     /// Its own sub-agents.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subagents: Vec<SubagentConfig>,
+    /// A detached sub-agent: its call answers at once with the child's id, the cron tick runs the child, and its
+    /// final text comes to the lead as a queued message (applied once; a finished lead continues with it).
+    /// Not for a handoff agent.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub detached: bool,
+    /// With `detached`: the child runs on when its lead is deleted (default: it is deleted with it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abandon: bool,
 }
 
 fn default_steer_poll_ms() -> Option<u64> {
@@ -608,7 +616,8 @@ impl AgentConfig {
         }
         for sub in &self.subagents {
             let child = self.for_subagent(sub).agent_builder(platform, http.clone(), demo)?;
-            b = b.subagent(sub.name.clone(), sub.description.clone(), child);
+            let opts = SubagentOptions { detached: sub.detached, abandon: sub.abandon };
+            b = b.subagent_with(sub.name.clone(), sub.description.clone(), child, opts);
         }
         for member in &self.handoffs {
             let agent = self.for_subagent(member).agent_builder(platform, http.clone(), demo)?;
@@ -750,6 +759,9 @@ impl AgentConfig {
                 let why = e.message.strip_prefix("invalid agent configuration: ").unwrap_or(&e.message);
                 errs.push(format!("handoffs[{i}]: {why}"));
             }
+            if member.detached || member.abandon {
+                errs.push(format!("handoffs[{i}]: a handoff agent is not detached"));
+            }
         }
         if !self.handoffs.is_empty() && !crate::core::ids::is_tool_name(&format!("transfer_to_{}", self.name)) {
             errs.push(format!("name: {:?} must be 1-52 characters of letters, digits, '_' or '-'", self.name));
@@ -764,6 +776,12 @@ impl AgentConfig {
             if let Err(e) = self.for_subagent(sub).validate() {
                 let why = e.message.strip_prefix("invalid agent configuration: ").unwrap_or(&e.message);
                 errs.push(format!("subagents[{i}]: {why}"));
+            }
+            if sub.abandon && !sub.detached {
+                errs.push(format!("subagents[{i}].abandon: only a detached sub-agent's child may be abandoned"));
+            }
+            if sub.detached && self.steer_poll_ms.is_none() {
+                errs.push(format!("subagents[{i}].detached: its result comes as a queued message: needs steerPollMs"));
             }
         }
     }
@@ -1703,6 +1721,19 @@ mod tests {
         let e = err_of(deep);
         assert!(e.message.contains("sub-agents nest at most 3 levels deep"), "{}", e.message);
         assert!(AgentConfig::parse(&sub(r#", "subagents": [{"name": "b", "description": "y"}]"#)).is_ok());
+
+        // Detached sub-agents: the call answers with the child's id; abandon only with detached, not on a handoff,
+        // and only while the lead reads queued messages.
+        let detached = AgentConfig::parse(&sub(r#", "detached": true, "abandon": true"#)).unwrap();
+        assert!(detached.subagents[0].detached && detached.subagents[0].abandon);
+        let e = err_of(&sub(r#", "abandon": true"#));
+        assert!(e.message.contains("subagents[0].abandon: only a detached"), "{}", e.message);
+        let e = err_of(r#"{"steerPollMs": null, "subagents": [{"name": "a", "description": "x", "detached": true}]}"#);
+        assert!(e.message.contains("subagents[0].detached: its result comes as a queued message"), "{}", e.message);
+        let e = err_of(r#"{"handoffs": [{"name": "a", "description": "x", "detached": true}]}"#);
+        assert!(e.message.contains("handoffs[0]: a handoff agent is not detached"), "{}", e.message);
+        let e = err_of(&sub(r#", "detached": "yes""#));
+        assert!(e.message.contains("detached"), "{}", e.message);
     }
 
     /// The configured agent over a memory store, a manual clock and no network (mock models only).

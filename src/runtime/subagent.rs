@@ -378,7 +378,16 @@ impl Deps {
     pub(crate) async fn deliver_detached(&self, child: &Checkpoint) -> Result<bool> {
         let Some((lead_id, name)) = subagent_parent(&child.run_id) else { return Ok(true) };
         let Some(lead) = self.store.load(lead_id).await? else { return Ok(true) };
+        // A lead deleted and made again under the same id did not start this child: its result has no lead.
+        let started = lead.messages.iter().flat_map(|m| m.tool_calls()).any(|c| {
+            c.name == name
+                && lead.call_key(&c.id).and_then(|k| subagent_run_id(lead_id, name, &k).ok()).as_deref()
+                    == Some(child.run_id.as_str())
+        });
         let id = detached_message_id(&child.run_id);
+        if !started {
+            return Ok(true);
+        }
         if lead.steered.contains(&id) {
             return Ok(true);
         }

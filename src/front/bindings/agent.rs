@@ -43,8 +43,8 @@ const AGENT_PARTS: [&str; 10] =
 
 /// The parts of a sub-agent's object (`subagents[i]`) besides the [`AgentOptions`] fields: no store or clock of
 /// its own (its lead's), a name and a description.
-const SUBAGENT_PARTS: [&str; 8] =
-    ["name", "description", "model", "tools", "hooks", "instructions", "subagents", "handoffs"];
+const SUBAGENT_PARTS: [&str; 10] =
+    ["name", "description", "model", "tools", "hooks", "instructions", "subagents", "handoffs", "detached", "abandon"];
 
 /// The parts of a handoff agent's object (`handoffs[i]`): no [`AgentOptions`] fields, store, clock or hooks (the
 /// run's settings and hooks are its lead's, see [`AgentBuilder::handoff`]) and no handoffs of its own (the team is
@@ -153,7 +153,15 @@ fn builder_of(options: &JsValue, at: &str) -> Result<AgentBuilder> {
             let text =
                 |key: &str| prop(&sub, key).as_string().ok_or_else(|| cfg(format!("{here}{key} must be a string")));
             let (name, description) = (text("name")?, text("description")?);
-            b = b.subagent(name, description, builder_of(&sub, &here)?);
+            let flag = |key: &str| {
+                let v = prop(&sub, key);
+                match absent(&v) {
+                    true => Ok(false),
+                    false => v.as_bool().ok_or_else(|| cfg(format!("{here}{key} must be true or false"))),
+                }
+            };
+            let opts = crate::runtime::SubagentOptions { detached: flag("detached")?, abandon: flag("abandon")? };
+            b = b.subagent_with(name, description, builder_of(&sub, &here)?, opts);
         }
     }
     let handoffs = prop(options, "handoffs");

@@ -42,6 +42,22 @@ pub trait SweepListener {
     fn stop(&self) -> Option<&AbortSignal> {
         None
     }
+    /// Crash injection (tests): the executions this tick starts count their effects down this budget, and the
+    /// one that performs its last "crashes" right after it.
+    #[cfg(feature = "testing")]
+    fn crash_budget(&self) -> Option<std::rc::Rc<crate::runtime::CrashBudget>> {
+        None
+    }
+}
+
+/// The options of the executions a tick starts: the listener's stop signal (and in tests its crash budget).
+fn exec_opts(listener: &dyn SweepListener) -> SendOptions {
+    SendOptions {
+        abort: listener.stop().cloned(),
+        #[cfg(feature = "testing")]
+        crash_budget: listener.crash_budget(),
+        ..SendOptions::default()
+    }
 }
 
 /// Whether the listener's stop signal was aborted.
@@ -253,7 +269,7 @@ impl Agent {
         // Waits whose time came first (one listing of the due index, at most `max_runs` of them): a timer is
         // a promise of a time, kept before the backlog is paged.
         if !stopped(listener) {
-            let wake_opts = SendOptions { abort: listener.stop().cloned(), ..SendOptions::default() };
+            let wake_opts = exec_opts(listener);
             // The same budget as the resumes below: about the operations one resume may take are kept in hand.
             let room = || used() + opts.op_budget / 10 < opts.op_budget;
             match self.wake_due_while(opts.max_runs, &wake_opts, &room).await {
@@ -505,7 +521,7 @@ impl Agent {
         let Some(rec) = last else { return };
         tick.done.insert(cp.run_id.clone());
         report.resumed += 1;
-        let opts = SendOptions { abort: listener.stop().cloned(), ..SendOptions::default() };
+        let opts = exec_opts(listener);
         // The recorded decision (or a wait's recorded resolution) again, as a repeat of it is taken.
         match self.approvals().settle(rec, opts).await {
             Ok(Settled::Run(result)) if result.status == RunStatus::Finished => {
@@ -616,7 +632,7 @@ impl Agent {
         report: &mut SweepReport,
         listener: &dyn SweepListener,
     ) {
-        let res = self.resume(run_id, SendOptions { abort: listener.stop().cloned(), ..SendOptions::default() }).await;
+        let res = self.resume(run_id, exec_opts(listener)).await;
         let attempt = match &res {
             // Stopped by the sweep's own stop signal: no word on the provider.
             Ok(Some(r)) if r.finish_reason == Some(FinishReason::Aborted) => Attempt::Other,
