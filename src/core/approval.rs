@@ -10,7 +10,7 @@ use super::wait::{WaitKind, WaitOutcome};
 use serde::{Deserialize, Serialize};
 
 /// Decision state of an approval.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "lowercase")]
 pub enum ApprovalStatus {
@@ -22,6 +22,12 @@ pub enum ApprovalStatus {
     /// Rejected: the call gets a rejection result with the reviewer's note.
     Rejected,
 }
+
+crate::core::wire::unit_enum_de!(ApprovalStatus {
+    "pending" => Pending,
+    "approved" => Approved,
+    "rejected" => Rejected,
+});
 
 /// A stored approval.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

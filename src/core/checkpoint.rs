@@ -24,7 +24,7 @@ pub struct CopiedScope {
 }
 
 /// Where a run stands.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "kebab-case")]
 pub enum RunStatus {
@@ -36,6 +36,12 @@ pub enum RunStatus {
     /// Done (the model stopped calling tools, or a budget ended it).
     Finished,
 }
+
+crate::core::wire::unit_enum_de!(RunStatus {
+    "in-progress" => InProgress,
+    "awaiting-approval" => AwaitingApproval,
+    "finished" => Finished,
+});
 
 impl RunStatus {
     /// The wire string.

@@ -23,3 +23,4 @@ pub mod sweep;
 pub mod trajectory;
 pub mod transcript;
 pub mod wait;
+pub(crate) mod wire;

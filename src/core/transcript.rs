@@ -22,7 +22,7 @@ pub struct ToolCall {
 }
 
 /// How a tool result came to be.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "kebab-case")]
 pub enum ResultKind {
@@ -41,6 +41,16 @@ pub enum ResultKind {
     /// The process died while the (approved) call ran; it may or may not have taken effect.
     Interrupted,
 }
+
+crate::core::wire::unit_enum_de!(ResultKind {
+    "execution" => Execution,
+    "validation" => Validation,
+    "denied" => Denied,
+    "rejected" => Rejected,
+    "not-run" => NotRun,
+    "cancelled" => Cancelled,
+    "interrupted" => Interrupted,
+});
 
 /// A tool result as recorded in the transcript.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

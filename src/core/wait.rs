@@ -46,7 +46,7 @@ pub const MAX_CHOICE_CHARS: usize = 200;
 pub const WAIT_ID_PREFIX: &str = "wait_";
 
 /// What a paused call waits for.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "lowercase")]
 pub enum WaitKind {
@@ -60,6 +60,13 @@ pub enum WaitKind {
     /// A time: the run wakes then.
     Timer,
 }
+
+crate::core::wire::unit_enum_de!(WaitKind {
+    "approval" => Approval,
+    "question" => Question,
+    "event" => Event,
+    "timer" => Timer,
+});
 
 impl WaitKind {
     /// The wire string.
@@ -150,7 +157,7 @@ impl WaitRequest {
 }
 
 /// How a wait was resolved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "lowercase")]
 pub enum ResolvedBy {
@@ -165,6 +172,14 @@ pub enum ResolvedBy {
     /// The timer's time came.
     Timer,
 }
+
+crate::core::wire::unit_enum_de!(ResolvedBy {
+    "answer" => Answer,
+    "declined" => Declined,
+    "delivery" => Delivery,
+    "deadline" => Deadline,
+    "timer" => Timer,
+});
 
 /// A wait's resolution: the call's result, and how it came.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

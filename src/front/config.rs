@@ -74,7 +74,7 @@ fn config_err(message: impl Into<String>) -> Error {
 }
 
 /// The model provider.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 pub enum Provider {
     /// The scripted mock model (offline; the default).
     #[default]
@@ -90,6 +90,13 @@ pub enum Provider {
     #[serde(rename = "workers-ai")]
     WorkersAi,
 }
+
+crate::core::wire::unit_enum_de!(Provider {
+    "mock" => Mock,
+    "openai" => OpenAi,
+    "anthropic" => Anthropic,
+    "workers-ai" => WorkersAi,
+});
 
 impl Provider {
     /// The configuration string (`mock`, `openai`, `anthropic`, `workers-ai`).
@@ -373,7 +380,7 @@ fn default_history_limit() -> usize {
 }
 
 /// Where the Worker keeps its runs (`"store"` in the configuration).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub enum StoreMode {
     /// Workers KV (the journal store; the default): best-effort exclusion, runs driven by the request that
     /// starts them and recovered by the cron sweep.
@@ -385,6 +392,11 @@ pub enum StoreMode {
     #[serde(rename = "durable-object")]
     DurableObject,
 }
+
+crate::core::wire::unit_enum_de!(StoreMode {
+    "kv" => Kv,
+    "durable-object" => DurableObject,
+});
 
 /// The agent's configuration (one JSON document; see the module docs).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -92,7 +92,9 @@ pub fn parse_input(v: Option<Value>) -> Result<Input> {
         Some(Value::Array(items)) => {
             let mut out = Vec::with_capacity(items.len());
             for (i, item) in items.into_iter().enumerate() {
-                let m: Message = serde_json::from_value(item).map_err(|e| {
+                // Read from its text: the reader of stored messages, not a second instance of it for values (the
+                // Worker's size budget; an input array is small).
+                let m: Message = serde_json::from_str(&item.to_string()).map_err(|e| {
                     Error::invalid_input(format!("input[{i}] is not a message ({{role, content}}): {e}"))
                 })?;
                 if matches!(m, Message::Tool(_)) || !m.tool_calls().is_empty() {

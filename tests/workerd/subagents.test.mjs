@@ -73,3 +73,52 @@ for (const mode of ["kv", "strict"]) {
     await second.stop();
   });
 }
+
+// A detached sub-agent (`"detached": true`): the lead's call answers at once with the child's id and the lead
+// finishes; the cron tick runs the child (another process, later); a next tick continues the finished lead with the
+// child's result, applied once (more ticks change nothing). In both modes.
+const detachedConfig = {
+  model: {
+    provider: "mock",
+    script: [
+      { toolCalls: [{ name: "scout", args: { task: "check order 7" } }] },
+      { text: "scout sent" },
+      { text: "the scout reported" },
+    ],
+  },
+  demoTools: false,
+  subagents: [
+    {
+      name: "scout",
+      description: "Checks orders in the background",
+      detached: true,
+      model: { provider: "mock", script: [{ text: "order 7 is fine" }] },
+    },
+  ],
+};
+
+for (const mode of ["kv", "strict"]) {
+  test(`${mode}: a detached sub-agent's call answers at once; cron ticks of a new process run the child and continue the finished lead with its result once`, { timeout: 90000 }, async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), `steadfast-detached-${mode}-`));
+    after(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const first = persisted(mode, detachedConfig, dir);
+    const sent = await call(first, "POST", "/runs/scout-1", { input: "look after order 7" });
+    assert.deepEqual([sent.status, sent.json.status, sent.json.text], [200, "finished", "scout sent"], sent.text);
+    const started = JSON.parse(sent.json.messages.find((m) => m.role === "tool").content);
+    assert.match(started.started, /^scout-1\.sub-scout-[0-9a-f]{12}$/, sent.text);
+    const lead = await call(first, "GET", "/runs/scout-1");
+    assert.deepEqual(lead.json.children.map((c) => [c.runId, c.status]), [[started.started, "in-progress"]], lead.text);
+    await first.stop();
+
+    const second = persisted(mode, detachedConfig, dir);
+    for (let i = 0; i < 3; i++) await second.tick();
+    const child = await call(second, "GET", `/runs/${started.started}`);
+    assert.deepEqual([child.json.status, child.json.parentRunId], ["finished", "scout-1"], child.text);
+    const done = await call(second, "GET", "/runs/scout-1");
+    assert.equal(done.json.status, "finished", done.text);
+    const heard = done.json.messages.filter((m) => m.role === "user" && m.content.startsWith("Sub-agent 'scout' finished"));
+    assert.deepEqual(heard.map((m) => m.content), [`Sub-agent 'scout' finished (run ${started.started}):\norder 7 is fine`], done.text);
+    assert.equal(done.json.messages.at(-1).content, "the scout reported", done.text);
+    await second.stop();
+  });
+}

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 pub const MAX_ERROR_RESULT_CHARS: usize = 4_000;
 
 /// What `onAgentDrift` does when the resuming agent differs from the checkpoint's.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "lowercase")]
 pub enum DriftPolicy {
@@ -28,6 +28,12 @@ pub enum DriftPolicy {
     /// Do nothing.
     Ignore,
 }
+
+crate::core::wire::unit_enum_de!(DriftPolicy {
+    "warn" => Warn,
+    "error" => Error,
+    "ignore" => Ignore,
+});
 
 /// The agent-level settings the machine needs.
 #[derive(Clone, Debug)]
