@@ -19,7 +19,6 @@ use steadfast::runtime::{
     Agent, AgentBuilder, CrashBudget, FnTool, MockModel, MockTurn, NoListener, Resolve, SendOptions, SubagentOptions,
     Tool, ToolOutput,
 };
-use steadfast::store::RunStore;
 use steadfast::ErrorCode;
 
 /// The text of the last user message a model request holds.

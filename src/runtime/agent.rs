@@ -20,9 +20,9 @@ use crate::time::{Clock, Sleep};
 use std::collections::BTreeSet;
 use std::rc::Rc;
 
+use super::options::SubagentOptions;
 use super::options::{AgentOptions, SendOptions};
 use super::result::RunResult;
-use super::subagent::SubagentOptions;
 
 /// Input for `send`: text, one message or several.
 #[derive(Clone, Debug, Default, PartialEq)]

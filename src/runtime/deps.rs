@@ -57,7 +57,7 @@ pub(crate) struct Deps {
     /// The agents its runs may hand the conversation to, by name (see [`super::handoff`]).
     pub(crate) handoffs: Vec<(String, Rc<Deps>)>,
     /// How its lead's calls run this agent, when it is a sub-agent (attached by default).
-    pub(crate) child_opts: super::subagent::SubagentOptions,
+    pub(crate) child_opts: super::options::SubagentOptions,
 }
 
 impl Deps {

@@ -51,7 +51,7 @@ pub use feed::{ModelFeed, ModelFrame};
 pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};
 pub use hooks::{Hook, HookContext, ToolResultDraft, Verdict};
 pub use mock::{MockCall, MockError, MockModel, MockTurn, RecordedCall};
-pub use options::{AgentOptions, SendOptions, DEFAULT_MAX_SUBAGENT_DEPTH};
+pub use options::{AgentOptions, SendOptions, SubagentOptions, DEFAULT_MAX_SUBAGENT_DEPTH};
 #[cfg(feature = "testing")]
 pub use options::{CrashBudget, CrashPoint, StallPoint};
 pub use recovery::{
@@ -61,7 +61,7 @@ pub use recovery::{
 pub use result::{QueuedSend, RunResult, RunStats};
 pub use schedules::{DueFire, FireCall, ScheduleOutcome, ScheduleStatus};
 pub use session::{NextExecution, Session, SessionFork, SessionForkOptions, SessionTurn, HINT_LAG as SESSION_HINT_LAG};
-pub use subagent::{ChildRun, SubagentOptions};
+pub use subagent::ChildRun;
 pub use tools::FnTool;
 pub use traits::{
     AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,

@@ -148,3 +148,14 @@ pub struct SendOptions {
     #[cfg(feature = "testing")]
     pub stall: Option<StallPoint>,
 }
+
+/// How a lead's calls run a sub-agent ([`crate::runtime::AgentBuilder::subagent_with`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SubagentOptions {
+    /// The call answers at once (`{"started": "<child run id>"}`) and the lead goes on; the child runs apart
+    /// (the recovery sweep executes it) and its final text comes to the lead as a queued message, applied once
+    /// — also to a lead that finished meanwhile, which continues with it. Needs the lead's steering on.
+    pub detached: bool,
+    /// A detached child runs on when its lead is deleted (default: it is deleted with it).
+    pub abandon: bool,
+}

@@ -11,7 +11,7 @@
 //!   lead's wait, which resumes the lead: one request. Whichever of the two ends last does the delivery: the
 //!   child's execution when it finishes ([`Deps::after_execution`]: "deliver up"), or the lead's when it pauses
 //!   on a child that finished meanwhile ("deliver down").
-//! * A **detached** sub-agent ([`SubagentOptions::detached`]) answers its call at once with the child's id
+//! * A **detached** sub-agent ([`crate::runtime::SubagentOptions::detached`]) answers its call at once with the child's id
 //!   (`{"started": …}`) and the lead goes on: its child is written as a new run that has not run yet, and the
 //!   recovery sweep (the cron tick in both modes; the Rust library's `sweep`) executes it like any interrupted
 //!   run. When it finishes, its final text comes to the lead as a queued message ([`crate::core::steer`]) whose
@@ -58,21 +58,6 @@ impl Agent {
     }
 }
 
-/// How a lead's calls run a sub-agent ([`crate::runtime::AgentBuilder::subagent_with`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SubagentOptions {
-    /// The call answers at once (`{"started": "<child run id>"}`) and the lead goes on; the child runs apart
-    /// (the recovery sweep executes it) and its final text comes to the lead as a queued message, applied once
-    /// — also to a lead that finished meanwhile, which continues with it. Needs the lead's steering on.
-    pub detached: bool,
-    /// A detached child runs on when its lead is deleted (default: it is deleted with it).
-    pub abandon: bool,
-}
-
-/// The due-index entry of a detached child's outbox (its run id is the child's): written before the child is,
-/// taken up by the sweep ([`Deps::detached_due`]).
-pub(crate) const DETACHED_DUE: &str = "detached";
-
 /// When a detached child's outbox entry comes due after it was written (longer than Workers KV's minute of
 /// cached reads, so the sweep does not take the child for missing when it reads it).
 const OUTBOX_AFTER_MS: u64 = 2 * DUE_AFTER_MS;
@@ -106,7 +91,7 @@ impl SubagentTool {
             return Ok(started);
         }
         let outbox =
-            DueWait { at: deps.now() + OUTBOX_AFTER_MS, wait_id: DETACHED_DUE.into(), run_id: child_id.into() };
+            DueWait { at: deps.now() + OUTBOX_AFTER_MS, wait_id: Deps::DETACHED_DUE.into(), run_id: child_id.into() };
         deps.store.put_due(&outbox).await.map_err(ToolError::Propagate)?;
         let cfg = deps.machine_config(child_id, &SendOptions::default());
         let start = Start::Send(vec![Message::user(task)]);
@@ -372,6 +357,10 @@ impl Deps {
 }
 
 impl Deps {
+    /// The wait id of a detached child's outbox entry in the due index (its run id is the child's): written
+    /// before the child is, taken up by the sweep ([`Deps::detached_due`]).
+    pub(crate) const DETACHED_DUE: &'static str = "detached";
+
     /// Queues finished detached child `child`'s result for its lead (see the module docs). `Ok(true)` when there
     /// is nothing (more) to do: the lead applied it, or is gone. The message's due entry is due now: the sweep's
     /// next look continues a lead that finished (a running or paused one reads its queue itself).

@@ -160,7 +160,7 @@ impl Agent {
                 }
                 continue;
             }
-            if entry.wait_id == super::subagent::DETACHED_DUE {
+            if entry.wait_id == super::deps::Deps::DETACHED_DUE {
                 // A detached child's outbox: its result delivered, or looked at later.
                 match self.deps.detached_due(&entry).await {
                     Ok(()) => {
