@@ -56,7 +56,9 @@
 //! * sub-agents: a `team` call's result (not an error) is its finished child's final text, with the child's whole
 //!   spend; a lead never waits on a child that finished without the result reaching its wait (a lost delivery);
 //!   every run's usage is its model turns' plus its children's; once a lead's delete returned, none of the child
-//!   runs it had (at any depth) is left. Child runs are observed like any run (so every invariant above holds for
+//!   runs it had (at any depth) is left; one delete in three dies after the lead, before its children, and the
+//!   children it left are never executed again (no model call by an execution that took its lease after that
+//!   delete: not by a sweep, a decision, a timer or a deadline taken up). Child runs are observed like any run (so every invariant above holds for
 //!   them; one may vanish once a run above it was deleted or healed); the counts (`sub-agents: …`) must be above
 //!   zero.
 //!
@@ -293,6 +295,11 @@ struct Log {
     seen: BTreeMap<String, Vec<Option<Seen>>>,
     /// Deletes of a run: (start, end).
     deletes: BTreeMap<String, Vec<(u64, u64)>>,
+    /// Child runs a delete cut short left behind (their lead deleted, they not), with when that delete ended:
+    /// none of them may be executed again (no lease is acquired on one).
+    orphans: BTreeMap<String, u64>,
+    /// When each execution (run, owner) acquired its lease.
+    acquired: BTreeMap<(String, String), u64>,
     /// Fire times run (by a `Fired` outcome).
     fired: BTreeMap<u64, u32>,
     known: BTreeSet<String>,
@@ -345,6 +352,8 @@ struct WaitCounts {
     team_pauses: u64,
     /// Child runs deleted with their lead (each checked gone once the lead's delete returned).
     children_deleted: u64,
+    /// Child runs a delete cut short left behind (each checked never executed again).
+    children_left: u64,
     /// Detached sub-agent `bg`: calls answered "started", children whose result the lead applied, children
     /// abandoned by a lead's delete (still there once it returned).
     bg_calls: u64,
@@ -375,6 +384,7 @@ impl WaitCounts {
         self.transfers_not_taken += o.transfers_not_taken;
         self.handoff_limits += o.handoff_limits;
         self.bg_calls += o.bg_calls;
+        self.children_left += o.children_left;
         self.bg_delivered += o.bg_delivered;
         self.bg_abandoned += o.bg_abandoned;
     }
@@ -397,6 +407,8 @@ struct World {
     log: RefCell<Log>,
     processes: Cell<u64>,
     schedule: CompiledSchedule,
+    /// Leads whose delete in progress dies after the lead (deletes of their children fail).
+    cutting: RefCell<BTreeSet<String>>,
 }
 
 fn hash_of(s: &str) -> u64 {
@@ -490,6 +502,7 @@ impl World {
             rng: SplitMix64::new(program.seed ^ 0xC0FFEE),
             log: RefCell::default(),
             processes: Cell::new(0),
+            cutting: RefCell::default(),
             schedule,
         })
     }
@@ -681,6 +694,7 @@ impl Model for CheckerModel {
             }
         }
         check_wait_results(w, request.run_id, request.messages);
+        check_not_orphaned(w, request.run_id, request.execution);
         // The conversation is with the agent whose model is called: its instructions are the last system message.
         if self.agent != "team" {
             let system = request.messages.iter().rev().find_map(|m| match m {
@@ -765,6 +779,26 @@ impl Model for CheckerModel {
             stop_reason: Some("tool_calls".into()),
             reasoning: Vec::new(),
         })
+    }
+}
+
+/// A child run a delete cut short left behind (its lead gone) is never executed by an execution that took its lease
+/// after that delete ended. (A run made again under the lead's id whose transcript has the child's call — a fork
+/// copies its source's call keys — takes the child back: it is no longer left.)
+fn check_not_orphaned(w: &World, run_id: &str, execution: &str) {
+    let Some(cut) = w.log.borrow().orphans.get(run_id).copied() else { return };
+    let lead = subagent_parent(run_id).map(|(p, _)| p).unwrap_or_default();
+    if w.read(lead).is_some_and(|cp| with_children(w, &cp.run_id, true).iter().any(|c| c == run_id)) {
+        w.log.borrow_mut().orphans.remove(run_id);
+        return;
+    }
+    let acquired = w.log.borrow().acquired.get(&(run_id.to_string(), execution.to_string())).copied();
+    if acquired.is_some_and(|at| at > cut) {
+        w.violation(format!(
+            "{run_id}: left by its lead's delete (cut short at {}), executed again at {}",
+            cut - T0,
+            w.now() - T0
+        ));
     }
 }
 
@@ -1022,6 +1056,17 @@ impl World {
         spy.on_confirm = Some(Box::new(move |lease: &steadfast::store::Lease| {
             w.log.borrow_mut().confirmed.insert((lease.run_id.clone(), lease.owner.clone()));
         }));
+        let w = self.clone();
+        spy.on_acquire = Some(Box::new(move |lease: &steadfast::store::Lease| {
+            let now = w.now();
+            w.log.borrow_mut().acquired.insert((lease.run_id.clone(), lease.owner.clone()), now);
+        }));
+        let w = self.clone();
+        spy.fail_delete = Some(Box::new(move |run_id: &str| {
+            let cutting = w.cutting.borrow();
+            std::iter::successors(subagent_parent(run_id).map(|(p, _)| p), |id| subagent_parent(id).map(|(p, _)| p))
+                .any(|lead| cutting.contains(lead))
+        }));
         let store: Rc<dyn RunStore> = Rc::new(spy);
         let max_tool_result_bytes = if self.program.big { 4 * 1024 * 1024 } else { 256 * 1024 };
         let options = AgentOptions {
@@ -1197,9 +1242,24 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
                 }
                 _ => Vec::new(),
             };
+            // One delete in three dies after the lead, before its children (chosen from the program and the
+            // step: the generated programs stay as they were).
+            let cut = (w.program.seed + index as u64) % 3 == 0 && tree.len() > 1;
+            if cut {
+                w.cutting.borrow_mut().insert(RUNS[*run].into());
+            }
             let r = agent.delete(RUNS[*run]).await;
+            w.cutting.borrow_mut().remove(RUNS[*run]);
             w.log.borrow_mut().deletes.entry(RUNS[*run].into()).or_default().push((started, w.now()));
             touched.push(RUNS[*run].into());
+            if cut && r.as_ref().is_err_and(|e| e.code == ErrorCode::Crashed) && w.read(RUNS[*run]).is_none() {
+                let now = w.now();
+                for child in tree.iter().filter(|id| id.as_str() != RUNS[*run] && w.read(id).is_some()) {
+                    let mut log = w.log.borrow_mut();
+                    log.orphans.insert(child.clone(), now);
+                    log.waits.children_left += 1;
+                }
+            }
             if r.is_ok() {
                 // Gone with their lead: none of them is left once its delete returned.
                 for child in tree.iter().filter(|id| id.as_str() != RUNS[*run]) {
@@ -1482,7 +1542,10 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
                     matches!(w.oracle.get_approval(id).now_or_never(), Some(Ok(Some(r)))
                         if r.status == steadfast::core::approval::ApprovalStatus::Pending && r.due_at.is_none())
                 });
+            // A child a delete cut short left behind never runs again (checked as it would): it stays as it was.
+            let left = w.log.borrow().orphans.contains_key(&id);
             let settled = cp.status == RunStatus::Finished
+                || left
                 || waits_on_a_person
                 || cp.quarantined
                 || cp.last_error.as_ref().is_some_and(|e| !e.retryable);
@@ -1866,6 +1929,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         bg_calls,
         bg_delivered,
         bg_abandoned,
+        children_left,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -1877,7 +1941,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
     );
     println!(
         "sub-agents: calls {team_calls}, results read from a finished child {team_results}, leads paused on a \
-         paused child {team_pauses}, children deleted with their lead {children_deleted}"
+         paused child {team_pauses}, children deleted with their lead {children_deleted}, children a delete cut \
+         short left (never executed again) {children_left}"
     );
     println!(
         "detached sub-agent: calls answered started {bg_calls}, results applied by their lead {bg_delivered}, \
@@ -1933,6 +1998,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("sub-agent results", team_results),
             ("leads paused on a child", team_pauses),
             ("children deleted with their lead", children_deleted),
+            ("children left by a delete cut short", children_left),
             ("handoffs", handoffs),
             ("transfers not taken", transfers_not_taken),
             ("handoffs refused at the limit", handoff_limits),

@@ -203,6 +203,11 @@ impl Approvals<'_> {
                 if orphaned(&cp) {
                     return Ok(Leased::Orphaned);
                 }
+                // A child whose lead is not found (a delete cut short; on KV possibly a lead not visible here
+                // yet) is refused: nothing of it runs, nothing is recorded, its due entry stays.
+                if is_child(&run_id) && self.deps.gone_with_lead(&run_id).await? {
+                    return Err(Deps::lead_gone(&run_id));
+                }
                 // Not orphaned: `cp` is the run (the empty default is never used).
                 let batch = cp.as_ref().map(|c| c.approval_ids.clone()).unwrap_or_default();
                 // A refused start writes nothing decided: the approval stays pending for the right agent.
@@ -316,4 +321,9 @@ fn orphan_error(run_id: &str, approval_id: &str) -> Error {
     )
     .with_run(run_id)
     .with_approval(approval_id)
+}
+
+/// Whether `run_id` is a sub-agent's child run.
+fn is_child(run_id: &str) -> bool {
+    crate::core::ids::subagent_parent(run_id).is_some()
 }

@@ -368,13 +368,8 @@ impl Deps {
         let Some((lead_id, name)) = subagent_parent(&child.run_id) else { return Ok(true) };
         let Some(lead) = self.store.load(lead_id).await? else { return Ok(true) };
         // A lead deleted and made again under the same id did not start this child: its result has no lead.
-        let started = lead.messages.iter().flat_map(|m| m.tool_calls()).any(|c| {
-            c.name == name
-                && lead.call_key(&c.id).and_then(|k| subagent_run_id(lead_id, name, &k).ok()).as_deref()
-                    == Some(child.run_id.as_str())
-        });
         let id = detached_message_id(&child.run_id);
-        if !started {
+        if !started_by(&lead, name, &child.run_id) {
             return Ok(true);
         }
         if lead.steered.contains(&id) {
@@ -401,6 +396,15 @@ impl Deps {
         let later = now.saturating_sub(child.saved_at).clamp(DUE_AFTER_MS, 60 * DUE_AFTER_MS);
         self.store.put_due(&DueWait { at: now + later, ..entry.clone() }).await
     }
+}
+
+/// Whether run `lead` has a call of sub-agent `name` whose child run is `child_id`.
+fn started_by(lead: &Checkpoint, name: &str, child_id: &str) -> bool {
+    lead.messages.iter().flat_map(|m| m.tool_calls()).any(|c| {
+        c.name == name
+            && lead.call_key(&c.id).and_then(|k| subagent_run_id(&lead.run_id, name, &k).ok()).as_deref()
+                == Some(child_id)
+    })
 }
 
 /// The event token of `parent`'s call of sub-agent `name` whose child run is `child_id`.

@@ -359,11 +359,16 @@ pub struct Spy {
     pub inner: Rc<dyn RunStore>,
     pub after_load: Option<Box<dyn Fn(&str) -> Option<steadfast::runtime::LocalFuture<'static, ()>>>>,
     pub on_confirm: Option<Box<dyn Fn(&steadfast::store::Lease)>>,
+    /// Hears each lease acquired.
+    pub on_acquire: Option<Box<dyn Fn(&steadfast::store::Lease)>>,
+    /// A delete of a run for which this says `true` fails (`STEADFAST_CRASHED`) without deleting anything: the
+    /// process died there.
+    pub fail_delete: Option<Box<dyn Fn(&str) -> bool>>,
 }
 
 impl Spy {
     pub fn new(inner: Rc<dyn RunStore>) -> Spy {
-        Spy { inner, after_load: None, on_confirm: None }
+        Spy { inner, after_load: None, on_confirm: None, on_acquire: None, fail_delete: None }
     }
 }
 
@@ -383,7 +388,11 @@ impl RunStore for Spy {
         now_ms: u64,
         opts: &steadfast::store::LeaseOptions,
     ) -> steadfast::Result<steadfast::store::Lease> {
-        self.inner.acquire_lease(run_id, owner, now_ms, opts).await
+        let r = self.inner.acquire_lease(run_id, owner, now_ms, opts).await;
+        if let (Ok(lease), Some(f)) = (&r, &self.on_acquire) {
+            f(lease);
+        }
+        r
     }
     async fn confirm_lease(&self, lease: &steadfast::store::Lease) -> steadfast::Result<()> {
         let r = self.inner.confirm_lease(lease).await;
@@ -412,6 +421,9 @@ impl RunStore for Spy {
         self.inner.commit(lease, entry, state).await
     }
     async fn delete(&self, run_id: &str) -> steadfast::Result<()> {
+        if self.fail_delete.as_ref().is_some_and(|f| f(run_id)) {
+            return Err(steadfast::Error::new(steadfast::ErrorCode::Crashed, format!("died deleting {run_id}")));
+        }
         self.inner.delete(run_id).await
     }
     async fn history(&self, run_id: &str, limit: usize) -> steadfast::Result<Vec<steadfast::store::HistoryEntry>> {
