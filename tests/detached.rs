@@ -343,3 +343,49 @@ fn after_a_crash_at_any_effect_of_the_detached_childs_execution_its_result_reach
         assert!(after_finish > 0, "{name}: a crash came after the child's last commit ({k} points)");
     }
 }
+
+/// A child whose final text is larger than a queued message may be: its message carries the first 32,000
+/// characters, marked as cut (the whole text stays in the child run), and the lead still gets it once.
+#[test]
+fn a_detached_childs_long_result_is_cut_to_fit_its_message_and_still_delivered_once() {
+    for (name, make) in stores() {
+        let env = make();
+        let long = "é".repeat(300_000);
+        let child = builder(&env, MockModel::by_turn(vec![MockTurn::text(long.clone())]), 91);
+        let lead = builder(
+            &env,
+            MockModel::by_turn(vec![
+                MockTurn::tools([("bg", json!({"task": "write a lot"}))]),
+                MockTurn::text("started"),
+                MockTurn::text("read it"),
+            ]),
+            90,
+        )
+        .subagent_with("bg", "Writes", child, DETACHED)
+        .build()
+        .unwrap();
+        block_on(lead.send("long", "go", SendOptions::default())).unwrap();
+        let child_id = bg_child_id(&env, "long");
+        for _ in 0..3 {
+            tick(&lead);
+        }
+        assert!(load(&env, &child_id).unwrap().last_text() == long, "{name}: the child keeps it whole");
+        let cp = load(&env, "long").unwrap();
+        assert_eq!(
+            (cp.status, deliveries(&cp, "bg"), cp.last_text()),
+            (RunStatus::Finished, 1, "read it".into()),
+            "{name}"
+        );
+        let head = format!("Sub-agent 'bg' finished (run {child_id}):\n");
+        let delivered = cp
+            .messages
+            .iter()
+            .find_map(|m| match m {
+                Message::User { content } => content.strip_prefix(&head).map(str::to_string),
+                _ => None,
+            })
+            .unwrap();
+        let want = format!("{}… [truncated]", "é".repeat(32_000));
+        assert!(delivered == want, "{name}: {} characters delivered", delivered.chars().count());
+    }
+}

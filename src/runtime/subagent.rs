@@ -62,6 +62,9 @@ impl Agent {
 /// cached reads, so the sweep does not take the child for missing when it reads it).
 const OUTBOX_AFTER_MS: u64 = 2 * DUE_AFTER_MS;
 
+/// How long after a detached child ended its outbox keeps looking for a lead that shows the call that started it.
+const GIVE_UP_AFTER_MS: u64 = 24 * 60 * DUE_AFTER_MS;
+
 /// Longest final text a detached child's message carries (characters; the rest is read from the child run).
 const MAX_DELIVERED_CHARS: usize = 32_000;
 
@@ -367,10 +370,11 @@ impl Deps {
     pub(crate) async fn deliver_detached(&self, child: &Checkpoint) -> Result<bool> {
         let Some((lead_id, name)) = subagent_parent(&child.run_id) else { return Ok(true) };
         let Some(lead) = self.store.load(lead_id).await? else { return Ok(true) };
-        // A lead deleted and made again under the same id did not start this child: its result has no lead.
         let id = detached_message_id(&child.run_id);
         if !started_by(&lead, name, &child.run_id) {
-            return Ok(true);
+            // A lead deleted and made again under the same id did not start this child: its result has no lead.
+            // (On KV the lead read may also be an old one: the entry looks again, for a day after the child ended.)
+            return Ok(self.now().saturating_sub(child.saved_at) > GIVE_UP_AFTER_MS);
         }
         if lead.steered.contains(&id) {
             return Ok(true);
