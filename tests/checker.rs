@@ -77,7 +77,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
-use steadfast::core::checkpoint::{Checkpoint, RunStatus};
+use steadfast::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use steadfast::core::ids::{subagent_parent, subagent_path, subagent_run_id};
 use steadfast::core::machine::ModelResponse;
 use steadfast::core::schedule::{CompiledSchedule, Schedule, ScheduleInput};
@@ -210,6 +210,28 @@ struct Program {
     stuck_every: u64,
     /// The agents' `steer_poll_ms`.
     steer_poll_ms: u64,
+    /// Budgets (one program in three): every agent's, raised on replica 2 (a deployment that raised them,
+    /// racing the old one).
+    budget: Option<CheckBudget>,
+}
+
+/// A program's budgets: `maxTotalTokens` of a run and of the conversation (`sessionBudget`), and `onExceeded`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct CheckBudget {
+    run: u64,
+    session: u64,
+    throw: bool,
+}
+
+impl CheckBudget {
+    /// The budget a process on `replica` has: replica 2 runs the raised one.
+    fn on(self, replica: u8) -> CheckBudget {
+        if replica == 2 {
+            CheckBudget { run: self.run * 3, session: self.session * 3, ..self }
+        } else {
+            self
+        }
+    }
 }
 
 impl Program {
@@ -264,7 +286,10 @@ impl Program {
         let stuck_every = 3 + pick(5);
         // Queues read at every boundary, or at most once a second (the default).
         let steer_poll_ms = [0, 1_000][pick(2) as usize];
-        Program { seed, steps, concurrency, big, stuck_every, steer_poll_ms }
+        // Budgets: a model turn spends 15 tokens (sub-agents' children add theirs), a task takes up to 4 turns.
+        let budget =
+            (pick(3) == 0).then(|| CheckBudget { run: 20 + pick(60), session: 60 + pick(240), throw: pick(2) == 0 });
+        Program { seed, steps, concurrency, big, stuck_every, steer_poll_ms, budget }
     }
 }
 
@@ -363,6 +388,12 @@ struct WaitCounts {
     handoffs: u64,
     transfers_not_taken: u64,
     handoff_limits: u64,
+    /// Budgets: model calls checked against the budget in force, runs seen stopped on their budget, resumes that
+    /// went on with a raised one, calls refused or failed with `STEADFAST_BUDGET_EXCEEDED`.
+    budget_checked: u64,
+    budget_stops: u64,
+    budget_resumes: u64,
+    budget_errors: u64,
 }
 
 impl WaitCounts {
@@ -387,6 +418,10 @@ impl WaitCounts {
         self.children_left += o.children_left;
         self.bg_delivered += o.bg_delivered;
         self.bg_abandoned += o.bg_abandoned;
+        self.budget_checked += o.budget_checked;
+        self.budget_stops += o.budget_stops;
+        self.budget_resumes += o.budget_resumes;
+        self.budget_errors += o.budget_errors;
     }
 }
 
@@ -656,6 +691,8 @@ struct CheckerModel {
     world: Rc<World>,
     /// The agent it answers for: `lead` or `desk` (the top agent's handoff team), `team` (a sub-agent).
     agent: &'static str,
+    /// The budget of its process (every agent of a process has the same).
+    budget: Option<CheckBudget>,
 }
 
 fn task_of(messages: &[Message]) -> Option<(u64, usize)> {
@@ -691,6 +728,37 @@ impl Model for CheckerModel {
                     request.run_id,
                     w.now() - T0
                 ));
+            }
+        }
+        // A model call happens only under the budget: the recorded state this call was made from (the same
+        // transcript) has used less than the run's and the conversation's limit (a run goes over by at most the
+        // call that crossed it; a crash between a usage update and the check changes nothing).
+        if let Some(b) = self.budget {
+            let n = request.messages.len();
+            let from = w.read(request.run_id).filter(|cp| {
+                confirmed
+                    && w.recorded(request.run_id)
+                    && cp.messages.len() == n
+                    && cp.messages.iter().map(message_print).eq(request.messages.iter().map(message_print))
+            });
+            if let Some(cp) = from {
+                w.log.borrow_mut().waits.budget_checked += 1;
+                if cp.usage.total() >= b.run || cp.total_usage.total() >= b.session {
+                    w.violation(format!(
+                        "{}: the model was called at {} although the run had used {} of {} tokens (its conversation \
+                         {} of {}; {:?} {:?} step {}, last {:?})",
+                        request.run_id,
+                        w.now() - T0,
+                        cp.usage.total(),
+                        b.run,
+                        cp.total_usage.total(),
+                        b.session,
+                        cp.status,
+                        cp.finish_reason,
+                        cp.step_index,
+                        cp.messages.last().map(message_print)
+                    ));
+                }
             }
         }
         check_wait_results(w, request.run_id, request.messages);
@@ -1038,6 +1106,12 @@ impl Tool for Checked {
 impl World {
     /// A new process: a fresh agent over a fresh store handle (a new invocation on the simulator).
     fn process(self: &Rc<World>) -> Agent {
+        self.process_on(0)
+    }
+
+    /// A new process on `replica` (replica 2 has the raised budget, when the program has budgets).
+    fn process_on(self: &Rc<World>, replica: u8) -> Agent {
+        let budget = self.program.budget.map(|b| b.on(replica));
         let n = self.processes.get() + 1;
         self.processes.set(n);
         let clock = Rc::new(self.time.clone());
@@ -1076,12 +1150,21 @@ impl World {
             max_tool_result_bytes,
             steer_poll_ms: Some(self.program.steer_poll_ms),
             max_handoffs: MAX_HANDOFFS,
+            max_total_tokens: budget.map(|b| b.run),
+            session_budget: steadfast::core::budget::TokenLimits {
+                max_total_tokens: budget.map(|b| b.session),
+                ..Default::default()
+            },
+            on_exceeded: match budget {
+                Some(CheckBudget { throw: true, .. }) => steadfast::core::budget::OnExceeded::Throw,
+                _ => steadfast::core::budget::OnExceeded::Finish,
+            },
             ..AgentOptions::default()
         };
         // The lead, its sub-agent `team` and that one's own `team`: the same model and tools at every level (the
         // model asks for `team` only above the bottom level).
         let level = |agent: &'static str, team: Option<steadfast::runtime::AgentBuilder>| {
-            let mut b = Agent::builder(CheckerModel { world: self.clone(), agent }).options(options.clone());
+            let mut b = Agent::builder(CheckerModel { world: self.clone(), agent, budget }).options(options.clone());
             for t in tools(self) {
                 b = b.tool_rc(t);
             }
@@ -1130,7 +1213,7 @@ fn expected(code: ErrorCode) -> bool {
 }
 
 async fn run_step(w: Rc<World>, index: usize, step: Step) {
-    let agent = w.process();
+    let agent = w.process_on(step.replica);
     let abort = AbortSignal::new();
     if let Some(ms) = step.abort_after_ms {
         let (a, t) = (abort.clone(), w.time.clone());
@@ -1159,7 +1242,12 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
         }
         Op::Resume { run } => {
             touched.push(RUNS[*run].into());
-            agent.resume(RUNS[*run], opts()).await.map(|_| ())
+            let stopped = w.read(RUNS[*run]).is_some_and(|cp| cp.finish_reason == Some(FinishReason::BudgetExceeded));
+            let res = agent.resume(RUNS[*run], opts()).await;
+            if stopped && matches!(res, Ok(Some(_))) {
+                w.log.borrow_mut().waits.budget_resumes += 1;
+            }
+            res.map(|_| ())
         }
         Op::ResumeChild { run } => {
             // Any unfinished detached child (of any run the program made), picked by `run`.
@@ -1388,6 +1476,7 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
     match outcome {
         Ok(()) => {}
         Err(e) if e.code == ErrorCode::Crashed => w.log.borrow_mut().crashes += 1,
+        Err(e) if e.code == ErrorCode::BudgetExceeded => w.log.borrow_mut().waits.budget_errors += 1,
         Err(e) if expected(e.code) => {}
         Err(e) => w.violation(format!("step {index} {:?} failed: {} {}", step.op, e.code, e.message)),
     }
@@ -1566,6 +1655,9 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
                         _ => {}
                     }
                 }
+            }
+            if cp.finish_reason == Some(FinishReason::BudgetExceeded) {
+                w.log.borrow_mut().waits.budget_stops += 1;
             }
             if let Some(e) = cp.last_error.as_ref().filter(|e| !expected(e.code)) {
                 w.violation(format!("{id} failed with {} {}", e.code, e.message));
@@ -1930,6 +2022,10 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         bg_delivered,
         bg_abandoned,
         children_left,
+        budget_checked,
+        budget_stops,
+        budget_resumes,
+        budget_errors,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -1951,6 +2047,11 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
     println!(
         "handoffs: transfers taken {handoffs}, not taken (not the first of their turn) {transfers_not_taken}, \
          refused at maxHandoffs {handoff_limits}"
+    );
+    println!(
+        "budgets: model calls checked against the budget in force {budget_checked}, runs stopped on their budget \
+         {budget_stops}, resumed in place with a raised budget {budget_resumes}, calls failed with \
+         STEADFAST_BUDGET_EXCEEDED {budget_errors}"
     );
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
@@ -2005,6 +2106,10 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("detached calls", bg_calls),
             ("detached results applied", bg_delivered),
             ("detached children abandoned", bg_abandoned),
+            ("model calls checked against a budget", budget_checked),
+            ("budget stops", budget_stops),
+            ("resumes with a raised budget", budget_resumes),
+            ("budget errors", budget_errors),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

@@ -37,6 +37,7 @@ fn config_with(model: &str, tools: &[&str]) -> MachineConfig {
     MachineConfig {
         run_id: RUN.into(),
         max_steps: 10,
+        budget: Default::default(),
         on_agent_drift: DriftPolicy::Warn,
         fingerprint: fingerprint(model, tools),
         tool_names: tools.iter().map(|t| t.to_string()).collect(),

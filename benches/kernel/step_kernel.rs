@@ -48,6 +48,7 @@ fn config() -> MachineConfig {
     MachineConfig {
         run_id: RUN.into(),
         max_steps: u32::MAX,
+        budget: Default::default(),
         on_agent_drift: DriftPolicy::Warn,
         fingerprint: Fingerprint::compute("mock", TOOLS.iter().map(|t| (*t, &schema)), "Be thorough."),
         tool_names: TOOLS.iter().map(|t| t.to_string()).collect(),

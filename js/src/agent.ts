@@ -5,6 +5,7 @@ import { lowLevelHook, type Hook } from "./hooks.js";
 import type { AgentOptions as GeneratedAgentOptions } from "./generated/AgentOptions.js";
 import type { LeaseOptions } from "./generated/LeaseOptions.js";
 import type { RetryPolicy } from "./generated/RetryPolicy.js";
+import type { TokenLimits } from "./generated/TokenLimits.js";
 import type { Model, ModelStream } from "./model.js";
 import type { Clock } from "./clock.js";
 import { recoveryLoop, type RecoverOptions, type Recovery, type SweepOptions } from "./recovery.js";
@@ -51,11 +52,13 @@ import { forkWithSessionId, withSessionId, type AbortSignalLike } from "./types.
  * gives (model, tools, hooks, instructions, store, clock).
  */
 export type AgentOptions = AgentParts &
-  Partial<Omit<GeneratedAgentOptions, "retry" | "lease">> & {
+  Partial<Omit<GeneratedAgentOptions, "retry" | "lease" | "sessionBudget">> & {
     /** The model-call retry policy (the only retry layer). */
     retry?: Partial<RetryPolicy>;
     /** Run leases (ms). */
     lease?: Partial<LeaseOptions>;
+    /** Token limits of a whole conversation (every run of an id, every turn of a session); default none. */
+    sessionBudget?: Partial<TokenLimits>;
   };
 
 /** The parts of an agent only JS gives. */

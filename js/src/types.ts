@@ -41,6 +41,8 @@ import type { ToolResult } from "./generated/ToolResult.js";
 import type { ToolSpec } from "./generated/ToolSpec.js";
 import type { TrajectoryStep } from "./generated/TrajectoryStep.js";
 import type { Usage } from "./generated/Usage.js";
+import type { OnExceeded } from "./generated/OnExceeded.js";
+import type { TokenLimits } from "./generated/TokenLimits.js";
 import type { JsonValue } from "./generated/serde_json/JsonValue.js";
 
 
@@ -64,6 +66,7 @@ export type {
   ModelChange,
   ModelRequest,
   NothingToResume,
+  OnExceeded,
   PendingWait,
   ResolvedBy,
   ResultKind,
@@ -72,6 +75,7 @@ export type {
   RunStatus,
   SubagentTag,
   SweepReport,
+  TokenLimits,
   ToolCall,
   ToolContext,
   ToolResult,

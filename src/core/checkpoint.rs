@@ -76,6 +76,9 @@ pub enum FinishReason {
     Refusal,
     /// The provider's content filter withheld (part of) the answer (OpenAI `content_filter`).
     ContentFilter,
+    /// A budget of the agent ran out (tokens, time; see [`crate::core::budget`]): the run stays resumable once
+    /// the limit is raised.
+    BudgetExceeded,
 }
 
 impl FinishReason {
@@ -114,6 +117,12 @@ pub struct Checkpoint {
     /// Token usage of the current run.
     #[serde(default)]
     pub usage: Usage,
+    /// Time the current run has spent executing (ms): from each execution's start to its last commit, summed
+    /// over every execution of the run (resumes after a crash or an approval go on counting; the gaps between
+    /// them do not count). What `maxDurationMs` limits.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub active_ms: u64,
     /// Token usage of the whole conversation (every run of this id; not reset when a finished run continues).
     /// Checkpoints written before it was kept count from their current run's usage.
     #[serde(default)]
@@ -214,6 +223,9 @@ pub struct Header {
     pub step_index: u32,
     /// See [`Checkpoint::usage`].
     pub usage: Usage,
+    /// See [`Checkpoint::active_ms`].
+    #[serde(default)]
+    pub active_ms: u64,
     /// The conversation's usage before the current run ([`Checkpoint::total_usage`] less
     /// [`Checkpoint::usage`]): it changes only when a finished run continues, so an entry carries it only then,
     /// not at every model turn.
@@ -260,6 +272,10 @@ pub struct Header {
 }
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u64(n: &u64) -> bool {
     *n == 0
 }
 
@@ -320,6 +336,7 @@ header_patch! {
         input_start: usize = "is" | "inputStart",
         input_len: usize = "il" | "inputLen",
         step_index: u32 = "n" | "stepIndex",
+        active_ms: u64 = "ms" | "activeMs",
         usage: Usage = "u" | "usage" with "usage_pair",
         usage_before: Usage = "ub" | "usageBefore" with "usage_pair",
         status: RunStatus = "st" | "status",
@@ -780,6 +797,12 @@ impl Checkpoint {
         Checkpoint { run_id: run_id.to_string(), ..Default::default() }
     }
 
+    /// Whether `resume` has something to do: the run is unfinished, or it finished on its budget (it goes on
+    /// once the limit is raised, see [`crate::core::budget`]).
+    pub fn resumable(&self) -> bool {
+        self.status != RunStatus::Finished || self.finish_reason == Some(FinishReason::BudgetExceeded)
+    }
+
     /// The header fields.
     pub fn header(&self) -> Header {
         Header {
@@ -787,6 +810,7 @@ impl Checkpoint {
             input_len: self.input_len,
             step_index: self.step_index,
             usage: self.usage,
+            active_ms: self.active_ms,
             usage_before: Usage {
                 input_tokens: self.total_usage.input_tokens.saturating_sub(self.usage.input_tokens),
                 output_tokens: self.total_usage.output_tokens.saturating_sub(self.usage.output_tokens),
@@ -812,6 +836,7 @@ impl Checkpoint {
         self.input_len = h.input_len;
         self.step_index = h.step_index;
         self.usage = h.usage;
+        self.active_ms = h.active_ms;
         self.total_usage = h.usage_before;
         self.total_usage.add(h.usage);
         self.status = h.status;

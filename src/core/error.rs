@@ -138,6 +138,10 @@ codes! {
     /// A `transfer_to_<name>` call would exceed the run's `maxHandoffs` (default 5): the model reads it as the
     /// call's error result and the conversation stays with the agent it is with.
     HandoffLimit = "STEADFAST_HANDOFF_LIMIT", retryable = false, status = 409, outage = false;
+    /// The run used a budget of its agent (`maxTotalTokens`, `maxDurationMs`, a `sessionBudget` limit, ...): with
+    /// `onExceeded: "throw"` the execution that stopped it fails with this (the run is finished with finish
+    /// reason `budget-exceeded`, its transcript kept); a resume of such a run under the same budget too.
+    BudgetExceeded = "STEADFAST_BUDGET_EXCEEDED", retryable = false, status = 409, outage = false;
     /// A bug: an invariant of the run state machine did not hold.
     Internal = "STEADFAST_INTERNAL", retryable = false, status = 500, outage = false;
 }

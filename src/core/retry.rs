@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// Retry settings for model calls.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct RetryPolicy {
     /// Total attempts, the first included (1 = no retry).
     pub max_attempts: u32,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 /// Sweep settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct SweepOptions {
     /// Base interval (ms): a run that failed `n` times in a row waits `interval × 2^(n-1)` (default 30 s).
     pub interval_ms: u64,

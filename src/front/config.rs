@@ -40,6 +40,7 @@
 //! key), `timeoutMs` (one exchange; default 30000). The servers are listed when the agent is built, once per
 //! isolate and again after a minute ([`crate::tools::mcp::McpCache`]).
 
+use crate::core::budget::{OnExceeded, TokenLimits};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::DriftPolicy;
 use crate::core::retry::RetryPolicy;
@@ -57,8 +58,7 @@ use crate::store::LeaseOptions;
 use crate::tools::demo::{demo_script, DEMO_TOOL_NAMES};
 use crate::tools::mcp::{check_servers, McpCache, McpServerConfig};
 use crate::tools::webhook::{Allowlist, ParsedUrl, WebhookTool, WebhookToolConfig};
-use serde::de::{DeserializeOwned, Error as _};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -316,7 +316,8 @@ impl ModelConfig {
     }
 }
 
-/// The `limits` section: the four limits of [`AgentOptions`] (same names, meanings and defaults).
+/// The `limits` section: the limits of [`AgentOptions`] (same names, meanings and defaults): steps, tool
+/// concurrency, the loop window, tool results' size, and the run's budget (tokens, time, `onExceeded`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct Limits {
@@ -328,6 +329,16 @@ pub struct Limits {
     pub loop_window: u32,
     /// [`AgentOptions::max_tool_result_bytes`].
     pub max_tool_result_bytes: usize,
+    /// [`AgentOptions::max_input_tokens`].
+    pub max_input_tokens: Option<u64>,
+    /// [`AgentOptions::max_output_tokens`].
+    pub max_output_tokens: Option<u64>,
+    /// [`AgentOptions::max_total_tokens`].
+    pub max_total_tokens: Option<u64>,
+    /// [`AgentOptions::max_duration_ms`].
+    pub max_duration_ms: Option<u64>,
+    /// [`AgentOptions::on_exceeded`].
+    pub on_exceeded: OnExceeded,
 }
 
 impl Default for Limits {
@@ -338,41 +349,13 @@ impl Default for Limits {
             tool_concurrency: o.tool_concurrency,
             loop_window: o.loop_window,
             max_tool_result_bytes: o.max_tool_result_bytes,
+            max_input_tokens: o.max_input_tokens,
+            max_output_tokens: o.max_output_tokens,
+            max_total_tokens: o.max_total_tokens,
+            max_duration_ms: o.max_duration_ms,
+            on_exceeded: o.on_exceeded,
         }
     }
-}
-
-/// Deserializes `T` refusing fields its default serialization does not have (for option types of other
-/// modules, which accept unknown fields themselves). serde_json reports such errors at the end of the
-/// document, so the message names the section itself.
-fn strict<'de, D, T>(d: D, section: &str) -> std::result::Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: DeserializeOwned + Serialize + Default,
-{
-    let value = Value::deserialize(d)?;
-    if let (Value::Object(given), Ok(Value::Object(known))) = (&value, serde_json::to_value(T::default())) {
-        if let Some(unknown) = given.keys().find(|k| !known.contains_key(k.as_str())) {
-            let expected: Vec<String> = known.keys().map(|k| format!("`{k}`")).collect();
-            return Err(D::Error::custom(format!(
-                "unknown field `{unknown}` in `{section}`, expected one of {}",
-                expected.join(", ")
-            )));
-        }
-    }
-    serde_json::from_value(value).map_err(|e| D::Error::custom(format!("{e} in `{section}`")))
-}
-
-fn strict_lease<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<LeaseOptions, D::Error> {
-    strict(d, "lease")
-}
-
-fn strict_retry<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<RetryPolicy, D::Error> {
-    strict(d, "retry")
-}
-
-fn strict_recovery<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<SweepOptions, D::Error> {
-    strict(d, "recovery")
 }
 
 fn default_history_limit() -> usize {
@@ -418,14 +401,14 @@ pub struct AgentConfig {
     #[serde(default)]
     pub on_agent_drift: DriftPolicy,
     /// [`AgentOptions::retry`] (`maxAttempts`, `baseMs`, `capMs`, `deadlineMs`).
-    #[serde(default, deserialize_with = "strict_retry")]
+    #[serde(default)]
     pub retry: RetryPolicy,
     /// [`AgentOptions::lease`] (`ttlMs`, `renewEveryMs`, `graceMs`).
-    #[serde(default, deserialize_with = "strict_lease")]
+    #[serde(default)]
     pub lease: LeaseOptions,
     /// Recovery sweep settings (`intervalMs`, `maxBackoffMs`, `maxAttempts`, `maxRuns`, `opBudget`,
     /// `outageThreshold`, `retryWithDiagnosis`, `pageSize`, `maxPages`).
-    #[serde(default, deserialize_with = "strict_recovery")]
+    #[serde(default)]
     pub recovery: SweepOptions,
     /// Webhook tools.
     #[serde(default)]
@@ -476,6 +459,9 @@ pub struct AgentConfig {
     /// Handoffs a run may take (default 5).
     #[serde(default = "default_max_handoffs")]
     pub max_handoffs: u32,
+    /// [`AgentOptions::session_budget`]: token limits of a whole conversation (default none).
+    #[serde(default)]
+    pub session_budget: TokenLimits,
 }
 
 fn default_team_name() -> String {
@@ -558,6 +544,7 @@ impl Default for AgentConfig {
             handoffs: Vec::new(),
             name: default_team_name(),
             max_handoffs: default_max_handoffs(),
+            session_budget: TokenLimits::default(),
         }
     }
 }
@@ -652,7 +639,17 @@ impl AgentConfig {
     /// (no `..Default::default()` here: an option added to [`AgentOptions`] does not compile until the
     /// configuration gives it a place).
     pub fn agent_options(&self) -> AgentOptions {
-        let Limits { max_steps, tool_concurrency, loop_window, max_tool_result_bytes } = self.limits.clone();
+        let Limits {
+            max_steps,
+            tool_concurrency,
+            loop_window,
+            max_tool_result_bytes,
+            max_input_tokens,
+            max_output_tokens,
+            max_total_tokens,
+            max_duration_ms,
+            on_exceeded,
+        } = self.limits.clone();
         AgentOptions {
             max_steps,
             tool_concurrency,
@@ -664,6 +661,12 @@ impl AgentConfig {
             wait_tools: self.wait_tools.clone(),
             steer_poll_ms: self.steer_poll_ms,
             max_handoffs: self.max_handoffs,
+            max_input_tokens,
+            max_output_tokens,
+            max_total_tokens,
+            max_duration_ms,
+            session_budget: self.session_budget,
+            on_exceeded,
         }
     }
 
@@ -1313,19 +1316,23 @@ mod tests {
         assert!(e.message.contains("line 4"), "{}", e.message);
 
         let e = err_of(r#"{"lease": {"ttlMS": 1000}}"#);
-        assert!(e.message.contains("unknown field `ttlMS` in `lease`"), "{}", e.message);
+        assert!(e.message.contains("at `lease.ttlMS`: unknown field `ttlMS`"), "{}", e.message);
         assert!(e.message.contains("`ttlMs`"), "{}", e.message);
 
         let e = err_of(r#"{"retry": {"maxAttempt": 3}}"#);
-        assert!(e.message.contains("unknown field `maxAttempt` in `retry`"), "{}", e.message);
+        assert!(e.message.contains("at `retry.maxAttempt`: unknown field `maxAttempt`"), "{}", e.message);
         assert!(e.message.contains("`maxAttempts`") && e.message.contains("`deadlineMs`"), "{}", e.message);
         let e = err_of(r#"{"retry": {"baseMs": "fast"}}"#);
-        assert!(e.message.contains("invalid type") && e.message.contains("in `retry`"), "{}", e.message);
+        assert!(e.message.contains("invalid type") && e.message.contains("at `retry.baseMs`"), "{}", e.message);
 
         let e = err_of(r#"{"recovery": {"maxAttempt": 3}}"#);
-        assert!(e.message.contains("unknown field `maxAttempt` in `recovery`"), "{}", e.message);
+        assert!(e.message.contains("at `recovery.maxAttempt`: unknown field `maxAttempt`"), "{}", e.message);
         let e = err_of(r#"{"recovery": {"maxAttempts": -1}}"#);
-        assert!(e.message.contains("invalid value") && e.message.contains("in `recovery`"), "{}", e.message);
+        assert!(
+            e.message.contains("invalid value") && e.message.contains("at `recovery.maxAttempts`"),
+            "{}",
+            e.message
+        );
 
         let e = err_of(r#"{"tools": [{"url": "https://x.com"}]}"#);
         assert!(e.message.contains("at `tools[0]`") && e.message.contains("missing field `name`"), "{}", e.message);
@@ -1627,11 +1634,31 @@ mod tests {
                     .collect(),
                 steer_poll_ms: (n(0, 3) > 0).then(|| n(0, 60_000)),
                 max_handoffs: n(0, 20) as u32,
+                max_input_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
+                max_output_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
+                max_total_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
+                max_duration_ms: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
+                session_budget: crate::core::budget::TokenLimits {
+                    max_input_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
+                    max_output_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
+                    max_total_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
+                },
+                on_exceeded: [OnExceeded::Finish, OnExceeded::Throw][n(0, 1) as usize],
             };
             use crate::runtime::WaitTool;
             let Value::Object(mut doc) = serde_json::to_value(&options).unwrap() else { panic!("{repro}") };
             let mut limits = Map::new();
-            for key in ["maxSteps", "toolConcurrency", "loopWindow", "maxToolResultBytes"] {
+            for key in [
+                "maxSteps",
+                "toolConcurrency",
+                "loopWindow",
+                "maxToolResultBytes",
+                "maxInputTokens",
+                "maxOutputTokens",
+                "maxTotalTokens",
+                "maxDurationMs",
+                "onExceeded",
+            ] {
                 limits.insert(key.into(), doc.remove(key).unwrap_or_else(|| panic!("{key}; {repro}")));
             }
             doc.insert("limits".into(), Value::Object(limits));
@@ -1791,6 +1818,45 @@ mod tests {
         assert!(e.message.contains("handoffs[0].name: \"a b\" must be"), "{}", e.message);
         let e = err_of(r#"{"handoffs": [{"name": "a", "description": "x", "limits": {"maxSteps": 0}}]}"#);
         assert!(e.message.contains("handoffs[0]: limits.maxSteps must be at least 1"), "{}", e.message);
+    }
+
+    /// Budgets from the configuration (`limits.maxTotalTokens` ..., `limits.onExceeded`, `sessionBudget`): a
+    /// configured run stops on its budget; a limit of 0, an unknown `onExceeded` and an unknown session limit are
+    /// refused.
+    #[test]
+    fn configured_budgets_stop_a_run_and_bad_ones_are_refused() {
+        let cfg = AgentConfig::parse(
+            r#"{"model": {"provider": "mock", "script": [
+                    {"toolCalls": [{"name": "transfer_to_nobody", "args": {}}]}, {"text": "never"}]},
+                "limits": {"maxSteps": 9, "maxTotalTokens": 15, "onExceeded": "throw"},
+                "sessionBudget": {"maxTotalTokens": 1000}}"#,
+        )
+        .unwrap();
+        let o = cfg.agent_options();
+        assert_eq!((o.max_total_tokens, o.session_budget.max_total_tokens), (Some(15), Some(1000)));
+        assert_eq!(o.on_exceeded, crate::core::budget::OnExceeded::Throw);
+        let agent = offline_agent(&cfg);
+        let e = block_on(agent.send("r1", "go", Default::default())).unwrap_err();
+        assert_eq!(e.code, ErrorCode::BudgetExceeded, "{e}");
+        let cp = block_on(agent.load("r1")).unwrap().unwrap();
+        assert_eq!(cp.finish_reason, Some(crate::core::checkpoint::FinishReason::BudgetExceeded));
+
+        let e = err_of(r#"{"limits": {"onExceeded": "explode"}}"#);
+        assert!(e.message.contains("limits.onExceeded"), "{}", e.message);
+        let e = err_of(r#"{"sessionBudget": {"maxTokens": 3}}"#);
+        assert!(e.message.contains("sessionBudget"), "{}", e.message);
+        let e = err_of(r#"{"limits": {"maxDurationMs": -1}}"#);
+        assert!(e.message.contains("limits.maxDurationMs"), "{}", e.message);
+        let zero = AgentConfig::parse(r#"{"limits": {"maxOutputTokens": 0}}"#).unwrap();
+        let platform = TestPlatform { http: crate::providers::fake::FakeHttp::new(vec![]), secrets: vec![], ai: None };
+        let built = zero
+            .agent_builder(&platform, Rc::new(NoHttp), &Vec::new)
+            .unwrap()
+            .store(crate::store::MemoryStore::new())
+            .build();
+        let e = built.err().expect("a limit of 0 is refused");
+        assert_eq!(e.code, ErrorCode::ConfigInvalid);
+        assert!(e.message.contains("must be at least 1"), "{}", e.message);
     }
 
     #[test]

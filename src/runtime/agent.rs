@@ -292,6 +292,9 @@ impl AgentBuilder {
         if self.options.max_steps == 0 {
             return Err(cfg("maxSteps must be at least 1".into()));
         }
+        if self.options.budget().has_zero() {
+            return Err(cfg("budget limits must be at least 1 (left out: no limit)".into()));
+        }
         let max_result = crate::core::limits::MAX_TOOL_RESULT_BYTES;
         if !(1_024..=max_result).contains(&self.options.max_tool_result_bytes) {
             return Err(cfg(format!("maxToolResultBytes must be between 1024 and {max_result}")));
@@ -467,13 +470,22 @@ impl Agent {
             );
         }
         let res = self.execute(run_id, Start::Send(input), &opts).await?;
-        res.ok_or_else(|| Error::internal("send produced no result"))
+        self.deps.verdict(res.ok_or_else(|| Error::internal("send produced no result"))?)
     }
 
     /// Finishes an unfinished run; `None` when there is nothing to resume (unknown or finished run). An id that
     /// names no run but a session (`pending()` lists a session's turns under their session id) finishes the
     /// session's interrupted newest turn, as `session(id).resume()` does.
+    ///
+    /// A run that finished on its budget (`budget-exceeded`) goes on from where it stopped once the limit is
+    /// raised; under the same budget the resume fails with `STEADFAST_BUDGET_EXCEEDED`.
     pub async fn resume(&self, run_id: &str, opts: SendOptions) -> Result<Option<RunResult>> {
+        self.resume_run(run_id, opts).await?.map(|r| self.deps.verdict(r)).transpose()
+    }
+
+    /// [`Agent::resume`] for the runtime's own resumptions (the sweep, alarms, deliveries): a budget stop is
+    /// a result there, whatever `onExceeded` says (the run is finished; nothing failed).
+    pub(crate) async fn resume_run(&self, run_id: &str, opts: SendOptions) -> Result<Option<RunResult>> {
         let resumed = self.execute(run_id, Start::Resume, &opts).await?;
         if resumed.is_none() && crate::core::ids::validate_session_id(run_id).is_ok() {
             // Nothing under that run id (or a finished run): a session of that id may have an unfinished turn.
@@ -544,7 +556,7 @@ impl Agent {
         let pre = deps.store.load(run_id).await?;
         match (&pre, &start) {
             (None, Start::Resume | Start::Drain) => return Ok(None),
-            (Some(cp), Start::Resume) if cp.status == RunStatus::Finished => return Ok(None),
+            (Some(cp), Start::Resume) if !cp.resumable() => return Ok(None),
             // A send that creates a run: the id may not take a suffix only the runtime creates (`.heal`).
             (None, Start::Send(_)) => validate_new_run_id(run_id)?,
             (Some(_), Start::Turn { .. }) => return Err(turn_taken(run_id)),
@@ -556,7 +568,7 @@ impl Agent {
         RunMachine::start(deps.machine_config(run_id, opts), pre, start.clone(), deps.now())?;
         let driven = deps
             .with_lease(run_id, true, async |lease, cp| {
-                if matches!(start, Start::Resume) && cp.as_ref().is_none_or(|c| c.status == RunStatus::Finished) {
+                if matches!(start, Start::Resume) && cp.as_ref().is_none_or(|c| !c.resumable()) {
                     return Ok(None);
                 }
                 if matches!(start, Start::Drain) && cp.is_none() {

@@ -127,7 +127,7 @@ impl Approvals<'_> {
             return Err(Deps::lead_gone(&run_id).with_approval(&decision.id));
         }
         match self.settle(rec, opts).await? {
-            Settled::Run(res) | Settled::Waiting(res) => Ok(*res),
+            Settled::Run(res) | Settled::Waiting(res) => self.deps.verdict(*res),
             Settled::Moved(cp) if again => Ok(RunResult::stored(&cp)),
             Settled::Moved(_) | Settled::Orphaned => Err(orphan_error(&run_id, &decision.id)),
         }

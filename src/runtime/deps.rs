@@ -93,11 +93,21 @@ impl Deps {
         self.tools.iter().find(|t| t.tool.name() == name)
     }
 
+    /// What a front door answers with a result: with `onExceeded: "throw"`, a run this execution stopped on
+    /// its budget fails the call with `STEADFAST_BUDGET_EXCEEDED` (the run is finished and kept all the same).
+    pub(crate) fn verdict(&self, res: super::RunResult) -> crate::core::error::Result<super::RunResult> {
+        match (&res.exceeded, self.options.on_exceeded) {
+            (Some(x), crate::core::budget::OnExceeded::Throw) => Err(x.error(&res.run_id)),
+            _ => Ok(res),
+        }
+    }
+
     /// The run state machine's configuration for run `run_id`.
     pub(crate) fn machine_config(&self, run_id: &str, opts: &SendOptions) -> MachineConfig {
         MachineConfig {
             run_id: run_id.to_string(),
             max_steps: self.options.max_steps,
+            budget: self.options.budget(),
             on_agent_drift: self.options.on_agent_drift,
             fingerprint: self.fingerprint.clone(),
             tool_names: self.tools.iter().map(|t| t.tool.name().to_string()).collect(),

@@ -5,6 +5,7 @@
 use super::traits::LocalFuture;
 use super::traits::{AbortSignal, EventSink};
 use super::wait_tools::WaitTool;
+use crate::core::budget::{Budget, OnExceeded, TokenLimits};
 use crate::core::machine::DriftPolicy;
 use crate::core::retry::RetryPolicy;
 use crate::store::LeaseOptions;
@@ -53,6 +54,42 @@ pub struct AgentOptions {
     /// Handoffs a run may take (default 5): one more `transfer_to_<name>` call is a `STEADFAST_HANDOFF_LIMIT`
     /// error result and the conversation stays where it is. The lead's setting holds for its whole team.
     pub max_handoffs: u32,
+    /// Prompt tokens a run may use (default: no limit); checked before each model call, so a run goes over by at
+    /// most the call that crossed it. A run that reaches a limit finishes with finish reason `budget-exceeded`
+    /// (see `onExceeded`) and is resumable once the limit is raised.
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub max_input_tokens: Option<u64>,
+    /// Completion tokens a run may use (default: no limit).
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub max_output_tokens: Option<u64>,
+    /// Prompt and completion tokens together a run may use (default: no limit).
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub max_total_tokens: Option<u64>,
+    /// Time a run may spend executing, in ms, summed across its executions (a resume does not start the clock
+    /// again; time paused or crashed does not count). Default: no limit.
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub max_duration_ms: Option<u64>,
+    /// Token limits of a whole conversation: every run of an id (a finished run continued by a new message) and
+    /// every turn of a session. Default: none.
+    pub session_budget: TokenLimits,
+    /// What an exhausted budget does (default `finish`): `finish` ends the run with finish reason
+    /// `budget-exceeded`; `throw` ends it the same way and fails the call with `STEADFAST_BUDGET_EXCEEDED`.
+    pub on_exceeded: OnExceeded,
+}
+
+impl AgentOptions {
+    /// The budget the run state machine checks.
+    pub fn budget(&self) -> Budget {
+        Budget {
+            run: TokenLimits {
+                max_input_tokens: self.max_input_tokens,
+                max_output_tokens: self.max_output_tokens,
+                max_total_tokens: self.max_total_tokens,
+            },
+            max_duration_ms: self.max_duration_ms,
+            session: self.session_budget,
+        }
+    }
 }
 
 impl Default for AgentOptions {
@@ -68,6 +105,12 @@ impl Default for AgentOptions {
             wait_tools: Vec::new(),
             steer_poll_ms: Some(crate::core::steer::DEFAULT_STEER_POLL_MS),
             max_handoffs: DEFAULT_MAX_HANDOFFS,
+            max_input_tokens: None,
+            max_output_tokens: None,
+            max_total_tokens: None,
+            max_duration_ms: None,
+            session_budget: TokenLimits::default(),
+            on_exceeded: OnExceeded::Finish,
         }
     }
 }

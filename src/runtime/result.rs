@@ -1,6 +1,7 @@
 //! What an execution reports: [`RunResult`] (the run after it, and [`RunStats`], what it did).
 
 use crate::core::approval::{ApprovalRecord, PendingWait};
+use crate::core::budget::Exceeded;
 use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::Result;
 use crate::core::machine::{Outcome, RunMachine};
@@ -51,6 +52,11 @@ pub struct RunResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub queued: Option<QueuedSend>,
+    /// The budget this execution found exhausted (finish reason `budget-exceeded`): what an agent with
+    /// `onExceeded: "throw"` fails with at its front doors.
+    #[serde(skip)]
+    #[cfg_attr(feature = "ts", ts(skip))]
+    pub(crate) exceeded: Option<Exceeded>,
 }
 
 /// What a send with `queue: true` did with its message.
@@ -91,6 +97,7 @@ impl RunResult {
             stats,
             waits: Vec::new(),
             queued: None,
+            exceeded: None,
         }
     }
 }
@@ -150,6 +157,7 @@ impl Driven {
                 let cp = self.machine.checkpoint();
                 let mut res = RunResult::of(cp, &self.outcome, stats);
                 res.waits = self.paused.iter().filter_map(|r| PendingWait::of(r, cp.own_key_scope())).collect();
+                res.exceeded = self.machine.exceeded();
                 Ok(res)
             }
         }

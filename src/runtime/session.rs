@@ -260,15 +260,17 @@ impl Session<'_> {
         let start = Start::Turn { prior: prior.map(Box::new), input };
         // The hint is not written here: the next lookups walk up from it (see the module docs).
         let res = self.agent.execute(&run_id, start, &opts).await?;
-        res.ok_or_else(|| Error::internal("a session turn produced no result"))
+        self.agent.deps.verdict(res.ok_or_else(|| Error::internal("a session turn produced no result"))?)
     }
 
     /// Finishes an interrupted newest turn; `None` when there is none (no turn, or the newest is finished).
-    /// A turn waiting on an approval fails with `STEADFAST_SESSION_AWAITING_APPROVAL`.
+    /// A turn waiting on an approval fails with `STEADFAST_SESSION_AWAITING_APPROVAL`. A turn that finished on
+    /// its budget goes on once the limit is raised (as [`Agent::resume`]).
     pub async fn resume(&self, opts: SendOptions) -> Result<Option<RunResult>> {
         match self.latest().await? {
-            Some((_, cp)) if cp.status != RunStatus::Finished => {
-                self.agent.execute(&cp.run_id, Start::Resume, &opts).await
+            Some((_, cp)) if cp.resumable() => {
+                let res = self.agent.execute(&cp.run_id, Start::Resume, &opts).await?;
+                res.map(|r| self.agent.deps.verdict(r)).transpose()
             }
             _ => Ok(None),
         }

@@ -92,7 +92,7 @@ pub struct Lease {
 /// Lease timing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct LeaseOptions {
     /// Lease length (default 30 s). On Workers KV across locations use well above 60 s.
     pub ttl_ms: u64,

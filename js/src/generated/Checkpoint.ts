@@ -38,6 +38,12 @@ stepIndex: number,
  */
 usage: Usage, 
 /**
+ * Time the current run has spent executing (ms): from each execution's start to its last commit, summed
+ * over every execution of the run (resumes after a crash or an approval go on counting; the gaps between
+ * them do not count). What `maxDurationMs` limits.
+ */
+activeMs?: number, 
+/**
  * Token usage of the whole conversation (every run of this id; not reset when a finished run continues).
  * Checkpoints written before it was kept count from their current run's usage.
  */

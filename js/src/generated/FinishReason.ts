@@ -3,4 +3,4 @@
 /**
  * Why a run ended (or paused).
  */
-export type FinishReason = "stop" | "max-steps" | "loop-detected" | "awaiting-approval" | "aborted" | "length" | "refusal" | "content-filter";
+export type FinishReason = "stop" | "max-steps" | "loop-detected" | "awaiting-approval" | "aborted" | "length" | "refusal" | "content-filter" | "budget-exceeded";

@@ -102,6 +102,11 @@ export async function example(): Promise<RunResult | NothingToResume> {
     onAgentDrift: "error",
     maxSteps: 5,
     toolConcurrency: 2,
+    // Budgets: each limit optional, the session's too (one field of it is enough).
+    maxTotalTokens: 20_000,
+    maxDurationMs: 60_000,
+    sessionBudget: { maxTotalTokens: 100_000 },
+    onExceeded: "throw",
   });
   try {
     const r: RunResult = await agent.send("where is order 1?", { sessionId: "s-1", onEvent: (e) => e.seq });

@@ -149,6 +149,8 @@ pub struct RunMachine {
     /// The current state (what the last or next commit holds).
     cp: Checkpoint,
     now: u64,
+    /// The clock reading the checkpoint's `active_ms` counts to (this execution's start, then its last commit).
+    active_mark: u64,
     effects: VecDeque<Effect>,
     phase: Phase,
     waiting: Option<Wait>,
@@ -178,6 +180,13 @@ impl RunMachine {
     /// The next effect to perform, if any.
     pub fn poll_effect(&mut self) -> Option<Effect> {
         self.effects.pop_front()
+    }
+
+    /// The budget the run stopped on, when it finished with `budget-exceeded` (a limit it has reached).
+    pub fn exceeded(&self) -> Option<crate::core::budget::Exceeded> {
+        (self.cp.finish_reason == Some(FinishReason::BudgetExceeded))
+            .then(|| self.cfg.budget.exceeded(&self.cp, self.cp.active_ms))
+            .flatten()
     }
 
     /// Whether the execution is over (a `Finish` was handed out).

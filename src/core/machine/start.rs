@@ -5,7 +5,7 @@ use super::calls::TurnCalls;
 use super::step::Committed;
 use super::{DriftPolicy, MachineConfig, Outcome, Phase, RunMachine, Start};
 use crate::core::approval::Decision;
-use crate::core::checkpoint::{Checkpoint, RunStatus};
+use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::Event;
 use crate::core::limits::{check_depth, check_message_depth};
@@ -42,6 +42,7 @@ impl RunMachine {
             cp: Checkpoint::new(&run_id),
             cfg,
             now,
+            active_mark: now,
             effects: VecDeque::new(),
             phase: Phase::Active,
             waiting: None,
@@ -259,6 +260,17 @@ impl RunMachine {
                 }
             }
             (_, Start::Quarantine | Start::Failed(_) | Start::Turn { .. }) => {}
+            (RunStatus::Finished, Start::Resume) if self.cp.finish_reason == Some(FinishReason::BudgetExceeded) => {
+                // Resumable in place once the limit is raised: the same run goes on from where it stopped.
+                if let Some(x) = self.cfg.budget.exceeded(&self.cp, self.cp.active_ms) {
+                    return Err(x.error(&run_id));
+                }
+                self.check_drift()?;
+                self.cp.status = RunStatus::InProgress;
+                self.cp.finish_reason = None;
+                self.progress();
+                self.emit(Event::RunStart { resumed: true, step: self.cp.step_index });
+            }
             (RunStatus::Finished, Start::Resume) => {
                 return Err(Error::new(
                     ErrorCode::CheckpointNotFound,
@@ -296,6 +308,7 @@ impl RunMachine {
         self.cp.step_index = 0;
         self.cp.handoffs = 0;
         self.cp.usage = Usage::default();
+        self.cp.active_ms = 0;
         self.cp.status = RunStatus::InProgress;
         self.cp.finish_reason = None;
         self.cp.started_tool_call_ids.clear();

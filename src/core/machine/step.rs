@@ -325,6 +325,7 @@ impl RunMachine {
             self.cp.messages.extend(input);
             self.progress();
         }
+        let over = self.cfg.budget.exceeded(&self.cp, self.active_ms());
         match self.cp.messages.last() {
             Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty() => {
                 if self.queue_read_due(QueuePoint::Finish) {
@@ -347,6 +348,7 @@ impl RunMachine {
                 );
                 self.finish(FinishReason::MaxSteps, Some(note));
             }
+            _ if over.is_some() => self.finish(FinishReason::BudgetExceeded, over.map(|x| x.note())),
             _ if self.loop_detected() => {
                 let note = format!(
                     "Halting: the agent repeated the same failing tool calls {} times in a row. The transcript is kept \
@@ -362,7 +364,10 @@ impl RunMachine {
     /// Effects that need the committed state: run the calls cleared to run, pause, call the model.
     pub(super) fn actions(&mut self) {
         if !self.calls.has_open() {
-            let point = if self.at_final_answer() { QueuePoint::Finish } else { QueuePoint::Model };
+            // A finished run here is a drain: it reads its queue before anything else (a run that stopped on
+            // `maxSteps` or its budget ends with tool results, not a final answer, and must not call the model).
+            let drain = self.cp.status == RunStatus::Finished;
+            let point = if drain || self.at_final_answer() { QueuePoint::Finish } else { QueuePoint::Model };
             if self.queue_read_due(point) {
                 self.read_queue();
                 return;
@@ -451,6 +456,8 @@ impl RunMachine {
     fn commit(&mut self) {
         self.cp.seq += 1;
         self.cp.saved_at = self.now;
+        self.cp.active_ms = self.active_ms();
+        self.active_mark = self.active_mark.max(self.now);
         let body = if self.snapshot_next {
             EntryBody::Snapshot { state: Box::new(self.cp.clone()) }
         } else {
@@ -461,6 +468,11 @@ impl RunMachine {
         self.dirty = false;
         self.effects.push_back(Effect::Commit(JournalEntry { seq: self.cp.seq, at: self.now, body }));
         self.waiting = Some(Wait::Commit);
+    }
+
+    /// The current run's execution time through now: the checkpoint's and this execution's since its last commit.
+    pub(super) fn active_ms(&self) -> u64 {
+        self.cp.active_ms.saturating_add(self.now.saturating_sub(self.active_mark))
     }
 
     /// The last `loop_window` tool turns of this run each failed in full, identically. Scans backwards and

@@ -42,6 +42,8 @@ pub struct MachineConfig {
     pub run_id: String,
     /// Step budget per run.
     pub max_steps: u32,
+    /// Token and time budgets of the run and its conversation ([`crate::core::budget`]).
+    pub budget: crate::core::budget::Budget,
     /// Drift policy.
     pub on_agent_drift: DriftPolicy,
     /// The current agent's fingerprint.

@@ -222,10 +222,20 @@ impl<F: Fn(Watched) -> bool> WatchSink for PacedFrames<'_, F> {
 /// One event as a server-sent event block: `event:` (its type) and `data:` (the envelope as JSON). Events
 /// carry no `id:`; the journal positions do ([`sse_id`]).
 pub fn sse_frame(e: &EventEnvelope) -> String {
-    // Ignored (both): an EventEnvelope (strings, numbers, JSON values) always serialises.
+    // Ignored: an EventEnvelope (strings, numbers, JSON values) always serialises.
     let data = serde_json::to_string(e).unwrap_or_default();
-    let kind = serde_json::to_value(e).ok().and_then(|v| v["type"].as_str().map(String::from)).unwrap_or_default();
-    format!("event: {kind}\ndata: {data}\n\n")
+    format!("event: {}\ndata: {data}\n\n", event_type(&data))
+}
+
+/// The event's `type` in an envelope's JSON: the first `"type"` key, which is the event's tag (the envelope's own
+/// fields and its `subagent` have no such key; the tag is written first of the event's fields). Read from the
+/// text instead of through a `Value` of the envelope, whose serializer for every event is kilobytes of wasm. A
+/// `,"type":"` cannot occur inside a JSON string (its quotes are escaped there).
+fn event_type(data: &str) -> &str {
+    const KEY: &str = ",\"type\":\"";
+    let Some(at) = data.find(KEY) else { return "" };
+    let rest = &data[at + KEY.len()..];
+    &rest[..rest.find('"').unwrap_or(0)]
 }
 
 /// A block with only an `id:`: the stream has now sent every recorded event through this journal position
@@ -243,6 +253,36 @@ pub fn sse_body(events: &[EventEnvelope]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The frame's `event:` line is the envelope's `type`, read from its JSON as a `Value` would read it, also
+    /// when a string or an argument before or inside the event holds a `type` key or quotes.
+    #[test]
+    fn the_event_line_is_the_envelopes_type() {
+        use crate::core::events::{Event, SubagentTag};
+        use crate::core::transcript::ToolCall;
+        let call = ToolCall {
+            id: "c\",\"type\":\"x".into(),
+            name: "t".into(),
+            args: serde_json::json!({"type": "inner", "q": "a\",\"type\":\"b"}),
+            invalid: None,
+        };
+        let events = [
+            Event::RunStart { resumed: true, step: 2 },
+            Event::ApprovalRequested { approval_id: "\",\"type\":\"no".into(), tool_call: call },
+        ];
+        for (i, event) in events.into_iter().enumerate() {
+            let subagent = (i == 1).then(|| SubagentTag {
+                name: "type".into(),
+                depth: 1,
+                parent: ",\"type\":\"p".into(),
+                tool_call_id: None,
+            });
+            let env = EventEnvelope { v: 1, seq: 0, run_id: "r\",\"type\":\"z".into(), at: 1, subagent, event };
+            let want = serde_json::to_value(&env).unwrap()["type"].as_str().unwrap().to_string();
+            let frame = sse_frame(&env);
+            assert!(frame.starts_with(&format!("event: {want}\ndata: ")), "{frame}");
+        }
+    }
     use futures::executor::block_on;
     use futures::FutureExt;
 

@@ -46,7 +46,7 @@ impl Agent {
                 Plan::Resume | Plan::Probe if resumed => Ok(Some(now.saturating_add(opts.interval_ms.max(1)))),
                 Plan::Resume | Plan::Probe => {
                     resumed = true;
-                    match self.resume(run_id, SendOptions::default()).await {
+                    match self.resume_run(run_id, SendOptions::default()).await {
                         Err(e) if e.code == ErrorCode::SessionBusy => Ok(Some(self.takeover_at())),
                         // Finished, paused or failed (recorded on the run): plan again from what is stored.
                         _ => continue,

@@ -61,7 +61,7 @@ impl Agent {
             Some(cp) if cp.status == RunStatus::AwaitingApproval => {
                 Ok(Delivery::AwaitingApproval { run_id, approval_id: cp.approval_ids.first().cloned() })
             }
-            Some(_) => match self.resume(&run_id, opts).await? {
+            Some(_) => match self.resume_run(&run_id, opts).await? {
                 Some(result) => Ok(Delivery::Ran { run_id, result: Box::new(result) }),
                 None => {
                     let cp = self.load(&run_id).await?.ok_or_else(|| Error::internal("delivery run vanished"))?;

@@ -632,7 +632,7 @@ impl Agent {
         report: &mut SweepReport,
         listener: &dyn SweepListener,
     ) {
-        let res = self.resume(run_id, exec_opts(listener)).await;
+        let res = self.resume_run(run_id, exec_opts(listener)).await;
         let attempt = match &res {
             // Stopped by the sweep's own stop signal: no word on the provider.
             Ok(Some(r)) if r.finish_reason == Some(FinishReason::Aborted) => Attempt::Other,

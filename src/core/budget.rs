@@ -1,0 +1,238 @@
+//! Budgets: what a run (and a session, a conversation of many runs) may spend before it stops.
+//!
+//! A run's budget bounds the current run's tokens ([`Checkpoint::usage`]) and its execution time
+//! ([`Checkpoint::active_ms`], summed across its executions, so a resume does not start the clock again); a
+//! session's budget bounds the tokens of the whole conversation ([`Checkpoint::total_usage`]: every run of the
+//! id, and every turn of a session). `maxSteps` stays where it was (its own finish reason, `max-steps`).
+//!
+//! The machine checks the budget before each model call (at the boundary after the last call's usage was
+//! recorded, in the same place as `maxSteps`). Usage and time are in the journal, so a crash between a usage
+//! update and the check changes nothing: the resumed execution checks the recorded totals before it calls the
+//! model. A run therefore goes over a limit by at most the one model call that crossed it (a call's usage is
+//! known only after it). Exhaustion is an ordinary end: the run is `finished` with finish reason
+//! `budget-exceeded` and a note naming the limit, its transcript kept; `resume` continues it in place once the
+//! limit is raised (refused with `STEADFAST_BUDGET_EXCEEDED` while it still holds), and a new message continues
+//! it as a new run (whose own budget starts from zero; the session's does not).
+
+use super::checkpoint::Checkpoint;
+use super::error::{Error, ErrorCode};
+use super::transcript::Usage;
+use serde::{Deserialize, Serialize};
+
+/// Token limits (each `null` or left out: no limit).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct TokenLimits {
+    /// Prompt tokens.
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub max_input_tokens: Option<u64>,
+    /// Completion tokens.
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub max_output_tokens: Option<u64>,
+    /// Both together.
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub max_total_tokens: Option<u64>,
+}
+
+impl TokenLimits {
+    /// Whether no limit is set.
+    pub fn is_empty(&self) -> bool {
+        self.max_input_tokens.is_none() && self.max_output_tokens.is_none() && self.max_total_tokens.is_none()
+    }
+
+    /// The first limit `usage` has reached, as (its name, the limit, the amount used); `prefix` goes before the
+    /// names (`sessionBudget.`).
+    fn reached(&self, usage: Usage, prefix: &'static str) -> Option<Exceeded> {
+        let checks = [
+            ("maxInputTokens", self.max_input_tokens, usage.input_tokens),
+            ("maxOutputTokens", self.max_output_tokens, usage.output_tokens),
+            ("maxTotalTokens", self.max_total_tokens, usage.total()),
+        ];
+        checks.into_iter().find_map(|(name, max, used)| {
+            max.filter(|&max| used >= max).map(|max| Exceeded { prefix, limit: name, max, used })
+        })
+    }
+}
+
+/// What an exhausted budget does to the execution that finds it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "lowercase")]
+pub enum OnExceeded {
+    /// The run finishes with finish reason `budget-exceeded`; the execution reports it as its result.
+    #[default]
+    Finish,
+    /// The run finishes the same way, and the execution fails with `STEADFAST_BUDGET_EXCEEDED` (not retryable).
+    Throw,
+}
+
+crate::core::wire::unit_enum_de!(OnExceeded {
+    "finish" => Finish,
+    "throw" => Throw,
+});
+
+/// A run's budget, as the machine checks it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Budget {
+    /// The current run's tokens.
+    pub run: TokenLimits,
+    /// The current run's execution time (ms, [`Checkpoint::active_ms`]).
+    pub max_duration_ms: Option<u64>,
+    /// The conversation's tokens (every run of the id; a session's turns).
+    pub session: TokenLimits,
+}
+
+/// A limit a run has reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exceeded {
+    prefix: &'static str,
+    /// The limit's name (`maxTotalTokens`, `maxDurationMs`, ...).
+    pub limit: &'static str,
+    /// Its value.
+    pub max: u64,
+    /// What the run has used.
+    pub used: u64,
+}
+
+impl Exceeded {
+    /// The limit's full name: `maxTotalTokens`, or `sessionBudget.maxTotalTokens` for the session's.
+    pub fn name(&self) -> String {
+        format!("{}{}", self.prefix, self.limit)
+    }
+
+    /// The note of the run's result.
+    pub fn note(&self) -> String {
+        format!(
+            "Stopped: the run reached its budget ({} {}, used {}). The transcript is kept; raise the limit and resume \
+             the run, or send a message to continue.",
+            self.name(),
+            self.max,
+            self.used
+        )
+    }
+
+    /// `STEADFAST_BUDGET_EXCEEDED` for run `run_id`, with `{limit, max, used}` as details.
+    pub fn error(&self, run_id: &str) -> Error {
+        let (name, max, used) = (self.name(), self.max, self.used);
+        // The details' text is built, not a `json!` map: the limit's name is letters and dots (smaller wasm).
+        let details = format!(r#"{{"limit":"{name}","max":{max},"used":{used}}}"#);
+        Error::new(
+            ErrorCode::BudgetExceeded,
+            format!("run '{run_id}' reached its budget ({name} {max}, used {used}): raise the limit to resume it"),
+        )
+        .with_run(run_id)
+        .with_details(serde_json::from_str(&details).unwrap_or_default())
+    }
+}
+
+impl Budget {
+    /// The first limit `cp` has reached, `active_ms` being its execution time so far (the checkpoint's and this
+    /// execution's since its last commit).
+    pub fn exceeded(&self, cp: &Checkpoint, active_ms: u64) -> Option<Exceeded> {
+        self.run
+            .reached(cp.usage, "")
+            .or_else(|| {
+                self.max_duration_ms.filter(|&max| active_ms >= max).map(|max| Exceeded {
+                    prefix: "",
+                    limit: "maxDurationMs",
+                    max,
+                    used: active_ms,
+                })
+            })
+            .or_else(|| self.session.reached(cp.total_usage, "sessionBudget."))
+    }
+
+    /// Whether a limit is set to 0 (a configuration refuses it: the run could not call its model once).
+    pub fn has_zero(&self) -> bool {
+        let (r, s) = (self.run, self.session);
+        [r.max_input_tokens, r.max_output_tokens, r.max_total_tokens, self.max_duration_ms]
+            .into_iter()
+            .chain([s.max_input_tokens, s.max_output_tokens, s.max_total_tokens])
+            .any(|v| v == Some(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cp(input: u64, output: u64, total_before: (u64, u64)) -> Checkpoint {
+        let mut cp = Checkpoint::new("r");
+        cp.usage = Usage { input_tokens: input, output_tokens: output };
+        cp.total_usage = Usage { input_tokens: total_before.0 + input, output_tokens: total_before.1 + output };
+        cp
+    }
+
+    #[test]
+    fn no_limit_is_never_reached() {
+        let b = Budget::default();
+        assert_eq!(b.exceeded(&cp(u64::MAX, u64::MAX, (0, 0)), u64::MAX), None);
+    }
+
+    #[test]
+    fn each_limit_is_reached_at_its_value_not_before() {
+        let limits = |i, o, t| TokenLimits { max_input_tokens: i, max_output_tokens: o, max_total_tokens: t };
+        let b = Budget { run: limits(Some(100), None, None), ..Default::default() };
+        assert_eq!(b.exceeded(&cp(99, 500, (0, 0)), 0), None);
+        assert_eq!(
+            b.exceeded(&cp(100, 0, (0, 0)), 0).map(|x| (x.name(), x.max, x.used)),
+            Some(("maxInputTokens".into(), 100, 100))
+        );
+        let b = Budget { run: limits(None, Some(10), None), ..Default::default() };
+        assert_eq!(b.exceeded(&cp(1000, 9, (0, 0)), 0), None);
+        assert_eq!(b.exceeded(&cp(0, 11, (0, 0)), 0).map(|x| x.limit), Some("maxOutputTokens"));
+        let b = Budget { run: limits(None, None, Some(50)), ..Default::default() };
+        assert_eq!(b.exceeded(&cp(25, 24, (0, 0)), 0), None);
+        assert_eq!(b.exceeded(&cp(25, 25, (0, 0)), 0).map(|x| x.used), Some(50));
+        let b = Budget { max_duration_ms: Some(1_000), ..Default::default() };
+        assert_eq!(b.exceeded(&cp(0, 0, (0, 0)), 999), None);
+        assert_eq!(b.exceeded(&cp(0, 0, (0, 0)), 1_000).map(|x| x.limit), Some("maxDurationMs"));
+    }
+
+    #[test]
+    fn the_session_budget_counts_the_conversation_the_run_budget_only_the_run() {
+        let both = TokenLimits { max_total_tokens: Some(100), ..Default::default() };
+        let run_only = Budget { run: both, ..Default::default() };
+        let session_only = Budget { session: both, ..Default::default() };
+        // 40 tokens in this run, 80 before it.
+        let c = cp(30, 10, (60, 20));
+        assert_eq!(run_only.exceeded(&c, 0), None);
+        let x = session_only.exceeded(&c, 0).expect("the conversation used 120 of 100");
+        assert_eq!((x.name(), x.used), ("sessionBudget.maxTotalTokens".to_string(), 120));
+    }
+
+    #[test]
+    fn the_error_names_the_limit_and_is_not_retryable() {
+        let x = Exceeded { prefix: "", limit: "maxDurationMs", max: 5, used: 7 };
+        let e = x.error("r1");
+        assert_eq!(e.code, ErrorCode::BudgetExceeded);
+        assert!(!e.retryable());
+        assert!(e.message.contains("maxDurationMs 5, used 7"), "{}", e.message);
+        assert_eq!(e.details.as_ref().and_then(|d| d.get("limit")).and_then(|v| v.as_str()), Some("maxDurationMs"));
+        assert!(x.note().starts_with("Stopped: the run reached its budget"));
+    }
+
+    #[test]
+    fn a_limit_of_zero_is_found_wherever_it_is() {
+        assert!(!Budget::default().has_zero());
+        let one = Some(1);
+        let all = TokenLimits { max_input_tokens: one, max_output_tokens: one, max_total_tokens: one };
+        let full = Budget { run: all, max_duration_ms: one, session: all };
+        assert!(!full.has_zero());
+        let zeroed: [fn(&mut Budget); 7] = [
+            |b| b.run.max_input_tokens = Some(0),
+            |b| b.run.max_output_tokens = Some(0),
+            |b| b.run.max_total_tokens = Some(0),
+            |b| b.max_duration_ms = Some(0),
+            |b| b.session.max_input_tokens = Some(0),
+            |b| b.session.max_output_tokens = Some(0),
+            |b| b.session.max_total_tokens = Some(0),
+        ];
+        for zero in zeroed {
+            let mut b = full;
+            zero(&mut b);
+            assert!(b.has_zero(), "{b:?}");
+        }
+    }
+}
