@@ -366,3 +366,97 @@ fn a_message_queued_for_a_run_stopped_on_its_budget_or_its_steps_continues_it_wi
         }
     }
 }
+
+/// "The lead's remaining budgets bound the child" (issue 30): a sub-agent's child run gets what its lead had left
+/// when it was created, recorded in the child's first entry (`budgetCap`), and stops on it like on its own budget
+/// (the note names `lead.maxTotalTokens`); its spend comes back into the lead's usage, so the lead stops before its
+/// next model call. A crash after any effect of lead or child changes neither the cap nor what was spent: no model
+/// call of the child is made once its recorded usage reached its cap.
+#[test]
+fn a_sub_agents_child_is_bounded_by_what_its_lead_had_left_across_crashes() {
+    for (name, make) in stores() {
+        let mut crash_points = 0;
+        for n in 0.. {
+            let env = make();
+            let lead_calls = Rc::new(RefCell::new(0));
+            let child_seen = Rc::new(RefCell::new(Vec::new()));
+            let team = |env: &Env, seed: u64| {
+                let calls = lead_calls.clone();
+                let lead_model = forever(MockTurn::func(move |req| {
+                    *calls.borrow_mut() += 1;
+                    match turns_in(req.messages) {
+                        0 => MockTurn::tools([("research", json!({"task": "look it all up"}))]),
+                        _ => MockTurn::text("reported"),
+                    }
+                }));
+                let child = builder(env, looping(10, &child_seen), seed * 2 + 1)
+                    .options(AgentOptions { max_steps: 100, ..AgentOptions::default() })
+                    .tool_rc(slow_lookup(env, 0));
+                builder(env, lead_model, seed * 2).options(total(60)).subagent("research", "Researches", child)
+            };
+            let a = team(&env, 1).build().unwrap();
+            let crash = (n > 0).then_some(CrashPoint { after_effects: n, finish_in_flight: n % 2 == 0 });
+            let first = block_on(a.send("lead", "go", SendOptions { crash, ..SendOptions::default() }));
+            if n > 0 {
+                if matches!(&first, Ok(r) if r.finish_reason == Some(FinishReason::BudgetExceeded)) {
+                    break; // past the last effect
+                }
+                crash_points += 1;
+                env.past_leases();
+                let b = team(&env, 2).build().unwrap();
+                for _ in 0..4 {
+                    let _ = block_on(b.sweep(&Default::default(), &NoListener));
+                    env.past_leases();
+                }
+            }
+            let case = format!("{name} crash {n}");
+            let Some(lead) = block_on(env.store.load("lead")).unwrap() else {
+                assert!(*lead_calls.borrow() <= 1, "{case}");
+                continue;
+            };
+            assert_eq!(
+                (lead.status, lead.finish_reason),
+                (RunStatus::Finished, Some(FinishReason::BudgetExceeded)),
+                "{case}"
+            );
+            // 15 (its turn) + 45 (the child's three turns, rolled up): stopped before its second call.
+            assert_eq!(lead.usage.total(), 60, "{case}");
+            let call =
+                lead.messages.iter().flat_map(|m| m.tool_calls().to_vec()).find(|c| c.name == "research").unwrap();
+            let child_id =
+                steadfast::core::ids::subagent_run_id("lead", "research", &lead.call_key(&call.id).unwrap()).unwrap();
+            let child = block_on(env.store.load(&child_id)).unwrap().expect("the child run");
+            assert_eq!(child.budget_cap.and_then(|c| c.max_total_tokens), Some(45), "{case}: what the lead had left");
+            assert_eq!((child.finish_reason, child.usage.total()), (Some(FinishReason::BudgetExceeded), 45), "{case}");
+            // No child model call from a recorded state that had used its cap (three turns: 0, 1, 2 recorded).
+            assert!(child_seen.borrow().iter().all(|&t| t < 3), "{case}: {:?}", child_seen.borrow());
+            if n == 0 {
+                assert_eq!((*lead_calls.borrow(), child_seen.borrow().len()), (1, 3), "{case}: calls without a crash");
+                let done = first.unwrap();
+                assert_eq!(done.finish_reason, Some(FinishReason::BudgetExceeded), "{case}");
+            }
+        }
+        assert!(crash_points >= 10, "{name}: {crash_points} crash points");
+    }
+}
+
+#[test]
+fn a_child_of_a_lead_without_a_budget_has_no_cap() {
+    for (name, make) in stores() {
+        let env = make();
+        let seen = Rc::new(RefCell::new(Vec::new()));
+        let lead_model = forever(MockTurn::func(|req| match turns_in(req.messages) {
+            0 => MockTurn::tools([("research", json!({"task": "t"}))]),
+            _ => MockTurn::text("reported"),
+        }));
+        let child = builder(&env, looping(2, &seen), 3).tool_rc(slow_lookup(&env, 0));
+        let a = builder(&env, lead_model, 2).subagent("research", "Researches", child).build().unwrap();
+        let res = block_on(a.send("lead", "go", SendOptions::default())).unwrap();
+        assert_eq!(res.finish_reason, Some(FinishReason::Stop), "{name}");
+        let lead = block_on(env.store.load("lead")).unwrap().unwrap();
+        let call = lead.messages.iter().flat_map(|m| m.tool_calls().to_vec()).find(|c| c.name == "research").unwrap();
+        let child_id =
+            steadfast::core::ids::subagent_run_id("lead", "research", &lead.call_key(&call.id).unwrap()).unwrap();
+        assert_eq!(block_on(env.store.load(&child_id)).unwrap().unwrap().budget_cap, None, "{name}");
+    }
+}

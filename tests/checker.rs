@@ -62,6 +62,11 @@
 //!   them; one may vanish once a run above it was deleted or healed); the counts (`sub-agents: …`) must be above
 //!   zero.
 //!
+//! * budgets: one program in three gives its agents `maxTotalTokens` and a `sessionBudget` (`onExceeded` finish or
+//!   throw; replica 2 runs a raised budget, a deployment racing the old one): no model call is made from a recorded
+//!   state whose run usage, conversation usage or — for a child run — cap from its lead (what the lead had left
+//!   when it created the child) reached its limit; the counts (`budgets: …`) must be above zero.
+//!
 //! `cargo test --test checker -- --nocapture` prints
 //! `model-checked programs: N, operations: M, crash points: C, stores: 3, violations: 0`. More programs:
 //! `STEADFAST_CASES=20000` (or `STEADFAST_LARGE=1`); one program: `STEADFAST_SEED=<seed>` (with
@@ -391,6 +396,8 @@ struct WaitCounts {
     /// Budgets: model calls checked against the budget in force, runs seen stopped on their budget, resumes that
     /// went on with a raised one, calls refused or failed with `STEADFAST_BUDGET_EXCEEDED`.
     budget_checked: u64,
+    /// Of those, calls of child runs with a cap from their lead.
+    budget_capped: u64,
     budget_stops: u64,
     budget_resumes: u64,
     budget_errors: u64,
@@ -419,6 +426,7 @@ impl WaitCounts {
         self.bg_delivered += o.bg_delivered;
         self.bg_abandoned += o.bg_abandoned;
         self.budget_checked += o.budget_checked;
+        self.budget_capped += o.budget_capped;
         self.budget_stops += o.budget_stops;
         self.budget_resumes += o.budget_resumes;
         self.budget_errors += o.budget_errors;
@@ -743,10 +751,18 @@ impl Model for CheckerModel {
             });
             if let Some(cp) = from {
                 w.log.borrow_mut().waits.budget_checked += 1;
-                if cp.usage.total() >= b.run || cp.total_usage.total() >= b.session {
+                // A child run is bounded by what its lead had left when it was created (its recorded cap).
+                let cap = cp.budget_cap.and_then(|c| c.max_total_tokens);
+                if cap.is_some() {
+                    w.log.borrow_mut().waits.budget_capped += 1;
+                }
+                if cp.usage.total() >= b.run
+                    || cp.total_usage.total() >= b.session
+                    || cap.is_some_and(|cap| cp.usage.total() >= cap)
+                {
                     w.violation(format!(
                         "{}: the model was called at {} although the run had used {} of {} tokens (its conversation \
-                         {} of {}; {:?} {:?} step {}, last {:?})",
+                         {} of {}, its lead's cap {cap:?}; {:?} {:?} step {}, last {:?})",
                         request.run_id,
                         w.now() - T0,
                         cp.usage.total(),
@@ -2023,6 +2039,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         bg_abandoned,
         children_left,
         budget_checked,
+        budget_capped,
         budget_stops,
         budget_resumes,
         budget_errors,
@@ -2049,7 +2066,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
          refused at maxHandoffs {handoff_limits}"
     );
     println!(
-        "budgets: model calls checked against the budget in force {budget_checked}, runs stopped on their budget \
+        "budgets: model calls checked against the budget in force {budget_checked} (of children capped by their \
+         lead {budget_capped}), runs stopped on their budget \
          {budget_stops}, resumed in place with a raised budget {budget_resumes}, calls failed with \
          STEADFAST_BUDGET_EXCEEDED {budget_errors}"
     );
@@ -2107,6 +2125,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("detached results applied", bg_delivered),
             ("detached children abandoned", bg_abandoned),
             ("model calls checked against a budget", budget_checked),
+            ("child model calls checked against their lead's cap", budget_capped),
             ("budget stops", budget_stops),
             ("resumes with a raised budget", budget_resumes),
             ("budget errors", budget_errors),

@@ -38,6 +38,7 @@ fn config_with(model: &str, tools: &[&str]) -> MachineConfig {
         run_id: RUN.into(),
         max_steps: 10,
         budget: Default::default(),
+        budget_cap: None,
         on_agent_drift: DriftPolicy::Warn,
         fingerprint: fingerprint(model, tools),
         tool_names: tools.iter().map(|t| t.to_string()).collect(),

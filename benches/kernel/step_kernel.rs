@@ -49,6 +49,7 @@ fn config() -> MachineConfig {
         run_id: RUN.into(),
         max_steps: u32::MAX,
         budget: Default::default(),
+        budget_cap: None,
         on_agent_drift: DriftPolicy::Warn,
         fingerprint: Fingerprint::compute("mock", TOOLS.iter().map(|t| (*t, &schema)), "Be thorough."),
         tool_names: TOOLS.iter().map(|t| t.to_string()).collect(),

@@ -21,6 +21,7 @@ export type {
   AbortSignalLike,
   ApprovalRecord,
   ApprovalStatus,
+  BudgetCap,
   Checkpoint,
   ChildRun,
   Comparison,

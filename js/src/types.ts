@@ -41,6 +41,7 @@ import type { ToolResult } from "./generated/ToolResult.js";
 import type { ToolSpec } from "./generated/ToolSpec.js";
 import type { TrajectoryStep } from "./generated/TrajectoryStep.js";
 import type { Usage } from "./generated/Usage.js";
+import type { BudgetCap } from "./generated/BudgetCap.js";
 import type { OnExceeded } from "./generated/OnExceeded.js";
 import type { TokenLimits } from "./generated/TokenLimits.js";
 import type { JsonValue } from "./generated/serde_json/JsonValue.js";
@@ -50,6 +51,7 @@ import type { JsonValue } from "./generated/serde_json/JsonValue.js";
 export type {
   ApprovalRecord,
   ApprovalStatus,
+  BudgetCap,
   Checkpoint,
   ChildRun,
   Comparison,

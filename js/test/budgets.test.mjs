@@ -102,3 +102,33 @@ test("bad budget options are refused with STEADFAST_CONFIG_INVALID", () => {
     );
   }
 });
+
+test("a sub-agent's child is bounded by what its lead had left (budgetCap), and the lead stops after it", async () => {
+  const store = memoryStore();
+  const lead = {
+    id: "lead",
+    calls: 0,
+    async generate(request) {
+      lead.calls += 1;
+      return request.messages.some((m) => m.role === "assistant")
+        ? { text: "reported", stopReason: "stop", usage }
+        : { toolCalls: [{ id: "r1", name: "research", args: { task: "look it all up" } }], stopReason: "tool_calls", usage };
+    },
+  };
+  const child = looping(10);
+  const agent = createAgent({
+    model: lead,
+    store,
+    maxTotalTokens: 60,
+    subagents: [{ name: "research", description: "Researches", model: child, tools: [lookup], maxSteps: 100 }],
+  });
+  const r = await agent.send("go", { sessionId: "b5" });
+  assert.equal(r.finishReason, "budget-exceeded");
+  assert.equal(r.usage.inputTokens + r.usage.outputTokens, 60, "15 of its own, 45 of its child's");
+  assert.equal(lead.calls, 1);
+  assert.equal(child.calls, 3, "the child stopped on the 45 its lead had left");
+  const [c] = await agent.children("b5");
+  const cp = await agent.load(c.runId);
+  assert.equal(cp.budgetCap.maxTotalTokens, 45);
+  assert.equal(cp.finishReason, "budget-exceeded");
+});

@@ -13,6 +13,13 @@
 //! `budget-exceeded` and a note naming the limit, its transcript kept; `resume` continues it in place once the
 //! limit is raised (refused with `STEADFAST_BUDGET_EXCEEDED` while it still holds), and a new message continues
 //! it as a new run (whose own budget starts from zero; the session's does not).
+//!
+//! **Sub-agents.** A lead's remaining budget bounds the child runs its sub-agent calls start: when a child is
+//! created, what its lead has left of every limit (its run's, its conversation's, and its own cap if it is a child
+//! itself) is recorded in the child's first entry as its [`BudgetCap`] (never changed after), and the child stops
+//! as on its own budget when it reaches it (the note names `lead.maxTotalTokens` and so on). The child's spend
+//! comes back into its lead's usage with its result, so the lead stops at its next check. Children started in
+//! the same turn each get what the lead had left when they started (together they may spend it more than once).
 
 use super::checkpoint::Checkpoint;
 use super::error::{Error, ErrorCode};
@@ -55,6 +62,30 @@ impl TokenLimits {
     }
 }
 
+/// What a child run may spend: its lead's remaining budget when the child was created (recorded in the child's
+/// first entry, [`Checkpoint::budget_cap`]); each field `None` when the lead had no such limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase", default)]
+pub struct BudgetCap {
+    /// Prompt tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub max_input_tokens: Option<u64>,
+    /// Completion tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub max_output_tokens: Option<u64>,
+    /// Both together.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub max_total_tokens: Option<u64>,
+    /// Execution time (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub max_duration_ms: Option<u64>,
+}
+
 /// What an exhausted budget does to the execution that finds it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
@@ -81,6 +112,8 @@ pub struct Budget {
     pub max_duration_ms: Option<u64>,
     /// The conversation's tokens (every run of the id; a session's turns).
     pub session: TokenLimits,
+    /// A child run's cap: what its lead had left when it was created ([`Checkpoint::budget_cap`]).
+    pub cap: BudgetCap,
 }
 
 /// A limit a run has reached.
@@ -141,6 +174,55 @@ impl Budget {
                 })
             })
             .or_else(|| self.session.reached(cp.total_usage, "sessionBudget."))
+            .or_else(|| {
+                let c = self.cap;
+                let tokens = TokenLimits {
+                    max_input_tokens: c.max_input_tokens,
+                    max_output_tokens: c.max_output_tokens,
+                    max_total_tokens: c.max_total_tokens,
+                };
+                tokens.reached(cp.usage, "lead.").or_else(|| {
+                    c.max_duration_ms.filter(|&max| active_ms >= max).map(|max| Exceeded {
+                        prefix: "lead.",
+                        limit: "maxDurationMs",
+                        max,
+                        used: active_ms,
+                    })
+                })
+            })
+    }
+
+    /// This budget with `cap` (a child run's recorded cap) in force too.
+    pub fn with_cap(self, cap: Option<BudgetCap>) -> Budget {
+        Budget { cap: cap.unwrap_or_default(), ..self }
+    }
+
+    /// What a run whose state is `cp` (execution time `active_ms`) has left of every limit of this budget, as
+    /// the cap of a child run it starts: the least of its run's, its conversation's and its own cap's remainders,
+    /// per measure. `None` when it has no limit at all (the child then has none from its lead).
+    pub fn remaining(&self, cp: &Checkpoint, active_ms: u64) -> Option<BudgetCap> {
+        let left = |max: Option<u64>, used: u64| max.map(|m| m.saturating_sub(used));
+        let least = |all: [Option<u64>; 3]| all.into_iter().flatten().min();
+        let (u, t, c) = (cp.usage, cp.total_usage, self.cap);
+        let cap = BudgetCap {
+            max_input_tokens: least([
+                left(self.run.max_input_tokens, u.input_tokens),
+                left(self.session.max_input_tokens, t.input_tokens),
+                left(c.max_input_tokens, u.input_tokens),
+            ]),
+            max_output_tokens: least([
+                left(self.run.max_output_tokens, u.output_tokens),
+                left(self.session.max_output_tokens, t.output_tokens),
+                left(c.max_output_tokens, u.output_tokens),
+            ]),
+            max_total_tokens: least([
+                left(self.run.max_total_tokens, u.total()),
+                left(self.session.max_total_tokens, t.total()),
+                left(c.max_total_tokens, u.total()),
+            ]),
+            max_duration_ms: least([left(self.max_duration_ms, active_ms), left(c.max_duration_ms, active_ms), None]),
+        };
+        (cap != BudgetCap::default()).then_some(cap)
     }
 
     /// Whether a limit is set to 0 (a configuration refuses it: the run could not call its model once).
@@ -203,6 +285,44 @@ mod tests {
     }
 
     #[test]
+    fn a_child_gets_the_least_its_lead_has_left_of_each_measure_and_stops_on_it() {
+        let limits = |i, o, t| TokenLimits { max_input_tokens: i, max_output_tokens: o, max_total_tokens: t };
+        // The lead: 100 total per run, 150 input in the conversation, 60 s; it used 30+10 in this run, 100+20 in all.
+        let lead = Budget {
+            run: limits(None, None, Some(100)),
+            max_duration_ms: Some(60_000),
+            session: limits(Some(150), None, None),
+            ..Default::default()
+        };
+        let c = cp(30, 10, (70, 10));
+        let cap = lead.remaining(&c, 45_000).expect("the lead has limits");
+        assert_eq!(
+            cap,
+            BudgetCap {
+                max_input_tokens: Some(50),
+                max_output_tokens: None,
+                max_total_tokens: Some(60),
+                max_duration_ms: Some(15_000)
+            }
+        );
+        // A child of that child: its own cap bounds its children too.
+        let child = Budget::default().with_cap(Some(cap));
+        let grandchild = child.remaining(&cp(20, 20, (0, 0)), 5_000).unwrap();
+        assert_eq!(
+            (grandchild.max_input_tokens, grandchild.max_total_tokens, grandchild.max_duration_ms),
+            (Some(30), Some(20), Some(10_000))
+        );
+        // The child stops on its cap, named as its lead's.
+        let x = child.exceeded(&cp(40, 20, (0, 0)), 0).expect("60 of 60");
+        assert_eq!((x.name(), x.max, x.used), ("lead.maxTotalTokens".to_string(), 60, 60));
+        assert_eq!(child.exceeded(&cp(0, 0, (0, 0)), 15_000).map(|x| x.name()), Some("lead.maxDurationMs".into()));
+        // No limit anywhere: no cap; spent limits leave 0 (the child stops before its first model call).
+        assert_eq!(Budget::default().remaining(&c, 1), None);
+        let spent = lead.remaining(&cp(100, 100, (0, 0)), 0).unwrap();
+        assert_eq!(spent.max_total_tokens, Some(0));
+    }
+
+    #[test]
     fn the_error_names_the_limit_and_is_not_retryable() {
         let x = Exceeded { prefix: "", limit: "maxDurationMs", max: 5, used: 7 };
         let e = x.error("r1");
@@ -218,7 +338,7 @@ mod tests {
         assert!(!Budget::default().has_zero());
         let one = Some(1);
         let all = TokenLimits { max_input_tokens: one, max_output_tokens: one, max_total_tokens: one };
-        let full = Budget { run: all, max_duration_ms: one, session: all };
+        let full = Budget { run: all, max_duration_ms: one, session: all, ..Default::default() };
         assert!(!full.has_zero());
         let zeroed: [fn(&mut Budget); 7] = [
             |b| b.run.max_input_tokens = Some(0),

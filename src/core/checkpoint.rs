@@ -164,6 +164,11 @@ pub struct Checkpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub key_scope: Option<String>,
+    /// A child run's budget cap: what its lead had left of its budget when the child was created
+    /// ([`crate::core::budget`]). Written by the run's first snapshot and never changed (deltas do not carry it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub budget_cap: Option<crate::core::budget::BudgetCap>,
     /// For a fork: which key scopes cover the messages it copied from its source (a fork of a fork: nested), so
     /// the calls it copied keep their keys. Written with [`Checkpoint::key_scope`], never changed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

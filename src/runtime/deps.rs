@@ -108,6 +108,7 @@ impl Deps {
             run_id: run_id.to_string(),
             max_steps: self.options.max_steps,
             budget: self.options.budget(),
+            budget_cap: opts.budget_cap,
             on_agent_drift: self.options.on_agent_drift,
             fingerprint: self.fingerprint.clone(),
             tool_names: self.tools.iter().map(|t| t.tool.name().to_string()).collect(),

@@ -87,7 +87,12 @@ pub(crate) struct SubagentTool {
 impl SubagentTool {
     /// A detached call: the child is written as a run that has not started (its outbox entry first), unless a
     /// run of the call did so before; the answer names it.
-    async fn start_detached(&self, child_id: &str, task: &str) -> std::result::Result<ToolOutput, ToolError> {
+    async fn start_detached(
+        &self,
+        child_id: &str,
+        task: &str,
+        opts: &SendOptions,
+    ) -> std::result::Result<ToolOutput, ToolError> {
         let deps = &self.child.deps;
         let started = ToolOutput::json(json!({"started": child_id, "subagent": self.name, "detached": true}));
         if deps.store.load(child_id).await.map_err(ToolError::Propagate)?.is_some() {
@@ -96,7 +101,9 @@ impl SubagentTool {
         let outbox =
             DueWait { at: deps.now() + OUTBOX_AFTER_MS, wait_id: Deps::DETACHED_DUE.into(), run_id: child_id.into() };
         deps.store.put_due(&outbox).await.map_err(ToolError::Propagate)?;
-        let cfg = deps.machine_config(child_id, &SendOptions::default());
+        // Bounded by what its lead had left (its spend does not come back into the lead's usage: it is bounded
+        // here, once).
+        let cfg = deps.machine_config(child_id, &SendOptions { budget_cap: opts.budget_cap, ..Default::default() });
         let start = Start::Send(vec![Message::user(task)]);
         let cp = crate::core::machine::RunMachine::start(cfg, None, start, deps.now()).map_err(child_failed)?;
         match self.child.write_new_run(child_id, cp.checkpoint().clone()).await {
@@ -170,7 +177,7 @@ impl ChildCall for SubagentTool {
             )));
         }
         if self.child.deps.child_opts.detached {
-            return self.start_detached(&child_id, task).await;
+            return self.start_detached(&child_id, task, &opts).await;
         }
         let stored = self.child.deps.store.load(&child_id).await.map_err(ToolError::Propagate)?;
         let ran = match stored {

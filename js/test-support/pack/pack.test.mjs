@@ -81,7 +81,7 @@ const PUBLIC_EXPORTS = {
   ],
   types: [
     "AbortSignalLike", "AfterToolAnswer", "DurableObjectStorageLike", "DurableObjectStoreOptions", "Agent", "AgentDrift", "AgentOptions", "BeforeToolAnswer", "CustomHook",
-    "HookContext", "ApprovalRecord", "ApprovalStatus", "Checkpoint", "ChildRun", "Clock",
+    "HookContext", "ApprovalRecord", "ApprovalStatus", "BudgetCap", "Checkpoint", "ChildRun", "Clock",
     "Comparison", "Delivery",
     "ErrorCode", "ErrorInfo", "Event", "EventEnvelope", "Fingerprint", "FinishReason", "ForkOptions", "ForkResult",
     "HandoffOptions", "HistoryEntry", "Hook", "Input", "Json", "KVNamespaceLike", "KvStoreOptions", "Message", "MockModel",

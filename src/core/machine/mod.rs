@@ -185,8 +185,19 @@ impl RunMachine {
     /// The budget the run stopped on, when it finished with `budget-exceeded` (a limit it has reached).
     pub fn exceeded(&self) -> Option<crate::core::budget::Exceeded> {
         (self.cp.finish_reason == Some(FinishReason::BudgetExceeded))
-            .then(|| self.cfg.budget.exceeded(&self.cp, self.cp.active_ms))
+            .then(|| self.budget().exceeded(&self.cp, self.cp.active_ms))
             .flatten()
+    }
+
+    /// The budget in force: the agent's, with the run's recorded cap (a child run's, from its lead).
+    fn budget(&self) -> crate::core::budget::Budget {
+        self.cfg.budget.with_cap(self.cp.budget_cap)
+    }
+
+    /// What this run has left of its budget now, as the cap of a child run one of its calls starts
+    /// ([`crate::core::budget::Budget::remaining`]); `None` when it has no limit.
+    pub fn child_cap(&self) -> Option<crate::core::budget::BudgetCap> {
+        self.budget().remaining(&self.cp, self.active_ms())
     }
 
     /// Whether the execution is over (a `Finish` was handed out).

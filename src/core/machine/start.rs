@@ -113,6 +113,7 @@ impl RunMachine {
         self.cp.messages.extend(input);
         self.cp.business_state = self.cfg.business_state.clone();
         self.cp.key_scope = self.cfg.key_scope.clone();
+        self.cp.budget_cap = self.cfg.budget_cap;
         self.snapshot_next = true;
         self.dirty = true;
         self.skip_first_queue_read();
@@ -262,7 +263,7 @@ impl RunMachine {
             (_, Start::Quarantine | Start::Failed(_) | Start::Turn { .. }) => {}
             (RunStatus::Finished, Start::Resume) if self.cp.finish_reason == Some(FinishReason::BudgetExceeded) => {
                 // Resumable in place once the limit is raised: the same run goes on from where it stopped.
-                if let Some(x) = self.cfg.budget.exceeded(&self.cp, self.cp.active_ms) {
+                if let Some(x) = self.budget().exceeded(&self.cp, self.cp.active_ms) {
                     return Err(x.error(&run_id));
                 }
                 self.check_drift()?;

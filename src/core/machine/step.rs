@@ -325,7 +325,7 @@ impl RunMachine {
             self.cp.messages.extend(input);
             self.progress();
         }
-        let over = self.cfg.budget.exceeded(&self.cp, self.active_ms());
+        let over = self.budget().exceeded(&self.cp, self.active_ms());
         match self.cp.messages.last() {
             Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty() => {
                 if self.queue_read_due(QueuePoint::Finish) {

@@ -44,6 +44,9 @@ pub struct MachineConfig {
     pub max_steps: u32,
     /// Token and time budgets of the run and its conversation ([`crate::core::budget`]).
     pub budget: crate::core::budget::Budget,
+    /// The cap a run this execution creates records (a sub-agent's child: what its lead had left). Ignored for a
+    /// stored run, which keeps its own.
+    pub budget_cap: Option<crate::core::budget::BudgetCap>,
     /// Drift policy.
     pub on_agent_drift: DriftPolicy,
     /// The current agent's fingerprint.

@@ -83,6 +83,8 @@ pub(crate) struct Driver<'a> {
     pub(crate) paused: Vec<ApprovalRecord>,
     /// The queued messages handed to the machine (deleted once their ids are committed).
     handed: Vec<QueuedMessage>,
+    /// What the run has left of its budget as calls start: the cap of the child runs its sub-agent calls create.
+    child_cap: Option<crate::core::budget::BudgetCap>,
 }
 
 /// Which hook entry point to run.
@@ -117,6 +119,7 @@ impl<'a> Driver<'a> {
             last_commit_ms: 0,
             paused: Vec::new(),
             handed: Vec::new(),
+            child_cap: None,
         }
     }
 
@@ -760,6 +763,7 @@ impl<'a> Driver<'a> {
         }
         self.follow(m);
         self.ensure_lease().await?;
+        self.child_cap = m.child_cap();
         self.stats.tool_runs += pool.start(limit, |id| m.is_running(id), |l| self.start_tool(l));
         Ok(())
     }
@@ -774,6 +778,8 @@ impl<'a> Driver<'a> {
             // the observer, which the child shares, it reaches by itself).
             events: self.opts.events.clone(),
             subagent_call: Some(call.id.clone()),
+            // The lead's remaining budget bounds the child (recorded when the child is created).
+            budget_cap: self.child_cap,
             // Tests: the process that dies is the lead's, with its children's executions in it (a crash point
             // counts the child's own effects; a budget counts everyone's).
             #[cfg(feature = "testing")]
