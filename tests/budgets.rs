@@ -430,6 +430,16 @@ fn a_sub_agents_child_is_bounded_by_what_its_lead_had_left_across_crashes() {
             assert_eq!((child.finish_reason, child.usage.total()), (Some(FinishReason::BudgetExceeded), 45), "{case}");
             // No child model call from a recorded state that had used its cap (three turns: 0, 1, 2 recorded).
             assert!(child_seen.borrow().iter().all(|&t| t < 3), "{case}: {:?}", child_seen.borrow());
+            // The lead's model reads that its sub-agent stopped on its budget (its last turn asked for tools).
+            let answered = lead.messages.iter().find_map(|m| match m {
+                Message::Tool(r) if r.tool_call_id == call.id => Some(r.content.clone()),
+                _ => None,
+            });
+            assert_eq!(
+                answered.as_deref(),
+                Some("(The sub-agent stopped on its budget before a final answer.)"),
+                "{case}"
+            );
             if n == 0 {
                 assert_eq!((*lead_calls.borrow(), child_seen.borrow().len()), (1, 3), "{case}: calls without a crash");
                 let done = first.unwrap();

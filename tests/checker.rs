@@ -1817,11 +1817,11 @@ fn check_subagents(w: &World) {
                             "{id}: {call_id} has a result but its child {child_id} is {:?}",
                             child.status
                         ));
-                    } else if r.content != child.last_text() {
+                    } else if r.content != child.answer() {
                         w.violation(format!(
                             "{id}: {call_id} reads {:?}, its child {child_id} ended with {:?}",
                             r.content,
-                            child.last_text()
+                            child.answer()
                         ));
                     } else {
                         w.log.borrow_mut().waits.team_results += 1;
@@ -1888,11 +1888,10 @@ fn check_detached(w: &World) {
             let moved_on =
                 w.log.borrow().seen.contains_key(&format!("{id}.heal")) || w.log.borrow().deletes.contains_key(&id);
             match got.as_slice() {
-                [text] if *text == child.last_text() => w.log.borrow_mut().waits.bg_delivered += 1,
-                [text] => w.violation(format!(
-                    "{id}: {child_id}'s result reads {text:?}, it ended with {:?}",
-                    child.last_text()
-                )),
+                [text] if *text == child.answer() => w.log.borrow_mut().waits.bg_delivered += 1,
+                [text] => {
+                    w.violation(format!("{id}: {child_id}'s result reads {text:?}, it ended with {:?}", child.answer()))
+                }
                 [] if cp.status != RunStatus::Finished || cp.quarantined || moved_on => {}
                 [] => w.violation(format!("{id} finished without the result of its detached child {child_id}")),
                 _ => w.violation(format!("{id}: {child_id}'s result was applied {} times", got.len())),

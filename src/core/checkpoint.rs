@@ -924,6 +924,22 @@ impl Checkpoint {
     }
 
     /// The text of the last assistant message.
+    /// What a finished run answers the run that called it (a sub-agent's lead): its last text, and for a run
+    /// that stopped on its budget ([`FinishReason::BudgetExceeded`]) a line saying so, so the caller's model does not
+    /// read a cut-short answer (often empty: the last turn asked for tools) as the sub-agent's result.
+    pub fn answer(&self) -> String {
+        let text = self.last_text();
+        if self.finish_reason != Some(FinishReason::BudgetExceeded) {
+            return text;
+        }
+        let stop = "(The sub-agent stopped on its budget before a final answer.)";
+        if text.is_empty() {
+            stop.into()
+        } else {
+            format!("{text}\n\n{stop}")
+        }
+    }
+
     pub fn last_text(&self) -> String {
         self.messages
             .iter()
@@ -943,6 +959,18 @@ mod tests {
     /// A model turn changes the run's usage and the conversation's by the same amount: its entry carries the
     /// run's usage only (the usage before the run is unchanged), and folding it gives the conversation's total.
     /// A continued conversation (the run's usage reset) carries the usage before it once.
+    #[test]
+    fn a_run_stopped_on_its_budget_answers_its_caller_that_it_did() {
+        let mut cp = Checkpoint::new("r");
+        cp.messages = vec![Message::user("go"), Message::assistant("half of it", vec![])];
+        cp.finish_reason = Some(FinishReason::Stop);
+        assert_eq!(cp.answer(), "half of it");
+        cp.finish_reason = Some(FinishReason::BudgetExceeded);
+        assert_eq!(cp.answer(), "half of it\n\n(The sub-agent stopped on its budget before a final answer.)");
+        cp.messages.truncate(1);
+        assert_eq!(cp.answer(), "(The sub-agent stopped on its budget before a final answer.)");
+    }
+
     #[test]
     fn an_entry_carries_the_conversation_usage_only_when_the_usage_before_the_run_changes() {
         let u = |i, o| Usage { input_tokens: i, output_tokens: o };

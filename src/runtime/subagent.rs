@@ -225,7 +225,7 @@ impl ChildCall for SubagentTool {
 
 /// What a finished child answers its lead's call with: its final text, and what it spent.
 fn result_of(cp: &Checkpoint) -> ToolOutput {
-    ToolOutput { usage: Some(cp.total_usage), ..ToolOutput::text(cp.last_text()) }
+    ToolOutput { usage: Some(cp.total_usage), ..ToolOutput::text(cp.answer()) }
 }
 
 impl Deps {
@@ -346,7 +346,7 @@ impl Deps {
     /// `lead` is given, a due entry for the wait is left first, so the sweep delivers it a minute later
     /// ([`Deps::redeliver`]): the child has finished, and nothing else would.
     async fn deliver(&self, token: &str, child: &Checkpoint, opts: &SendOptions, lead: Option<&str>) -> Result<()> {
-        let mut outcome = crate::core::wait::delivered(&Value::String(child.last_text()))?;
+        let mut outcome = crate::core::wait::delivered(&Value::String(child.answer()))?;
         outcome.usage = Some(child.total_usage);
         // The lead's events go where the child's went (the caller of the request that finished the child).
         let opts = SendOptions { abort: opts.abort.clone(), events: opts.events.clone(), ..Default::default() };
@@ -386,7 +386,7 @@ impl Deps {
         if lead.steered.contains(&id) {
             return Ok(true);
         }
-        let text = crate::core::error::cap_chars(&child.last_text(), MAX_DELIVERED_CHARS);
+        let text = crate::core::error::cap_chars(&child.answer(), MAX_DELIVERED_CHARS);
         let text = format!("Sub-agent '{name}' finished (run {}):\n{text}", child.run_id);
         let msg = QueuedMessage::new(&lead, id, child.saved_at, vec![Message::user(text)], false)?;
         self.store.put_due(&DueWait { at: self.now(), wait_id: msg.id.clone(), run_id: lead_id.into() }).await?;
