@@ -389,3 +389,41 @@ fn a_detached_childs_long_result_is_cut_to_fit_its_message_and_still_delivered_o
         assert!(delivered == want, "{name}: {} characters delivered", delivered.chars().count());
     }
 }
+
+/// A detached child whose entry in the sweep's listing was lost (on Workers KV an index write that failed is
+/// repaired at the run's next boundary, and a child that has not run has none): its outbox entry runs it, and its
+/// result reaches the lead once. Found by the checker (seed 4679 on the journal store, with 8,000 programs).
+#[test]
+fn a_detached_child_missing_from_the_sweeps_listing_is_run_by_its_outbox() {
+    use steadfast::store::kv::KvBackend;
+    let clock = steadfast::runtime::ManualClock::new(1_700_000_000_000);
+    let kv = steadfast::store::sim::SimKv::new(Rc::new(clock.clone()), Default::default());
+    let store = steadfast::store::JournalStore::new(
+        kv.clone(),
+        Rc::new(clock.clone()),
+        Rc::new(steadfast::runtime::ManualSleep::new(clock.clone())),
+        steadfast::store::JournalOptions::default(),
+    );
+    let env = Env::with_store(Rc::new(store), clock);
+    let runs = Rc::new(RefCell::new(0));
+    let a = team(&env, &runs, DETACHED, vec![], 1).build().unwrap();
+    block_on(a.send("lead", "go", SendOptions::default())).unwrap();
+    let child_id = bg_child_id(&env, "lead");
+    let listed: Vec<String> =
+        kv.keys().into_iter().filter(|k| k.contains("idx/pending/") && k.contains(&child_id)).collect();
+    assert!(!listed.is_empty(), "the child is listed: {:?}", kv.keys());
+    for k in &listed {
+        block_on(kv.delete(k)).unwrap();
+    }
+    assert!(block_on(a.pending()).unwrap().iter().all(|p| p.run_id != child_id), "no longer listed");
+    // Ticks a minute apart: the outbox entry comes due two minutes after the call and runs the child; a later
+    // one continues the lead with its result.
+    for _ in 0..6 {
+        env.clock.advance(61_000);
+        tick(&a);
+    }
+    assert_eq!(load(&env, &child_id).unwrap().status, RunStatus::Finished, "the outbox ran the child");
+    let lead = load(&env, "lead").unwrap();
+    assert_eq!((lead.status, deliveries(&lead, "bg")), (RunStatus::Finished, 1));
+    assert_eq!(*runs.borrow(), 1, "the child's tool ran once");
+}

@@ -923,7 +923,6 @@ impl Checkpoint {
         Ok(any.then_some(cp))
     }
 
-    /// The text of the last assistant message.
     /// What a finished run answers the run that called it (a sub-agent's lead): its last text, and for a run
     /// that stopped on its budget ([`FinishReason::BudgetExceeded`]) a line saying so, so the caller's model does not
     /// read a cut-short answer (often empty: the last turn asked for tools) as the sub-agent's result.
@@ -940,6 +939,7 @@ impl Checkpoint {
         }
     }
 
+    /// The text of the last assistant message.
     pub fn last_text(&self) -> String {
         self.messages
             .iter()

@@ -161,7 +161,19 @@ impl Agent {
                 continue;
             }
             if entry.wait_id == super::deps::Deps::DETACHED_DUE {
-                // A detached child's outbox: its result delivered, or looked at later.
+                // A detached child's outbox: its result delivered, or looked at later. A child still unfinished a
+                // minute after its last write is run here first: the sweep's listing may never show it (a crash
+                // right after the child was written, before its index entry; found by the checker, seed 4679).
+                // Busy (another execution holds it) or refused, it is looked at again later.
+                if let Ok(Some(child)) = self.store().load(&entry.run_id).await {
+                    if child.status == crate::core::checkpoint::RunStatus::InProgress
+                        && now.saturating_sub(child.saved_at) >= 60_000
+                    {
+                        // Ignored: whatever this attempt did is in the child's journal; the entry stays until the
+                        // child finished and its result reached its lead.
+                        let _ = self.resume_run(&entry.run_id, opts.clone()).await;
+                    }
+                }
                 match self.deps.detached_due(&entry).await {
                     Ok(()) => {
                         // Ignored: an entry that stays is met again next time.
