@@ -1955,8 +1955,9 @@ fn shrink(program: &Program, kind: StoreKind) -> Program {
 /// Programs (seeds) beyond the default range that once found a bug: they stay in every run. 3767, 8770, 8771,
 /// 10440: a delete racing a lease renewal resurrected a half-deleted KV journal; 5286: a stale index entry's drop
 /// removed the entry a new execution had just written; 1103, 1115: a resolution that died after recording its
-/// decision left a paused run no one would resume (within the default range, kept here if it moves).
-const FOUND_BUGS: [u64; 7] = [1103, 1115, 3767, 5286, 8770, 8771, 10440];
+/// decision left a paused run no one would resume (within the default range, kept here if it moves); 4679, 5591: a
+/// detached child missing from the sweep's listing never ran.
+const FOUND_BUGS: [u64; 9] = [1103, 1115, 3767, 4679, 5286, 5591, 8770, 8771, 10440];
 
 #[test]
 fn model_checked_programs_keep_every_guarantee_on_every_store() {
