@@ -398,13 +398,7 @@ fn a_detached_child_missing_from_the_sweeps_listing_is_run_by_its_outbox() {
     use steadfast::store::kv::KvBackend;
     let clock = steadfast::runtime::ManualClock::new(1_700_000_000_000);
     let kv = steadfast::store::sim::SimKv::new(Rc::new(clock.clone()), Default::default());
-    let store = steadfast::store::JournalStore::new(
-        kv.clone(),
-        Rc::new(clock.clone()),
-        Rc::new(steadfast::runtime::ManualSleep::new(clock.clone())),
-        steadfast::store::JournalOptions::default(),
-    );
-    let env = Env::with_store(Rc::new(store), clock);
+    let env = Env::journal_over(kv.clone(), clock);
     let runs = Rc::new(RefCell::new(0));
     let a = team(&env, &runs, DETACHED, vec![], 1).build().unwrap();
     block_on(a.send("lead", "go", SendOptions::default())).unwrap();

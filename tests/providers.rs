@@ -326,13 +326,7 @@ fn usage_of_this_send_and_of_the_whole_conversation() {
 fn journals_written_before_reasoning_and_total_usage_still_load_and_resume() {
     let clock = steadfast::runtime::ManualClock::new(1_700_000_000_000);
     let kv = MemoryKv::new();
-    let store = steadfast::store::JournalStore::new(
-        kv.clone(),
-        Rc::new(clock.clone()),
-        Rc::new(steadfast::runtime::ManualSleep::new(clock.clone())),
-        steadfast::store::JournalOptions::default(),
-    );
-    let env = Env::with_store(Rc::new(store), clock);
+    let env = Env::journal_over(kv.clone(), clock);
     let counters = Counters::default();
     // An unfinished run: a tool turn recorded with its result, then the model failed for good.
     let http = Recorded::new(&[

@@ -37,6 +37,11 @@ impl Env {
     pub fn journal_sim() -> Env {
         let clock = ManualClock::new(1_700_000_000_000);
         let kv = steadfast::store::sim::SimKv::new(Rc::new(clock.clone()), Default::default());
+        Env::journal_over(kv, clock)
+    }
+
+    /// The journal store (default options) over `kv`, on `clock`: for tests that reach into the KV themselves.
+    pub fn journal_over<K: steadfast::store::kv::KvBackend + Clone + 'static>(kv: K, clock: ManualClock) -> Env {
         let store = steadfast::store::JournalStore::new(
             kv,
             Rc::new(clock.clone()),
