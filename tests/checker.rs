@@ -65,7 +65,14 @@
 //! * budgets: one program in three gives its agents `maxTotalTokens` and a `sessionBudget` (`onExceeded` finish or
 //!   throw; replica 2 runs a raised budget, a deployment racing the old one): no model call is made from a recorded
 //!   state whose run usage, conversation usage or — for a child run — cap from its lead (what the lead had left
-//!   when it created the child) reached its limit; the counts (`budgets: …`) must be above zero.
+//!   when it created the child) reached its limit; the counts (`budgets: …`) must be above zero. Half of them
+//!   (even seeds) limit cost too (`maxCostUsd`, reached a little before the token limit): the same holds of the
+//!   recorded cost.
+//!
+//! * cost: the model is priced ($1 and $3 per million tokens: a turn costs 25,000 nano-dollars), so every
+//!   recorded usage — a run's, its conversation's, each turn's and each child's rolled up into its lead — has a
+//!   cost, and it is exactly its tokens' (1,000 nano-dollars a prompt token, 3,000 a completion token): a turn
+//!   counted twice or lost in a crash, a fork, a handoff or a child's roll-up would show as a difference.
 //!
 //! `cargo test --test checker -- --nocapture` prints
 //! `model-checked programs: N, operations: M, crash points: C, stores: 3, violations: 0`. More programs:
@@ -220,19 +227,21 @@ struct Program {
     budget: Option<CheckBudget>,
 }
 
-/// A program's budgets: `maxTotalTokens` of a run and of the conversation (`sessionBudget`), and `onExceeded`.
+/// A program's budgets: `maxTotalTokens` of a run and of the conversation (`sessionBudget`), and `onExceeded`;
+/// `maxCostUsd` (nano-dollars) in even programs.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct CheckBudget {
     run: u64,
     session: u64,
     throw: bool,
+    cost: Option<u64>,
 }
 
 impl CheckBudget {
     /// The budget a process on `replica` has: replica 2 runs the raised one.
     fn on(self, replica: u8) -> CheckBudget {
         if replica == 2 {
-            CheckBudget { run: self.run * 3, session: self.session * 3, ..self }
+            CheckBudget { run: self.run * 3, session: self.session * 3, cost: self.cost.map(|c| c * 3), ..self }
         } else {
             self
         }
@@ -292,8 +301,13 @@ impl Program {
         // Queues read at every boundary, or at most once a second (the default).
         let steer_poll_ms = [0, 1_000][pick(2) as usize];
         // Budgets: a model turn spends 15 tokens (sub-agents' children add theirs), a task takes up to 4 turns.
-        let budget =
-            (pick(3) == 0).then(|| CheckBudget { run: 20 + pick(60), session: 60 + pick(240), throw: pick(2) == 0 });
+        // Even programs limit cost too: 1,700 nano-dollars a token of the run's limit, reached a little before the
+        // tokens (a turn costs 25,000 for its 15 tokens). No draw of its own: every seed's program stays as it was.
+        let budget = (pick(3) == 0).then(|| {
+            let run = 20 + pick(60);
+            let cost = (seed % 2 == 0).then_some(run * 1_700);
+            CheckBudget { run, session: 60 + pick(240), throw: pick(2) == 0, cost }
+        });
         Program { seed, steps, concurrency, big, stuck_every, steer_poll_ms, budget }
     }
 }
@@ -401,6 +415,9 @@ struct WaitCounts {
     budget_stops: u64,
     budget_resumes: u64,
     budget_errors: u64,
+    /// Cost: model calls checked against a `maxCostUsd`, recorded usages whose cost was checked against their tokens.
+    cost_checked: u64,
+    costs_checked: u64,
 }
 
 impl WaitCounts {
@@ -430,6 +447,8 @@ impl WaitCounts {
         self.budget_stops += o.budget_stops;
         self.budget_resumes += o.budget_resumes;
         self.budget_errors += o.budget_errors;
+        self.cost_checked += o.cost_checked;
+        self.costs_checked += o.costs_checked;
     }
 }
 
@@ -691,6 +710,18 @@ fn lost(prev: &Seen, cur: &Seen) -> Option<String> {
 
 // --- The model and the tools -------------------------------------------------------------------------------
 
+/// The checker model's price: $1 a million prompt tokens, $3 a million completion tokens.
+fn checker_prices() -> steadfast::core::cost::PriceTable {
+    let mut t = steadfast::core::cost::PriceTable::default();
+    t.0.insert("checker".into(), steadfast::core::cost::Price::new(1_000_000, 3_000_000));
+    t
+}
+
+/// What `u`'s tokens cost at the checker model's price, in nano-dollars.
+fn checker_cost(u: &Usage) -> u64 {
+    u.input_tokens * 1_000 + u.output_tokens * 3_000
+}
+
 /// Answers from the transcript: the task in the last user message and the number of turns since it decide the
 /// calls (a pure function, so every process plans the same); each generation carries a fresh token in its
 /// calls' arguments (the calls' identity). Call ids are left to the runtime half the time (as providers that
@@ -756,19 +787,29 @@ impl Model for CheckerModel {
                 if cap.is_some() {
                     w.log.borrow_mut().waits.budget_capped += 1;
                 }
+                let cost_cap = cp.budget_cap.and_then(|c| c.max_cost_usd);
+                let cost = cp.usage.cost.unwrap_or(u64::MAX);
+                if b.cost.is_some() {
+                    w.log.borrow_mut().waits.cost_checked += 1;
+                }
                 if cp.usage.total() >= b.run
                     || cp.total_usage.total() >= b.session
                     || cap.is_some_and(|cap| cp.usage.total() >= cap)
+                    || b.cost.is_some_and(|max| cost >= max)
+                    || cost_cap.is_some_and(|max| cost >= max)
                 {
                     w.violation(format!(
                         "{}: the model was called at {} although the run had used {} of {} tokens (its conversation \
-                         {} of {}, its lead's cap {cap:?}; {:?} {:?} step {}, last {:?})",
+                         {} of {}, its lead's cap {cap:?}; cost {:?} of {:?}, cap {cost_cap:?}; {:?} {:?} step {}, \
+                         last {:?})",
                         request.run_id,
                         w.now() - T0,
                         cp.usage.total(),
                         b.run,
                         cp.total_usage.total(),
                         b.session,
+                        cp.usage.cost,
+                        b.cost,
                         cp.status,
                         cp.finish_reason,
                         cp.step_index,
@@ -799,7 +840,7 @@ impl Model for CheckerModel {
         if w.pick(40) == 0 {
             return Err(steadfast::Error::new(ErrorCode::ProviderUnavailable, "scripted 503").with_run(request.run_id));
         }
-        let usage = Usage { input_tokens: 10, output_tokens: 5 };
+        let usage = Usage::tokens(10, 5);
         let text = |t: String| ModelResponse {
             text: t,
             tool_calls: Vec::new(),
@@ -1167,6 +1208,8 @@ impl World {
             steer_poll_ms: Some(self.program.steer_poll_ms),
             max_handoffs: MAX_HANDOFFS,
             max_total_tokens: budget.map(|b| b.run),
+            max_cost_usd: budget.and_then(|b| b.cost),
+            prices: checker_prices(),
             session_budget: steadfast::core::budget::TokenLimits {
                 max_total_tokens: budget.map(|b| b.session),
                 ..Default::default()
@@ -1792,6 +1835,13 @@ fn check_subagents(w: &World) {
         if spent != cp.total_usage {
             w.violation(format!("{id}: its usage is {:?} but its turns and children spent {spent:?}", cp.total_usage));
         }
+        // Every recorded usage is priced, and costs exactly its tokens.
+        for (what, u) in [("run", cp.usage), ("conversation", cp.total_usage)] {
+            w.log.borrow_mut().waits.costs_checked += 1;
+            if u.cost != Some(checker_cost(&u)) {
+                w.violation(format!("{id}: its {what} usage {u:?} does not cost its tokens' {}", checker_cost(&u)));
+            }
+        }
         for (call_id, child_id) in team_calls(&cp) {
             w.log.borrow_mut().waits.team_calls += 1;
             let Some(child) = w.read(&child_id) else { continue };
@@ -2043,6 +2093,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         budget_stops,
         budget_resumes,
         budget_errors,
+        cost_checked,
+        costs_checked,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2070,6 +2122,10 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
          lead {budget_capped}), runs stopped on their budget \
          {budget_stops}, resumed in place with a raised budget {budget_resumes}, calls failed with \
          STEADFAST_BUDGET_EXCEEDED {budget_errors}"
+    );
+    println!(
+        "cost: model calls checked against maxCostUsd {cost_checked}, recorded usages whose cost was its tokens' \
+         {costs_checked}"
     );
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
@@ -2129,6 +2185,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("budget stops", budget_stops),
             ("resumes with a raised budget", budget_resumes),
             ("budget errors", budget_errors),
+            ("model calls checked against a cost limit", cost_checked),
+            ("recorded costs checked", costs_checked),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

@@ -23,7 +23,7 @@ const RUN: &str = "crash-run";
 const INPUT: &str = "Process order 42";
 
 fn script() -> Vec<MockTurn> {
-    let u = |i: u64| Usage { input_tokens: 100 * i, output_tokens: 7 * i };
+    let u = |i: u64| Usage::tokens(100 * i, 7 * i);
     vec![
         MockTurn::tools([("lookup", json!({"q": 1})), ("fetch", json!({"url": "a"})), ("lookup", json!({"q": 2}))])
             .with_usage(u(1)),
@@ -131,7 +131,8 @@ fn reference(make_env: fn() -> Env) -> Reference {
     assert_eq!(done.text, "All done.");
     assert!(validate_transcript(&done.messages).is_ok());
     assert_eq!(done.steps, 6);
-    assert_eq!(done.usage, Usage { input_tokens: 2100, output_tokens: 147 });
+    // The mock model's price is 0.
+    assert_eq!(done.usage, Usage { cost: Some(0), ..Usage::tokens(2100, 147) });
     // One failing tool, recorded as an error the model read.
     assert!(done.messages.iter().any(|m| matches!(m, Message::Tool(r) if r.is_error && r.name == "broken")));
     for (k, v) in c.0.borrow().iter() {

@@ -68,7 +68,7 @@ fn turn(calls: &[(&str, &str)]) -> ModelResponse {
     ModelResponse {
         text: String::new(),
         tool_calls: calls.iter().map(|(id, name)| call(id, name, json!({}))).collect(),
-        usage: Usage { input_tokens: 10, output_tokens: 5 },
+        usage: Usage::tokens(10, 5),
         stop_reason: Some("tool_calls".into()),
         reasoning: vec![],
     }
@@ -78,7 +78,7 @@ fn turn_with(calls: Vec<ToolCall>) -> ModelResponse {
     ModelResponse {
         text: String::new(),
         tool_calls: calls,
-        usage: Usage { input_tokens: 10, output_tokens: 5 },
+        usage: Usage::tokens(10, 5),
         stop_reason: None,
         reasoning: vec![],
     }
@@ -88,7 +88,7 @@ fn answer(text: &str) -> ModelResponse {
     ModelResponse {
         text: text.into(),
         tool_calls: vec![],
-        usage: Usage { input_tokens: 7, output_tokens: 3 },
+        usage: Usage::tokens(7, 3),
         stop_reason: None,
         reasoning: vec![],
     }
@@ -516,7 +516,7 @@ fn a_turn_with_two_tool_calls_is_committed_before_any_tool_runs() {
         .expect_commit_pending();
     let committed = s.last_commit().clone();
     assert_eq!(committed.step_index, 1);
-    assert_eq!(committed.usage, Usage { input_tokens: 10, output_tokens: 5 });
+    assert_eq!(committed.usage, Usage::tokens(10, 5));
     let last = committed.messages.last().unwrap();
     assert_eq!(last.tool_calls().iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["c1", "c2"]);
     assert!(results(&committed.messages).is_empty());

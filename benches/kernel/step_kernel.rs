@@ -111,7 +111,7 @@ impl StepKernel {
             .notify_model_response(ModelResponse {
                 text: format!("step {i}: {}", self.text),
                 tool_calls: calls,
-                usage: Usage { input_tokens: 100, output_tokens: 50 },
+                usage: Usage::tokens(100, 50),
                 stop_reason: Some("tool_calls".into()),
                 reasoning: Vec::new(),
             })

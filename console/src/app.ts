@@ -12,6 +12,7 @@ import type { HistoryEntry } from "../../js/src/generated/HistoryEntry.js";
 import type { Message } from "../../js/src/generated/Message.js";
 import type { NextAttempt } from "../../js/src/generated/NextAttempt.js";
 import type { PendingRun } from "../../js/src/generated/PendingRun.js";
+import type { Usage } from "../../js/src/generated/Usage.js";
 import type { ScheduleStatus } from "../../js/src/generated/ScheduleStatus.js";
 import type { SessionTurn } from "../../js/src/generated/SessionTurn.js";
 import type { RunResult } from "../../js/src/generated/RunResult.js";
@@ -359,7 +360,7 @@ function timeline(messages: Message[], heal: HealRecord[] = []): HTMLElement {
             "li",
             { class: "assistant" },
             h("span", { class: "who" }, `model turn ${turn}`),
-            m.usage ? h("span", { class: "muted usage" }, ` ${m.usage.inputTokens} input / ${m.usage.outputTokens} output tokens`) : null,
+            m.usage ? h("span", { class: "muted usage" }, ` ${usageText(m.usage)}`) : null,
             m.content ? h("pre", { class: "text" }, m.content) : null,
             ...(m.toolCalls ?? []).map((c) =>
               h(
@@ -521,7 +522,7 @@ async function childTree(children: ChildRun[], depth: number): Promise<HTMLEleme
         c.status === null ? h("span", { class: "badge status" }, "not started") : statusBadge(c.status),
         " ",
         runLink(c.runId),
-        h("span", { class: "muted" }, ` (call ${c.toolCallId}${c.usage ? `; ${c.usage.inputTokens} input / ${c.usage.outputTokens} output tokens` : ""})`),
+        h("span", { class: "muted" }, ` (call ${c.toolCallId}${c.usage ? `; ${usageText(c.usage)}` : ""})`),
         below,
       );
     }),
@@ -595,10 +596,10 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
       h("dt", null, "step"),
       h("dd", null, run.step),
       h("dt", null, "usage"),
-      h("dd", null, `${run.usage.inputTokens} input / ${run.usage.outputTokens} output tokens`),
+      h("dd", null, usageText(run.usage)),
       run.delegatedInFlight ? h("dt", null, "children so far") : null,
       run.delegatedInFlight
-        ? h("dd", { id: "run-delegated" }, `${run.delegatedInFlight.inputTokens} input / ${run.delegatedInFlight.outputTokens} output tokens (not yet in usage)`)
+        ? h("dd", { id: "run-delegated" }, `${usageText(run.delegatedInFlight)} (not yet in usage)`)
         : null,
       h("dt", null, "last error"),
       h("dd", { id: "run-error" }, errorText(run.lastError)),
@@ -867,7 +868,7 @@ async function renderSession(id: string): Promise<void> {
             h("td", null, t.input.map(text).join("\n")),
             h("td", null, t.text || h("span", { class: "muted" }, "—")),
             h("td", null, t.steps),
-            h("td", null, `${t.usage.inputTokens} / ${t.usage.outputTokens}`),
+            h("td", null, `${t.usage.inputTokens} / ${t.usage.outputTokens}${t.usage.costUsd === undefined ? "" : ` · $${t.usage.costUsd}`}`),
             h("td", null, time(t.savedAt)),
           ),
         ),
@@ -947,3 +948,9 @@ function route(): void {
 
 window.addEventListener("hashchange", route);
 route();
+
+/** Tokens, and what they cost when every price was known (`costUsd` is left out otherwise). */
+function usageText(u: Usage): string {
+  const tokens = `${u.inputTokens} input / ${u.outputTokens} output tokens`;
+  return u.costUsd === undefined ? tokens : `${tokens} · $${u.costUsd}`;
+}

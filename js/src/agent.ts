@@ -57,7 +57,7 @@ export type AgentOptions = AgentParts &
     retry?: Partial<RetryPolicy>;
     /** Run leases (ms). */
     lease?: Partial<LeaseOptions>;
-    /** Token limits of a whole conversation (every run of an id, every turn of a session); default none. */
+    /** Token and cost limits of a whole conversation (every run of an id, every turn of a session); default none. */
     sessionBudget?: Partial<TokenLimits>;
   };
 

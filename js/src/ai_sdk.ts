@@ -95,13 +95,26 @@ export interface AiSdkPart {
   error?: unknown;
 }
 
-/** V2: a count; V3: `{ total, … }`. */
-export type AiSdkTokenCount = number | undefined | { total?: number | undefined };
+/** V2: a count; V3: `{ total, … }` (prompt tokens: `cacheRead`, `cacheWrite`; completion tokens: `reasoning`). */
+export type AiSdkTokenCount =
+  | number
+  | undefined
+  | {
+      total?: number | undefined;
+      cacheRead?: number | undefined;
+      cacheWrite?: number | undefined;
+      reasoning?: number | undefined;
+    };
 
-/** `LanguageModelV2Usage` (`inputTokens: number`) or `LanguageModelV3Usage` (`inputTokens: { total, … }`). */
+/**
+ * `LanguageModelV2Usage` (`inputTokens: number`, `cachedInputTokens`, `reasoningTokens`) or
+ * `LanguageModelV3Usage` (`inputTokens: { total, cacheRead, cacheWrite }`, `outputTokens: { total, reasoning }`).
+ */
 export interface AiSdkUsage {
   inputTokens?: AiSdkTokenCount;
   outputTokens?: AiSdkTokenCount;
+  cachedInputTokens?: number | undefined;
+  reasoningTokens?: number | undefined;
 }
 
 /** V2: `'stop' | 'length' | …`; V3: `{ unified, raw }`. */
@@ -538,6 +551,16 @@ function tokens(count: AiSdkTokenCount): number | undefined {
   return typeof n === "number" && Number.isFinite(n) && n >= 0 ? n : undefined;
 }
 
+function count(n: unknown): number | undefined {
+  return typeof n === "number" && Number.isFinite(n) && n > 0 ? n : undefined;
+}
+
+/** A V3 count's part (`cacheRead`, …), when the count is an object. */
+function part(c: AiSdkTokenCount, key: "cacheRead" | "cacheWrite" | "reasoning"): number | undefined {
+  return typeof c === "object" && c !== null ? count(c[key]) : undefined;
+}
+
+/** The SDK's usage as the core counts it; what the tokens cost is the core's (from its price table). */
 function toUsage(usage: AiSdkUsage | undefined): Partial<Usage> | undefined {
   if (usage === null || typeof usage !== "object") return undefined;
   const input = tokens(usage.inputTokens);
@@ -546,6 +569,12 @@ function toUsage(usage: AiSdkUsage | undefined): Partial<Usage> | undefined {
   const counted: Partial<Usage> = {};
   if (input !== undefined) counted.inputTokens = input;
   if (output !== undefined) counted.outputTokens = output;
+  const cached = part(usage.inputTokens, "cacheRead") ?? count(usage.cachedInputTokens);
+  const written = part(usage.inputTokens, "cacheWrite");
+  const reasoning = part(usage.outputTokens, "reasoning") ?? count(usage.reasoningTokens);
+  if (cached !== undefined) counted.cachedInputTokens = cached;
+  if (written !== undefined) counted.cacheWriteTokens = written;
+  if (reasoning !== undefined) counted.reasoningTokens = reasoning;
   return counted;
 }
 

@@ -45,6 +45,7 @@ export type {
   OnExceeded,
   PendingRun,
   PendingWait,
+  Price,
   ResolvedBy,
   ResultKind,
   RunEvent,

@@ -43,6 +43,7 @@ import type { TrajectoryStep } from "./generated/TrajectoryStep.js";
 import type { Usage } from "./generated/Usage.js";
 import type { BudgetCap } from "./generated/BudgetCap.js";
 import type { OnExceeded } from "./generated/OnExceeded.js";
+import type { Price } from "./generated/Price.js";
 import type { TokenLimits } from "./generated/TokenLimits.js";
 import type { JsonValue } from "./generated/serde_json/JsonValue.js";
 
@@ -70,6 +71,7 @@ export type {
   NothingToResume,
   OnExceeded,
   PendingWait,
+  Price,
   ResolvedBy,
   ResultKind,
   RunKind,

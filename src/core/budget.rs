@@ -22,11 +22,12 @@
 //! the same turn each get what the lead had left when they started (together they may spend it more than once).
 
 use super::checkpoint::Checkpoint;
+use super::cost::usd_text;
 use super::error::{Error, ErrorCode};
 use super::transcript::Usage;
 use serde::{Deserialize, Serialize};
 
-/// Token limits (each `null` or left out: no limit).
+/// Token and cost limits (each `null` or left out: no limit).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
@@ -40,27 +41,39 @@ pub struct TokenLimits {
     /// Both together.
     #[cfg_attr(feature = "ts", ts(type = "number | null"))]
     pub max_total_tokens: Option<u64>,
+    /// What the model calls may cost, in US dollars ([`crate::core::cost`]; kept as nano-dollars, six decimals
+    /// counted). Needs a price for every model that may be called.
+    #[serde(with = "crate::core::cost::usd_limit")]
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub max_cost_usd: Option<u64>,
 }
 
 impl TokenLimits {
     /// Whether no limit is set.
     pub fn is_empty(&self) -> bool {
-        self.max_input_tokens.is_none() && self.max_output_tokens.is_none() && self.max_total_tokens.is_none()
+        *self == TokenLimits::default()
     }
 
     /// The first limit `usage` has reached, as (its name, the limit, the amount used); `prefix` goes before the
     /// names (`sessionBudget.`).
     fn reached(&self, usage: Usage, prefix: &'static str) -> Option<Exceeded> {
         let checks = [
-            ("maxInputTokens", self.max_input_tokens, usage.input_tokens),
-            ("maxOutputTokens", self.max_output_tokens, usage.output_tokens),
-            ("maxTotalTokens", self.max_total_tokens, usage.total()),
+            ("maxInputTokens", self.max_input_tokens, Some(usage.input_tokens)),
+            ("maxOutputTokens", self.max_output_tokens, Some(usage.output_tokens)),
+            ("maxTotalTokens", self.max_total_tokens, Some(usage.total())),
+            // An unknown cost is not checked: a budget with a cost limit needs every model priced (the agent's
+            // build refuses one that is not), so only a run recorded before costs were kept has none.
+            (COST, self.max_cost_usd, usage.cost),
         ];
         checks.into_iter().find_map(|(name, max, used)| {
+            let used = used?;
             max.filter(|&max| used >= max).map(|max| Exceeded { prefix, limit: name, max, used })
         })
     }
 }
+
+/// The cost limit's name (its amounts are nano-dollars).
+const COST: &str = "maxCostUsd";
 
 /// What a child run may spend: its lead's remaining budget when the child was created (recorded in the child's
 /// first entry, [`Checkpoint::budget_cap`]); each field `None` when the lead had no such limit.
@@ -84,6 +97,10 @@ pub struct BudgetCap {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(type = "number", optional))]
     pub max_duration_ms: Option<u64>,
+    /// Cost (in dollars on the wire; nano-dollars here).
+    #[serde(with = "crate::core::cost::usd_nanos", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub max_cost_usd: Option<u64>,
 }
 
 /// What an exhausted budget does to the execution that finds it.
@@ -134,25 +151,36 @@ impl Exceeded {
         format!("{}{}", self.prefix, self.limit)
     }
 
+    /// The limit and the amount used, as people read them (`maxCostUsd $0.5, used $0.51`).
+    fn amounts(&self) -> String {
+        match self.limit {
+            COST => format!("{} {}, used {}", self.name(), usd_text(self.max), usd_text(self.used)),
+            _ => format!("{} {}, used {}", self.name(), self.max, self.used),
+        }
+    }
+
     /// The note of the run's result.
     pub fn note(&self) -> String {
         format!(
-            "Stopped: the run reached its budget ({} {}, used {}). The transcript is kept; raise the limit and resume \
-             the run, or send a message to continue.",
-            self.name(),
-            self.max,
-            self.used
+            "Stopped: the run reached its budget ({}). The transcript is kept; raise the limit and resume the run, or \
+             send a message to continue.",
+            self.amounts()
         )
     }
 
-    /// `STEADFAST_BUDGET_EXCEEDED` for run `run_id`, with `{limit, max, used}` as details.
+    /// `STEADFAST_BUDGET_EXCEEDED` for run `run_id`, with `{limit, max, used}` as details (a cost in dollars).
     pub fn error(&self, run_id: &str) -> Error {
-        let (name, max, used) = (self.name(), self.max, self.used);
+        let (name, amounts) = (self.name(), self.amounts());
+        let number = |n: u64| match self.limit {
+            COST => usd_text(n).split_off(1),
+            _ => n.to_string(),
+        };
+        let (max, used) = (number(self.max), number(self.used));
         // The details' text is built, not a `json!` map: the limit's name is letters and dots (smaller wasm).
         let details = format!(r#"{{"limit":"{name}","max":{max},"used":{used}}}"#);
         Error::new(
             ErrorCode::BudgetExceeded,
-            format!("run '{run_id}' reached its budget ({name} {max}, used {used}): raise the limit to resume it"),
+            format!("run '{run_id}' reached its budget ({amounts}): raise the limit to resume it"),
         )
         .with_run(run_id)
         .with_details(serde_json::from_str(&details).unwrap_or_default())
@@ -180,6 +208,7 @@ impl Budget {
                     max_input_tokens: c.max_input_tokens,
                     max_output_tokens: c.max_output_tokens,
                     max_total_tokens: c.max_total_tokens,
+                    max_cost_usd: c.max_cost_usd,
                 };
                 tokens.reached(cp.usage, "lead.").or_else(|| {
                     c.max_duration_ms.filter(|&max| active_ms >= max).map(|max| Exceeded {
@@ -221,6 +250,11 @@ impl Budget {
                 left(c.max_total_tokens, u.total()),
             ]),
             max_duration_ms: least([left(self.max_duration_ms, active_ms), left(c.max_duration_ms, active_ms), None]),
+            max_cost_usd: least([
+                self.run.max_cost_usd.zip(u.cost).map(|(m, c)| m.saturating_sub(c)),
+                self.session.max_cost_usd.zip(t.cost).map(|(m, c)| m.saturating_sub(c)),
+                c.max_cost_usd.zip(u.cost).map(|(m, c)| m.saturating_sub(c)),
+            ]),
         };
         (cap != BudgetCap::default()).then_some(cap)
     }
@@ -228,10 +262,15 @@ impl Budget {
     /// Whether a limit is set to 0 (a configuration refuses it: the run could not call its model once).
     pub fn has_zero(&self) -> bool {
         let (r, s) = (self.run, self.session);
-        [r.max_input_tokens, r.max_output_tokens, r.max_total_tokens, self.max_duration_ms]
+        [r.max_input_tokens, r.max_output_tokens, r.max_total_tokens, r.max_cost_usd, self.max_duration_ms]
             .into_iter()
-            .chain([s.max_input_tokens, s.max_output_tokens, s.max_total_tokens])
+            .chain([s.max_input_tokens, s.max_output_tokens, s.max_total_tokens, s.max_cost_usd])
             .any(|v| v == Some(0))
+    }
+
+    /// Whether a cost limit is set (every model the run may call then needs a price).
+    pub fn limits_cost(&self) -> bool {
+        self.run.max_cost_usd.is_some() || self.session.max_cost_usd.is_some()
     }
 }
 
@@ -241,8 +280,8 @@ mod tests {
 
     fn cp(input: u64, output: u64, total_before: (u64, u64)) -> Checkpoint {
         let mut cp = Checkpoint::new("r");
-        cp.usage = Usage { input_tokens: input, output_tokens: output };
-        cp.total_usage = Usage { input_tokens: total_before.0 + input, output_tokens: total_before.1 + output };
+        cp.usage = Usage::tokens(input, output);
+        cp.total_usage = Usage::tokens(total_before.0 + input, total_before.1 + output);
         cp
     }
 
@@ -254,7 +293,12 @@ mod tests {
 
     #[test]
     fn each_limit_is_reached_at_its_value_not_before() {
-        let limits = |i, o, t| TokenLimits { max_input_tokens: i, max_output_tokens: o, max_total_tokens: t };
+        let limits = |i, o, t| TokenLimits {
+            max_input_tokens: i,
+            max_output_tokens: o,
+            max_total_tokens: t,
+            ..Default::default()
+        };
         let b = Budget { run: limits(Some(100), None, None), ..Default::default() };
         assert_eq!(b.exceeded(&cp(99, 500, (0, 0)), 0), None);
         assert_eq!(
@@ -286,7 +330,12 @@ mod tests {
 
     #[test]
     fn a_child_gets_the_least_its_lead_has_left_of_each_measure_and_stops_on_it() {
-        let limits = |i, o, t| TokenLimits { max_input_tokens: i, max_output_tokens: o, max_total_tokens: t };
+        let limits = |i, o, t| TokenLimits {
+            max_input_tokens: i,
+            max_output_tokens: o,
+            max_total_tokens: t,
+            ..Default::default()
+        };
         // The lead: 100 total per run, 150 input in the conversation, 60 s; it used 30+10 in this run, 100+20 in all.
         let lead = Budget {
             run: limits(None, None, Some(100)),
@@ -302,7 +351,8 @@ mod tests {
                 max_input_tokens: Some(50),
                 max_output_tokens: None,
                 max_total_tokens: Some(60),
-                max_duration_ms: Some(15_000)
+                max_duration_ms: Some(15_000),
+                max_cost_usd: None,
             }
         );
         // A child of that child: its own cap bounds its children too.
@@ -337,10 +387,13 @@ mod tests {
     fn a_limit_of_zero_is_found_wherever_it_is() {
         assert!(!Budget::default().has_zero());
         let one = Some(1);
-        let all = TokenLimits { max_input_tokens: one, max_output_tokens: one, max_total_tokens: one };
+        let all =
+            TokenLimits { max_input_tokens: one, max_output_tokens: one, max_total_tokens: one, max_cost_usd: one };
         let full = Budget { run: all, max_duration_ms: one, session: all, ..Default::default() };
         assert!(!full.has_zero());
-        let zeroed: [fn(&mut Budget); 7] = [
+        let zeroed: [fn(&mut Budget); 9] = [
+            |b| b.run.max_cost_usd = Some(0),
+            |b| b.session.max_cost_usd = Some(0),
             |b| b.run.max_input_tokens = Some(0),
             |b| b.run.max_output_tokens = Some(0),
             |b| b.run.max_total_tokens = Some(0),
@@ -354,5 +407,39 @@ mod tests {
             zero(&mut b);
             assert!(b.has_zero(), "{b:?}");
         }
+    }
+
+    #[test]
+    fn a_cost_limit_stops_at_its_dollars_and_names_them() {
+        let nanos = |usd_micros: u64| usd_micros * 1000;
+        let b = Budget {
+            run: TokenLimits { max_cost_usd: Some(nanos(500_000)), ..Default::default() },
+            ..Default::default()
+        };
+        let mut c = cp(1, 1, (0, 0));
+        c.usage.cost = Some(nanos(499_999));
+        assert_eq!(b.exceeded(&c, 0), None);
+        c.usage.cost = Some(nanos(510_000));
+        let x = b.exceeded(&c, 0).expect("$0.51 of $0.5");
+        assert_eq!((x.name(), x.max, x.used), ("maxCostUsd".to_string(), 500_000_000, 510_000_000));
+        assert!(x.note().contains("maxCostUsd $0.5, used $0.51"), "{}", x.note());
+        let e = x.error("r");
+        assert_eq!(e.details, Some(serde_json::json!({"limit": "maxCostUsd", "max": 0.5, "used": 0.51})));
+        // Unknown cost: not checked (an agent with a cost limit has every model priced).
+        c.usage.cost = None;
+        assert_eq!(b.exceeded(&c, 0), None);
+        // A child gets what is left, and stops on it.
+        c.usage.cost = Some(nanos(200_000));
+        let cap = b.remaining(&c, 0).unwrap();
+        assert_eq!(cap.max_cost_usd, Some(nanos(300_000)));
+        let child = Budget::default().with_cap(Some(cap));
+        let mut spent = cp(0, 0, (0, 0));
+        spent.usage.cost = Some(nanos(300_000));
+        assert_eq!(child.exceeded(&spent, 0).map(|x| x.name()), Some("lead.maxCostUsd".into()));
+        // On the wire, in dollars.
+        let limits: TokenLimits = serde_json::from_str(r#"{"maxCostUsd": 2.5}"#).unwrap();
+        assert_eq!(limits.max_cost_usd, Some(2_500_000_000));
+        assert!(serde_json::from_str::<TokenLimits>(r#"{"maxCostUsd": -1}"#).is_err());
+        assert_eq!(serde_json::to_string(&cap).unwrap(), r#"{"maxCostUsd":0.3}"#);
     }
 }

@@ -362,11 +362,15 @@ header_patch! {
     }
 }
 
-/// A patch's usage on the wire: `[inputTokens, outputTokens]`; the object form of earlier entries still reads.
+/// A patch's usage on the wire: `[inputTokens, outputTokens]` when no cost is known, `[inputTokens, outputTokens,
+/// costNanos]`, or with the cache and reasoning counts `[inputTokens, outputTokens, costNanos or null,
+/// cachedInputTokens, cacheWriteTokens, reasoningTokens]` (the cost as an exact integer of nano-dollars); the object
+/// form of earlier entries still reads.
 ///
-/// Read by hand with what serde's untagged derive of `Pair(u64, u64)` or `Object(Usage)` accepted (an array of
-/// at most two counts, the missing ones 0, as [`Usage`]'s own sequence form; an object as [`Usage`] reads one),
-/// without buffering the value into serde's `Content` first.
+/// Read by hand with what serde's untagged derive of `Pair(u64, u64)` or `Object(Usage)` accepted for the forms
+/// entries had before costs (an array of at most two counts, the missing ones 0, as [`Usage`]'s own sequence form;
+/// an object's token counts as [`Usage`] reads them, no cost), without buffering the value into serde's `Content`
+/// first.
 mod usage_pair {
     use crate::core::transcript::Usage;
     use serde::de::{self, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -375,9 +379,14 @@ mod usage_pair {
     use std::fmt;
 
     pub fn serialize<S: Serializer>(v: &Option<Usage>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(u) => (u.input_tokens, u.output_tokens).serialize(s),
-            None => s.serialize_none(),
+        let Some(u) = v else { return s.serialize_none() };
+        let (i, o, c) = (u.input_tokens, u.output_tokens, u.cost);
+        match [u.cached_input_tokens, u.cache_write_tokens, u.reasoning_tokens] {
+            [0, 0, 0] => match c {
+                None => (i, o).serialize(s),
+                Some(c) => (i, o, c).serialize(s),
+            },
+            [cached, written, reasoning] => (i, o, c, cached, written, reasoning).serialize(s),
         }
     }
 
@@ -400,15 +409,30 @@ mod usage_pair {
         }
 
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Usage, A::Error> {
-            let input = seq.next_element::<u64>().map_err(|_| unmatched::<A::Error>())?;
-            let output = match input {
-                Some(_) => seq.next_element::<u64>().map_err(|_| unmatched::<A::Error>())?,
-                None => None,
+            // `[input, output]` (no cost known), `[input, output, cost]` or
+            // `[input, output, cost or null, cached, written, reasoning]`; shorter arrays read their missing
+            // counts as 0, as the two-count form always did.
+            let mut u = Usage::tokens(0, 0);
+            let Some(input) = seq.next_element::<u64>().map_err(|_| unmatched::<A::Error>())? else { return Ok(u) };
+            u.input_tokens = input;
+            let Some(output) = seq.next_element::<u64>().map_err(|_| unmatched::<A::Error>())? else { return Ok(u) };
+            u.output_tokens = output;
+            let Some(cost) = seq.next_element::<Option<u64>>().map_err(|_| unmatched::<A::Error>())? else {
+                return Ok(u);
             };
-            if output.is_some() && seq.next_element::<IgnoredAny>().map_err(|_| unmatched::<A::Error>())?.is_some() {
+            u.cost = cost;
+            let mut counts = [0u64; 3];
+            for slot in &mut counts {
+                match seq.next_element::<u64>().map_err(|_| unmatched::<A::Error>())? {
+                    Some(n) => *slot = n,
+                    None => break,
+                }
+            }
+            [u.cached_input_tokens, u.cache_write_tokens, u.reasoning_tokens] = counts;
+            if seq.next_element::<IgnoredAny>().map_err(|_| unmatched::<A::Error>())?.is_some() {
                 return Err(unmatched());
             }
-            Ok(Usage { input_tokens: input.unwrap_or(0), output_tokens: output.unwrap_or(0) })
+            Ok(u)
         }
 
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Usage, A::Error> {
@@ -429,7 +453,7 @@ mod usage_pair {
                 }
                 *slot = Some(map.next_value::<u64>().map_err(|_| unmatched::<A::Error>())?);
             }
-            Ok(Usage { input_tokens: input.unwrap_or(0), output_tokens: output.unwrap_or(0) })
+            Ok(Usage::tokens(input.unwrap_or(0), output.unwrap_or(0)))
         }
 
         fn visit_bool<E: de::Error>(self, _: bool) -> Result<Usage, E> {
@@ -816,10 +840,7 @@ impl Checkpoint {
             step_index: self.step_index,
             usage: self.usage,
             active_ms: self.active_ms,
-            usage_before: Usage {
-                input_tokens: self.total_usage.input_tokens.saturating_sub(self.usage.input_tokens),
-                output_tokens: self.total_usage.output_tokens.saturating_sub(self.usage.output_tokens),
-            },
+            usage_before: self.total_usage.since(self.usage),
             status: self.status,
             approval_ids: self.approval_ids.clone(),
             started_tool_call_ids: self.started_tool_call_ids.clone(),
@@ -973,7 +994,7 @@ mod tests {
 
     #[test]
     fn an_entry_carries_the_conversation_usage_only_when_the_usage_before_the_run_changes() {
-        let u = |i, o| Usage { input_tokens: i, output_tokens: o };
+        let u = |i, o| Usage::tokens(i, o);
         let mut prev = Checkpoint::new("u");
         (prev.usage, prev.total_usage) = (u(8, 1), u(28, 4));
         let mut next = prev.clone();
@@ -1082,7 +1103,7 @@ mod tests {
         assert_eq!((*from, messages.len()), (4, 1));
         assert_eq!(head.step_index, Some(3));
         assert_eq!(head.input_len, Some(1));
-        assert_eq!(head.usage, Some(Usage { input_tokens: 20, output_tokens: 10 }));
+        assert_eq!(head.usage, Some(Usage::tokens(20, 10)));
         assert_eq!(head.status, Some(RunStatus::AwaitingApproval));
         assert_eq!(head.approval_ids.as_deref(), Some(&["apr_1".to_string()][..]));
         assert_eq!(head.started_tool_call_ids.as_deref(), Some(&["c1".to_string()][..]));
@@ -1167,21 +1188,31 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
+        let unmatched = "data did not match any variant of untagged enum Wire";
         for a in items {
             texts.push(format!("[{a}]"));
             for b in items {
                 texts.push(format!("[{a},{b}]"));
+                // Three and more are the forms with a cost (the derive refused them): read by their own rule.
                 for c in ["3", "null", "1e400"] {
-                    texts.push(format!("[{a},{b},{c}]"));
+                    let text = format!("[{a},{b},{c}]");
+                    let read = serde_json::from_str::<Patch>(&format!(r#"{{"u":{text}}}"#)).map(|p| p.u.unwrap());
+                    match (a.parse::<u64>(), b.parse::<u64>(), c) {
+                        (Ok(i), Ok(o), "3" | "null") => {
+                            // Ignored: `null` is no cost.
+                            let cost = c.parse().ok();
+                            assert_eq!(read.unwrap(), Usage { cost, ..Usage::tokens(i, o) }, "{text}")
+                        }
+                        _ => assert!(read.unwrap_err().to_string().starts_with(unmatched), "{text}"),
+                    }
                 }
             }
         }
-        let unmatched = "data did not match any variant of untagged enum Wire";
         for text in &texts {
             let new = serde_json::from_str::<Patch>(&format!(r#"{{"u":{text}}}"#)).map(|p| p.u.unwrap());
             let old = serde_json::from_str::<Wire>(text);
             let old = old.map(|w| match w {
-                Wire::Pair(input_tokens, output_tokens) => Usage { input_tokens, output_tokens },
+                Wire::Pair(input_tokens, output_tokens) => Usage::tokens(input_tokens, output_tokens),
                 Wire::Object(u) => u,
             });
             assert_eq!(new.is_ok(), old.is_ok(), "{text}: {new:?} / {old:?}");
@@ -1193,7 +1224,7 @@ mod tests {
             let old = serde_json::from_value::<Wire>(value);
             match (new, old) {
                 (Ok(new), Ok(Wire::Pair(i, o))) => {
-                    assert_eq!(new, Usage { input_tokens: i, output_tokens: o }, "{text}")
+                    assert_eq!(new, Usage::tokens(i, o), "{text}")
                 }
                 (Ok(new), Ok(Wire::Object(u))) => assert_eq!(new, u, "{text}"),
                 (Err(new), Err(old)) => {
@@ -1202,6 +1233,46 @@ mod tests {
                 other => panic!("{text}: {other:?}"),
             }
         }
+    }
+
+    /// Every usage a patch carries reads back the same, cost and cache and reasoning counts included, in the
+    /// shortest of its forms.
+    #[test]
+    fn a_patch_usage_round_trips_in_its_shortest_form() {
+        #[derive(Serialize, Deserialize)]
+        struct Patch {
+            #[serde(default, with = "usage_pair")]
+            u: Option<Usage>,
+        }
+        use crate::rng::Rng;
+        let rng = crate::rng::SplitMix64::new(7);
+        for case in 0..2_000 {
+            let n = |m: u64| if rng.next_u64() % 3 == 0 { 0 } else { rng.next_u64() % m };
+            let u = Usage {
+                cached_input_tokens: n(50),
+                cache_write_tokens: n(50),
+                reasoning_tokens: n(50),
+                cost: (n(4) > 0).then(|| n(u64::MAX)),
+                ..Usage::tokens(n(u64::MAX), n(1_000))
+            };
+            let text = serde_json::to_string(&Patch { u: Some(u) }).unwrap();
+            let len = text.matches(',').count() + 1;
+            let details = u.cached_input_tokens + u.cache_write_tokens + u.reasoning_tokens > 0;
+            assert_eq!(
+                len,
+                if details {
+                    6
+                } else if u.cost.is_some() {
+                    3
+                } else {
+                    2
+                },
+                "case {case}: {text}"
+            );
+            assert_eq!(serde_json::from_str::<Patch>(&text).unwrap().u, Some(u), "case {case}: {text}");
+        }
+        let seven = r#"{"u":[1,2,3,4,5,6,7]}"#;
+        assert!(serde_json::from_str::<Patch>(seven).is_err());
     }
 
     /// The derive the hand-written reader of [`EntryBody`] replaced, kept to compare with.

@@ -270,7 +270,7 @@ mod tests {
         cp.input_start = 0;
         cp.input_len = 1;
         cp.step_index = 1;
-        cp.usage = Usage { input_tokens: 10, output_tokens: 5 };
+        cp.usage = Usage::tokens(10, 5);
         cp.business_state = Some(json!({"n": 1}));
         cp.seq = 4;
         cp.saved_at = 1234;

@@ -6,6 +6,7 @@ pub(crate) mod backoff;
 pub mod budget;
 pub mod checkpoint;
 pub mod classify;
+pub mod cost;
 pub mod cron;
 pub mod error;
 pub mod events;

@@ -14,7 +14,7 @@
 use super::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use super::error::{Error, ErrorCode, Result};
 use super::events::Event;
-use super::transcript::{Message, Usage};
+use super::transcript::Message;
 use std::collections::HashSet;
 
 /// Where a watcher stands in a run's journal: every event of the entries up to `position` seen, and with
@@ -73,13 +73,6 @@ pub fn is_recorded(event: &Event) -> bool {
     )
 }
 
-fn usage_since(next: Usage, prev: Usage) -> Usage {
-    Usage {
-        input_tokens: next.input_tokens.saturating_sub(prev.input_tokens),
-        output_tokens: next.output_tokens.saturating_sub(prev.output_tokens),
-    }
-}
-
 /// The events of the journal entry that took a run from `prev` to `next` (consecutive recorded states), in
 /// this order: model turns, results (placed, then held), approvals asked for, a failed attempt, the run's end
 /// or pause. A result's `replacedBy` is not recorded (always absent here).
@@ -88,7 +81,7 @@ pub fn recorded_events(prev: &Checkpoint, next: &Checkpoint) -> Vec<Event> {
     let from = prev.messages.len().min(next.messages.len());
     let held_before: HashSet<&str> = prev.held_results.iter().map(|r| r.tool_call_id.as_str()).collect();
     let mut step = prev.step_index;
-    let mut usage = Some(usage_since(next.total_usage, prev.total_usage));
+    let mut usage = Some(next.total_usage.since(prev.total_usage));
     let done = |r: &super::transcript::ToolResult| Event::ToolDone {
         tool_call_id: r.tool_call_id.clone(),
         name: r.name.clone(),

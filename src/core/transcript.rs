@@ -431,8 +431,8 @@ impl Message {
     }
 }
 
-/// Token usage totals.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// Token usage totals, and what they cost (see the cost module: prices per model id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct Usage {
@@ -444,19 +444,84 @@ pub struct Usage {
     #[serde(default)]
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub output_tokens: u64,
+    /// Of the prompt tokens, those read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub cached_input_tokens: u64,
+    /// Of the prompt tokens, those written to the provider's prompt cache (Anthropic).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub cache_write_tokens: u64,
+    /// Of the completion tokens, those spent reasoning.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub reasoning_tokens: u64,
+    /// What these tokens cost, in US dollars (`costUsd`; kept as whole nano-dollars); left out when a price is
+    /// unknown: a total with one turn of a model without a price in it has none.
+    #[serde(
+        default,
+        rename = "costUsd",
+        with = "crate::core::cost::usd_nanos",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub cost: Option<u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Nothing used, nothing spent (a cost of 0, known).
+impl Default for Usage {
+    fn default() -> Self {
+        Usage { cost: Some(0), ..Usage::tokens(0, 0) }
+    }
 }
 
 impl Usage {
-    /// Adds another usage.
+    /// `input` prompt and `output` completion tokens, no cost known yet.
+    pub const fn tokens(input: u64, output: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cached_input_tokens: 0,
+            cache_write_tokens: 0,
+            reasoning_tokens: 0,
+            cost: None,
+        }
+    }
+
+    /// Adds another usage (the cost stays known only if both are).
     pub fn add(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cached_input_tokens = self.cached_input_tokens.saturating_add(other.cached_input_tokens);
+        self.cache_write_tokens = self.cache_write_tokens.saturating_add(other.cache_write_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+        self.cost = self.cost.zip(other.cost).map(|(a, b)| a.saturating_add(b));
+    }
+
+    /// What `self` has more than `earlier` (a later total less an earlier one).
+    pub fn since(&self, earlier: Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_sub(earlier.input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(earlier.output_tokens),
+            cached_input_tokens: self.cached_input_tokens.saturating_sub(earlier.cached_input_tokens),
+            cache_write_tokens: self.cache_write_tokens.saturating_sub(earlier.cache_write_tokens),
+            reasoning_tokens: self.reasoning_tokens.saturating_sub(earlier.reasoning_tokens),
+            cost: self.cost.zip(earlier.cost).map(|(a, b)| a.saturating_sub(b)),
+        }
     }
 
     /// Raises each count to at least `other`'s.
     pub fn at_least(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.max(other.input_tokens);
         self.output_tokens = self.output_tokens.max(other.output_tokens);
+        self.cached_input_tokens = self.cached_input_tokens.max(other.cached_input_tokens);
+        self.cache_write_tokens = self.cache_write_tokens.max(other.cache_write_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.max(other.reasoning_tokens);
+        self.cost = self.cost.zip(other.cost).map(|(a, b)| a.max(b));
     }
 
     /// Sum of both.

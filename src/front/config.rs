@@ -23,6 +23,11 @@
 //! }
 //! ```
 //!
+//! Budgets: `limits` also takes `maxInputTokens`, `maxOutputTokens`, `maxTotalTokens`, `maxDurationMs`,
+//! `maxCostUsd` and `onExceeded`; `sessionBudget` the token and cost limits of a whole conversation; `prices`
+//! (`{"<model id>": {"input": 0.15, "output": 0.6, "cachedInput": 0.075}}`, dollars per million tokens; also
+//! `cacheWrite` and `reasoning`) adds to and overrides the built-in prices ([`crate::core::cost`]).
+//!
 //! Every object refuses unknown fields (a typo is an error, not a silently ignored setting), and every error
 //! is `STEADFAST_CONFIG_INVALID` naming the field (`model.provider`, `tools[1].url`, …). `{}` is a valid
 //! configuration: the offline mock model with the demo tools.
@@ -41,6 +46,7 @@
 //! isolate and again after a minute ([`crate::tools::mcp::McpCache`]).
 
 use crate::core::budget::{OnExceeded, TokenLimits};
+use crate::core::cost::PriceTable;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::DriftPolicy;
 use crate::core::retry::RetryPolicy;
@@ -337,6 +343,9 @@ pub struct Limits {
     pub max_total_tokens: Option<u64>,
     /// [`AgentOptions::max_duration_ms`].
     pub max_duration_ms: Option<u64>,
+    /// [`AgentOptions::max_cost_usd`] (dollars on the wire).
+    #[serde(with = "crate::core::cost::usd_limit")]
+    pub max_cost_usd: Option<u64>,
     /// [`AgentOptions::on_exceeded`].
     pub on_exceeded: OnExceeded,
 }
@@ -353,6 +362,7 @@ impl Default for Limits {
             max_output_tokens: o.max_output_tokens,
             max_total_tokens: o.max_total_tokens,
             max_duration_ms: o.max_duration_ms,
+            max_cost_usd: o.max_cost_usd,
             on_exceeded: o.on_exceeded,
         }
     }
@@ -459,9 +469,17 @@ pub struct AgentConfig {
     /// Handoffs a run may take (default 5).
     #[serde(default = "default_max_handoffs")]
     pub max_handoffs: u32,
-    /// [`AgentOptions::session_budget`]: token limits of a whole conversation (default none).
+    /// [`AgentOptions::session_budget`]: token and cost limits of a whole conversation (default none).
     #[serde(default)]
     pub session_budget: TokenLimits,
+    /// [`AgentOptions::prices`]: prices per model id, in US dollars per million tokens, added to the built-in
+    /// ones.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub prices: PriceTable,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
 }
 
 fn default_team_name() -> String {
@@ -545,6 +563,7 @@ impl Default for AgentConfig {
             name: default_team_name(),
             max_handoffs: default_max_handoffs(),
             session_budget: TokenLimits::default(),
+            prices: PriceTable::default(),
         }
     }
 }
@@ -648,6 +667,7 @@ impl AgentConfig {
             max_output_tokens,
             max_total_tokens,
             max_duration_ms,
+            max_cost_usd,
             on_exceeded,
         } = self.limits.clone();
         AgentOptions {
@@ -665,8 +685,10 @@ impl AgentConfig {
             max_output_tokens,
             max_total_tokens,
             max_duration_ms,
+            max_cost_usd,
             session_budget: self.session_budget,
             on_exceeded,
+            prices: self.prices.clone(),
         }
     }
 
@@ -1638,12 +1660,29 @@ mod tests {
                 max_output_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
                 max_total_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
                 max_duration_ms: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
+                // Whole micro-dollars, up to $1,000,000.
+                max_cost_usd: (n(0, 1) == 1).then(|| n(1, 1 << 40) * 1000),
                 session_budget: crate::core::budget::TokenLimits {
                     max_input_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
                     max_output_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
                     max_total_tokens: (n(0, 1) == 1).then(|| n(1, 1 << 40)),
+                    max_cost_usd: (n(0, 1) == 1).then(|| n(1, 1 << 40) * 1000),
                 },
                 on_exceeded: [OnExceeded::Finish, OnExceeded::Throw][n(0, 1) as usize],
+                prices: crate::core::cost::PriceTable(
+                    (0..n(0, 3))
+                        .map(|i| {
+                            let p = crate::core::cost::Price {
+                                input: n(0, 1 << 39),
+                                output: n(0, 1 << 39),
+                                cached_input: (n(0, 1) == 1).then(|| n(0, 1 << 39)),
+                                cache_write: (n(0, 1) == 1).then(|| n(0, 1 << 39)),
+                                reasoning: (n(0, 1) == 1).then(|| n(0, 1 << 39)),
+                            };
+                            (format!("model-{i}"), p)
+                        })
+                        .collect(),
+                ),
             };
             use crate::runtime::WaitTool;
             let Value::Object(mut doc) = serde_json::to_value(&options).unwrap() else { panic!("{repro}") };
@@ -1657,6 +1696,7 @@ mod tests {
                 "maxOutputTokens",
                 "maxTotalTokens",
                 "maxDurationMs",
+                "maxCostUsd",
                 "onExceeded",
             ] {
                 limits.insert(key.into(), doc.remove(key).unwrap_or_else(|| panic!("{key}; {repro}")));

@@ -608,7 +608,7 @@ mod tests {
             },
             messages: (0..pick(rng, 4)).map(|i| Message::user(format!("m{i}"))).collect(),
             step_index: pick(rng, 20) as u32,
-            usage: Usage { input_tokens: rng.next_u64() % 10_000, output_tokens: rng.next_u64() % 10_000 },
+            usage: Usage::tokens(rng.next_u64() % 10_000, rng.next_u64() % 10_000),
             business_state: maybe(2).then(|| json!({"n": rng.next_u64() % 100})),
             status,
             approval_ids: (0..pick(rng, 3)).map(|i| format!("ap_{i}")).collect(),

@@ -419,7 +419,7 @@ mod tests {
             ModelResponse {
                 text: "Let me check both.".into(),
                 tool_calls: vec![call("toolu_x", "Oslo"), call("toolu_y", "Rome")],
-                usage: Usage { input_tokens: 200, output_tokens: 40 },
+                usage: Usage::tokens(200, 40),
                 stop_reason: Some("tool_use".into()),
                 reasoning: vec![],
             }
@@ -494,7 +494,7 @@ mod tests {
         assert!(r.tool_calls[0].invalid.is_some());
         assert_eq!(r.tool_calls[1].args, json!({}));
         assert_eq!(r.tool_calls[1].invalid, None);
-        assert_eq!(r.usage, Usage { input_tokens: 15, output_tokens: 3 });
+        assert_eq!(r.usage, Usage { cached_input_tokens: 5, ..Usage::tokens(15, 3) });
     }
 
     /// A thinking block is kept in the transcript as it came, so one nested deeper than the checkpoint's limit is

@@ -348,7 +348,7 @@ pub(crate) fn parse_openai_value(v: &Value, step: u32) -> std::result::Result<Mo
         }
         Some(_) => return Err("tool_calls is not an array".into()),
     };
-    let usage = v.get("usage").map(openai_usage).unwrap_or_default();
+    let usage = v.get("usage").map_or(Usage::tokens(0, 0), openai_usage);
     let mut stop_reason = choice.get("finish_reason").and_then(Value::as_str).map(str::to_string);
     if let Some(refusal) = message.get("refusal").and_then(Value::as_str).filter(|r| !r.is_empty()) {
         with_refusal(&mut text, refusal);
@@ -365,9 +365,15 @@ pub(crate) fn with_refusal(text: &mut String, refusal: &str) {
     text.push_str(refusal);
 }
 
-/// `usage.prompt_tokens` / `usage.completion_tokens`.
+/// `usage.prompt_tokens` / `usage.completion_tokens`, with `prompt_tokens_details.cached_tokens` and
+/// `completion_tokens_details.reasoning_tokens`.
 pub(crate) fn openai_usage(u: &Value) -> Usage {
-    Usage { input_tokens: u64_field(u, "prompt_tokens"), output_tokens: u64_field(u, "completion_tokens") }
+    let detail = |k: &str, f: &str| u.get(k).map_or(0, |d| u64_field(d, f));
+    Usage {
+        cached_input_tokens: detail("prompt_tokens_details", "cached_tokens"),
+        reasoning_tokens: detail("completion_tokens_details", "reasoning_tokens"),
+        ..Usage::tokens(u64_field(u, "prompt_tokens"), u64_field(u, "completion_tokens"))
+    }
 }
 
 /// Message content: a string, null (→ ""), or an array of parts whose `text` fields are concatenated.
@@ -452,9 +458,11 @@ impl TurnBuilder {
         let Some(u) = u.filter(|u| u.is_object()) else { return };
         let has = |k: &str| u.get(k).is_some_and(|n| !n.is_null());
         if has("input_tokens") || has("cache_creation_input_tokens") || has("cache_read_input_tokens") {
-            self.usage.input_tokens = u64_field(u, "input_tokens")
-                .saturating_add(u64_field(u, "cache_creation_input_tokens"))
-                .saturating_add(u64_field(u, "cache_read_input_tokens"));
+            let (written, read) =
+                (u64_field(u, "cache_creation_input_tokens"), u64_field(u, "cache_read_input_tokens"));
+            self.usage.input_tokens = u64_field(u, "input_tokens").saturating_add(written).saturating_add(read);
+            self.usage.cached_input_tokens = read;
+            self.usage.cache_write_tokens = written;
         }
         if has("output_tokens") {
             self.usage.output_tokens = u64_field(u, "output_tokens");
@@ -465,7 +473,8 @@ impl TurnBuilder {
         ModelResponse {
             text: self.text,
             tool_calls: self.tool_calls,
-            usage: self.usage,
+            // A provider reports tokens; what they cost is the runtime's (from its price table).
+            usage: Usage { cost: None, ..self.usage },
             stop_reason: self.stop_reason,
             reasoning: self.reasoning,
         }

@@ -317,7 +317,7 @@ mod tests {
                         invalid: None
                     },
                 ],
-                usage: Usage { input_tokens: 120, output_tokens: 33 },
+                usage: Usage::tokens(120, 33),
                 stop_reason: Some("tool_calls".into()),
                 reasoning: vec![],
             }
@@ -338,7 +338,7 @@ mod tests {
         .unwrap();
         assert_eq!(r.text, "Hello");
         assert!(r.tool_calls.is_empty());
-        assert_eq!(r.usage, Usage::default());
+        assert_eq!(r.usage, Usage::tokens(0, 0));
         assert_eq!(r.stop_reason.as_deref(), Some("stop"));
     }
 

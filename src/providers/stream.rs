@@ -214,7 +214,7 @@ impl OpenAiStream {
             text: String::new(),
             refusal: String::new(),
             calls: Vec::new(),
-            usage: Usage::default(),
+            usage: Usage::tokens(0, 0),
             stop_reason: None,
             done: false,
             provider,
@@ -591,7 +591,7 @@ mod tests {
         let tools = openai_turn(OPENAI_TOOLS.1);
         assert_eq!(tools.tool_calls.len(), 2);
         assert_eq!(tools.tool_calls[0].args, serde_json::json!({"city": "Zürich"}));
-        assert_eq!(tools.usage, Usage { input_tokens: 82, output_tokens: 41 });
+        assert_eq!(tools.usage, Usage::tokens(82, 41));
         let refusal = openai_turn(OPENAI_REFUSAL.1);
         assert_eq!(
             (refusal.text.as_str(), refusal.stop_reason.as_deref()),
@@ -610,7 +610,7 @@ mod tests {
         let thinking = super::super::anthropic::parse_response(ANTHROPIC_THINKING.1, STEP).unwrap();
         assert_eq!(thinking.reasoning.len(), 2, "thinking and redacted thinking kept");
         assert_eq!(thinking.tool_calls[0].args, serde_json::json!({"city": "Paris", "units": "°C"}));
-        assert_eq!(thinking.usage, Usage { input_tokens: 472, output_tokens: 159 });
+        assert_eq!(thinking.usage, Usage::tokens(472, 159));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::ModelResponse;
-use crate::core::transcript::Message;
+use crate::core::transcript::{Message, Usage};
 use crate::runtime::traits::{Model, ModelRequest, ToolSpec};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -158,7 +158,7 @@ pub fn parse_response(output: &Value, step: u32) -> Result<ModelResponse> {
             .map_err(|why| bad(&why))?,
         Some(_) => return Err(bad("tool_calls is not an array")),
     };
-    let usage = v.get("usage").map(openai_usage).unwrap_or_default();
+    let usage = v.get("usage").map_or(Usage::tokens(0, 0), openai_usage);
     let stop_reason = v.get("finish_reason").and_then(Value::as_str).map(str::to_string);
     Ok(ModelResponse { text, tool_calls, usage, stop_reason, reasoning: Vec::new() })
 }
@@ -434,7 +434,7 @@ mod tests {
                         invalid: None
                     },
                 ],
-                usage: Usage { input_tokens: 80, output_tokens: 20 },
+                usage: Usage::tokens(80, 20),
                 stop_reason: None,
                 reasoning: vec![],
             }
@@ -446,7 +446,7 @@ mod tests {
         let r = parse_response(&json!({"response": "Sunny."}), 1).unwrap();
         assert_eq!(r.text, "Sunny.");
         assert!(r.tool_calls.is_empty());
-        assert_eq!(r.usage, Usage::default());
+        assert_eq!(r.usage, Usage::tokens(0, 0));
         let r = parse_response(&json!({"response": {"answer": 42}}), 1).unwrap();
         assert_eq!(r.text, "{\"answer\":42}");
         let r = parse_response(&json!({"result": {"response": "wrapped"}, "success": true}), 1).unwrap();
@@ -472,7 +472,7 @@ mod tests {
                 invalid: None
             }]
         );
-        assert_eq!(r.usage, Usage { input_tokens: 9, output_tokens: 4 });
+        assert_eq!(r.usage, Usage::tokens(9, 4));
         assert_eq!(r.stop_reason.as_deref(), Some("tool_calls"));
     }
 
@@ -591,7 +591,7 @@ mod tests {
     fn a_streamed_answer_hands_out_each_delta_as_its_event_arrives_and_is_the_non_streamed_turn() {
         let expected = parse_response(&serde_json::from_str(WHOLE).unwrap(), 2).unwrap();
         assert_eq!((expected.text.as_str(), expected.tool_calls.len()), ("Sunny in Zürich.", 1));
-        assert_eq!(expected.usage, Usage { input_tokens: 80, output_tokens: 20 });
+        assert_eq!(expected.usage, Usage::tokens(80, 20));
         // Where each of the three text events ends (its closing blank line included).
         let ends: Vec<usize> = SSE.match_indices("\n\n").map(|(i, _)| i + 2).take(3).collect();
         for (how, chunks) in chunkings(SSE.as_bytes()) {

@@ -255,6 +255,13 @@ impl AgentBuilder {
             }
             b.child_opts = decl.opts;
             let child = b.build_at(level + 1, max_depth)?;
+            let (child_model, child_prices) = (child.deps.model.id(), &child.deps.options.prices);
+            if self.options.budget().limits_cost() && child_prices.get(child_model).is_none() {
+                return Err(cfg(format!(
+                    "sub-agent '{}': its model '{child_model}' has no price, and its lead limits cost (add it to prices)",
+                    decl.name
+                )));
+            }
             if !Rc::ptr_eq(&child.deps.store, &store) {
                 return Err(cfg(format!("sub-agent '{}' must use its lead's store", decl.name)));
             }
@@ -294,6 +301,12 @@ impl AgentBuilder {
         }
         if self.options.budget().has_zero() {
             return Err(cfg("budget limits must be at least 1 (left out: no limit)".into()));
+        }
+        if self.options.budget().limits_cost() && self.options.prices.get(self.model.id()).is_none() {
+            return Err(cfg(format!(
+                "maxCostUsd needs a price for model '{}' (add it to prices): its turns would have no cost",
+                self.model.id()
+            )));
         }
         let max_result = crate::core::limits::MAX_TOOL_RESULT_BYTES;
         if !(1_024..=max_result).contains(&self.options.max_tool_result_bytes) {

@@ -92,7 +92,7 @@ impl MockTurn {
         MockTurn::Reply {
             text: String::new(),
             tool_calls: calls.into_iter().map(|(n, a)| MockCall { name: n.into(), args: a }).collect(),
-            usage: Usage { input_tokens: 10, output_tokens: 5 },
+            usage: Usage::tokens(10, 5),
             delay_ms: 0,
         }
     }
@@ -286,7 +286,7 @@ impl Model for MockModel {
             MockTurn::Text(text) => Ok(ModelResponse {
                 text,
                 tool_calls: vec![],
-                usage: Usage { input_tokens: 10, output_tokens: 5 },
+                usage: Usage::tokens(10, 5),
                 stop_reason: Some("stop".into()),
                 reasoning: Vec::new(),
             }),

@@ -6,6 +6,7 @@ use super::traits::LocalFuture;
 use super::traits::{AbortSignal, EventSink};
 use super::wait_tools::WaitTool;
 use crate::core::budget::{Budget, OnExceeded, TokenLimits};
+use crate::core::cost::PriceTable;
 use crate::core::machine::DriftPolicy;
 use crate::core::retry::RetryPolicy;
 use crate::store::LeaseOptions;
@@ -69,12 +70,22 @@ pub struct AgentOptions {
     /// again; time paused or crashed does not count). Default: no limit.
     #[cfg_attr(feature = "ts", ts(type = "number | null"))]
     pub max_duration_ms: Option<u64>,
-    /// Token limits of a whole conversation: every run of an id (a finished run continued by a new message) and
-    /// every turn of a session. Default: none.
+    /// What a run's model calls may cost, in US dollars (default: no limit), from `prices`; every model the
+    /// agent may call (its own, its handoff team's, its sub-agents') needs a price.
+    #[serde(with = "crate::core::cost::usd_limit")]
+    #[cfg_attr(feature = "ts", ts(type = "number | null"))]
+    pub max_cost_usd: Option<u64>,
+    /// Token and cost limits of a whole conversation: every run of an id (a finished run continued by a new
+    /// message) and every turn of a session. Default: none.
     pub session_budget: TokenLimits,
     /// What an exhausted budget does (default `finish`): `finish` ends the run with finish reason
     /// `budget-exceeded`; `throw` ends it the same way and fails the call with `STEADFAST_BUDGET_EXCEEDED`.
     pub on_exceeded: OnExceeded,
+    /// Prices per model id, in US dollars per million tokens (`input`, `output`, and optionally `cachedInput`,
+    /// `cacheWrite`, `reasoning`): added to the built-in ones ([`crate::core::cost::DEFAULT_PRICES`]), replacing
+    /// those of the same id. A turn of a model without a price has no cost (`costUsd` left out).
+    #[cfg_attr(feature = "ts", ts(as = "std::collections::BTreeMap<String, crate::core::cost::Price>"))]
+    pub prices: PriceTable,
 }
 
 impl AgentOptions {
@@ -85,6 +96,7 @@ impl AgentOptions {
                 max_input_tokens: self.max_input_tokens,
                 max_output_tokens: self.max_output_tokens,
                 max_total_tokens: self.max_total_tokens,
+                max_cost_usd: self.max_cost_usd,
             },
             max_duration_ms: self.max_duration_ms,
             session: self.session_budget,
@@ -110,8 +122,10 @@ impl Default for AgentOptions {
             max_output_tokens: None,
             max_total_tokens: None,
             max_duration_ms: None,
+            max_cost_usd: None,
             session_budget: TokenLimits::default(),
             on_exceeded: OnExceeded::Finish,
+            prices: PriceTable::default(),
         }
     }
 }

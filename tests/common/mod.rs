@@ -219,13 +219,17 @@ pub fn text_deltas(sink: &steadfast::runtime::VecSink) -> Vec<(u32, String)> {
         .collect()
 }
 
-/// A model turn as the mock model's answer records it: its text, no calls, the mock's usage (10 in, 5 out).
+/// A model turn as the mock model's answer records it: its text, no calls, the mock's usage (10 in, 5 out, at the
+/// mock model's price: 0).
 pub fn answered(text: &str) -> steadfast::core::transcript::Message {
     steadfast::core::transcript::Message::Assistant {
         content: text.into(),
         tool_calls: Vec::new(),
         reasoning: Vec::new(),
-        usage: Some(steadfast::core::transcript::Usage { input_tokens: 10, output_tokens: 5 }),
+        usage: Some(steadfast::core::transcript::Usage {
+            cost: Some(0),
+            ..steadfast::core::transcript::Usage::tokens(10, 5)
+        }),
     }
 }
 

@@ -4,6 +4,8 @@
 // (`finishReason: "budget-exceeded"`, the note naming the limit, the crossing turn's call answered); a NEW workerd
 // whose configuration raised the limit resumes it in place (`POST /runs/{id}/resume`) to its final answer; and a
 // configuration with `onExceeded: "throw"` answers 409 STEADFAST_BUDGET_EXCEEDED with the limit in its details.
+// Cost (part 2): with `prices` for the mock model, `GET /runs/{id}` reports `usage.costUsd` and `limits.maxCostUsd`
+// stops the run on its dollars.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -44,6 +46,26 @@ for (const mode of ["kv", "strict"]) {
     assert.deepEqual([done.json.finishReason, done.json.text, done.json.steps], ["stop", "all looked up", 4], done.text);
     assert.equal(done.json.messages.filter((m) => m.role === "tool").length, 3, "each call ran once");
     await raised.stop();
+  });
+
+  test(`${mode}: a run reports its costUsd from the configured prices and stops on maxCostUsd`, { timeout: 90000 }, async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), `steadfast-costs-${mode}-`));
+    after(() => fs.rmSync(dir, { recursive: true, force: true }));
+    // $2 and $10 per million tokens: a mock turn (10 in, 5 out) costs $0.00007.
+    const priced = (limits) => ({ ...config(limits), prices: { mock: { input: 2, output: 10 } } });
+    const w = persisted(mode, priced({ maxCostUsd: 0.0001 }), dir);
+    const r = await call(w, "POST", "/runs/c-1", { input: "look it up" });
+    assert.equal(r.status, 200, r.text);
+    assert.deepEqual([r.json.finishReason, r.json.steps, r.json.usage.costUsd], ["budget-exceeded", 2, 0.00014], r.text);
+    assert.match(r.json.note, /maxCostUsd \$0\.0001, used \$0\.00014/);
+    const run = await call(w, "GET", "/runs/c-1");
+    assert.equal(run.json.usage.costUsd, 0.00014, run.text);
+    // The built-in price of the offline mock model is 0.
+    await w.stop();
+    const free = persisted(mode, config({}), dir);
+    const f = await call(free, "POST", "/runs/c-2", { input: "look it up" });
+    assert.deepEqual([f.json.finishReason, f.json.usage.costUsd], ["stop", 0], f.text);
+    await free.stop();
   });
 
   test(`${mode}: onExceeded "throw" answers 409 STEADFAST_BUDGET_EXCEEDED naming the limit`, { timeout: 90000 }, async () => {

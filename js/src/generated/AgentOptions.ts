@@ -2,6 +2,7 @@
 import type { DriftPolicy } from "./DriftPolicy.js";
 import type { LeaseOptions } from "./LeaseOptions.js";
 import type { OnExceeded } from "./OnExceeded.js";
+import type { Price } from "./Price.js";
 import type { RetryPolicy } from "./RetryPolicy.js";
 import type { TokenLimits } from "./TokenLimits.js";
 import type { WaitTool } from "./WaitTool.js";
@@ -79,12 +80,23 @@ maxTotalTokens: number | null,
  */
 maxDurationMs: number | null, 
 /**
- * Token limits of a whole conversation: every run of an id (a finished run continued by a new message) and
- * every turn of a session. Default: none.
+ * What a run's model calls may cost, in US dollars (default: no limit), from `prices`; every model the
+ * agent may call (its own, its handoff team's, its sub-agents') needs a price.
+ */
+maxCostUsd: number | null, 
+/**
+ * Token and cost limits of a whole conversation: every run of an id (a finished run continued by a new
+ * message) and every turn of a session. Default: none.
  */
 sessionBudget: TokenLimits, 
 /**
  * What an exhausted budget does (default `finish`): `finish` ends the run with finish reason
  * `budget-exceeded`; `throw` ends it the same way and fails the call with `STEADFAST_BUDGET_EXCEEDED`.
  */
-onExceeded: OnExceeded, };
+onExceeded: OnExceeded, 
+/**
+ * Prices per model id, in US dollars per million tokens (`input`, `output`, and optionally `cachedInput`,
+ * `cacheWrite`, `reasoning`): added to the built-in ones ([`crate::core::cost::DEFAULT_PRICES`]), replacing
+ * those of the same id. A turn of a model without a price has no cost (`costUsd` left out).
+ */
+prices: { [key in string]: Price }, };

@@ -20,4 +20,8 @@ maxTotalTokens?: number,
 /**
  * Execution time (ms).
  */
-maxDurationMs?: number, };
+maxDurationMs?: number, 
+/**
+ * Cost (in dollars on the wire; nano-dollars here).
+ */
+maxCostUsd?: number, };

@@ -85,7 +85,7 @@ const PUBLIC_EXPORTS = {
     "Comparison", "Delivery",
     "ErrorCode", "ErrorInfo", "Event", "EventEnvelope", "Fingerprint", "FinishReason", "ForkOptions", "ForkResult",
     "HandoffOptions", "HistoryEntry", "Hook", "Input", "Json", "KVNamespaceLike", "KvStoreOptions", "Message", "MockModel",
-    "MockModelOptions", "MockTurn", "Model", "ModelChange", "ModelRequest", "ModelResponse", "ModelStream", "NothingToResume", "OnExceeded", "OutputCheckFn",
+    "MockModelOptions", "MockTurn", "Model", "ModelChange", "ModelRequest", "ModelResponse", "ModelStream", "NothingToResume", "OnExceeded", "OutputCheckFn", "Price",
     "OutputCheckHook", "PendingRun", "ProgressGuardHook", "ProgressGuardOptions", "RecoverOptions", "Recovery",
     "RecoveryRun", "ResultKind", "ResumeOptions", "RunEvent", "RunOnceOptions", "RunResult", "RunStats", "RunStatus",
     "SendOptions", "Store", "SubagentOptions", "SubagentTag", "SweepOptions", "SweepReport", "TestClock", "TestClockOptions", "Tool", "ToolCall",

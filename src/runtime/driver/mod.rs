@@ -738,7 +738,11 @@ impl<'a> Driver<'a> {
             };
             let err = match answer {
                 None => return Ok(None),
-                Some(Ok(resp)) => return Ok(Some(resp)),
+                Some(Ok(mut resp)) => {
+                    // What the turn cost, by the price of the model that answered (none when it has no price).
+                    resp.usage.cost = agent.options.prices.cost_nanos(model.id(), &resp.usage);
+                    return Ok(Some(resp));
+                }
                 Some(Err(e)) => e,
             };
             let elapsed = self.now().saturating_sub(started);

@@ -1,0 +1,351 @@
+//! Cost: what a run's model calls cost in US dollars, from a price table per model id.
+//!
+//! **Integers, not floats.** A price is kept in micro-dollars per million tokens (which is pico-dollars per
+//! token), so a turn's cost is an exact integer sum of its tokens times their prices, in pico-dollars, rounded once
+//! (half up) to the nano-dollar. A run's cost and a conversation's are sums of their turns' nano-dollars: adding
+//! turns in any order, or a sub-agent's spend, gives the same total, and nothing drifts. The JSON number
+//! `costUsd` is that count divided by 10^9; it reads back as the same count for any total below $2,000,000
+//! (where every nano-dollar count is a distinct `f64`).
+//!
+//! **Never guessed.** A turn of a model the table has no price for has no cost, and a total with such a turn in
+//! it has none either (`costUsd` is left out), rather than a number that looks right. The built-in defaults
+//! ([`DEFAULT_PRICES`]) are the providers' published standard list prices for the models they name; a
+//! configuration's `prices` adds models and overrides them. A model id matches exactly (a dated snapshot such as
+//! `gpt-4o-mini-2024-07-18` needs its own entry).
+//!
+//! Token kinds: `cachedInputTokens` (read from the provider's prompt cache) and `cacheWriteTokens` (written to it,
+//! Anthropic) are part of `inputTokens`; `reasoningTokens` are part of `outputTokens`. Each is priced by its own
+//! entry when the price has one (`cachedInput`, `cacheWrite`, `reasoning`), otherwise at the input or output price.
+
+use super::transcript::Usage;
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize, Serializer};
+use std::collections::BTreeMap;
+
+/// Nano-dollars in a dollar.
+pub const NANOS_PER_USD: u64 = 1_000_000_000;
+
+/// One model's prices, in US dollars per million tokens (kept as whole micro-dollars per million tokens: six
+/// decimals; more are rounded).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Price {
+    /// Prompt tokens.
+    #[serde(with = "per_million")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub input: u64,
+    /// Completion tokens.
+    #[serde(with = "per_million")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub output: u64,
+    /// Prompt tokens read from the provider's cache (default: the input price).
+    #[serde(default, with = "per_million_opt", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub cached_input: Option<u64>,
+    /// Prompt tokens written to the provider's cache (default: the input price).
+    #[serde(default, with = "per_million_opt", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub cache_write: Option<u64>,
+    /// Reasoning tokens (default: the output price).
+    #[serde(default, with = "per_million_opt", skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(type = "number", optional))]
+    pub reasoning: Option<u64>,
+}
+
+impl Price {
+    /// A price of `input` and `output` micro-dollars per million tokens, the other kinds at those.
+    pub const fn new(input: u64, output: u64) -> Price {
+        Price { input, output, cached_input: None, cache_write: None, reasoning: None }
+    }
+
+    /// What `u`'s tokens cost, in nano-dollars (exact pico-dollars, rounded half up once).
+    pub fn cost_nanos(&self, u: &Usage) -> u64 {
+        let cached = u.cached_input_tokens.min(u.input_tokens);
+        let written = u.cache_write_tokens.min(u.input_tokens - cached);
+        let plain_in = u.input_tokens - cached - written;
+        let reasoning = u.reasoning_tokens.min(u.output_tokens);
+        let plain_out = u.output_tokens - reasoning;
+        let picos: u128 = [
+            (plain_in, self.input),
+            (cached, self.cached_input.unwrap_or(self.input)),
+            (written, self.cache_write.unwrap_or(self.input)),
+            (plain_out, self.output),
+            (reasoning, self.reasoning.unwrap_or(self.output)),
+        ]
+        .into_iter()
+        .map(|(tokens, price)| u128::from(tokens) * u128::from(price))
+        .sum();
+        u64::try_from((picos + 500) / 1000).unwrap_or(u64::MAX)
+    }
+}
+
+/// Prices per model id: the configured ones, then the built-in defaults ([`DEFAULT_PRICES`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PriceTable(pub BTreeMap<String, Price>);
+
+impl PriceTable {
+    /// The price of `model`: its configured one, else its default, else `None` (its turns have no cost).
+    pub fn get(&self, model: &str) -> Option<Price> {
+        self.0.get(model).copied().or_else(|| default_price(model))
+    }
+
+    /// What a turn of `model` using `u` cost, in nano-dollars; `None` when the model has no price.
+    pub fn cost_nanos(&self, model: &str, u: &Usage) -> Option<u64> {
+        self.get(model).map(|p| p.cost_nanos(u))
+    }
+}
+
+/// Micro-dollars per million tokens from dollars per million tokens.
+const fn usd(dollars: u64, micros: u64) -> u64 {
+    dollars * 1_000_000 + micros
+}
+
+/// The built-in prices: standard-tier list prices the providers publish for the models they name (USD per
+/// million tokens: input, output, cached input, cache write), and 0 for the offline mock model. Check them
+/// against the provider's pricing page; a configuration's `prices` overrides any of them.
+pub const DEFAULT_PRICES: &[(&str, [u64; 4])] = &[
+    ("mock", [0, 0, 0, 0]),
+    ("gpt-4o", [usd(2, 500_000), usd(10, 0), usd(1, 250_000), usd(2, 500_000)]),
+    ("gpt-4o-mini", [usd(0, 150_000), usd(0, 600_000), usd(0, 75_000), usd(0, 150_000)]),
+    ("gpt-4.1", [usd(2, 0), usd(8, 0), usd(0, 500_000), usd(2, 0)]),
+    ("gpt-4.1-mini", [usd(0, 400_000), usd(1, 600_000), usd(0, 100_000), usd(0, 400_000)]),
+    ("gpt-4.1-nano", [usd(0, 100_000), usd(0, 400_000), usd(0, 25_000), usd(0, 100_000)]),
+    ("o4-mini", [usd(1, 100_000), usd(4, 400_000), usd(0, 275_000), usd(1, 100_000)]),
+    ("gpt-5", [usd(1, 250_000), usd(10, 0), usd(0, 125_000), usd(1, 250_000)]),
+    ("gpt-5-mini", [usd(0, 250_000), usd(2, 0), usd(0, 25_000), usd(0, 250_000)]),
+    ("gpt-5-nano", [usd(0, 50_000), usd(0, 400_000), usd(0, 5_000), usd(0, 50_000)]),
+    ("claude-opus-4-1", [usd(15, 0), usd(75, 0), usd(1, 500_000), usd(18, 750_000)]),
+    ("claude-sonnet-4-5", [usd(3, 0), usd(15, 0), usd(0, 300_000), usd(3, 750_000)]),
+    ("claude-sonnet-4-0", [usd(3, 0), usd(15, 0), usd(0, 300_000), usd(3, 750_000)]),
+    ("claude-haiku-4-5", [usd(1, 0), usd(5, 0), usd(0, 100_000), usd(1, 250_000)]),
+    ("claude-3-5-haiku-latest", [usd(0, 800_000), usd(4, 0), usd(0, 80_000), usd(1, 0)]),
+    ("@cf/meta/llama-3.3-70b-instruct-fp8-fast", [usd(0, 293_000), usd(2, 253_000), usd(0, 293_000), usd(0, 293_000)]),
+];
+
+fn default_price(model: &str) -> Option<Price> {
+    DEFAULT_PRICES.iter().find(|(id, _)| *id == model).map(|(_, [input, output, cached, write])| Price {
+        input: *input,
+        output: *output,
+        cached_input: Some(*cached),
+        cache_write: Some(*write),
+        reasoning: None,
+    })
+}
+
+/// A dollar amount as micro-dollars (rounded), from a JSON number; refused unless finite, at least 0 and at most
+/// `max` dollars.
+fn micros_of<E: de::Error>(v: f64, max: f64) -> Result<u64, E> {
+    if v.is_finite() && (0.0..=max).contains(&v) {
+        Ok((v * 1e6).round() as u64)
+    } else {
+        Err(E::custom(format_args!("a price in dollars from 0 to {max} was expected")))
+    }
+}
+
+/// Prices on the wire: dollars per million tokens (a JSON number), kept as micro-dollars.
+mod per_million {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(*v as f64 / 1e6)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        micros_of(f64::deserialize(d)?, 1e6)
+    }
+}
+
+mod per_million_opt {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => per_million::serialize(v, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        Option::<f64>::deserialize(d)?.map(|v| micros_of(v, 1e6)).transpose()
+    }
+}
+
+/// A nano-dollar amount on the wire as `costUsd`: a JSON number of dollars (left out when unknown).
+pub(crate) mod usd_nanos {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(n) => s.serialize_f64(*n as f64 / NANOS_PER_USD as f64),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Any finite amount from 0 reads (one past `u64::MAX` nano-dollars saturates): what was written always reads
+    /// back, a cost a provider's absurd token count saturated included.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        match Option::<f64>::deserialize(d)? {
+            Some(v) if v.is_finite() && v >= 0.0 => Ok(Some((v * NANOS_PER_USD as f64).round() as u64)),
+            Some(_) => Err(de::Error::custom("a cost in dollars from 0 was expected")),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A limit in dollars (`maxCostUsd`), kept as nano-dollars: a JSON number, 6 decimals at most counted.
+pub(crate) mod usd_limit {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+        usd_nanos::serialize(v, s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        Option::<f64>::deserialize(d)?.map(|v| micros_of(v, 1e9).map(|m| m * 1000)).transpose()
+    }
+}
+
+/// Nano-dollars as a dollar amount for people: `$0.001234`, `$12.5`, `$0` (at most nine decimals, no trailing
+/// zeros).
+pub fn usd_text(nanos: u64) -> String {
+    let (whole, frac) = (nanos / NANOS_PER_USD, nanos % NANOS_PER_USD);
+    if frac == 0 {
+        return format!("${whole}");
+    }
+    let digits = format!("{frac:09}");
+    format!("${whole}.{}", digits.trim_end_matches('0'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn usage(input: u64, output: u64, cached: u64, written: u64, reasoning: u64) -> Usage {
+        Usage {
+            cached_input_tokens: cached,
+            cache_write_tokens: written,
+            reasoning_tokens: reasoning,
+            ..Usage::tokens(input, output)
+        }
+    }
+
+    #[test]
+    fn a_turn_costs_its_tokens_times_their_prices() {
+        // gpt-4o-mini: $0.15 in, $0.60 out, $0.075 cached per million tokens.
+        let t = PriceTable::default();
+        assert_eq!(t.cost_nanos("gpt-4o-mini", &Usage::tokens(1_000_000, 1_000_000)), Some(750_000_000));
+        assert_eq!(t.cost_nanos("gpt-4o-mini", &Usage::tokens(1, 1)), Some(750), "150 + 600 nano-dollars");
+        // A token at $0.000001 per million is a pico-dollar: 499 round down to 0 nano-dollars, 500 up to 1.
+        let pico = Price::new(1, 1);
+        assert_eq!((pico.cost_nanos(&Usage::tokens(499, 0)), pico.cost_nanos(&Usage::tokens(250, 250))), (0, 1));
+        // 1,000 cached of 3,000 input: 2,000 × 0.15 + 1,000 × 0.075 = 375 micro-dollars.
+        assert_eq!(t.cost_nanos("gpt-4o-mini", &usage(3_000, 0, 1_000, 0, 0)), Some(375_000));
+        // Claude: cache writes at $3.75, reads at $0.30; reasoning at the output price.
+        let u = usage(10_000, 2_000, 4_000, 1_000, 500);
+        assert_eq!(
+            t.cost_nanos("claude-sonnet-4-5", &u),
+            Some(5_000 * 3_000 + 4_000 * 300 + 1_000 * 3_750 + 2_000 * 15_000)
+        );
+        // Counts of a kind beyond their total are clipped to it (a provider's inconsistent report).
+        assert_eq!(
+            t.cost_nanos("gpt-4o-mini", &usage(10, 0, 50, 50, 0)),
+            t.cost_nanos("gpt-4o-mini", &usage(10, 0, 10, 0, 0))
+        );
+        assert_eq!(t.cost_nanos("mock", &Usage::tokens(5, 5)), Some(0));
+        assert_eq!(t.cost_nanos("gpt-4o-mini-2024-07-18", &Usage::tokens(5, 5)), None, "exact ids only");
+    }
+
+    #[test]
+    fn configured_prices_override_and_extend_the_defaults() {
+        let t: PriceTable = serde_json::from_str(
+            r#"{"gpt-4o-mini": {"input": 1, "output": 2}, "my-model": {"input": 0.5, "output": 1.25, "reasoning": 3}}"#,
+        )
+        .unwrap();
+        assert_eq!(t.cost_nanos("gpt-4o-mini", &Usage::tokens(1_000_000, 0)), Some(NANOS_PER_USD));
+        assert_eq!(t.cost_nanos("my-model", &usage(0, 2_000_000, 0, 0, 1_000_000)), Some(4_250_000_000));
+        assert_eq!(t.cost_nanos("claude-haiku-4-5", &Usage::tokens(1_000_000, 0)), Some(NANOS_PER_USD));
+        for bad in [
+            r#"{"m": {"input": -1, "output": 1}}"#,
+            r#"{"m": {"input": 1}}"#,
+            r#"{"m": {"input": 1, "output": 1, "cached": 1}}"#,
+            r#"{"m": {"input": "1", "output": 1}}"#,
+            r#"{"m": {"input": 1e300, "output": 1}}"#,
+        ] {
+            assert!(serde_json::from_str::<PriceTable>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn dollars_print_with_their_nano_dollars_and_no_trailing_zeros() {
+        assert_eq!(usd_text(0), "$0");
+        assert_eq!(usd_text(1), "$0.000000001");
+        assert_eq!(usd_text(1_234_000), "$0.001234");
+        assert_eq!(usd_text(12_500_000_000), "$12.5");
+    }
+
+    proptest! {
+        /// A run's cost is the sum of its turns' costs whatever their order, each turn's exact to half a
+        /// nano-dollar of the real-number product, and costUsd reads back as the same nano-dollars.
+        #[test]
+        fn costs_are_exact_integer_sums(
+            turns in proptest::collection::vec((0u64..5_000_000, 0u64..500_000, 0u64..5_000_000, 0u64..500_000), 1..20),
+            price in (0u64..100_000_000, 0u64..100_000_000, 0u64..100_000_000),
+        ) {
+            let p = Price { input: price.0, output: price.1, cached_input: Some(price.2), cache_write: None, reasoning: None };
+            let mut total = Usage::default();
+            let mut reversed = Usage::default();
+            let mut sum = 0u64;
+            for &(i, o, c, _) in &turns {
+                let mut u = usage(i, o, c.min(i), 0, 0);
+                let exact = u128::from(i - c.min(i)) * u128::from(price.0) + u128::from(c.min(i)) * u128::from(price.2)
+                    + u128::from(o) * u128::from(price.1);
+                let nanos = p.cost_nanos(&u);
+                prop_assert!(u128::from(nanos) * 1000 + 500 >= exact && u128::from(nanos) * 1000 <= exact + 500);
+                u.cost = Some(nanos);
+                sum += nanos;
+                total.add(u);
+            }
+            for &(i, o, c, _) in turns.iter().rev() {
+                let mut u = usage(i, o, c.min(i), 0, 0);
+                u.cost = Some(p.cost_nanos(&u));
+                reversed.add(u);
+            }
+            prop_assert_eq!(total.cost, Some(sum));
+            prop_assert_eq!(total, reversed);
+            let text = serde_json::to_string(&total).unwrap();
+            prop_assert_eq!(serde_json::from_str::<Usage>(&text).unwrap(), total);
+        }
+
+        /// Any nano-dollar count below $2,000,000 survives JSON as costUsd; any other reads back (saturated at the
+        /// largest).
+        #[test]
+        fn every_cost_written_reads_back(nanos in any::<u64>()) {
+            let u = Usage { cost: Some(nanos), ..Usage::default() };
+            let back: Usage = serde_json::from_str(&serde_json::to_string(&u).unwrap()).unwrap();
+            let rel = (back.cost.unwrap() as f64 - nanos as f64).abs() / (nanos as f64).max(1.0);
+            prop_assert!(rel < 1e-15, "{} read as {:?}", nanos, back.cost);
+        }
+
+        /// Any nano-dollar count below $2,000,000 survives JSON as costUsd.
+        #[test]
+        fn cost_usd_reads_back_exactly(nanos in 0u64..2_000_000 * NANOS_PER_USD) {
+            let u = Usage { cost: Some(nanos), ..Usage::default() };
+            let back: Usage = serde_json::from_str(&serde_json::to_string(&u).unwrap()).unwrap();
+            prop_assert_eq!(back.cost, Some(nanos));
+        }
+
+        /// One unknown price makes the total unknown, in any position.
+        #[test]
+        fn an_unknown_turn_leaves_the_total_unknown(costs in proptest::collection::vec(proptest::option::of(0u64..1_000_000), 1..10)) {
+            let mut total = Usage::default();
+            for c in &costs {
+                total.add(Usage { cost: *c, ..Usage::tokens(1, 1) });
+            }
+            let all_known = costs.iter().all(Option::is_some);
+            prop_assert_eq!(total.cost.is_some(), all_known);
+        }
+    }
+}
