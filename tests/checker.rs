@@ -713,7 +713,7 @@ fn lost(prev: &Seen, cur: &Seen) -> Option<String> {
 /// The checker model's price: $1 a million prompt tokens, $3 a million completion tokens.
 fn checker_prices() -> steadfast::core::cost::PriceTable {
     let mut t = steadfast::core::cost::PriceTable::default();
-    t.0.insert("checker".into(), steadfast::core::cost::Price::new(1_000_000, 3_000_000));
+    t.insert("checker", steadfast::core::cost::Price::new(1_000_000, 3_000_000));
     t
 }
 

@@ -26,8 +26,8 @@ const TURN_NANOS: u64 = 70_000;
 
 fn prices() -> PriceTable {
     let mut t = PriceTable::default();
-    t.0.insert("priced".into(), Price::new(2_000_000, 10_000_000));
-    t.0.insert("cheap".into(), Price::new(1_000_000, 1_000_000));
+    t.insert("priced", Price::new(2_000_000, 10_000_000));
+    t.insert("cheap", Price::new(1_000_000, 1_000_000));
     t
 }
 

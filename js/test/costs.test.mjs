@@ -85,8 +85,12 @@ test("cached and reasoning tokens from the AI SDK are priced by their own entrie
         },
       };
     },
+    async doStream() {
+      throw new Error("not streamed here");
+    },
   };
   const table = { cachey: { input: 1, output: 10, cachedInput: 0.1, cacheWrite: 1.25, reasoning: 20 } };
+  // The adapter's id is "test:cachey": priced by its model id.
   const agent = createAgent({ model: aiSdkModel(sdk), store: memoryStore(), prices: table });
   const r = await agent.send("go", { sessionId: "c6" });
   assert.deepEqual(

@@ -11,7 +11,8 @@
 //! it has none either (`costUsd` is left out), rather than a number that looks right. The built-in defaults
 //! ([`DEFAULT_PRICES`]) are the providers' published standard list prices for the models they name; a
 //! configuration's `prices` adds models and overrides them. A model id matches exactly (a dated snapshot such as
-//! `gpt-4o-mini-2024-07-18` needs its own entry).
+//! `gpt-4o-mini-2024-07-18` needs its own entry); an id `<provider>:<model>`, as the npm package names an AI SDK
+//! model, is also looked up as `<model>`.
 //!
 //! Token kinds: `cachedInputTokens` (read from the provider's prompt cache) and `cacheWriteTokens` (written to it,
 //! Anthropic) are part of `inputTokens`; `reasoningTokens` are part of `outputTokens`. Each is priced by its own
@@ -20,35 +21,37 @@
 use super::transcript::Usage;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
-use std::collections::BTreeMap;
+use serde_json::{Map, Value};
 
 /// Nano-dollars in a dollar.
 pub const NANOS_PER_USD: u64 = 1_000_000_000;
 
 /// One model's prices, in US dollars per million tokens (kept as whole micro-dollars per million tokens: six
 /// decimals; more are rounded).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Read by hand (see [`PriceTable`]'s reader), as the derive would with `deny_unknown_fields`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct Price {
     /// Prompt tokens.
-    #[serde(with = "per_million")]
+    #[serde(serialize_with = "per_million")]
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub input: u64,
     /// Completion tokens.
-    #[serde(with = "per_million")]
+    #[serde(serialize_with = "per_million")]
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub output: u64,
     /// Prompt tokens read from the provider's cache (default: the input price).
-    #[serde(default, with = "per_million_opt", skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "per_million_opt", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(type = "number", optional))]
     pub cached_input: Option<u64>,
     /// Prompt tokens written to the provider's cache (default: the input price).
-    #[serde(default, with = "per_million_opt", skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "per_million_opt", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(type = "number", optional))]
     pub cache_write: Option<u64>,
     /// Reasoning tokens (default: the output price).
-    #[serde(default, with = "per_million_opt", skip_serializing_if = "Option::is_none")]
+    #[serde(serialize_with = "per_million_opt", skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(type = "number", optional))]
     pub reasoning: Option<u64>,
 }
@@ -66,29 +69,41 @@ impl Price {
         let plain_in = u.input_tokens - cached - written;
         let reasoning = u.reasoning_tokens.min(u.output_tokens);
         let plain_out = u.output_tokens - reasoning;
-        let picos: u128 = [
+        // Pico-dollars per token split into whole nano-dollars and the rest (under 1,000): the products stay in
+        // 64 bits (saturating only past 10^16 tokens), and the rest's pico-dollars are rounded once.
+        let (mut nanos, mut picos) = (0u64, 0u64);
+        for (tokens, price) in [
             (plain_in, self.input),
             (cached, self.cached_input.unwrap_or(self.input)),
             (written, self.cache_write.unwrap_or(self.input)),
             (plain_out, self.output),
             (reasoning, self.reasoning.unwrap_or(self.output)),
-        ]
-        .into_iter()
-        .map(|(tokens, price)| u128::from(tokens) * u128::from(price))
-        .sum();
-        u64::try_from((picos + 500) / 1000).unwrap_or(u64::MAX)
+        ] {
+            nanos = nanos.saturating_add(tokens.saturating_mul(price / 1000));
+            picos = picos.saturating_add(tokens.saturating_mul(price % 1000));
+        }
+        nanos.saturating_add(picos.saturating_add(500) / 1000)
     }
 }
 
-/// Prices per model id: the configured ones, then the built-in defaults ([`DEFAULT_PRICES`]).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct PriceTable(pub BTreeMap<String, Price>);
+/// Prices per model id: the configured ones (a JSON object of model ids; a list here, a few entries), then the
+/// built-in defaults ([`DEFAULT_PRICES`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PriceTable(pub Vec<(String, Price)>);
 
 impl PriceTable {
-    /// The price of `model`: its configured one, else its default, else `None` (its turns have no cost).
+    /// `model` priced `price` (replacing its price if it has one).
+    pub fn insert(&mut self, model: impl Into<String>, price: Price) {
+        let model = model.into();
+        self.0.retain(|(id, _)| *id != model);
+        self.0.push((model, price));
+    }
+
+    /// The price of `model`: its configured one, else its default, else `None` (its turns have no cost). An id
+    /// `<provider>:<model>` (the npm package's AI SDK models) is looked up whole first, then as `<model>`.
     pub fn get(&self, model: &str) -> Option<Price> {
-        self.0.get(model).copied().or_else(|| default_price(model))
+        let exact = |id: &str| self.0.iter().find(|(m, _)| m == id).map(|(_, p)| *p).or_else(|| default_price(id));
+        exact(model).or_else(|| model.split_once(':').and_then(|(_, name)| exact(name)))
     }
 
     /// What a turn of `model` using `u` cost, in nano-dollars; `None` when the model has no price.
@@ -134,41 +149,71 @@ fn default_price(model: &str) -> Option<Price> {
     })
 }
 
-/// A dollar amount as micro-dollars (rounded), from a JSON number; refused unless finite, at least 0 and at most
+/// A dollar amount as micro-dollars (rounded), from a JSON number; `None` unless finite, at least 0 and at most
 /// `max` dollars.
-fn micros_of<E: de::Error>(v: f64, max: f64) -> Result<u64, E> {
-    if v.is_finite() && (0.0..=max).contains(&v) {
-        Ok((v * 1e6).round() as u64)
-    } else {
-        Err(E::custom(format_args!("a price in dollars from 0 to {max} was expected")))
+fn micros_of(v: f64, max: f64) -> Option<u64> {
+    (v.is_finite() && (0.0..=max).contains(&v)).then(|| (v * 1e6).round() as u64)
+}
+
+/// A price on the wire: dollars per million tokens (a JSON number), kept as micro-dollars.
+fn per_million<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(*v as f64 / 1e6)
+}
+
+fn per_million_opt<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => per_million(v, s),
+        None => s.serialize_none(),
     }
 }
 
-/// Prices on the wire: dollars per million tokens (a JSON number), kept as micro-dollars.
-mod per_million {
-    use super::*;
-
-    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_f64(*v as f64 / 1e6)
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        micros_of(f64::deserialize(d)?, 1e6)
+impl Serialize for PriceTable {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(id, p)| (id, p)))
     }
 }
 
-mod per_million_opt {
-    use super::*;
+/// Read as a JSON value, then by hand (one reader instead of serde's map and struct machinery per deserializer,
+/// for the Worker's size budget): an object of model ids, each `{input, output, cachedInput?, cacheWrite?,
+/// reasoning?}` in dollars per million tokens (0 to 1,000,000); anything else is refused naming the model and the
+/// field.
+impl<'de> Deserialize<'de> for PriceTable {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<PriceTable, D::Error> {
+        PriceTable::from_value(Value::deserialize(d)?).map_err(de::Error::custom)
+    }
+}
 
-    pub fn serialize<S: Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
-        match v {
-            Some(v) => per_million::serialize(v, s),
-            None => s.serialize_none(),
+impl PriceTable {
+    fn from_value(v: Value) -> Result<PriceTable, String> {
+        let Value::Object(models) = v else { return Err("prices must be an object of model ids".into()) };
+        let mut table = PriceTable::default();
+        for (id, fields) in models {
+            let price = Price::from_object(fields).map_err(|e| format!("prices of {id:?}: {e}"))?;
+            table.insert(id, price);
         }
+        Ok(table)
     }
+}
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-        Option::<f64>::deserialize(d)?.map(|v| micros_of(v, 1e6)).transpose()
+impl Price {
+    fn from_object(v: Value) -> Result<Price, String> {
+        const FIELDS: [&str; 5] = ["input", "output", "cachedInput", "cacheWrite", "reasoning"];
+        let Value::Object(fields) = v else {
+            return Err("an object {input, output, cachedInput?, cacheWrite?, reasoning?} was expected".into());
+        };
+        let mut got: [Option<u64>; 5] = [None; 5];
+        for (name, value) in Map::into_iter(fields) {
+            let Some(i) = FIELDS.iter().position(|f| *f == name) else {
+                return Err(format!("unknown field `{name}`, expected one of {}", FIELDS.join(", ")));
+            };
+            got[i] = Some(value.as_f64().and_then(|v| micros_of(v, 1e6)).ok_or_else(|| {
+                format!("`{name}` must be a number of dollars per million tokens, from 0 to 1000000")
+            })?);
+        }
+        let [Some(input), Some(output), cached_input, cache_write, reasoning] = got else {
+            return Err("`input` and `output` are required".into());
+        };
+        Ok(Price { input, output, cached_input, cache_write, reasoning })
     }
 }
 
@@ -203,7 +248,12 @@ pub(crate) mod usd_limit {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
-        Option::<f64>::deserialize(d)?.map(|v| micros_of(v, 1e9).map(|m| m * 1000)).transpose()
+        match Option::<f64>::deserialize(d)? {
+            None => Ok(None),
+            Some(v) => micros_of(v, 1e9)
+                .map(|m| Some(m * 1000))
+                .ok_or_else(|| de::Error::custom("a limit in dollars from 0 to 1000000000 was expected")),
+        }
     }
 }
 
@@ -256,6 +306,9 @@ mod tests {
         );
         assert_eq!(t.cost_nanos("mock", &Usage::tokens(5, 5)), Some(0));
         assert_eq!(t.cost_nanos("gpt-4o-mini-2024-07-18", &Usage::tokens(5, 5)), None, "exact ids only");
+        // An AI SDK model's id: `<provider>:<model>`.
+        assert_eq!(t.cost_nanos("openai.chat:gpt-4o-mini", &Usage::tokens(1, 1)), Some(750));
+        assert_eq!(t.cost_nanos("bedrock:anthropic.claude-v2:1", &Usage::tokens(1, 1)), None);
     }
 
     #[test]

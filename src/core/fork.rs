@@ -139,7 +139,7 @@ pub fn pick_history_step(history: &[(u32, u64)], from_step: u32, run_id: &str) -
         return Ok(seq);
     }
     let mut kept: Vec<u32> = history.iter().map(|(step, _)| *step).collect();
-    kept.sort_unstable();
+    crate::core::wire::sort_by(&mut kept, u32::cmp);
     kept.dedup();
     let listed = if kept.is_empty() {
         "none".to_string()

@@ -151,7 +151,7 @@ impl<'a> Compiler<'a> {
                 }
                 "enum" => n.enumeration = Some(v.as_array().ok_or_else(|| bad(path, k, "an array"))?.clone()),
                 "const" => n.constant = Some(v.clone()),
-                "properties" => n.properties = self.map(v, path, k)?.into_iter().collect(),
+                "properties" => n.properties.extend(self.map(v, path, k)?),
                 "patternProperties" => n.pattern_props = v.as_object().is_some_and(|o| !o.is_empty()),
                 "$defs" | "definitions" => drop(self.map(v, path, k)?),
                 "required" => n.required = strings(v).ok_or_else(|| bad(path, k, "an array of strings"))?,

@@ -135,7 +135,7 @@ pub fn disposition(cp: &Checkpoint, q: &QueuedMessage) -> Disposition {
 
 /// Sorts entries into queue order.
 pub fn sort_queue(entries: &mut [QueuedMessage]) {
-    entries.sort_by(|a, b| a.at.cmp(&b.at).then_with(|| a.id.cmp(&b.id)));
+    crate::core::wire::sort_by(entries, |a, b| a.at.cmp(&b.at).then_with(|| a.id.cmp(&b.id)));
 }
 
 /// The result of a call a queued message stopped before it started.

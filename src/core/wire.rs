@@ -35,6 +35,34 @@ macro_rules! unit_enum_de {
 }
 pub(crate) use unit_enum_de;
 
+/// Sorts `v` by `cmp`, in place (not stable: every use orders by a key that is unique, or where equal elements
+/// may come in any order). A heapsort: O(n log n) at worst, no allocation, and one small instance per use where
+/// the standard library's sorts are ~3 KB each (the Worker's size budget; a dozen uses).
+pub(crate) fn sort_by<T>(v: &mut [T], mut cmp: impl FnMut(&T, &T) -> std::cmp::Ordering) {
+    let mut sift = |v: &mut [T], mut root: usize, end: usize| loop {
+        let mut child = 2 * root + 1;
+        if child >= end {
+            return;
+        }
+        if child + 1 < end && cmp(&v[child], &v[child + 1]).is_lt() {
+            child += 1;
+        }
+        if cmp(&v[root], &v[child]).is_ge() {
+            return;
+        }
+        v.swap(root, child);
+        root = child;
+    };
+    let n = v.len();
+    for root in (0..n / 2).rev() {
+        sift(v, root, n);
+    }
+    for end in (1..n).rev() {
+        v.swap(0, end);
+        sift(v, 0, end);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::core::approval::ApprovalStatus;
@@ -82,5 +110,16 @@ mod tests {
         round_trips(&[WaitKind::Approval, WaitKind::Question, WaitKind::Event, WaitKind::Timer]);
         round_trips(&[DriftPolicy::Warn, DriftPolicy::Error, DriftPolicy::Ignore]);
         round_trips(&[ApprovalStatus::Pending, ApprovalStatus::Approved, ApprovalStatus::Rejected]);
+    }
+
+    proptest::proptest! {
+        /// The heapsort orders as the standard library's sort does.
+        #[test]
+        fn sort_by_orders_as_the_standard_sort(mut v in proptest::collection::vec((0u8..20, 0u32..1000), 0..200)) {
+            let mut expected = v.clone();
+            expected.sort();
+            super::sort_by(&mut v, |a, b| a.cmp(b));
+            proptest::prop_assert_eq!(v, expected);
+        }
     }
 }

@@ -783,7 +783,8 @@ impl AgentConfig {
             taken.extend(DEMO_TOOL_NAMES.iter().copied());
         }
         taken.extend(self.wait_tools.iter().map(|w| w.name()));
-        let mut team = BTreeSet::from([self.name.as_str()]);
+        let mut team = BTreeSet::new();
+        team.insert(self.name.as_str());
         for (i, member) in self.handoffs.iter().enumerate() {
             let n = &member.name;
             let tool = format!("{}{n}", crate::core::machine::HANDOFF_PREFIX);

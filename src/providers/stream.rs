@@ -288,7 +288,7 @@ impl OpenAiStream {
     }
 
     fn turn(&mut self) -> Result<ModelResponse> {
-        self.calls.sort_by_key(|c| c.index);
+        crate::core::wire::sort_by(&mut self.calls, |a, b| a.index.cmp(&b.index));
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for (i, c) in std::mem::take(&mut self.calls).into_iter().enumerate() {
             if c.name.is_empty() {
@@ -415,7 +415,7 @@ impl StreamParser for AnthropicStream {
         if !self.done {
             return Err(cut_short("Anthropic"));
         }
-        self.blocks.sort_by_key(|b| b.index);
+        crate::core::wire::sort_by(&mut self.blocks, |a, b| a.index.cmp(&b.index));
         for mut b in std::mem::take(&mut self.blocks) {
             // Streamed tool input is JSON text: parsed (or found unusable) like a non-streamed string input.
             if !b.json.is_empty() {

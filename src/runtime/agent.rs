@@ -377,7 +377,8 @@ impl AgentBuilder {
             team.push((d.name.clone(), d.description.clone()));
         }
         let mut members = Vec::new();
-        let mut subagent_names: BTreeSet<String> = self.subagents.iter().map(|s| s.name.clone()).collect();
+        let mut subagent_names: BTreeSet<String> = BTreeSet::new();
+        subagent_names.extend(self.subagents.iter().map(|s| s.name.clone()));
         for decl in decls {
             let mut b = decl.builder;
             if !b.handoffs.is_empty() {

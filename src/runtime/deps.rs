@@ -111,7 +111,12 @@ impl Deps {
             budget_cap: opts.budget_cap,
             on_agent_drift: self.options.on_agent_drift,
             fingerprint: self.fingerprint.clone(),
-            tool_names: self.tools.iter().map(|t| t.tool.name().to_string()).collect(),
+            tool_names: {
+                // Inserted, not collected (a collect sorts with a ~3 KB instance of the standard sort).
+                let mut names = std::collections::BTreeSet::new();
+                names.extend(self.tools.iter().map(|t| t.tool.name().to_string()));
+                names
+            },
             instructions: self.instructions.clone(),
             loop_window: self.options.loop_window,
             business_state: opts.business_state.clone(),

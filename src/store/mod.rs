@@ -369,7 +369,7 @@ pub struct DueWait {
 
 /// Orders approval records oldest first, and within one pause in call order.
 pub fn sort_approvals(records: &mut [ApprovalRecord]) {
-    records.sort_by(|a, b| {
+    crate::core::wire::sort_by(records, |a, b| {
         let pos = |r: &ApprovalRecord| r.batch.iter().position(|id| id == &r.id).unwrap_or(usize::MAX);
         a.created_at.cmp(&b.created_at).then(a.run_id.cmp(&b.run_id)).then(pos(a).cmp(&pos(b))).then(a.id.cmp(&b.id))
     });
@@ -409,7 +409,7 @@ pub trait RunStore {
     /// the same at any backlog; this default filters [`RunStore::pending`] (whole-listing cost).
     async fn pending_page(&self, cursor: Option<&str>, limit: usize) -> Result<PendingPage> {
         let mut all = self.pending().await?;
-        all.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        crate::core::wire::sort_by(&mut all, |a, b| a.run_id.cmp(&b.run_id));
         let after: Vec<PendingRun> = all.into_iter().filter(|r| cursor.is_none_or(|c| r.run_id.as_str() > c)).collect();
         let more = after.len() > limit.max(1);
         let runs: Vec<PendingRun> = after.into_iter().take(limit.max(1)).collect();

@@ -141,11 +141,12 @@ pub async fn demo_counts<K: KvBackend>(kv: &K) -> Result<BTreeMap<String, u64>> 
     let keys = [CHARGES_KEY, SHIPMENTS_KEY, REFUNDS_KEY].map(String::from);
     let values = kv.get_many(&keys).await?;
     let names = ["charges", "shipments", "refunds"];
-    Ok(names
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.to_string(), parse_count(values.get(i).and_then(|v| v.as_deref()))))
-        .collect())
+    // Inserted, not collected (a collect sorts with a ~3 KB instance of the standard sort).
+    let mut counts = BTreeMap::new();
+    counts.extend(
+        names.iter().enumerate().map(|(i, n)| (n.to_string(), parse_count(values.get(i).and_then(|v| v.as_deref())))),
+    );
+    Ok(counts)
 }
 
 /// The text of the last user message.

@@ -836,7 +836,8 @@ impl McpCache {
     ) -> Result<Vec<Rc<dyn Tool>>> {
         let mut kept: Vec<Listed> = Vec::new();
         let mut tools: Vec<Rc<dyn Tool>> = Vec::new();
-        let mut names: BTreeMap<String, String> = taken.iter().map(|n| (n.to_string(), String::new())).collect();
+        let mut names: BTreeMap<String, String> = BTreeMap::new();
+        names.extend(taken.iter().map(|n| (n.to_string(), String::new())));
         for (i, server) in servers.iter().enumerate() {
             let field = format!("mcp[{i}]");
             let url = server

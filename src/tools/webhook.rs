@@ -258,7 +258,7 @@ impl ParsedUrl {
         secrets
             .extend(query.split('&').filter_map(|pair| pair.split_once('=').map(|(_, v)| v)).filter(|v| v.len() >= 4));
         secrets.retain(|s| s.len() > 1);
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        crate::core::wire::sort_by(&mut secrets, |a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
         secrets.dedup();
         for secret in secrets {
             if out.contains(secret) {

@@ -94,7 +94,7 @@ impl<K: KvBackend> JournalStore<K> {
         }
         let fresh = self.check_pending(&listed).await?;
         let mut out: Vec<PendingRun> = listed.into_iter().zip(fresh).filter_map(|(r, f)| f.then_some(r)).collect();
-        out.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+        crate::core::wire::sort_by(&mut out, |a, b| a.run_id.cmp(&b.run_id));
         Ok(out)
     }
 
