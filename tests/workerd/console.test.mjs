@@ -453,7 +453,7 @@ test("model turns show their usage; a run resumed by a changed agent shows the c
   await visit("#/runs/drift-1");
   await waitText("#run-status", "finished");
   const usage = await page.locator("#timeline li.assistant .usage").allTextContents();
-  assert.ok(usage.length >= 2 && usage.every((u) => /^ \d+ input \/ \d+ output tokens$/.test(u)), JSON.stringify(usage));
+  assert.ok(usage.length >= 2 && usage.every((u) => /^ \d+ input \/ \d+ output tokens · \$\d+(\.\d+)?$/.test(u)), JSON.stringify(usage));
   await waitText("#history td.drift", "agent changed: instructions changed");
   assert.equal((await page.locator("#history td.drift").allTextContents()).filter((t) => t).length, 1, "one change, where it happened");
   await shot("run-drift");
