@@ -69,6 +69,10 @@
 //!   (even seeds) limit cost too (`maxCostUsd`, reached a little before the token limit): the same holds of the
 //!   recorded cost.
 //!
+//! * fallbacks: in one program in four every agent has a fallback model and its own fails a third of its calls,
+//!   so calls step down the chain: the checks at every model call hold for both models (a recorded turn is never
+//!   generated again by either), and the count of turns a fallback answered (`fallbacks: …`) must be above zero.
+//!
 //! * cost: the model is priced ($1 and $3 per million tokens: a turn costs 25,000 nano-dollars), so every
 //!   recorded usage — a run's, its conversation's, each turn's and each child's rolled up into its lead — has a
 //!   cost, and it is exactly its tokens' (1,000 nano-dollars a prompt token, 3,000 a completion token): a turn
@@ -225,6 +229,9 @@ struct Program {
     /// Budgets (one program in three): every agent's, raised on replica 2 (a deployment that raised them,
     /// racing the old one).
     budget: Option<CheckBudget>,
+    /// Every agent has a fallback model (`checker-b`) and its own model fails a third of its calls (one program in
+    /// four: `seed % 4 == 3`, no draw of its own).
+    fallback: bool,
 }
 
 /// A program's budgets: `maxTotalTokens` of a run and of the conversation (`sessionBudget`), and `onExceeded`;
@@ -308,7 +315,7 @@ impl Program {
             let cost = (seed % 2 == 0).then_some(run * 1_700);
             CheckBudget { run, session: 60 + pick(240), throw: pick(2) == 0, cost }
         });
-        Program { seed, steps, concurrency, big, stuck_every, steer_poll_ms, budget }
+        Program { seed, steps, concurrency, big, stuck_every, steer_poll_ms, budget, fallback: seed % 4 == 3 }
     }
 }
 
@@ -418,6 +425,8 @@ struct WaitCounts {
     /// Cost: model calls checked against a `maxCostUsd`, recorded usages whose cost was checked against their tokens.
     cost_checked: u64,
     costs_checked: u64,
+    /// Fallbacks: recorded turns a fallback model answered.
+    fallback_turns: u64,
 }
 
 impl WaitCounts {
@@ -449,6 +458,7 @@ impl WaitCounts {
         self.budget_errors += o.budget_errors;
         self.cost_checked += o.cost_checked;
         self.costs_checked += o.costs_checked;
+        self.fallback_turns += o.fallback_turns;
     }
 }
 
@@ -714,6 +724,8 @@ fn lost(prev: &Seen, cur: &Seen) -> Option<String> {
 fn checker_prices() -> steadfast::core::cost::PriceTable {
     let mut t = steadfast::core::cost::PriceTable::default();
     t.insert("checker", steadfast::core::cost::Price::new(1_000_000, 3_000_000));
+    // The fallback model of the programs that have one: the same price (every usage costs its tokens').
+    t.insert("checker-b", steadfast::core::cost::Price::new(1_000_000, 3_000_000));
     t
 }
 
@@ -732,6 +744,11 @@ struct CheckerModel {
     agent: &'static str,
     /// The budget of its process (every agent of a process has the same).
     budget: Option<CheckBudget>,
+    /// `checker`, or `checker-b` for the fallback model of programs with one.
+    id: &'static str,
+    /// In one in every 40 calls (`checker`, the agent's model, of a program with a fallback: 13 in 40) the
+    /// provider answers 503.
+    fails_in: u64,
 }
 
 fn task_of(messages: &[Message]) -> Option<(u64, usize)> {
@@ -745,7 +762,7 @@ fn task_of(messages: &[Message]) -> Option<(u64, usize)> {
 #[async_trait(?Send)]
 impl Model for CheckerModel {
     fn id(&self) -> &str {
-        "checker"
+        self.id
     }
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
@@ -837,7 +854,7 @@ impl Model for CheckerModel {
             request.tools.iter().filter(|t| t.name.starts_with("transfer_to_")).map(|t| t.name.clone()).collect();
         let latency = 100 + w.pick(2_500);
         w.time.sleep(latency).await;
-        if w.pick(40) == 0 {
+        if w.pick(40) < 40 / self.fails_in {
             return Err(steadfast::Error::new(ErrorCode::ProviderUnavailable, "scripted 503").with_run(request.run_id));
         }
         let usage = Usage::tokens(10, 5);
@@ -1223,7 +1240,12 @@ impl World {
         // The lead, its sub-agent `team` and that one's own `team`: the same model and tools at every level (the
         // model asks for `team` only above the bottom level).
         let level = |agent: &'static str, team: Option<steadfast::runtime::AgentBuilder>| {
-            let mut b = Agent::builder(CheckerModel { world: self.clone(), agent, budget }).options(options.clone());
+            let model = |id, fails_in| CheckerModel { world: self.clone(), agent, budget, id, fails_in };
+            let primary = model("checker", if self.program.fallback { 3 } else { 40 });
+            let mut b = Agent::builder(primary).options(options.clone());
+            if self.program.fallback {
+                b = b.fallback(model("checker-b", 40));
+            }
             for t in tools(self) {
                 b = b.tool_rc(t);
             }
@@ -1835,6 +1857,18 @@ fn check_subagents(w: &World) {
         if spent != cp.total_usage {
             w.violation(format!("{id}: its usage is {:?} but its turns and children spent {spent:?}", cp.total_usage));
         }
+        // Turns a fallback answered; an agent without fallbacks records no model on its turns.
+        for m in &cp.messages {
+            if let Message::Assistant { model: Some(model), .. } = m {
+                w.log.borrow_mut().waits.fallback_turns += 1;
+                if !w.program.fallback || model != "checker-b" {
+                    w.violation(format!(
+                        "{id}: a turn records the model {model:?} (fallbacks: {})",
+                        w.program.fallback
+                    ));
+                }
+            }
+        }
         // Every recorded usage is priced, and costs exactly its tokens.
         for (what, u) in [("run", cp.usage), ("conversation", cp.total_usage)] {
             w.log.borrow_mut().waits.costs_checked += 1;
@@ -2095,6 +2129,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         budget_errors,
         cost_checked,
         costs_checked,
+        fallback_turns,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2127,6 +2162,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         "cost: model calls checked against maxCostUsd {cost_checked}, recorded usages whose cost was its tokens' \
          {costs_checked}"
     );
+    println!("fallbacks: recorded turns a fallback model answered {fallback_turns}");
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (seed, kind, vs) in &failing {
@@ -2187,6 +2223,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("budget errors", budget_errors),
             ("model calls checked against a cost limit", cost_checked),
             ("recorded costs checked", costs_checked),
+            ("turns a fallback answered", fallback_turns),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

@@ -360,6 +360,8 @@ function timeline(messages: Message[], heal: HealRecord[] = []): HTMLElement {
             "li",
             { class: "assistant" },
             h("span", { class: "who" }, `model turn ${turn}`),
+            // A fallback model answered this turn (the agent's own failed past its retries).
+            m.model ? h("span", { class: "fallback" }, ` answered by the fallback ${m.model}`) : null,
             m.usage ? h("span", { class: "muted usage" }, ` ${usageText(m.usage)}`) : null,
             m.content ? h("pre", { class: "text" }, m.content) : null,
             ...(m.toolCalls ?? []).map((c) =>

@@ -67,6 +67,13 @@ export interface AgentParts {
   model?: Model;
   /** `model` under the name the documents use. */
   provider?: Model;
+  /**
+   * Fallback models, in order: when a model call's retries run out with a retryable failure, the next one gets
+   * the same request. The chain shares the one retry policy (`maxAttempts` in all, the agent's model its share
+   * first); the turn records the model that answered (`model` on its assistant message and `step` event), and a
+   * `provider.fallback` event marks each step down.
+   */
+  fallbacks?: Model[];
   tools?: Tool[];
   /** Self-healing hooks (`progressGuard()`, `outputCheck(name, fn)`), run in order around tool calls. */
   hooks?: Hook[];
@@ -389,7 +396,7 @@ export type LLMProvider = Model;
 /** An agent's options object as the core takes it: its model, tools and hooks in their low-level form, and its
  * sub-agents' too (`at` names the object in errors). */
 function lowLevelParts(options: Omit<AgentOptions, "store">, at: string): object {
-  const { model: given, provider, tools = [], hooks = [], subagents, handoffs, ...rest } = options;
+  const { model: given, provider, fallbacks, tools = [], hooks = [], subagents, handoffs, ...rest } = options;
   const model = given ?? provider;
   if (model === undefined) {
     throw new SteadfastError("STEADFAST_CONFIG_INVALID", `${at}an agent needs a model: createAgent({ model }) (or \`provider\`)`);
@@ -398,6 +405,7 @@ function lowLevelParts(options: Omit<AgentOptions, "store">, at: string): object
     ...rest,
     model: transcriptHolder(model),
     // Not arrays: handed on as they are, for the core to refuse (STEADFAST_CONFIG_INVALID).
+    ...(fallbacks === undefined ? {} : { fallbacks: Array.isArray(fallbacks) ? fallbacks.map(transcriptHolder) : fallbacks }),
     tools: Array.isArray(tools) ? tools.map(lowLevelTool) : tools,
     hooks: Array.isArray(hooks) ? hooks.map(lowLevelHook) : hooks,
     ...(subagents === undefined

@@ -37,6 +37,23 @@ pub enum Event {
         tool_calls: Vec<ToolCall>,
         /// Usage of this turn.
         usage: Usage,
+        /// The model that answered, when it was a fallback (not the agent's own model).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "ts", ts(optional))]
+        model: Option<String>,
+    },
+    /// A model call's retries ran out with a retryable failure: the next model of the agent's fallback chain gets
+    /// the same request (seen live; the turn it answers records it as its `model`).
+    #[serde(rename = "provider.fallback")]
+    ProviderFallback {
+        /// The step the call is for.
+        step: u32,
+        /// The model that failed.
+        from: String,
+        /// The model that gets the request now.
+        to: String,
+        /// The failure's code (`STEADFAST_PROVIDER_UNAVAILABLE`, …).
+        code: crate::core::error::ErrorCode,
     },
     /// A tool call started.
     #[serde(rename = "tool.start")]

@@ -91,7 +91,7 @@ pub fn recorded_events(prev: &Checkpoint, next: &Checkpoint) -> Vec<Event> {
     };
     for m in &next.messages[from..] {
         match m {
-            Message::Assistant { content, tool_calls, usage: turn, .. } => {
+            Message::Assistant { content, tool_calls, usage: turn, model, .. } => {
                 step += 1;
                 out.push(Event::Step {
                     step,
@@ -99,6 +99,7 @@ pub fn recorded_events(prev: &Checkpoint, next: &Checkpoint) -> Vec<Event> {
                     tool_calls: tool_calls.clone(),
                     // As the turn recorded it; in an older transcript, the entry's (one model turn per entry).
                     usage: turn.or(usage.take()).unwrap_or_default(),
+                    model: model.clone(),
                 });
                 usage = None;
             }

@@ -27,6 +27,17 @@ impl Default for RetryPolicy {
     }
 }
 
+/// What to do after a failed attempt of a call with fallback models ([`RetryPolicy::next_in_chain`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChainStep {
+    /// Wait this many ms, then try the same model again.
+    Retry(u64),
+    /// Give the request to the next model of the chain, at once.
+    Next,
+    /// Stop; the error is final for this run attempt.
+    GiveUp,
+}
+
 /// What to do after a failed attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NextRetry {
@@ -49,6 +60,41 @@ impl RetryPolicy {
             return NextRetry::GiveUp;
         }
         NextRetry::After(delay)
+    }
+
+    /// How many attempts model `index` of a chain of `models` (the agent's model, then its fallbacks) may make:
+    /// the chain shares the policy's `max_attempts` — each model `max_attempts / models` of them (at least one),
+    /// the agent's model the remainder too. With one model, all of them.
+    pub fn share(&self, models: usize, index: usize) -> u32 {
+        let n = models.max(1) as u32;
+        let each = (self.max_attempts / n).max(1);
+        match index {
+            0 => each + self.max_attempts.saturating_sub(each * n),
+            _ => each,
+        }
+    }
+
+    /// Decides after failed attempt `attempt` (1-based, counted over the whole chain) of a call that started
+    /// `elapsed_ms` ago, the `on_model`-th on model `index` of `models`: retry that model (as
+    /// [`RetryPolicy::next_retry`] would, within its [`RetryPolicy::share`]); else, if the failure is retryable
+    /// and a model follows, hand the request to it; else give up. The attempt cap and the deadline are the whole
+    /// call's (one layer of retries, not one per model), and past either each model left gets one attempt.
+    #[allow(clippy::too_many_arguments)]
+    pub fn next_in_chain(
+        &self,
+        attempt: u32,
+        on_model: u32,
+        index: usize,
+        models: usize,
+        elapsed_ms: u64,
+        err: &Error,
+        unit: f64,
+    ) -> ChainStep {
+        match self.next_retry(attempt, elapsed_ms, err, unit) {
+            NextRetry::After(ms) if on_model < self.share(models, index) => ChainStep::Retry(ms),
+            _ if err.retryable && index + 1 < models => ChainStep::Next,
+            _ => ChainStep::GiveUp,
+        }
     }
 
     /// The backoff of model calls: doubling from `base_ms`, capped at `cap_ms`, full jitter. Failed attempt
@@ -105,5 +151,47 @@ mod tests {
         assert_eq!(p.next_retry(1, 0, &auth, 0.1), NextRetry::GiveUp, "not retryable");
         let long_wait = transient().with_retry_after_ms(Some(60_000));
         assert_eq!(p.next_retry(1, 0, &long_wait, 0.1), NextRetry::GiveUp, "retry-after beyond deadline");
+    }
+
+    /// A chain spends one policy: its models' shares add up to `max_attempts` (or one each when there are more
+    /// models than attempts), a chain of one model decides as `next_retry`, and only a retryable failure moves on.
+    #[test]
+    fn a_chain_shares_one_policy_between_its_models() {
+        for max in 1..=9 {
+            let p = RetryPolicy { max_attempts: max, deadline_ms: u64::MAX, ..Default::default() };
+            for n in 1..=4usize {
+                let total: u32 = (0..n).map(|i| p.share(n, i)).sum();
+                assert_eq!(total, max.max(n as u32), "max {max}, {n} models");
+                // Walk the chain on failures that never end: every model is tried, attempts never exceed the total.
+                let (mut attempt, mut on_model, mut index, mut tried) = (0, 0, 0, vec![0u32; n]);
+                loop {
+                    attempt += 1;
+                    on_model += 1;
+                    tried[index] += 1;
+                    match p.next_in_chain(attempt, on_model, index, n, 0, &transient(), 0.5) {
+                        ChainStep::Retry(_) => {}
+                        ChainStep::Next => (index, on_model) = (index + 1, 0),
+                        ChainStep::GiveUp => break,
+                    }
+                }
+                assert_eq!(index, n - 1, "max {max}, {n} models: the last model was reached");
+                assert!(tried.iter().all(|&t| t >= 1), "{tried:?}");
+                assert_eq!(attempt, max.max(n as u32), "max {max}, {n} models: {tried:?}");
+            }
+        }
+        let p = RetryPolicy::default();
+        for (attempt, elapsed) in [(1, 0), (3, 0), (1, 59_999)] {
+            assert_eq!(
+                p.next_in_chain(attempt, attempt, 0, 1, elapsed, &transient(), 0.5),
+                match p.next_retry(attempt, elapsed, &transient(), 0.5) {
+                    NextRetry::After(ms) => ChainStep::Retry(ms),
+                    NextRetry::GiveUp => ChainStep::GiveUp,
+                }
+            );
+        }
+        let auth = Error::new(ErrorCode::ProviderAuth, "401");
+        assert_eq!(p.next_in_chain(1, 1, 0, 3, 0, &auth, 0.5), ChainStep::GiveUp, "not retryable: no fallback");
+        // Past the deadline the next model still gets its attempt.
+        assert_eq!(p.next_in_chain(1, 1, 0, 2, 70_000, &transient(), 0.5), ChainStep::Next);
     }
 }

@@ -111,6 +111,11 @@ pub enum Message {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         #[cfg_attr(feature = "ts", ts(optional))]
         usage: Option<Usage>,
+        /// The model that answered, when it was not the agent's own: a fallback model took the call after the
+        /// agent's model failed (absent otherwise).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "ts", ts(optional))]
+        model: Option<String>,
     },
     /// A tool result.
     Tool(ToolResult),
@@ -138,7 +143,8 @@ pub(crate) mod message_de {
     const VARIANTS: &[&str] = &["system", "user", "assistant", "tool"];
 
     /// Field names, by slot.
-    const NAMES: [&str; 8] = ["content", "toolCalls", "reasoning", "usage", "toolCallId", "name", "isError", "kind"];
+    const NAMES: [&str; 9] =
+        ["content", "toolCalls", "reasoning", "usage", "toolCallId", "name", "isError", "kind", "model"];
 
     #[derive(Default)]
     struct Slots {
@@ -150,6 +156,7 @@ pub(crate) mod message_de {
         name: Option<String>,
         is_error: Option<bool>,
         kind: Option<ResultKind>,
+        model: Option<Option<String>>,
     }
 
     impl Slots {
@@ -162,7 +169,8 @@ pub(crate) mod message_de {
                 4 => self.tool_call_id.is_some(),
                 5 => self.name.is_some(),
                 6 => self.is_error.is_some(),
-                _ => self.kind.is_some(),
+                7 => self.kind.is_some(),
+                _ => self.model.is_some(),
             }
         }
 
@@ -180,6 +188,7 @@ pub(crate) mod message_de {
                     tool_calls: self.tool_calls.unwrap_or_default(),
                     reasoning: self.reasoning.unwrap_or_default(),
                     usage: self.usage.flatten(),
+                    model: self.model.flatten(),
                 },
                 _ => Message::Tool(ToolResult {
                     tool_call_id: req(self.tool_call_id, "toolCallId")?,
@@ -199,7 +208,7 @@ pub(crate) mod message_de {
         match v {
             0 => (&[0], "struct variant Message::System with 1 element"),
             1 => (&[0], "struct variant Message::User with 1 element"),
-            2 => (&[0, 1, 2, 3], "struct variant Message::Assistant with 4 elements"),
+            2 => (&[0, 1, 2, 3, 8], "struct variant Message::Assistant with 5 elements"),
             _ => (&[4, 5, 0, 6, 7, 3], "struct ToolResult with 6 elements"),
         }
     }
@@ -287,7 +296,8 @@ pub(crate) mod message_de {
                 Some(4) => s.tool_call_id = Some(Deserialize::deserialize(d)?),
                 Some(5) => s.name = Some(Deserialize::deserialize(d)?),
                 Some(6) => s.is_error = Some(Deserialize::deserialize(d)?),
-                Some(_) => s.kind = Some(Deserialize::deserialize(d)?),
+                Some(7) => s.kind = Some(Deserialize::deserialize(d)?),
+                Some(_) => s.model = Some(Deserialize::deserialize(d)?),
                 None => drop(Value::deserialize(d)?),
             }
             Ok(())
@@ -402,7 +412,7 @@ impl Message {
 
     /// An assistant message.
     pub fn assistant(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Message {
-        Message::Assistant { content: text.into(), tool_calls, reasoning: Vec::new(), usage: None }
+        Message::Assistant { content: text.into(), tool_calls, reasoning: Vec::new(), usage: None, model: None }
     }
 
     /// Whether this is a system message.
@@ -625,6 +635,8 @@ mod tests {
             reasoning: Vec<Value>,
             #[serde(default)]
             usage: Option<Usage>,
+            #[serde(default)]
+            model: Option<String>,
         },
         Tool(ToolResult),
     }
@@ -634,8 +646,8 @@ mod tests {
             match m {
                 DerivedMessage::System { content } => Message::System { content },
                 DerivedMessage::User { content } => Message::User { content },
-                DerivedMessage::Assistant { content, tool_calls, reasoning, usage } => {
-                    Message::Assistant { content, tool_calls, reasoning, usage }
+                DerivedMessage::Assistant { content, tool_calls, reasoning, usage, model } => {
+                    Message::Assistant { content, tool_calls, reasoning, usage, model }
                 }
                 DerivedMessage::Tool(r) => Message::Tool(r),
             }
@@ -686,6 +698,7 @@ mod tests {
             ("name", &[r#""t""#, "null"]),
             ("isError", &["true", "1"]),
             ("kind", &[r#""execution""#, r#""not-run""#, r#""bogus""#]),
+            ("model", &[r#""gpt-4o""#, "null", "7"]),
             ("zz", &["1e400", r#"{"a":1,"a":2}"#, r#"[1,"x"]"#]),
         ];
         let mut texts = vec![

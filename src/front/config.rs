@@ -472,6 +472,10 @@ pub struct AgentConfig {
     /// [`AgentOptions::session_budget`]: token and cost limits of a whole conversation (default none).
     #[serde(default)]
     pub session_budget: TokenLimits,
+    /// Fallback models (each as `model`), tried in order when a model call's retries run out with a retryable
+    /// failure (see `AgentBuilder::fallback`); a sub-agent with a model of its own has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<ModelConfig>,
     /// [`AgentOptions::prices`]: prices per model id, in US dollars per million tokens, added to the built-in
     /// ones.
     #[serde(default, skip_serializing_if = "is_default")]
@@ -563,6 +567,7 @@ impl Default for AgentConfig {
             name: default_team_name(),
             max_handoffs: default_max_handoffs(),
             session_budget: TokenLimits::default(),
+            fallbacks: Vec::new(),
             prices: PriceTable::default(),
         }
     }
@@ -597,6 +602,8 @@ impl AgentConfig {
     pub fn for_subagent(&self, sub: &SubagentConfig) -> AgentConfig {
         AgentConfig {
             model: sub.model.clone().unwrap_or_else(|| self.model.clone()),
+            // The lead's fallbacks are its model's: a sub-agent with a model of its own has none.
+            fallbacks: if sub.model.is_some() { Vec::new() } else { self.fallbacks.clone() },
             instructions: sub.instructions.clone(),
             limits: sub.limits.clone().unwrap_or_else(|| self.limits.clone()),
             tools: sub.tools.clone(),
@@ -624,6 +631,9 @@ impl AgentConfig {
         let mut b = Agent::builder_rc(self.model(platform)?)
             .options(self.agent_options())
             .instructions(self.instructions.clone());
+        for fallback in self.fallback_models(platform)? {
+            b = b.fallback_rc(fallback);
+        }
         if self.demo_tools_enabled() {
             for t in demo() {
                 b = b.tool_rc(t);
@@ -698,43 +708,55 @@ impl AgentConfig {
     /// `workers-ai` runs on the platform's AI binding. A missing key or binding is `STEADFAST_CONFIG_INVALID`
     /// saying how to provide it.
     pub fn model<P: ModelPlatform>(&self, platform: &P) -> Result<Rc<dyn Model>> {
-        let m = &self.model;
-        Ok(match m.provider {
-            Provider::Mock => {
-                let mock = MockModel::by_turn(self.mock_script()).with_id(m.model_id());
-                Rc::new(if m.stream { mock.streaming() } else { mock })
-            }
-            Provider::OpenAi => Rc::new(OpenAiModel::new(platform.http(), self.api_key(platform)?, m.openai_options())),
-            Provider::Anthropic => {
-                Rc::new(AnthropicModel::new(platform.http(), self.api_key(platform)?, m.anthropic_options()))
-            }
-            Provider::WorkersAi => {
-                let ai = platform
-                    .workers_ai()
-                    .map_err(|why| config_err(format!("the AI binding is missing (wrangler.toml [ai]): {why}")))?;
-                Rc::new(WorkersAiModel::new(ai, m.workers_ai_options()))
-            }
-        })
+        model_of(&self.model, platform)
     }
 
-    /// The provider's API key from the platform's secrets.
-    fn api_key<P: ModelPlatform>(&self, platform: &P) -> Result<String> {
-        let name = self.model.api_key_secret_name().unwrap_or("API_KEY");
+    /// The fallback models (`fallbacks`, each built as `model` is), in order.
+    pub fn fallback_models<P: ModelPlatform>(&self, platform: &P) -> Result<Vec<Rc<dyn Model>>> {
+        self.fallbacks.iter().map(|m| model_of(m, platform)).collect()
+    }
+
+    /// The mock model's script (for `MockModel::by_turn`): `model.script`, else [`demo_script`].
+    pub fn mock_script(&self) -> Vec<MockTurn> {
+        mock_script_of(&self.model)
+    }
+}
+
+/// The model `m` configures (see [`AgentConfig::model`]).
+fn model_of<P: ModelPlatform>(m: &ModelConfig, platform: &P) -> Result<Rc<dyn Model>> {
+    let api_key = || {
+        let name = m.api_key_secret_name().unwrap_or("API_KEY");
         platform.secret(name).filter(|k| !k.is_empty()).ok_or_else(|| {
             config_err(format!(
                 "the provider key is missing: `npx wrangler secret put {name}` (locally: {name}=... in .dev.vars)"
             ))
         })
-    }
-
-    /// The mock model's script (for `MockModel::by_turn`): `model.script`, else [`demo_script`].
-    pub fn mock_script(&self) -> Vec<MockTurn> {
-        match &self.model.script {
-            Some(turns) => turns.iter().map(ScriptTurn::to_mock_turn).collect(),
-            None => demo_script(),
+    };
+    Ok(match m.provider {
+        Provider::Mock => {
+            let mock = MockModel::by_turn(mock_script_of(m)).with_id(m.model_id());
+            Rc::new(if m.stream { mock.streaming() } else { mock })
         }
-    }
+        Provider::OpenAi => Rc::new(OpenAiModel::new(platform.http(), api_key()?, m.openai_options())),
+        Provider::Anthropic => Rc::new(AnthropicModel::new(platform.http(), api_key()?, m.anthropic_options())),
+        Provider::WorkersAi => {
+            let ai = platform
+                .workers_ai()
+                .map_err(|why| config_err(format!("the AI binding is missing (wrangler.toml [ai]): {why}")))?;
+            Rc::new(WorkersAiModel::new(ai, m.workers_ai_options()))
+        }
+    })
+}
 
+/// A mock model's script: `script`, else [`demo_script`].
+fn mock_script_of(m: &ModelConfig) -> Vec<MockTurn> {
+    match &m.script {
+        Some(turns) => turns.iter().map(ScriptTurn::to_mock_turn).collect(),
+        None => demo_script(),
+    }
+}
+
+impl AgentConfig {
     /// Builds the webhook tools on one shared HTTP client (validating each against `allowedHosts`).
     pub fn webhook_tools<H: HttpClient + ?Sized + 'static>(&self, http: Rc<H>) -> Result<Vec<Rc<dyn Tool>>> {
         let allowlist = self.allowlist();
@@ -1749,6 +1771,54 @@ mod tests {
             assert_eq!(e.code, ErrorCode::ProviderUnavailable, "{retry}: {e}");
             assert_eq!(platform.http.requests().len(), asked, "{retry}");
         }
+    }
+
+    /// `fallbacks` from the configuration: an OpenAI model that answers 503 to every call falls back to a mock
+    /// model after its share of the retry policy (2 of the default 4 attempts), and the turn records the mock; a
+    /// sub-agent with a model of its own has no fallbacks, one without inherits the lead's.
+    #[test]
+    fn configured_fallbacks_take_a_call_the_agents_model_failed() {
+        use crate::runtime::{ManualClock, ManualSleep};
+        let cfg = AgentConfig::parse(
+            r#"{"model": {"provider": "openai", "model": "m"},
+                "fallbacks": [{"provider": "mock", "model": "backup", "script": [{"text": "from the backup"}]}],
+                "subagents": [{"name": "own", "description": "d", "model": {"provider": "mock"}},
+                              {"name": "same", "description": "d"}]}"#,
+        )
+        .unwrap();
+        let down = Ok(HttpResponse {
+            status: 503,
+            headers: vec![],
+            body: r#"{"error": {"message": "down"}}"#.into(),
+            truncated: false,
+        });
+        let platform = TestPlatform {
+            http: crate::providers::fake::FakeHttp::new((0..8).map(|_| down.clone()).collect()),
+            secrets: vec![("OPENAI_API_KEY".into(), "k".into())],
+            ai: None,
+        };
+        assert_eq!(
+            cfg.fallback_models(&platform).unwrap().iter().map(|m| m.id().to_string()).collect::<Vec<_>>(),
+            ["backup"]
+        );
+        assert!(cfg.for_subagent(&cfg.subagents[0]).fallbacks.is_empty());
+        assert_eq!(cfg.for_subagent(&cfg.subagents[1]).fallbacks, cfg.fallbacks);
+        let clock = ManualClock::new(1_000);
+        let agent = cfg
+            .agent_builder(&platform, Rc::new(NoHttp), &Vec::new)
+            .unwrap()
+            .store(crate::store::MemoryStore::new())
+            .clock(Rc::new(clock.clone()))
+            .sleep(Rc::new(ManualSleep::new(clock)))
+            .build()
+            .unwrap();
+        let r = block_on(agent.send("r1", "hi", Default::default())).unwrap();
+        assert_eq!(r.text, "from the backup");
+        assert_eq!(platform.http.requests().len(), 2, "the agent's model: its share of 4 attempts");
+        let Some(crate::core::transcript::Message::Assistant { model, .. }) = r.messages.last() else { panic!() };
+        assert_eq!(model.as_deref(), Some("backup"));
+        let e = AgentConfig::parse(r#"{"fallbacks": [{"provider": "nope"}]}"#).unwrap_err();
+        assert!(e.message.contains("fallbacks[0]"), "{}", e.message);
     }
 
     /// Sub-agents from the configuration: each with its own mock script, instructions and limits (or the lead's),

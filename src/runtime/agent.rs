@@ -67,6 +67,8 @@ struct SubagentDecl {
 pub struct AgentBuilder {
     hooks: Vec<Rc<dyn Hook>>,
     model: Rc<dyn Model>,
+    /// Models that take a call the agent's model failed, in order ([`AgentBuilder::fallback`]).
+    fallbacks: Vec<Rc<dyn Model>>,
     tools: Vec<Rc<dyn Tool>>,
     instructions: String,
     store: Option<Rc<dyn RunStore>>,
@@ -95,6 +97,26 @@ impl AgentBuilder {
     /// Adds a shared tool.
     pub fn tool_rc(mut self, tool: Rc<dyn Tool>) -> Self {
         self.tools.push(tool);
+        self
+    }
+
+    /// Adds a fallback model: when a model call's retries run out with a retryable failure (the provider is down,
+    /// overloaded, rate-limited past its retries), the next model of the chain — the agent's model, then its
+    /// fallbacks in the order added — gets the same request (each provider formats it for its own API). The
+    /// chain spends the one retry policy between its models, not a policy each: `maxAttempts` attempts and
+    /// `deadlineMs` bound the whole call; the agent's model gets `maxAttempts / n` of them plus the remainder,
+    /// every fallback `maxAttempts / n`, and each at least one (past the deadline, a fallback gets one attempt
+    /// and no retry). A failure that is not retryable (a refused request, a bad key) ends the call as without
+    /// fallbacks. The turn records which fallback answered (`model` on its assistant message and `step` event),
+    /// a `provider.fallback` event is emitted at each step down the chain, the turn is priced by the model that
+    /// answered, and the agent's fingerprint names the whole chain.
+    pub fn fallback(self, model: impl Model + 'static) -> Self {
+        self.fallback_rc(Rc::new(model))
+    }
+
+    /// [`AgentBuilder::fallback`] of a shared model.
+    pub fn fallback_rc(mut self, model: Rc<dyn Model>) -> Self {
+        self.fallbacks.push(model);
         self
     }
 
@@ -302,11 +324,13 @@ impl AgentBuilder {
         if self.options.budget().has_zero() {
             return Err(cfg("budget limits must be at least 1 (left out: no limit)".into()));
         }
-        if self.options.budget().limits_cost() && self.options.prices.get(self.model.id()).is_none() {
-            return Err(cfg(format!(
-                "maxCostUsd needs a price for model '{}' (add it to prices): its turns would have no cost",
-                self.model.id()
-            )));
+        for model in std::iter::once(&self.model).chain(&self.fallbacks) {
+            if self.options.budget().limits_cost() && self.options.prices.get(model.id()).is_none() {
+                return Err(cfg(format!(
+                    "maxCostUsd needs a price for model '{}' (add it to prices): its turns would have no cost",
+                    model.id()
+                )));
+            }
         }
         let max_result = crate::core::limits::MAX_TOOL_RESULT_BYTES;
         if !(1_024..=max_result).contains(&self.options.max_tool_result_bytes) {
@@ -324,8 +348,10 @@ impl AgentBuilder {
             let seed = clock.now_ms() ^ (Rc::as_ptr(&store) as *const u8 as usize as u64).rotate_left(32);
             Rc::new(SplitMix64::new(seed))
         });
+        // The chain is the model: a fallback added or removed is a changed agent.
+        let chain: Vec<&str> = std::iter::once(&self.model).chain(&self.fallbacks).map(|m| m.id()).collect();
         let fingerprint = Fingerprint::compute(
-            self.model.id(),
+            &chain.join(" | "),
             specs.iter().map(|s| (s.name.as_str(), &s.input_schema)),
             &self.instructions,
         );
@@ -333,6 +359,7 @@ impl AgentBuilder {
             deps: Rc::new(Deps {
                 hooks: self.hooks,
                 model: self.model,
+                fallbacks: self.fallbacks,
                 tools,
                 specs,
                 instructions: self.instructions,
@@ -439,6 +466,7 @@ impl Agent {
         AgentBuilder {
             hooks: Vec::new(),
             model,
+            fallbacks: Vec::new(),
             tools: Vec::new(),
             instructions: String::new(),
             store: None,

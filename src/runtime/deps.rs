@@ -33,6 +33,8 @@ pub(crate) trait ChildCall {
 /// What an agent's executions depend on (see the module docs).
 pub(crate) struct Deps {
     pub(crate) model: Rc<dyn Model>,
+    /// The models after `model` in its fallback chain ([`super::AgentBuilder::fallback`]).
+    pub(crate) fallbacks: Vec<Rc<dyn Model>>,
     pub(crate) tools: Vec<RegisteredTool>,
     /// The tools as the model sees them (same order as `tools`).
     pub(crate) specs: Vec<ToolSpec>,

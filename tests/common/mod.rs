@@ -230,6 +230,7 @@ pub fn answered(text: &str) -> steadfast::core::transcript::Message {
             cost: Some(0),
             ..steadfast::core::transcript::Usage::tokens(10, 5)
         }),
+        model: None,
     }
 }
 
@@ -239,11 +240,12 @@ pub fn without_usage(messages: &[steadfast::core::transcript::Message]) -> Vec<s
     messages
         .iter()
         .map(|m| match m {
-            Message::Assistant { content, tool_calls, reasoning, .. } => Message::Assistant {
+            Message::Assistant { content, tool_calls, reasoning, model, .. } => Message::Assistant {
                 content: content.clone(),
                 tool_calls: tool_calls.clone(),
                 reasoning: reasoning.clone(),
                 usage: None,
+                model: model.clone(),
             },
             m => m.clone(),
         })

@@ -35,4 +35,9 @@ reasoning?: Array<JsonValue>,
  * The tokens this turn used, as its provider reported them (absent when it reported none, in
  * transcripts written before they were kept, and in turns not made by a model call).
  */
-usage?: Usage, } | { "role": "tool" } & ToolResult;
+usage?: Usage, 
+/**
+ * The model that answered, when it was not the agent's own: a fallback model took the call after the
+ * agent's model failed (absent otherwise).
+ */
+model?: string, } | { "role": "tool" } & ToolResult;

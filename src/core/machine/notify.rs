@@ -40,6 +40,15 @@ impl RunMachine {
     /// `STEADFAST_INTERNAL` when the machine does not wait for the model; nothing changes. Tolerated: after an
     /// abort or a failure, a late answer is accepted and ignored (a recorded model turn is never replaced).
     pub fn notify_model_response(&mut self, resp: ModelResponse) -> Result<()> {
+        self.notify_model_answer(resp, None)
+    }
+
+    /// [`RunMachine::notify_model_response`] of an answer by `model`, a fallback of the agent's model (recorded
+    /// with the turn), or by the agent's own (`None`).
+    ///
+    /// # Errors
+    /// As [`RunMachine::notify_model_response`].
+    pub fn notify_model_answer(&mut self, resp: ModelResponse, model: Option<String>) -> Result<()> {
         if !self.awaits(Wait::Model, "notify_model_response")? {
             return Ok(());
         }
@@ -66,6 +75,7 @@ impl RunMachine {
             text: resp.text.clone(),
             tool_calls: calls.clone(),
             usage: resp.usage,
+            model: model.clone(),
         });
         // A turn without calls ends the run: with the reason the provider's stop reason names, else `stop`.
         self.turn_finish = match calls.is_empty() {
@@ -78,6 +88,7 @@ impl RunMachine {
             reasoning: resp.reasoning,
             // A model that reports no usage records none (not zero tokens).
             usage: (resp.usage.total() > 0).then_some(resp.usage),
+            model,
         });
         self.progress();
         self.enter_turn(None);

@@ -38,13 +38,35 @@ pub(super) fn console_warn(line: &str) {
 
 /// The parts of the options object only JS gives (beside the [`AgentOptions`] fields); js/src/agent.ts takes
 /// `provider` and `store` out before it hands the object on.
-const AGENT_PARTS: [&str; 10] =
-    ["model", "provider", "tools", "hooks", "store", "instructions", "clock", "subagents", "handoffs", "name"];
+const AGENT_PARTS: [&str; 11] = [
+    "model",
+    "provider",
+    "fallbacks",
+    "tools",
+    "hooks",
+    "store",
+    "instructions",
+    "clock",
+    "subagents",
+    "handoffs",
+    "name",
+];
 
 /// The parts of a sub-agent's object (`subagents[i]`) besides the [`AgentOptions`] fields: no store or clock of
 /// its own (its lead's), a name and a description.
-const SUBAGENT_PARTS: [&str; 10] =
-    ["name", "description", "model", "tools", "hooks", "instructions", "subagents", "handoffs", "detached", "abandon"];
+const SUBAGENT_PARTS: [&str; 11] = [
+    "name",
+    "description",
+    "model",
+    "fallbacks",
+    "tools",
+    "hooks",
+    "instructions",
+    "subagents",
+    "handoffs",
+    "detached",
+    "abandon",
+];
 
 /// The parts of a handoff agent's object (`handoffs[i]`): no [`AgentOptions`] fields, store, clock or hooks (the
 /// run's settings and hooks are its lead's, see [`AgentBuilder::handoff`]) and no handoffs of its own (the team is
@@ -114,6 +136,16 @@ fn builder_of(options: &JsValue, at: &str) -> Result<AgentBuilder> {
         instructions.as_string().ok_or_else(|| cfg(format!("{at}instructions must be a string")))?
     };
     let mut b = Agent::builder(model).options(agent_options).instructions(instructions);
+    let fallbacks = prop(options, "fallbacks");
+    if !absent(&fallbacks) {
+        if !Array::is_array(&fallbacks) {
+            return Err(cfg(format!("{at}fallbacks must be an array of models")));
+        }
+        for (i, m) in Array::from(&fallbacks).iter().enumerate() {
+            let model = JsModel::from_js(m).map_err(|e| cfg(format!("{at}fallbacks[{i}]: {}", e.message)))?;
+            b = b.fallback(model);
+        }
+    }
     let tools = prop(options, "tools");
     if !absent(&tools) {
         if !Array::is_array(&tools) {

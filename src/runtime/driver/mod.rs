@@ -28,7 +28,7 @@ use crate::core::events::{
     Event, EventEnvelope, HealRecord, StreamDelta, EVENT_SCHEMA_VERSION, HEAL_LOG_KEY, HEAL_LOG_MAX,
 };
 use crate::core::machine::{Effect, Gate, KeyedCall, ModelResponse, Outcome, RunMachine, ToolOutcome};
-use crate::core::retry::NextRetry;
+use crate::core::retry::ChainStep;
 use crate::core::transcript::{Message, ToolCall};
 use crate::store::Lease;
 use crate::store::{DueWait, QueuedMessage};
@@ -339,14 +339,14 @@ impl<'a> Driver<'a> {
             Ok(_) => self.call_model(m, step).await,
             Err(e) => Err(e),
         };
-        if let Ok(Some(resp)) = &mut answer {
+        if let Ok(Some((resp, _))) = &mut answer {
             if let Err(e) = self.hooks(m, HookPoint::AfterModel(resp)).await {
                 answer = Err(e);
             }
         }
         self.after_effect(pool).await?;
         match answer {
-            Ok(Some(resp)) => deliver(m, |m| m.notify_model_response(resp)),
+            Ok(Some((resp, by))) => deliver(m, |m| m.notify_model_answer(resp, by)),
             Ok(None) => {
                 self.abort_seen = true;
                 m.notify_abort();
@@ -707,15 +707,18 @@ impl<'a> Driver<'a> {
         }
     }
 
-    /// One model turn through the retry layer. `Ok(None)` when aborted.
-    async fn call_model(&mut self, m: &RunMachine, step: u32) -> Result<Option<ModelResponse>> {
+    /// One model turn through the retry layer, down the agent's fallback chain ([`RetryPolicy::next_in_chain`]):
+    /// the answer, and the fallback model that gave it (`None`: the agent's own). `Ok(None)` when aborted.
+    async fn call_model(&mut self, m: &RunMachine, step: u32) -> Result<Option<(ModelResponse, Option<String>)>> {
         let deps: &'a Deps = self.deps;
         let agent: &'a Deps = self.agent;
         let policy = deps.options.retry;
         let started = self.now();
-        let mut attempt = 0;
+        let chain = 1 + agent.fallbacks.len();
+        let (mut attempt, mut on_model, mut index) = (0, 0, 0);
         loop {
             attempt += 1;
+            on_model += 1;
             self.stats.model_calls += 1;
             let request = ModelRequest {
                 run_id: &self.lease.run_id.clone(),
@@ -724,7 +727,10 @@ impl<'a> Driver<'a> {
                 step,
                 execution: &self.lease.owner.clone(),
             };
-            let model = agent.model.clone();
+            let model = match index {
+                0 => agent.model.clone(),
+                i => agent.fallbacks[i - 1].clone(),
+            };
             let answer = match self.sink.clone() {
                 // Someone listens: the answer's increments become events as they arrive.
                 Some(sink) => {
@@ -741,14 +747,20 @@ impl<'a> Driver<'a> {
                 Some(Ok(mut resp)) => {
                     // What the turn cost, by the price of the model that answered (none when it has no price).
                     resp.usage.cost = agent.options.prices.cost_nanos(model.id(), &resp.usage);
-                    return Ok(Some(resp));
+                    return Ok(Some((resp, (index > 0).then(|| model.id().to_string()))));
                 }
                 Some(Err(e)) => e,
             };
             let elapsed = self.now().saturating_sub(started);
-            match policy.next_retry(attempt, elapsed, &err, deps.rng.unit()) {
-                NextRetry::GiveUp => return Err(err),
-                NextRetry::After(ms) => {
+            match policy.next_in_chain(attempt, on_model, index, chain, elapsed, &err, deps.rng.unit()) {
+                ChainStep::GiveUp => return Err(err),
+                ChainStep::Next => {
+                    let to = agent.fallbacks[index].id().to_string();
+                    let event = Event::ProviderFallback { step, from: model.id().to_string(), to, code: err.code };
+                    self.emit(event);
+                    (index, on_model) = (index + 1, 0);
+                }
+                ChainStep::Retry(ms) => {
                     let sleep = deps.sleep.clone();
                     if self.wait_renewing(sleep.sleep(ms)).await?.is_none() {
                         return Ok(None);

@@ -1,0 +1,56 @@
+// Fallback models end to end (issue 31, part 3), in KV mode and in strict mode: the built Worker under workerd
+// with a configured model that answers 503 to every call (a mock script of errors) and `fallbacks: [a second
+// mock]`. The run finishes on the fallback's answers; each turn records the model that answered (`model` on its
+// assistant message, in `GET /runs/{id}` and on the `step` events), and the SSE stream shows a `provider.fallback`
+// event for each step down, with the failure's code.
+import { test, after } from "node:test";
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { apiCaller } from "./support/api.mjs";
+import { persistedWorkers } from "./support/persisted.mjs";
+import { sseReader } from "./support/sse.mjs";
+
+const TOKEN = "test-token-fallbacks-0123456";
+const call = apiCaller(TOKEN, "http://localhost");
+const persisted = persistedWorkers(TOKEN);
+
+const down = { error: { status: 503 } };
+const config = {
+  model: { provider: "mock", model: "primary", script: [down, down, down] },
+  fallbacks: [{ provider: "mock", model: "backup", script: [{ toolCalls: [{ name: "charge", args: { order: 7 } }] }, { text: "charged, by the backup" }] }],
+  demoTools: true,
+  retry: { baseMs: 1, capMs: 5 },
+  prices: { backup: { input: 1, output: 1 } },
+};
+
+for (const mode of ["kv", "strict"]) {
+  test(`${mode}: a model that fails every call falls back to the next one; the turns record it`, { timeout: 90000 }, async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), `steadfast-fallbacks-${mode}-`));
+    after(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const w = persisted(mode, config, dir);
+    const res = await w.dispatchFetch(`http://localhost/runs/fb-1`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream", "content-type": "application/json" },
+      body: JSON.stringify({ input: "charge order 7" }),
+    });
+    assert.equal(res.status, 200);
+    const reader = sseReader(res.body);
+    const events = [];
+    let e;
+    while ((e = await reader.next())) events.push(e);
+    const stepDowns = events.filter((x) => x.type === "provider.fallback").map((x) => [x.step, x.from, x.to, x.code]);
+    assert.deepEqual(stepDowns, [
+      [1, "primary", "backup", "STEADFAST_PROVIDER_UNAVAILABLE"],
+      [2, "primary", "backup", "STEADFAST_PROVIDER_UNAVAILABLE"],
+    ], JSON.stringify(events.map((x) => x.type)));
+    assert.deepEqual(events.filter((x) => x.type === "step").map((x) => x.model), ["backup", "backup"]);
+    const run = await call(w, "GET", "/runs/fb-1");
+    assert.deepEqual([run.json.status, run.json.finishReason, run.json.messages.at(-1).content], ["finished", "stop", "charged, by the backup"], run.text);
+    assert.equal(run.json.fingerprint.model, "primary | backup", "the chain is the model");
+    assert.deepEqual(run.json.messages.filter((m) => m.role === "assistant").map((m) => m.model), ["backup", "backup"]);
+    assert.equal(run.json.usage.costUsd, 0.00003, "priced by the model that answered");
+    await w.stop();
+  });
+}
