@@ -83,6 +83,7 @@ fn bare(steps: usize) -> f64 {
                 tool_calls: r.tool_calls,
                 reasoning: Vec::new(),
                 usage: Some(r.usage),
+                model: None,
             });
             if calls.is_empty() {
                 break;

@@ -394,21 +394,15 @@ fn a_sub_agents_child_is_bounded_by_what_its_lead_had_left_across_crashes() {
                     .tool_rc(slow_lookup(env, 0));
                 builder(env, lead_model, seed * 2).options(total(60)).subagent("research", "Researches", child)
             };
-            let a = team(&env, 1).build().unwrap();
-            let crash = (n > 0).then_some(CrashPoint { after_effects: n, finish_in_flight: n % 2 == 0 });
-            let first = block_on(a.send("lead", "go", SendOptions { crash, ..SendOptions::default() }));
-            if n > 0 {
-                if matches!(&first, Ok(r) if r.finish_reason == Some(FinishReason::BudgetExceeded)) {
+            let first = if n > 0 {
+                if !crash_then_sweep(&env, team, ("lead", "go"), n, n % 2 == 0, 4) {
                     break; // past the last effect
                 }
                 crash_points += 1;
-                env.past_leases();
-                let b = team(&env, 2).build().unwrap();
-                for _ in 0..4 {
-                    let _ = block_on(b.sweep(&Default::default(), &NoListener));
-                    env.past_leases();
-                }
-            }
+                None
+            } else {
+                Some(block_on(team(&env, 1).build().unwrap().send("lead", "go", SendOptions::default())))
+            };
             let case = format!("{name} crash {n}");
             let Some(lead) = block_on(env.store.load("lead")).unwrap() else {
                 assert!(*lead_calls.borrow() <= 1, "{case}");
@@ -421,11 +415,9 @@ fn a_sub_agents_child_is_bounded_by_what_its_lead_had_left_across_crashes() {
             );
             // 15 (its turn) + 45 (the child's three turns, rolled up): stopped before its second call.
             assert_eq!(lead.usage.total(), 60, "{case}");
+            let child = child_of(&env, &lead, "research");
             let call =
                 lead.messages.iter().flat_map(|m| m.tool_calls().to_vec()).find(|c| c.name == "research").unwrap();
-            let child_id =
-                steadfast::core::ids::subagent_run_id("lead", "research", &lead.call_key(&call.id).unwrap()).unwrap();
-            let child = block_on(env.store.load(&child_id)).unwrap().expect("the child run");
             assert_eq!(child.budget_cap.and_then(|c| c.max_total_tokens), Some(45), "{case}: what the lead had left");
             assert_eq!((child.finish_reason, child.usage.total()), (Some(FinishReason::BudgetExceeded), 45), "{case}");
             // No child model call from a recorded state that had used its cap (three turns: 0, 1, 2 recorded).
@@ -442,7 +434,7 @@ fn a_sub_agents_child_is_bounded_by_what_its_lead_had_left_across_crashes() {
             );
             if n == 0 {
                 assert_eq!((*lead_calls.borrow(), child_seen.borrow().len()), (1, 3), "{case}: calls without a crash");
-                let done = first.unwrap();
+                let done = first.unwrap().unwrap();
                 assert_eq!(done.finish_reason, Some(FinishReason::BudgetExceeded), "{case}");
             }
         }

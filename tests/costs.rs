@@ -15,9 +15,7 @@ use steadfast::core::checkpoint::{FinishReason, RunStatus};
 use steadfast::core::cost::{Price, PriceTable};
 use steadfast::core::events::Event;
 use steadfast::core::transcript::{validate_transcript, Message, Usage};
-use steadfast::runtime::{
-    AgentOptions, CrashPoint, FnTool, MockModel, MockTurn, NoListener, SendOptions, Tool, ToolOutput, VecSink,
-};
+use steadfast::runtime::{AgentOptions, FnTool, MockModel, MockTurn, SendOptions, Tool, ToolOutput, VecSink};
 use steadfast::ErrorCode;
 
 /// Each scripted turn reports 10 prompt and 5 completion tokens; at $2 and $10 per million that is
@@ -227,31 +225,20 @@ fn a_sub_agents_cost_rolls_up_into_its_lead_and_is_bounded_by_what_the_lead_had_
                 let limited = AgentOptions { max_cost_usd: Some(115_000), ..options() };
                 builder(env, lead_model, seed * 2).options(limited).subagent("research", "Researches", child)
             };
-            let a = team(&env, 1).build().unwrap();
-            let crash = (n > 0).then_some(CrashPoint { after_effects: n, finish_in_flight: n % 2 == 0 });
-            let first = block_on(a.send("lead", "go", SendOptions { crash, ..SendOptions::default() }));
             if n > 0 {
-                if matches!(&first, Ok(r) if r.finish_reason.is_some()) {
+                if !crash_then_sweep(&env, team, ("lead", "go"), n, n % 2 == 0, 4) {
                     break; // past the last effect
                 }
                 crash_points += 1;
-                env.past_leases();
-                let b = team(&env, 2).build().unwrap();
-                for _ in 0..4 {
-                    let _ = block_on(b.sweep(&Default::default(), &NoListener));
-                    env.past_leases();
-                }
+            } else {
+                block_on(team(&env, 1).build().unwrap().send("lead", "go", SendOptions::default())).unwrap();
             }
             let case = format!("{name} crash {n}");
             let Some(lead) = block_on(env.store.load("lead")).unwrap() else {
                 assert!(*lead_calls.borrow() <= 1, "{case}");
                 continue;
             };
-            let call =
-                lead.messages.iter().flat_map(|m| m.tool_calls().to_vec()).find(|c| c.name == "research").unwrap();
-            let child_id =
-                steadfast::core::ids::subagent_run_id("lead", "research", &lead.call_key(&call.id).unwrap()).unwrap();
-            let child = block_on(env.store.load(&child_id)).unwrap().expect("the child run");
+            let child = child_of(&env, &lead, "research");
             assert_eq!(child.budget_cap.and_then(|c| c.max_cost_usd), Some(45_000), "{case}: what the lead had left");
             assert_eq!((child.finish_reason, child.usage.cost), (Some(FinishReason::BudgetExceeded), Some(45_000)));
             assert!(child_seen.borrow().iter().all(|&t| t < 3), "{case}: {:?}", child_seen.borrow());

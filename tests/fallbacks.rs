@@ -15,9 +15,7 @@ use steadfast::core::cost::{Price, PriceTable};
 use steadfast::core::events::Event;
 use steadfast::core::retry::RetryPolicy;
 use steadfast::core::transcript::{validate_transcript, Message};
-use steadfast::runtime::{
-    AgentOptions, CrashPoint, FnTool, MockModel, MockTurn, NoListener, SendOptions, Tool, ToolOutput, VecSink,
-};
+use steadfast::runtime::{AgentOptions, FnTool, MockModel, MockTurn, SendOptions, Tool, ToolOutput, VecSink};
 use steadfast::ErrorCode;
 
 /// A model `id` answering every call with `turn`, counting its calls.
@@ -191,19 +189,10 @@ fn a_crash_after_any_effect_never_resends_a_recorded_turn_to_any_model_of_the_ch
                     .options(options())
                     .tool_rc(counting_tool("lookup", &counters))
             };
-            let a = team(&env, 1).build().unwrap();
-            let crash = Some(CrashPoint { after_effects: n, finish_in_flight: false });
-            let first = block_on(a.send("r", "go", SendOptions { crash, ..SendOptions::default() }));
-            if matches!(&first, Ok(r) if r.finish_reason.is_some()) {
+            if !crash_then_sweep(&env, team, ("r", "go"), n, false, 3) {
                 break; // past the last effect
             }
             crash_points += 1;
-            env.past_leases();
-            let b = team(&env, 2).build().unwrap();
-            for _ in 0..3 {
-                let _ = block_on(b.sweep(&Default::default(), &NoListener));
-                env.past_leases();
-            }
             let case = format!("{name} crash {n}");
             let Some(cp) = block_on(env.store.load("r")).unwrap() else { continue };
             assert_eq!((cp.status, cp.last_text().as_str()), (RunStatus::Finished, "done"), "{case}");

@@ -430,6 +430,7 @@ fn deep_reasoning_in_input_messages_and_fork_patches_is_refused_before_anything_
             tool_calls: vec![],
             reasoning: vec![nested(depth)],
             usage: None,
+            model: None,
         };
         let input = |depth: usize| vec![Message::user("earlier"), thought(depth), Message::user("go on")];
         let e = block_on(a.send("in", input(65), SendOptions::default())).unwrap_err();

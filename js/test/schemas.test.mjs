@@ -425,7 +425,7 @@ const agentOf = (extra = {}) => createAgent({ model: mockModel(["ok", "ok", "ok"
 
 /** [what, a call with an unknown key (may throw, or reject), the message it must have]. */
 const UNKNOWN_KEYS = [
-  ["createAgent", () => agentOf({ maxStep: 3 }), /^createAgent options: unknown key "maxStep" \(it takes model, provider, tools, hooks, store, instructions, clock, /],
+  ["createAgent", () => agentOf({ maxStep: 3 }), /^createAgent options: unknown key "maxStep" \(it takes model, provider, fallbacks, tools, hooks, store, instructions, clock, /],
   ["createAgent retry", () => agentOf({ retry: { maxAttemps: 2 } }), /^invalid agent options: retry: unknown key "maxAttemps" \(it takes baseMs, capMs, deadlineMs, maxAttempts\)/],
   ["createAgent lease", () => agentOf({ lease: { ttl: 2 } }), /^invalid agent options: lease: unknown key "ttl"/],
   [

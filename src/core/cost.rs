@@ -28,8 +28,7 @@ pub const NANOS_PER_USD: u64 = 1_000_000_000;
 
 /// One model's prices, in US dollars per million tokens (kept as whole micro-dollars per million tokens: six
 /// decimals; more are rounded).
-///
-/// Read by hand (see [`PriceTable`]'s reader), as the derive would with `deny_unknown_fields`.
+// Read by hand (see `PriceTable`'s reader), as the derive would with `deny_unknown_fields`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]

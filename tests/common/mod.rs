@@ -506,3 +506,45 @@ pub fn get_run(agent: &steadfast::runtime::Agent, run_id: &str) -> (u16, serde_j
     let res = block_on(api.handle(req));
     (res.status, serde_json::from_str(&res.body).unwrap_or_default())
 }
+
+/// One case of a crash-after-every-effect test: `team(env, 1)` sends `input` to `run` and the process dies right
+/// after its effect number `after` (`finish_in_flight`: tools in flight finish, their results lost); then a new
+/// process, `team(env, 2)`, runs `ticks` recovery sweeps, each past the dead one's leases. `false` when effect
+/// `after` was past the last one (the send ended with a finish reason: the caller stops counting), `true` when it
+/// crashed and recovery ran.
+pub fn crash_then_sweep(
+    env: &Env,
+    team: impl Fn(&Env, u64) -> steadfast::runtime::AgentBuilder,
+    (run, input): (&str, &str),
+    after: usize,
+    finish_in_flight: bool,
+    ticks: usize,
+) -> bool {
+    use steadfast::runtime::{CrashPoint, NoListener, SendOptions};
+    let a = team(env, 1).build().unwrap();
+    let crash = Some(CrashPoint { after_effects: after, finish_in_flight });
+    let first = block_on(a.send(run, input, SendOptions { crash, ..SendOptions::default() }));
+    if matches!(&first, Ok(r) if r.finish_reason.is_some()) {
+        return false;
+    }
+    env.past_leases();
+    let b = team(env, 2).build().unwrap();
+    for _ in 0..ticks {
+        // Ignored: a tick's report; what it recovered is read from the store.
+        let _ = block_on(b.sweep(&Default::default(), &NoListener));
+        env.past_leases();
+    }
+    true
+}
+
+/// The child run of `lead`'s first call of the sub-agent `tool` (the lead's run id is `lead.run_id`).
+pub fn child_of(
+    env: &Env,
+    lead: &steadfast::core::checkpoint::Checkpoint,
+    tool: &str,
+) -> steadfast::core::checkpoint::Checkpoint {
+    let call = lead.messages.iter().flat_map(|m| m.tool_calls().to_vec()).find(|c| c.name == tool).expect("the call");
+    let key = lead.call_key(&call.id).expect("its key");
+    let id = steadfast::core::ids::subagent_run_id(&lead.run_id, tool, &key).expect("a child id");
+    block_on(env.store.load(&id)).unwrap().expect("the child run")
+}

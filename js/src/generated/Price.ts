@@ -3,8 +3,6 @@
 /**
  * One model's prices, in US dollars per million tokens (kept as whole micro-dollars per million tokens: six
  * decimals; more are rounded).
- *
- * Read by hand (see [`PriceTable`]'s reader), as the derive would with `deny_unknown_fields`.
  */
 export type Price = { 
 /**
