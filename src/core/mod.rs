@@ -3,6 +3,7 @@
 
 pub mod approval;
 pub(crate) mod backoff;
+pub mod breaker;
 pub mod budget;
 pub mod checkpoint;
 pub mod classify;

@@ -1,0 +1,209 @@
+//! A circuit breaker per dependency (issue 31, part 4; the state machine only — the runtime does not use it
+//! yet): "a circuit breaker per dependency". It watches the outcomes of calls to one dependency (a provider, a
+//! webhook host) over a sliding window; once at least `minCalls` calls in the window failed at least
+//! `failurePercent` of the time it **opens**: calls are refused at once (the caller fails fast with a retryable
+//! error, or goes to a fallback) for `coolDownMs`. Then it is **half-open**: one call, the probe, is let through
+//! (the others are still refused); the probe's success closes it (the window starts empty), its failure opens it
+//! for another cool-down. Only failures that say the dependency is unwell count (the caller decides: a refused
+//! request is the caller's fault, not the dependency's). Time is the caller's clock (ms), so the machine is pure
+//! and every transition is tested over generated histories.
+
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// When a breaker opens and how long it stays open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+pub struct BreakerOptions {
+    /// The sliding window outcomes are counted over (ms).
+    pub window_ms: u64,
+    /// Calls the window needs before it can open (fewer say nothing).
+    pub min_calls: u32,
+    /// The share of failed calls in the window that opens it (percent, 1 to 100).
+    pub failure_percent: u32,
+    /// How long it stays open before a probe is let through (ms).
+    pub cool_down_ms: u64,
+}
+
+impl Default for BreakerOptions {
+    fn default() -> Self {
+        BreakerOptions { window_ms: 30_000, min_calls: 5, failure_percent: 50, cool_down_ms: 30_000 }
+    }
+}
+
+/// A breaker's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BreakerState {
+    /// Calls go through; outcomes are counted.
+    Closed,
+    /// Calls are refused until `until_ms`.
+    Open {
+        /// When a probe may go through.
+        until_ms: u64,
+    },
+    /// One probe is out; other calls are refused until it reports.
+    HalfOpen,
+}
+
+/// What a caller may do now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Permit {
+    /// Call; report the outcome with [`Breaker::record`].
+    Call,
+    /// Call as the probe of a half-open breaker; report its outcome with [`Breaker::record`].
+    Probe,
+    /// Do not call: fail fast (retryable after `retry_after_ms`) or use a fallback.
+    Refuse {
+        /// When the breaker lets a probe through, at the earliest (0 while a probe is out).
+        retry_after_ms: u64,
+    },
+}
+
+/// One dependency's breaker.
+#[derive(Clone, Debug)]
+pub struct Breaker {
+    opts: BreakerOptions,
+    state: BreakerState,
+    /// Outcomes in the window, oldest first: (when, failed).
+    window: VecDeque<(u64, bool)>,
+}
+
+impl Breaker {
+    /// A closed breaker.
+    pub fn new(opts: BreakerOptions) -> Breaker {
+        Breaker { opts, state: BreakerState::Closed, window: VecDeque::new() }
+    }
+
+    /// Its state (an open breaker whose cool-down ended reads as open until a caller asks).
+    pub fn state(&self) -> BreakerState {
+        self.state
+    }
+
+    /// Whether a call may go out at `now_ms`: an open breaker past its cool-down lets one probe through.
+    pub fn allow(&mut self, now_ms: u64) -> Permit {
+        match self.state {
+            BreakerState::Closed => Permit::Call,
+            BreakerState::Open { until_ms } if now_ms < until_ms => {
+                Permit::Refuse { retry_after_ms: until_ms - now_ms }
+            }
+            BreakerState::Open { .. } => {
+                self.state = BreakerState::HalfOpen;
+                Permit::Probe
+            }
+            BreakerState::HalfOpen => Permit::Refuse { retry_after_ms: 0 },
+        }
+    }
+
+    /// Reports the outcome of a call `allow` permitted (`probe`: it was the probe). A probe's success closes the
+    /// breaker, its failure opens it again; a call's outcome is counted, and a window that failed enough opens it.
+    /// A late report of a call made while it was closed, arriving when it is open or half-open, changes nothing.
+    pub fn record(&mut self, now_ms: u64, failed: bool, probe: bool) {
+        match (self.state, probe) {
+            (BreakerState::HalfOpen, true) => {
+                self.window.clear();
+                self.state = match failed {
+                    true => BreakerState::Open { until_ms: now_ms.saturating_add(self.opts.cool_down_ms) },
+                    false => BreakerState::Closed,
+                };
+            }
+            (BreakerState::Closed, false) => {
+                self.window.push_back((now_ms, failed));
+                let from = now_ms.saturating_sub(self.opts.window_ms);
+                while self.window.front().is_some_and(|(at, _)| *at < from) {
+                    self.window.pop_front();
+                }
+                let calls = self.window.len() as u64;
+                let failures = self.window.iter().filter(|(_, f)| *f).count() as u64;
+                if calls >= u64::from(self.opts.min_calls.max(1))
+                    && failures * 100 >= calls * u64::from(self.opts.failure_percent.clamp(1, 100))
+                {
+                    self.window.clear();
+                    self.state = BreakerState::Open { until_ms: now_ms.saturating_add(self.opts.cool_down_ms) };
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn opts() -> BreakerOptions {
+        BreakerOptions { window_ms: 1_000, min_calls: 4, failure_percent: 50, cool_down_ms: 5_000 }
+    }
+
+    #[test]
+    fn it_opens_on_a_failing_window_refuses_through_the_cool_down_and_a_probe_decides() {
+        let mut b = Breaker::new(opts());
+        for (t, failed) in [(0, true), (10, false), (20, true)] {
+            assert_eq!(b.allow(t), Permit::Call);
+            b.record(t, failed, false);
+        }
+        assert_eq!(b.state(), BreakerState::Closed, "three calls are fewer than minCalls");
+        b.record(30, true, false);
+        assert_eq!(b.state(), BreakerState::Open { until_ms: 5_030 }, "3 of 4 failed");
+        assert_eq!(b.allow(5_029), Permit::Refuse { retry_after_ms: 1 });
+        assert_eq!(b.allow(5_030), Permit::Probe);
+        assert_eq!(b.allow(5_031), Permit::Refuse { retry_after_ms: 0 }, "one probe at a time");
+        b.record(5_040, true, true);
+        assert_eq!(b.state(), BreakerState::Open { until_ms: 10_040 }, "a failed probe opens it again");
+        assert_eq!(b.allow(10_040), Permit::Probe);
+        b.record(10_050, false, true);
+        assert_eq!((b.state(), b.allow(10_051)), (BreakerState::Closed, Permit::Call), "a good probe closes it");
+        // Old outcomes leave the window: three failures spread over more than a second never open it.
+        for t in [20_000, 21_100, 22_200, 23_300] {
+            b.record(t, true, false);
+        }
+        assert_eq!(b.state(), BreakerState::Closed);
+    }
+
+    proptest! {
+        /// Over any history of calls, outcomes and times, checked against a reference window kept here: a call is
+        /// permitted only while closed, a probe only once the cool-down ended and one at a time, a refusal says
+        /// when the cool-down ends, and the breaker opens exactly when the window (or the probe) failed.
+        #[test]
+        fn a_breaker_never_lets_a_call_through_an_open_cool_down(
+            steps in proptest::collection::vec((0u64..400, any::<bool>()), 1..200),
+        ) {
+            let o = opts();
+            let mut b = Breaker::new(o);
+            let mut now = 0;
+            let mut window: Vec<(u64, bool)> = Vec::new();
+            for (dt, failed) in steps {
+                now += dt;
+                let before = b.state();
+                match b.allow(now) {
+                    Permit::Call => {
+                        prop_assert_eq!(before, BreakerState::Closed);
+                        b.record(now, failed, false);
+                        window.push((now, failed));
+                        window.retain(|(at, _)| *at >= now.saturating_sub(o.window_ms));
+                        let failures = window.iter().filter(|(_, f)| *f).count();
+                        let opens = window.len() >= 4 && failures * 2 >= window.len();
+                        prop_assert_eq!(b.state() == (BreakerState::Open { until_ms: now + o.cool_down_ms }), opens);
+                        prop_assert_eq!(b.state() == BreakerState::Closed, !opens);
+                        if opens {
+                            window.clear();
+                        }
+                    }
+                    Permit::Probe => {
+                        let due = matches!(before, BreakerState::Open { until_ms } if now >= until_ms);
+                        prop_assert!(due, "a probe before the cool-down ended: {:?} at {}", before, now);
+                        prop_assert_eq!(b.allow(now), Permit::Refuse { retry_after_ms: 0 }, "one probe at a time");
+                        b.record(now, failed, true);
+                        let expected =
+                            if failed { BreakerState::Open { until_ms: now + o.cool_down_ms } } else { BreakerState::Closed };
+                        prop_assert_eq!(b.state(), expected);
+                    }
+                    Permit::Refuse { retry_after_ms } => match before {
+                        BreakerState::Open { until_ms } => prop_assert_eq!(now + retry_after_ms, until_ms),
+                        other => prop_assert!(false, "refused while {:?}", other),
+                    },
+                }
+            }
+        }
+    }
+}
