@@ -517,16 +517,17 @@ impl Deps {
         .with_run(run_id)
     }
 
-    /// Whether `run_id` is a child run whose lead is not found (a delete cut short, or one that raced the lead's
-    /// call, left it): nothing of it may run. It is not deleted here: on Workers KV a location may still serve a
-    /// cached miss for a lead created within the last minute, and a miss is no proof; the lead's own delete
-    /// removes its children, and a left one is removed by deleting its id.
+    /// Whether `run_id` is a child run whose lead is not found, or is a run made again under the lead's id that
+    /// never called it (a delete cut short, or one that raced the lead's call, left it): nothing of it may run.
+    /// It is not deleted here: on Workers KV a location may still serve a cached miss (or an older transcript)
+    /// for a lead written within the last minute, and that is no proof; the lead's own delete removes its
+    /// children, and a left one is removed by deleting its id.
     pub(crate) async fn gone_with_lead(&self, run_id: &str) -> Result<bool> {
-        let Some((lead, _)) = subagent_parent(run_id) else { return Ok(false) };
+        let Some((lead, name)) = subagent_parent(run_id) else { return Ok(false) };
         if self.for_run(run_id).is_some_and(|d| d.child_opts.abandon) {
             // Abandoned by its lead's delete: it runs on.
             return Ok(false);
         }
-        Ok(self.store.load(lead).await?.is_none())
+        Ok(self.store.load(lead).await?.is_none_or(|lead| !started_by(&lead, name, run_id)))
     }
 }
