@@ -855,8 +855,18 @@ fn probe_scenario(seed: u64) -> std::result::Result<String, String> {
             if calls.get() - calls_before > 1 {
                 return Err(format!("tick {t}: {} model calls while the breaker was open", calls.get() - calls_before));
             }
-            if !r.quarantined.is_empty() {
-                return Err(format!("tick {t}: quarantined {:?} during an outage", r.quarantined));
+            // Only a run failing elsewhere (its last failure not the provider's: a tool) at the attempt cap is
+            // quarantined during an outage: it does not wait on the provider (left waiting, it would be probed
+            // again and again and never end the outage).
+            let failing_elsewhere = |id: &String| {
+                pending.iter().any(|p| {
+                    &p.run_id == id
+                        && p.attempts >= so.max_attempts
+                        && p.last_error.as_ref().is_some_and(|e| !e.code.is_outage())
+                })
+            };
+            if let Some(id) = r.quarantined.iter().find(|id| !failing_elsewhere(id)) {
+                return Err(format!("tick {t}: quarantined {id}, which waits on the provider, during an outage"));
             }
         }
         if open_before && !due && r.probe.is_some() {

@@ -94,6 +94,10 @@ pub struct SweepState {
     /// alone (a paused run waiting days) is read about once a day, whatever the number of such runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_round_at: Option<u64>,
+    /// The circuit breakers (`AgentOptions::breaker`) open when a tick ended, by dependency, with when each
+    /// lets a probe through: how one replica's breakers reach the others (each tick takes them in).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub breakers: std::collections::BTreeMap<String, u64>,
 }
 
 /// How long after a round of verifications ends the next one starts: a day.
@@ -218,7 +222,11 @@ pub fn plan(opts: &SweepOptions, state: &SweepState, now: u64, run: &Candidate<'
     if run.quarantined {
         return Plan::Quarantined;
     }
-    if state.outage.is_some() {
+    // A run at the cap whose last failure was not the provider's (a tool) is not waiting on the provider: the
+    // outage does not excuse it, and it is quarantined (or healed) as at any other time. Left waiting, it would
+    // be the probe again and again, and, never reaching the model, never end the outage.
+    let failing_elsewhere = run.last_error.is_some() && !run.outage_error;
+    if state.outage.is_some() && !(failing_elsewhere && run.attempts >= opts.max_attempts) {
         return Plan::Outage;
     }
     // Provider failures while the breaker was open do not count toward quarantine.
@@ -243,19 +251,15 @@ pub fn probe_due(state: &SweepState, now: u64) -> bool {
 
 /// How good a probe a run waiting on the breaker makes (lower is better; `None`: it does not wait on it).
 /// A run whose last failure was a provider outage (or that has not failed) calls the model first when
-/// resumed; one whose last failure was something else (a tool) may fail again before reaching the model,
-/// and one of those at the attempt cap is tried last. Every waiting run ranks: while runs wait on the
+/// resumed; one whose last failure was something else (a tool) may fail again before reaching the model
+/// (and at the attempt cap it does not wait: [`plan`]). Every waiting run ranks: while runs wait on the
 /// breaker, it always has a probe.
 pub fn probe_rank(opts: &SweepOptions, state: &SweepState, now: u64, run: &Candidate<'_>) -> Option<u8> {
     if plan(opts, state, now, run) != Plan::Outage {
         return None;
     }
     let model_first = run.last_error.is_none() || run.outage_error;
-    Some(match (model_first, run.attempts >= opts.max_attempts) {
-        (true, _) => 0,
-        (false, false) => 1,
-        (false, true) => 2,
-    })
+    Some(if model_first { 0 } else { 1 })
 }
 
 /// The probe of a tick among `runs`: when a probe is due, the best-ranked waiting run (the first of equals).
@@ -295,7 +299,8 @@ fn probe_wait(opts: &SweepOptions, probes: u32) -> u64 {
 /// Updates the breaker after a resume; returns `Some(true)` when an outage starts, `Some(false)` when it ends.
 /// A probe that told nothing about the provider (`Other`) still spaces the next probe by the current wait,
 /// so a run that fails before reaching the model is not tried every tick.
-/// A run that failed with a provider outage is remembered as the next probe (`state.probe`).
+/// A run that failed with a provider outage is remembered as the next probe (`state.probe`), and forgotten
+/// again when it fails for another reason.
 pub fn note_attempt(
     opts: &SweepOptions,
     state: &mut SweepState,
@@ -336,6 +341,11 @@ pub fn note_attempt(
         Attempt::Other => {
             if let (true, Some(o)) = (was_probe, &mut state.outage) {
                 o.next_probe_at = now.saturating_add(probe_wait(opts, o.probes));
+            }
+            // A remembered probe that failed short of the provider (a tool, say) is forgotten: the next probe
+            // goes to the best-ranked waiting run, which calls the model first, instead of the same run again.
+            if state.probe.as_deref() == Some(run_id) {
+                state.probe = None;
             }
             None
         }
@@ -395,6 +405,10 @@ mod tests {
         assert_eq!(plan(&o, &down(100), 100, &run(10, 0)), Plan::Outage, "no quarantine during an outage");
         assert_eq!(plan(&heal, &down(100), 100, &run(10, 0)), Plan::Outage, "no diagnosis fork during an outage");
         assert_eq!(plan(&o, &down(100), 100, &run(3, 99)), Plan::Outage, "the breaker paces, not the backoff");
+        // A run failing elsewhere (a tool) is not waiting on the provider: at the cap it is quarantined or healed.
+        assert_eq!(plan(&o, &down(100), 100, &tool_failure(9)), Plan::Outage);
+        assert_eq!(plan(&o, &down(100), 100, &tool_failure(10)), Plan::Quarantine, "not excused by an outage");
+        assert_eq!(plan(&heal, &down(100), 100, &tool_failure(10)), Plan::Heal);
         assert!(Plan::Resume.acts() && Plan::Probe.acts() && Plan::Quarantine.acts() && Plan::Heal.acts());
         assert!(!Plan::Outage.acts() && !Plan::Backoff { until: 1 }.acts() && !Plan::AwaitingPerson.acts());
     }
@@ -413,14 +427,14 @@ mod tests {
     fn every_run_waiting_on_the_breaker_can_be_the_probe_best_first() {
         let o = SweepOptions { max_attempts: 3, ..SweepOptions::default() };
         let s = down(100);
-        // Every run at the cap: the breaker still has probes (the runs failed by the outage first).
-        let at_cap = [tool_failure(3), run(3, 0), run(5, 0)];
+        // Runs at the cap failed by the outage: the breaker still has probes, those that call the model first.
+        let at_cap = [tool_failure(2), run(3, 0), run(5, 0)];
         assert_eq!(pick_probe(&o, &s, 100, &at_cap), Some(1));
         assert_eq!(pick_probe(&o, &s, 99, &at_cap), None, "not due yet");
         assert_eq!(best_waiting(&o, &s, 99, &at_cap), Some(1), "known before it is due");
         assert_eq!(probe_rank(&o, &s, 100, &tool_failure(1)), Some(1));
-        assert_eq!(probe_rank(&o, &s, 100, &tool_failure(3)), Some(2));
-        assert_eq!(pick_probe(&o, &s, 100, &[tool_failure(3)]), Some(0), "even a run failing elsewhere, last");
+        assert_eq!(pick_probe(&o, &s, 100, &[tool_failure(2)]), Some(0), "even a run failing elsewhere, last");
+        assert_eq!(probe_rank(&o, &s, 100, &tool_failure(3)), None, "at the cap it is quarantined, not waiting");
         // Runs that do not wait on the breaker are never probes.
         let not_waiting = [
             Candidate { quarantined: true, ..run(3, 0) },
@@ -447,6 +461,11 @@ mod tests {
         assert_eq!(note_attempt(&o, &mut s, 90_005, "t", Attempt::Other, true), None);
         assert_eq!(s.outage.as_ref().unwrap().next_probe_at, 90_005 + 60_000);
         assert_eq!(s.outage.as_ref().unwrap().probes, 1);
+        assert_eq!(s.probe.as_deref(), Some("d"), "another run's failure keeps the remembered probe");
+        // The remembered probe failing short of the provider (a tool) is forgotten: the next probe is the best
+        // waiting run, not the same one every time.
+        assert_eq!(note_attempt(&o, &mut s, 150_005, "d", Attempt::Other, true), None);
+        assert_eq!((s.probe.as_deref(), s.outage.as_ref().unwrap().next_probe_at), (None, 150_005 + 60_000));
         assert_eq!(note_attempt(&o, &mut s, 150_005, "d", Attempt::Succeeded, true), Some(false));
         assert_eq!(s, SweepState { last_outage_end: Some(150_005), ..SweepState::default() });
         // A run whose cap was reached by provider failures during the outage is resumed, not quarantined.
