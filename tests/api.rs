@@ -438,6 +438,8 @@ struct FakeHost {
     agent: Option<Agent>,
     conformance_route: bool,
     conformance_runs: usize,
+    /// The process's breakers, as `GET /health` shows them.
+    breakers: Option<Rc<steadfast::runtime::Breakers>>,
 }
 
 impl FakeHost {
@@ -454,6 +456,7 @@ impl FakeHost {
             agent,
             conformance_route: false,
             conformance_runs: 0,
+            breakers: None,
         }
     }
 }
@@ -490,6 +493,10 @@ impl Host for FakeHost {
 
     fn conformance_route(&self) -> bool {
         self.conformance_route
+    }
+
+    fn breakers(&self) -> Vec<steadfast::runtime::BreakerView> {
+        self.breakers.as_ref().map(|b| b.views()).unwrap_or_default()
     }
 
     async fn conformance(&mut self) -> Result<String> {
@@ -612,6 +619,33 @@ fn health_needs_neither_token_nor_configuration() {
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!((host.chunks_read, host.builds), (0, 0));
     }
+}
+
+/// Health shows the process's circuit breakers (a Worker isolate's), by dependency in the order first called, once
+/// there are any; still from the head alone.
+#[test]
+fn health_shows_the_processs_breakers_by_dependency() {
+    use steadfast::core::breaker::BreakerOptions;
+    let breakers = Rc::new(steadfast::runtime::Breakers::new());
+    let mut host = FakeHost::new(None, b"");
+    host.breakers = Some(breakers.clone());
+    let r = block_on(serve(head("GET", "/health", vec![]), None, &mut host));
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!((r.status, v.get("breakers")), (200, None), "none yet: left out");
+    let opts = BreakerOptions { window_ms: 1_000, min_calls: 2, failure_percent: 50, cool_down_ms: 5_000 };
+    for dependency in ["b.example", "a.example"] {
+        breakers.allow(dependency, opts, 100);
+    }
+    breakers.record("b.example", 100, true, false);
+    breakers.record("b.example", 101, true, false);
+    let r = block_on(serve(head("GET", "/health", vec![]), None, &mut host));
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(
+        v["breakers"],
+        json!([{"dependency": "b.example", "state": "open", "until": 5_101}, {"dependency": "a.example", "state": "closed"}]),
+        "{v}"
+    );
+    assert_eq!((host.chunks_read, host.builds), (0, 0));
 }
 
 /// A body over the limit is refused while it is read (an endless body stops being read just past the cap;
@@ -746,6 +780,9 @@ fn the_sweep_route_shows_the_stored_breaker_and_cursor() {
             last_tick_at: maybe(70).then(|| rng.next_u64() % 2_000_000_000_000),
             verified: maybe(30).then(|| "verified-run".to_string()),
             verify_round_at: maybe(30).then(|| rng.next_u64() % 2_000_000_000_000),
+            breakers: (0..rng.next_u64() % 3)
+                .map(|i| (format!("host-{i}.example"), rng.next_u64() % 2_000_000_000_000))
+                .collect(),
         };
         block_on(f.api.agent().store().put_state("sweep", &serde_json::to_string(&state).unwrap())).unwrap();
         let before = snapshot(&f.kv);

@@ -73,6 +73,12 @@
 //!   so calls step down the chain: the checks at every model call hold for both models (a recorded turn is never
 //!   generated again by either), and the count of turns a fallback answered (`fallbacks: …`) must be above zero.
 //!
+//! * breakers: one program in four (and half the fallback ones) puts a breaker on every dependency, one set per
+//!   replica (an isolate's; the sweep carries open ones to the others), the agent's model failing 13 calls in
+//!   40 and `flaky` a tool on a host of its own: no model and no `flaky` call is ever made while its breaker is
+//!   open (only a probe once the cool-down ended); the counts of probes and of `flaky` calls an open breaker
+//!   answered (`breakers: …`) must be above zero.
+//!
 //! * cost: the model is priced ($1 and $3 per million tokens: a turn costs 25,000 nano-dollars), so every
 //!   recorded usage — a run's, its conversation's, each turn's and each child's rolled up into its lead — has a
 //!   cost, and it is exactly its tokens' (1,000 nano-dollars a prompt token, 3,000 a completion token): a turn
@@ -232,6 +238,9 @@ struct Program {
     /// Every agent has a fallback model (`checker-b`) and its own model fails a third of its calls (one program in
     /// four: `seed % 4 == 3`, no draw of its own).
     fallback: bool,
+    /// Breakers on every model (one program in four: `seed % 4 == 1`, the agent's model failing a third of its
+    /// calls and no fallback; and every other fallback program, `seed % 8 == 7`), one set per replica.
+    breakers: bool,
 }
 
 /// A program's budgets: `maxTotalTokens` of a run and of the conversation (`sessionBudget`), and `onExceeded`;
@@ -315,7 +324,8 @@ impl Program {
             let cost = (seed % 2 == 0).then_some(run * 1_700);
             CheckBudget { run, session: 60 + pick(240), throw: pick(2) == 0, cost }
         });
-        Program { seed, steps, concurrency, big, stuck_every, steer_poll_ms, budget, fallback: seed % 4 == 3 }
+        let (fallback, breakers) = (seed % 4 == 3, seed % 4 == 1 || seed % 8 == 7);
+        Program { seed, steps, concurrency, big, stuck_every, steer_poll_ms, budget, fallback, breakers }
     }
 }
 
@@ -427,6 +437,10 @@ struct WaitCounts {
     costs_checked: u64,
     /// Fallbacks: recorded turns a fallback model answered.
     fallback_turns: u64,
+    /// Breakers: model and tool calls that were a half-open breaker's probe.
+    breaker_probes: u64,
+    /// Breakers: recorded results of `flaky` calls its host's open breaker refused.
+    tool_refusals: u64,
 }
 
 impl WaitCounts {
@@ -459,6 +473,8 @@ impl WaitCounts {
         self.cost_checked += o.cost_checked;
         self.costs_checked += o.costs_checked;
         self.fallback_turns += o.fallback_turns;
+        self.breaker_probes += o.breaker_probes;
+        self.tool_refusals += o.tool_refusals;
     }
 }
 
@@ -481,6 +497,8 @@ struct World {
     schedule: CompiledSchedule,
     /// Leads whose delete in progress dies after the lead (deletes of their children fail).
     cutting: RefCell<BTreeSet<String>>,
+    /// Each replica's model breakers (an isolate's, shared by its processes), in programs with breakers.
+    breakers: [Rc<steadfast::runtime::Breakers>; 3],
 }
 
 fn hash_of(s: &str) -> u64 {
@@ -576,6 +594,7 @@ impl World {
             processes: Cell::new(0),
             cutting: RefCell::default(),
             schedule,
+            breakers: Default::default(),
         })
     }
 
@@ -720,6 +739,14 @@ fn lost(prev: &Seen, cur: &Seen) -> Option<String> {
 
 // --- The model and the tools -------------------------------------------------------------------------------
 
+/// The breakers of programs with breakers: 3 calls in 10 s, half of them failed, open a model's for 5 s.
+const CHECK_BREAKER: steadfast::core::breaker::BreakerOptions = steadfast::core::breaker::BreakerOptions {
+    window_ms: 10_000,
+    min_calls: 3,
+    failure_percent: 50,
+    cool_down_ms: 5_000,
+};
+
 /// The checker model's price: $1 a million prompt tokens, $3 a million completion tokens.
 fn checker_prices() -> steadfast::core::cost::PriceTable {
     let mut t = steadfast::core::cost::PriceTable::default();
@@ -746,9 +773,11 @@ struct CheckerModel {
     budget: Option<CheckBudget>,
     /// `checker`, or `checker-b` for the fallback model of programs with one.
     id: &'static str,
-    /// In one in every 40 calls (`checker`, the agent's model, of a program with a fallback: 13 in 40) the
-    /// provider answers 503.
+    /// In one in every 40 calls (`checker`, the agent's model, of a program with a fallback or breakers: 13 in
+    /// 40) the provider answers 503.
     fails_in: u64,
+    /// Its process's breakers, in programs with breakers.
+    breakers: Option<Rc<steadfast::runtime::Breakers>>,
 }
 
 fn task_of(messages: &[Message]) -> Option<(u64, usize)> {
@@ -833,6 +862,21 @@ impl Model for CheckerModel {
                         cp.messages.last().map(message_print)
                     ));
                 }
+            }
+        }
+        // A model is never called while its breaker (its process's replica's) is open: only a probe once the
+        // cool-down ended, or a call while it is closed.
+        if let Some(state) = self.breakers.as_ref().and_then(|b| b.state(self.id)) {
+            match state {
+                steadfast::core::breaker::BreakerState::Open { until_ms } => w.violation(format!(
+                    "{}: {} was called at {} while its breaker was open until {}",
+                    request.run_id,
+                    self.id,
+                    w.now() - T0,
+                    until_ms - T0
+                )),
+                steadfast::core::breaker::BreakerState::HalfOpen { .. } => w.log.borrow_mut().waits.breaker_probes += 1,
+                steadfast::core::breaker::BreakerState::Closed => {}
             }
         }
         check_wait_results(w, request.run_id, request.messages);
@@ -1056,7 +1100,7 @@ fn tool_started(w: &World, ctx: &steadfast::runtime::ToolContext, args: &Value, 
     log.identity_keys.entry(who).or_default().insert(ctx.call_key.clone());
 }
 
-fn tools(world: &Rc<World>) -> Vec<Rc<dyn Tool>> {
+fn tools(world: &Rc<World>, breakers: Option<Rc<steadfast::runtime::Breakers>>) -> Vec<Rc<dyn Tool>> {
     let schema = json!({"type": "object"});
     let mk = |name: &'static str| {
         let w = world.clone();
@@ -1122,12 +1166,60 @@ fn tools(world: &Rc<World>) -> Vec<Rc<dyn Tool>> {
         Rc::new(pay),
         Rc::new(mk("mail").side_effecting()),
         Rc::new(mk("gate").needs_approval(true)),
-        Rc::new(mk("flaky")),
+        match breakers {
+            Some(breakers) => Rc::new(Hosted { inner: mk("flaky"), world: world.clone(), breakers }),
+            None => Rc::new(mk("flaky")),
+        },
         Rc::new(mk("big")),
         Rc::new(mk("ask")),
         Rc::new(mk("hook")),
         Rc::new(mk("nap")),
     ]
+}
+
+/// `flaky` in programs with breakers: a tool on host `flaky.example` (a webhook's), each of whose failures counts
+/// toward that host's breaker (its process's replica's). It never runs while that breaker is open (only as the
+/// probe once the cool-down ended, or while it is closed); a call the open breaker refused gets a
+/// `CircuitOpenError` result (counted after the program: `tool calls refused`).
+struct Hosted {
+    inner: FnTool,
+    world: Rc<World>,
+    breakers: Rc<steadfast::runtime::Breakers>,
+}
+
+#[async_trait::async_trait(?Send)]
+impl Tool for Hosted {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn description(&self) -> &str {
+        self.inner.description()
+    }
+    fn input_schema(&self) -> &Value {
+        self.inner.input_schema()
+    }
+    fn dependency(&self) -> Option<String> {
+        Some("flaky.example".into())
+    }
+    fn dependency_down(&self, _err: &ToolError) -> bool {
+        true
+    }
+    async fn execute(&self, args: Value, ctx: steadfast::runtime::ToolContext) -> Result<ToolOutput, ToolError> {
+        match self.breakers.state("flaky.example") {
+            Some(steadfast::core::breaker::BreakerState::Open { until_ms }) => self.world.violation(format!(
+                "{}: {} ran at {} while the breaker of flaky.example was open until {}",
+                ctx.run_id,
+                ctx.tool_call_id,
+                self.world.now() - T0,
+                until_ms - T0
+            )),
+            Some(steadfast::core::breaker::BreakerState::HalfOpen { .. }) => {
+                self.world.log.borrow_mut().waits.breaker_probes += 1
+            }
+            _ => {}
+        }
+        self.inner.execute(args, ctx).await
+    }
 }
 
 /// A tool with an argument check of its own (as the npm package's zod and Standard Schema validators): the check
@@ -1227,6 +1319,7 @@ impl World {
             max_total_tokens: budget.map(|b| b.run),
             max_cost_usd: budget.and_then(|b| b.cost),
             prices: checker_prices(),
+            breaker: self.program.breakers.then_some(CHECK_BREAKER),
             session_budget: steadfast::core::budget::TokenLimits {
                 max_total_tokens: budget.map(|b| b.session),
                 ..Default::default()
@@ -1240,13 +1333,24 @@ impl World {
         // The lead, its sub-agent `team` and that one's own `team`: the same model and tools at every level (the
         // model asks for `team` only above the bottom level).
         let level = |agent: &'static str, team: Option<steadfast::runtime::AgentBuilder>| {
-            let model = |id, fails_in| CheckerModel { world: self.clone(), agent, budget, id, fails_in };
-            let primary = model("checker", if self.program.fallback { 3 } else { 40 });
+            let breakers = self.program.breakers.then(|| self.breakers[replica as usize].clone());
+            let model = |id, fails_in| CheckerModel {
+                world: self.clone(),
+                agent,
+                budget,
+                id,
+                fails_in,
+                breakers: breakers.clone(),
+            };
+            let primary = model("checker", if self.program.fallback || self.program.breakers { 3 } else { 40 });
             let mut b = Agent::builder(primary).options(options.clone());
+            if let Some(breakers) = &breakers {
+                b = b.breakers(breakers.clone());
+            }
             if self.program.fallback {
                 b = b.fallback(model("checker-b", 40));
             }
-            for t in tools(self) {
+            for t in tools(self, breakers.clone()) {
                 b = b.tool_rc(t);
             }
             match team {
@@ -1733,6 +1837,9 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
                         "hook" if r.content.contains("\"timeout\"") => w.log.borrow_mut().waits.timeouts += 1,
                         "nap" if r.content.contains("\"woke\"") => w.log.borrow_mut().waits.woken += 1,
                         _ if r.content.contains("\"steeredBy\"") => w.log.borrow_mut().waits.calls_stopped += 1,
+                        "flaky" if r.content.starts_with("CircuitOpenError") => {
+                            w.log.borrow_mut().waits.tool_refusals += 1
+                        }
                         _ => {}
                     }
                 }
@@ -2130,6 +2237,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         cost_checked,
         costs_checked,
         fallback_turns,
+        breaker_probes,
+        tool_refusals,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2163,6 +2272,10 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
          {costs_checked}"
     );
     println!("fallbacks: recorded turns a fallback model answered {fallback_turns}");
+    println!(
+        "breakers: model and tool calls that were a half-open breaker's probe {breaker_probes}, tool calls refused by \
+         an open breaker {tool_refusals}"
+    );
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (seed, kind, vs) in &failing {
@@ -2224,6 +2337,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("model calls checked against a cost limit", cost_checked),
             ("recorded costs checked", costs_checked),
             ("turns a fallback answered", fallback_turns),
+            ("breaker probes", breaker_probes),
+            ("tool calls refused by an open breaker", tool_refusals),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

@@ -3,6 +3,8 @@
 // #/sessions/<id>, #/schedules); every view reads the HTTP API afresh when shown (and on its Refresh button).
 
 import type { ApprovalRecord } from "../../js/src/generated/ApprovalRecord.js";
+import type { BreakerView } from "../../js/src/generated/BreakerView.js";
+import type { Health } from "../../js/src/generated/Health.js";
 import type { Comparison } from "../../js/src/generated/Comparison.js";
 import type { Fingerprint } from "../../js/src/generated/Fingerprint.js";
 import type { ForkResult } from "../../js/src/generated/ForkResult.js";
@@ -181,7 +183,25 @@ type SweepView = {
   cursor: string | null;
   lastOutageEnd: number | null;
   lastTickAt?: number;
+  /** Circuit breakers open when the last tick ended (every replica's), by dependency: until when. */
+  breakers?: Record<string, number>;
 };
+
+/** The circuit breakers per dependency: those the answering isolate holds (`GET /health`) and those the sweep
+ * recorded open for every replica (`GET /sweep`). */
+function breakersPanel(mine: BreakerView[], recorded: Record<string, number>): HTMLElement {
+  const rows = mine.map((b): [string, string] => [b.dependency, b.until !== undefined ? `${b.state} until ${time(b.until)}` : b.state]);
+  for (const [dependency, until] of Object.entries(recorded)) {
+    if (!mine.some((b) => b.dependency === dependency)) rows.push([dependency, `open until ${time(until)} (recorded by the sweep)`]);
+  }
+  if (rows.length === 0) return h("p", { id: "breakers", class: "muted" }, "Circuit breakers: none has opened (or none is configured).");
+  return h(
+    "p",
+    { id: "breakers", class: rows.some(([, s]) => !s.startsWith("closed")) ? "error" : "muted" },
+    "Circuit breakers: ",
+    ...rows.flatMap(([dependency, state], i) => [i > 0 ? " · " : null, h("strong", { "data-dependency": dependency }, dependency), ` ${state}`]),
+  );
+}
 
 function sweepPanel(s: SweepView): HTMLElement {
   return h(
@@ -230,9 +250,10 @@ function nextText(n: NextAttempt | undefined): Child {
 
 async function renderRuns(filter: string): Promise<void> {
   const q = filter ? `?status=${encodeURIComponent(filter)}` : "";
-  const [{ runs }, sweep] = await Promise.all([
+  const [{ runs }, sweep, health] = await Promise.all([
     api<{ runs: (PendingRun & { next: NextAttempt })[] }>("GET", `/runs${q}`),
     api<SweepView>("GET", "/sweep"),
+    api<Health>("GET", "/health"),
   ]);
   remember(runs.map((r) => r.runId));
   const select = h(
@@ -268,6 +289,7 @@ async function renderRuns(filter: string): Promise<void> {
     h("h2", null, "Runs"),
     h("div", { class: "row" }, h("label", null, "Show ", select), refreshButton(() => renderRuns(filter)), openForm),
     sweepPanel(sweep),
+    breakersPanel(health.breakers ?? [], sweep.breakers ?? {}),
     h("h3", null, "Unfinished"),
     runs.length === 0
       ? h("p", { class: "muted", id: "no-runs" }, "No unfinished runs.")

@@ -1,5 +1,5 @@
-//! A circuit breaker per dependency (issue 31, part 4; the state machine only — the runtime does not use it
-//! yet): "a circuit breaker per dependency". It watches the outcomes of calls to one dependency (a provider, a
+//! A circuit breaker per dependency (issue 31, part 4): "a circuit breaker per dependency". The runtime keeps one
+//! per model id ([`crate::runtime::Breakers`], with `AgentOptions::breaker`). It watches the outcomes of calls to one dependency (a provider, a
 //! webhook host) over a sliding window; once at least `minCalls` calls in the window failed at least
 //! `failurePercent` of the time it **opens**: calls are refused at once (the caller fails fast with a retryable
 //! error, or goes to a fallback) for `coolDownMs`. Then it is **half-open**: one call, the probe, is let through
@@ -13,15 +13,18 @@ use std::collections::VecDeque;
 
 /// When a breaker opens and how long it stays open.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase", default, deny_unknown_fields)]
 pub struct BreakerOptions {
     /// The sliding window outcomes are counted over (ms).
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub window_ms: u64,
     /// Calls the window needs before it can open (fewer say nothing).
     pub min_calls: u32,
     /// The share of failed calls in the window that opens it (percent, 1 to 100).
     pub failure_percent: u32,
     /// How long it stays open before a probe is let through (ms).
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub cool_down_ms: u64,
 }
 
@@ -41,8 +44,12 @@ pub enum BreakerState {
         /// When a probe may go through.
         until_ms: u64,
     },
-    /// One probe is out; other calls are refused until it reports.
-    HalfOpen,
+    /// One probe is out (since `since_ms`); other calls are refused until it reports, or until a cool-down went
+    /// by without a report (its caller died): then another probe goes.
+    HalfOpen {
+        /// When the probe went out.
+        since_ms: u64,
+    },
 }
 
 /// What a caller may do now.
@@ -54,7 +61,7 @@ pub enum Permit {
     Probe,
     /// Do not call: fail fast (retryable after `retry_after_ms`) or use a fallback.
     Refuse {
-        /// When the breaker lets a probe through, at the earliest (0 while a probe is out).
+        /// When the breaker lets a probe through, at the earliest.
         retry_after_ms: u64,
     },
 }
@@ -86,11 +93,23 @@ impl Breaker {
             BreakerState::Open { until_ms } if now_ms < until_ms => {
                 Permit::Refuse { retry_after_ms: until_ms - now_ms }
             }
-            BreakerState::Open { .. } => {
-                self.state = BreakerState::HalfOpen;
+            BreakerState::HalfOpen { since_ms } if now_ms < since_ms.saturating_add(self.opts.cool_down_ms) => {
+                Permit::Refuse { retry_after_ms: since_ms.saturating_add(self.opts.cool_down_ms) - now_ms }
+            }
+            BreakerState::Open { .. } | BreakerState::HalfOpen { .. } => {
+                self.state = BreakerState::HalfOpen { since_ms: now_ms };
                 Permit::Probe
             }
-            BreakerState::HalfOpen => Permit::Refuse { retry_after_ms: 0 },
+        }
+    }
+
+    /// Takes in another replica's word that the dependency's breaker is open until `until_ms` (the sweep's
+    /// stored state): a closed breaker opens until then (its window starts over); an open or half-open one
+    /// keeps its own course. A time already past changes nothing.
+    pub fn adopt_open(&mut self, now_ms: u64, until_ms: u64) {
+        if self.state == BreakerState::Closed && until_ms > now_ms {
+            self.window.clear();
+            self.state = BreakerState::Open { until_ms };
         }
     }
 
@@ -99,7 +118,7 @@ impl Breaker {
     /// A late report of a call made while it was closed, arriving when it is open or half-open, changes nothing.
     pub fn record(&mut self, now_ms: u64, failed: bool, probe: bool) {
         match (self.state, probe) {
-            (BreakerState::HalfOpen, true) => {
+            (BreakerState::HalfOpen { .. }, true) => {
                 self.window.clear();
                 self.state = match failed {
                     true => BreakerState::Open { until_ms: now_ms.saturating_add(self.opts.cool_down_ms) },
@@ -147,12 +166,32 @@ mod tests {
         assert_eq!(b.state(), BreakerState::Open { until_ms: 5_030 }, "3 of 4 failed");
         assert_eq!(b.allow(5_029), Permit::Refuse { retry_after_ms: 1 });
         assert_eq!(b.allow(5_030), Permit::Probe);
-        assert_eq!(b.allow(5_031), Permit::Refuse { retry_after_ms: 0 }, "one probe at a time");
+        assert_eq!(b.allow(5_031), Permit::Refuse { retry_after_ms: 4_999 }, "one probe at a time");
         b.record(5_040, true, true);
         assert_eq!(b.state(), BreakerState::Open { until_ms: 10_040 }, "a failed probe opens it again");
         assert_eq!(b.allow(10_040), Permit::Probe);
         b.record(10_050, false, true);
         assert_eq!((b.state(), b.allow(10_051)), (BreakerState::Closed, Permit::Call), "a good probe closes it");
+        // Another replica's open breaker, adopted by a closed one only, and only while it is still open.
+        let mut closed = Breaker::new(opts());
+        closed.adopt_open(100, 100);
+        assert_eq!(closed.state(), BreakerState::Closed, "a time past changes nothing");
+        closed.adopt_open(100, 3_000);
+        assert_eq!(
+            (closed.state(), closed.allow(2_999)),
+            (BreakerState::Open { until_ms: 3_000 }, Permit::Refuse { retry_after_ms: 1 })
+        );
+        assert_eq!(closed.allow(3_000), Permit::Probe);
+        closed.adopt_open(3_001, 9_000);
+        assert_eq!(closed.state(), BreakerState::HalfOpen { since_ms: 3_000 }, "its own probe goes on");
+        // A probe that never reports (its caller died) is replaced after a cool-down.
+        let mut lost = Breaker::new(opts());
+        for t in 0..4 {
+            lost.record(t, true, false);
+        }
+        assert_eq!(lost.allow(5_003), Permit::Probe);
+        assert_eq!(lost.allow(10_002), Permit::Refuse { retry_after_ms: 1 });
+        assert_eq!(lost.allow(10_003), Permit::Probe);
         // Old outcomes leave the window: three failures spread over more than a second never open it.
         for t in [20_000, 21_100, 22_200, 23_300] {
             b.record(t, true, false);
@@ -192,7 +231,7 @@ mod tests {
                     Permit::Probe => {
                         let due = matches!(before, BreakerState::Open { until_ms } if now >= until_ms);
                         prop_assert!(due, "a probe before the cool-down ended: {:?} at {}", before, now);
-                        prop_assert_eq!(b.allow(now), Permit::Refuse { retry_after_ms: 0 }, "one probe at a time");
+                        prop_assert_eq!(b.allow(now), Permit::Refuse { retry_after_ms: o.cool_down_ms }, "one probe at a time");
                         b.record(now, failed, true);
                         let expected =
                             if failed { BreakerState::Open { until_ms: now + o.cool_down_ms } } else { BreakerState::Closed };

@@ -96,6 +96,9 @@ codes! {
     ProviderTimeout = "STEADFAST_PROVIDER_TIMEOUT", retryable = true, status = 502, outage = true;
     /// The connection to the provider failed or dropped.
     ProviderNetwork = "STEADFAST_PROVIDER_NETWORK", retryable = true, status = 502, outage = true;
+    /// The model's circuit breaker is open (its recent calls failed): the call was not made (retry after the
+    /// cool-down, or a fallback model took it).
+    ProviderCircuitOpen = "STEADFAST_PROVIDER_CIRCUIT_OPEN", retryable = true, status = 503, outage = true;
     /// The provider refused the credentials (HTTP 401/403). Not an outage.
     ProviderAuth = "STEADFAST_PROVIDER_AUTH", retryable = false, status = 502, outage = false;
     /// The provider refused the request (HTTP 400/404/422, context too long, …).

@@ -472,6 +472,10 @@ pub struct AgentConfig {
     /// [`AgentOptions::session_budget`]: token and cost limits of a whole conversation (default none).
     #[serde(default)]
     pub session_budget: TokenLimits,
+    /// [`AgentOptions::breaker`]: a circuit breaker per provider and webhook host (`{windowMs?, minCalls?,
+    /// failurePercent?, coolDownMs?}`; default none), shared by the requests of an isolate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub breaker: Option<crate::core::breaker::BreakerOptions>,
     /// Fallback models (each as `model`), tried in order when a model call's retries run out with a retryable
     /// failure (see `AgentBuilder::fallback`); a sub-agent with a model of its own has none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -568,6 +572,7 @@ impl Default for AgentConfig {
             max_handoffs: default_max_handoffs(),
             session_budget: TokenLimits::default(),
             fallbacks: Vec::new(),
+            breaker: None,
             prices: PriceTable::default(),
         }
     }
@@ -699,6 +704,7 @@ impl AgentConfig {
             session_budget: self.session_budget,
             on_exceeded,
             prices: self.prices.clone(),
+            breaker: self.breaker,
         }
     }
 
@@ -1706,6 +1712,12 @@ mod tests {
                         })
                         .collect(),
                 ),
+                breaker: (n(0, 1) == 1).then(|| crate::core::breaker::BreakerOptions {
+                    window_ms: n(1, 1 << 40),
+                    min_calls: n(1, 100) as u32,
+                    failure_percent: n(1, 100) as u32,
+                    cool_down_ms: n(1, 1 << 40),
+                }),
             };
             use crate::runtime::WaitTool;
             let Value::Object(mut doc) = serde_json::to_value(&options).unwrap() else { panic!("{repro}") };

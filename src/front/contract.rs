@@ -289,12 +289,22 @@ pub struct Health {
     pub service: String,
     /// The crate's version.
     pub version: String,
+    /// The circuit breakers of the process that answered (a Worker isolate's: `breaker` in the configuration),
+    /// by dependency (a provider's host, a webhook's host); left out while there are none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", ts(as = "Option<Vec<crate::runtime::BreakerView>>", optional))]
+    pub breakers: Vec<crate::runtime::BreakerView>,
 }
 
 impl Health {
     /// This build's health answer.
     pub fn now() -> Health {
-        Health { ok: true, service: "steadfast".into(), version: env!("CARGO_PKG_VERSION").into() }
+        Health {
+            ok: true,
+            service: "steadfast".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            breakers: Vec::new(),
+        }
     }
 }
 

@@ -252,6 +252,10 @@ impl<H: HttpClient> Model for AnthropicModel<H> {
         &self.options.model
     }
 
+    fn dependency(&self) -> String {
+        super::endpoint_host(&self.options.base_url, self.id())
+    }
+
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
         self.generate_streaming(request, &|_| {}).await
     }

@@ -53,6 +53,18 @@ pub trait ModelPlatform {
 const EXCERPT_CHARS: usize = 200;
 
 /// Replaces every occurrence of `secret` in `text` (nothing to do for an empty secret).
+/// The host of a provider's `base_url` (its breaker's dependency: one per endpoint host), else `fallback`.
+pub(crate) fn endpoint_host(base_url: &str, fallback: &str) -> String {
+    let rest = base_url.split_once("://").map_or(base_url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("").split(':').next().unwrap_or("");
+    if host.is_empty() {
+        fallback.to_string()
+    } else {
+        host.to_ascii_lowercase()
+    }
+}
+
 pub(crate) fn redact(text: &str, secret: &str) -> String {
     if secret.is_empty() {
         text.to_string()
@@ -539,6 +551,14 @@ pub(crate) mod fake {
 mod tests {
     use super::*;
     use crate::core::transcript::{ResultKind, ToolResult};
+
+    #[test]
+    fn a_providers_breaker_is_its_endpoints_host() {
+        assert_eq!(endpoint_host("https://api.openai.com/v1", "m"), "api.openai.com");
+        assert_eq!(endpoint_host("http://user@LOCALHOST:8080/x?y#z", "m"), "localhost");
+        assert_eq!(endpoint_host("https://gw.example/openai?k=1", "m"), "gw.example");
+        assert_eq!(endpoint_host("", "model-id"), "model-id", "no host: the model is its own dependency");
+    }
 
     #[test]
     fn unusable_arguments_are_marked_invalid_with_the_reason_and_kept_as_produced() {

@@ -191,6 +191,10 @@ impl<B: AiBinding> Model for WorkersAiModel<B> {
         &self.options.model
     }
 
+    fn dependency(&self) -> String {
+        "workers-ai".into()
+    }
+
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
         self.generate_streaming(request, &|_| {}).await
     }

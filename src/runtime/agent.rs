@@ -69,6 +69,8 @@ pub struct AgentBuilder {
     model: Rc<dyn Model>,
     /// Models that take a call the agent's model failed, in order ([`AgentBuilder::fallback`]).
     fallbacks: Vec<Rc<dyn Model>>,
+    /// The models' breakers ([`AgentBuilder::breakers`]).
+    breakers: Option<Rc<super::Breakers>>,
     tools: Vec<Rc<dyn Tool>>,
     instructions: String,
     store: Option<Rc<dyn RunStore>>,
@@ -117,6 +119,14 @@ impl AgentBuilder {
     /// [`AgentBuilder::fallback`] of a shared model.
     pub fn fallback_rc(mut self, model: Rc<dyn Model>) -> Self {
         self.fallbacks.push(model);
+        self
+    }
+
+    /// The breakers its models' calls go through (with `AgentOptions::breaker`): shared with whoever holds the
+    /// same [`super::Breakers`] (the Worker: every request of an isolate). Default: the agent's own, shared with
+    /// its sub-agents and handoff team.
+    pub fn breakers(mut self, breakers: Rc<super::Breakers>) -> Self {
+        self.breakers = Some(breakers);
         self
     }
 
@@ -251,6 +261,8 @@ impl AgentBuilder {
     fn build_at(mut self, level: usize, max_depth: usize) -> Result<Agent> {
         let cfg = |m: String| Error::new(ErrorCode::ConfigInvalid, m);
         let store = self.store.clone().ok_or_else(|| cfg("an agent needs a store (e.g. MemoryStore::new())".into()))?;
+        // One set of breakers for the agent, its sub-agents and its team (made here when none was given).
+        self.breakers = Some(self.breakers.take().unwrap_or_default());
         let mut subagents = Vec::new();
         let mut child_calls: Vec<(String, Rc<dyn super::deps::ChildCall>)> = Vec::new();
         for decl in std::mem::take(&mut self.subagents) {
@@ -261,6 +273,7 @@ impl AgentBuilder {
             b.rng = b.rng.or_else(|| self.rng.clone());
             b.warn = b.warn.or_else(|| self.warn.clone());
             b.observer = b.observer.or_else(|| self.observer.clone());
+            b.breakers = b.breakers.or_else(|| self.breakers.clone());
             b.options.on_agent_drift = self.options.on_agent_drift;
             if decl.opts.abandon && !decl.opts.detached {
                 return Err(cfg(format!(
@@ -360,6 +373,7 @@ impl AgentBuilder {
                 hooks: self.hooks,
                 model: self.model,
                 fallbacks: self.fallbacks,
+                breakers: self.breakers.unwrap_or_default(),
                 tools,
                 specs,
                 instructions: self.instructions,
@@ -425,6 +439,7 @@ impl AgentBuilder {
             b.rng = b.rng.or_else(|| self.rng.clone());
             b.warn = b.warn.or_else(|| self.warn.clone());
             b.observer = b.observer.or_else(|| self.observer.clone());
+            b.breakers = b.breakers.or_else(|| self.breakers.clone());
             b.options = self.options.clone();
             for (name, description) in team.iter().filter(|(n, _)| *n != decl.name) {
                 b.tools.push(Rc::new(super::handoff::TransferTool::new(name, description)));
@@ -467,6 +482,7 @@ impl Agent {
             hooks: Vec::new(),
             model,
             fallbacks: Vec::new(),
+            breakers: None,
             tools: Vec::new(),
             instructions: String::new(),
             store: None,

@@ -35,6 +35,8 @@ pub(crate) struct Deps {
     pub(crate) model: Rc<dyn Model>,
     /// The models after `model` in its fallback chain ([`super::AgentBuilder::fallback`]).
     pub(crate) fallbacks: Vec<Rc<dyn Model>>,
+    /// The models' breakers (used with `options.breaker`).
+    pub(crate) breakers: Rc<super::Breakers>,
     pub(crate) tools: Vec<RegisteredTool>,
     /// The tools as the model sees them (same order as `tools`).
     pub(crate) specs: Vec<ToolSpec>,

@@ -17,6 +17,7 @@
 
 pub(crate) mod agent;
 pub(crate) mod approvals;
+pub(crate) mod breakers;
 mod deps;
 mod driver;
 pub(crate) mod feed;
@@ -47,6 +48,7 @@ pub use crate::time::{Clock, Sleep};
 pub use crate::time::{SystemClock, ThreadSleep};
 pub use agent::{Agent, AgentBuilder, DeleteOptions, Input, Runs};
 pub use approvals::{Approvals, Resolve};
+pub use breakers::{BreakerView, Breakers};
 pub use feed::{ModelFeed, ModelFrame};
 pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};
 pub use hooks::{Hook, HookContext, ToolResultDraft, Verdict};

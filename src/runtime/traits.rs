@@ -56,6 +56,11 @@ pub struct ModelRequest<'a> {
 pub trait Model {
     /// Model id (part of the agent fingerprint).
     fn id(&self) -> &str;
+    /// The dependency its calls go to, for the circuit breaker per dependency (`AgentOptions::breaker`): models
+    /// of one provider share one (the HTTP providers name their endpoint's host). Default: the model id.
+    fn dependency(&self) -> String {
+        self.id().to_string()
+    }
     /// One attempt at the next turn. Errors carry a code, `retryable` and `retry_after_ms`.
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse>;
     /// One attempt at the next turn, handing each increment (text, reasoning) to `on_delta` as it arrives; the
@@ -206,6 +211,18 @@ pub trait Tool {
     }
     /// Runs the call.
     async fn execute(&self, args: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError>;
+
+    /// The dependency its calls go to (a webhook's host), for the circuit breaker per dependency
+    /// (`AgentOptions::breaker`); `None` (the default): its calls go through no breaker.
+    fn dependency(&self) -> Option<String> {
+        None
+    }
+
+    /// Whether a failed call says its [`Tool::dependency`] is down (it counts toward the breaker): a timeout, a
+    /// dropped connection, a 5xx or 429 answer. Default: none does.
+    fn dependency_down(&self, _err: &ToolError) -> bool {
+        false
+    }
 
     /// Whether the tool has side effects worth a ledger (M26): its intent is recorded in a checkpoint before
     /// it runs, and a resume that finds the intent without an outcome calls [`Tool::reconcile`] first.

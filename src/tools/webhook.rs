@@ -525,6 +525,22 @@ impl<H: HttpClient + ?Sized> Tool for WebhookTool<H> {
         self.config.side_effecting
     }
 
+    fn dependency(&self) -> Option<String> {
+        Some(self.url.host.clone())
+    }
+
+    /// A timeout, a failed connection, and a 5xx or 429 answer (the messages [`Tool::execute`] builds).
+    fn dependency_down(&self, err: &ToolError) -> bool {
+        match err {
+            ToolError::Failed { kind, message } => match kind.as_str() {
+                "TimeoutError" | "NetworkError" => true,
+                "HttpError" => message.starts_with("HTTP 5") || message.starts_with("HTTP 429"),
+                _ => false,
+            },
+            ToolError::Propagate(_) => false,
+        }
+    }
+
     async fn execute(&self, args: Value, ctx: ToolContext) -> std::result::Result<ToolOutput, ToolError> {
         // Checked at construction; checked again here so no call ever leaves for a host that is not listed.
         if let Err(e) = self.allowlist.check(&self.url.host) {
@@ -790,8 +806,14 @@ mod tests {
         assert_eq!(kind, "HttpError");
         assert!(message.starts_with("HTTP 422: eeee"), "{message}");
         assert!(message.chars().count() < 600, "{}", message.len());
+        assert!(
+            !tool.dependency_down(&ToolError::typed(&kind, &message)),
+            "a refused request says nothing of the host"
+        );
         let (kind, message) = failed(block_on(tool.execute(json!({}), ctx("c2", None))));
         assert_eq!((kind.as_str(), message.as_str()), ("HttpError", "HTTP 503"));
+        assert!(tool.dependency_down(&ToolError::typed(&kind, &message)), "a 503 counts toward the host's breaker");
+        assert_eq!(tool.dependency().as_deref(), Some("api.example.com"));
     }
 
     #[test]
@@ -809,9 +831,11 @@ mod tests {
         let (kind, message) = failed(block_on(tool.execute(json!({}), ctx("c1", None))));
         assert_eq!(kind, "TimeoutError");
         assert_eq!(message, "POST https://api.example.com failed: no complete answer within 10000 ms");
+        assert!(tool.dependency_down(&ToolError::typed(&kind, &message)));
         let (kind, message) = failed(block_on(tool.execute(json!({}), ctx("c2", None))));
         assert_eq!(kind, "NetworkError");
         assert!(message.contains("connection refused"), "{message}");
+        assert!(tool.dependency_down(&ToolError::typed(&kind, &message)));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 // with a configured model that answers 503 to every call (a mock script of errors) and `fallbacks: [a second
 // mock]`. The run finishes on the fallback's answers; each turn records the model that answered (`model` on its
 // assistant message, in `GET /runs/{id}` and on the `step` events), and the SSE stream shows a `provider.fallback`
-// event for each step down, with the failure's code.
+// event for each step down, with the failure's code. With `breaker`, an open breaker skips the primary at once.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -51,6 +51,46 @@ for (const mode of ["kv", "strict"]) {
     assert.equal(run.json.fingerprint.model, "primary | backup", "the chain is the model");
     assert.deepEqual(run.json.messages.filter((m) => m.role === "assistant").map((m) => m.model), ["backup", "backup"]);
     assert.equal(run.json.usage.costUsd, 0.00003, "priced by the model that answered");
+    await w.stop();
+  });
+}
+
+// With a breaker per dependency: the primary's two failed attempts of the first turn open its breaker, so the
+// second turn skips it at once (a `provider.fallback` with STEADFAST_PROVIDER_CIRCUIT_OPEN, no call made), and
+// `GET /health` shows the breaker open (KV mode: the request's own isolate ran the run).
+const withBreaker = { ...config, breaker: { minCalls: 2, failurePercent: 100, coolDownMs: 600000 } };
+
+for (const mode of ["kv", "strict"]) {
+  test(`${mode}: an open breaker sends the next turn straight to the fallback; /health shows it`, { timeout: 90000 }, async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), `steadfast-breakers-${mode}-`));
+    after(() => fs.rmSync(dir, { recursive: true, force: true }));
+    const w = persisted(mode, withBreaker, dir);
+    const before = await (await w.dispatchFetch("http://localhost/health")).json();
+    assert.equal(before.breakers, undefined, "no breaker before any call");
+    const res = await w.dispatchFetch(`http://localhost/runs/br-1`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream", "content-type": "application/json" },
+      body: JSON.stringify({ input: "charge order 7" }),
+    });
+    assert.equal(res.status, 200, res.status === 200 ? "" : await res.text());
+    const reader = sseReader(res.body);
+    const events = [];
+    let e;
+    while ((e = await reader.next())) events.push(e);
+    const stepDowns = events.filter((x) => x.type === "provider.fallback").map((x) => [x.step, x.code]);
+    assert.deepEqual(stepDowns, [
+      [1, "STEADFAST_PROVIDER_UNAVAILABLE"],
+      [2, "STEADFAST_PROVIDER_CIRCUIT_OPEN"],
+    ]);
+    const run = await call(w, "GET", "/runs/br-1");
+    assert.equal(run.json.messages.at(-1).content, "charged, by the backup", run.text);
+    if (mode === "kv") {
+      const health = await (await w.dispatchFetch("http://localhost/health")).json();
+      assert.equal(health.ok, true);
+      const [b, backup, ...rest] = health.breakers ?? [];
+      assert.deepEqual([b?.dependency, b?.state, backup?.dependency, backup?.state, rest.length], ["primary", "open", "backup", "closed", 0], JSON.stringify(health));
+      assert.ok(b.until > Date.now() + 500000, "open for the cool-down");
+    }
     await w.stop();
   });
 }

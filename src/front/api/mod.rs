@@ -336,7 +336,7 @@ pub enum Admission {
 pub fn admit(req: &ApiRequest, token: Option<&str>, conformance_route: bool) -> Result<Admission> {
     let route = Route::parse(&req.method, &req.path, conformance_route);
     match &route {
-        Ok(Route::Health) => return Ok(Admission::Respond(service::health())),
+        Ok(Route::Health) => return Ok(Admission::Respond(service::health(Vec::new()))),
         Err(refused) if refused.public() => return Err(refused.to_error(&req.method, &req.path)),
         // The wait's token in the path is the capability: no bearer token (whatever `Authorization` says).
         Ok(Route::DeliverEvent(_)) => {}
@@ -373,6 +373,11 @@ pub trait Host {
     /// Reads the configuration and builds the API over the agent, with `token` as its bearer token. Called
     /// only for an admitted request whose body was read within the limit.
     async fn api(&mut self, token: Option<String>) -> Result<Api>;
+
+    /// The circuit breakers of this process (an isolate's), as `GET /health` shows them. Default: none.
+    fn breakers(&self) -> Vec<crate::runtime::BreakerView> {
+        Vec::new()
+    }
 
     /// Whether this build serves `POST /__conformance` (the cargo feature `conformance`; never in a release).
     fn conformance_route(&self) -> bool {
@@ -435,7 +440,11 @@ pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn H
     }
     let result = async {
         match admitted? {
-            Admission::Respond(r) => Ok(r),
+            // `/health`, with the breakers of this process when it has any.
+            Admission::Respond(r) => match host.breakers() {
+                breakers if breakers.is_empty() => Ok(r),
+                breakers => Ok(service::health(breakers)),
+            },
             Admission::Conformance => {
                 let report = host.conformance().await?;
                 Ok(ApiResponse {
@@ -550,7 +559,7 @@ impl Api {
     /// Calls the route's handler (in the module of its resource).
     async fn dispatch(&self, route: Route, req: &ApiRequest) -> Result<ApiResponse> {
         match route {
-            Route::Health => Ok(service::health()),
+            Route::Health => Ok(service::health(Vec::new())),
             // Served by `serve` (a shell that has it) before dispatch; here no route.
             Route::Conformance => Err(RouteError::NotFound { run: None }.to_error(&req.method, &req.path)),
             Route::ListRuns => self.list_runs(req).await,

@@ -7,9 +7,9 @@ use crate::core::sweep::SweepState;
 use crate::front::contract::{Breaker, Health, ScheduleList, SweepView};
 use serde_json::Value;
 
-/// `GET /health` (no token).
-pub(super) fn health() -> ApiResponse {
-    ApiResponse::ok(&Health::now())
+/// `GET /health` (no token), with the process's circuit breakers.
+pub(super) fn health(breakers: Vec<crate::runtime::BreakerView>) -> ApiResponse {
+    ApiResponse::ok(&Health { breakers, ..Health::now() })
 }
 
 impl Api {

@@ -218,6 +218,11 @@ impl Model for JsModel {
         &self.id
     }
 
+    /// An AI SDK model's provider (`openai` of `openai:gpt-4o`): one breaker per provider; else the id.
+    fn dependency(&self) -> String {
+        self.id.split_once(':').map_or(&*self.id, |(provider, _)| provider).to_string()
+    }
+
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
         self.answer(request, &JsValue::UNDEFINED).await
     }

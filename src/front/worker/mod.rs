@@ -48,6 +48,8 @@ thread_local! {
     /// The isolate's MCP servers: their tool lists and sessions ([`McpCache`] decides when a server is listed
     /// again), so a warm request costs no subrequest for them.
     static MCP: Rc<McpCache> = Rc::new(McpCache::default());
+    /// The models' circuit breakers (`breaker` in the configuration), shared by every request of the isolate.
+    static BREAKERS: Rc<crate::runtime::Breakers> = Rc::new(crate::runtime::Breakers::new());
 }
 
 /// The configuration: `STEADFAST_CONFIG` (a non-blank string, or a JSON variable: its JSON text), else the
@@ -180,7 +182,8 @@ async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent>
         .store_rc(store)
         .clock(clock)
         .sleep(sleep)
-        .rng(Rc::new(js_rng()));
+        .rng(Rc::new(js_rng()))
+        .breakers(BREAKERS.with(Rc::clone));
     let mcp = MCP.with(Rc::clone);
     let now = crate::time::Clock::now_ms(&JsClock);
     for t in cfg.mcp_tools(&mcp, Rc::new(FetchClient), &|name| secret(env, name), now).await? {
@@ -264,6 +267,10 @@ impl Host for WorkerHost<'_> {
                 .map_err(|e| Error::invalid_input(format!("reading the request body failed: {e}"))),
             None => Ok(None),
         }
+    }
+
+    fn breakers(&self) -> Vec<crate::runtime::BreakerView> {
+        BREAKERS.with(|b| b.views())
     }
 
     fn discard_body(&mut self) {

@@ -22,6 +22,7 @@ use super::options::SendOptions;
 use super::result::RunStats;
 use super::traits::{AbortSignal, EventSink, ModelRequest, Tee, ToolContext, ToolError, ToolOutput};
 use crate::core::approval::ApprovalRecord;
+use crate::core::breaker::Permit;
 use crate::core::checkpoint::JournalEntry;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::{
@@ -719,7 +720,6 @@ impl<'a> Driver<'a> {
         loop {
             attempt += 1;
             on_model += 1;
-            self.stats.model_calls += 1;
             let request = ModelRequest {
                 run_id: &self.lease.run_id.clone(),
                 messages: &m.checkpoint().messages,
@@ -731,6 +731,28 @@ impl<'a> Driver<'a> {
                 0 => agent.model.clone(),
                 i => agent.fallbacks[i - 1].clone(),
             };
+            // The breaker of the model's provider: an open one refuses the call, which is not made: the next
+            // model of the chain gets it at once, and with none left the call fails fast (retryable, after the
+            // cool-down), without waiting out the cool-down here.
+            let dependency = model.dependency();
+            let permit = agent.options.breaker.map(|opts| agent.breakers.allow(&dependency, opts, self.now()));
+            if let Some(Permit::Refuse { retry_after_ms }) = permit {
+                let code = ErrorCode::ProviderCircuitOpen;
+                if let Some(next) = agent.fallbacks.get(index) {
+                    let (from, to) = (model.id().to_string(), next.id().to_string());
+                    self.emit(Event::ProviderFallback { step, from, to, code });
+                    (index, on_model) = (index + 1, 0);
+                    continue;
+                }
+                let why = format!(
+                    "the circuit breaker of '{dependency}' (model '{}') is open: its recent calls failed",
+                    model.id()
+                );
+                let err = Error::new(code, why).with_run(&self.lease.run_id);
+                return Err(err.with_retry_after_ms(Some(retry_after_ms)));
+            }
+            let probe = permit == Some(Permit::Probe);
+            self.stats.model_calls += 1;
             let answer = match self.sink.clone() {
                 // Someone listens: the answer's increments become events as they arrive.
                 Some(sink) => {
@@ -742,6 +764,16 @@ impl<'a> Driver<'a> {
                 }
                 None => self.wait_renewing(model.generate(request)).await?,
             };
+            // A failure the provider is to blame for counts, a refused request does not; an aborted call says
+            // nothing (an aborted probe counts as failed: the breaker waits another cool-down for the next one).
+            let failed = match &answer {
+                Some(Err(e)) => Some(e.code.is_outage()),
+                Some(Ok(_)) => Some(false),
+                None => probe.then_some(true),
+            };
+            if let (Some(failed), Some(_)) = (failed, permit) {
+                agent.breakers.record(&dependency, self.now(), failed, probe);
+            }
             let err = match answer {
                 None => return Ok(None),
                 Some(Ok(mut resp)) => {
@@ -813,12 +845,37 @@ impl<'a> Driver<'a> {
             wait_token,
             now: self.now(),
         };
+        // The breaker of the tool's host (a webhook's), when the agent has breakers.
+        let breaker = match (&tool, &subagent, self.agent.options.breaker) {
+            (Some(t), None, Some(opts)) => t.dependency().map(|d| (self.agent.breakers.clone(), opts, d)),
+            _ => None,
+        };
+        let clock = self.deps.clock.clone();
         Box::pin(async move {
             let outcome = match tool {
                 None => ToolOutcome::Failed { message: format!("Error: unknown tool '{}'", call.name) },
                 Some(tool) => match match subagent {
                     Some(sub) => sub.run(call.args, ctx, child_opts).await,
-                    None => tool.execute(call.args, ctx).await,
+                    None => match &breaker {
+                        None => tool.execute(call.args, ctx).await,
+                        Some((breakers, opts, dependency)) => match breakers.allow(dependency, *opts, ctx.now) {
+                            // Open: the call is not made; the model reads why (and may try again later).
+                            Permit::Refuse { retry_after_ms } => Err(ToolError::typed(
+                                "CircuitOpenError",
+                                format!(
+                                    "'{dependency}' was not called: its circuit breaker is open (its recent calls \
+                                     failed); try again in {} s",
+                                    retry_after_ms.div_ceil(1_000)
+                                ),
+                            )),
+                            permit => {
+                                let res = tool.execute(call.args, ctx).await;
+                                let failed = res.as_ref().err().is_some_and(|e| tool.dependency_down(e));
+                                breakers.record(dependency, clock.now_ms(), failed, permit == Permit::Probe);
+                                res
+                            }
+                        },
+                    },
                 } {
                     Ok(ToolOutput { wait: Some(wait), .. }) => ToolOutcome::Wait(wait),
                     Ok(out) => {

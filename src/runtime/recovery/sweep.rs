@@ -259,6 +259,11 @@ impl Agent {
             }
         };
         let initial = state.clone();
+        // The breakers other replicas found open are open here too (this isolate's, shared by its requests).
+        let breaker = self.deps.options.breaker;
+        if let Some(opts) = breaker {
+            self.deps.breakers.adopt_open(&state.breakers, opts, self.deps.now());
+        }
         let mut tick = Tick { probe_free: true, done: HashSet::new(), verified: 0 };
         // A due probe goes to the run the breaker remembers, wherever the listing stands.
         if probe_due(&state, self.deps.now()) && !stopped(listener) {
@@ -287,6 +292,9 @@ impl Agent {
         let listed = self.sweep_pages(opts, &mut state, &mut tick, &mut report, listener, &used).await;
         report.outage = state.outage.is_some();
         let now = self.deps.now();
+        if breaker.is_some() {
+            state.breakers = self.deps.breakers.open_until(now);
+        }
         if repair || tick_writes(&initial, &state, now) {
             state.last_tick_at = Some(now);
             // Ignored (no else): a SweepState (numbers, strings, options) always serialises.
