@@ -780,9 +780,6 @@ fn the_sweep_route_shows_the_stored_breaker_and_cursor() {
             last_tick_at: maybe(70).then(|| rng.next_u64() % 2_000_000_000_000),
             verified: maybe(30).then(|| "verified-run".to_string()),
             verify_round_at: maybe(30).then(|| rng.next_u64() % 2_000_000_000_000),
-            breakers: (0..rng.next_u64() % 3)
-                .map(|i| (format!("host-{i}.example"), rng.next_u64() % 2_000_000_000_000))
-                .collect(),
         };
         block_on(f.api.agent().store().put_state("sweep", &serde_json::to_string(&state).unwrap())).unwrap();
         let before = snapshot(&f.kv);

@@ -152,9 +152,8 @@ fn a_sweep_tick_carries_an_open_breaker_to_the_other_replicas_and_it_closes_ther
         // This replica's tick records it (its resumes fail fast: no call is made) …
         block_on(here.sweep(&Default::default(), &NoListener)).unwrap();
         assert_eq!(*calls.borrow(), 4, "{name}: the tick made no call while open");
-        let state: serde_json::Value =
-            serde_json::from_str(&block_on(env.store.get_state("sweep")).unwrap().unwrap()).unwrap();
-        assert_eq!(state["breakers"]["m"], until_ms, "{name}: {state}");
+        let stored = block_on(env.store.get_state("breakers")).unwrap();
+        assert_eq!(stored, Some(format!("{until_ms} m\n")), "{name}");
         // … and the other replica's tick takes it in: its calls are refused too, none is made.
         block_on(there.sweep(&Default::default(), &NoListener)).unwrap();
         assert_eq!(theirs.state("m"), Some(BreakerState::Open { until_ms }), "{name}");
@@ -169,9 +168,12 @@ fn a_sweep_tick_carries_an_open_breaker_to_the_other_replicas_and_it_closes_ther
         assert_eq!((r.text.as_str(), theirs.state("m")), ("ok", Some(BreakerState::Closed)), "{name}");
         env.clock.advance(600_001);
         block_on(there.sweep(&Default::default(), &NoListener)).unwrap();
-        let state: serde_json::Value =
-            serde_json::from_str(&block_on(env.store.get_state("sweep")).unwrap().unwrap()).unwrap();
-        assert!(state.get("breakers").is_none(), "{name}: nothing open is recorded: {state}");
+        let stored = block_on(env.store.get_state("breakers")).unwrap();
+        assert_eq!(stored.as_deref(), Some(""), "{name}: nothing open is recorded");
+        // A stored text that does not read (lines without a time, or a time that is not a number) opens nothing.
+        block_on(env.store.put_state("breakers", "soon m\n\n12\n")).unwrap();
+        block_on(there.sweep(&Default::default(), &NoListener)).unwrap();
+        assert_eq!(theirs.state("m"), Some(BreakerState::Closed), "{name}");
     }
 }
 

@@ -183,17 +183,12 @@ type SweepView = {
   cursor: string | null;
   lastOutageEnd: number | null;
   lastTickAt?: number;
-  /** Circuit breakers open when the last tick ended (every replica's), by dependency: until when. */
-  breakers?: Record<string, number>;
 };
 
-/** The circuit breakers per dependency: those the answering isolate holds (`GET /health`) and those the sweep
- * recorded open for every replica (`GET /sweep`). */
-function breakersPanel(mine: BreakerView[], recorded: Record<string, number>): HTMLElement {
+/** The circuit breakers per dependency the answering isolate holds (`GET /health`; the sweep brings it those
+ * other isolates found open). */
+function breakersPanel(mine: BreakerView[]): HTMLElement {
   const rows = mine.map((b): [string, string] => [b.dependency, b.until !== undefined ? `${b.state} until ${time(b.until)}` : b.state]);
-  for (const [dependency, until] of Object.entries(recorded)) {
-    if (!mine.some((b) => b.dependency === dependency)) rows.push([dependency, `open until ${time(until)} (recorded by the sweep)`]);
-  }
   if (rows.length === 0) return h("p", { id: "breakers", class: "muted" }, "Circuit breakers: none has opened (or none is configured).");
   return h(
     "p",
@@ -289,7 +284,7 @@ async function renderRuns(filter: string): Promise<void> {
     h("h2", null, "Runs"),
     h("div", { class: "row" }, h("label", null, "Show ", select), refreshButton(() => renderRuns(filter)), openForm),
     sweepPanel(sweep),
-    breakersPanel(health.breakers ?? [], sweep.breakers ?? {}),
+    breakersPanel(health.breakers ?? []),
     h("h3", null, "Unfinished"),
     runs.length === 0
       ? h("p", { class: "muted", id: "no-runs" }, "No unfinished runs.")

@@ -94,10 +94,6 @@ pub struct SweepState {
     /// alone (a paused run waiting days) is read about once a day, whatever the number of such runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_round_at: Option<u64>,
-    /// The circuit breakers (`AgentOptions::breaker`) open when a tick ended, by dependency, with when each
-    /// lets a probe through: how one replica's breakers reach the others (each tick takes them in).
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub breakers: std::collections::BTreeMap<String, u64>,
 }
 
 /// How long after a round of verifications ends the next one starts: a day.

@@ -2,12 +2,11 @@
 //! provider ([`super::Model::dependency`]: the endpoint's host) and a tool's host ([`super::Tool::dependency`]:
 //! a webhook's) — shared by every execution that holds the same [`Breakers`]: an agent's own by default, shared
 //! with its sub-agents and handoff team; the Worker shares one set across the requests of an isolate. Across
-//! isolates (replicas) the recovery sweep carries the open ones in its stored state: each tick takes in the
-//! breakers other replicas opened and records its own ([`Breakers::open_until`], [`Breakers::adopt_open`]).
+//! isolates (replicas) the recovery sweep carries the open ones in the store (state `breakers`): each tick takes
+//! in the breakers other replicas opened and records its own ([`Breakers::open_text`], [`Breakers::adopt_text`]).
 
 use crate::core::breaker::{Breaker, BreakerOptions, BreakerState, Permit};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 
 /// Breakers by dependency, in the order each was first called (a handful: a list is smaller code than a map).
 #[derive(Debug, Default)]
@@ -80,24 +79,29 @@ impl Breakers {
             .collect()
     }
 
-    /// The breakers open at `now_ms`, with when each lets a probe through (what the sweep records for the other
-    /// replicas).
-    pub fn open_until(&self, now_ms: u64) -> BTreeMap<String, u64> {
-        let mut open = BTreeMap::new();
+    /// The breakers open at `now_ms`, as the sweep records them for the other replicas: a line
+    /// `<until ms> <dependency>` for each (a plain text, read back by [`Breakers::adopt_text`]).
+    pub fn open_text(&self, now_ms: u64) -> String {
+        let mut text = String::new();
         for (dependency, b) in self.0.borrow().iter() {
             if let BreakerState::Open { until_ms } = b.state() {
-                if until_ms > now_ms {
-                    open.insert(dependency.clone(), until_ms);
+                if until_ms > now_ms && !dependency.contains('\n') {
+                    text.push_str(&format!("{until_ms} {dependency}\n"));
                 }
             }
         }
-        open
+        text
     }
 
-    /// Takes in breakers another replica found open ([`Breaker::adopt_open`]; one not known here is made).
-    pub fn adopt_open(&self, open: &BTreeMap<String, u64>, opts: BreakerOptions, now_ms: u64) {
-        for (dependency, until) in open {
-            self.with(dependency, opts, |b| b.adopt_open(now_ms, *until));
+    /// Takes in the breakers another replica found open ([`Breakers::open_text`]; [`Breaker::adopt_open`]; one
+    /// not known here is made). A line that does not read is skipped: the next tick writes the text again.
+    pub fn adopt_text(&self, text: &str, opts: BreakerOptions, now_ms: u64) {
+        for line in text.lines() {
+            if let Some((until, dependency)) = line.split_once(' ') {
+                if let (Ok(until), false) = (until.parse::<u64>(), dependency.is_empty()) {
+                    self.with(dependency, opts, |b| b.adopt_open(now_ms, until));
+                }
+            }
         }
     }
 }

@@ -260,10 +260,10 @@ impl Agent {
         };
         let initial = state.clone();
         // The breakers other replicas found open are open here too (this isolate's, shared by its requests).
-        let breaker = self.deps.options.breaker;
-        if let Some(opts) = breaker {
-            self.deps.breakers.adopt_open(&state.breakers, opts, self.deps.now());
-        }
+        let breakers = match self.deps.options.breaker {
+            Some(opts) => self.adopt_breakers(opts, &mut report, listener).await,
+            None => None,
+        };
         let mut tick = Tick { probe_free: true, done: HashSet::new(), verified: 0 };
         // A due probe goes to the run the breaker remembers, wherever the listing stands.
         if probe_due(&state, self.deps.now()) && !stopped(listener) {
@@ -292,8 +292,14 @@ impl Agent {
         let listed = self.sweep_pages(opts, &mut state, &mut tick, &mut report, listener, &used).await;
         report.outage = state.outage.is_some();
         let now = self.deps.now();
-        if breaker.is_some() {
-            state.breakers = self.deps.breakers.open_until(now);
+        // And the ones open here are recorded for them (written when the set changed; not after a failed read).
+        if let Some(stored) = breakers {
+            let open = self.deps.breakers.open_text(now);
+            if open != stored {
+                if let Err(e) = store.put_state("breakers", &open).await {
+                    report.error(listener, &e, None);
+                }
+            }
         }
         if repair || tick_writes(&initial, &state, now) {
             state.last_tick_at = Some(now);
@@ -605,6 +611,28 @@ impl Agent {
             }
             // A run that cannot be read is listed as corrupt by the store and left for a person.
             Err(e) => report.error(listener, &e, Some(&listed.run_id)),
+        }
+    }
+
+    /// Takes in the circuit breakers other replicas recorded open (state `breakers`, see
+    /// [`crate::runtime::Breakers`]); returns the text as stored (empty when none; `None` when it could not be
+    /// read).
+    async fn adopt_breakers(
+        &self,
+        opts: crate::core::breaker::BreakerOptions,
+        report: &mut SweepReport,
+        listener: &dyn SweepListener,
+    ) -> Option<String> {
+        match self.store().get_state("breakers").await {
+            Ok(text) => {
+                let text = text.unwrap_or_default();
+                self.deps.breakers.adopt_text(&text, opts, self.deps.now());
+                Some(text)
+            }
+            Err(e) => {
+                report.error(listener, &e, None);
+                None
+            }
         }
     }
 
