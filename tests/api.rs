@@ -495,8 +495,8 @@ impl Host for FakeHost {
         self.conformance_route
     }
 
-    fn breakers(&self) -> Vec<steadfast::runtime::BreakerView> {
-        self.breakers.as_ref().map(|b| b.views()).unwrap_or_default()
+    fn breakers(&self) -> String {
+        self.breakers.as_ref().map(|b| b.json()).unwrap_or_default()
     }
 
     async fn conformance(&mut self) -> Result<String> {

@@ -79,6 +79,9 @@
 //!   open (only a probe once the cool-down ended); the counts of probes and of `flaky` calls an open breaker
 //!   answered (`breakers: …`) must be above zero.
 //!
+//! * metrics: every replica (an isolate) keeps its counters; after the program each replica's count of model
+//!   calls equals the calls its processes made, retries and fallbacks a part of them (`metrics: …`).
+//!
 //! * cost: the model is priced ($1 and $3 per million tokens: a turn costs 25,000 nano-dollars), so every
 //!   recorded usage — a run's, its conversation's, each turn's and each child's rolled up into its lead — has a
 //!   cost, and it is exactly its tokens' (1,000 nano-dollars a prompt token, 3,000 a completion token): a turn
@@ -441,6 +444,8 @@ struct WaitCounts {
     breaker_probes: u64,
     /// Breakers: recorded results of `flaky` calls its host's open breaker refused.
     tool_refusals: u64,
+    /// Metrics: model calls counted by the replicas' counters (each checked against the calls made).
+    metrics_checked: u64,
 }
 
 impl WaitCounts {
@@ -475,6 +480,7 @@ impl WaitCounts {
         self.fallback_turns += o.fallback_turns;
         self.breaker_probes += o.breaker_probes;
         self.tool_refusals += o.tool_refusals;
+        self.metrics_checked += o.metrics_checked;
     }
 }
 
@@ -499,6 +505,9 @@ struct World {
     cutting: RefCell<BTreeSet<String>>,
     /// Each replica's model breakers (an isolate's, shared by its processes), in programs with breakers.
     breakers: [Rc<steadfast::runtime::Breakers>; 3],
+    /// Each replica's counters (an isolate's), and the model calls each replica's processes made.
+    metrics: [Rc<steadfast::runtime::Metrics>; 3],
+    model_calls: [Cell<u64>; 3],
 }
 
 fn hash_of(s: &str) -> u64 {
@@ -595,6 +604,8 @@ impl World {
             cutting: RefCell::default(),
             schedule,
             breakers: Default::default(),
+            metrics: Default::default(),
+            model_calls: Default::default(),
         })
     }
 
@@ -778,6 +789,8 @@ struct CheckerModel {
     fails_in: u64,
     /// Its process's breakers, in programs with breakers.
     breakers: Option<Rc<steadfast::runtime::Breakers>>,
+    /// Its process's replica.
+    replica: usize,
 }
 
 fn task_of(messages: &[Message]) -> Option<(u64, usize)> {
@@ -796,6 +809,8 @@ impl Model for CheckerModel {
 
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse> {
         let w = &self.world;
+        let calls = &w.model_calls[self.replica];
+        calls.set(calls.get() + 1);
         // A recorded model turn is never generated again: the run as recorded must not already hold a model
         // turn right after the transcript this call was given.
         // On the journal store an acquirer calls the model before its lease is confirmed (the read-back overlaps
@@ -1341,9 +1356,11 @@ impl World {
                 id,
                 fails_in,
                 breakers: breakers.clone(),
+                replica: replica as usize,
             };
             let primary = model("checker", if self.program.fallback || self.program.breakers { 3 } else { 40 });
-            let mut b = Agent::builder(primary).options(options.clone());
+            let mut b =
+                Agent::builder(primary).options(options.clone()).metrics(self.metrics[replica as usize].clone());
             if let Some(breakers) = &breakers {
                 b = b.breakers(breakers.clone());
             }
@@ -1806,6 +1823,20 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
         w.exec.run();
     }
     w.trace(|| format!("listed after the program: {:?}", w.oracle.pending().now_or_never()));
+    // The counters (an isolate's, per replica) say what happened: each replica's model calls are the calls its
+    // processes made, and of them the retries and fallbacks are a part.
+    for r in 0..3 {
+        let total =
+            |name: &str| -> u64 { w.metrics[r].samples().iter().filter(|s| s.name == name).map(|s| s.value).sum() };
+        let (calls, made) = (total("steadfast_model_calls_total"), w.model_calls[r].get());
+        let (retries, fallbacks) = (total("steadfast_model_retries_total"), total("steadfast_fallbacks_total"));
+        if calls != made || retries > calls || fallbacks > calls {
+            w.violation(format!(
+                "replica {r}: counted {calls} model calls ({retries} retries, {fallbacks} fallbacks), made {made}"
+            ));
+        }
+        w.log.borrow_mut().waits.metrics_checked += calls;
+    }
     for id in all_ids(&w) {
         w.observe(&id);
         if let Some(cp) = w.read(&id) {
@@ -2239,6 +2270,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         fallback_turns,
         breaker_probes,
         tool_refusals,
+        metrics_checked,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2276,6 +2308,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         "breakers: model and tool calls that were a half-open breaker's probe {breaker_probes}, tool calls refused by \
          an open breaker {tool_refusals}"
     );
+    println!("metrics: model calls counted, each replica's equal to the calls it made {metrics_checked}");
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (seed, kind, vs) in &failing {
@@ -2339,6 +2372,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("turns a fallback answered", fallback_turns),
             ("breaker probes", breaker_probes),
             ("tool calls refused by an open breaker", tool_refusals),
+            ("model calls counted", metrics_checked),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

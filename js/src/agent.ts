@@ -36,6 +36,7 @@ import type {
   Input,
   Json,
   Message,
+  MetricSample,
   ModelRequest,
   NothingToResume,
   PendingRun,
@@ -215,6 +216,13 @@ export interface Agent {
    * schedule id).
    */
   pending(): Promise<PendingRun[]>;
+  /**
+   * The counters the seeds say to monitor, per agent (this one by its `name`, `lead` by default; its sub-agents
+   * and handoff agents by theirs), counted in memory since the agent was made: model calls, retries, fallbacks,
+   * breaker refusals, loop stops, budget stops, reconciliations (duplicates prevented) and quarantines — the
+   * samples of `GET /metrics` (`steadfast_model_calls_total`, …).
+   */
+  metrics(): Promise<MetricSample[]>;
   /**
    * The session `id` (1–128 characters of `A-Za-z0-9_-`; throws `STEADFAST_SESSION_ID_INVALID` at once
    * otherwise): a multi-turn conversation whose every turn is its own checkpointed run `<id>.turn-<n>`.
@@ -479,6 +487,7 @@ export function createAgent(options: AgentOptions): Agent {
       });
     },
     pending: async () => (await call<PendingRun[]>(() => low.pending())).map(withSessionId),
+    metrics: () => call<MetricSample[]>(() => low.metrics()),
     session: (opts) => {
       knownKeys(opts, "session options");
       const id = (opts as { id?: unknown } | null | undefined)?.id;

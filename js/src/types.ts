@@ -44,6 +44,8 @@ import type { Usage } from "./generated/Usage.js";
 import type { BudgetCap } from "./generated/BudgetCap.js";
 import type { OnExceeded } from "./generated/OnExceeded.js";
 import type { Price } from "./generated/Price.js";
+import type { MetricSample } from "./generated/MetricSample.js";
+import type { BreakerOptions } from "./generated/BreakerOptions.js";
 import type { TokenLimits } from "./generated/TokenLimits.js";
 import type { JsonValue } from "./generated/serde_json/JsonValue.js";
 
@@ -52,6 +54,7 @@ import type { JsonValue } from "./generated/serde_json/JsonValue.js";
 export type {
   ApprovalRecord,
   ApprovalStatus,
+  BreakerOptions,
   BudgetCap,
   Checkpoint,
   ChildRun,
@@ -66,6 +69,7 @@ export type {
   ForkOptions,
   HistoryEntry,
   Message,
+  MetricSample,
   ModelChange,
   ModelRequest,
   NothingToResume,

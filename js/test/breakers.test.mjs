@@ -76,3 +76,24 @@ test("bad breaker options are refused with STEADFAST_CONFIG_INVALID", () => {
     );
   }
 });
+
+test("agent.metrics() counts retries, fallbacks and breaker refusals per agent", async () => {
+  const state = { down: true };
+  const big = model("acme:big", state);
+  const other = model("other:m", { down: false });
+  const agent = createAgent({ model: big, fallbacks: [other], store: memoryStore(), retry: { ...retry, maxAttempts: 3 }, breaker, name: "desk" });
+  assert.deepEqual(await agent.metrics(), [], "nothing counted yet");
+  // Two sends: two attempts on big (one retry), then other answers. The third: big's breaker is open.
+  for (const id of ["m1", "m2", "m3"]) assert.equal((await agent.send("go", { sessionId: id })).text, "from other:m");
+  const got = Object.fromEntries((await agent.metrics()).filter((s) => s.agent === "desk").map((s) => [s.name, s.value]));
+  assert.deepEqual(got, {
+    steadfast_model_calls_total: 7,
+    steadfast_model_retries_total: 2,
+    steadfast_fallbacks_total: 3,
+    steadfast_breaker_refusals_total: 1,
+    steadfast_loop_stops_total: 0,
+    steadfast_budget_stops_total: 0,
+    steadfast_reconciliations_total: 0,
+    steadfast_quarantines_total: 0,
+  });
+});

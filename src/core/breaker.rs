@@ -8,13 +8,13 @@
 //! request is the caller's fault, not the dependency's). Time is the caller's clock (ms), so the machine is pure
 //! and every transition is tested over generated histories.
 
-use serde::{Deserialize, Serialize};
-use std::collections::VecDeque;
+use serde::{de, Deserialize, Deserializer, Serialize};
+use serde_json::Value;
 
 /// When a breaker opens and how long it stays open.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase", default, deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct BreakerOptions {
     /// The sliding window outcomes are counted over (ms).
     #[cfg_attr(feature = "ts", ts(type = "number"))]
@@ -26,6 +26,40 @@ pub struct BreakerOptions {
     /// How long it stays open before a probe is let through (ms).
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub cool_down_ms: u64,
+}
+
+/// Read by hand from a JSON value (every field optional, unknown fields refused): a serde derive of its own costs
+/// the Worker about a kilobyte more.
+impl<'de> Deserialize<'de> for BreakerOptions {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<BreakerOptions, D::Error> {
+        const FIELDS: [&str; 4] = ["windowMs", "minCalls", "failurePercent", "coolDownMs"];
+        let Value::Object(fields) = Value::deserialize(d)? else {
+            return Err(de::Error::custom(
+                "an object {windowMs?, minCalls?, failurePercent?, coolDownMs?} was expected",
+            ));
+        };
+        let mut o = BreakerOptions::default();
+        for (name, value) in fields {
+            let Some(i) = FIELDS.iter().position(|f| *f == name) else {
+                return Err(de::Error::custom(format!(
+                    "unknown field `{name}`, expected one of {}",
+                    FIELDS.join(", ")
+                )));
+            };
+            let max = if i == 1 || i == 2 { u64::from(u32::MAX) } else { u64::MAX };
+            let n = value
+                .as_u64()
+                .filter(|n| *n <= max)
+                .ok_or_else(|| de::Error::custom(format!("`{name}` must be a whole number from 0")))?;
+            match i {
+                0 => o.window_ms = n,
+                1 => o.min_calls = n as u32,
+                2 => o.failure_percent = n as u32,
+                _ => o.cool_down_ms = n,
+            }
+        }
+        Ok(o)
+    }
 }
 
 impl Default for BreakerOptions {
@@ -72,13 +106,13 @@ pub struct Breaker {
     opts: BreakerOptions,
     state: BreakerState,
     /// Outcomes in the window, oldest first: (when, failed).
-    window: VecDeque<(u64, bool)>,
+    window: Vec<(u64, bool)>,
 }
 
 impl Breaker {
     /// A closed breaker.
     pub fn new(opts: BreakerOptions) -> Breaker {
-        Breaker { opts, state: BreakerState::Closed, window: VecDeque::new() }
+        Breaker { opts, state: BreakerState::Closed, window: Vec::new() }
     }
 
     /// Its state (an open breaker whose cool-down ended reads as open until a caller asks).
@@ -126,11 +160,9 @@ impl Breaker {
                 };
             }
             (BreakerState::Closed, false) => {
-                self.window.push_back((now_ms, failed));
                 let from = now_ms.saturating_sub(self.opts.window_ms);
-                while self.window.front().is_some_and(|(at, _)| *at < from) {
-                    self.window.pop_front();
-                }
+                self.window.retain(|(at, _)| *at >= from);
+                self.window.push((now_ms, failed));
                 let calls = self.window.len() as u64;
                 let failures = self.window.iter().filter(|(_, f)| *f).count() as u64;
                 if calls >= u64::from(self.opts.min_calls.max(1))
@@ -152,6 +184,27 @@ mod tests {
 
     fn opts() -> BreakerOptions {
         BreakerOptions { window_ms: 1_000, min_calls: 4, failure_percent: 50, cool_down_ms: 5_000 }
+    }
+
+    #[test]
+    fn options_read_by_hand_as_a_derive_would() {
+        let read = |text: &str| serde_json::from_str::<BreakerOptions>(text);
+        assert_eq!(read("{}").unwrap(), BreakerOptions::default());
+        let all = r#"{"windowMs": 1, "minCalls": 2, "failurePercent": 3, "coolDownMs": 4}"#;
+        let o = BreakerOptions { window_ms: 1, min_calls: 2, failure_percent: 3, cool_down_ms: 4 };
+        assert_eq!(read(all).unwrap(), o);
+        assert_eq!(read(&serde_json::to_string(&o).unwrap()).unwrap(), o, "what it writes reads back");
+        for bad in [
+            r#"{"coolDown": 1}"#,
+            r#"{"minCalls": "5"}"#,
+            r#"{"minCalls": -1}"#,
+            r#"{"minCalls": 4294967296}"#,
+            "7",
+            "null",
+        ] {
+            assert!(read(bad).is_err(), "{bad}");
+        }
+        assert!(read(r#"{"coolDown": 1}"#).unwrap_err().to_string().contains("unknown field `coolDown`"));
     }
 
     #[test]

@@ -291,7 +291,8 @@ pub struct Health {
     pub version: String,
     /// The circuit breakers of the process that answered (a Worker isolate's: `breaker` in the configuration),
     /// by dependency (a provider's host, a webhook's host); left out while there are none.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    // Written by `Breakers::json`, not by this derive.
+    #[serde(default, skip_serializing)]
     #[cfg_attr(feature = "ts", ts(as = "Option<Vec<crate::runtime::BreakerView>>", optional))]
     pub breakers: Vec<crate::runtime::BreakerView>,
 }

@@ -71,6 +71,10 @@ pub struct AgentBuilder {
     fallbacks: Vec<Rc<dyn Model>>,
     /// The models' breakers ([`AgentBuilder::breakers`]).
     breakers: Option<Rc<super::Breakers>>,
+    /// Its counters ([`AgentBuilder::metrics`]).
+    metrics: Option<Rc<super::Metrics>>,
+    /// Its name in the counters: a sub-agent's or handoff agent's name in its lead's declaration (else `name`).
+    label: Option<String>,
     tools: Vec<Rc<dyn Tool>>,
     instructions: String,
     store: Option<Rc<dyn RunStore>>,
@@ -127,6 +131,14 @@ impl AgentBuilder {
     /// its sub-agents and handoff team.
     pub fn breakers(mut self, breakers: Rc<super::Breakers>) -> Self {
         self.breakers = Some(breakers);
+        self
+    }
+
+    /// The counters it adds to ([`super::Metrics`]: retries, fallbacks, loop and budget stops, …): shared with
+    /// whoever holds the same one (the Worker: every request of an isolate). Default: the agent's own, shared
+    /// with its sub-agents and handoff team.
+    pub fn metrics(mut self, metrics: Rc<super::Metrics>) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 
@@ -263,6 +275,7 @@ impl AgentBuilder {
         let store = self.store.clone().ok_or_else(|| cfg("an agent needs a store (e.g. MemoryStore::new())".into()))?;
         // One set of breakers for the agent, its sub-agents and its team (made here when none was given).
         self.breakers = Some(self.breakers.take().unwrap_or_default());
+        self.metrics = Some(self.metrics.take().unwrap_or_default());
         let mut subagents = Vec::new();
         let mut child_calls: Vec<(String, Rc<dyn super::deps::ChildCall>)> = Vec::new();
         for decl in std::mem::take(&mut self.subagents) {
@@ -274,6 +287,8 @@ impl AgentBuilder {
             b.warn = b.warn.or_else(|| self.warn.clone());
             b.observer = b.observer.or_else(|| self.observer.clone());
             b.breakers = b.breakers.or_else(|| self.breakers.clone());
+            b.metrics = b.metrics.or_else(|| self.metrics.clone());
+            b.label = Some(decl.name.clone());
             b.options.on_agent_drift = self.options.on_agent_drift;
             if decl.opts.abandon && !decl.opts.detached {
                 return Err(cfg(format!(
@@ -374,6 +389,8 @@ impl AgentBuilder {
                 model: self.model,
                 fallbacks: self.fallbacks,
                 breakers: self.breakers.unwrap_or_default(),
+                metrics: self.metrics.unwrap_or_default(),
+                label: self.label.unwrap_or_else(|| self.name.clone()),
                 tools,
                 specs,
                 instructions: self.instructions,
@@ -440,6 +457,8 @@ impl AgentBuilder {
             b.warn = b.warn.or_else(|| self.warn.clone());
             b.observer = b.observer.or_else(|| self.observer.clone());
             b.breakers = b.breakers.or_else(|| self.breakers.clone());
+            b.metrics = b.metrics.or_else(|| self.metrics.clone());
+            b.label = Some(decl.name.clone());
             b.options = self.options.clone();
             for (name, description) in team.iter().filter(|(n, _)| *n != decl.name) {
                 b.tools.push(Rc::new(super::handoff::TransferTool::new(name, description)));
@@ -483,6 +502,8 @@ impl Agent {
             model,
             fallbacks: Vec::new(),
             breakers: None,
+            metrics: None,
+            label: None,
             tools: Vec::new(),
             instructions: String::new(),
             store: None,
@@ -508,6 +529,13 @@ impl Agent {
     /// The store.
     pub fn store(&self) -> &Rc<dyn RunStore> {
         &self.deps.store
+    }
+
+    /// Its counters (shared with its sub-agents and handoff team, and with whoever gave it the same
+    /// [`super::Metrics`]): retries, fallbacks, breaker refusals, loop and budget stops, reconciliations and
+    /// quarantines, per agent.
+    pub fn metrics(&self) -> &Rc<super::Metrics> {
+        &self.deps.metrics
     }
 
     /// Sends input on run `run_id`: starts it, resumes it (pending calls first, then the input), or continues

@@ -63,6 +63,26 @@ impl Breakers {
         self.0.borrow().iter().find(|(d, _)| d == dependency).map(|(_, b)| b.state())
     }
 
+    /// Every breaker as `GET /health` shows it: a JSON array of [`BreakerView`]s, in the order each was first
+    /// called (written by hand: a serde derive for it costs the Worker more than this).
+    pub fn json(&self) -> String {
+        let mut out = String::from("[");
+        for (i, (dependency, b)) in self.0.borrow().iter().enumerate() {
+            let (state, until) = match b.state() {
+                BreakerState::Closed => ("closed", None),
+                BreakerState::Open { until_ms } => ("open", Some(until_ms)),
+                BreakerState::HalfOpen { .. } => ("half-open", None),
+            };
+            // Ignored: a string always serialises.
+            let dependency = serde_json::to_string(dependency.as_str()).unwrap_or_default();
+            let until = until.map(|t| format!(",\"until\":{t}")).unwrap_or_default();
+            let sep = if i == 0 { "" } else { "," };
+            out.push_str(&format!("{sep}{{\"dependency\":{dependency},\"state\":\"{state}\"{until}}}"));
+        }
+        out.push(']');
+        out
+    }
+
     /// Every breaker, in the order each was first called.
     pub fn views(&self) -> Vec<BreakerView> {
         self.0
@@ -96,11 +116,11 @@ impl Breakers {
     /// Takes in the breakers another replica found open ([`Breakers::open_text`]; [`Breaker::adopt_open`]; one
     /// not known here is made). A line that does not read is skipped: the next tick writes the text again.
     pub fn adopt_text(&self, text: &str, opts: BreakerOptions, now_ms: u64) {
-        for line in text.lines() {
-            if let Some((until, dependency)) = line.split_once(' ') {
-                if let (Ok(until), false) = (until.parse::<u64>(), dependency.is_empty()) {
-                    self.with(dependency, opts, |b| b.adopt_open(now_ms, until));
-                }
+        for line in text.split_terminator('\n') {
+            let Some(space) = line.bytes().position(|b| b == b' ') else { continue };
+            let (until, dependency) = (&line[..space], &line[space + 1..]);
+            if let (Ok(until), false) = (until.parse::<u64>(), dependency.is_empty()) {
+                self.with(dependency, opts, |b| b.adopt_open(now_ms, until));
             }
         }
     }

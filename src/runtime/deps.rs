@@ -37,6 +37,9 @@ pub(crate) struct Deps {
     pub(crate) fallbacks: Vec<Rc<dyn Model>>,
     /// The models' breakers (used with `options.breaker`).
     pub(crate) breakers: Rc<super::Breakers>,
+    /// The counters it adds to, and its name in them.
+    pub(crate) metrics: Rc<super::Metrics>,
+    pub(crate) label: String,
     pub(crate) tools: Vec<RegisteredTool>,
     /// The tools as the model sees them (same order as `tools`).
     pub(crate) specs: Vec<ToolSpec>,
@@ -77,6 +80,11 @@ impl Deps {
     }
 
     /// The time now.
+    /// Adds `n` to this agent's `counter`.
+    pub(crate) fn count(&self, counter: super::Counter, n: u64) {
+        self.metrics.add(&self.label, counter, n);
+    }
+
     pub(crate) fn now(&self) -> u64 {
         self.clock.now_ms()
     }

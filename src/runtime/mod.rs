@@ -25,6 +25,7 @@ pub(crate) mod handoff;
 pub(crate) mod heal;
 pub(crate) mod hooks;
 mod lease;
+pub(crate) mod metrics;
 pub(crate) mod mock;
 pub(crate) mod options;
 pub(crate) mod recovery;
@@ -52,6 +53,7 @@ pub use breakers::{BreakerView, Breakers};
 pub use feed::{ModelFeed, ModelFrame};
 pub use heal::{OutputCheck, ProgressGuard, ProgressGuardOptions};
 pub use hooks::{Hook, HookContext, ToolResultDraft, Verdict};
+pub use metrics::{Counter, MetricSample, Metrics};
 pub use mock::{MockCall, MockError, MockModel, MockTurn, RecordedCall};
 pub use options::{AgentOptions, SendOptions, SubagentOptions, DEFAULT_MAX_SUBAGENT_DEPTH};
 #[cfg(feature = "testing")]

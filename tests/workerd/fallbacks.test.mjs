@@ -2,7 +2,8 @@
 // with a configured model that answers 503 to every call (a mock script of errors) and `fallbacks: [a second
 // mock]`. The run finishes on the fallback's answers; each turn records the model that answered (`model` on its
 // assistant message, in `GET /runs/{id}` and on the `step` events), and the SSE stream shows a `provider.fallback`
-// event for each step down, with the failure's code. With `breaker`, an open breaker skips the primary at once.
+// event for each step down, with the failure's code; `GET /metrics` counts the step downs (KV mode: the isolate
+// that served the run). With `breaker`, an open breaker skips the primary at once.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
 import fs from "node:fs";
@@ -51,6 +52,20 @@ for (const mode of ["kv", "strict"]) {
     assert.equal(run.json.fingerprint.model, "primary | backup", "the chain is the model");
     assert.deepEqual(run.json.messages.filter((m) => m.role === "assistant").map((m) => m.model), ["backup", "backup"]);
     assert.equal(run.json.usage.costUsd, 0.00003, "priced by the model that answered");
+    if (mode === "kv") {
+      // The isolate's counters: both turns stepped down to the backup after the primary's share of attempts.
+      assert.equal((await w.dispatchFetch("http://localhost/metrics")).status, 401, "behind the token");
+      const metrics = await w.dispatchFetch("http://localhost/metrics", { headers: { authorization: `Bearer ${TOKEN}` } });
+      assert.equal(metrics.status, 200);
+      assert.match(metrics.headers.get("content-type"), /^text\/plain; version=0\.0\.4/);
+      const lines = (await metrics.text()).split("\n");
+      for (const line of [
+        "# TYPE steadfast_fallbacks_total counter",
+        'steadfast_fallbacks_total{agent="lead"} 2',
+        'steadfast_model_calls_total{agent="lead"} 6',
+        'steadfast_model_retries_total{agent="lead"} 2',
+      ]) assert.ok(lines.includes(line), `${line} in ${lines.join("\n")}`);
+    }
     await w.stop();
   });
 }

@@ -81,10 +81,10 @@ const PUBLIC_EXPORTS = {
   ],
   types: [
     "AbortSignalLike", "AfterToolAnswer", "DurableObjectStorageLike", "DurableObjectStoreOptions", "Agent", "AgentDrift", "AgentOptions", "BeforeToolAnswer", "CustomHook",
-    "HookContext", "ApprovalRecord", "ApprovalStatus", "BudgetCap", "Checkpoint", "ChildRun", "Clock",
+    "HookContext", "ApprovalRecord", "ApprovalStatus", "BreakerOptions", "BudgetCap", "Checkpoint", "ChildRun", "Clock",
     "Comparison", "Delivery",
     "ErrorCode", "ErrorInfo", "Event", "EventEnvelope", "Fingerprint", "FinishReason", "ForkOptions", "ForkResult",
-    "HandoffOptions", "HistoryEntry", "Hook", "Input", "Json", "KVNamespaceLike", "KvStoreOptions", "Message", "MockModel",
+    "HandoffOptions", "HistoryEntry", "Hook", "Input", "Json", "KVNamespaceLike", "KvStoreOptions", "Message", "MetricSample", "MockModel",
     "MockModelOptions", "MockTurn", "Model", "ModelChange", "ModelRequest", "ModelResponse", "ModelStream", "NothingToResume", "OnExceeded", "OutputCheckFn", "Price",
     "OutputCheckHook", "PendingRun", "ProgressGuardHook", "ProgressGuardOptions", "RecoverOptions", "Recovery",
     "RecoveryRun", "ResultKind", "ResumeOptions", "RunEvent", "RunOnceOptions", "RunResult", "RunStats", "RunStatus",

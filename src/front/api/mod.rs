@@ -336,7 +336,7 @@ pub enum Admission {
 pub fn admit(req: &ApiRequest, token: Option<&str>, conformance_route: bool) -> Result<Admission> {
     let route = Route::parse(&req.method, &req.path, conformance_route);
     match &route {
-        Ok(Route::Health) => return Ok(Admission::Respond(service::health(Vec::new()))),
+        Ok(Route::Health) => return Ok(Admission::Respond(service::health(""))),
         Err(refused) if refused.public() => return Err(refused.to_error(&req.method, &req.path)),
         // The wait's token in the path is the capability: no bearer token (whatever `Authorization` says).
         Ok(Route::DeliverEvent(_)) => {}
@@ -374,9 +374,10 @@ pub trait Host {
     /// only for an admitted request whose body was read within the limit.
     async fn api(&mut self, token: Option<String>) -> Result<Api>;
 
-    /// The circuit breakers of this process (an isolate's), as `GET /health` shows them. Default: none.
-    fn breakers(&self) -> Vec<crate::runtime::BreakerView> {
-        Vec::new()
+    /// The circuit breakers of this process (an isolate's), as `GET /health` shows them: a JSON array
+    /// ([`crate::runtime::Breakers::json`]). Default: none.
+    fn breakers(&self) -> String {
+        String::new()
     }
 
     /// Whether this build serves `POST /__conformance` (the cargo feature `conformance`; never in a release).
@@ -442,8 +443,8 @@ pub async fn serve(mut head: ApiRequest, token: Option<String>, host: &mut dyn H
         match admitted? {
             // `/health`, with the breakers of this process when it has any.
             Admission::Respond(r) => match host.breakers() {
-                breakers if breakers.is_empty() => Ok(r),
-                breakers => Ok(service::health(breakers)),
+                breakers if breakers.len() <= 2 => Ok(r),
+                breakers => Ok(service::health(&breakers)),
             },
             Admission::Conformance => {
                 let report = host.conformance().await?;
@@ -559,7 +560,7 @@ impl Api {
     /// Calls the route's handler (in the module of its resource).
     async fn dispatch(&self, route: Route, req: &ApiRequest) -> Result<ApiResponse> {
         match route {
-            Route::Health => Ok(service::health(Vec::new())),
+            Route::Health => Ok(service::health("")),
             // Served by `serve` (a shell that has it) before dispatch; here no route.
             Route::Conformance => Err(RouteError::NotFound { run: None }.to_error(&req.method, &req.path)),
             Route::ListRuns => self.list_runs(req).await,
@@ -583,6 +584,12 @@ impl Api {
             Route::SessionDiscardPending(id) => self.session_discard_pending(req, &id).await,
             Route::Schedules => self.schedules().await,
             Route::Sweep => self.sweep_state().await,
+            Route::Metrics => Ok(ApiResponse {
+                status: 200,
+                headers: vec![("content-type".into(), "text/plain; version=0.0.4; charset=utf-8".into())],
+                body: self.agent.metrics().prometheus(),
+                live: None,
+            }),
             Route::DemoCounts => self.demo_counts().await,
         }
     }

@@ -68,6 +68,8 @@ pub enum Route {
     Schedules,
     /// `GET /sweep`: the recovery sweep's stored state.
     Sweep,
+    /// `GET /metrics`: the counters, in the Prometheus text format.
+    Metrics,
     /// `GET /demo/counts`: the demo tools' effect counters.
     DemoCounts,
 }
@@ -101,6 +103,8 @@ pub enum Shape {
     DemoCounts,
     /// `/sweep`
     Sweep,
+    /// `/metrics`
+    Metrics,
     /// `/approvals`
     Approvals,
     /// `/approvals/{id}`
@@ -143,6 +147,7 @@ pub const ROUTES: &[(Shape, &str, Build)] = &[
     (Shape::Compare, "GET", |id| Route::Compare(id[0].clone(), id[1].clone())),
     (Shape::DemoCounts, "GET", |_| Route::DemoCounts),
     (Shape::Sweep, "GET", |_| Route::Sweep),
+    (Shape::Metrics, "GET", |_| Route::Metrics),
     (Shape::Approvals, "GET", |_| Route::ListApprovals),
     (Shape::Approval, "POST", |id| Route::Resolve(id[0].clone())),
     (Shape::Delivery, "POST", |id| Route::Deliver(id[0].clone())),
@@ -274,6 +279,7 @@ fn shape_of(parts: &[&str], conformance: bool) -> Result<Option<(Shape, Vec<Stri
         }
         ["demo", "counts"] => (Shape::DemoCounts, vec![]),
         ["sweep"] => (Shape::Sweep, vec![]),
+        ["metrics"] => (Shape::Metrics, vec![]),
         ["approvals"] => (Shape::Approvals, vec![]),
         ["approvals", id] => {
             approval_id_segment(id)?;
@@ -388,6 +394,7 @@ mod tests {
             ("/compare/a/b", vec![("GET", Route::Compare(s("a"), s("b")))], None),
             ("/demo/counts", vec![("GET", Route::DemoCounts)], None),
             ("/sweep", vec![("GET", Route::Sweep)], None),
+            ("/metrics", vec![("GET", Route::Metrics)], None),
             ("/approvals", vec![("GET", Route::ListApprovals)], None),
             ("/approvals/apr_1", vec![("POST", Route::Resolve(s("apr_1")))], None),
             ("/deliveries/d-1", vec![("POST", Route::Deliver(s("d-1")))], None),
@@ -485,6 +492,7 @@ mod tests {
             Shape::Compare => &["compare", "{}", "{}"],
             Shape::DemoCounts => &["demo", "counts"],
             Shape::Sweep => &["sweep"],
+            Shape::Metrics => &["metrics"],
             Shape::Approvals => &["approvals"],
             Shape::Approval => &["approvals", "{}"],
             Shape::Delivery => &["deliveries", "{}"],
@@ -544,9 +552,10 @@ mod tests {
             }
             ["demo", "counts"] if m == "GET" => Ok(Route::DemoCounts),
             ["sweep"] if m == "GET" => Ok(Route::Sweep),
+            ["metrics"] if m == "GET" => Ok(Route::Metrics),
             ["approvals"] if m == "GET" => Ok(Route::ListApprovals),
             ["schedules"] if m == "GET" => Ok(Route::Schedules),
-            ["demo", "counts"] | ["sweep"] | ["approvals"] | ["schedules"] => not_allowed(),
+            ["demo", "counts"] | ["sweep"] | ["metrics"] | ["approvals"] | ["schedules"] => not_allowed(),
             ["approvals", id] => {
                 approval_id_segment(id)?;
                 if m != "POST" {

@@ -366,6 +366,12 @@ impl JsAgent {
         })
     }
 
+    /// The counters of the agent, its sub-agents and team (JSON array of MetricSample).
+    pub fn metrics(&self) -> Promise {
+        let agent = self.agent.clone();
+        promise(async move { Ok(agent.metrics().samples()) })
+    }
+
     /// Every unfinished run (JSON array of PendingRun).
     pub fn pending(&self) -> Promise {
         let agent = self.agent.clone();

@@ -49,7 +49,8 @@ thread_local! {
     /// again), so a warm request costs no subrequest for them.
     static MCP: Rc<McpCache> = Rc::new(McpCache::default());
     /// The models' circuit breakers (`breaker` in the configuration), shared by every request of the isolate.
-    static BREAKERS: Rc<crate::runtime::Breakers> = Rc::new(crate::runtime::Breakers::new());
+    /// And the agents' counters (`GET /metrics`), shared the same way (one thread-local for both: each costs code).
+    static ISOLATE: (Rc<crate::runtime::Breakers>, Rc<crate::runtime::Metrics>) = Default::default();
 }
 
 /// The configuration: `STEADFAST_CONFIG` (a non-blank string, or a JSON variable: its JSON text), else the
@@ -183,7 +184,8 @@ async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent>
         .clock(clock)
         .sleep(sleep)
         .rng(Rc::new(js_rng()))
-        .breakers(BREAKERS.with(Rc::clone));
+        .breakers(ISOLATE.with(|i| i.0.clone()))
+        .metrics(ISOLATE.with(|i| i.1.clone()));
     let mcp = MCP.with(Rc::clone);
     let now = crate::time::Clock::now_ms(&JsClock);
     for t in cfg.mcp_tools(&mcp, Rc::new(FetchClient), &|name| secret(env, name), now).await? {
@@ -269,8 +271,8 @@ impl Host for WorkerHost<'_> {
         }
     }
 
-    fn breakers(&self) -> Vec<crate::runtime::BreakerView> {
-        BREAKERS.with(|b| b.views())
+    fn breakers(&self) -> String {
+        ISOLATE.with(|i| i.0.json())
     }
 
     fn discard_body(&mut self) {

@@ -21,8 +21,10 @@ use super::options::CrashPoint;
 use super::options::SendOptions;
 use super::result::RunStats;
 use super::traits::{AbortSignal, EventSink, ModelRequest, Tee, ToolContext, ToolError, ToolOutput};
+use super::Counter;
 use crate::core::approval::ApprovalRecord;
 use crate::core::breaker::Permit;
+use crate::core::checkpoint::FinishReason;
 use crate::core::checkpoint::JournalEntry;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::{
@@ -546,10 +548,14 @@ impl<'a> Driver<'a> {
             };
             let tool = t.tool.clone();
             match tool.reconcile(&call.args, key).await {
-                Ok(Some(o)) => out.push((
-                    call.id.clone(),
-                    Some(ToolOutcome::Ok { content: o.content, business_state: o.business_state, usage: o.usage }),
-                )),
+                Ok(Some(o)) => {
+                    // Found done: a duplicate the reconciliation prevented.
+                    self.agent.count(Counter::Reconciliations, 1);
+                    out.push((
+                        call.id.clone(),
+                        Some(ToolOutcome::Ok { content: o.content, business_state: o.business_state, usage: o.usage }),
+                    ))
+                }
                 Ok(None) => out.push((call.id.clone(), None)),
                 Err(ToolError::Propagate(e)) => return Err(e),
                 Err(ToolError::Failed { kind, message }) => {
@@ -571,6 +577,16 @@ impl<'a> Driver<'a> {
     fn emit(&mut self, event: Event) {
         if let (Event::AgentDrift(drift), Some(warn)) = (&event, &self.deps.warn) {
             warn(&drift.warning(&self.lease.run_id));
+        }
+        // The counters read off the events: every step down the chain, and how a run ended.
+        let counter = match &event {
+            Event::ProviderFallback { .. } => Some(Counter::Fallbacks),
+            Event::RunDone { finish_reason: Some(FinishReason::LoopDetected), .. } => Some(Counter::LoopStops),
+            Event::RunDone { finish_reason: Some(FinishReason::BudgetExceeded), .. } => Some(Counter::BudgetStops),
+            _ => None,
+        };
+        if let Some(counter) = counter {
+            self.agent.count(counter, 1);
         }
         if let Some(sink) = &self.sink {
             emit_to(sink.as_ref(), &self.seq, &self.lease.run_id, self.now(), event);
@@ -737,6 +753,7 @@ impl<'a> Driver<'a> {
             let dependency = model.dependency();
             let permit = agent.options.breaker.map(|opts| agent.breakers.allow(&dependency, opts, self.now()));
             if let Some(Permit::Refuse { retry_after_ms }) = permit {
+                agent.count(Counter::BreakerRefusals, 1);
                 let code = ErrorCode::ProviderCircuitOpen;
                 if let Some(next) = agent.fallbacks.get(index) {
                     let (from, to) = (model.id().to_string(), next.id().to_string());
@@ -753,6 +770,7 @@ impl<'a> Driver<'a> {
             }
             let probe = permit == Some(Permit::Probe);
             self.stats.model_calls += 1;
+            agent.count(Counter::ModelCalls, 1);
             let answer = match self.sink.clone() {
                 // Someone listens: the answer's increments become events as they arrive.
                 Some(sink) => {
@@ -793,6 +811,7 @@ impl<'a> Driver<'a> {
                     (index, on_model) = (index + 1, 0);
                 }
                 ChainStep::Retry(ms) => {
+                    agent.count(Counter::Retries, 1);
                     let sleep = deps.sleep.clone();
                     if self.wait_renewing(sleep.sleep(ms)).await?.is_none() {
                         return Ok(None);
@@ -847,7 +866,10 @@ impl<'a> Driver<'a> {
         };
         // The breaker of the tool's host (a webhook's), when the agent has breakers.
         let breaker = match (&tool, &subagent, self.agent.options.breaker) {
-            (Some(t), None, Some(opts)) => t.dependency().map(|d| (self.agent.breakers.clone(), opts, d)),
+            (Some(t), None, Some(opts)) => t.dependency().map(|d| {
+                let a = self.agent;
+                (a.breakers.clone(), (a.metrics.clone(), a.label.clone()), opts, d)
+            }),
             _ => None,
         };
         let clock = self.deps.clock.clone();
@@ -858,23 +880,28 @@ impl<'a> Driver<'a> {
                     Some(sub) => sub.run(call.args, ctx, child_opts).await,
                     None => match &breaker {
                         None => tool.execute(call.args, ctx).await,
-                        Some((breakers, opts, dependency)) => match breakers.allow(dependency, *opts, ctx.now) {
-                            // Open: the call is not made; the model reads why (and may try again later).
-                            Permit::Refuse { retry_after_ms } => Err(ToolError::typed(
-                                "CircuitOpenError",
-                                format!(
+                        Some((breakers, (metrics, label), opts, dependency)) => {
+                            match breakers.allow(dependency, *opts, ctx.now) {
+                                // Open: the call is not made; the model reads why (and may try again later).
+                                Permit::Refuse { retry_after_ms } => Err({
+                                    metrics.add(label, Counter::BreakerRefusals, 1);
+                                    ToolError::typed(
+                                        "CircuitOpenError",
+                                        format!(
                                     "'{dependency}' was not called: its circuit breaker is open (its recent calls \
                                      failed); try again in {} s",
                                     retry_after_ms.div_ceil(1_000)
                                 ),
-                            )),
-                            permit => {
-                                let res = tool.execute(call.args, ctx).await;
-                                let failed = res.as_ref().err().is_some_and(|e| tool.dependency_down(e));
-                                breakers.record(dependency, clock.now_ms(), failed, permit == Permit::Probe);
-                                res
+                                    )
+                                }),
+                                permit => {
+                                    let res = tool.execute(call.args, ctx).await;
+                                    let failed = res.as_ref().err().is_some_and(|e| tool.dependency_down(e));
+                                    breakers.record(dependency, clock.now_ms(), failed, permit == Permit::Probe);
+                                    res
+                                }
                             }
-                        },
+                        }
                     },
                 } {
                     Ok(ToolOutput { wait: Some(wait), .. }) => ToolOutcome::Wait(wait),

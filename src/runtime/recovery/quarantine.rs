@@ -19,6 +19,7 @@ impl Agent {
     ) {
         match self.mark_quarantined(&run.run_id, opts.max_attempts).await {
             Ok(true) => {
+                self.deps.for_run(&run.run_id).unwrap_or(&self.deps).count(crate::runtime::Counter::Quarantines, 1);
                 report.quarantined.push(run.run_id.clone());
                 let marked = PendingRun { quarantined: true, ..run.clone() };
                 report.heard(listener, listener.on_quarantined(&marked), Some(&run.run_id));
