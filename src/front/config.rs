@@ -472,7 +472,7 @@ pub struct AgentConfig {
     /// [`AgentOptions::session_budget`]: token and cost limits of a whole conversation (default none).
     #[serde(default)]
     pub session_budget: TokenLimits,
-    /// [`AgentOptions::breaker`]: a circuit breaker per provider and webhook host (`{windowMs?, minCalls?,
+    /// [`AgentOptions::breaker`]: a circuit breaker per provider, webhook and MCP host (`{windowMs?, minCalls?,
     /// failurePercent?, coolDownMs?}`; default none), shared by the requests of an isolate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub breaker: Option<crate::core::breaker::BreakerOptions>,

@@ -290,7 +290,7 @@ pub struct Health {
     /// The crate's version.
     pub version: String,
     /// The circuit breakers of the process that answered (a Worker isolate's: `breaker` in the configuration),
-    /// by dependency (a provider's host, a webhook's host); left out while there are none.
+    /// by dependency (a provider's host, a webhook's or MCP server's host); left out while there are none.
     // Written by `Breakers::json`, not by this derive.
     #[serde(default, skip_serializing)]
     #[cfg_attr(feature = "ts", ts(as = "Option<Vec<crate::runtime::BreakerView>>", optional))]

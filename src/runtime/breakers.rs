@@ -17,7 +17,7 @@ pub struct Breakers(RefCell<Vec<(String, Breaker)>>);
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
 #[serde(rename_all = "camelCase")]
 pub struct BreakerView {
-    /// The dependency: a provider's host (`api.openai.com`), `workers-ai`, an AI SDK provider, a webhook's host.
+    /// The dependency: a provider's host (`api.openai.com`), `workers-ai`, an AI SDK provider, a webhook's or MCP server's host.
     pub dependency: String,
     /// `closed`, `open` (calls refused until `until`) or `half-open` (one probe is out).
     pub state: String,

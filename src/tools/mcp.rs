@@ -798,6 +798,17 @@ impl Tool for McpTool {
             Err(f) => Err(call_failure(&self.connection.origin(), f)),
         }
     }
+
+    /// The server's host: one circuit breaker per MCP server host, as per webhook host.
+    fn dependency(&self) -> Option<String> {
+        Some(self.connection.target.url.host.clone())
+    }
+
+    /// A failure that fails the run and may go away ([`call_failure`]: the server down, overloaded, unreachable,
+    /// or its session lost again): not a refusal, and not the tool's own error result.
+    fn dependency_down(&self, err: &ToolError) -> bool {
+        matches!(err, ToolError::Propagate(e) if e.retryable())
+    }
 }
 
 /// One listed server in the [`McpCache`].
@@ -1311,6 +1322,18 @@ mod tests {
                 other => panic!("{status}: {other:?}"),
             }
         }
+        // What counts toward the server's breaker: the retryable failures, not refusals or error results.
+        let url = ParsedUrl::parse("https://mcp.example.com/mcp?key=secret").unwrap();
+        let target = Target { url, headers: Vec::new(), timeout_ms: 1_000 };
+        let tool = McpTool::new(
+            McpToolSpec { name: "t".into(), description: String::new(), input_schema: json!({"type": "object"}) },
+            Rc::new(McpConnection::new(Rc::new(FakeHttp::new(vec![])), target)),
+        );
+        assert_eq!(tool.dependency().as_deref(), Some("mcp.example.com"), "the host, never the path or query");
+        let unavailable = Failure::Unavailable { message: "HTTP 503".into(), retry_after_ms: None };
+        assert!(tool.dependency_down(&call_failure(origin, unavailable)));
+        assert!(!tool.dependency_down(&call_failure(origin, Failure::Refused { status: 401, message: "no".into() })));
+        assert!(!tool.dependency_down(&ToolError::typed("McpToolError", "no such order")));
         let down = Failure::Unavailable { message: "x".into(), retry_after_ms: Some(1) };
         let e = list_failure("mcp[2]", origin, &down);
         assert_eq!((e.code, e.retry_after_ms), (ErrorCode::ToolPropagated, Some(1)));

@@ -103,7 +103,7 @@ onExceeded: OnExceeded,
 prices: { [key in string]: Price }, 
 /**
  * A circuit breaker per dependency (default: none): `{windowMs, minCalls, failurePercent, coolDownMs}` (`{}`:
- * 30 s, 5, 50 %, 30 s), one for each model provider and each webhook host. Once a dependency's recent calls
+ * 30 s, 5, 50 %, 30 s), one for each model provider and each webhook or MCP host. Once a dependency's recent calls
  * failed enough (timeouts, dropped connections, 5xx, 429) its breaker opens: its calls are not made for the
  * cool-down — a fallback model takes a model call, or it fails at once with `STEADFAST_PROVIDER_CIRCUIT_OPEN`
  * (retryable); a webhook call is answered with a `CircuitOpenError` result — then one probe decides.

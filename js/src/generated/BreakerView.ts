@@ -5,7 +5,7 @@
  */
 export type BreakerView = { 
 /**
- * The dependency: a provider's host (`api.openai.com`), `workers-ai`, an AI SDK provider, a webhook's host.
+ * The dependency: a provider's host (`api.openai.com`), `workers-ai`, an AI SDK provider, a webhook's or MCP server's host.
  */
 dependency: string, 
 /**

@@ -19,6 +19,6 @@ service: string,
 version: string, 
 /**
  * The circuit breakers of the process that answered (a Worker isolate's: `breaker` in the configuration),
- * by dependency (a provider's host, a webhook's host); left out while there are none.
+ * by dependency (a provider's host, a webhook's or MCP server's host); left out while there are none.
  */
 breakers?: Array<BreakerView>, };
