@@ -105,6 +105,21 @@ fn each_counter_counts_what_it_names_per_agent_on_every_store() {
         let r = go(&a, "r6").unwrap();
         assert_eq!(r.finish_reason, Some(steadfast::core::checkpoint::FinishReason::BudgetExceeded), "{name}");
         assert_eq!(counts(&m, "bounded"), [1, 0, 0, 0, 0, 1, 0, 0], "{name}");
+        // With onExceeded: throw the call fails, and the stop counts all the same.
+        let read: Rc<dyn Tool> = Rc::new(FnTool::new("read", "reads", json!({"type": "object"}), |_a, _c| async {
+            Ok(ToolOutput::text("read"))
+        }));
+        let script = vec![MockTurn::tools([("read", json!({}))]), MockTurn::text("never")];
+        let throw = steadfast::core::budget::OnExceeded::Throw;
+        let a = builder(&env, MockModel::new(script), 10)
+            .tool_rc(read)
+            .name("throwing")
+            .options(opts(AgentOptions { max_total_tokens: Some(10), on_exceeded: throw, ..AgentOptions::default() }))
+            .metrics(m.clone())
+            .build()
+            .unwrap();
+        assert_eq!(go(&a, "r9").unwrap_err().code, steadfast::ErrorCode::BudgetExceeded, "{name}");
+        assert_eq!(counts(&m, "throwing"), [1, 0, 0, 0, 0, 1, 0, 0], "{name}");
 
         // A duplicate reconciliation: the process dies after the charge ran, before its result was recorded; the
         // resume finds the charge done (by its key) and records it instead of charging again.
