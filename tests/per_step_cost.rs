@@ -82,13 +82,14 @@ fn a_two_tool_step_writes_two_entries_and_a_run_six_fixed_writes() {
 }
 
 /// Bytes written over the final transcript's JSON bytes, all-in (lease, entries, index, end marker): at most
-/// 1.175 at 10 steps, 1.12 at 100 and 500 (1.33 / 1.27 / 1.61 before: one entry per result, a ~70-byte envelope
+/// 1.18 at 10 steps, 1.12 at 100 and 500 (1.33 / 1.27 / 1.61 before: one entry per result, a ~70-byte envelope
 /// on each, and a snapshot of a third of the transcript at 500 steps). The short envelope, the group commit and
 /// no snapshot before 2,000 entries keep it there. (1.17 at 10 steps until the conversation's usage was kept: its
-/// 46 bytes in the start snapshot; entries carry only the usage before the run, and only when it changes.)
+/// 46 bytes in the start snapshot; entries carry only the usage before the run, and only when it changes. 1.175 at
+/// 10 steps until a run's storage usage was recorded: ~25 bytes on an execution's last entry and every 16th.)
 #[test]
-fn bytes_written_stay_within_17_5_percent_of_the_transcript() {
-    for (steps, most) in [(10, 1.175), (100, 1.12), (500, 1.12)] {
+fn bytes_written_stay_within_18_percent_of_the_transcript() {
+    for (steps, most) in [(10, 1.18), (100, 1.12), (500, 1.12)] {
         let (stats, transcript) = run(steps);
         let ratio = stats.store_bytes as f64 / transcript as f64;
         println!("{steps} steps: {} bytes written, transcript {transcript} bytes, ratio {ratio:.4}", stats.store_bytes);

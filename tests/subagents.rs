@@ -686,7 +686,7 @@ fn a_leads_view_shows_what_its_unreturned_children_spent_so_far_and_none_once_th
         let spent = serde_json::to_value(child.total_usage).unwrap();
         assert_eq!(view["children"][0]["usage"], spent, "{name}: {view}");
         assert_eq!(view["delegatedInFlight"], spent, "{name}: the child's spend so far, not yet in the lead's usage");
-        let lead_own = serde_json::to_value(block_on(a.load("trip")).unwrap().unwrap().usage).unwrap();
+        let lead_own = serde_json::to_value(block_on(a.load("trip")).unwrap().unwrap().usage_view()).unwrap();
         assert_eq!(view["usage"], lead_own, "{name}");
 
         let approval = child.approval_ids[0].clone();

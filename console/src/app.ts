@@ -12,6 +12,7 @@ import type { ForkPatch } from "../../js/src/generated/ForkPatch.js";
 import type { HealRecord } from "../../js/src/generated/HealRecord.js";
 import type { HistoryEntry } from "../../js/src/generated/HistoryEntry.js";
 import type { Message } from "../../js/src/generated/Message.js";
+import type { StorageUsage } from "../../js/src/generated/StorageUsage.js";
 import type { NextAttempt } from "../../js/src/generated/NextAttempt.js";
 import type { PendingRun } from "../../js/src/generated/PendingRun.js";
 import type { Usage } from "../../js/src/generated/Usage.js";
@@ -616,6 +617,8 @@ async function renderRun(id: string, said: HTMLElement | null = null): Promise<v
       h("dd", null, run.step),
       h("dt", null, "usage"),
       h("dd", null, usageText(run.usage)),
+      run.usage.storage ? h("dt", null, "storage") : null,
+      run.usage.storage ? h("dd", { id: "run-storage" }, storageText(run.usage.storage)) : null,
       run.delegatedInFlight ? h("dt", null, "children so far") : null,
       run.delegatedInFlight
         ? h("dd", { id: "run-delegated" }, `${usageText(run.delegatedInFlight)} (not yet in usage)`)
@@ -967,6 +970,13 @@ function route(): void {
 
 window.addEventListener("hashchange", route);
 route();
+
+/** A run's store operations and what they cost (`usage.storage`). */
+function storageText(s: StorageUsage): string {
+  const kv = `${s.reads} reads, ${s.writes} writes, ${s.deletes} deletes, ${s.lists} lists`;
+  const object = s.requests || s.rowsWritten ? `, ${s.requests} object requests, ${s.rowsWritten} rows written` : "";
+  return `${kv}${object}, ${s.bytesWritten} bytes written · $${s.costUsd}`;
+}
 
 /** Tokens, and what they cost when every price was known (`costUsd` is left out otherwise). */
 function usageText(u: Usage): string {

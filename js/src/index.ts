@@ -48,6 +48,8 @@ export type {
   PendingRun,
   PendingWait,
   Price,
+  StoragePrices,
+  StorageUsage,
   ResolvedBy,
   ResultKind,
   RunEvent,

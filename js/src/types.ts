@@ -44,6 +44,8 @@ import type { Usage } from "./generated/Usage.js";
 import type { BudgetCap } from "./generated/BudgetCap.js";
 import type { OnExceeded } from "./generated/OnExceeded.js";
 import type { Price } from "./generated/Price.js";
+import type { StoragePrices } from "./generated/StoragePrices.js";
+import type { StorageUsage } from "./generated/StorageUsage.js";
 import type { MetricSample } from "./generated/MetricSample.js";
 import type { BreakerOptions } from "./generated/BreakerOptions.js";
 import type { TokenLimits } from "./generated/TokenLimits.js";
@@ -76,6 +78,8 @@ export type {
   OnExceeded,
   PendingWait,
   Price,
+  StoragePrices,
+  StorageUsage,
   ResolvedBy,
   ResultKind,
   RunKind,

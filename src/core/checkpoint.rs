@@ -5,6 +5,7 @@
 //! the previous entry (appended messages plus the small header fields). [`Checkpoint::apply`] folds an entry;
 //! a gap (an entry that does not continue the state it is applied to) is reported, never papered over.
 
+use super::cost::StorageUsage;
 use super::error::{ErrorInfo, Result};
 use super::fingerprint::Fingerprint;
 use super::transcript::{Message, ToolResult, Usage};
@@ -127,6 +128,15 @@ pub struct Checkpoint {
     /// Checkpoints written before it was kept count from their current run's usage.
     #[serde(default)]
     pub total_usage: Usage,
+    /// The store operations of every execution under this id so far, and their cost: an execution's last entry
+    /// records those it made before it, and so does every 16th entry of the journal
+    /// ([`crate::core::machine::STORAGE_EVERY`]; the others do not carry it, to stay small), so a crash loses at
+    /// most the operations since the last of those. What an execution does after its last entry (that entry's own
+    /// write, a last read of the message queue, the lease's release: on KV two writes, a delete and a list for a
+    /// run that finishes) is not recorded: nothing is written after it. See [`crate::core::cost::StorageUsage`].
+    #[serde(default, skip_serializing_if = "StorageUsage::is_empty")]
+    #[cfg_attr(feature = "ts", ts(as = "Option<StorageUsage>", optional))]
+    pub storage: StorageUsage,
     /// Opaque application state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
@@ -236,6 +246,9 @@ pub struct Header {
     /// not at every model turn.
     #[serde(default)]
     pub usage_before: Usage,
+    /// See [`Checkpoint::storage`].
+    #[serde(default)]
+    pub storage: StorageUsage,
     /// See [`Checkpoint::status`].
     pub status: RunStatus,
     /// See [`Checkpoint::approval_ids`].
@@ -344,6 +357,7 @@ header_patch! {
         active_ms: u64 = "ms" | "activeMs",
         usage: Usage = "u" | "usage" with "usage_pair",
         usage_before: Usage = "ub" | "usageBefore" with "usage_pair",
+        storage: StorageUsage = "so" | "storage" with "crate::core::cost::storage_wire",
         status: RunStatus = "st" | "status",
         approval_ids: Vec<String> = "ap" | "approvalIds",
         started_tool_call_ids: Vec<String> = "sc" | "startedToolCallIds",
@@ -832,6 +846,12 @@ impl Checkpoint {
         self.status != RunStatus::Finished || self.finish_reason == Some(FinishReason::BudgetExceeded)
     }
 
+    /// The run's usage as its state and results show it: [`Checkpoint::usage`] with the storage usage
+    /// ([`Checkpoint::storage`]) as its `storage` when any was counted.
+    pub fn usage_view(&self) -> Usage {
+        Usage { storage: (!self.storage.is_empty()).then_some(self.storage), ..self.usage }
+    }
+
     /// The header fields.
     pub fn header(&self) -> Header {
         Header {
@@ -841,6 +861,7 @@ impl Checkpoint {
             usage: self.usage,
             active_ms: self.active_ms,
             usage_before: self.total_usage.since(self.usage),
+            storage: self.storage,
             status: self.status,
             approval_ids: self.approval_ids.clone(),
             started_tool_call_ids: self.started_tool_call_ids.clone(),
@@ -865,6 +886,7 @@ impl Checkpoint {
         self.active_ms = h.active_ms;
         self.total_usage = h.usage_before;
         self.total_usage.add(h.usage);
+        self.storage = h.storage;
         self.status = h.status;
         self.approval_ids = h.approval_ids;
         self.started_tool_call_ids = h.started_tool_call_ids;

@@ -256,6 +256,214 @@ pub(crate) mod usd_limit {
     }
 }
 
+/// What a run's store operations were, and cost (`usage.storage`): counted by the store backends as they make
+/// them, per run ([`crate::store::meter`]), priced by [`StoragePrices`] when recorded, and kept on the run's
+/// checkpoint with each journal entry.
+///
+/// Workers KV bills each read (a bulk read per key, a miss too), write, delete and list; a Durable Object bills
+/// each request (a call to it) and each SQLite row written. Bytes written are reported, not priced (KV bills
+/// operations, not bytes; stored bytes are billed per GB-month, which a run's figure cannot say).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase", default)]
+pub struct StorageUsage {
+    /// KV reads (keys read: a bulk read counts each key, as it is billed).
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub reads: u64,
+    /// KV writes.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub writes: u64,
+    /// KV deletes.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub deletes: u64,
+    /// KV lists.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub lists: u64,
+    /// Durable Object requests (strict mode's calls to a run's object).
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub requests: u64,
+    /// SQLite rows a Durable Object wrote for those requests.
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub rows_written: u64,
+    /// Bytes of values written (KV values and journal entries).
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub bytes_written: u64,
+    /// What these operations cost in US dollars (`costUsd`; whole nano-dollars), at the prices in force when
+    /// each was recorded.
+    #[serde(rename = "costUsd", serialize_with = "usd_nanos_known", deserialize_with = "usd_nanos_known_de")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub cost: u64,
+}
+
+fn usd_nanos_known_de<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    usd_nanos::deserialize(d).map(Option::unwrap_or_default)
+}
+
+fn usd_nanos_known<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    usd_nanos::serialize(&Some(*v), s)
+}
+
+impl StorageUsage {
+    /// The counts in wire order (see [`StorageUsage::from_wire`]).
+    pub fn wire(&self) -> [u64; 8] {
+        [
+            self.cost,
+            self.reads,
+            self.writes,
+            self.deletes,
+            self.lists,
+            self.bytes_written,
+            self.requests,
+            self.rows_written,
+        ]
+    }
+
+    /// From the counts in wire order: `[costNanos, reads, writes, deletes, lists, bytesWritten, requests,
+    /// rowsWritten]` (missing ones 0).
+    pub fn from_wire(w: [u64; 8]) -> StorageUsage {
+        let [cost, reads, writes, deletes, lists, bytes_written, requests, rows_written] = w;
+        StorageUsage { reads, writes, deletes, lists, requests, rows_written, bytes_written, cost }
+    }
+
+    /// Whether nothing was counted.
+    pub fn is_empty(&self) -> bool {
+        *self == StorageUsage::default()
+    }
+
+    /// Adds `other` (saturating).
+    pub fn add(&mut self, other: StorageUsage) {
+        let (a, b) = (self.wire(), other.wire());
+        *self = StorageUsage::from_wire(std::array::from_fn(|i| a[i].saturating_add(b[i])));
+    }
+
+    /// `self` with its cost set from `prices` (exact pico-dollars per operation, rounded half up once).
+    pub fn priced(mut self, prices: &StoragePrices) -> StorageUsage {
+        let (mut nanos, mut picos) = (0u64, 0u64);
+        for (ops, price) in [
+            (self.reads, prices.read),
+            (self.writes, prices.write),
+            (self.deletes, prices.delete),
+            (self.lists, prices.list),
+            (self.requests, prices.request),
+            (self.rows_written, prices.row_written),
+        ] {
+            nanos = nanos.saturating_add(ops.saturating_mul(price / 1000));
+            picos = picos.saturating_add(ops.saturating_mul(price % 1000));
+        }
+        self.cost = nanos.saturating_add(picos.saturating_add(500) / 1000);
+        self
+    }
+}
+
+/// Prices of store operations, in US dollars per million operations (kept as whole micro-dollars per million:
+/// pico-dollars per operation). The defaults are Cloudflare's published Workers Paid prices beyond the included
+/// amounts: KV reads $0.50, writes, deletes and lists $5.00; Durable Object requests $0.15 and SQLite rows
+/// written $1.00 (rows read, $0.001, are not counted). Configured as `storagePrices` (any subset; an unknown
+/// field is refused).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
+#[serde(rename_all = "camelCase")]
+pub struct StoragePrices {
+    /// A KV read (per key).
+    #[serde(serialize_with = "per_million")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub read: u64,
+    /// A KV write.
+    #[serde(serialize_with = "per_million")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub write: u64,
+    /// A KV delete.
+    #[serde(serialize_with = "per_million")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub delete: u64,
+    /// A KV list.
+    #[serde(serialize_with = "per_million")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub list: u64,
+    /// A Durable Object request.
+    #[serde(serialize_with = "per_million")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub request: u64,
+    /// A SQLite row a Durable Object wrote.
+    #[serde(serialize_with = "per_million")]
+    #[cfg_attr(feature = "ts", ts(type = "number"))]
+    pub row_written: u64,
+}
+
+impl Default for StoragePrices {
+    fn default() -> Self {
+        StoragePrices {
+            read: usd(0, 500_000),
+            write: usd(5, 0),
+            delete: usd(5, 0),
+            list: usd(5, 0),
+            request: usd(0, 150_000),
+            row_written: usd(1, 0),
+        }
+    }
+}
+
+/// Read as a JSON value, then by hand (as [`PriceTable`]): an object with any of `read`, `write`, `delete`,
+/// `list`, `request`, `rowWritten` in dollars per million operations (0 to 1,000,000); the others keep their
+/// defaults.
+impl<'de> Deserialize<'de> for StoragePrices {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<StoragePrices, D::Error> {
+        const FIELDS: [&str; 6] = ["read", "write", "delete", "list", "request", "rowWritten"];
+        let Value::Object(fields) = Value::deserialize(d)? else {
+            return Err(de::Error::custom(
+                "storagePrices must be an object {read?, write?, delete?, list?, request?, rowWritten?}",
+            ));
+        };
+        let mut p = StoragePrices::default();
+        for (name, value) in Map::into_iter(fields) {
+            let slot = match FIELDS.iter().position(|f| *f == name) {
+                Some(0) => &mut p.read,
+                Some(1) => &mut p.write,
+                Some(2) => &mut p.delete,
+                Some(3) => &mut p.list,
+                Some(4) => &mut p.request,
+                Some(_) => &mut p.row_written,
+                None => {
+                    return Err(de::Error::custom(format!(
+                        "storagePrices: unknown field `{name}`, expected one of {}",
+                        FIELDS.join(", ")
+                    )))
+                }
+            };
+            *slot = value.as_f64().and_then(|v| micros_of(v, 1e6)).ok_or_else(|| {
+                de::Error::custom(format!(
+                    "storagePrices: `{name}` must be a number of dollars per million operations, from 0 to 1000000"
+                ))
+            })?;
+        }
+        Ok(p)
+    }
+}
+
+/// A checkpoint's storage usage on the wire (the header's `so`): `[costNanos, reads, writes, deletes, lists,
+/// bytesWritten, requests, rowsWritten]`, trailing zeros left out.
+pub(crate) mod storage_wire {
+    use super::StorageUsage;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<StorageUsage>, s: S) -> Result<S::Ok, S::Error> {
+        let Some(u) = v else { return s.serialize_none() };
+        let w = u.wire();
+        let n = w.iter().rposition(|x| *x != 0).map_or(0, |i| i + 1);
+        s.collect_seq(&w[..n])
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<StorageUsage>, D::Error> {
+        let v = Vec::<u64>::deserialize(d)?;
+        if v.len() > 8 {
+            return Err(serde::de::Error::custom("a storage usage has at most 8 counts"));
+        }
+        let mut w = [0u64; 8];
+        w[..v.len()].copy_from_slice(&v);
+        Ok(Some(StorageUsage::from_wire(w)))
+    }
+}
+
 /// Nano-dollars as a dollar amount for people: `$0.001234`, `$12.5`, `$0` (at most nine decimals, no trailing
 /// zeros).
 pub fn usd_text(nanos: u64) -> String {
@@ -398,6 +606,72 @@ mod tests {
             }
             let all_known = costs.iter().all(Option::is_some);
             prop_assert_eq!(total.cost.is_some(), all_known);
+        }
+    }
+
+    /// Storage operations at the default prices: KV reads $0.50, writes, deletes and lists $5 per million; object
+    /// requests $0.15 and rows written $1.
+    #[test]
+    fn storage_operations_cost_their_published_prices() {
+        let u = StorageUsage {
+            reads: 2_000_000,
+            writes: 1_000_000,
+            lists: 1,
+            requests: 10,
+            rows_written: 3,
+            ..StorageUsage::default()
+        };
+        let p = StoragePrices::default();
+        assert_eq!(u.priced(&p).cost, 1_000_000_000 + 5_000_000_000 + 5_000 + 1_500 + 3_000);
+        // A price under a nano-dollar per operation: 0.0005 $/M = 0.5 pico-dollars … rounded once, half up.
+        let tiny = StoragePrices { read: 1, ..StoragePrices::default() };
+        let reads = |n| StorageUsage { reads: n, ..StorageUsage::default() }.priced(&tiny).cost;
+        assert_eq!((reads(499), reads(500), reads(1_500)), (0, 1, 2));
+    }
+
+    /// The header's wire form keeps every count (trailing zeros left out) and reads back the same; more than
+    /// eight counts are refused.
+    #[test]
+    fn the_storage_wire_form_round_trips() {
+        #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct W(#[serde(with = "storage_wire")] Option<StorageUsage>);
+        let kv = StorageUsage { reads: 3, writes: 2, bytes_written: 900, cost: 11_500, ..StorageUsage::default() };
+        assert_eq!(serde_json::to_string(&W(Some(kv))).unwrap(), "[11500,3,2,0,0,900]");
+        assert_eq!(serde_json::from_str::<W>("[11500,3,2,0,0,900]").unwrap(), W(Some(kv)));
+        assert_eq!(serde_json::from_str::<W>("[]").unwrap(), W(Some(StorageUsage::default())));
+        assert!(serde_json::from_str::<W>("[1,2,3,4,5,6,7,8,9]").is_err());
+        assert!(serde_json::from_str::<W>("[-1]").is_err());
+        // The object form (a snapshot's, a view's) reads back too, its cost in dollars.
+        let v = serde_json::to_value(kv).unwrap();
+        assert_eq!(v["costUsd"], serde_json::json!(0.0000115));
+        assert_eq!(serde_json::from_value::<StorageUsage>(v).unwrap(), kv);
+    }
+
+    /// `storagePrices` takes any subset, in dollars per million operations; anything else is refused by name.
+    #[test]
+    fn storage_prices_read_any_subset_and_refuse_the_rest() {
+        let p: StoragePrices = serde_json::from_str(r#"{"write": 4, "rowWritten": 0.5}"#).unwrap();
+        assert_eq!(p, StoragePrices { write: 4_000_000, row_written: 500_000, ..StoragePrices::default() });
+        for bad in [r#"{"writes": 4}"#, r#"{"read": -1}"#, r#"{"read": "1"}"#, "[]", r#"{"list": 2000000}"#] {
+            let e = serde_json::from_str::<StoragePrices>(bad).unwrap_err().to_string();
+            assert!(e.contains("storagePrices"), "{bad}: {e}");
+        }
+    }
+
+    proptest! {
+        /// Pricing the operations commit by commit gives what pricing them all at once gives when each price is
+        /// a whole number of nano-dollars per operation (the defaults are): no drift over a run's entries.
+        #[test]
+        fn storage_cost_priced_in_parts_equals_the_whole(parts in proptest::collection::vec(proptest::array::uniform6(0u64..1_000), 1..40), nanos in proptest::array::uniform6(0u64..10_000)) {
+            let p = StoragePrices { read: nanos[0] * 1000, write: nanos[1] * 1000, delete: nanos[2] * 1000, list: nanos[3] * 1000, request: nanos[4] * 1000, row_written: nanos[5] * 1000 };
+            let mut total = StorageUsage::default();
+            let mut whole = StorageUsage::default();
+            for c in &parts {
+                let u = StorageUsage { reads: c[0], writes: c[1], deletes: c[2], lists: c[3], requests: c[4], rows_written: c[5], bytes_written: 7, cost: 0 };
+                total.add(u.priced(&p));
+                whole.add(u);
+            }
+            prop_assert_eq!(total, whole.priced(&p));
         }
     }
 }

@@ -205,6 +205,11 @@ pub enum Event {
         finish_reason: Option<FinishReason>,
         /// Steps taken by the run.
         steps: u32,
+        /// The run's storage usage as its journal records it (see `Checkpoint::storage`); left out when none
+        /// was counted (a store that does not count: the memory store).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        #[cfg_attr(feature = "ts", ts(optional))]
+        storage: Option<crate::core::cost::StorageUsage>,
     },
     /// A watcher asked for events the journal no longer holds (it keeps a run's newest states, see
     /// [`crate::store::JournalOptions::history_limit`]): the entries after `after` up to `until` cannot be
@@ -355,7 +360,12 @@ mod tests {
             run_id: "r".into(),
             at: 5,
             subagent: None,
-            event: Event::RunDone { status: RunStatus::Finished, finish_reason: Some(FinishReason::Stop), steps: 2 },
+            event: Event::RunDone {
+                status: RunStatus::Finished,
+                finish_reason: Some(FinishReason::Stop),
+                steps: 2,
+                storage: None,
+            },
         };
         let v = serde_json::to_value(&env).unwrap();
         assert_eq!(v["type"], "run.done");

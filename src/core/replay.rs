@@ -166,7 +166,8 @@ pub fn end_of(cp: &Checkpoint) -> Event {
         (RunStatus::AwaitingApproval, None) => Some(FinishReason::AwaitingApproval),
         (_, reason) => reason,
     };
-    Event::RunDone { status: cp.status, finish_reason, steps: cp.step_index }
+    let storage = (!cp.storage.is_empty()).then_some(cp.storage);
+    Event::RunDone { status: cp.status, finish_reason, steps: cp.step_index, storage }
 }
 
 #[cfg(test)]

@@ -476,6 +476,13 @@ pub struct Usage {
     )]
     #[cfg_attr(feature = "ts", ts(type = "number", optional))]
     pub cost: Option<u64>,
+    /// In a run's state and result (`GET /runs/{id}`, the result of `send`/`resume`/`approve`): the store
+    /// operations of every execution under the run's id, and their cost (the checkpoint's `storage`, see
+    /// [`crate::core::cost::StorageUsage`]); left out elsewhere (a turn's usage), and when the store does not
+    /// count (the memory store). Not added by [`Usage::add`], not part of `costUsd` or of any budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub storage: Option<crate::core::cost::StorageUsage>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -499,6 +506,7 @@ impl Usage {
             cache_write_tokens: 0,
             reasoning_tokens: 0,
             cost: None,
+            storage: None,
         }
     }
 
@@ -521,6 +529,7 @@ impl Usage {
             cache_write_tokens: self.cache_write_tokens.saturating_sub(earlier.cache_write_tokens),
             reasoning_tokens: self.reasoning_tokens.saturating_sub(earlier.reasoning_tokens),
             cost: self.cost.zip(earlier.cost).map(|(a, b)| a.saturating_sub(b)),
+            storage: None,
         }
     }
 

@@ -484,6 +484,11 @@ pub struct AgentConfig {
     /// ones.
     #[serde(default, skip_serializing_if = "is_default")]
     pub prices: PriceTable,
+    /// [`AgentOptions::storage_prices`]: what a store operation costs (`usage.storage.costUsd`), in US dollars
+    /// per million operations (`{read?, write?, delete?, list?, request?, rowWritten?}`); default: Cloudflare's
+    /// published prices.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub storage_prices: crate::core::cost::StoragePrices,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -574,6 +579,7 @@ impl Default for AgentConfig {
             fallbacks: Vec::new(),
             breaker: None,
             prices: PriceTable::default(),
+            storage_prices: Default::default(),
         }
     }
 }
@@ -704,6 +710,7 @@ impl AgentConfig {
             session_budget: self.session_budget,
             on_exceeded,
             prices: self.prices.clone(),
+            storage_prices: self.storage_prices,
             breaker: self.breaker,
         }
     }
@@ -1718,6 +1725,14 @@ mod tests {
                     failure_percent: n(1, 100) as u32,
                     cool_down_ms: n(1, 1 << 40),
                 }),
+                storage_prices: crate::core::cost::StoragePrices {
+                    read: n(0, 10_000_000),
+                    write: n(0, 10_000_000),
+                    delete: n(0, 10_000_000),
+                    list: n(0, 10_000_000),
+                    request: n(0, 10_000_000),
+                    row_written: n(0, 10_000_000),
+                },
             };
             use crate::runtime::WaitTool;
             let Value::Object(mut doc) = serde_json::to_value(&options).unwrap() else { panic!("{repro}") };

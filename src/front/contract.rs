@@ -174,12 +174,13 @@ impl RunView {
 impl From<Checkpoint> for RunView {
     fn from(cp: Checkpoint) -> RunView {
         let parent_run_id = crate::core::ids::subagent_parent(&cp.run_id).map(|(p, _)| p.to_string());
+        let usage = cp.usage_view();
         RunView {
             run_id: cp.run_id,
             status: cp.status,
             finish_reason: cp.finish_reason,
             step: cp.step_index,
-            usage: cp.usage,
+            usage,
             messages: cp.messages,
             approval_ids: cp.approval_ids,
             last_error: cp.last_error,
@@ -582,7 +583,7 @@ mod tests {
             "status": cp.status,
             "finishReason": cp.finish_reason,
             "step": cp.step_index,
-            "usage": cp.usage,
+            "usage": cp.usage_view(),
             "messages": cp.messages,
             "approvalIds": cp.approval_ids,
             "lastError": cp.last_error,

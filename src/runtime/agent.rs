@@ -629,6 +629,16 @@ impl Agent {
         opts: &SendOptions,
     ) -> Result<Option<(RunResult, Vec<String>)>> {
         validate_run_id(run_id)?;
+        // The reads before the lease are the run's too ([`crate::store::meter`]).
+        crate::store::meter::scope(run_id, self.execute_metered(run_id, start, opts)).await
+    }
+
+    async fn execute_metered(
+        &self,
+        run_id: &str,
+        start: Start,
+        opts: &SendOptions,
+    ) -> Result<Option<(RunResult, Vec<String>)>> {
         let deps = self.deps.for_run_or_err(run_id)?;
         let before = deps.store.counters();
         if self.deps.gone_with_lead(run_id).await? {

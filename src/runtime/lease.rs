@@ -38,6 +38,16 @@ impl Deps {
         load: bool,
         body: impl AsyncFnOnce(&mut Lease, Option<Checkpoint>) -> Result<T>,
     ) -> Result<T> {
+        // Every store operation of the execution is the run's ([`crate::store::meter`]).
+        crate::store::meter::scope(run_id, self.leased(run_id, load, body)).await
+    }
+
+    async fn leased<T>(
+        &self,
+        run_id: &str,
+        load: bool,
+        body: impl AsyncFnOnce(&mut Lease, Option<Checkpoint>) -> Result<T>,
+    ) -> Result<T> {
         let mut lease = self.acquire(run_id).await?;
         // Tells the model the execution ended on every way out (even a dropped future).
         let _ended = ExecutionEnd { deps: self, run_id, execution: lease.owner.clone() };

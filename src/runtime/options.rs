@@ -86,6 +86,16 @@ pub struct AgentOptions {
     /// those of the same id. A turn of a model without a price has no cost (`costUsd` left out).
     #[cfg_attr(feature = "ts", ts(as = "std::collections::BTreeMap<String, crate::core::cost::Price>"))]
     pub prices: PriceTable,
+    /// What a store operation costs, in US dollars per million operations (`{read?, write?, delete?, list?,
+    /// request?, rowWritten?}`; default: Cloudflare's published Workers KV and Durable Object prices): a run's
+    /// `usage.storage.costUsd`.
+    #[cfg_attr(
+        feature = "ts",
+        ts(
+            type = "{ read?: number, write?: number, delete?: number, list?: number, request?: number, rowWritten?: number }"
+        )
+    )]
+    pub storage_prices: crate::core::cost::StoragePrices,
     /// A circuit breaker per dependency (default: none): `{windowMs, minCalls, failurePercent, coolDownMs}` (`{}`:
     /// 30 s, 5, 50 %, 30 s), one for each model provider and each webhook or MCP host. Once a dependency's recent calls
     /// failed enough (timeouts, dropped connections, 5xx, 429) its breaker opens: its calls are not made for the
@@ -133,6 +143,7 @@ impl Default for AgentOptions {
             session_budget: TokenLimits::default(),
             on_exceeded: OnExceeded::Finish,
             prices: PriceTable::default(),
+            storage_prices: Default::default(),
             breaker: None,
         }
     }

@@ -89,7 +89,7 @@ impl RunResult {
             note: outcome.note.clone(),
             messages: cp.messages.clone(),
             steps: cp.step_index,
-            usage: cp.usage,
+            usage: cp.usage_view(),
             total_usage: cp.total_usage,
             approval_ids: cp.approval_ids.clone(),
             approval_id: cp.approval_ids.first().cloned(),

@@ -85,6 +85,42 @@ pub trait KvBackend {
     async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<ListPage>;
 }
 
+/// A backend whose every operation is also counted for the run being executed ([`super::meter`]), as KV bills
+/// it: a read per key (a bulk read per key asked), a write, a delete, a list; made, whether it then succeeds or
+/// not.
+pub struct Metered<K>(pub K);
+
+#[async_trait(?Send)]
+impl<K: KvBackend> KvBackend for Metered<K> {
+    async fn get(&self, key: &str) -> Result<Option<String>> {
+        super::meter::record(|u| u.reads += 1);
+        self.0.get(key).await
+    }
+
+    async fn get_many(&self, keys: &[String]) -> Result<Vec<Option<String>>> {
+        super::meter::record(|u| u.reads += keys.len() as u64);
+        self.0.get_many(keys).await
+    }
+
+    async fn put(&self, key: &str, value: &str, opts: PutOptions) -> Result<()> {
+        super::meter::record(|u| {
+            u.writes += 1;
+            u.bytes_written += value.len() as u64;
+        });
+        self.0.put(key, value, opts).await
+    }
+
+    async fn delete(&self, key: &str) -> Result<()> {
+        super::meter::record(|u| u.deletes += 1);
+        self.0.delete(key).await
+    }
+
+    async fn list(&self, prefix: &str, cursor: Option<&str>, limit: usize) -> Result<ListPage> {
+        super::meter::record(|u| u.lists += 1);
+        self.0.list(prefix, cursor, limit).await
+    }
+}
+
 /// Checks a key against the KV rules.
 pub fn check_key(key: &str) -> Result<()> {
     if key.is_empty() || key == "." || key == ".." {

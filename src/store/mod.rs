@@ -60,6 +60,7 @@ pub mod journal;
 pub(crate) mod keys;
 pub mod kv;
 pub mod memory;
+pub mod meter;
 pub mod object;
 #[cfg(feature = "testing")]
 pub mod sim;

@@ -259,6 +259,10 @@ test("the demo's crashed run is listed with its error; after a cron tick it show
 
   await page.locator("#seen-runs a.run-link", { hasText: "order-7" }).click();
   await waitText("#run-status", "finished");
+  // Its storage: the run's own KV operations and their cost, as GET /runs/{id} has them.
+  const stored = (await api("GET", "/runs/order-7")).json.usage.storage;
+  assert.ok(stored.writes > 0 && stored.reads > 0, JSON.stringify(stored));
+  assert.match(await text("#run-storage"), new RegExp(`^${stored.reads} reads, ${stored.writes} writes, .* · \\$${String(stored.costUsd).replace(".", "\\.")}$`));
   const results = await page.locator("#timeline li.tool pre.tool-result").allTextContents();
   assert.deepEqual(results, ["charged order 7 (charge #1)", "shipped order 7 (shipment #1)"]);
   assert.match(await text("#timeline"), /Order 7 charged and shipped\./);

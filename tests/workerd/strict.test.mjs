@@ -93,6 +93,11 @@ test("strict mode: a run lives in its object: start, inspect, list, history, app
   assert.equal(resumed.json.status, "finished", resumed.text);
   const view = await call(b, "GET", "/runs/order-1");
   assert.equal(view.json.status, "finished", view.text);
+  // Its storage: the rows its object wrote (its own object executes it: no request to count), priced at $1 per
+  // million rows, and the index's KV operations.
+  const storage = view.json.usage.storage;
+  assert.ok(storage.rowsWritten >= 4 && storage.writes >= 1, view.text);
+  assert.equal(Math.round(storage.costUsd * 1e9), storage.reads * 500 + (storage.writes + storage.deletes + storage.lists) * 5000 + storage.requests * 150 + storage.rowsWritten * 1000, view.text);
   const history = await call(a, "GET", "/runs/order-1/history?limit=3");
   assert.equal(history.json.length, 3, history.text);
 

@@ -102,6 +102,12 @@ onExceeded: OnExceeded,
  */
 prices: { [key in string]: Price }, 
 /**
+ * What a store operation costs, in US dollars per million operations (`{read?, write?, delete?, list?,
+ * request?, rowWritten?}`; default: Cloudflare's published Workers KV and Durable Object prices): a run's
+ * `usage.storage.costUsd`.
+ */
+storagePrices: { read?: number, write?: number, delete?: number, list?: number, request?: number, rowWritten?: number }, 
+/**
  * A circuit breaker per dependency (default: none): `{windowMs, minCalls, failurePercent, coolDownMs}` (`{}`:
  * 30 s, 5, 50 %, 30 s), one for each model provider and each webhook or MCP host. Once a dependency's recent calls
  * failed enough (timeouts, dropped connections, 5xx, 429) its breaker opens: its calls are not made for the

@@ -6,6 +6,7 @@ import type { Fingerprint } from "./Fingerprint.js";
 import type { FinishReason } from "./FinishReason.js";
 import type { Message } from "./Message.js";
 import type { RunStatus } from "./RunStatus.js";
+import type { StorageUsage } from "./StorageUsage.js";
 import type { ToolResult } from "./ToolResult.js";
 import type { Usage } from "./Usage.js";
 import type { JsonValue } from "./serde_json/JsonValue.js";
@@ -49,6 +50,15 @@ activeMs?: number,
  * Checkpoints written before it was kept count from their current run's usage.
  */
 totalUsage: Usage, 
+/**
+ * The store operations of every execution under this id so far, and their cost: an execution's last entry
+ * records those it made before it, and so does every 16th entry of the journal
+ * ([`crate::core::machine::STORAGE_EVERY`]; the others do not carry it, to stay small), so a crash loses at
+ * most the operations since the last of those. What an execution does after its last entry (that entry's own
+ * write, a last read of the message queue, the lease's release: on KV two writes, a delete and a list for a
+ * run that finishes) is not recorded: nothing is written after it. See [`crate::core::cost::StorageUsage`].
+ */
+storage?: StorageUsage, 
 /**
  * Opaque application state.
  */

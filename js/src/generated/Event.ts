@@ -6,6 +6,7 @@ import type { FinishReason } from "./FinishReason.js";
 import type { ResolvedBy } from "./ResolvedBy.js";
 import type { ResultKind } from "./ResultKind.js";
 import type { RunStatus } from "./RunStatus.js";
+import type { StorageUsage } from "./StorageUsage.js";
 import type { ToolCall } from "./ToolCall.js";
 import type { Usage } from "./Usage.js";
 import type { WaitKind } from "./WaitKind.js";
@@ -206,7 +207,12 @@ finishReason?: FinishReason,
 /**
  * Steps taken by the run.
  */
-steps: number, } | { "type": "replay.gap", 
+steps: number, 
+/**
+ * The run's storage usage as its journal records it (see `Checkpoint::storage`); left out when none
+ * was counted (a store that does not count: the memory store).
+ */
+storage?: StorageUsage, } | { "type": "replay.gap", 
 /**
  * The position the watcher had seen through.
  */

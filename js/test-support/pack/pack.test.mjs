@@ -88,7 +88,7 @@ const PUBLIC_EXPORTS = {
     "MockModelOptions", "MockTurn", "Model", "ModelChange", "ModelRequest", "ModelResponse", "ModelStream", "NothingToResume", "OnExceeded", "OutputCheckFn", "Price",
     "OutputCheckHook", "PendingRun", "ProgressGuardHook", "ProgressGuardOptions", "RecoverOptions", "Recovery",
     "RecoveryRun", "ResultKind", "ResumeOptions", "RunEvent", "RunOnceOptions", "RunResult", "RunStats", "RunStatus",
-    "SendOptions", "Store", "SubagentOptions", "SubagentTag", "SweepOptions", "SweepReport", "TestClock", "TestClockOptions", "Tool", "ToolCall",
+    "SendOptions", "StoragePrices", "StorageUsage", "Store", "SubagentOptions", "SubagentTag", "SweepOptions", "SweepReport", "TestClock", "TestClockOptions", "Tool", "ToolCall",
     "TokenLimits", "ToolContext", "ToolResult", "ToolSpec", "TrajectoryStep", "Usage",
     "RunKind", "Session", "SessionFork", "SessionForkOptions", "SessionResumeOptions", "SessionSendOptions", "SessionTurn",
     "FireScheduleOptions", "MissedFires", "Schedule", "ScheduleInput", "ScheduleOutcome", "Schedules",

@@ -126,6 +126,10 @@ struct QueueReads {
     last_at: Option<u64>,
 }
 
+/// Journal entries between the ones that record the store operations noted since (besides each execution's last
+/// entry, which always does): see [`crate::core::checkpoint::Checkpoint::storage`].
+pub const STORAGE_EVERY: u64 = 16;
+
 /// Where the execution stands.
 #[derive(Clone, Debug, PartialEq)]
 enum Phase {
@@ -151,6 +155,9 @@ pub struct RunMachine {
     now: u64,
     /// The clock reading the checkpoint's `active_ms` counts to (this execution's start, then its last commit).
     active_mark: u64,
+    /// Store operations noted since the last commit ([`RunMachine::note_storage`]): the next entry adds them to
+    /// the checkpoint's `storage` (until then the checkpoint shows what its journal records).
+    storage_noted: crate::core::cost::StorageUsage,
     effects: VecDeque<Effect>,
     phase: Phase,
     waiting: Option<Wait>,
@@ -175,6 +182,12 @@ impl RunMachine {
     /// Sets the clock reading used for timestamps of the next effects.
     pub fn set_now(&mut self, now: u64) {
         self.now = now;
+    }
+
+    /// Adds store operations the driver metered for this run ([`crate::store::meter`], priced): the next journal
+    /// entry records them.
+    pub fn note_storage(&mut self, used: crate::core::cost::StorageUsage) {
+        self.storage_noted.add(used);
     }
 
     /// The next effect to perform, if any.

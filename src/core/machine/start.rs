@@ -43,6 +43,7 @@ impl RunMachine {
             cfg,
             now,
             active_mark: now,
+            storage_noted: Default::default(),
             effects: VecDeque::new(),
             phase: Phase::Active,
             waiting: None,

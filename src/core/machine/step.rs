@@ -2,7 +2,7 @@
 //! durable, then the effects that need the committed state (actions).
 
 use super::calls::{CallState, TurnCalls};
-use super::{cut_short, Effect, KeyedCall, Outcome, Phase, RunMachine, Wait, MAX_ERROR_RESULT_CHARS};
+use super::{cut_short, Effect, KeyedCall, Outcome, Phase, RunMachine, Wait, MAX_ERROR_RESULT_CHARS, STORAGE_EVERY};
 use crate::core::approval::{ApprovalRecord, ApprovalStatus, Decision};
 use crate::core::checkpoint::{Checkpoint, EntryBody, FinishReason, Header, JournalEntry, RunStatus};
 use crate::core::error::{cap_chars, Error};
@@ -57,6 +57,11 @@ impl Committed {
             fingerprint: cp.fingerprint.clone(),
             ext: cp.ext.clone(),
         }
+    }
+
+    /// The storage usage the journal records (none when nothing was counted).
+    pub(super) fn storage(&self) -> Option<crate::core::cost::StorageUsage> {
+        (!self.head.storage.is_empty()).then_some(self.head.storage)
     }
 
     /// The entry body that brings the journal from `self` to `cp`.
@@ -306,6 +311,7 @@ impl RunMachine {
                 status: outcome.status,
                 finish_reason: outcome.finish_reason,
                 steps: self.cp.step_index,
+                storage: self.committed.storage(),
             });
             self.phase = Phase::Done { cut_short: cut_short(&outcome) };
             self.effects.push_back(Effect::Finish(outcome));
@@ -458,6 +464,11 @@ impl RunMachine {
         self.cp.saved_at = self.now;
         self.cp.active_ms = self.active_ms();
         self.active_mark = self.active_mark.max(self.now);
+        // The storage noted so far goes on the execution's last entry and on every `STORAGE_EVERY`th: a crash
+        // loses at most the operations since the last of those, and the other entries stay as small as before.
+        if matches!(self.phase, Phase::Ending(_)) || self.cp.seq % STORAGE_EVERY == 0 {
+            self.cp.storage.add(std::mem::take(&mut self.storage_noted));
+        }
         let body = if self.snapshot_next {
             EntryBody::Snapshot { state: Box::new(self.cp.clone()) }
         } else {

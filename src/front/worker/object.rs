@@ -233,6 +233,8 @@ impl ObjectClient for StubClient {
         let unavailable =
             |e: worker::Error| Error::new(ErrorCode::StoreUnavailable, format!("run '{run_id}': the run object: {e}"));
         let stub = self.stub(run_id).map_err(unavailable)?;
+        // One Durable Object request, as it is billed.
+        crate::store::meter::record(|u| u.requests += 1);
         let call = JsValue::from_str(&call);
         let req = new_request(&format!("https://run-object{STORE_PATH}"), Method::Post, None, Some(&call), false)
             .map_err(unavailable)?;

@@ -266,6 +266,8 @@ impl<'a> Driver<'a> {
                 m.notify_abort();
             }
             m.set_now(self.now());
+            // The store operations made for the run since the last look go on its next journal entry.
+            m.note_storage(crate::store::meter::take().priced(&self.deps.options.storage_prices));
             if let Some(effect) = m.poll_effect() {
                 match effect {
                     Effect::Emit(event) => self.on_emit(event, &mut pool).await?,

@@ -117,7 +117,7 @@ mod retry;
 
 use super::index::{IndexMeta, IndexOp};
 use super::keys::Keys;
-use super::kv::{KvBackend, PutOptions, MAX_BULK_GET};
+use super::kv::{KvBackend, Metered, PutOptions, MAX_BULK_GET};
 use super::object::split_parts;
 use super::{
     sort_approvals, DueWait, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, QueuedMessage, RunStore,
@@ -284,7 +284,8 @@ fn parse_record<T: serde::de::DeserializeOwned>(
 
 /// The journal store. See the module docs.
 pub struct JournalStore<K: KvBackend> {
-    kv: K,
+    /// The backend, its operations metered per run.
+    kv: Metered<K>,
     keys: Keys,
     clock: Rc<dyn Clock>,
     sleep: Rc<dyn Sleep>,
@@ -313,7 +314,7 @@ impl<K: KvBackend> JournalStore<K> {
     pub fn new(kv: K, clock: Rc<dyn Clock>, sleep: Rc<dyn Sleep>, opts: JournalOptions) -> JournalStore<K> {
         JournalStore {
             keys: Keys::new(opts.prefix.clone()),
-            kv,
+            kv: Metered(kv),
             clock,
             sleep,
             opts,
@@ -326,7 +327,7 @@ impl<K: KvBackend> JournalStore<K> {
 
     /// The backend.
     pub fn kv(&self) -> &K {
-        &self.kv
+        &self.kv.0
     }
 
     /// Every value under `prefix` that reads as a `T`, in key order: the names page by page, then the values

@@ -9,7 +9,7 @@ use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::store::index::{IndexMeta, IndexOp, IndexView};
 use crate::store::keys::Keys;
-use crate::store::kv::{check_value, KvBackend, PutOptions, MAX_LIST_LIMIT};
+use crate::store::kv::{check_value, KvBackend, Metered, PutOptions, MAX_LIST_LIMIT};
 use crate::store::{
     sort_approvals, DueWait, HistoryEntry, Lease, LeaseOptions, PendingPage, PendingRun, QueuedMessage, RunStore,
     StoreCounters,
@@ -73,6 +73,8 @@ impl LocalObjects {
 #[async_trait(?Send)]
 impl ObjectClient for LocalObjects {
     async fn call(&self, run_id: &str, call: String) -> Result<String> {
+        // A request to another object, as a Durable Object bills it.
+        crate::store::meter::record(|u| u.requests += 1);
         Ok(self.object(run_id).handle_json(&call))
     }
 }
@@ -107,7 +109,8 @@ impl<S: ObjectStorage, C: ObjectClient> ObjectClient for OwnObject<S, C> {
 /// The [`RunStore`] over run objects and a KV index. See the module docs.
 pub struct ObjectStore<C: ObjectClient, K: KvBackend> {
     client: C,
-    index: K,
+    /// The index, its operations metered per run.
+    index: Metered<K>,
     prefix: String,
     clock: Rc<dyn Clock>,
     sleep: Rc<dyn Sleep>,
@@ -133,7 +136,7 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
     ) -> ObjectStore<C, K> {
         ObjectStore {
             client,
-            index,
+            index: Metered(index),
             prefix: prefix.into(),
             clock,
             sleep,
@@ -191,6 +194,7 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
             c.reads += 1;
             c.writes += reply.rows_written;
         });
+        crate::store::meter::record(|u| u.rows_written += reply.rows_written);
         Ok((reply.value?.to_string(), reply.rows_written))
     }
 
@@ -405,6 +409,7 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
             c.commit_bytes += bytes;
             c.bytes_written += bytes;
         });
+        crate::store::meter::record(|u| u.bytes_written += bytes);
         // The entry is written: the commit has succeeded whatever happens to the index (see `write_index`).
         let op = self.indexed.borrow_mut().get_mut(run_id).and_then(|v| v.plan(finished, meta, self.clock.now_ms()));
         if let Some(op) = op {
