@@ -78,6 +78,9 @@
 //!   40 and `flaky` a tool on a host of its own: no model and no `flaky` call is ever made while its breaker is
 //!   open (only a probe once the cool-down ended); the counts of probes and of `flaky` calls an open breaker
 //!   answered (`breakers: …`) must be above zero.
+//! * storage: a run's recorded storage usage (its own store operations) costs exactly its counts at the prices,
+//!   and no later recorded state of the run has fewer of any (unless it was deleted or healed in between); the
+//!   count of recorded usages checked (`storage: …`) must be above zero.
 //!
 //! * metrics: every replica (an isolate) keeps its counters; after the program each replica's count of model
 //!   calls equals the calls its processes made, retries and fallbacks a part of them (`metrics: …`).
@@ -341,6 +344,8 @@ struct Seen {
     /// Per message: (kind, fingerprint); kind `t` for a tool result (with its call id), `a` for a model turn.
     messages: Vec<(String, u64)>,
     held: BTreeMap<String, u64>,
+    /// The recorded storage usage's counts (`Checkpoint::storage`, in its wire order).
+    storage: [u64; 8],
 }
 
 #[derive(Default)]
@@ -446,6 +451,9 @@ struct WaitCounts {
     tool_refusals: u64,
     /// Metrics: model calls counted by the replicas' counters (each checked against the calls made).
     metrics_checked: u64,
+    /// Storage: recorded states with a storage usage (checked: its cost is its counts' at the prices, and no
+    /// later state of the run has less).
+    storage_checked: u64,
 }
 
 impl WaitCounts {
@@ -481,6 +489,7 @@ impl WaitCounts {
         self.breaker_probes += o.breaker_probes;
         self.tool_refusals += o.tool_refusals;
         self.metrics_checked += o.metrics_checked;
+        self.storage_checked += o.storage_checked;
     }
 }
 
@@ -539,6 +548,7 @@ fn seen_of(cp: &Checkpoint, at: u64) -> Seen {
             .iter()
             .map(|r| (r.tool_call_id.clone(), hash_of(&format!("{}|{}|{:?}", r.content, r.is_error, r.kind))))
             .collect(),
+        storage: cp.storage.wire(),
     }
 }
 
@@ -670,6 +680,14 @@ impl World {
             if let Some(why) = handoff_violation(cp) {
                 self.violation(format!("{run_id} at {}: {why}", now - T0));
             }
+            // Storage usage: its cost is its counts at the (default) prices, however many entries recorded it.
+            if !cp.storage.is_empty() {
+                let priced = cp.storage.priced(&steadfast::core::cost::StoragePrices::default());
+                if priced != cp.storage {
+                    self.violation(format!("{run_id} at {}: storage {:?} costs {}", now - T0, cp.storage, priced.cost));
+                }
+                self.log.borrow_mut().waits.storage_checked += 1;
+            }
             // A queued message is applied at most once; so is a detached child's result.
             let mut steers = BTreeSet::new();
             for m in cp.messages.iter().chain(&cp.queued_input) {
@@ -726,6 +744,9 @@ impl World {
 
 /// What of `prev` (a recorded state) `cur` (a later one) lost or replaced, if anything.
 fn lost(prev: &Seen, cur: &Seen) -> Option<String> {
+    if prev.storage.iter().zip(&cur.storage).any(|(p, c)| c < p) {
+        return Some(format!("its recorded storage went from {:?} to {:?}", prev.storage, cur.storage));
+    }
     for (i, (kind, print)) in prev.messages.iter().enumerate() {
         match cur.messages.get(i) {
             Some((k, p)) if k == kind && p == print => {}
@@ -2271,6 +2292,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         breaker_probes,
         tool_refusals,
         metrics_checked,
+        storage_checked,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2309,6 +2331,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
          an open breaker {tool_refusals}"
     );
     println!("metrics: model calls counted, each replica's equal to the calls it made {metrics_checked}");
+    println!("storage: recorded storage usages checked (priced, never less later) {storage_checked}");
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (seed, kind, vs) in &failing {
@@ -2373,6 +2396,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("breaker probes", breaker_probes),
             ("tool calls refused by an open breaker", tool_refusals),
             ("model calls counted", metrics_checked),
+            ("recorded storage usages", storage_checked),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }
