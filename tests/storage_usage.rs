@@ -21,8 +21,26 @@ fn looping(turns: usize) -> MockModel {
     MockModel::new(script)
 }
 
+thread_local! {
+    /// The runs whose `lookup` started, in order (to see that runs did interleave).
+    static STARTS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 fn lookup() -> Rc<dyn Tool> {
-    Rc::new(FnTool::new("lookup", "looks something up", object_schema(), |_a, _c| async { Ok(ToolOutput::text("42")) }))
+    Rc::new(FnTool::new("lookup", "looks something up", object_schema(), |_a, ctx| async move {
+        STARTS.with(|s| s.borrow_mut().push(ctx.run_id.clone()));
+        // Yields once (waking itself), so a run polled beside this one goes on meanwhile.
+        let mut yielded = false;
+        std::future::poll_fn(|cx| {
+            if std::mem::replace(&mut yielded, true) {
+                return std::task::Poll::Ready(());
+            }
+            cx.waker().wake_by_ref();
+            std::task::Poll::Pending
+        })
+        .await;
+        Ok(ToolOutput::text("42"))
+    }))
 }
 
 fn agent(env: &Env, turns: usize, seed: u64, opts: AgentOptions) -> steadfast::runtime::Agent {
@@ -60,9 +78,13 @@ fn interleaved_runs_each_record_their_own_operations_only() {
         let (a_alone, b_alone) = (alone("a", 3, 1), alone("b", 1, 2));
         let env = make();
         let (a, b) = (agent(&env, 3, 1, AgentOptions::default()), agent(&env, 1, 2, AgentOptions::default()));
+        STARTS.with(|s| s.borrow_mut().clear());
         let (ra, rb) =
             block_on(join(a.send("a", "go", SendOptions::default()), b.send("b", "go", SendOptions::default())));
         let (ra, rb) = (ra.unwrap(), rb.unwrap());
+        let starts = STARTS.with(|s| s.borrow().clone());
+        let b_at = starts.iter().position(|r| r == "b").unwrap();
+        assert!(b_at > 0 && b_at < 3, "{name}: b's tool ran between a's (the runs interleaved): {starts:?}");
         assert_eq!((ra.usage.storage.unwrap(), stored(&env, "a")), a_alone, "{name}: run a");
         assert_eq!((rb.usage.storage.unwrap(), stored(&env, "b")), b_alone, "{name}: run b");
         assert_ne!(a_alone.0, b_alone.0, "{name}: the two runs differ (3 turns and 1), so a mix-up would show");

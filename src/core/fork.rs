@@ -78,6 +78,8 @@ pub fn apply_patch(source: &Checkpoint, new_run_id: &str, patch: &ForkPatch) -> 
     cp.attempts = 0;
     cp.seq = 0;
     cp.quarantined = false;
+    // Its storage usage is its own id's operations (the source's stay the source's).
+    cp.storage = Default::default();
 
     if let Some(state) = &patch.business_state {
         check_depth("patch.businessState", state).map_err(|e| e.with_run(&source.run_id))?;
@@ -301,7 +303,8 @@ mod tests {
 
     #[test]
     fn empty_patch_resets_the_run_fields_and_keeps_the_rest() {
-        let src = trip_step1();
+        let mut src = trip_step1();
+        src.storage = crate::core::cost::StorageUsage { writes: 7, cost: 35_000, ..Default::default() };
         let fork = apply_patch(&src, "trip.fork-1", &ForkPatch::default()).unwrap();
         assert_eq!(fork.run_id, "trip.fork-1");
         assert_eq!(fork.status, RunStatus::InProgress);
@@ -313,6 +316,7 @@ mod tests {
         assert_eq!(fork.messages, src.messages);
         assert_eq!(fork.step_index, 1);
         assert_eq!(fork.usage, src.usage);
+        assert!(fork.storage.is_empty(), "the source's store operations stay the source's");
         assert_eq!((fork.input_start, fork.input_len), (0, 1));
         assert_eq!(fork.business_state, src.business_state);
         assert_eq!(fork.ext, src.ext);
