@@ -263,9 +263,10 @@ pub(crate) mod usd_limit {
 /// Workers KV bills each read (a bulk read per key, a miss too), write, delete and list; a Durable Object bills
 /// each request (a call to it) and each SQLite row written. Bytes written are reported, not priced (KV bills
 /// operations, not bytes; stored bytes are billed per GB-month, which a run's figure cannot say).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Read by hand (see its `Deserialize`): serde's derive for it cost the npm wasm its size budget.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
-#[serde(rename_all = "camelCase", default)]
+#[serde(rename_all = "camelCase")]
 pub struct StorageUsage {
     /// KV reads (keys read: a bulk read counts each key, as it is billed).
     #[cfg_attr(feature = "ts", ts(type = "number"))]
@@ -290,13 +291,32 @@ pub struct StorageUsage {
     pub bytes_written: u64,
     /// What these operations cost in US dollars (`costUsd`; whole nano-dollars), at the prices in force when
     /// each was recorded.
-    #[serde(rename = "costUsd", serialize_with = "usd_nanos_known", deserialize_with = "usd_nanos_known_de")]
+    #[serde(rename = "costUsd", serialize_with = "usd_nanos_known")]
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub cost: u64,
 }
 
-fn usd_nanos_known_de<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-    usd_nanos::deserialize(d).map(Option::unwrap_or_default)
+/// Read as a JSON value, then by hand (one reader instead of serde's struct machinery per deserializer): an
+/// object of the counts (each a whole number from 0; a missing one is 0; other fields are ignored) and `costUsd`
+/// in dollars (from 0).
+impl<'de> Deserialize<'de> for StorageUsage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<StorageUsage, D::Error> {
+        const COUNTS: [&str; 7] = ["reads", "writes", "deletes", "lists", "bytesWritten", "requests", "rowsWritten"];
+        let Value::Object(fields) = Value::deserialize(d)? else {
+            return Err(de::Error::custom("a storage usage must be an object"));
+        };
+        let mut w = [0u64; 8];
+        for (name, value) in Map::into_iter(fields) {
+            if name == "costUsd" {
+                w[0] = usd_nanos::deserialize(value).map_err(de::Error::custom)?.unwrap_or_default();
+            } else if let Some(i) = COUNTS.iter().position(|c| *c == name) {
+                w[i + 1] = value
+                    .as_u64()
+                    .ok_or_else(|| de::Error::custom(format!("storage `{name}` must be a whole number from 0")))?;
+            }
+        }
+        Ok(StorageUsage::from_wire(w))
+    }
 }
 
 fn usd_nanos_known<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
@@ -645,6 +665,12 @@ mod tests {
         let v = serde_json::to_value(kv).unwrap();
         assert_eq!(v["costUsd"], serde_json::json!(0.0000115));
         assert_eq!(serde_json::from_value::<StorageUsage>(v).unwrap(), kv);
+        // Counts are whole numbers from 0, the cost dollars from 0; a missing count is 0.
+        for bad in [r#"{"reads": -1}"#, r#"{"writes": 1.5}"#, r#"{"costUsd": -1}"#, "[1]", r#"{"lists": "2"}"#] {
+            assert!(serde_json::from_str::<StorageUsage>(bad).is_err(), "{bad}");
+        }
+        let some: StorageUsage = serde_json::from_str(r#"{"writes": 3, "other": true}"#).unwrap();
+        assert_eq!(some, StorageUsage { writes: 3, ..StorageUsage::default() });
     }
 
     /// `storagePrices` takes any subset, in dollars per million operations; anything else is refused by name.

@@ -479,8 +479,9 @@ pub struct Usage {
     /// In a run's state and result (`GET /runs/{id}`, the result of `send`/`resume`/`approve`): the store
     /// operations of every execution under the run's id, and their cost (the checkpoint's `storage`, see
     /// [`crate::core::cost::StorageUsage`]); left out elsewhere (a turn's usage), and when the store does not
-    /// count (the memory store). Not added by [`Usage::add`], not part of `costUsd` or of any budget.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// count (the memory store). Not added by [`Usage::add`], not part of `costUsd` or of any budget; not read
+    /// back (a view's, written only).
+    #[serde(skip_deserializing, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub storage: Option<crate::core::cost::StorageUsage>,
 }

@@ -34,6 +34,7 @@ costUsd?: number,
  * In a run's state and result (`GET /runs/{id}`, the result of `send`/`resume`/`approve`): the store
  * operations of every execution under the run's id, and their cost (the checkpoint's `storage`, see
  * [`crate::core::cost::StorageUsage`]); left out elsewhere (a turn's usage), and when the store does not
- * count (the memory store). Not added by [`Usage::add`], not part of `costUsd` or of any budget.
+ * count (the memory store). Not added by [`Usage::add`], not part of `costUsd` or of any budget; not read
+ * back (a view's, written only).
  */
 storage?: StorageUsage, };
