@@ -462,3 +462,48 @@ fn a_child_of_a_lead_without_a_budget_has_no_cap() {
         assert_eq!(block_on(env.store.load(&child_id)).unwrap().unwrap().budget_cap, None, "{name}");
     }
 }
+
+/// The sub-agent calls of one turn share what their lead had left: each child's cap is an equal part of it
+/// (they may run at once, and a child's spend reaches its lead only with its result), so together they cannot
+/// spend the lead's remainder more than once. One at a time, a later child gets what is left after the earlier
+/// ones' results, shared by the calls still without one.
+#[test]
+fn the_sub_agent_calls_of_one_turn_share_what_their_lead_had_left() {
+    for (name, make) in stores() {
+        for concurrency in [4, 1] {
+            let env = make();
+            let lead_model = forever(MockTurn::func(|req| match turns_in(req.messages) {
+                0 => MockTurn::tools([("research", json!({"task": "a"})), ("research", json!({"task": "b"}))]),
+                _ => MockTurn::text("reported"),
+            }));
+            let seen = Rc::new(RefCell::new(Vec::new()));
+            let child = builder(&env, looping(10, &seen), 3)
+                .options(AgentOptions { max_steps: 100, ..AgentOptions::default() })
+                .tool_rc(slow_lookup(&env, 0));
+            let options = AgentOptions { tool_concurrency: concurrency, ..total(60) };
+            let a = builder(&env, lead_model, 2)
+                .options(options)
+                .subagent("research", "Researches", child)
+                .build()
+                .unwrap();
+            let res = block_on(a.send("lead", "go", SendOptions::default())).unwrap();
+            let case = format!("{name}, {concurrency} at a time");
+            assert_eq!(res.finish_reason, Some(FinishReason::BudgetExceeded), "{case}");
+            let lead = block_on(env.store.load("lead")).unwrap().unwrap();
+            let children = block_on(a.children(&lead)).unwrap();
+            let caps: Vec<Option<u64>> = children
+                .iter()
+                .map(|c| {
+                    block_on(env.store.load(&c.run_id)).unwrap().unwrap().budget_cap.and_then(|c| c.max_total_tokens)
+                })
+                .collect();
+            let spent: Vec<u64> = children.iter().map(|c| c.usage.unwrap().total()).collect();
+            // 60 - 15 (the lead's turn) = 45 left, in two parts of 22; each child stops on its cap after its
+            // second turn (30). One at a time, the second gets what the first left: 45 - 30 = 15, one turn.
+            let (want_caps, want_spent) =
+                if concurrency == 1 { ([Some(22), Some(15)], [30, 15]) } else { ([Some(22), Some(22)], [30, 30]) };
+            assert_eq!((caps.as_slice(), spent.as_slice()), (&want_caps[..], &want_spent[..]), "{case}");
+            assert_eq!(lead.usage.total(), TURN + spent.iter().sum::<u64>(), "{case}");
+        }
+    }
+}

@@ -12,7 +12,7 @@ use futures::task::LocalSpawnExt;
 use serde_json::{json, Value};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use steadfast::core::events::Event;
+use steadfast::core::events::{Event, EventEnvelope};
 use steadfast::core::replay::Cursor;
 use steadfast::front::api::{Api, ApiRequest, ApiResponse};
 use steadfast::runtime::{
@@ -235,6 +235,19 @@ struct NeverSleep;
 impl Sleep for NeverSleep {
     async fn sleep(&self, _ms: u64) {
         futures::future::pending::<()>().await
+    }
+}
+
+/// A timer that gives the executor a few turns and moves no clock (a watcher polling beside a run whose lease
+/// the simulated clock must not expire).
+struct YieldSleep;
+
+#[async_trait::async_trait(?Send)]
+impl Sleep for YieldSleep {
+    async fn sleep(&self, _ms: u64) {
+        for _ in 0..3 {
+            yield_now().await;
+        }
     }
 }
 
@@ -597,4 +610,151 @@ fn with_a_hub_a_leads_watcher_hears_its_childs_events_live_tagged_between_its_ow
     let journal: Vec<Event> = whole.entries.into_iter().flat_map(|(_, _, e)| e).collect();
     assert_eq!(recorded_of(&seen), journal);
     assert_eq!(c.get("call:call_0_0") + c.get("call:call_0_1"), 2, "the child's two calls ran once each");
+}
+
+/// A lead that delegates to sub-agent `plan`, whose agent delegates to `look` (which calls the slow tool) and
+/// then calls the slow tool itself: three levels, each call one at a time.
+fn three_levels(env: &Env, sleep: Rc<dyn Sleep>, c: &Counters) -> Agent {
+    let look = Agent::builder(MockModel::by_turn(vec![
+        MockTurn::tools([("slow", json!({"n": 1}))]),
+        MockTurn::text("looked"),
+    ]))
+    .options(one_at_a_time())
+    .tool_rc(slow_tool("slow", 40, c));
+    let plan = Agent::builder(MockModel::by_turn(vec![
+        MockTurn::tools([("look", json!({"task": "look it up"}))]),
+        MockTurn::tools([("slow", json!({"n": 2}))]),
+        MockTurn::text("planned"),
+    ]))
+    .options(one_at_a_time())
+    .tool_rc(slow_tool("slow", 40, c))
+    .subagent("look", "Looks", look);
+    let b = Agent::builder(MockModel::by_turn(vec![
+        MockTurn::tools([("slow", json!({"n": 0})), ("plan", json!({"task": "plan it"}))]),
+        MockTurn::text("Done."),
+    ]))
+    .rng(Rc::new(SplitMix64::new(11)))
+    .options(one_at_a_time())
+    .tool_rc(slow_tool("slow", 40, c))
+    .subagent("plan", "Plans", plan);
+    on(b, env.store.clone(), &env.clock, sleep, None)
+}
+
+fn child_events(seen: &[Watched]) -> Vec<EventEnvelope> {
+    seen.iter()
+        .filter_map(|w| match w {
+            Watched::Child(e) => Some(e.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// KV mode's watch (no hub): the lead's watcher reads its child runs as it reads the lead, and sends each
+/// child's recorded events tagged, between the call that started it and the call's result, on every store.
+/// (The journal store over a KV without simulated latency: the simulator's sleeps, taken by the watcher's
+/// many reads, would move the one simulated clock past the runner's leases.)
+#[test]
+fn without_a_hub_a_leads_watcher_reads_its_children_and_grandchildren_in_order() {
+    let journal = || Env::journal_over(steadfast::store::MemoryKv::new(), ManualClock::new(1_700_000_000_000));
+    let stores: [(&str, &dyn Fn() -> Env); 3] =
+        [("memory", &Env::new), ("journal", &journal), ("objects", &Env::objects)];
+    for (store_name, make) in stores {
+        let env = make();
+        let c = Counters::default();
+        // No timer moves the clock: three levels' lease renewals would each move it as they fire.
+        let runner = three_levels(&env, Rc::new(YieldSleep), &c);
+        let watching = three_levels(&env, Rc::new(YieldSleep), &c);
+        let mut pool = LocalPool::new();
+        let seen: Seen = Rc::default();
+        let done = Rc::new(Cell::new(false));
+        let (d, s, w) = (done.clone(), seen.clone(), watching.clone());
+        let opts = WatchOptions { poll_ms: 5, max_ms: 10_000_000 };
+        pool.spawner()
+            .spawn_local(async move {
+                exists(&w, "t").await;
+                w.watch("t", Cursor::default(), None, opts, &watcher(&s)).await.unwrap();
+                d.set(true);
+            })
+            .unwrap();
+        pool.spawner()
+            .spawn_local(async move { drop(runner.send("t", "go", SendOptions::default()).await.unwrap()) })
+            .unwrap();
+        pool.run_until_stalled();
+        assert!(done.get(), "{store_name}: the watch ended with the lead");
+        let seen = seen.borrow().clone();
+        let kids = child_events(&seen);
+        let children = block_on(watching.children_of("t")).unwrap();
+        assert_eq!(children.len(), 1, "{store_name}");
+        let child = &children[0];
+        let grandchildren = block_on(watching.children_of(&child.run_id)).unwrap();
+        assert_eq!(grandchildren.len(), 1, "{store_name}");
+        let grandchild = &grandchildren[0];
+        // Each child's events are its journal's recorded events, each once, in order, seq from 0, tagged.
+        for (run, name, depth, parent, call) in [
+            (&child.run_id, "plan", 1, "t", &child.tool_call_id),
+            (&grandchild.run_id, "look", 2, child.run_id.as_str(), &grandchild.tool_call_id),
+        ] {
+            let of: Vec<_> = kids.iter().filter(|e| &e.run_id == run).collect();
+            let journal: Vec<Event> = block_on(watching.replay(run, 0))
+                .unwrap()
+                .unwrap()
+                .entries
+                .into_iter()
+                .flat_map(|(_, _, e)| e)
+                .collect();
+            assert!(journal.iter().any(|e| matches!(e, Event::RunDone { .. })), "{store_name}: {journal:?}");
+            assert_eq!(of.iter().map(|e| e.event.clone()).collect::<Vec<_>>(), journal, "{store_name} {run}");
+            assert_eq!(of.iter().map(|e| e.seq).collect::<Vec<_>>(), (0..of.len() as u64).collect::<Vec<_>>());
+            for e in &of {
+                let tag = e.subagent.as_ref().expect("tagged");
+                assert_eq!(
+                    (tag.name.as_str(), tag.depth, tag.parent.as_str(), tag.tool_call_id.as_ref()),
+                    (name, depth, parent, Some(call)),
+                    "{store_name}"
+                );
+            }
+        }
+        assert_eq!(
+            kids.len(),
+            kids.iter().filter(|e| e.run_id == child.run_id || e.run_id == grandchild.run_id).count()
+        );
+        // Between the call and its result, at each level.
+        let at = |f: &dyn Fn(&Watched) -> bool| seen.iter().position(f).unwrap_or_else(|| panic!("{seen:?}"));
+        let last_at = |f: &dyn Fn(&Watched) -> bool| seen.iter().rposition(f).unwrap();
+        fn of_run(run: &str) -> impl Fn(&Watched) -> bool + '_ {
+            move |w| matches!(w, Watched::Child(e) if e.run_id == run)
+        }
+        let lead_calls =
+            at(&|w| matches!(w, Watched::Event(Event::Step { tool_calls, .. }, _) if tool_calls.len() == 2));
+        let lead_result = at(&|w| matches!(w, Watched::Event(Event::ToolDone { name, .. }, _) if name == "plan"));
+        let (child_first, child_last) = (at(&of_run(&child.run_id)), last_at(&of_run(&child.run_id)));
+        assert!(lead_calls < child_first && child_last < lead_result, "{store_name}: {seen:?}");
+        let child_result = at(
+            &|w| matches!(w, Watched::Child(e) if matches!(&e.event, Event::ToolDone { name, .. } if name == "look")),
+        );
+        let (grand_first, grand_last) = (at(&of_run(&grandchild.run_id)), last_at(&of_run(&grandchild.run_id)));
+        assert!(child_first < grand_first && grand_last < child_result, "{store_name}: {seen:?}");
+        // The lead's own recorded events are its journal's, as for any watch; every tool call ran once.
+        let journal: Vec<Event> =
+            block_on(watching.replay("t", 0)).unwrap().unwrap().entries.into_iter().flat_map(|(_, _, e)| e).collect();
+        assert_eq!(recorded_of(&seen), journal, "{store_name}");
+        assert_eq!(c.0.borrow().values().sum::<u32>(), 3, "{store_name}: {:?}", c.0.borrow());
+
+        // A watcher coming back after the call was made hears the child no more (it was sent before, as far
+        // as the cursor can say); one coming back from before the call hears it all again.
+        let made = block_on(watching.replay("t", 0))
+            .unwrap()
+            .unwrap()
+            .entries
+            .iter()
+            .find(|(_, _, es)| es.iter().any(|e| matches!(e, Event::Step { tool_calls, .. } if tool_calls.len() == 2)))
+            .map(|(p, _, _)| *p)
+            .unwrap();
+        for (cursor, hears) in [(made, 0), (made - 1, kids.len())] {
+            let again: Seen = Rc::default();
+            block_on(watching.watch("t", Cursor { position: cursor, ended: false }, None, opts, &watcher(&again)))
+                .unwrap();
+            assert_eq!(child_events(&again.borrow()).len(), hears, "{store_name}: from {cursor}");
+        }
+    }
 }

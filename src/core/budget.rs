@@ -103,6 +103,22 @@ pub struct BudgetCap {
     pub max_cost_usd: Option<u64>,
 }
 
+impl BudgetCap {
+    /// This cap shared by `ways` children that may spend at once (the sub-agent calls of one turn that have no
+    /// result yet): each gets an equal part of the tokens and the cost (rounded down), so together they cannot
+    /// spend more than the whole; the time limit is not shared (children that run at once spend it together).
+    pub fn shared(self, ways: u64) -> BudgetCap {
+        let part = |v: Option<u64>| v.map(|v| v / ways.max(1));
+        BudgetCap {
+            max_input_tokens: part(self.max_input_tokens),
+            max_output_tokens: part(self.max_output_tokens),
+            max_total_tokens: part(self.max_total_tokens),
+            max_duration_ms: self.max_duration_ms,
+            max_cost_usd: part(self.max_cost_usd),
+        }
+    }
+}
+
 /// What an exhausted budget does to the execution that finds it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "ts", derive(ts_rs::TS), ts(export))]
@@ -283,6 +299,42 @@ mod tests {
         cp.usage = Usage::tokens(input, output);
         cp.total_usage = Usage::tokens(total_before.0 + input, total_before.1 + output);
         cp
+    }
+
+    /// Shared `ways` ways, the parts of every amount add up to no more than the whole (and lose less than one
+    /// unit per way); the time limit is each child's whole.
+    #[test]
+    fn a_cap_shared_by_children_gives_parts_that_add_up_to_at_most_the_whole() {
+        use crate::rng::Rng;
+        let rng = crate::rng::SplitMix64::new(34);
+        for _ in 0..500 {
+            let amount = || (rng.next_u64() % 3 != 0).then(|| rng.next_u64() % 1_000_000);
+            let cap = BudgetCap {
+                max_input_tokens: amount(),
+                max_output_tokens: amount(),
+                max_total_tokens: amount(),
+                max_duration_ms: amount(),
+                max_cost_usd: amount(),
+            };
+            let ways = 1 + rng.next_u64() % 5;
+            let part = cap.shared(ways);
+            for (whole, p) in [
+                (cap.max_input_tokens, part.max_input_tokens),
+                (cap.max_output_tokens, part.max_output_tokens),
+                (cap.max_total_tokens, part.max_total_tokens),
+                (cap.max_cost_usd, part.max_cost_usd),
+            ] {
+                assert_eq!(whole.is_some(), p.is_some());
+                if let (Some(w), Some(p)) = (whole, p) {
+                    assert!(p * ways <= w && w - p * ways < ways, "{w} {ways} {p}");
+                }
+            }
+            assert_eq!(part.max_duration_ms, cap.max_duration_ms);
+        }
+        assert_eq!(
+            BudgetCap { max_total_tokens: Some(45), ..BudgetCap::default() }.shared(0).max_total_tokens,
+            Some(45)
+        );
     }
 
     #[test]

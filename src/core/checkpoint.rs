@@ -174,8 +174,9 @@ pub struct Checkpoint {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub key_scope: Option<String>,
-    /// A child run's budget cap: what its lead had left of its budget when the child was created
-    /// ([`crate::core::budget`]). Written by the run's first snapshot and never changed (deltas do not carry it).
+    /// A child run's budget cap: its part of what its lead had left of its budget when the child was created
+    /// (shared by the turn's sub-agent calls without a result, [`crate::core::budget::BudgetCap::shared`]).
+    /// Written by the run's first snapshot and never changed (deltas do not carry it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "ts", ts(optional))]
     pub budget_cap: Option<crate::core::budget::BudgetCap>,

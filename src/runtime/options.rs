@@ -215,7 +215,7 @@ pub struct SendOptions {
     /// The parent's tool call that executes this child run, named on the child's events
     /// ([`crate::core::events::SubagentTag`]): set by the runtime for a sub-agent's call; leave it `None`.
     pub subagent_call: Option<String>,
-    /// The budget cap of a run this call creates (a sub-agent's child: what its lead has left,
+    /// The budget cap of a run this call creates (a sub-agent's child: its part of what its lead has left,
     /// [`crate::core::budget`]): set by the runtime for a sub-agent's call; leave it `None`.
     pub budget_cap: Option<crate::core::budget::BudgetCap>,
     /// Crash injection (tests): stop after this effect as if the process died.

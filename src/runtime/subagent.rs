@@ -468,7 +468,19 @@ impl Agent {
 impl Deps {
     /// [`Agent::children`] (this agent is the top of the tree).
     async fn children(&self, cp: &Checkpoint) -> Result<Vec<ChildRun>> {
-        let Some(deps) = self.for_run(&cp.run_id) else { return Ok(Vec::new()) };
+        let mut out = Vec::new();
+        for (name, tool_call_id, run_id) in self.child_calls(cp) {
+            let child = self.store.load(&run_id).await?;
+            let (status, usage) = (child.as_ref().map(|c| c.status), child.map(|c| c.total_usage));
+            out.push(ChildRun { name, tool_call_id, run_id, status, usage });
+        }
+        Ok(out)
+    }
+
+    /// Run `cp`'s sub-agent calls, in call order: each one's sub-agent, call id and child run id (whether or not
+    /// the call started it). Reads nothing.
+    pub(crate) fn child_calls(&self, cp: &Checkpoint) -> Vec<(String, String, String)> {
+        let Some(deps) = self.for_run(&cp.run_id) else { return Vec::new() };
         let mut out = Vec::new();
         for call in cp.messages.iter().flat_map(|m| m.tool_calls()) {
             if deps.subagent(&call.name).is_none() {
@@ -476,11 +488,9 @@ impl Deps {
             }
             let Some(key) = cp.call_key(&call.id) else { continue };
             let Ok(run_id) = subagent_run_id(&cp.run_id, &call.name, &key) else { continue };
-            let child = self.store.load(&run_id).await?;
-            let (status, usage) = (child.as_ref().map(|c| c.status), child.map(|c| c.total_usage));
-            out.push(ChildRun { name: call.name.clone(), tool_call_id: call.id.clone(), run_id, status, usage });
+            out.push((call.name.clone(), call.id.clone(), run_id));
         }
-        Ok(out)
+        out
     }
 
     /// Deletes run `run_id` and the child runs its sub-agent calls started, theirs too (see [`Agent::delete`]):

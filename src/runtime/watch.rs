@@ -11,18 +11,22 @@
 //!   run happens in the object): at once, and the events the journal does not record (`tool.start`, deltas,
 //!   `run.start`, `heal.action`, …) are passed on live as well;
 //! * without one (KV mode: the run may execute in another isolate or location): by reading the run again every
-//!   [`WatchOptions::poll_ms`] — recorded events only, as KV makes them visible.
+//!   [`WatchOptions::poll_ms`] — recorded events only, as KV makes them visible. Its sub-agents' child runs (any
+//!   depth) are read with it, and their recorded events sent tagged ([`Watched::Child`]), each child's before
+//!   the entry that records its call's result: from the child's start when the watch saw the call made, else
+//!   (a watcher that came back after the call) from where the child is when first read.
 
 use super::agent::Agent;
 use super::traits::{EventSink, LocalFuture};
 use crate::core::checkpoint::{Checkpoint, RunStatus};
 use crate::core::error::Result;
-use crate::core::events::{Event, EventEnvelope};
-use crate::core::ids::validate_run_id;
+use crate::core::events::{Event, EventEnvelope, SubagentTag};
+use crate::core::ids::{subagent_path, validate_run_id};
 use crate::core::replay::{end_of, is_recorded, recorded_events, Cursor};
 use futures::channel::mpsc;
 use futures::StreamExt;
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 /// The recorded events of a run after a journal position ([`Agent::replay`]).
@@ -44,9 +48,10 @@ pub enum Watched {
     /// An event: recorded, replayed from the journal (with the time its entry was saved), or live from the hub
     /// (`None`: now).
     Event(Event, Option<u64>),
-    /// An event of one of the run's sub-agents' child runs (any depth), live from the hub as it happens, with its
-    /// own `runId`, `seq` and `subagent` tag: heard only where a hub sees the executions (strict mode's run
-    /// object), and only while the watch waits there; a child's journal is its own run's to replay.
+    /// An event of one of the run's sub-agents' child runs (any depth), with its own `runId`, `seq` and
+    /// `subagent` tag: with a hub that sees the executions (strict mode's run object), live as it happens and
+    /// only while the watch waits there; without one (KV mode), its recorded events read from the child's
+    /// journal as the run is read (`seq` counts the child's events in this watch).
     Child(EventEnvelope),
     /// The watcher has now seen everything through this cursor (the SSE `id:`).
     Through(Cursor),
@@ -171,6 +176,8 @@ impl Agent {
         validate_run_id(run_id)?;
         // Subscribed before the first read: an entry committed meanwhile is noticed, not missed.
         let mut sub = hub.map(|h| h.subscribe(run_id));
+        // Without a hub, the run's child runs are read with it.
+        let mut kids = hub.is_none().then(ChildReads::default);
         let deadline = self.deps.now().saturating_add(opts.max_ms);
         let mut pos = from.position;
         loop {
@@ -187,8 +194,21 @@ impl Agent {
                     return Ok(());
                 }
             }
+            if let Some(kids) = kids.as_mut() {
+                self.read_children(kids, &r).await?;
+            }
             let mut ended_at = None;
             for (position, saved_at, events) in r.entries {
+                if let Some(kids) = kids.as_mut() {
+                    // A child's events before the entry that records its call's result.
+                    for e in &events {
+                        if let Event::ToolDone { tool_call_id, .. } = e {
+                            if !kids.send_call(run_id, tool_call_id, &push) {
+                                return Ok(());
+                            }
+                        }
+                    }
+                }
                 for e in events {
                     if matches!(e, Event::RunDone { .. }) {
                         ended_at = Some(position);
@@ -202,6 +222,11 @@ impl Agent {
                     return Ok(());
                 }
                 if !self.drained(sink, deadline).await {
+                    return Ok(());
+                }
+            }
+            if let Some(kids) = kids.as_mut() {
+                if !kids.send_all(&push) {
                     return Ok(());
                 }
             }
@@ -228,6 +253,58 @@ impl Agent {
                 return Ok(());
             }
         }
+    }
+
+    /// Reads the child runs below the run (any depth) for a watch without a hub, after reading the run (`r`):
+    /// each child's new entries are held in `kids` to be sent. A child whose call the watch has not seen made
+    /// (it was made before the watcher's cursor: a watcher that comes back) is read from where it is now; the
+    /// others from their start.
+    async fn read_children(&self, kids: &mut ChildReads, r: &Replay) -> Result<()> {
+        let seen_made = |call: &str| {
+            r.entries.iter().flat_map(|(_, _, es)| es).any(|e| match e {
+                Event::Step { tool_calls, .. } => tool_calls.iter().any(|c| c.id == call),
+                _ => false,
+            })
+        };
+        let first = !kids.started;
+        kids.started = true;
+        let mut below = VecDeque::from([(r.latest.run_id.clone(), self.deps.child_calls(&r.latest), !first)]);
+        while let Some((parent, calls, parent_new)) = below.pop_front() {
+            for (name, call_id, child_id) in calls {
+                let i = match kids.runs.iter().position(|c| c.run_id == child_id) {
+                    Some(i) => i,
+                    None => {
+                        let depth = u32::try_from(subagent_path(&child_id).len()).unwrap_or(u32::MAX);
+                        let new = parent_new || seen_made(&call_id);
+                        let tag = SubagentTag { name, depth, parent: parent.clone(), tool_call_id: Some(call_id) };
+                        kids.runs.push(ChildRead::new(child_id, tag, new));
+                        kids.runs.len() - 1
+                    }
+                };
+                let c = &mut kids.runs[i];
+                if c.over {
+                    continue;
+                }
+                if !c.new {
+                    // Read from where it is now.
+                    let Some(cp) = self.store().load(&c.run_id).await? else { continue };
+                    (c.new, c.pos) = (true, cp.seq);
+                    c.over = cp.status == RunStatus::Finished;
+                    below.push_back((c.run_id.clone(), self.deps.child_calls(&cp), false));
+                    continue;
+                }
+                // Not started yet, or deleted: read again next time.
+                let Some(read) = self.replay(&c.run_id, c.pos).await? else { continue };
+                for (position, saved_at, events) in read.entries {
+                    c.pos = position;
+                    c.held.push_back((saved_at, events));
+                }
+                c.pos = c.pos.max(read.latest.seq);
+                c.over = read.latest.status == RunStatus::Finished;
+                below.push_back((c.run_id.clone(), self.deps.child_calls(&read.latest), true));
+            }
+        }
+        Ok(())
     }
 
     /// Waits until `sink` has taken what it was sent: `false` when it is gone, or when the watch's `deadline`
@@ -284,6 +361,86 @@ impl Agent {
                 }
             }
         }
+    }
+}
+
+/// What a watch without a hub knows of the run's child runs ([`Agent::read_children`]): KV mode, where a child
+/// may execute anywhere, so the watch reads each child as it reads the run. A child's recorded events are sent
+/// as [`Watched::Child`] (its own run id, a `seq` of its own in the watch, the sub-agent tag), before the entry of
+/// its parent that records the call's result, so they come between the call and its result as they happened.
+#[derive(Default)]
+struct ChildReads {
+    /// Every child run seen, in the order first seen.
+    runs: Vec<ChildRead>,
+    /// Whether the children were read once.
+    started: bool,
+}
+
+/// One child run in a watch.
+struct ChildRead {
+    run_id: String,
+    tag: SubagentTag,
+    /// Read from its start (or from where it was when first seen, then set).
+    new: bool,
+    /// The journal position read through.
+    pos: u64,
+    /// The `seq` of its next event in this watch.
+    seq: u64,
+    /// Entries read and not sent yet: when each was saved, its events.
+    held: VecDeque<(u64, Vec<Event>)>,
+    /// Finished and read through its end: not read again.
+    over: bool,
+}
+
+impl ChildRead {
+    fn new(run_id: String, tag: SubagentTag, new: bool) -> ChildRead {
+        ChildRead { run_id, tag, new, pos: 0, seq: 0, held: VecDeque::new(), over: false }
+    }
+}
+
+impl ChildReads {
+    /// Sends what is held of the child that `parent`'s call `call_id` runs (its own children's first, each
+    /// before the entry that records its call's result). `false`: the watcher left.
+    fn send_call(&mut self, parent: &str, call_id: &str, push: &dyn Fn(Watched) -> bool) -> bool {
+        match self.runs.iter().position(|c| c.tag.parent == parent && c.tag.tool_call_id.as_deref() == Some(call_id)) {
+            Some(i) => self.send(i, push),
+            None => true,
+        }
+    }
+
+    /// Sends what is held of every child, in the order first seen. `false`: the watcher left.
+    fn send_all(&mut self, push: &dyn Fn(Watched) -> bool) -> bool {
+        (0..self.runs.len()).all(|i| self.send(i, push))
+    }
+
+    fn send(&mut self, i: usize, push: &dyn Fn(Watched) -> bool) -> bool {
+        while let Some((saved_at, events)) = self.runs[i].held.pop_front() {
+            for e in &events {
+                if let Event::ToolDone { tool_call_id, .. } = e {
+                    let parent = self.runs[i].run_id.clone();
+                    if !self.send_call(&parent, tool_call_id, push) {
+                        return false;
+                    }
+                }
+            }
+            let c = &mut self.runs[i];
+            for event in events {
+                let seq = c.seq;
+                c.seq += 1;
+                let e = EventEnvelope {
+                    v: crate::core::events::EVENT_SCHEMA_VERSION,
+                    seq,
+                    run_id: c.run_id.clone(),
+                    at: saved_at,
+                    subagent: Some(c.tag.clone()),
+                    event,
+                };
+                if !push(Watched::Child(e)) {
+                    return false;
+                }
+            }
+        }
+        true
     }
 }
 

@@ -102,8 +102,9 @@ healOf?: string,
  */
 keyScope?: string, 
 /**
- * A child run's budget cap: what its lead had left of its budget when the child was created
- * ([`crate::core::budget`]). Written by the run's first snapshot and never changed (deltas do not carry it).
+ * A child run's budget cap: its part of what its lead had left of its budget when the child was created
+ * (shared by the turn's sub-agent calls without a result, [`crate::core::budget::BudgetCap::shared`]).
+ * Written by the run's first snapshot and never changed (deltas do not carry it).
  */
 budgetCap?: BudgetCap, 
 /**

@@ -86,7 +86,8 @@ pub(crate) struct Driver<'a> {
     pub(crate) paused: Vec<ApprovalRecord>,
     /// The queued messages handed to the machine (deleted once their ids are committed).
     handed: Vec<QueuedMessage>,
-    /// What the run has left of its budget as calls start: the cap of the child runs its sub-agent calls create.
+    /// What the run has left of its budget as calls start, shared by the turn's sub-agent calls without a result:
+    /// the cap of the child runs its sub-agent calls create.
     child_cap: Option<crate::core::budget::BudgetCap>,
 }
 
@@ -832,7 +833,11 @@ impl<'a> Driver<'a> {
         }
         self.follow(m);
         self.ensure_lease().await?;
-        self.child_cap = m.child_cap();
+        // The turn's sub-agent calls without a result share what the run has left: together they spend no more.
+        self.child_cap = m.child_cap().map(|cap| {
+            let subagent = |c: &&ToolCall| self.agent.tool(&c.name).is_some_and(|t| t.subagent.is_some());
+            cap.shared(m.pending_calls().iter().filter(subagent).count() as u64)
+        });
         self.stats.tool_runs += pool.start(limit, |id| m.is_running(id), |l| self.start_tool(l));
         Ok(())
     }
