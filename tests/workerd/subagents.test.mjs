@@ -72,12 +72,12 @@ for (const mode of ["kv", "strict"]) {
     assert.deepEqual([child.json.parentRunId, child.json.status], ["trip-1", "finished"], child.text);
     assert.equal(child.json.messages.filter((m) => m.role === "tool" && m.name === "refund").length, 1, "the refund ran once");
     // The lead's watch replays its journal; in KV mode it reads its child's too: the child's recorded events
-    // come tagged, between the lead's call and the call's result. (Strict mode's watchers hear children live
+    // (its pause's run.done among them) come tagged, between the lead's call and the call's result. (Strict mode's watchers hear children live
     // from the run object, while they run.)
     const watched = parseSse((await call(second, "GET", "/runs/trip-1/events")).text).events;
     const fromChild = watched.filter((e) => e.runId === childApproval.runId);
     if (mode === "kv") {
-      assert.deepEqual(fromChild.map((e) => e.type), ["step", "approval.requested", "tool.done", "step", "run.done"], JSON.stringify(watched));
+      assert.deepEqual(fromChild.map((e) => e.type), ["step", "approval.requested", "run.done", "tool.done", "step", "run.done"], JSON.stringify(watched));
       assert.ok(fromChild.every((e) => e.subagent?.name === "research" && e.subagent.depth === 1 && e.subagent.parent === "trip-1"));
       const at = (f) => watched.findIndex(f);
       const leadResult = at((e) => e.runId === "trip-1" && e.type === "tool.done" && e.name === "research");
