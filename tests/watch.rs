@@ -353,6 +353,27 @@ fn unrecorded(seen: &[Watched]) -> Vec<Event> {
         .collect()
 }
 
+/// Two "processes" over one store, without a hub: `runner` sends run `id` ("go") while `watching` watches it from
+/// the start, reading it every 5 ms. What the watcher was sent, and whether the watch ended.
+fn watched_beside(runner: &Agent, watching: &Agent, id: &'static str) -> (Vec<Watched>, bool) {
+    let mut pool = LocalPool::new();
+    let seen: Seen = Rc::default();
+    let done = Rc::new(Cell::new(false));
+    let (d, s, w, r) = (done.clone(), seen.clone(), watching.clone(), runner.clone());
+    let opts = WatchOptions { poll_ms: 5, max_ms: 10_000_000 };
+    pool.spawner()
+        .spawn_local(async move {
+            exists(&w, id).await;
+            w.watch(id, Cursor::default(), None, opts, &watcher(&s)).await.unwrap();
+            d.set(true);
+        })
+        .unwrap();
+    pool.spawner().spawn_local(async move { drop(r.send(id, "go", SendOptions::default()).await.unwrap()) }).unwrap();
+    pool.run_until_stalled();
+    let seen = seen.borrow().clone();
+    (seen, done.get())
+}
+
 #[test]
 fn without_a_hub_a_watcher_reads_a_run_executing_elsewhere_until_it_ends() {
     let clock = ManualClock::new(1_700_000_000_000);
@@ -362,24 +383,8 @@ fn without_a_hub_a_watcher_reads_a_run_executing_elsewhere_until_it_ends() {
     // Two "processes" over one store: one executes, one watches.
     let runner = agent(store.clone(), &clock, sleep.clone(), None, &c);
     let watching = agent(store.clone(), &clock, sleep, None, &c);
-    let mut pool = LocalPool::new();
-    let seen: Seen = Rc::default();
-    let done = Rc::new(Cell::new(false));
-    let (d, s) = (done.clone(), seen.clone());
-    let opts = WatchOptions { poll_ms: 5, max_ms: 10_000_000 };
-    pool.spawner()
-        .spawn_local(async move {
-            exists(&watching, "k").await;
-            watching.watch("k", Cursor::default(), None, opts, &watcher(&s)).await.unwrap();
-            d.set(true);
-        })
-        .unwrap();
-    pool.spawner()
-        .spawn_local(async move { drop(runner.send("k", "go", SendOptions::default()).await.unwrap()) })
-        .unwrap();
-    pool.run_until_stalled();
-    assert!(done.get(), "the watch ended with the run");
-    let seen = seen.borrow();
+    let (seen, done) = watched_beside(&runner, &watching, "k");
+    assert!(done, "the watch ended with the run");
     let rec = recorded_of(&seen);
     assert_eq!(rec.iter().filter(|e| matches!(e, Event::Step { .. })).count(), 3, "{seen:?}");
     assert_eq!(rec.iter().filter(|e| matches!(e, Event::ToolDone { .. })).count(), 3, "{seen:?}");
@@ -664,24 +669,9 @@ fn without_a_hub_a_leads_watcher_reads_its_children_and_grandchildren_in_order()
         // No timer moves the clock: three levels' lease renewals would each move it as they fire.
         let runner = three_levels(&env, Rc::new(YieldSleep), &c);
         let watching = three_levels(&env, Rc::new(YieldSleep), &c);
-        let mut pool = LocalPool::new();
-        let seen: Seen = Rc::default();
-        let done = Rc::new(Cell::new(false));
-        let (d, s, w) = (done.clone(), seen.clone(), watching.clone());
+        let (seen, done) = watched_beside(&runner, &watching, "t");
+        assert!(done, "{store_name}: the watch ended with the lead");
         let opts = WatchOptions { poll_ms: 5, max_ms: 10_000_000 };
-        pool.spawner()
-            .spawn_local(async move {
-                exists(&w, "t").await;
-                w.watch("t", Cursor::default(), None, opts, &watcher(&s)).await.unwrap();
-                d.set(true);
-            })
-            .unwrap();
-        pool.spawner()
-            .spawn_local(async move { drop(runner.send("t", "go", SendOptions::default()).await.unwrap()) })
-            .unwrap();
-        pool.run_until_stalled();
-        assert!(done.get(), "{store_name}: the watch ended with the lead");
-        let seen = seen.borrow().clone();
         let kids = child_events(&seen);
         let children = block_on(watching.children_of("t")).unwrap();
         assert_eq!(children.len(), 1, "{store_name}");
