@@ -233,6 +233,11 @@ impl RunMachine {
         &self.cp
     }
 
+    /// The current state, the machine done with.
+    pub fn into_checkpoint(self) -> Checkpoint {
+        self.cp
+    }
+
     /// The journal position the run is committed through, as far as this machine knows: its state's, less
     /// the entry it has asked to commit and not yet heard back about.
     pub fn committed_through(&self) -> u64 {
