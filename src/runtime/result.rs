@@ -156,7 +156,7 @@ impl Driven {
             None => {
                 let exceeded = self.machine.exceeded();
                 // The machine is done with: its transcript moves into the result (a run's whole transcript
-                // copied once per execution was a tenth of a 500-step run's time).
+                // copied once per execution was about a sixth of a 500-step run's time, natively).
                 let mut cp = self.machine.into_checkpoint();
                 let waits = self.paused.iter().filter_map(|r| PendingWait::of(r, cp.own_key_scope())).collect();
                 let (text, messages) = (cp.last_text(), std::mem::take(&mut cp.messages));
