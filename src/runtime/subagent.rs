@@ -478,9 +478,10 @@ impl Deps {
     }
 
     /// Run `cp`'s sub-agent calls, in call order: each one's sub-agent, call id and child run id (whether or not
-    /// the call started it). Reads nothing.
+    /// the call started it). Reads nothing; nothing at all for an agent whose team declares no sub-agents (a KV
+    /// watch asks at every read of the run).
     pub(crate) fn child_calls(&self, cp: &Checkpoint) -> Vec<(String, String, String)> {
-        let Some(deps) = self.for_run(&cp.run_id) else { return Vec::new() };
+        let Some(deps) = self.for_run(&cp.run_id).filter(|d| d.has_subagents()) else { return Vec::new() };
         let mut out = Vec::new();
         for call in cp.messages.iter().flat_map(|m| m.tool_calls()) {
             if deps.subagent(&call.name).is_none() {
