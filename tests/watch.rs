@@ -748,3 +748,49 @@ fn without_a_hub_a_leads_watcher_reads_its_children_and_grandchildren_in_order()
         }
     }
 }
+
+/// A child that cannot be read does not stop the watch of its lead (KV mode, no hub): a corrupt child journal is
+/// sent as the child's `error` event and the lead's own events all come, to its end; a child whose kept history
+/// no longer reaches its start gets a `replay.gap` event first, as the lead does.
+#[test]
+fn without_a_hub_an_unreadable_or_cut_child_is_reported_and_the_leads_watch_goes_on() {
+    let opts = WatchOptions { poll_ms: 5, max_ms: 10_000_000 };
+    for case in ["corrupt", "history of 2"] {
+        let memory = match case {
+            "corrupt" => MemoryStore::new(),
+            _ => MemoryStore::with_history_limit(2),
+        };
+        let env = Env::with_store(Rc::new(memory.clone()), ManualClock::new(1_700_000_000_000));
+        let c = Counters::default();
+        let a = three_levels(&env, Rc::new(YieldSleep), &c);
+        drop(block_on(a.send("t", "go", SendOptions::default())).unwrap());
+        let child = block_on(a.children_of("t")).unwrap().remove(0);
+        if case == "corrupt" {
+            memory.corrupt_last_entry(&child.run_id);
+        }
+        let seen: Seen = Rc::default();
+        block_on(a.watch("t", Cursor::default(), None, opts, &watcher(&seen))).unwrap();
+        let seen = seen.borrow();
+        let kids = child_events(&seen);
+        let of_child: Vec<&Event> = kids.iter().filter(|e| e.run_id == child.run_id).map(|e| &e.event).collect();
+        let lead = block_on(a.replay("t", 0)).unwrap().unwrap();
+        let journal: Vec<Event> = lead.entries.into_iter().flat_map(|(_, _, e)| e).collect();
+        assert_eq!(recorded_of(&seen), journal, "{case}: the lead's events, all of them");
+        assert!(last_cursor(&seen).unwrap().ended, "{case}: to the lead's end");
+        match case {
+            "corrupt" => {
+                assert!(
+                    matches!(of_child.as_slice(), [Event::Error { error }] if error.code == steadfast::ErrorCode::CheckpointCorrupt),
+                    "{of_child:?}"
+                );
+                // Nothing below a child that cannot be read.
+                assert_eq!(kids.len(), 1, "{kids:?}");
+            }
+            _ => {
+                assert!(matches!(of_child.first(), Some(Event::ReplayGap { after: 1, .. })), "{of_child:?}");
+                assert!(matches!(of_child.last(), Some(Event::RunDone { .. })), "{of_child:?}");
+                assert!(matches!(seen.first(), Some(Watched::Event(Event::ReplayGap { .. }, _))), "the lead's gap too");
+            }
+        }
+    }
+}

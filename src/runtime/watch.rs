@@ -13,8 +13,9 @@
 //! * without one (KV mode: the run may execute in another isolate or location): by reading the run again every
 //!   [`WatchOptions::poll_ms`] — recorded events only, as KV makes them visible. Its sub-agents' child runs (any
 //!   depth) are read with it, and their recorded events sent tagged ([`Watched::Child`]), each child's before
-//!   the entry that records its call's result: from the child's start when the watch saw the call made, else
-//!   (a watcher that came back after the call) from where the child is when first read.
+//!   the entry that records its call's result: from the child's start when the watch saw the call made (or
+//!   cannot tell: a gap), else (a watcher that came back after the call) from where the child is when first
+//!   read. A child that cannot be read is reported as its `error` event; the watch of the run goes on.
 
 use super::agent::Agent;
 use super::traits::{EventSink, LocalFuture};
@@ -195,7 +196,7 @@ impl Agent {
                 }
             }
             if let Some(kids) = kids.as_mut() {
-                self.read_children(kids, &r).await?;
+                self.read_children(kids, &r).await;
             }
             let mut ended_at = None;
             for (position, saved_at, events) in r.entries {
@@ -258,8 +259,13 @@ impl Agent {
     /// Reads the child runs below the run (any depth) for a watch without a hub, after reading the run (`r`):
     /// each child's new entries are held in `kids` to be sent. A child whose call the watch has not seen made
     /// (it was made before the watcher's cursor: a watcher that comes back) is read from where it is now; the
-    /// others from their start.
-    async fn read_children(&self, kids: &mut ChildReads, r: &Replay) -> Result<()> {
+    /// others, and every child when the run's kept history no longer reaches the cursor, from their start.
+    ///
+    /// A child that cannot be read is no reason to stop watching the run: a read that may succeed later
+    /// (retryable) is tried again at the next read; any other failure (a corrupt journal) is sent as the
+    /// child's `error` event and the child is not read again. A child whose kept history no longer reaches
+    /// back to where the watch reads it from gets a `replay.gap` event first, as a run does.
+    async fn read_children(&self, kids: &mut ChildReads, r: &Replay) {
         let seen_made = |call: &str| {
             r.entries.iter().flat_map(|(_, _, es)| es).any(|e| match e {
                 Event::Step { tool_calls, .. } => tool_calls.iter().any(|c| c.id == call),
@@ -268,6 +274,9 @@ impl Agent {
         };
         let first = !kids.started;
         kids.started = true;
+        // The run's kept history does not reach back to the watcher's cursor: whether a call was made before it
+        // cannot be told, so its child is read from its start (at least once rather than never).
+        let cannot_tell = first && r.gap.is_some();
         let mut below = VecDeque::from([(r.latest.run_id.clone(), self.deps.child_calls(&r.latest), !first)]);
         while let Some((parent, calls, parent_new)) = below.pop_front() {
             for (name, call_id, child_id) in calls {
@@ -275,7 +284,7 @@ impl Agent {
                     Some(i) => i,
                     None => {
                         let depth = u32::try_from(subagent_path(&child_id).len()).unwrap_or(u32::MAX);
-                        let new = parent_new || seen_made(&call_id);
+                        let new = parent_new || cannot_tell || seen_made(&call_id);
                         let tag = SubagentTag { name, depth, parent: parent.clone(), tool_call_id: Some(call_id) };
                         kids.runs.push(ChildRead::new(child_id, tag, new));
                         kids.runs.len() - 1
@@ -287,14 +296,21 @@ impl Agent {
                 }
                 if !c.new {
                     // Read from where it is now.
-                    let Some(cp) = self.store().load(&c.run_id).await? else { continue };
+                    let Some(cp) = c.unless_failed(self.store().load(&c.run_id).await, self.deps.now()) else {
+                        continue;
+                    };
                     (c.new, c.pos) = (true, cp.seq);
                     c.over = cp.status == RunStatus::Finished;
                     below.push_back((c.run_id.clone(), self.deps.child_calls(&cp), false));
                     continue;
                 }
                 // Not started yet, or deleted: read again next time.
-                let Some(read) = self.replay(&c.run_id, c.pos).await? else { continue };
+                let Some(read) = c.unless_failed(self.replay(&c.run_id, c.pos).await, self.deps.now()) else {
+                    continue;
+                };
+                if let Some((after, until)) = read.gap {
+                    c.held.push_back((self.deps.now(), vec![Event::ReplayGap { after, until }]));
+                }
                 for (position, saved_at, events) in read.entries {
                     c.pos = position;
                     c.held.push_back((saved_at, events));
@@ -304,7 +320,6 @@ impl Agent {
                 below.push_back((c.run_id.clone(), self.deps.child_calls(&read.latest), true));
             }
         }
-        Ok(())
     }
 
     /// Waits until `sink` has taken what it was sent: `false` when it is gone, or when the watch's `deadline`
@@ -395,6 +410,20 @@ struct ChildRead {
 impl ChildRead {
     fn new(run_id: String, tag: SubagentTag, new: bool) -> ChildRead {
         ChildRead { run_id, tag, new, pos: 0, seq: 0, held: VecDeque::new(), over: false }
+    }
+
+    /// What a read of this child found (`None`: nothing, or it failed). A failure that is not retryable is
+    /// held as the child's `error` event at `now`, and the child is over.
+    fn unless_failed<T>(&mut self, read: Result<Option<T>>, now: u64) -> Option<T> {
+        match read {
+            Ok(found) => found,
+            Err(e) if e.retryable => None,
+            Err(e) => {
+                self.held.push_back((now, vec![Event::Error { error: e.info() }]));
+                self.over = true;
+                None
+            }
+        }
     }
 }
 
