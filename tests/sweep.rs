@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::healing::{one_try, opts, Recorder};
+use common::healing::{clone_run, journal_env, one_try, opts, Recorder};
 use common::*;
 use serde_json::json;
 use std::cell::{Cell, RefCell};
@@ -18,14 +18,13 @@ use std::rc::Rc;
 use steadfast::core::checkpoint::RunStatus;
 use steadfast::core::sweep::SweepOptions;
 use steadfast::core::transcript::Message;
+use steadfast::runtime::ManualClock;
 use steadfast::runtime::{
     AbortSignal, Agent, Clock, CrashPoint, FnTool, MockModel, MockTurn, RunResult, SendOptions, SweepListener, Tool,
     ToolError, ToolOutput,
 };
-use steadfast::runtime::{ManualClock, ManualSleep};
-use steadfast::store::kv::{KvBackend, PutOptions};
-use steadfast::store::sim::{SimKv, SimOptions};
-use steadfast::store::{JournalOptions, JournalStore, PendingRun};
+use steadfast::store::kv::KvBackend;
+use steadfast::store::PendingRun;
 use steadfast::{ErrorCode, Result};
 
 /// `n` runs (`run-0`…) on the journal store that each failed once with a 503 (the provider is down); the
@@ -483,50 +482,6 @@ fn a_tick_over_1000_pending_runs_stays_within_its_operation_budget() {
 }
 
 /// The journal store over a one-location SimKv, with the KV handle (to count operations and write backlogs).
-fn journal_env() -> (Env, SimKv) {
-    let clock = ManualClock::new(1_700_000_000_000);
-    let kv = SimKv::new(Rc::new(clock.clone()), SimOptions::default());
-    // A short settle window: a run that finishes within a second of its first index write must be possible.
-    let opts = JournalOptions { settle_ms: 50, ..JournalOptions::default() };
-    let store = JournalStore::new(kv.clone(), Rc::new(clock.clone()), Rc::new(ManualSleep::new(clock.clone())), opts);
-    (Env::with_store(Rc::new(store), clock), kv)
-}
-
-/// Writes copies of run `template` (ids `<prefix><i:06>`, `i` in `0..n`) straight into the KV, as if `n`
-/// runs had been left in the same state: the first `whole` copies get every key of the run (lease, journal
-/// entries, end markers) and all `n` get its pending-index entry with the same metadata. Creating 100,000
-/// runs through the agent would take minutes in debug. Origin writes show up in location 0's listing after
-/// the list lag: the caller moves the clock past it.
-fn clone_run(kv: &SimKv, template: &str, prefix: &str, n: usize, whole: usize) {
-    let origin = kv.origin();
-    let run_prefix = format!("run/{template}/");
-    let idx = format!("idx/pending/{template}");
-    let run_keys: Vec<(String, String)> = kv
-        .keys()
-        .into_iter()
-        .filter(|k| k.starts_with(&run_prefix))
-        .map(|k| {
-            let v = kv.raw(&k).unwrap();
-            (k, v)
-        })
-        .collect();
-    let idx_value = kv.raw(&idx).expect("the template is pending");
-    let idx_meta = block_on(origin.list(&idx, None, 1)).unwrap().keys[0].metadata.clone();
-    let from = format!("\"runId\":\"{template}\"");
-    for i in 0..n {
-        let id = format!("{prefix}{i:06}");
-        if i < whole {
-            let to = format!("\"runId\":\"{id}\"");
-            for (k, v) in &run_keys {
-                let key = format!("run/{id}/{}", &k[run_prefix.len()..]);
-                block_on(origin.put(&key, &v.replace(&from, &to), PutOptions::default())).unwrap();
-            }
-        }
-        let meta = PutOptions { metadata: idx_meta.clone(), ..PutOptions::default() };
-        block_on(origin.put(&format!("idx/pending/{id}"), &idx_value, meta)).unwrap();
-    }
-}
-
 #[test]
 fn a_sweep_tick_stays_under_1000_kv_operations_at_any_backlog() {
     // Every pending run is due and the provider is back: each tick resumes as many runs as it may.

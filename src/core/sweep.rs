@@ -29,8 +29,12 @@ pub struct SweepOptions {
     /// Runs asked for per page of the pending listing (default 1,000, a Workers KV list page).
     pub page_size: usize,
     /// Pages listed per tick, at most (default 3): a tick never lists the whole backlog; the next tick
-    /// continues where this one stopped.
+    /// continues where this one stopped. A tick that fans out through a queue lists up to
+    /// `max_enqueue / page_size + 1` pages when that is more.
     pub max_pages: usize,
+    /// With a recovery queue (fan-out): messages a tick sends at most (default 5,000), one per due run, in
+    /// batches of 100. Right after an outage ends the cap ramps up from `max_runs` (×4 each further minute).
+    pub max_enqueue: usize,
 }
 
 impl Default for SweepOptions {
@@ -45,6 +49,7 @@ impl Default for SweepOptions {
             retry_with_diagnosis: false,
             page_size: 1_000,
             max_pages: 3,
+            max_enqueue: 5_000,
         }
     }
 }
@@ -182,6 +187,35 @@ impl Plan {
     pub fn leaves_alone(&self) -> bool {
         matches!(self, Plan::AwaitingPerson | Plan::NotRetryable | Plan::Quarantined)
     }
+}
+
+/// How many recovery messages a tick that fans out may send at `now`: `max_enqueue`, except in the minutes
+/// right after an outage ended (or while the breaker is open: the tick's probe may close it), when a returning
+/// provider sees a ramp: `max_runs` in the first minute, four times more each further minute, up to
+/// `max_enqueue`.
+pub fn enqueue_cap(opts: &SweepOptions, state: &SweepState, now: u64) -> usize {
+    // While the breaker is open, a tick whose probe closes it sends as in the first minute after an outage.
+    let end = match (&state.outage, state.last_outage_end) {
+        (Some(_), _) => now,
+        (None, Some(end)) => end,
+        (None, None) => return opts.max_enqueue,
+    };
+    let minutes = (now.saturating_sub(end) / 60_000).min(16) as u32;
+    opts.max_runs.max(1).saturating_mul(4usize.saturating_pow(minutes)).min(opts.max_enqueue)
+}
+
+/// Whether runs that failed since the tick before (`failed`: listed runs whose last failure, saved after that
+/// tick, was a provider outage) open the outage breaker: resumes fanned out through a queue do not report to the
+/// sweep, so their failures are counted from the listing. Returns `Some(true)` when the breaker opens.
+pub fn note_fanned_failures(opts: &SweepOptions, state: &mut SweepState, now: u64, failed: u32) -> Option<bool> {
+    if state.outage.is_some() || failed == 0 {
+        return None;
+    }
+    state.provider_failures = state.provider_failures.saturating_add(failed);
+    (state.provider_failures >= opts.outage_threshold).then(|| {
+        state.outage = Some(Outage { since: now, probes: 0, next_probe_at: now.saturating_add(opts.interval_ms) });
+        true
+    })
 }
 
 /// The suffix of diagnosis forks (reserved: users cannot create runs with it).

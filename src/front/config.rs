@@ -908,6 +908,7 @@ impl AgentConfig {
             ("maxRuns", r.max_runs as u64),
             ("opBudget", r.op_budget),
             ("outageThreshold", r.outage_threshold as u64),
+            ("maxEnqueue", r.max_enqueue as u64),
         ] {
             if value == 0 {
                 errs.push(format!("recovery.{field} must be at least 1"));

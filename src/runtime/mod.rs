@@ -58,9 +58,11 @@ pub use mock::{MockCall, MockError, MockModel, MockTurn, RecordedCall};
 pub use options::{AgentOptions, SendOptions, SubagentOptions, DEFAULT_MAX_SUBAGENT_DEPTH};
 #[cfg(feature = "testing")]
 pub use options::{CrashBudget, CrashPoint, StallPoint};
+#[cfg(feature = "testing")]
+pub use recovery::SimQueue;
 pub use recovery::{
-    delivery_run_id, diagnosis_note, Delivery, ForkOptions, ForkResult, NextAttempt, NoListener, SweepListener,
-    SweepReport,
+    delivery_run_id, diagnosis_note, Consumed, Delivery, ForkOptions, ForkResult, NextAttempt, NoListener,
+    RecoveryMessage, RecoveryQueue, SweepListener, SweepReport, MAX_QUEUE_BATCH,
 };
 pub use result::{QueuedSend, RunResult, RunStats};
 pub use schedules::{DueFire, FireCall, ScheduleOutcome, ScheduleStatus};

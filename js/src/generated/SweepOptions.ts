@@ -38,6 +38,12 @@ retryWithDiagnosis: boolean,
 pageSize: number, 
 /**
  * Pages listed per tick, at most (default 3): a tick never lists the whole backlog; the next tick
- * continues where this one stopped.
+ * continues where this one stopped. A tick that fans out through a queue lists up to
+ * `max_enqueue / page_size + 1` pages when that is more.
  */
-maxPages: number, };
+maxPages: number, 
+/**
+ * With a recovery queue (fan-out): messages a tick sends at most (default 5,000), one per due run, in
+ * batches of 100. Right after an outage ends the cap ramps up from `max_runs` (×4 each further minute).
+ */
+maxEnqueue: number, };

@@ -64,4 +64,12 @@ complete: boolean,
  * Tools' waits the tick resolved because their time came (an event's deadline, a timer), from the due
  * index ([`Agent::wake_due`]).
  */
-woken: number, };
+woken: number, 
+/**
+ * Runs sent to the recovery queue for consumers to resume ([`Agent::sweep_fanning_out`]).
+ */
+enqueued: number, 
+/**
+ * Batches sent to the recovery queue (each one operation of the tick, beside `operations`).
+ */
+queueSends: number, };

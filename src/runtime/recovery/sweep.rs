@@ -2,12 +2,13 @@
 //! What to do with each listed run is decided in core ([`crate::core::sweep`]); this module lists, checks,
 //! resumes and keeps the breaker and the listing cursor in the store.
 
+use super::fanout::{RecoveryMessage, RecoveryQueue, MAX_QUEUE_BATCH};
 use crate::core::checkpoint::{FinishReason, RunStatus};
 use crate::core::classify::is_provider_outage;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::sweep::{
-    best_waiting, note_attempt, pick_probe, plan, probe_due, probe_rank, tick_writes, Attempt, Candidate, Plan,
-    SweepOptions, SweepState, HEAL_SUFFIX, VERIFY_PER_TICK,
+    best_waiting, enqueue_cap, note_attempt, note_fanned_failures, pick_probe, plan, probe_due, probe_rank,
+    tick_writes, Attempt, Candidate, Plan, SweepOptions, SweepState, HEAL_SUFFIX, VERIFY_PER_TICK,
 };
 use crate::runtime::approvals::Settled;
 use crate::runtime::traits::AbortSignal;
@@ -51,7 +52,7 @@ pub trait SweepListener {
 }
 
 /// The options of the executions a tick starts: the listener's stop signal (and in tests its crash budget).
-fn exec_opts(listener: &dyn SweepListener) -> SendOptions {
+pub(super) fn exec_opts(listener: &dyn SweepListener) -> SendOptions {
     SendOptions {
         abort: listener.stop().cloned(),
         #[cfg(feature = "testing")]
@@ -134,6 +135,12 @@ pub struct SweepReport {
     /// index ([`Agent::wake_due`]).
     #[serde(default)]
     pub woken: usize,
+    /// Runs sent to the recovery queue for consumers to resume ([`Agent::sweep_fanning_out`]).
+    #[serde(default)]
+    pub enqueued: usize,
+    /// Batches sent to the recovery queue (each one operation of the tick, beside `operations`).
+    #[serde(default)]
+    pub queue_sends: u64,
 }
 
 impl SweepReport {
@@ -215,11 +222,35 @@ pub(super) fn candidate(run: &PendingRun) -> Candidate<'_> {
 
 /// What one tick has done so far: whether its one probe is still free, and the runs it resumed (never two
 /// resumes of one run in a tick).
-struct Tick {
+struct Tick<'q> {
     probe_free: bool,
     done: HashSet<String>,
     /// Runs read this tick to verify their listing ([`VERIFY_PER_TICK`] at most).
     verified: usize,
+    /// The recovery queue, when the tick fans out.
+    fan: Option<Fan<'q>>,
+}
+
+/// A tick's fan-out: the messages not sent yet, how many it may still send, and the one run it resumes itself.
+struct Fan<'q> {
+    queue: &'q dyn RecoveryQueue,
+    batch: Vec<RecoveryMessage>,
+    /// Messages the tick may still send (its cap, less what it put in batches).
+    room: usize,
+    /// A send failed: the tick resumes the rest itself (within `max_runs`), as without a queue, beginning with
+    /// the runs of the batch that failed (`unsent`).
+    failed: bool,
+    unsent: Vec<RecoveryMessage>,
+    /// The first due run of the tick, resumed by the tick itself after the sends (with its heal marker): its
+    /// outcome tells the breaker about the provider, as the resumes of a tick without a queue do.
+    canary: Option<(String, Option<String>)>,
+}
+
+impl Tick<'_> {
+    /// Whether the tick sends its due runs to a queue (it has one, and no send failed).
+    fn fanning(&self) -> bool {
+        self.fan.as_ref().is_some_and(|f| !f.failed)
+    }
 }
 
 impl Agent {
@@ -232,6 +263,31 @@ impl Agent {
     /// the breaker remembers, else to the best waiting run listed. State (breaker, listing cursor) lives in
     /// the store, so ticks may run in separate processes, overlap or repeat.
     pub async fn sweep(&self, opts: &SweepOptions, listener: &dyn SweepListener) -> Result<SweepReport> {
+        self.sweep_with(opts, listener, None).await
+    }
+
+    /// One recovery sweep tick that fans out: as [`Agent::sweep`], except that the runs due for a resume are sent
+    /// to `queue` (one [`RecoveryMessage`] each, in batches of [`MAX_QUEUE_BATCH`], at most
+    /// [`enqueue_cap`] a tick) for consumers to resume with [`Agent::consume_recovery`]. The tick itself still
+    /// lists, plans, quarantines, forks for diagnosis, takes up due waits, probes while the breaker is open, and
+    /// resumes one due run (the first) so the breaker hears how the provider answers; failures the consumers
+    /// meet are counted from the listing ([`note_fanned_failures`]). If a send fails, the tick resumes the
+    /// rest itself, as without a queue.
+    pub async fn sweep_fanning_out(
+        &self,
+        opts: &SweepOptions,
+        listener: &dyn SweepListener,
+        queue: &dyn RecoveryQueue,
+    ) -> Result<SweepReport> {
+        self.sweep_with(opts, listener, Some(queue)).await
+    }
+
+    async fn sweep_with(
+        &self,
+        opts: &SweepOptions,
+        listener: &dyn SweepListener,
+        queue: Option<&dyn RecoveryQueue>,
+    ) -> Result<SweepReport> {
         let store = self.store().clone();
         let before = store.counters();
         let used = || {
@@ -264,7 +320,15 @@ impl Agent {
             Some(opts) => self.adopt_breakers(opts, &mut report, listener).await,
             None => None,
         };
-        let mut tick = Tick { probe_free: true, done: HashSet::new(), verified: 0 };
+        let fan = queue.map(|queue| Fan {
+            queue,
+            batch: Vec::new(),
+            room: enqueue_cap(opts, &state, self.deps.now()),
+            failed: false,
+            unsent: Vec::new(),
+            canary: None,
+        });
+        let mut tick = Tick { probe_free: true, done: HashSet::new(), verified: 0, fan };
         // A due probe goes to the run the breaker remembers, wherever the listing stands.
         if probe_due(&state, self.deps.now()) && !stopped(listener) {
             if let Some(id) = state.probe.clone() {
@@ -289,7 +353,25 @@ impl Agent {
                 Err(e) => report.error(listener, &e, None),
             }
         }
-        let listed = self.sweep_pages(opts, &mut state, &mut tick, &mut report, listener, &used).await;
+        let last_tick = initial.last_tick_at;
+        // The cap as the breaker stands after the remembered probe.
+        if let Some(f) = tick.fan.as_mut() {
+            f.room = enqueue_cap(opts, &state, self.deps.now());
+        }
+        let listed = self.sweep_pages(opts, &mut state, &mut tick, &mut report, listener, &used, last_tick).await;
+        self.flush(&mut tick, &mut report, listener).await;
+        let (canary, unsent) = match tick.fan.as_mut() {
+            Some(f) => (f.canary.take(), std::mem::take(&mut f.unsent)),
+            None => (None, Vec::new()),
+        };
+        let unsent = unsent.into_iter().map(|m| (m.run_id, m.heal_of));
+        for (run_id, heal_of) in canary.into_iter().chain(unsent) {
+            if stopped(listener) || report.resumed >= opts.max_runs {
+                break;
+            }
+            report.resumed += 1;
+            self.sweep_resume(&run_id, heal_of.as_deref(), false, opts, &mut state, &mut report, listener).await;
+        }
         report.outage = state.outage.is_some();
         let now = self.deps.now();
         // And the ones open here are recorded for them (written when the set changed; not after a failed read).
@@ -320,7 +402,7 @@ impl Agent {
         run_id: &str,
         opts: &SweepOptions,
         state: &mut SweepState,
-        tick: &mut Tick,
+        tick: &mut Tick<'_>,
         report: &mut SweepReport,
         listener: &dyn SweepListener,
     ) {
@@ -344,25 +426,61 @@ impl Agent {
         tick.done.insert(run.run_id.clone());
         report.resumed += 1;
         report.probe = Some(run.run_id.clone());
-        self.sweep_resume(&run.run_id, run.heal_of.as_deref(), true, opts, state, report, listener).await;
+        if self.sweep_resume(&run.run_id, run.heal_of.as_deref(), true, opts, state, report, listener).await {
+            tick.probe_free = true;
+            report.probe = None;
+        }
+    }
+
+    /// Sends the tick's last batch of recovery messages (if it fans out).
+    async fn flush(&self, tick: &mut Tick<'_>, report: &mut SweepReport, listener: &dyn SweepListener) {
+        let Some(fan) = tick.fan.as_mut() else { return };
+        if fan.batch.is_empty() || fan.failed {
+            return;
+        }
+        let batch = std::mem::take(&mut fan.batch);
+        let n = batch.len();
+        report.queue_sends += 1;
+        match fan.queue.send_batch(batch.iter().map(RecoveryMessage::to_json).collect()).await {
+            Ok(()) => report.enqueued += n,
+            Err(e) => {
+                // The tick resumes this batch's runs itself (as many as `max_runs` allows; the others come round
+                // again with the listing), and the runs it lists after, as without a queue.
+                fan.failed = true;
+                fan.unsent = batch;
+                report.error(listener, &e, None);
+            }
+        }
     }
 
     /// The listing part of a tick: pages from `state.page`, skipping runs up to `state.cursor` on the first;
     /// leaves both where the next tick must start. Fails only when the store cannot list at all.
+    #[allow(clippy::too_many_arguments)]
     async fn sweep_pages(
         &self,
         opts: &SweepOptions,
         state: &mut SweepState,
-        tick: &mut Tick,
+        tick: &mut Tick<'_>,
         report: &mut SweepReport,
         listener: &dyn SweepListener,
         used: &dyn Fn() -> u64,
+        last_tick: Option<u64>,
     ) -> Result<()> {
         let store = self.store().clone();
-        let full = |report: &SweepReport| report.resumed >= opts.max_runs || used() >= opts.op_budget;
+        let full = |report: &SweepReport, tick: &Tick<'_>| {
+            let ops = used() + report.queue_sends >= opts.op_budget;
+            match &tick.fan {
+                Some(f) if !f.failed => ops || f.room == 0,
+                _ => ops || report.resumed >= opts.max_runs,
+            }
+        };
+        let max_pages = match &tick.fan {
+            Some(_) => opts.max_pages.max(opts.max_enqueue / opts.page_size.max(1) + 1),
+            None => opts.max_pages,
+        };
         let mut pages = 0;
         loop {
-            if pages >= opts.max_pages.max(1) || full(report) {
+            if pages >= max_pages.max(1) || full(report, tick) {
                 return Ok(());
             }
             pages += 1;
@@ -388,16 +506,26 @@ impl Agent {
                 page.runs.iter().filter(|r| skip_to.as_deref().is_none_or(|c| r.run_id.as_str() > c)).collect();
             let cands: Vec<Candidate<'_>> = runs.iter().map(|r| candidate(r)).collect();
             let now = self.deps.now();
+            if tick.fan.is_some() {
+                // The consumers' resumes that failed on the provider since the tick before.
+                let failed = cands
+                    .iter()
+                    .filter(|c| c.outage_error && last_tick.is_some_and(|t| c.saved_at > t) && !c.quarantined)
+                    .count() as u32;
+                if let Some(active) = note_fanned_failures(opts, state, now, failed) {
+                    report.heard(listener, listener.on_outage(active), None);
+                }
+            }
             if state.probe.is_none() {
                 if let Some(i) = best_waiting(opts, state, now, &cands) {
                     state.probe = Some(runs[i].run_id.clone());
                 }
             }
-            let chosen = if tick.probe_free { pick_probe(opts, state, now, &cands) } else { None };
+            let mut chosen = if tick.probe_free { pick_probe(opts, state, now, &cands) } else { None };
             // Whether each run is still pending, checked (in bulk) only for the runs the tick acts on.
             let mut fresh: Vec<Option<bool>> = vec![None; runs.len()];
             for (i, run) in runs.iter().enumerate() {
-                if full(report) || stopped(listener) {
+                if full(report, tick) || stopped(listener) {
                     return Ok(());
                 }
                 report.examined += 1;
@@ -406,6 +534,10 @@ impl Agent {
                     continue;
                 }
                 let now = self.deps.now();
+                if tick.probe_free && chosen.is_some_and(|c| c < i || tick.done.contains(&runs[c].run_id)) {
+                    // The chosen probe had nothing to resume: the best waiting run among the rest.
+                    chosen = pick_probe(opts, state, now, &cands[i..]).map(|c| c + i);
+                }
                 let mut p = plan(opts, state, now, &cands[i]);
                 if p == Plan::Outage && tick.probe_free && chosen == Some(i) && probe_due(state, now) {
                     p = Plan::Probe;
@@ -428,7 +560,11 @@ impl Agent {
                 }
                 if fresh[i].is_none() {
                     // This run and the next ones the tick will likely act on, in one check.
-                    let room = opts.max_runs.saturating_sub(report.resumed).clamp(1, MAX_BULK_GET);
+                    let room = match &tick.fan {
+                        Some(f) if !f.failed => f.room,
+                        _ => opts.max_runs.saturating_sub(report.resumed),
+                    };
+                    let room = room.clamp(1, MAX_BULK_GET);
                     let batch: Vec<usize> = std::iter::once(i)
                         .chain((i + 1..runs.len()).filter(|&j| plan(opts, state, now, &cands[j]).acts()))
                         .take(room)
@@ -475,10 +611,25 @@ impl Agent {
         p: Plan,
         opts: &SweepOptions,
         state: &mut SweepState,
-        tick: &mut Tick,
+        tick: &mut Tick<'_>,
         report: &mut SweepReport,
         listener: &dyn SweepListener,
     ) {
+        if p == Plan::Resume && tick.fanning() {
+            tick.done.insert(run.run_id.clone());
+            let Some(fan) = tick.fan.as_mut() else { return };
+            if fan.canary.is_none() && report.probe.is_none() {
+                fan.canary = Some((run.run_id.clone(), run.heal_of.clone()));
+                return;
+            }
+            let msg = RecoveryMessage { run_id: run.run_id.clone(), heal_of: run.heal_of.clone() };
+            fan.batch.push(msg);
+            fan.room = fan.room.saturating_sub(1);
+            if fan.batch.len() >= MAX_QUEUE_BATCH {
+                self.flush(tick, report, listener).await;
+            }
+            return;
+        }
         match p {
             Plan::Resume | Plan::Probe => {
                 let probe = p == Plan::Probe;
@@ -488,7 +639,13 @@ impl Agent {
                 }
                 tick.done.insert(run.run_id.clone());
                 report.resumed += 1;
-                self.sweep_resume(&run.run_id, run.heal_of.as_deref(), probe, opts, state, report, listener).await;
+                let nothing =
+                    self.sweep_resume(&run.run_id, run.heal_of.as_deref(), probe, opts, state, report, listener).await;
+                if probe && nothing {
+                    // It told nothing about the provider: the probe goes to the next waiting run.
+                    tick.probe_free = true;
+                    report.probe = None;
+                }
             }
             Plan::Quarantine => {
                 self.quarantine(run, opts, report, listener).await;
@@ -515,7 +672,7 @@ impl Agent {
     async fn finish_resolution(
         &self,
         cp: &crate::core::checkpoint::Checkpoint,
-        tick: &mut Tick,
+        tick: &mut Tick<'_>,
         report: &mut SweepReport,
         listener: &dyn SweepListener,
     ) {
@@ -581,7 +738,7 @@ impl Agent {
         listed: &PendingRun,
         opts: &SweepOptions,
         state: &mut SweepState,
-        tick: &mut Tick,
+        tick: &mut Tick<'_>,
         report: &mut SweepReport,
         listener: &dyn SweepListener,
     ) {
@@ -667,17 +824,23 @@ impl Agent {
         state: &mut SweepState,
         report: &mut SweepReport,
         listener: &dyn SweepListener,
-    ) {
+    ) -> bool {
         let res = self.resume_run(run_id, exec_opts(listener)).await;
         let attempt = match &res {
             // Stopped by the sweep's own stop signal: no word on the provider.
             Ok(Some(r)) if r.finish_reason == Some(FinishReason::Aborted) => Attempt::Other,
             Ok(Some(_)) => Attempt::Succeeded,
-            // Nothing to resume (it finished or went away meanwhile): no word on the provider.
-            Ok(None) => Attempt::Other,
+            // Nothing to resume (it finished or went away meanwhile; a listing can lag a finish whose process
+            // died): no word on the provider, and not a probe either (the tick gives the probe to another run).
+            Ok(None) => {
+                if state.probe.as_deref() == Some(run_id) {
+                    state.probe = None;
+                }
+                return true;
+            }
             Err(e) if e.code == ErrorCode::SessionBusy => {
                 report.busy += 1;
-                return;
+                return false;
             }
             Err(e) if is_provider_outage(e) => Attempt::ProviderDown,
             Err(_) => Attempt::Other,
@@ -697,16 +860,11 @@ impl Agent {
                         Err(e) => {
                             // The original's next tick finds the finished fork and completes the recovery.
                             report.error(listener, &e, Some(run_id));
-                            return;
+                            return false;
                         }
                     },
                 };
                 self.recovered(run_id, original, &result, report, listener).await
-            }
-            Ok(None) => {
-                if state.probe.as_deref() == Some(run_id) {
-                    state.probe = None;
-                }
             }
             Ok(_) => {}
             Err(e) => {
@@ -714,6 +872,7 @@ impl Agent {
                 report.error(listener, &e, Some(run_id));
             }
         }
+        false
     }
 
     /// Reports a finished run; for a diagnosis fork of `original` (confirmed by the fork's marker), deletes
