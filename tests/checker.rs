@@ -85,6 +85,12 @@
 //! * metrics: every replica (an isolate) keeps its counters; after the program each replica's count of model
 //!   calls equals the calls its processes made, retries and fallbacks a part of them (`metrics: …`).
 //!
+//! * fan-out: one program in three (`seed % 3 == 2`) sends its sweep ticks' due runs to a recovery queue, and a
+//!   resume in three of them is a queue consumer instead (`Consume`: the oldest message; half the time the queue
+//!   delivers it again later); the liveness ticks' messages are consumed after each tick. Every invariant above
+//!   holds for the runs consumers resume, a tick's operations include its queue sends, and no message the sweep
+//!   sent is unreadable; the counts (`fan-out: …`) must be above zero.
+//!
 //! * cost: the model is priced ($1 and $3 per million tokens: a turn costs 25,000 nano-dollars), so every
 //!   recorded usage — a run's, its conversation's, each turn's and each child's rolled up into its lead — has a
 //!   cost, and it is exactly its tokens' (1,000 nano-dollars a prompt token, 3,000 a completion token): a turn
@@ -213,6 +219,11 @@ enum Op {
         run: usize,
         interrupt: bool,
     },
+    /// A recovery-queue consumer (programs that fan out): takes the oldest message the sweep sent and resumes
+    /// its run; with `redeliver` the queue delivers it again later (at-least-once).
+    Consume {
+        redeliver: bool,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -247,6 +258,9 @@ struct Program {
     /// Breakers on every model (one program in four: `seed % 4 == 1`, the agent's model failing a third of its
     /// calls and no fallback; and every other fallback program, `seed % 8 == 7`), one set per replica.
     breakers: bool,
+    /// Sweep ticks fan out through a recovery queue and consumers resume the runs (one program in three:
+    /// `seed % 3 == 2`).
+    fan_out: bool,
 }
 
 /// A program's budgets: `maxTotalTokens` of a run and of the conversation (`sessionBudget`), and `onExceeded`;
@@ -274,6 +288,7 @@ impl Program {
     fn generate(seed: u64) -> Program {
         let rng = SplitMix64::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0x51));
         let pick = |n: u64| rng.next_u64() % n;
+        let fan_out = seed % 3 == 2;
         let big = pick(50) == 0;
         let len = if big { 4 + pick(3) } else { 5 + pick(8) };
         let mut at = 0;
@@ -292,6 +307,8 @@ impl Program {
             let op = match pick(100) {
                 0..=21 => Op::Send { run, task },
                 // One resume in four goes to a detached child of the run (chosen from the task's number).
+                // In programs that fan out, a resume in three is a queue consumer instead (from the task's number).
+                22..=31 if fan_out && task % 3 == 0 => Op::Consume { redeliver: task % 2 == 0 },
                 22..=31 if task % 2 == 1 => Op::ResumeChild { run },
                 22..=31 => Op::Resume { run },
                 32..=41 if pick(2) == 0 => Op::Answer { pick: pick(8) as u32, choice: pick(3) as u8 },
@@ -331,7 +348,7 @@ impl Program {
             CheckBudget { run, session: 60 + pick(240), throw: pick(2) == 0, cost }
         });
         let (fallback, breakers) = (seed % 4 == 3, seed % 4 == 1 || seed % 8 == 7);
-        Program { seed, steps, concurrency, big, stuck_every, steer_poll_ms, budget, fallback, breakers }
+        Program { seed, steps, concurrency, big, stuck_every, steer_poll_ms, budget, fallback, breakers, fan_out }
     }
 }
 
@@ -454,6 +471,12 @@ struct WaitCounts {
     /// Storage: recorded states with a storage usage (checked: its cost is its counts' at the prices, and no
     /// later state of the run has less).
     storage_checked: u64,
+    /// Fan-out: runs sweep ticks sent to the recovery queue, messages consumers took (redeliveries included), and
+    /// of those the ones that resumed their run and the ones that found it not to resume (finished, busy, not due).
+    enqueued: u64,
+    consumed: u64,
+    consumer_resumes: u64,
+    consumer_skips: u64,
 }
 
 impl WaitCounts {
@@ -490,6 +513,10 @@ impl WaitCounts {
         self.tool_refusals += o.tool_refusals;
         self.metrics_checked += o.metrics_checked;
         self.storage_checked += o.storage_checked;
+        self.enqueued += o.enqueued;
+        self.consumed += o.consumed;
+        self.consumer_resumes += o.consumer_resumes;
+        self.consumer_skips += o.consumer_skips;
     }
 }
 
@@ -517,6 +544,8 @@ struct World {
     /// Each replica's counters (an isolate's), and the model calls each replica's processes made.
     metrics: [Rc<steadfast::runtime::Metrics>; 3],
     model_calls: [Cell<u64>; 3],
+    /// The recovery queue (programs that fan out): what ticks sent and consumers have not taken.
+    queue: steadfast::runtime::SimQueue,
 }
 
 fn hash_of(s: &str) -> u64 {
@@ -616,6 +645,7 @@ impl World {
             breakers: Default::default(),
             metrics: Default::default(),
             model_calls: Default::default(),
+            queue: steadfast::runtime::SimQueue::new(),
         })
     }
 
@@ -1589,6 +1619,13 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
             r
         }
         Op::Sweep { diagnosis } => sweep_crashing(&w, &agent, *diagnosis, opts().crash).await,
+        Op::Consume { redeliver } => match consume(&w, &agent, *redeliver, opts().crash).await {
+            Ok(run) => {
+                touched.extend(run.filter(|r| !r.is_empty()));
+                Ok(())
+            }
+            Err(e) => Err(e),
+        },
         Op::Answer { pick, choice } => match agent.approvals().list().await {
             Ok(list) => {
                 let asked: Vec<_> = list.into_iter().filter(|r| r.kind == WaitKind::Question).collect();
@@ -1765,16 +1802,60 @@ async fn sweep_crashing(w: &World, agent: &Agent, diagnosis: bool, crash: Option
         }
     }
     let budget = crash.map(|c| CrashBudget::new(c.after_effects, c.finish_in_flight));
-    let report = agent.sweep(&w.sweep_options(diagnosis), &Traced(w, budget.clone())).await;
+    let (opts, listener) = (w.sweep_options(diagnosis), Traced(w, budget.clone()));
+    let report = match w.program.fan_out {
+        true => agent.sweep_fanning_out(&opts, &listener, &w.queue).await,
+        false => agent.sweep(&opts, &listener).await,
+    };
     if budget.is_some_and(|b| b.crashed()) {
         w.log.borrow_mut().crashes += 1;
     }
     let report = report?;
     w.trace(|| format!("sweep: {report:?}"));
-    if report.operations > 1_000 {
-        w.violation(format!("a sweep tick used {} store operations (over 1,000)", report.operations));
+    w.log.borrow_mut().waits.enqueued += report.enqueued as u64;
+    let ops = report.operations + report.queue_sends;
+    if ops > 1_000 {
+        w.violation(format!("a sweep tick used {ops} operations (over 1,000)"));
     }
     Ok(())
+}
+
+/// A recovery-queue consumer: the oldest message, again later if `redeliver`; its executions crash right after
+/// their `crash`-th effect. A message whose run could not be read goes back to the queue (the queue's retry).
+async fn consume(w: &World, agent: &Agent, redeliver: bool, crash: Option<CrashPoint>) -> Result<Option<String>> {
+    struct Crashing(Option<Rc<CrashBudget>>);
+    impl steadfast::runtime::SweepListener for Crashing {
+        fn crash_budget(&self) -> Option<Rc<CrashBudget>> {
+            self.0.clone()
+        }
+    }
+    let Some(body) = w.queue.take(1).pop() else { return Ok(None) };
+    if redeliver {
+        w.queue.push(body.clone());
+    }
+    let budget = crash.map(|c| CrashBudget::new(c.after_effects, c.finish_in_flight));
+    let r = agent.consume_recovery(&body, &w.sweep_options(false), &Crashing(budget.clone())).await;
+    if budget.is_some_and(|b| b.crashed()) {
+        w.log.borrow_mut().crashes += 1;
+    }
+    let done = match r {
+        Ok(done) => done,
+        Err(e) => {
+            w.queue.push(body);
+            return Err(e);
+        }
+    };
+    w.trace(|| format!("consumed: {done:?}"));
+    if done.outcome == "invalid" {
+        w.violation(format!("the sweep sent a message a consumer cannot read: {body}"));
+    }
+    let mut log = w.log.borrow_mut();
+    log.waits.consumed += 1;
+    match done.outcome.as_str() {
+        "recovered" | "resumed" | "failed" => log.waits.consumer_resumes += 1,
+        _ => log.waits.consumer_skips += 1,
+    }
+    Ok(Some(done.run_id))
 }
 
 /// Every run id the program may have made.
@@ -1828,6 +1909,14 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
             if let Err(e) = sweep(&w2, &agent, tick % 2 == 0).await {
                 if !expected(e.code) {
                     w2.violation(format!("liveness tick {tick} failed: {} {}", e.code, e.message));
+                }
+            }
+            // Consumers take what the tick sent (each message once; one that fails goes back for the next tick).
+            for _ in 0..w2.queue.len() {
+                if let Err(e) = consume(&w2, &w2.process(), false, None).await {
+                    if !expected(e.code) {
+                        w2.violation(format!("liveness consumer failed: {} {}", e.code, e.message));
+                    }
                 }
             }
             if w2.kind == StoreKind::Objects {
@@ -2293,6 +2382,10 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         tool_refusals,
         metrics_checked,
         storage_checked,
+        enqueued,
+        consumed,
+        consumer_resumes,
+        consumer_skips,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2332,6 +2425,10 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
     );
     println!("metrics: model calls counted, each replica's equal to the calls it made {metrics_checked}");
     println!("storage: recorded storage usages checked (priced, never less later) {storage_checked}");
+    println!(
+        "fan-out: runs sent to the recovery queue {enqueued}, messages consumed {consumed} (resumed their run \
+         {consumer_resumes}, found nothing to resume {consumer_skips})"
+    );
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (seed, kind, vs) in &failing {
@@ -2397,6 +2494,9 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("tool calls refused by an open breaker", tool_refusals),
             ("model calls counted", metrics_checked),
             ("recorded storage usages", storage_checked),
+            ("runs sent to the recovery queue", enqueued),
+            ("consumer resumes", consumer_resumes),
+            ("consumed messages with nothing to resume", consumer_skips),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }
