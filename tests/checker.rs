@@ -472,7 +472,8 @@ struct WaitCounts {
     /// later state of the run has less).
     storage_checked: u64,
     /// Fan-out: runs sweep ticks sent to the recovery queue, messages consumers took (redeliveries included), and
-    /// of those the ones that resumed their run and the ones that found it not to resume (finished, busy, not due).
+    /// of those the ones that left their run with a next look (in its backoff, busy, failed again) and the ones
+    /// that left it settled (finished, gone, paused, at the cap, waiting on the breaker).
     enqueued: u64,
     consumed: u64,
     consumer_resumes: u64,
@@ -1846,14 +1847,14 @@ async fn consume(w: &World, agent: &Agent, redeliver: bool, crash: Option<CrashP
         }
     };
     w.trace(|| format!("consumed: {done:?}"));
-    if done.outcome == "invalid" {
+    if done.error.is_some() {
         w.violation(format!("the sweep sent a message a consumer cannot read: {body}"));
     }
     let mut log = w.log.borrow_mut();
     log.waits.consumed += 1;
-    match done.outcome.as_str() {
-        "recovered" | "resumed" | "failed" => log.waits.consumer_resumes += 1,
-        _ => log.waits.consumer_skips += 1,
+    match done.next {
+        Some(_) => log.waits.consumer_resumes += 1,
+        None => log.waits.consumer_skips += 1,
     }
     Ok(Some(done.run_id))
 }
@@ -2426,8 +2427,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
     println!("metrics: model calls counted, each replica's equal to the calls it made {metrics_checked}");
     println!("storage: recorded storage usages checked (priced, never less later) {storage_checked}");
     println!(
-        "fan-out: runs sent to the recovery queue {enqueued}, messages consumed {consumed} (resumed their run \
-         {consumer_resumes}, found nothing to resume {consumer_skips})"
+        "fan-out: runs sent to the recovery queue {enqueued}, messages consumed {consumed} (left their run with \
+         a next look {consumer_resumes}, settled {consumer_skips})"
     );
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
@@ -2495,8 +2496,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("model calls counted", metrics_checked),
             ("recorded storage usages", storage_checked),
             ("runs sent to the recovery queue", enqueued),
-            ("consumer resumes", consumer_resumes),
-            ("consumed messages with nothing to resume", consumer_skips),
+            ("consumed messages that left a next look", consumer_resumes),
+            ("consumed messages that left their run settled", consumer_skips),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

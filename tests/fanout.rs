@@ -16,9 +16,10 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use steadfast::core::checkpoint::RunStatus;
-use steadfast::core::sweep::{SweepOptions, SweepState};
+use steadfast::core::sweep::{plan, Candidate, Plan, SweepOptions, SweepState};
 use steadfast::runtime::{
-    Agent, CrashBudget, FnTool, MockModel, MockTurn, Rng, SimQueue, SplitMix64, SweepListener, Tool, ToolOutput,
+    Agent, Clock, Consumed, CrashBudget, FnTool, MockModel, MockTurn, RecoveryMessage, Rng, SimQueue, SplitMix64,
+    SweepListener, Tool, ToolOutput,
 };
 use steadfast::{ErrorCode, Result};
 
@@ -139,23 +140,29 @@ fn drain_scenario(seed: u64) -> std::result::Result<String, String> {
                 }
                 let crash = (pick(4) == 0).then(|| CrashBudget::new(1 + pick(6) as usize, pick(2) == 0));
                 let before = calls.borrow().clone();
+                let id = RecoveryMessage::parse(&body).map_err(|e| format!("the sweep sent {body}: {e}"))?.run_id;
+                let due = plan_now(&agent, &id, &so, env.clock.now_ms());
                 // Now and then the provider fails this consumer (the run records the attempt and backs off).
                 down.set(pick(8) == 0);
                 let r = block_on(agent.consume_recovery(&body, &so, &Crashing(crash.clone())))
                     .map_err(|e| format!("tick {tick}: consume failed: {e}"));
                 down.set(false);
                 let r = r?;
-                if std::env::var("STEADFAST_TRACE").is_ok() {
-                    println!("  {} {} {:?}", r.run_id, r.outcome, r.error.as_ref().map(|e| e.code));
-                }
                 if crash.is_some_and(|c| c.crashed()) {
                     crashed.insert(r.run_id.clone());
                 }
-                *consumed.entry(r.outcome.clone()).or_default() += 1;
                 let started = calls.borrow().get(&r.run_id) != before.get(&r.run_id);
-                if started && !["recovered", "resumed", "failed"].contains(&r.outcome.as_str()) {
-                    return Err(format!("a message for {} ({}) called the model", r.run_id, r.outcome));
+                let kind = match (&due, started) {
+                    (None, false) => "finished or gone",
+                    (Some(Plan::Resume), true) => "resumed",
+                    (Some(Plan::Resume), false) => "busy",
+                    (Some(_), false) => "not due",
+                    (_, true) => return Err(format!("a message for {id} ({due:?}) called the model")),
+                };
+                if std::env::var("STEADFAST_TRACE").is_ok() {
+                    println!("  {id}: {kind} (next {:?})", r.next);
                 }
+                *consumed.entry(kind.to_string()).or_default() += 1;
                 if pick(3) == 0 {
                     env.clock.advance(pick(20_000));
                 }
@@ -193,7 +200,7 @@ fn generated_backlogs_drain_through_a_queue_with_duplicates_and_crashes_each_too
     for seed in 0..cases() {
         match drain_scenario(seed) {
             Ok(line) => {
-                for o in ["recovered", "not-due", "gone", "failed", "busy"] {
+                for o in ["resumed", "not due", "finished or gone", "busy"] {
                     if line.contains(&format!("\"{o}\"")) {
                         *outcomes.entry(o.into()).or_default() += 1;
                     }
@@ -205,11 +212,32 @@ fn generated_backlogs_drain_through_a_queue_with_duplicates_and_crashes_each_too
         }
     }
     println!("fan-out scenarios: {}, with each outcome: {outcomes:?}", cases());
-    // Every kind of delivery happened somewhere: finished by a consumer, a duplicate of a finished run, a run a
-    // crashed consumer left (busy until its lease ends, or failed and backing off).
-    for o in ["recovered", "gone", "not-due"] {
+    // Every kind of delivery happened somewhere: a resume, a duplicate of a finished run, a run a crashed consumer
+    // left (busy until its lease ends) and one backing off after a failure.
+    for o in ["resumed", "finished or gone", "not due", "busy"] {
         assert!(outcomes.get(o).is_some_and(|&c| c > 0), "no scenario had a `{o}` delivery: {outcomes:?}");
     }
+}
+
+/// The sweep's plan for run `id` now (`None`: finished or gone), from what is stored.
+fn plan_now(agent: &Agent, id: &str, so: &SweepOptions, now: u64) -> Option<Plan> {
+    let state: SweepState = block_on(agent.store().get_state("sweep"))
+        .unwrap()
+        .map(|s| serde_json::from_str(&s).unwrap_or_default())
+        .unwrap_or_default();
+    let cp = block_on(agent.store().load(id)).unwrap().filter(|cp| cp.status != RunStatus::Finished)?;
+    let c = Candidate {
+        run_id: id,
+        status: cp.status,
+        attempts: cp.attempts,
+        last_error: cp.last_error.as_ref().map(|e| e.code),
+        retryable: cp.last_error.as_ref().is_none_or(|e| e.retryable),
+        quarantined: cp.quarantined,
+        outage_error: cp.last_error.as_ref().is_some_and(|e| e.code.is_outage()),
+        saved_at: cp.saved_at,
+        heal_of: cp.heal_of.as_deref(),
+    };
+    Some(plan(so, &state, now, &c))
 }
 
 /// `n` runs that each failed once on a 503; the provider is back unless `down` is set again.
@@ -226,13 +254,24 @@ fn failed_backlog(n: usize) -> (Env, Agent, Rc<Cell<bool>>, Rc<RefCell<BTreeMap<
     (env, agent, down, calls, paid)
 }
 
-fn drain(agent: &Agent, queue: &SimQueue, so: &SweepOptions) -> BTreeMap<String, u32> {
-    let mut outcomes = BTreeMap::new();
+/// Consumes every waiting message: how many runs were left with a next look (`next`), and how many without.
+fn drain(agent: &Agent, queue: &SimQueue, so: &SweepOptions) -> (usize, usize) {
+    let (mut next, mut settled) = (0, 0);
     for body in queue.take(usize::MAX) {
         let r = block_on(agent.consume_recovery(&body, so, &Recorder::default())).unwrap();
-        *outcomes.entry(r.outcome).or_default() += 1;
+        assert!(r.error.is_none(), "{body}");
+        match r.next {
+            Some(_) => next += 1,
+            None => settled += 1,
+        }
     }
-    outcomes
+    (next, settled)
+}
+
+/// The run's failed attempts in a row, and whether it finished.
+fn attempts(agent: &Agent, id: &str) -> (u32, bool) {
+    let cp = block_on(agent.store().load(id)).unwrap().unwrap();
+    (cp.attempts, cp.status == RunStatus::Finished)
 }
 
 #[test]
@@ -247,8 +286,8 @@ fn a_tick_sends_every_due_run_but_its_canary_and_consumers_finish_them() {
     assert_eq!(queue.counts(), (3, 249));
     // Listing (one page) + freshness checks (100 keys a bulk read) + the canary's own + state: few operations.
     assert!(r.operations + r.queue_sends < 40, "{r:?}");
-    let outcomes = drain(&agent, &queue, &so);
-    assert_eq!(outcomes, BTreeMap::from([("recovered".to_string(), 249)]));
+    // Each finished: nothing to look at again.
+    assert_eq!(drain(&agent, &queue, &so), (0, 249));
     assert!(paid.borrow().values().all(|keys| keys.len() == 1) && paid.borrow().len() == 250);
     assert_eq!(finished(&agent, 250), 250);
     // Each run: its failed first turn, then the two turns of its resume.
@@ -260,29 +299,38 @@ fn a_message_for_a_run_that_is_not_due_starts_nothing() {
     let (env, agent, down, calls, _paid) = failed_backlog(2);
     let queue = SimQueue::new();
     let so = SweepOptions::default();
-    // run-000 is in its backoff (30 s after its failure): a message that comes early is not-due.
-    let msg = steadfast::runtime::RecoveryMessage { run_id: "run-000".into(), heal_of: None }.to_json();
+    let consume = |body: &str| block_on(agent.consume_recovery(body, &so, &Recorder::default())).unwrap();
+    // run-000 is in its backoff (30 s after its failure): a message that comes early starts nothing and says when.
+    let saved = block_on(agent.store().load("run-000")).unwrap().unwrap().saved_at;
+    let msg = RecoveryMessage { run_id: "run-000".into(), heal_of: None }.to_json();
     let before = calls.borrow().clone();
-    let r = block_on(agent.consume_recovery(&msg, &so, &Recorder::default())).unwrap();
-    assert_eq!(r.outcome, "not-due");
+    assert_eq!(consume(&msg).next, Some(saved + 30_000));
     assert_eq!(*calls.borrow(), before);
-    // An unknown run is gone; a message that is not one is invalid (acknowledged: delivering it again won't help).
-    let gone = json!({"runId": "nobody"}).to_string();
-    assert_eq!(block_on(agent.consume_recovery(&gone, &so, &Recorder::default())).unwrap().outcome, "gone");
-    for bad in ["", "{}", "[1]", r#"{"runId": 7}"#, r#"{"runId": ""}"#] {
-        let r = block_on(agent.consume_recovery(bad, &so, &Recorder::default())).unwrap();
-        assert_eq!((r.outcome.as_str(), r.error.map(|e| e.code)), ("invalid", Some(ErrorCode::InvalidInput)), "{bad}");
+    // An unknown run: nothing to do. A message that is not one is invalid (acknowledged: delivering it again
+    // won't help).
+    assert_eq!(
+        consume(&json!({"runId": "nobody"}).to_string()),
+        Consumed { run_id: "nobody".into(), next: None, error: None }
+    );
+    for bad in ["", "{}", "[1]", r#"{"runId": 7}"#, r#"{"runId": ""}"#, r#"{"runId": "a", "healOf": 1}"#] {
+        let r = consume(bad);
+        assert_eq!((r.run_id.as_str(), r.error.map(|e| e.code)), ("", Some(ErrorCode::InvalidInput)), "{bad}");
     }
-    // Once due it is resumed; a duplicate after it finished is gone.
+    // Once due it is resumed and finishes; a duplicate afterwards starts nothing.
     env.clock.advance(60_000);
-    assert_eq!(block_on(agent.consume_recovery(&msg, &so, &Recorder::default())).unwrap().outcome, "recovered");
-    assert_eq!(block_on(agent.consume_recovery(&msg, &so, &Recorder::default())).unwrap().outcome, "gone");
-    // A consumer that fails on the provider records the attempt (the next message is early again).
+    assert_eq!(consume(&msg).next, None);
+    assert_eq!(attempts(&agent, "run-000"), (0, true));
+    let before = calls.borrow().clone();
+    assert_eq!(consume(&msg).next, None);
+    assert_eq!(*calls.borrow(), before);
+    // A consumer that fails on the provider records the attempt: the next message is early again.
     down.set(true);
     let other = json!({"runId": "run-001"}).to_string();
-    let r = block_on(agent.consume_recovery(&other, &so, &Recorder::default())).unwrap();
-    assert_eq!((r.outcome.as_str(), r.error.map(|e| e.code)), ("failed", Some(ErrorCode::ProviderUnavailable)));
-    assert_eq!(block_on(agent.consume_recovery(&other, &so, &Recorder::default())).unwrap().outcome, "not-due");
+    assert!(consume(&other).next.is_some());
+    assert_eq!(attempts(&agent, "run-001"), (2, false));
+    let before = calls.borrow().clone();
+    assert!(consume(&other).next.is_some());
+    assert_eq!(*calls.borrow(), before);
     assert!(queue.is_empty());
 }
 
@@ -297,8 +345,9 @@ fn consumers_failing_on_the_provider_open_the_breaker_and_a_closed_one_ramps_the
     env.clock.advance(60_000);
     let r = block_on(agent.sweep_fanning_out(&so, &rec, &queue)).unwrap();
     assert_eq!(r.enqueued, 299);
-    let outcomes = drain(&agent, &queue, &so);
-    assert_eq!(outcomes, BTreeMap::from([("failed".to_string(), 299)]));
+    // Each resumed and failed again: its attempt recorded, its next look after its backoff.
+    assert_eq!(drain(&agent, &queue, &so), (299, 0));
+    assert_eq!(attempts(&agent, "run-150"), (2, false));
     // The next tick reads their failures from the listing: the breaker opens, nothing is sent.
     env.clock.advance(120_000);
     let r = block_on(agent.sweep_fanning_out(&so, &rec, &queue)).unwrap();
@@ -306,7 +355,9 @@ fn consumers_failing_on_the_provider_open_the_breaker_and_a_closed_one_ramps_the
     assert_eq!(*rec.outage.borrow(), vec![true]);
     // While it is open a message that was already in the queue waits on it.
     let msg = json!({"runId": "run-005"}).to_string();
-    assert_eq!(block_on(agent.consume_recovery(&msg, &so, &rec)).unwrap().outcome, "outage");
+    let before = attempts(&agent, "run-005");
+    assert_eq!(block_on(agent.consume_recovery(&msg, &so, &rec)).unwrap().next, None);
+    assert_eq!(attempts(&agent, "run-005"), before);
     // The provider is back; the probe closes the breaker, and the sends ramp: 25 in the first minute, 100 in the
     // next, 400 (here: the rest) after.
     down.set(false);
@@ -327,24 +378,27 @@ fn consumers_failing_on_the_provider_open_the_breaker_and_a_closed_one_ramps_the
 }
 
 #[test]
-fn when_a_send_fails_the_tick_resumes_runs_itself_and_the_rest_come_round() {
-    let (env, agent, _down, _calls, paid) = failed_backlog(60);
+fn when_a_send_fails_the_tick_resumes_the_runs_it_lists_after_and_the_rest_come_round() {
+    let (env, agent, _down, _calls, paid) = failed_backlog(250);
     let queue = SimQueue::new();
     let so = SweepOptions::default();
     queue.fail_sends(1);
     env.clock.advance(60_000);
     let rec = Recorder::default();
     let r = block_on(agent.sweep_fanning_out(&so, &rec, &queue)).unwrap();
-    // The one batch failed: the tick went on without the queue, up to its own 25 resumes (the canary among them).
-    assert_eq!((r.enqueued, r.queue_sends, r.resumed), (0, 1, 25), "{r:?}");
+    // The first batch (runs 1 to 100) failed: the tick went on without the queue, up to its own 25 resumes, and
+    // resumed its canary (run 0).
+    assert_eq!((r.enqueued, r.queue_sends, r.resumed), (0, 1, 26), "{r:?}");
+    assert_eq!(attempts(&agent, "run-101"), (0, true));
+    assert_eq!(attempts(&agent, "run-050"), (1, false));
     assert!(rec.errors.borrow().iter().any(|(c, _)| *c == ErrorCode::StoreUnavailable));
     for _ in 0..4 {
         env.clock.advance(60_000);
         block_on(agent.sweep_fanning_out(&so, &rec, &queue)).unwrap();
         drain(&agent, &queue, &so);
     }
-    assert!(paid.borrow().values().all(|keys| keys.len() == 1) && paid.borrow().len() == 60);
-    assert_eq!(finished(&agent, 60), 60);
+    assert!(paid.borrow().values().all(|keys| keys.len() == 1) && paid.borrow().len() == 250);
+    assert_eq!(finished(&agent, 250), 250);
 }
 
 #[test]

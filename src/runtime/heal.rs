@@ -58,7 +58,9 @@ impl ProgressGuard {
     fn load(ctx: &HookContext<'_>) -> GuardState {
         // Ignored: a guard state this hook cannot read (another version's) restarts its counts, so the guard
         // trips again after as many failures; failing the run instead would stop it for good.
-        ctx.peek(GUARD_KEY).and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default()
+        // Read from its text (`from_str`, as every stored value is: `from_value` would add a second deserializer to
+        // the Worker's wasm).
+        ctx.peek(GUARD_KEY).and_then(|v| serde_json::from_str(&v.to_string()).ok()).unwrap_or_default()
     }
 
     fn save(ctx: &mut HookContext<'_>, st: &GuardState) {

@@ -623,7 +623,19 @@ pub async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
             },
             text,
         );
-        let (fires, sweep) = futures::join!(fires, agent.sweep(&cfg.recovery, &ConsoleListener));
+        // KV mode with a `RECOVERY_QUEUE` binding: the tick sends the runs to resume to the queue (`queue` below
+        // resumes them); strict mode's runs execute in their objects (alarms), never in a consumer.
+        let queue = match cfg.store {
+            StoreMode::Kv => recovery_queue(&env),
+            StoreMode::DurableObject => None,
+        };
+        let sweep = async {
+            match &queue {
+                Some(q) => agent.sweep_fanning_out(&cfg.recovery, &ConsoleListener, q).await,
+                None => agent.sweep(&cfg.recovery, &ConsoleListener).await,
+            }
+        };
+        let (fires, sweep) = futures::join!(fires, sweep);
         Ok::<_, Error>((fires, sweep))
     }
     .await;
@@ -648,4 +660,62 @@ pub async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         }
         Err(e) => console_error!("steadfast cron tick failed: {e}"),
     }
+}
+
+/// The `RECOVERY_QUEUE` producer binding, if the Worker has one.
+fn recovery_queue(env: &Env) -> Option<platform::JsQueue> {
+    let q = crate::front::wasm_shared::prop(env, "RECOVERY_QUEUE");
+    (!crate::front::wasm_shared::absent(&q)).then_some(platform::JsQueue(q))
+}
+
+/// The queue consumer (wrangler.toml `[[queues.consumers]]` of the recovery queue): resumes the run each message
+/// names ([`Agent::consume_recovery`]: the run's own recovery step, as a run object's alarm takes it), one message
+/// after another (a consumer invocation is one resume at a time,
+/// so the queue's `max_concurrency` bounds the resumes at once). A message is acknowledged whatever it found,
+/// and delivered again only when its run could not be read. Exported by hand (worker-build calls any `queue`
+/// export) rather than through workers-rs's `queue` feature, whose batch types the Worker does not need.
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub async fn queue(
+    batch: wasm_bindgen::JsValue,
+    env: wasm_bindgen::JsValue,
+    _ctx: wasm_bindgen::JsValue,
+) -> std::result::Result<wasm_bindgen::JsValue, wasm_bindgen::JsValue> {
+    use crate::front::wasm_shared::prop;
+    use wasm_bindgen::JsCast;
+    console_error_panic_hook::set_once();
+    let env: Env = env.unchecked_into();
+    let messages = js_sys::Array::from(&prop(&batch, "messages"));
+    let agent = async {
+        let cfg = config(&env)?;
+        let agent = build_agent(&env, &cfg, &Runs::Configured).await?;
+        Ok::<_, Error>((cfg, agent))
+    }
+    .await;
+    let (cfg, agent) = match agent {
+        Ok(a) => a,
+        Err(e) => {
+            // Every message comes again (the queue's retries, then its dead-letter queue).
+            console_error!("steadfast recovery consumer: {e}");
+            messages.iter().for_each(|m| platform::settle_message(&m, false));
+            return Ok(wasm_bindgen::JsValue::UNDEFINED);
+        }
+    };
+    for m in messages.iter() {
+        let body = prop(&m, "body");
+        // A body that is not text is not ours: read as "" and answered `invalid`.
+        let text = body.as_string().unwrap_or_default();
+        match agent.consume_recovery(&text, &cfg.recovery, &ConsoleListener).await {
+            Ok(done) => {
+                if let Some(e) = &done.error {
+                    console_error!("steadfast recovery: not a recovery message: {}", e.message);
+                }
+                platform::settle_message(&m, true);
+            }
+            Err(e) => {
+                console_error!("steadfast recovery consumer: {e}");
+                platform::settle_message(&m, false);
+            }
+        }
+    }
+    Ok(wasm_bindgen::JsValue::UNDEFINED)
 }

@@ -218,3 +218,34 @@ impl WorkersAi {
         Ok(())
     }
 }
+
+/// The recovery queue: a Cloudflare Queue's producer binding (`RECOVERY_QUEUE`), `sendBatch` of string bodies.
+pub(crate) struct JsQueue(pub(crate) JsValue);
+
+#[async_trait(?Send)]
+impl crate::runtime::RecoveryQueue for JsQueue {
+    async fn send_batch(&self, bodies: Vec<String>) -> Result<()> {
+        use crate::front::wasm_shared::{call_async, prop, set};
+        let messages = js_sys::Array::new();
+        for body in bodies {
+            let m = js_sys::Object::new();
+            set(&m, "body", &JsValue::from_str(&body));
+            messages.push(&m);
+        }
+        let fail = |e: JsValue| {
+            let why = crate::front::wasm_shared::js_message(&e);
+            Error::new(ErrorCode::StoreUnavailable, format!("the recovery queue refused a batch: {why}"))
+        };
+        let send: Function = prop(&self.0, "sendBatch").dyn_into().map_err(fail)?;
+        call_async(&send, &self.0, &js_sys::Array::of1(&messages)).await.map(drop).map_err(fail)
+    }
+}
+
+/// Acknowledges (`ack`) or lets the queue deliver again (`retry`) one message of a batch.
+pub(crate) fn settle_message(message: &JsValue, ack: bool) {
+    let f = crate::front::wasm_shared::prop(message, if ack { "ack" } else { "retry" });
+    if let Ok(f) = f.dyn_into::<Function>() {
+        // Ignored: a message the runtime will not take a verdict on is delivered again (at least once).
+        let _ = f.call0(message);
+    }
+}

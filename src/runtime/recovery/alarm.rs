@@ -28,6 +28,12 @@ impl Agent {
     /// resume is recorded on the run (attempts, last error) as anywhere else, so the next alarm waits its
     /// backoff.
     pub async fn wake(&self, run_id: &str, opts: &SweepOptions) -> Result<Option<u64>> {
+        self.wake_with(run_id, opts, &SendOptions::default()).await
+    }
+
+    /// [`Agent::wake`] with the options of the executions it starts (a recovery queue's consumer passes its
+    /// listener's stop signal, and in tests its crash budget).
+    pub(super) async fn wake_with(&self, run_id: &str, opts: &SweepOptions, send: &SendOptions) -> Result<Option<u64>> {
         let state: SweepState = match self.store().get_state("sweep").await? {
             // An unreadable sweep state is the sweep's to repair; the alarm plans with a closed breaker.
             Some(s) => serde_json::from_str(&s).unwrap_or_default(),
@@ -46,7 +52,7 @@ impl Agent {
                 Plan::Resume | Plan::Probe if resumed => Ok(Some(now.saturating_add(opts.interval_ms.max(1)))),
                 Plan::Resume | Plan::Probe => {
                     resumed = true;
-                    match self.resume_run(run_id, SendOptions::default()).await {
+                    match self.resume_run(run_id, send.clone()).await {
                         Err(e) if e.code == ErrorCode::SessionBusy => Ok(Some(self.takeover_at())),
                         // Finished, paused or failed (recorded on the run): plan again from what is stored.
                         _ => continue,
@@ -54,18 +60,16 @@ impl Agent {
                 }
                 Plan::Backoff { until } => Ok(Some(until)),
                 // Paused: its waits that resolve by themselves (an event's deadline, a timer) are this alarm's.
-                Plan::AwaitingPerson => {
-                    match self.wake_waits(run_id, &cp.approval_ids, &SendOptions::default()).await {
-                        Ok(DueLook::Resolved) if !resumed => {
-                            resumed = true;
-                            continue;
-                        }
-                        Ok(DueLook::Resolved) => Ok(Some(now)),
-                        Ok(DueLook::Next(at)) => Ok(at),
-                        Err(e) if e.code == ErrorCode::SessionBusy => Ok(Some(self.takeover_at())),
-                        Err(e) => Err(e),
+                Plan::AwaitingPerson => match self.wake_waits(run_id, &cp.approval_ids, send).await {
+                    Ok(DueLook::Resolved) if !resumed => {
+                        resumed = true;
+                        continue;
                     }
-                }
+                    Ok(DueLook::Resolved) => Ok(Some(now)),
+                    Ok(DueLook::Next(at)) => Ok(at),
+                    Err(e) if e.code == ErrorCode::SessionBusy => Ok(Some(self.takeover_at())),
+                    Err(e) => Err(e),
+                },
                 // While the outage breaker is open the sweep paces the provider: its probe, then its resumes.
                 Plan::Outage | Plan::Quarantine | Plan::Heal | Plan::NotRetryable | Plan::Quarantined => Ok(None),
             };

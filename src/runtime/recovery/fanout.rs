@@ -4,14 +4,12 @@
 //! the only exclusion: a message delivered twice, late or to two consumers at once is harmless (the second finds
 //! the run busy, finished, or not due).
 
-use super::sweep::{candidate, exec_opts, SweepListener};
-use crate::core::checkpoint::RunStatus;
+use super::sweep::{exec_opts, SweepListener};
 use crate::core::error::{Error, ErrorCode, ErrorInfo, Result};
-use crate::core::sweep::{plan, Plan, SweepOptions, SweepState};
+use crate::core::sweep::SweepOptions;
 use crate::runtime::Agent;
-use crate::store::PendingRun;
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// Messages a queue takes in one batch (Cloudflare Queues: 100).
 pub const MAX_QUEUE_BATCH: usize = 100;
@@ -24,108 +22,75 @@ pub trait RecoveryQueue {
     async fn send_batch(&self, bodies: Vec<String>) -> Result<()>;
 }
 
-/// One message of the recovery queue: a run to resume.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// One message of the recovery queue: a run to resume, as JSON `{"runId": …, "healOf"?: …}` (read and written by
+/// hand over `serde_json::Value`: a derive would cost the Worker's wasm more).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RecoveryMessage {
     /// The run.
     pub run_id: String,
     /// For a diagnosis fork: the run it heals (as listed; confirmed by the fork's own checkpoint).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heal_of: Option<String>,
 }
 
 impl RecoveryMessage {
     /// The message as JSON.
     pub fn to_json(&self) -> String {
-        // Ignored (`unwrap_or_default`): two strings always serialise.
-        serde_json::to_string(self).unwrap_or_default()
+        let id = Value::String(self.run_id.clone());
+        match &self.heal_of {
+            Some(h) => format!("{{\"runId\":{id},\"healOf\":{}}}", Value::String(h.clone())),
+            None => format!("{{\"runId\":{id}}}"),
+        }
     }
 
-    /// Reads a message body; anything else is `STEADFAST_INVALID_INPUT`.
+    /// Reads a message body; anything else is `STEADFAST_INVALID_INPUT` (other fields are ignored).
     pub fn parse(body: &str) -> Result<RecoveryMessage> {
-        let m: RecoveryMessage = serde_json::from_str(body)
-            .map_err(|e| Error::new(ErrorCode::InvalidInput, format!("not a recovery message: {e}")))?;
-        crate::core::ids::validate_run_id(&m.run_id)
-            .map_err(|e| Error::new(ErrorCode::InvalidInput, format!("recovery message: {}", e.message)))?;
-        Ok(m)
+        let bad = |why: String| Error::new(ErrorCode::InvalidInput, format!("not a recovery message: {why}"));
+        let v: Value = serde_json::from_str(body).map_err(|e| bad(e.to_string()))?;
+        let text = |k: &str| {
+            v.get(k).filter(|x| !x.is_null()).map(|x| x.as_str().ok_or_else(|| bad(format!("{k} is not a string"))))
+        };
+        let run_id = text("runId").ok_or_else(|| bad("no runId".into()))??.to_string();
+        let heal_of = text("healOf").transpose()?.map(String::from);
+        crate::core::ids::validate_run_id(&run_id).map_err(|e| bad(e.message))?;
+        Ok(RecoveryMessage { run_id, heal_of })
     }
 }
 
 /// What a consumer did with one recovery message.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Consumed {
     /// The run the message named (empty for a message that could not be read).
     pub run_id: String,
-    /// `recovered` (resumed and finished), `resumed` (resumed; it paused or stopped again), `failed` (resumed; it
-    /// failed again: its attempt is recorded and the sweep sends it again after its backoff), `busy` (another
-    /// execution holds its lease), `not-due` (its backoff has not passed, it waits for a person, it is
-    /// quarantined or not retryable, or it is at the attempt cap: the sweep decides those), `outage` (the outage
-    /// breaker is open: the sweep's probe goes first), `gone` (finished or deleted), `invalid` (not a recovery
-    /// message).
-    pub outcome: String,
-    /// Why, for `failed` and `invalid`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the run should be looked at again, as [`Agent::wake`] answers (`None`: finished, gone, waiting for a
+    /// person, quarantined or not retryable, at the attempt cap, or waiting on the outage breaker — the sweep's
+    /// to decide): a consumer needs none of it (a later tick sends the run again when it is due).
+    pub next: Option<u64>,
+    /// Why the message could not be read (`STEADFAST_INVALID_INPUT`: acknowledge it, delivering it again would
+    /// not help).
     pub error: Option<ErrorInfo>,
 }
 
-impl Consumed {
-    fn new(run_id: &str, outcome: &str) -> Consumed {
-        Consumed { run_id: run_id.to_string(), outcome: outcome.to_string(), error: None }
-    }
-}
-
 impl Agent {
-    /// Resumes the run one recovery message names, if the sweep's plan for it, read again now, still says to
-    /// resume it: a message may come late, twice, or after another consumer finished the run. Acknowledge the
-    /// message on `Ok` (whatever the outcome: a run it did not resume comes round with a later tick); on `Err`
-    /// (the run or the sweep state could not be read) let the queue deliver it again. A message that is not a
-    /// recovery message is `Ok` with outcome `invalid` (delivering it again would not help).
+    /// Resumes the run one recovery message names if the sweep's plan for it, read again now, still says to
+    /// resume it — the run's own recovery step, as strict mode's alarm takes it ([`Agent::wake`]): a message may
+    /// come late, twice, or after another consumer finished the run; a run in its backoff, paused, at the cap or
+    /// waiting on the outage breaker is left alone (a paused run's waits that came due are taken up). Acknowledge
+    /// the message on `Ok`, whatever it found; on `Err` (the run or the sweep state could not be read) let the
+    /// queue deliver it again.
     pub async fn consume_recovery(
         &self,
         body: &str,
         opts: &SweepOptions,
         listener: &dyn SweepListener,
     ) -> Result<Consumed> {
-        let msg = match RecoveryMessage::parse(body) {
-            Ok(m) => m,
-            Err(e) => return Ok(Consumed { error: Some(e.info()), ..Consumed::new("", "invalid") }),
-        };
-        let id = msg.run_id.as_str();
-        let state: SweepState = match self.store().get_state("sweep").await? {
-            // A state the sweep cannot read is replaced by its next tick with the initial one.
-            Some(text) => serde_json::from_str(&text).unwrap_or_default(),
-            None => SweepState::default(),
-        };
-        let Some(cp) = self.store().load(id).await? else { return Ok(Consumed::new(id, "gone")) };
-        if cp.status == RunStatus::Finished {
-            return Ok(Consumed::new(id, "gone"));
-        }
-        let run = PendingRun::of(&cp);
-        match plan(opts, &state, self.deps.now(), &candidate(&run)) {
-            Plan::Resume => {}
-            Plan::Outage => return Ok(Consumed::new(id, "outage")),
-            _ => return Ok(Consumed::new(id, "not-due")),
-        }
-        let res = self.resume_run(id, exec_opts(listener)).await;
-        Ok(match res {
-            Ok(Some(result)) if result.status == RunStatus::Finished => {
-                // A diagnosis fork that finished replaces its original: the fork's own marker confirms it.
-                let original = msg.heal_of.as_deref().filter(|o| cp.heal_of.as_deref() == Some(*o));
-                let mut report = super::SweepReport::default();
-                self.recovered(id, original, &result, &mut report, listener).await;
-                Consumed::new(id, "recovered")
+        let (run_id, next, error) = match RecoveryMessage::parse(body) {
+            Ok(m) => {
+                let next = self.wake_with(&m.run_id, opts, &exec_opts(listener)).await?;
+                (m.run_id, next, None)
             }
-            Ok(Some(_)) => Consumed::new(id, "resumed"),
-            Ok(None) => Consumed::new(id, "gone"),
-            Err(e) if e.code == ErrorCode::SessionBusy => Consumed::new(id, "busy"),
-            Err(e) => {
-                // Ignored: the listener's own failure has no one else to tell.
-                let _ = listener.on_error(&e, Some(id));
-                Consumed { error: Some(e.info()), ..Consumed::new(id, "failed") }
-            }
-        })
+            Err(e) => (String::new(), None, Some(e.info())),
+        };
+        Ok(Consumed { run_id, next, error })
     }
 }
 

@@ -237,20 +237,11 @@ struct Fan<'q> {
     batch: Vec<RecoveryMessage>,
     /// Messages the tick may still send (its cap, less what it put in batches).
     room: usize,
-    /// A send failed: the tick resumes the rest itself (within `max_runs`), as without a queue, beginning with
-    /// the runs of the batch that failed (`unsent`).
+    /// A send failed: the tick resumes the runs it lists after itself (within `max_runs`), as without a queue.
     failed: bool,
-    unsent: Vec<RecoveryMessage>,
     /// The first due run of the tick, resumed by the tick itself after the sends (with its heal marker): its
     /// outcome tells the breaker about the provider, as the resumes of a tick without a queue do.
     canary: Option<(String, Option<String>)>,
-}
-
-impl Tick<'_> {
-    /// Whether the tick sends its due runs to a queue (it has one, and no send failed).
-    fn fanning(&self) -> bool {
-        self.fan.as_ref().is_some_and(|f| !f.failed)
-    }
 }
 
 impl Agent {
@@ -271,8 +262,9 @@ impl Agent {
     /// [`enqueue_cap`] a tick) for consumers to resume with [`Agent::consume_recovery`]. The tick itself still
     /// lists, plans, quarantines, forks for diagnosis, takes up due waits, probes while the breaker is open, and
     /// resumes one due run (the first) so the breaker hears how the provider answers; failures the consumers
-    /// meet are counted from the listing ([`note_fanned_failures`]). If a send fails, the tick resumes the
-    /// rest itself, as without a queue.
+    /// meet are counted from the listing ([`note_fanned_failures`]). If a send fails, that batch's runs come round
+    /// again with the listing and the tick resumes the runs it lists after itself (up to `max_runs`), as without
+    /// a queue.
     pub async fn sweep_fanning_out(
         &self,
         opts: &SweepOptions,
@@ -325,7 +317,6 @@ impl Agent {
             batch: Vec::new(),
             room: enqueue_cap(opts, &state, self.deps.now()),
             failed: false,
-            unsent: Vec::new(),
             canary: None,
         });
         let mut tick = Tick { probe_free: true, done: HashSet::new(), verified: 0, fan };
@@ -360,17 +351,11 @@ impl Agent {
         }
         let listed = self.sweep_pages(opts, &mut state, &mut tick, &mut report, listener, &used, last_tick).await;
         self.flush(&mut tick, &mut report, listener).await;
-        let (canary, unsent) = match tick.fan.as_mut() {
-            Some(f) => (f.canary.take(), std::mem::take(&mut f.unsent)),
-            None => (None, Vec::new()),
-        };
-        let unsent = unsent.into_iter().map(|m| (m.run_id, m.heal_of));
-        for (run_id, heal_of) in canary.into_iter().chain(unsent) {
-            if stopped(listener) || report.resumed >= opts.max_runs {
-                break;
+        if let Some((run_id, heal_of)) = tick.fan.as_mut().and_then(|f| f.canary.take()) {
+            if !stopped(listener) {
+                report.resumed += 1;
+                self.sweep_resume(&run_id, heal_of.as_deref(), false, opts, &mut state, &mut report, listener).await;
             }
-            report.resumed += 1;
-            self.sweep_resume(&run_id, heal_of.as_deref(), false, opts, &mut state, &mut report, listener).await;
         }
         report.outage = state.outage.is_some();
         let now = self.deps.now();
@@ -432,22 +417,21 @@ impl Agent {
         }
     }
 
-    /// Sends the tick's last batch of recovery messages (if it fans out).
+    /// Sends the tick's batch of recovery messages (if it fans out and has one). If the send fails, the batch's
+    /// runs come round again with the listing, and the tick resumes the runs it lists after itself (within
+    /// `max_runs`), as without a queue.
     async fn flush(&self, tick: &mut Tick<'_>, report: &mut SweepReport, listener: &dyn SweepListener) {
         let Some(fan) = tick.fan.as_mut() else { return };
         if fan.batch.is_empty() || fan.failed {
             return;
         }
-        let batch = std::mem::take(&mut fan.batch);
+        let batch: Vec<String> = fan.batch.drain(..).map(|m| m.to_json()).collect();
         let n = batch.len();
         report.queue_sends += 1;
-        match fan.queue.send_batch(batch.iter().map(RecoveryMessage::to_json).collect()).await {
+        match fan.queue.send_batch(batch).await {
             Ok(()) => report.enqueued += n,
             Err(e) => {
-                // The tick resumes this batch's runs itself (as many as `max_runs` allows; the others come round
-                // again with the listing), and the runs it lists after, as without a queue.
                 fan.failed = true;
-                fan.unsent = batch;
                 report.error(listener, &e, None);
             }
         }
@@ -467,12 +451,9 @@ impl Agent {
         last_tick: Option<u64>,
     ) -> Result<()> {
         let store = self.store().clone();
-        let full = |report: &SweepReport, tick: &Tick<'_>| {
-            let ops = used() + report.queue_sends >= opts.op_budget;
-            match &tick.fan {
-                Some(f) if !f.failed => ops || f.room == 0,
-                _ => ops || report.resumed >= opts.max_runs,
-            }
+        let full = |report: &SweepReport, tick: &Tick<'_>| match &tick.fan {
+            Some(f) if !f.failed => used() + report.queue_sends >= opts.op_budget || f.room == 0,
+            _ => used() + report.queue_sends >= opts.op_budget || report.resumed >= opts.max_runs,
         };
         let max_pages = match &tick.fan {
             Some(_) => opts.max_pages.max(opts.max_enqueue / opts.page_size.max(1) + 1),
@@ -615,7 +596,7 @@ impl Agent {
         report: &mut SweepReport,
         listener: &dyn SweepListener,
     ) {
-        if p == Plan::Resume && tick.fanning() {
+        if p == Plan::Resume && tick.fan.as_ref().is_some_and(|f| !f.failed) {
             tick.done.insert(run.run_id.clone());
             let Some(fan) = tick.fan.as_mut() else { return };
             if fan.canary.is_none() && report.probe.is_none() {

@@ -106,7 +106,8 @@ impl<K: KvBackend> JournalStore<K> {
         let mut runs = Vec::with_capacity(page.keys.len());
         for k in page.keys {
             let Some(run_id) = self.keys.run_of_pending(&k.name) else { continue };
-            match k.metadata.and_then(|m| serde_json::from_value::<IndexMeta>(m).ok()) {
+            // Read from its text (`from_value` would add a second deserializer to the Worker's wasm).
+            match k.metadata.and_then(|m| serde_json::from_str::<IndexMeta>(&m.to_string()).ok()) {
                 Some(meta) if meta.s == RunStatus::Finished => {}
                 Some(meta) => runs.push(meta.pending(run_id)),
                 None => {

@@ -322,7 +322,8 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
             .into_iter()
             .filter_map(|k| {
                 let id = k.name.strip_prefix(&prefix)?.to_string();
-                Some((id, k.metadata.and_then(|m| serde_json::from_value::<IndexMeta>(m).ok())))
+                // From its text, as in the journal store's listing.
+                Some((id, k.metadata.and_then(|m| serde_json::from_str::<IndexMeta>(&m.to_string()).ok())))
             })
             .collect();
         Ok((runs, page.cursor))
