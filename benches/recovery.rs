@@ -196,23 +196,23 @@ fn clone_runs(kv: &SimKv, n: usize) {
 }
 
 /// What one scenario measured.
-struct Figures {
-    n: usize,
-    fan_out: bool,
+pub(crate) struct Figures {
+    pub(crate) n: usize,
+    pub(crate) fan_out: bool,
     /// Simulated minutes from t0 to the last finish (`None`: not all finished by `GIVE_UP_MS`).
-    minutes: Option<f64>,
-    finished: usize,
-    peak: usize,
-    refused: u64,
-    answered: u64,
-    ticks: u64,
-    max_tick_ops: u64,
-    tick_errors: u64,
-    outcomes: BTreeMap<String, u64>,
-    real_s: f64,
+    pub(crate) minutes: Option<f64>,
+    pub(crate) finished: usize,
+    pub(crate) peak: usize,
+    pub(crate) refused: u64,
+    pub(crate) answered: u64,
+    pub(crate) ticks: u64,
+    pub(crate) max_tick_ops: u64,
+    pub(crate) tick_errors: u64,
+    pub(crate) outcomes: BTreeMap<String, u64>,
+    pub(crate) real_s: f64,
 }
 
-fn scenario(n: usize, ceiling: usize, fan_out: bool) -> Figures {
+pub(crate) fn scenario(n: usize, ceiling: usize, fan_out: bool) -> Figures {
     let started = Instant::now();
     let exec = SimExecutor::new(T0, n as u64);
     let time = exec.time();

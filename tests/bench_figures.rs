@@ -9,6 +9,11 @@ mod seed_layout;
 #[path = "common/bench_runs.rs"]
 mod bench_runs;
 
+/// The recovery benchmark (P15), its scenarios run here on the same simulated time.
+#[path = "../benches/recovery.rs"]
+#[allow(dead_code)]
+mod recovery_bench;
+
 use bench_runs::*;
 
 /// P1, P2, P3: a 100-step run (2 tool calls a step, 10 ms tools) on the journal store and on the seed layout.
@@ -54,4 +59,21 @@ fn a_sweep_tick_over_1000_pending_runs_uses_under_1000_kv_operations() {
     assert!(s.examined > 0 && s.resumed > 0, "{s:?}");
     assert!(s.kv_operations < 1_000, "{s:?}");
     assert!(s.store_operations < 1_000, "{s:?}");
+}
+
+/// P15 (benches/recovery.rs, simulated time, deterministic): after a provider outage, 10,000 pending runs fanned
+/// out through a recovery queue to 49 consumers finish within 3.5 simulated minutes (goal: 10), the provider
+/// (50 calls at once, 500 ms each) never sees more than its ceiling and refuses nothing, and no tick takes more than
+/// 170 operations; 1,000 runs through the inline sweep (25 resumes a tick) take 40 minutes.
+#[test]
+fn recovery_fanned_out_through_a_queue_drains_10000_runs_in_minutes_within_the_providers_ceiling() {
+    let f = recovery_bench::scenario(10_000, 50, true);
+    println!("fan-out: {:?} min, peak {}, 429s {}, max tick ops {}", f.minutes, f.peak, f.refused, f.max_tick_ops);
+    assert_eq!(f.finished, 10_000);
+    assert!(f.minutes.is_some_and(|m| m <= 3.5), "{:?}", f.minutes);
+    assert!(f.peak <= 50 && f.refused == 0, "peak {} refused {}", f.peak, f.refused);
+    assert!(f.max_tick_ops <= 170 && f.tick_errors == 0, "{} {}", f.max_tick_ops, f.tick_errors);
+    let inline = recovery_bench::scenario(1_000, 50, false);
+    assert_eq!(inline.finished, 1_000);
+    assert!(inline.minutes.is_some_and(|m| m >= 39.0), "the inline sweep: {:?}", inline.minutes);
 }
