@@ -16,11 +16,12 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use steadfast::core::checkpoint::RunStatus;
-use steadfast::core::sweep::{plan, Candidate, Plan, SweepOptions, SweepState};
+use steadfast::core::sweep::{plan, Plan, SweepOptions, SweepState};
 use steadfast::runtime::{
-    Agent, Clock, Consumed, CrashBudget, FnTool, MockModel, MockTurn, RecoveryMessage, Rng, SimQueue, SplitMix64,
-    SweepListener, Tool, ToolOutput,
+    sweep_candidate, Agent, Clock, Consumed, CrashBudget, FnTool, MockModel, MockTurn, RecoveryMessage, Rng, SimQueue,
+    SplitMix64, SweepListener, Tool, ToolOutput,
 };
+use steadfast::store::PendingRun;
 use steadfast::{ErrorCode, Result};
 
 /// A model that asks for `pay` (one call), then answers "ok"; it fails with a 503 while `down` (its second turn
@@ -226,18 +227,7 @@ fn plan_now(agent: &Agent, id: &str, so: &SweepOptions, now: u64) -> Option<Plan
         .map(|s| serde_json::from_str(&s).unwrap_or_default())
         .unwrap_or_default();
     let cp = block_on(agent.store().load(id)).unwrap().filter(|cp| cp.status != RunStatus::Finished)?;
-    let c = Candidate {
-        run_id: id,
-        status: cp.status,
-        attempts: cp.attempts,
-        last_error: cp.last_error.as_ref().map(|e| e.code),
-        retryable: cp.last_error.as_ref().is_none_or(|e| e.retryable),
-        quarantined: cp.quarantined,
-        outage_error: cp.last_error.as_ref().is_some_and(|e| e.code.is_outage()),
-        saved_at: cp.saved_at,
-        heal_of: cp.heal_of.as_deref(),
-    };
-    Some(plan(so, &state, now, &c))
+    Some(plan(so, &state, now, &sweep_candidate(&PendingRun::of(&cp))))
 }
 
 /// `n` runs that each failed once on a 503; the provider is back unless `down` is set again.

@@ -6,9 +6,10 @@
 //! holder's lease could be taken over, so a repeated or early alarm changes nothing. Quarantine and diagnosis
 //! forks stay with the cron sweep (it tells `onQuarantined` once), which still lists every strict-mode run.
 
-use super::sweep::candidate;
+use super::fanout::RecoveryMessage;
+use super::sweep::{candidate, exec_opts, SweepListener};
 use crate::core::checkpoint::RunStatus;
-use crate::core::error::{ErrorCode, Result};
+use crate::core::error::{ErrorCode, ErrorInfo, Result};
 use crate::core::sweep::{plan, Plan, SweepOptions, SweepState};
 use crate::runtime::waits::DueLook;
 use crate::runtime::{Agent, SendOptions};
@@ -74,5 +75,43 @@ impl Agent {
                 Plan::Outage | Plan::Quarantine | Plan::Heal | Plan::NotRetryable | Plan::Quarantined => Ok(None),
             };
         }
+    }
+}
+
+/// What a consumer did with one recovery message.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Consumed {
+    /// The run the message named (empty for a message that could not be read).
+    pub run_id: String,
+    /// When the run should be looked at again, as [`Agent::wake`] answers (`None`: finished, gone, waiting for a
+    /// person, quarantined or not retryable, at the attempt cap, or waiting on the outage breaker — the sweep's
+    /// to decide): a consumer needs none of it (a later tick sends the run again when it is due).
+    pub next: Option<u64>,
+    /// Why the message could not be read (`STEADFAST_INVALID_INPUT`: acknowledge it, delivering it again would
+    /// not help).
+    pub error: Option<ErrorInfo>,
+}
+
+impl Agent {
+    /// Resumes the run one recovery message names if the sweep's plan for it, read again now, still says to
+    /// resume it — the run's own recovery step, as strict mode's alarm takes it ([`Agent::wake`]): a message may
+    /// come late, twice, or after another consumer finished the run; a run in its backoff, paused, at the cap or
+    /// waiting on the outage breaker is left alone (a paused run's waits that came due are taken up). Acknowledge
+    /// the message on `Ok`, whatever it found; on `Err` (the run or the sweep state could not be read) let the
+    /// queue deliver it again.
+    pub async fn consume_recovery(
+        &self,
+        body: &str,
+        opts: &SweepOptions,
+        listener: &dyn SweepListener,
+    ) -> Result<Consumed> {
+        let (run_id, next, error) = match RecoveryMessage::parse(body) {
+            Ok(m) => {
+                let next = self.wake_with(&m.run_id, opts, &exec_opts(listener)).await?;
+                (m.run_id, next, None)
+            }
+            Err(e) => (String::new(), None, Some(e.info())),
+        };
+        Ok(Consumed { run_id, next, error })
     }
 }

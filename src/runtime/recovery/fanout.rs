@@ -1,13 +1,10 @@
 //! Recovery fanned out through a queue (KV mode at scale): a sweep tick that has a [`RecoveryQueue`] sends one
-//! message per due run instead of resuming runs itself ([`Agent::sweep_fanning_out`]), and queue consumers
-//! resume them ([`Agent::consume_recovery`]), as many at once as the platform runs consumers. The run's lease is
+//! message per due run instead of resuming runs itself (`Agent::sweep_fanning_out`), and queue consumers
+//! resume them (`Agent::consume_recovery`, beside the alarm it shares its step with), as many at once as the platform runs consumers. The run's lease is
 //! the only exclusion: a message delivered twice, late or to two consumers at once is harmless (the second finds
 //! the run busy, finished, or not due).
 
-use super::sweep::{exec_opts, SweepListener};
-use crate::core::error::{Error, ErrorCode, ErrorInfo, Result};
-use crate::core::sweep::SweepOptions;
-use crate::runtime::Agent;
+use crate::core::error::{Error, ErrorCode, Result};
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -53,44 +50,6 @@ impl RecoveryMessage {
         let heal_of = text("healOf").transpose()?.map(String::from);
         crate::core::ids::validate_run_id(&run_id).map_err(|e| bad(e.message))?;
         Ok(RecoveryMessage { run_id, heal_of })
-    }
-}
-
-/// What a consumer did with one recovery message.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Consumed {
-    /// The run the message named (empty for a message that could not be read).
-    pub run_id: String,
-    /// When the run should be looked at again, as [`Agent::wake`] answers (`None`: finished, gone, waiting for a
-    /// person, quarantined or not retryable, at the attempt cap, or waiting on the outage breaker — the sweep's
-    /// to decide): a consumer needs none of it (a later tick sends the run again when it is due).
-    pub next: Option<u64>,
-    /// Why the message could not be read (`STEADFAST_INVALID_INPUT`: acknowledge it, delivering it again would
-    /// not help).
-    pub error: Option<ErrorInfo>,
-}
-
-impl Agent {
-    /// Resumes the run one recovery message names if the sweep's plan for it, read again now, still says to
-    /// resume it — the run's own recovery step, as strict mode's alarm takes it ([`Agent::wake`]): a message may
-    /// come late, twice, or after another consumer finished the run; a run in its backoff, paused, at the cap or
-    /// waiting on the outage breaker is left alone (a paused run's waits that came due are taken up). Acknowledge
-    /// the message on `Ok`, whatever it found; on `Err` (the run or the sweep state could not be read) let the
-    /// queue deliver it again.
-    pub async fn consume_recovery(
-        &self,
-        body: &str,
-        opts: &SweepOptions,
-        listener: &dyn SweepListener,
-    ) -> Result<Consumed> {
-        let (run_id, next, error) = match RecoveryMessage::parse(body) {
-            Ok(m) => {
-                let next = self.wake_with(&m.run_id, opts, &exec_opts(listener)).await?;
-                (m.run_id, next, None)
-            }
-            Err(e) => (String::new(), None, Some(e.info())),
-        };
-        Ok(Consumed { run_id, next, error })
     }
 }
 

@@ -5,8 +5,9 @@
 //! * `diagnosis` — diagnosis forks (`<id>.heal`) of runs at the cap;
 //! * `fork` — `fork` and `compare`;
 //! * `delivery` — `run_once` for delivered jobs;
-//! * `fanout` — the sweep's fan-out through a recovery queue and its consumer (`consume_recovery`);
-//! * `alarm` — `wake`: one run's own recovery step (strict mode: its object's alarm).
+//! * `fanout` — the recovery queue the sweep fans out to: its message, its trait, a queue for tests;
+//! * `alarm` — `wake`: one run's own recovery step (strict mode: its object's alarm; a recovery queue's
+//!   consumer: `consume_recovery`).
 
 mod alarm;
 mod delivery;
@@ -16,10 +17,11 @@ mod fork;
 mod quarantine;
 mod sweep;
 
+pub use alarm::Consumed;
 pub use delivery::{delivery_run_id, Delivery};
 pub use diagnosis::diagnosis_note;
 #[cfg(feature = "testing")]
 pub use fanout::SimQueue;
-pub use fanout::{Consumed, RecoveryMessage, RecoveryQueue, MAX_QUEUE_BATCH};
+pub use fanout::{RecoveryMessage, RecoveryQueue, MAX_QUEUE_BATCH};
 pub use fork::{ForkOptions, ForkResult};
-pub use sweep::{NextAttempt, NoListener, SweepListener, SweepReport};
+pub use sweep::{candidate as sweep_candidate, NextAttempt, NoListener, SweepListener, SweepReport};

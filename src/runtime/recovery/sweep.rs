@@ -206,7 +206,8 @@ impl Agent {
     }
 }
 
-pub(super) fn candidate(run: &PendingRun) -> Candidate<'_> {
+/// What the sweep's plan ([`crate::core::sweep::plan`]) knows of a listed run.
+pub fn candidate(run: &PendingRun) -> Candidate<'_> {
     Candidate {
         run_id: &run.run_id,
         status: run.status,
