@@ -453,7 +453,10 @@ impl Agent {
     ) -> Result<()> {
         let store = self.store().clone();
         let full = |report: &SweepReport, tick: &Tick<'_>| match &tick.fan {
-            Some(f) if !f.failed => used() + report.queue_sends >= opts.op_budget || f.room == 0,
+            // Resumes the tick makes itself (diagnosis forks) stay within `max_runs` too.
+            Some(f) if !f.failed => {
+                used() + report.queue_sends >= opts.op_budget || f.room == 0 || report.resumed >= opts.max_runs
+            }
             _ => used() + report.queue_sends >= opts.op_budget || report.resumed >= opts.max_runs,
         };
         let max_pages = match &tick.fan {
