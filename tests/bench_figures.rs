@@ -64,7 +64,7 @@ fn a_sweep_tick_over_1000_pending_runs_uses_under_1000_kv_operations() {
 /// P15 (benches/recovery.rs, simulated time, deterministic): after a provider outage, 10,000 pending runs fanned
 /// out through a recovery queue to 49 consumers finish within 3.5 simulated minutes (goal: 10), the provider
 /// (50 calls at once, 500 ms each) never sees more than its ceiling and refuses nothing, and no tick takes more than
-/// 170 operations; 1,000 runs through the inline sweep (25 resumes a tick) take 40 minutes.
+/// 170 operations; 1,000 runs through the inline sweep (25 resumes a tick) take 39 to 41 minutes.
 #[test]
 fn recovery_fanned_out_through_a_queue_drains_10000_runs_in_minutes_within_the_providers_ceiling() {
     let f = recovery_bench::scenario(10_000, 50, true);
@@ -75,5 +75,5 @@ fn recovery_fanned_out_through_a_queue_drains_10000_runs_in_minutes_within_the_p
     assert!(f.max_tick_ops <= 170 && f.tick_errors == 0, "{} {}", f.max_tick_ops, f.tick_errors);
     let inline = recovery_bench::scenario(1_000, 50, false);
     assert_eq!(inline.finished, 1_000);
-    assert!(inline.minutes.is_some_and(|m| m >= 39.0), "the inline sweep: {:?}", inline.minutes);
+    assert!(inline.minutes.is_some_and(|m| (39.0..=41.0).contains(&m)), "the inline sweep: {:?}", inline.minutes);
 }
