@@ -6,7 +6,7 @@
 //! moment of simulated time: send, resume, approve or reject, fork (onto a fresh id, onto an existing run, onto
 //! an id another step is creating), a session's send, a schedule's fire, a delivery and its redelivery, delete,
 //! an abort (a send or resume aborted after a while), a recovery sweep tick (diagnosis forks on or off) and strict
-//! mode's alarm, and the durable waits: a question answered (yes, no, declined), an event delivered with a token
+//! mode's alarm (which resumes, quarantines and forks for diagnosis too, on or off), and the durable waits: a question answered (yes, no, declined), an event delivered with a token
 //! handed out so far (the newest mostly; redelivered soon after half the time, with the same or another payload;
 //! spent tokens too), deadlines and timers taken up by sweep ticks and alarms, and messages to a run with
 //! `queue: true` (steering; interrupting or not; the agents read queues at every boundary or at most once a
@@ -211,8 +211,10 @@ enum Op {
         pick: u32,
         payload: u8,
     },
+    /// The run's own recovery step (strict mode's alarm), diagnosis forks on or off.
     Alarm {
         run: usize,
+        diagnosis: bool,
     },
     /// A message to the run with `queue: true` (steering), stopping the calls that have not started or not.
     Steer {
@@ -323,7 +325,7 @@ impl Program {
                 // number: the programs are otherwise the ones the generator made before steering).
                 79..=90 if task % 3 == 2 => Op::Steer { run, interrupt: task % 6 == 5 },
                 79..=90 => Op::Sweep { diagnosis: pick(2) == 0 },
-                _ => Op::Alarm { run },
+                _ => Op::Alarm { run, diagnosis: task % 2 == 0 },
             };
             let executes = !matches!(op, Op::Delete { .. } | Op::Fork { .. });
             let crash = (executes && pick(3) == 0).then(|| (1 + pick(14) as usize, pick(2) == 0));
@@ -1703,9 +1705,9 @@ async fn run_step(w: Rc<World>, index: usize, step: Step) {
                 }
             }
         }
-        Op::Alarm { run } => {
+        Op::Alarm { run, diagnosis } => {
             touched.push(RUNS[*run].into());
-            agent.wake(RUNS[*run], &w.sweep_options(false)).await.map(|_| ())
+            alarm(&w, &agent, RUNS[*run], *diagnosis, opts().crash).await
         }
         Op::Steer { run, interrupt } => {
             let text = format!("steer {index}");
@@ -1791,17 +1793,6 @@ async fn sweep(w: &World, agent: &Agent, diagnosis: bool) -> Result<()> {
 
 /// [`sweep`], the executions it starts crashing right after their `crash`-th effect (counted across them).
 async fn sweep_crashing(w: &World, agent: &Agent, diagnosis: bool, crash: Option<CrashPoint>) -> Result<()> {
-    /// Tells the trace what failed in a tick; crashes its executions.
-    struct Traced<'a>(&'a World, Option<Rc<CrashBudget>>);
-    impl steadfast::runtime::SweepListener for Traced<'_> {
-        fn on_error(&self, e: &steadfast::Error, run_id: Option<&str>) -> Result<()> {
-            self.0.trace(|| format!("sweep error on {run_id:?}: {} {}", e.code, e.message));
-            Ok(())
-        }
-        fn crash_budget(&self) -> Option<Rc<CrashBudget>> {
-            self.1.clone()
-        }
-    }
     let budget = crash.map(|c| CrashBudget::new(c.after_effects, c.finish_in_flight));
     let (opts, listener) = (w.sweep_options(diagnosis), Traced(w, budget.clone()));
     let report = match w.program.fan_out {
@@ -1819,6 +1810,32 @@ async fn sweep_crashing(w: &World, agent: &Agent, diagnosis: bool, crash: Option
         w.violation(format!("a sweep tick used {ops} operations (over 1,000)"));
     }
     Ok(())
+}
+
+/// A run's alarm (strict mode's recovery step: resume, quarantine, diagnosis fork), its executions crashing right
+/// after their `crash`-th effect.
+async fn alarm(w: &World, agent: &Agent, run: &str, diagnosis: bool, crash: Option<CrashPoint>) -> Result<()> {
+    let budget = crash.map(|c| CrashBudget::new(c.after_effects, c.finish_in_flight));
+    let listener = Traced(w, budget.clone());
+    let next = agent.wake(run, &w.sweep_options(diagnosis), &listener).await;
+    if budget.is_some_and(|b| b.crashed()) {
+        w.log.borrow_mut().crashes += 1;
+    }
+    w.trace(|| format!("alarm of {run}: {next:?}"));
+    next.map(|_| ())
+}
+
+/// Tells the trace what failed in a tick or an alarm; crashes its executions.
+struct Traced<'a>(&'a World, Option<Rc<CrashBudget>>);
+
+impl steadfast::runtime::SweepListener for Traced<'_> {
+    fn on_error(&self, e: &steadfast::Error, run_id: Option<&str>) -> Result<()> {
+        self.0.trace(|| format!("sweep error on {run_id:?}: {} {}", e.code, e.message));
+        Ok(())
+    }
+    fn crash_budget(&self) -> Option<Rc<CrashBudget>> {
+        self.1.clone()
+    }
 }
 
 /// A recovery-queue consumer: the oldest message, again later if `redeliver`; its executions crash right after
@@ -1923,7 +1940,7 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
             if w2.kind == StoreKind::Objects {
                 // Strict mode: each run's object alarm (at least once, whenever it is due; early is harmless).
                 for id in ids {
-                    if let Err(e) = w2.process().wake(&id, &w2.sweep_options(false)).await {
+                    if let Err(e) = alarm(&w2, &w2.process(), &id, tick % 2 == 0, None).await {
                         if !expected(e.code) {
                             w2.violation(format!("alarm of {id} failed: {} {}", e.code, e.message));
                         }

@@ -239,7 +239,7 @@ fn a_timer_wakes_the_run_at_its_time_by_the_sweep_or_the_runs_alarm() {
             assert!(at > now + 90_000 - 60_000 && at <= now + 90_000, "{name}: 90 s from when the tool ran");
             let wake = |a: &Agent| -> Option<u64> {
                 if by_alarm {
-                    block_on(a.wake("nap", &SweepOptions::default())).unwrap()
+                    block_on(a.wake("nap", &SweepOptions::default(), &steadfast::runtime::NoListener)).unwrap()
                 } else {
                     block_on(a.sweep(&SweepOptions::default(), &NoListener)).unwrap();
                     None

@@ -565,7 +565,7 @@ async fn wake_object(
         let runs = Runs::Object(run_id.clone(), core, state.clone(), hub, DueWaits::default());
         let agent = build_agent(env, &cfg, &runs).await?;
         fallback = Some(agent.takeover_at());
-        agent.wake(&run_id, &cfg.recovery).await
+        agent.wake(&run_id, &cfg.recovery, &ConsoleListener).await
     }
     .await;
     let next = woken.unwrap_or_else(|e| {

@@ -1,19 +1,25 @@
-//! A run's own recovery step (strict mode: the alarm of the run's Durable Object), under the sweep's rules
-//! ([`crate::core::sweep::plan`]: backoff, quarantine cap, not-retryable and waiting-for-a-person runs left
-//! alone; while the outage breaker is open, the sweep's probe goes first): the alarm resumes a run the sweep would resume now and says when to look
-//! again. Alarms are at-least-once and may fire while the run executes: a resume that finds the run's lease
-//! held is turned away (`STEADFAST_SESSION_BUSY`, before any tool or model call) and looks again once a dead
-//! holder's lease could be taken over, so a repeated or early alarm changes nothing. Quarantine and diagnosis
-//! forks stay with the cron sweep (it tells `onQuarantined` once), which still lists every strict-mode run.
+//! A run's own recovery step (strict mode: the alarm of the run's Durable Object; KV mode: a recovery queue's
+//! consumer), under the sweep's rules ([`crate::core::sweep::plan`]: backoff, the attempt cap, not-retryable
+//! and waiting-for-a-person runs left alone; while the outage breaker is open, the sweep's probe goes first):
+//! the step resumes a run the sweep would resume now, quarantines a run at the attempt cap (telling
+//! `onQuarantined` once, as the sweep does: whoever marks it tells) or gives it its diagnosis fork and drives
+//! that fork (resumes it when due, recovers the original once it finished, quarantines both when it reaches
+//! the cap too), and says when to look again. Alarms are at-least-once and may fire while the run executes: a
+//! step that finds the run's lease held is turned away (`STEADFAST_SESSION_BUSY`, before any tool or model
+//! call) and looks again once a dead holder's lease could be taken over, so a repeated or early alarm changes
+//! nothing.
 
 use super::fanout::RecoveryMessage;
-use super::sweep::{candidate, exec_opts, SweepListener};
+use super::sweep::{candidate, exec_opts, SweepListener, SweepReport};
 use crate::core::checkpoint::RunStatus;
 use crate::core::error::{ErrorCode, ErrorInfo, Result};
-use crate::core::sweep::{plan, Plan, SweepOptions, SweepState};
+use crate::core::sweep::{plan, Plan, SweepOptions, SweepState, HEAL_SUFFIX};
 use crate::runtime::waits::DueLook;
-use crate::runtime::{Agent, SendOptions};
+use crate::runtime::Agent;
 use crate::store::PendingRun;
+
+/// At most this many actions (resumes, marks, forks) in one step; then it looks again an interval later.
+const MAX_ACTIONS: u32 = 6;
 
 impl Agent {
     /// When a lease written now could be taken over if its holder died: its expiry plus the grace period.
@@ -22,38 +28,48 @@ impl Agent {
         self.deps.now().saturating_add(lease.ttl_ms).saturating_add(lease.grace_ms)
     }
 
-    /// One recovery step for `run_id` (its alarm fired): resumes it if the sweep would resume it now, then
-    /// answers when its alarm should fire next (`None`: no alarm: the run is finished, gone, waiting for a
-    /// person, not retryable, quarantined, at the attempt cap or waiting on the outage breaker, which the
-    /// sweep handles). A run's failed
-    /// resume is recorded on the run (attempts, last error) as anywhere else, so the next alarm waits its
-    /// backoff.
-    pub async fn wake(&self, run_id: &str, opts: &SweepOptions) -> Result<Option<u64>> {
-        self.wake_with(run_id, opts, &SendOptions::default()).await
-    }
-
-    /// [`Agent::wake`] with the options of the executions it starts (a recovery queue's consumer passes its
-    /// listener's stop signal, and in tests its crash budget).
-    pub(super) async fn wake_with(&self, run_id: &str, opts: &SweepOptions, send: &SendOptions) -> Result<Option<u64>> {
+    /// One recovery step for `run_id` (its alarm fired): resumes it if the sweep would resume it now, quarantines
+    /// it or forks it for diagnosis at the attempt cap (and drives that fork), then answers when its alarm
+    /// should fire next (`None`: no alarm: the run is finished, gone, waiting for a person, not retryable,
+    /// quarantined, recovered by its fork, or waiting on the outage breaker, which the sweep handles). A run's
+    /// failed resume is recorded on the run (attempts, last error) as anywhere else, so the next alarm waits
+    /// its backoff. `listener` hears of quarantines and recoveries (and errors) as from a sweep tick; its stop
+    /// signal stops the executions the step starts.
+    pub async fn wake(&self, run_id: &str, opts: &SweepOptions, listener: &dyn SweepListener) -> Result<Option<u64>> {
         let state: SweepState = match self.store().get_state("sweep").await? {
             // An unreadable sweep state is the sweep's to repair; the alarm plans with a closed breaker.
             Some(s) => serde_json::from_str(&s).unwrap_or_default(),
             None => SweepState::default(),
         };
-        let mut resumed = false;
+        let send = exec_opts(listener);
+        let mut report = SweepReport::default();
+        // The run the step looks at: `run_id`, or its diagnosis fork while that is in progress.
+        let mut id = run_id.to_string();
+        let mut actions = 0;
+        let mut resumed_here = false;
         loop {
-            let Some(cp) = self.load(run_id).await? else { return Ok(None) };
-            if cp.status == RunStatus::Finished {
-                return Ok(None);
-            }
-            let run = PendingRun::of(&cp);
             let now = self.deps.now();
+            if actions >= MAX_ACTIONS {
+                return Ok(Some(now.saturating_add(opts.interval_ms.max(1))));
+            }
+            let cp = match self.load(&id).await? {
+                Some(cp) if cp.status != RunStatus::Finished => cp,
+                // The fork finished (or went away): the original's plan says what is left (its recovery).
+                _ if id != run_id => {
+                    id = run_id.to_string();
+                    resumed_here = false;
+                    continue;
+                }
+                _ => return Ok(None),
+            };
+            let run = PendingRun::of(&cp);
             return match plan(opts, &state, now, &candidate(&run)) {
                 // Resumed once already (it failed with no backoff to wait): the next look is one interval on.
-                Plan::Resume | Plan::Probe if resumed => Ok(Some(now.saturating_add(opts.interval_ms.max(1)))),
+                Plan::Resume | Plan::Probe if resumed_here => Ok(Some(now.saturating_add(opts.interval_ms.max(1)))),
                 Plan::Resume | Plan::Probe => {
-                    resumed = true;
-                    match self.resume_run(run_id, send.clone()).await {
+                    resumed_here = true;
+                    actions += 1;
+                    match self.resume_run(&id, send.clone()).await {
                         Err(e) if e.code == ErrorCode::SessionBusy => Ok(Some(self.takeover_at())),
                         // Finished, paused or failed (recorded on the run): plan again from what is stored.
                         _ => continue,
@@ -61,9 +77,10 @@ impl Agent {
                 }
                 Plan::Backoff { until } => Ok(Some(until)),
                 // Paused: its waits that resolve by themselves (an event's deadline, a timer) are this alarm's.
-                Plan::AwaitingPerson => match self.wake_waits(run_id, &cp.approval_ids, send).await {
-                    Ok(DueLook::Resolved) if !resumed => {
-                        resumed = true;
+                Plan::AwaitingPerson => match self.wake_waits(&id, &cp.approval_ids, &send).await {
+                    Ok(DueLook::Resolved) if !resumed_here => {
+                        resumed_here = true;
+                        actions += 1;
                         continue;
                     }
                     Ok(DueLook::Resolved) => Ok(Some(now)),
@@ -71,8 +88,48 @@ impl Agent {
                     Err(e) if e.code == ErrorCode::SessionBusy => Ok(Some(self.takeover_at())),
                     Err(e) => Err(e),
                 },
+                Plan::Quarantine => {
+                    actions += 1;
+                    let busy = report.busy;
+                    self.quarantine(&run, opts, &mut report, listener).await;
+                    if let Some(original) = &run.heal_of {
+                        // The diagnosis fork failed too: both are quarantined.
+                        self.quarantine_by_id(original, opts, &mut report, listener).await;
+                    }
+                    match report.busy > busy {
+                        true => Ok(Some(self.takeover_at())),
+                        // Marked (by this step or another), or the mark failed: plan again from what is stored.
+                        false => continue,
+                    }
+                }
+                Plan::Heal => {
+                    let heal_id = format!("{id}{HEAL_SUFFIX}");
+                    match self.load(&heal_id).await? {
+                        // Its fork is in progress: the fork is what this step drives now.
+                        Some(h)
+                            if h.heal_of.as_deref() == Some(id.as_str())
+                                && h.status != RunStatus::Finished
+                                && !h.quarantined =>
+                        {
+                            id = heal_id;
+                            resumed_here = false;
+                            continue;
+                        }
+                        _ => {
+                            actions += 1;
+                            let busy = report.busy;
+                            // The breaker's state is the sweep's to keep: what the fork's resume tells it is not
+                            // written from here.
+                            self.heal(&run, opts, &mut state.clone(), &mut report, listener).await;
+                            match report.busy > busy {
+                                true => Ok(Some(self.takeover_at())),
+                                false => continue,
+                            }
+                        }
+                    }
+                }
                 // While the outage breaker is open the sweep paces the provider: its probe, then its resumes.
-                Plan::Outage | Plan::Quarantine | Plan::Heal | Plan::NotRetryable | Plan::Quarantined => Ok(None),
+                Plan::Outage | Plan::NotRetryable | Plan::Quarantined => Ok(None),
             };
         }
     }
@@ -107,7 +164,12 @@ impl Agent {
     ) -> Result<Consumed> {
         let (run_id, next, error) = match RecoveryMessage::parse(body) {
             Ok(m) => {
-                let next = self.wake_with(&m.run_id, opts, &exec_opts(listener)).await?;
+                let mut next = self.wake(&m.run_id, opts, listener).await?;
+                if let (Some(original), None) = (&m.heal_of, next) {
+                    // A diagnosis fork that finished (or was quarantined, or is gone): its original's step
+                    // recovers it (or quarantines it with the fork) now rather than at the next tick.
+                    next = self.wake(original, opts, listener).await?;
+                }
                 (m.run_id, next, None)
             }
             Err(e) => (String::new(), None, Some(e.info())),
