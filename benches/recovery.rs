@@ -8,6 +8,11 @@
 //!   invocations do) and calls `Agent::sweep_fanning_out` into a `SimQueue`; K = C - 1 consumers (the tick's
 //!   canary is the C-th caller: a queue consumer's `max_concurrency` is set one below the provider's) each loop: take one
 //!   message, `consume_recovery` it (an `Err` puts it back, as a redelivery), sleep 1 s when the queue is empty.
+//! * Strict mode: the runs live in run objects (`LocalObjects`, the KV index on the same `SimKv`); every run's
+//!   alarm is due at t0 (the hostile case: the whole backlog at once) and each alarm is its own task calling
+//!   `Agent::wake` (a fresh agent each time) and sleeping until the time it answers. Every agent shares one
+//!   `LocalGate` (the Worker's gate object) and `SweepOptions { ceiling: C - 1 }` (the cron's inline resume is the
+//!   C-th caller); the cron ticks the inline `Agent::sweep` every 60 s as strict mode's cron does.
 //! * Baseline: the inline `Agent::sweep` (at most `max_runs` resumes a tick, one after the other), every 60 s.
 //!
 //! Every tick and every consumed message is a fresh `Agent` over a fresh `JournalStore` (default options) on
@@ -25,6 +30,7 @@
 //! the minute phase of the cron against t0 (the first tick fires at t0 exactly).
 //!
 //! Env: `STEADFAST_LARGE=1` adds N = 100,000 (fan-out only); `STEADFAST_CEILING=<C>` (default 50);
+//! `STEADFAST_ONLY=kv|strict|inline` runs one mode's scenarios (and prints no summary);
 //! `STEADFAST_TRACE=1` prints every tick's report.
 
 use async_trait::async_trait;
@@ -37,10 +43,11 @@ use steadfast::core::machine::ModelResponse;
 use steadfast::core::sweep::SweepOptions;
 use steadfast::core::transcript::Usage;
 use steadfast::runtime::{
-    Agent, AgentOptions, Clock, Model, ModelRequest, RunResult, SendOptions, SimExecutor, SimQueue, SimTime,
-    SplitMix64, SweepListener,
+    Agent, AgentOptions, Clock, LocalGate, Model, ModelRequest, NoListener, RunResult, SendOptions, SimExecutor,
+    SimQueue, SimTime, SplitMix64, SweepListener,
 };
 use steadfast::store::kv::{KvBackend, PutOptions};
+use steadfast::store::object::{LocalObjects, ObjectStore};
 use steadfast::store::sim::{SimKv, SimOptions};
 use steadfast::store::{JournalOptions, JournalStore};
 use steadfast::{Result, RunStatus};
@@ -107,22 +114,33 @@ impl Model for Provider {
     }
 }
 
-/// What the simulated processes share: the clock, the KV, the provider, seeds for agents' random sources.
+/// What the simulated processes share: the clock, the KV, the provider, seeds for agents' random sources; in
+/// strict mode the run objects and the recovery gate.
 struct World {
     time: SimTime,
     kv: SimKv,
     provider: Provider,
     seeds: Cell<u64>,
+    strict: Option<(LocalObjects, Rc<LocalGate>)>,
 }
 
 impl World {
     /// A fresh agent over a fresh store handle (a new isolate).
     fn agent(&self) -> Agent {
         let clock = Rc::new(self.time.clone());
-        let store = JournalStore::new(self.kv.at(0), clock.clone(), clock.clone(), JournalOptions::default());
         self.seeds.set(self.seeds.get() + 1);
-        Agent::builder(self.provider.clone())
-            .store(store)
+        let builder = match &self.strict {
+            None => Agent::builder(self.provider.clone()).store(JournalStore::new(
+                self.kv.at(0),
+                clock.clone(),
+                clock.clone(),
+                JournalOptions::default(),
+            )),
+            Some((objects, gate)) => Agent::builder(self.provider.clone())
+                .store(ObjectStore::new(objects.clone(), self.kv.at(0), "", clock.clone(), clock.clone()))
+                .recovery_gate(gate.clone()),
+        };
+        builder
             .clock(clock.clone())
             .sleep(clock)
             .rng(Rc::new(SplitMix64::new(self.seeds.get().wrapping_mul(0x9E37_79B9_7F4A_7C15))))
@@ -195,10 +213,31 @@ fn clone_runs(kv: &SimKv, n: usize) {
     }
 }
 
+/// How a scenario recovers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// KV mode, the tick fanning out through a queue to consumers.
+    Kv,
+    /// KV mode, the inline sweep.
+    Inline,
+    /// Strict mode: each run's alarm, under the recovery gate.
+    Strict,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Kv => "kv",
+            Mode::Inline => "inline",
+            Mode::Strict => "strict",
+        }
+    }
+}
+
 /// What one scenario measured.
 pub(crate) struct Figures {
     pub(crate) n: usize,
-    pub(crate) fan_out: bool,
+    pub(crate) mode: Mode,
     /// Simulated minutes from t0 to the last finish (`None`: not all finished by `GIVE_UP_MS`).
     pub(crate) minutes: Option<f64>,
     pub(crate) finished: usize,
@@ -209,10 +248,13 @@ pub(crate) struct Figures {
     pub(crate) max_tick_ops: u64,
     pub(crate) tick_errors: u64,
     pub(crate) outcomes: BTreeMap<String, u64>,
+    /// Strict mode: the most slots the gate held at once (seen after each alarm).
+    pub(crate) gate_peak: usize,
     pub(crate) real_s: f64,
 }
 
-pub(crate) fn scenario(n: usize, ceiling: usize, fan_out: bool) -> Figures {
+pub(crate) fn scenario(n: usize, ceiling: usize, mode: Mode) -> Figures {
+    let fan_out = mode == Mode::Kv;
     let started = Instant::now();
     let exec = SimExecutor::new(T0, n as u64);
     let time = exec.time();
@@ -226,18 +268,45 @@ pub(crate) fn scenario(n: usize, ceiling: usize, fan_out: bool) -> Figures {
         refused: Cell::new(0),
         answered: Cell::new(0),
     }));
-    let world = Rc::new(World { time: time.clone(), kv: kv.clone(), provider: provider.clone(), seeds: Cell::new(0) });
-    // The backlog: one run fails on the 503 (after the runtime's own retries), n - 1 copies of it.
-    let a = world.agent();
-    let failed = exec.block_on(async move { a.send(&run_id(0), "go", SendOptions::default()).await.is_err() });
-    assert!(failed, "the first run fails while the provider is down");
-    clone_runs(&kv, n);
+    let strict =
+        (mode == Mode::Strict).then(|| (LocalObjects::default(), Rc::new(LocalGate::new(Rc::new(time.clone())))));
+    let world = Rc::new(World {
+        time: time.clone(),
+        kv: kv.clone(),
+        provider: provider.clone(),
+        seeds: Cell::new(0),
+        strict: strict.clone(),
+    });
+    if strict.is_some() {
+        // The backlog: n runs fail on the 503 (after the runtime's own retries), each in its object.
+        let failed = Rc::new(Cell::new(0));
+        for i in 0..n {
+            let (a, failed) = (world.agent(), failed.clone());
+            exec.spawn(async move {
+                if a.send(&run_id(i), "go", SendOptions::default()).await.is_err() {
+                    failed.set(failed.get() + 1);
+                }
+            });
+        }
+        exec.run();
+        assert_eq!(failed.get(), n, "every run fails while the provider is down");
+    } else {
+        // The backlog: one run fails on the 503 (after the runtime's own retries), n - 1 copies of it.
+        let a = world.agent();
+        let failed = exec.block_on(async move { a.send(&run_id(0), "go", SendOptions::default()).await.is_err() });
+        assert!(failed, "the first run fails while the provider is down");
+        clone_runs(&kv, n);
+    }
     // Past the listing's lag and the runs' first backoff (30 s): the provider comes back.
     exec.advance(2 * TICK_MS);
     let t0 = exec.now_ms();
     provider.0.down.set(false);
 
-    let so = Rc::new(SweepOptions::default());
+    let so = Rc::new(match mode {
+        // The cron's inline resume is the C-th caller.
+        Mode::Strict => SweepOptions { ceiling: Some(ceiling as u32 - 1), ..SweepOptions::default() },
+        _ => SweepOptions::default(),
+    });
     let queue = SimQueue::new();
     let stop = Rc::new(Cell::new(false));
     let fin =
@@ -311,6 +380,46 @@ pub(crate) fn scenario(n: usize, ceiling: usize, fan_out: bool) -> Figures {
             }
         });
     }
+    // Strict mode: every run's alarm, due at t0.
+    let gate_peak = Rc::new(Cell::new(0usize));
+    for i in 0..if mode == Mode::Strict { n } else { 0 } {
+        let (w, so, stop, fin, outcomes, gate_peak) =
+            (world.clone(), so.clone(), stop.clone(), fin.clone(), outcomes.clone(), gate_peak.clone());
+        exec.spawn(async move {
+            let id = run_id(i);
+            let mut at = t0;
+            while !stop.get() {
+                let now = w.time.now_ms();
+                if at > now {
+                    w.time.sleep_ms(at - now).await;
+                }
+                let a = w.agent();
+                let next = a.wake(&id, &so, &NoListener).await;
+                if let Some((_, gate)) = &w.strict {
+                    gate_peak.set(gate_peak.get().max(gate.held()));
+                }
+                let kind = match next {
+                    Ok(Some(t)) => {
+                        at = t;
+                        "next alarm"
+                    }
+                    Ok(None) => {
+                        let cp = a.store().load(&id).await.ok().flatten();
+                        if cp.is_some_and(|cp| cp.status == RunStatus::Finished) {
+                            fin.note(&id);
+                        }
+                        *outcomes.borrow_mut().entry("no alarm".into()).or_default() += 1;
+                        return;
+                    }
+                    Err(_) => {
+                        at = a.takeover_at();
+                        "err (alarm again)"
+                    }
+                };
+                *outcomes.borrow_mut().entry(kind.into()).or_default() += 1;
+            }
+        });
+    }
     while fin.done_at.get().is_none() && exec.now_ms() < t0 + GIVE_UP_MS {
         exec.advance(TICK_MS);
     }
@@ -331,7 +440,7 @@ pub(crate) fn scenario(n: usize, ceiling: usize, fan_out: bool) -> Figures {
     let outcomes = outcomes.borrow().clone();
     Figures {
         n,
-        fan_out,
+        mode,
         minutes: fin.done_at.get().filter(|_| finished == n).map(|at| (at - t0) as f64 / 60_000.0),
         finished,
         peak: p.peak.get(),
@@ -341,6 +450,7 @@ pub(crate) fn scenario(n: usize, ceiling: usize, fan_out: bool) -> Figures {
         max_tick_ops,
         tick_errors,
         outcomes,
+        gate_peak: gate_peak.get(),
         real_s: started.elapsed().as_secs_f64(),
     }
 }
@@ -353,25 +463,30 @@ fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let ceiling: usize = std::env::var("STEADFAST_CEILING").ok().and_then(|v| v.parse().ok()).unwrap_or(50);
     let large = std::env::var("STEADFAST_LARGE").is_ok_and(|v| v == "1");
-    let mut plan = vec![(1_000, true), (10_000, true), (10_000, false)];
+    let mut plan = vec![(1_000, Mode::Kv), (10_000, Mode::Kv), (10_000, Mode::Strict), (10_000, Mode::Inline)];
     if large {
-        plan.insert(2, (100_000, true));
+        plan.insert(2, (100_000, Mode::Kv));
     }
     println!(
         "P15: recovery after a provider outage, simulated time. Provider ceiling C = {ceiling} concurrent calls of \
-         {CALL_MS} ms (429 above); K = {} queue consumers; cron every {} s from t0; SweepOptions::default() \
-         (nothing changed); AgentOptions::default(); a fresh Agent and store per tick and per message.",
+         {CALL_MS} ms (429 above); K = {} queue consumers (kv); a recovery gate of C - 1 slots (strict: every run's \
+         alarm due at once); cron every {} s from t0; SweepOptions::default() otherwise; AgentOptions::default(); \
+         a fresh Agent and store per tick, per message and per alarm.",
         ceiling - 1,
         TICK_MS / 1_000
     );
+    let only = std::env::var("STEADFAST_ONLY").ok();
+    if let Some(only) = &only {
+        plan.retain(|(_, m)| m.name() == only);
+    }
     let mut all = Vec::new();
-    for (n, fan_out) in plan {
-        let f = scenario(n, ceiling, fan_out);
+    for (n, mode) in plan {
+        let f = scenario(n, ceiling, mode);
         println!(
             "{:>7} runs {:<7}: {} min, {}/{} finished, {} ticks (max {} ops, {} failed), provider peak {} of {}, \
-             {} 429s, {} answers, consumers {:?}; {:.1} s real",
+             {} 429s, {} answers, gate peak {}, outcomes {:?}; {:.1} s real",
             f.n,
-            if f.fan_out { "kv" } else { "inline" },
+            f.mode.name(),
             minutes(&f),
             f.finished,
             f.n,
@@ -382,41 +497,51 @@ fn main() {
             ceiling,
             f.refused,
             f.answered,
+            f.gate_peak,
             f.outcomes,
             f.real_s
         );
         all.push(f);
     }
-    let find = |n: usize, kv: bool| all.iter().find(|f| f.n == n && f.fan_out == kv).expect("measured");
-    let kv: Vec<&Figures> = all.iter().filter(|f| f.fan_out).collect();
-    let peak = kv.iter().map(|f| f.peak).max().unwrap_or(0);
-    let refused: u64 = kv.iter().map(|f| f.refused).sum();
-    let max_ops = kv.iter().map(|f| f.max_tick_ops).max().unwrap_or(0);
+    if only.is_some() {
+        return;
+    }
+    let find = |n: usize, mode: Mode| all.iter().find(|f| f.n == n && f.mode == mode).expect("measured");
+    let gated: Vec<&Figures> = all.iter().filter(|f| f.mode != Mode::Inline).collect();
+    let peak = gated.iter().map(|f| f.peak).max().unwrap_or(0);
+    let refused: u64 = gated.iter().map(|f| f.refused).sum();
+    let max_ops = gated.iter().map(|f| f.max_tick_ops).max().unwrap_or(0);
     let met = |ok: bool| if ok { "met" } else { "NOT met" };
-    let m10k = find(10_000, true).minutes;
+    for mode in [Mode::Kv, Mode::Strict] {
+        let m = find(10_000, mode).minutes;
+        println!(
+            "goal: 10,000 runs in <= 10 simulated minutes ({}): {} ({})",
+            mode.name(),
+            met(m.is_some_and(|m| m <= 10.0)),
+            minutes(find(10_000, mode))
+        );
+    }
     println!(
-        "goal: 10,000 runs in <= 10 simulated minutes (kv): {} ({})",
-        met(m10k.is_some_and(|m| m <= 10.0)),
-        minutes(find(10_000, true))
-    );
-    println!(
-        "goal: provider never above its ceiling (kv runs): {} (peak demand {peak}, ceiling {ceiling}, {refused} 429s)",
+        "goal: provider never above its ceiling (kv and strict runs): {} (peak demand {peak}, ceiling {ceiling}, \
+         {refused} 429s)",
         met(peak <= ceiling)
     );
     println!(
-        "goal: every tick < 1,000 operations (kv runs, operations + queue sends): {} (max {max_ops})",
+        "goal: every tick < 1,000 operations (kv and strict runs, operations + queue sends): {} (max {max_ops})",
         met(max_ops < 1_000)
     );
     let large_part =
-        if large { format!(" recovery_minutes_100000_kv={}", minutes(find(100_000, true))) } else { String::new() };
+        if large { format!(" recovery_minutes_100000_kv={}", minutes(find(100_000, Mode::Kv))) } else { String::new() };
     println!(
-        "P15 recovery_minutes_1000_kv={} recovery_minutes_10000_kv={}{large_part} recovery_minutes_10000_inline={} \
-         peak_concurrency={peak} ceiling={ceiling} provider_429s={refused} max_tick_ops={max_ops}",
-        minutes(find(1_000, true)),
-        minutes(find(10_000, true)),
-        minutes(find(10_000, false)),
+        "P15 recovery_minutes_1000_kv={} recovery_minutes_10000_kv={}{large_part} recovery_minutes_10000_strict={} \
+         recovery_minutes_10000_inline={} peak_concurrency={peak} ceiling={ceiling} provider_429s={refused} \
+         max_tick_ops={max_ops}",
+        minutes(find(1_000, Mode::Kv)),
+        minutes(find(10_000, Mode::Kv)),
+        minutes(find(10_000, Mode::Strict)),
+        minutes(find(10_000, Mode::Inline)),
     );
     for f in &all {
-        assert_eq!(f.finished, f.n, "{} runs ({}): not all finished", f.n, if f.fan_out { "kv" } else { "inline" });
+        assert_eq!(f.finished, f.n, "{} runs ({}): not all finished", f.n, f.mode.name());
     }
 }

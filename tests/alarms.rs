@@ -236,3 +236,33 @@ fn alarms_alone_quarantine_or_heal_a_run_at_the_cap_generated() {
         );
     });
 }
+
+#[test]
+fn an_alarm_waiting_on_the_outage_breaker_comes_back_after_the_next_probe_untouched() {
+    use steadfast::core::sweep::{Outage, SweepState};
+    for_seeds("an_alarm_waiting_on_the_outage_breaker_comes_back_after_the_next_probe_untouched", 0..20, |seed| {
+        let env = Env::new();
+        let runs = Rc::new(Cell::new(0));
+        let agent = env.agent(model(), vec![flaky(1, &runs)]);
+        assert!(block_on(agent.send("r", "ship it", SendOptions::default())).is_err());
+        let opts = SweepOptions { interval_ms: 1_000 + seed * 997, ..SweepOptions::default() };
+        let now = env.clock.now_ms();
+        let next_probe_at = now + seed * 10_000;
+        let outage = Outage { since: now, probes: 1, next_probe_at };
+        let state = SweepState { outage: Some(outage), ..SweepState::default() };
+        block_on(env.store.put_state("sweep", &serde_json::to_string(&state).unwrap())).unwrap();
+        let before = block_on(env.store.load("r")).unwrap();
+        env.clock.advance(opts.interval_ms * 100);
+        let now = env.clock.now_ms();
+        let at = block_on(agent.wake("r", &opts, &NoListener)).unwrap().expect("an alarm after the probe");
+        let probe = next_probe_at.max(now);
+        assert!((probe + opts.interval_ms..probe + 2 * opts.interval_ms).contains(&at), "{at} vs probe {probe}");
+        assert_eq!((runs.get(), block_on(env.store.load("r")).unwrap()), (1, before), "untouched");
+        // The breaker closed (the sweep's probe went through): the alarm resumes it.
+        let closed = SweepState { last_outage_end: Some(now), ..SweepState::default() };
+        block_on(env.store.put_state("sweep", &serde_json::to_string(&closed).unwrap())).unwrap();
+        env.clock.set(at);
+        assert_eq!(block_on(agent.wake("r", &opts, &NoListener)).unwrap(), None);
+        assert_eq!(block_on(env.store.load("r")).unwrap().unwrap().status, RunStatus::Finished);
+    });
+}

@@ -64,16 +64,38 @@ fn a_sweep_tick_over_1000_pending_runs_uses_under_1000_kv_operations() {
 /// P15 (benches/recovery.rs, simulated time, deterministic): after a provider outage, 10,000 pending runs fanned
 /// out through a recovery queue to 49 consumers finish within 3.5 simulated minutes (goal: 10), the provider
 /// (50 calls at once, 500 ms each) never sees more than its ceiling and refuses nothing, and no tick takes more than
-/// 170 operations; 1,000 runs through the inline sweep (25 resumes a tick) take 39 to 41 minutes.
+/// 170 operations; in strict mode every run's alarm due at once under a recovery gate of 49 slots finishes 10,000
+/// runs within 7 minutes with the provider never above its ceiling; 1,000 runs through the inline sweep (25 resumes
+/// a tick) take 39 to 41 minutes.
 #[test]
 fn recovery_fanned_out_through_a_queue_drains_10000_runs_in_minutes_within_the_providers_ceiling() {
-    let f = recovery_bench::scenario(10_000, 50, true);
+    let f = recovery_bench::scenario(10_000, 50, recovery_bench::Mode::Kv);
     println!("fan-out: {:?} min, peak {}, 429s {}, max tick ops {}", f.minutes, f.peak, f.refused, f.max_tick_ops);
     assert_eq!(f.finished, 10_000);
     assert!(f.minutes.is_some_and(|m| m <= 3.5), "{:?}", f.minutes);
     assert!(f.peak <= 50 && f.refused == 0, "peak {} refused {}", f.peak, f.refused);
     assert!(f.max_tick_ops <= 170 && f.tick_errors == 0, "{} {}", f.max_tick_ops, f.tick_errors);
-    let inline = recovery_bench::scenario(1_000, 50, false);
+    // Strict mode: every run's alarm due at once, under a recovery gate of 49 slots (the cron's resume the 50th).
+    let strict = recovery_bench::scenario(10_000, 50, recovery_bench::Mode::Strict);
+    println!(
+        "strict: {:?} min, peak {}, 429s {}, gate peak {}",
+        strict.minutes, strict.peak, strict.refused, strict.gate_peak
+    );
+    assert_eq!(strict.finished, 10_000);
+    assert!(strict.minutes.is_some_and(|m| m <= 7.0), "strict: {:?}", strict.minutes);
+    assert!(
+        strict.peak <= 50 && strict.refused == 0 && strict.gate_peak <= 49,
+        "strict: peak {} refused {}",
+        strict.peak,
+        strict.refused
+    );
+    assert!(
+        strict.max_tick_ops < 1_000 && strict.tick_errors == 0,
+        "strict: {} {}",
+        strict.max_tick_ops,
+        strict.tick_errors
+    );
+    let inline = recovery_bench::scenario(1_000, 50, recovery_bench::Mode::Inline);
     assert_eq!(inline.finished, 1_000);
     assert!(inline.minutes.is_some_and(|m| (39.0..=41.0).contains(&m)), "the inline sweep: {:?}", inline.minutes);
 }

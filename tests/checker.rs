@@ -91,6 +91,10 @@
 //!   holds for the runs consumers resume, a tick's operations include its queue sends, and no message the sweep
 //!   sent is unreadable; the counts (`fan-out: …`) must be above zero.
 //!
+//! * gate: in even programs every agent has the program's recovery gate and the sweep options a ceiling of 1, so
+//!   alarms and consumers take a slot before they resume a run (turned away: they come back at their turn, or a
+//!   tick resumes the run); every invariant above holds for them; the counts (`gate: …`) must be above zero.
+//!
 //! * cost: the model is priced ($1 and $3 per million tokens: a turn costs 25,000 nano-dollars), so every
 //!   recorded usage — a run's, its conversation's, each turn's and each child's rolled up into its lead — has a
 //!   cost, and it is exactly its tokens' (1,000 nano-dollars a prompt token, 3,000 a completion token): a turn
@@ -112,6 +116,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 use steadfast::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
+use steadfast::core::gate::Grant;
 use steadfast::core::ids::{subagent_parent, subagent_path, subagent_run_id};
 use steadfast::core::machine::ModelResponse;
 use steadfast::core::schedule::{CompiledSchedule, Schedule, ScheduleInput};
@@ -119,9 +124,9 @@ use steadfast::core::sweep::SweepOptions;
 use steadfast::core::transcript::{validate_transcript, Message, ToolCall, Usage};
 use steadfast::core::wait::{WaitKind, WaitRequest};
 use steadfast::runtime::{
-    AbortSignal, Agent, AgentOptions, Clock, CrashBudget, CrashPoint, FnTool, ForkOptions, Model, ModelRequest,
-    Resolve, Rng, ScheduleOutcome, SendOptions, SimExecutor, SimTime, Sleep, SplitMix64, SubagentOptions, Tool,
-    ToolError, ToolOutput,
+    AbortSignal, Agent, AgentOptions, Clock, CrashBudget, CrashPoint, FnTool, ForkOptions, LocalGate, Model,
+    ModelRequest, RecoveryGate, Resolve, Rng, ScheduleOutcome, SendOptions, SimExecutor, SimTime, Sleep, SplitMix64,
+    SubagentOptions, Tool, ToolError, ToolOutput,
 };
 use steadfast::store::kv::KvBackend;
 use steadfast::store::object::{LocalObjects, ObjectStore};
@@ -287,6 +292,11 @@ impl CheckBudget {
 }
 
 impl Program {
+    /// Whether its alarms and consumers take a slot of the recovery gate (a ceiling of 1) before they resume.
+    fn gated(&self) -> bool {
+        self.seed % 2 == 0
+    }
+
     fn generate(seed: u64) -> Program {
         let rng = SplitMix64::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0x51));
         let pick = |n: u64| rng.next_u64() % n;
@@ -480,6 +490,10 @@ struct WaitCounts {
     consumed: u64,
     consumer_resumes: u64,
     consumer_skips: u64,
+    /// Gate: slots the recovery gate granted to runs' own recovery steps (alarms, consumers), and the times it
+    /// turned one away (told it when to come back).
+    gate_granted: u64,
+    gate_later: u64,
 }
 
 impl WaitCounts {
@@ -520,6 +534,8 @@ impl WaitCounts {
         self.consumed += o.consumed;
         self.consumer_resumes += o.consumer_resumes;
         self.consumer_skips += o.consumer_skips;
+        self.gate_granted += o.gate_granted;
+        self.gate_later += o.gate_later;
     }
 }
 
@@ -549,6 +565,9 @@ struct World {
     model_calls: [Cell<u64>; 3],
     /// The recovery queue (programs that fan out): what ticks sent and consumers have not taken.
     queue: steadfast::runtime::SimQueue,
+    /// The recovery gate (even programs: a ceiling of 1 on the resumes of alarms and consumers), shared by every
+    /// replica as the Worker's gate object is.
+    gate: Rc<CountingGate>,
 }
 
 fn hash_of(s: &str) -> u64 {
@@ -633,6 +652,7 @@ impl World {
             grace_ms: None,
         })
         .expect("the schedule compiles");
+        let gate = Rc::new(CountingGate(LocalGate::new(Rc::new(time.clone())), Cell::new(0), Cell::new(0)));
         Rc::new(World {
             program: program.clone(),
             kind,
@@ -649,6 +669,7 @@ impl World {
             metrics: Default::default(),
             model_calls: Default::default(),
             queue: steadfast::runtime::SimQueue::new(),
+            gate,
         })
     }
 
@@ -1443,6 +1464,7 @@ impl World {
             .instructions("You are lead.")
             .handoff("desk", "takes the conversation over", desk)
             .store_rc(store)
+            .recovery_gate(self.gate.clone())
             .clock(clock.clone())
             .sleep(clock)
             .rng(Rc::new(SplitMix64::new(self.program.seed.wrapping_mul(7_919).wrapping_add(n))))
@@ -1456,6 +1478,7 @@ impl World {
             max_backoff_ms: 60_000,
             max_attempts: 3,
             retry_with_diagnosis: diagnosis,
+            ceiling: self.program.gated().then_some(1),
             ..SweepOptions::default()
         }
     }
@@ -1812,6 +1835,22 @@ async fn sweep_crashing(w: &World, agent: &Agent, diagnosis: bool, crash: Option
     Ok(())
 }
 
+/// The recovery gate of a program (a [`LocalGate`]), counting what it answered: slots granted, turns given.
+struct CountingGate(LocalGate, Cell<u64>, Cell<u64>);
+
+#[async_trait(?Send)]
+impl RecoveryGate for CountingGate {
+    async fn acquire(&self, run_id: &str, cap: u32) -> Result<Grant> {
+        let grant = self.0.acquire(run_id, cap).await?;
+        let counter = if grant == Grant::Granted { &self.1 } else { &self.2 };
+        counter.set(counter.get() + 1);
+        Ok(grant)
+    }
+    async fn release(&self, run_id: &str, retry_after_ms: Option<u64>) -> Result<()> {
+        self.0.release(run_id, retry_after_ms).await
+    }
+}
+
 /// A run's alarm (strict mode's recovery step: resume, quarantine, diagnosis fork), its executions crashing right
 /// after their `crash`-th effect.
 async fn alarm(w: &World, agent: &Agent, run: &str, diagnosis: bool, crash: Option<CrashPoint>) -> Result<()> {
@@ -1964,6 +2003,11 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
             ));
         }
         w.log.borrow_mut().waits.metrics_checked += calls;
+    }
+    {
+        let mut log = w.log.borrow_mut();
+        log.waits.gate_granted = w.gate.1.get();
+        log.waits.gate_later = w.gate.2.get();
     }
     for id in all_ids(&w) {
         w.observe(&id);
@@ -2404,6 +2448,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         consumed,
         consumer_resumes,
         consumer_skips,
+        gate_granted,
+        gate_later,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2447,6 +2493,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         "fan-out: runs sent to the recovery queue {enqueued}, messages consumed {consumed} (left their run with \
          a next look {consumer_resumes}, settled {consumer_skips})"
     );
+    println!("gate: slots granted to alarms and consumers {gate_granted}, turned away until their turn {gate_later}");
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (seed, kind, vs) in &failing {
@@ -2515,6 +2562,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("runs sent to the recovery queue", enqueued),
             ("consumed messages that left a next look", consumer_resumes),
             ("consumed messages that left their run settled", consumer_skips),
+            ("gate slots granted", gate_granted),
+            ("gate turns given", gate_later),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod fingerprint;
 pub mod fork;
+pub mod gate;
 pub mod idempotency;
 pub mod ids;
 pub(crate) mod limits;

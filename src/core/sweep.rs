@@ -35,6 +35,12 @@ pub struct SweepOptions {
     /// With a recovery queue (fan-out): messages a tick sends at most (default 5,000), one per due run, in
     /// batches of 100. Right after an outage ends the cap ramps up from `max_runs` (×4 each further minute).
     pub max_enqueue: usize,
+    /// Recovery resumes on the provider at once, at most, across isolates (strict mode's alarms, a recovery
+    /// queue's consumers), when the agent has a recovery gate (default none: no limit). Right after an outage
+    /// ends it ramps up from `max_runs` (×4 each further minute).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub ceiling: Option<u32>,
 }
 
 impl Default for SweepOptions {
@@ -50,6 +56,7 @@ impl Default for SweepOptions {
             page_size: 1_000,
             max_pages: 3,
             max_enqueue: 5_000,
+            ceiling: None,
         }
     }
 }
@@ -204,6 +211,13 @@ pub fn enqueue_cap(opts: &SweepOptions, state: &SweepState, now: u64) -> usize {
     opts.max_runs.max(1).saturating_mul(4usize.saturating_pow(minutes)).min(opts.max_enqueue)
 }
 
+/// How many recovery resumes a gate lets run on the provider at once at `now` (`None`: no ceiling is set): the
+/// ceiling, ramped as [`enqueue_cap`] ramps the sends after an outage.
+pub fn gate_cap(opts: &SweepOptions, state: &SweepState, now: u64) -> Option<u32> {
+    let ramp = u32::try_from(enqueue_cap(&SweepOptions { max_enqueue: usize::MAX, ..opts.clone() }, state, now));
+    opts.ceiling.map(|c| c.max(1).min(ramp.unwrap_or(u32::MAX)))
+}
+
 /// Whether runs that failed since the tick before (`failed`: listed runs whose last failure, saved after that
 /// tick, was a provider outage) open the outage breaker: resumes fanned out through a queue do not report to the
 /// sweep, so their failures are counted from the listing. Returns `Some(true)` when the breaker opens.
@@ -259,8 +273,11 @@ pub fn plan(opts: &SweepOptions, state: &SweepState, now: u64, run: &Candidate<'
     if state.outage.is_some() && !(failing_elsewhere && run.attempts >= opts.max_attempts) {
         return Plan::Outage;
     }
-    // Provider failures while the breaker was open do not count toward quarantine.
-    let forgiven = run.outage_error && state.last_outage_end.is_some_and(|end| run.saved_at <= end);
+    // Provider failures while the breaker was open do not count toward quarantine, nor does a provider's 429
+    // (it asked to slow down: the run waits its backoff).
+    let forgiven = run.outage_error
+        && (run.last_error == Some(ErrorCode::ProviderRateLimited)
+            || state.last_outage_end.is_some_and(|end| run.saved_at <= end));
     if run.attempts >= opts.max_attempts && !forgiven {
         if opts.retry_with_diagnosis && run.heal_of.is_none() {
             return Plan::Heal;

@@ -91,6 +91,7 @@ pub struct AgentBuilder {
     name: String,
     /// How its lead's calls run it, when this agent is a sub-agent.
     child_opts: SubagentOptions,
+    gate: Option<Rc<dyn super::RecoveryGate>>,
 }
 
 impl AgentBuilder {
@@ -189,6 +190,15 @@ impl AgentBuilder {
     /// `transfer_to_<name>`.
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// The recovery gate its runs' own recovery steps ([`Agent::wake`]: strict mode's alarms, a recovery queue's
+    /// consumers) take a slot of before they resume a run, when the sweep options set a `ceiling`: at most that
+    /// many resumes on the provider at once across everyone sharing the gate (ramped after an outage). The
+    /// Worker's is an object per provider; [`super::LocalGate`] is one process's.
+    pub fn recovery_gate(mut self, gate: Rc<dyn super::RecoveryGate>) -> Self {
+        self.gate = Some(gate);
         self
     }
 
@@ -407,6 +417,7 @@ impl AgentBuilder {
                 team_name: self.name,
                 handoffs,
                 child_opts: self.child_opts,
+                gate: self.gate,
             }),
         })
     }
@@ -518,6 +529,7 @@ impl Agent {
             handoffs: Vec::new(),
             name: "lead".into(),
             child_opts: SubagentOptions::default(),
+            gate: None,
         }
     }
 

@@ -65,6 +65,8 @@ pub(crate) struct Deps {
     pub(crate) handoffs: Vec<(String, Rc<Deps>)>,
     /// How its lead's calls run this agent, when it is a sub-agent (attached by default).
     pub(crate) child_opts: super::options::SubagentOptions,
+    /// The recovery gate its runs' own recovery steps take a slot of ([`super::AgentBuilder::recovery_gate`]).
+    pub(crate) gate: Option<Rc<dyn super::RecoveryGate>>,
 }
 
 impl Deps {

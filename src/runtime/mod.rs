@@ -61,8 +61,8 @@ pub use options::{CrashBudget, CrashPoint, StallPoint};
 #[cfg(feature = "testing")]
 pub use recovery::SimQueue;
 pub use recovery::{
-    delivery_run_id, diagnosis_note, sweep_candidate, Consumed, Delivery, ForkOptions, ForkResult, NextAttempt,
-    NoListener, RecoveryMessage, RecoveryQueue, SweepListener, SweepReport, MAX_QUEUE_BATCH,
+    delivery_run_id, diagnosis_note, sweep_candidate, Consumed, Delivery, ForkOptions, ForkResult, LocalGate,
+    NextAttempt, NoListener, RecoveryGate, RecoveryMessage, RecoveryQueue, SweepListener, SweepReport, MAX_QUEUE_BATCH,
 };
 pub use result::{QueuedSend, RunResult, RunStats};
 pub use schedules::{DueFire, FireCall, ScheduleOutcome, ScheduleStatus};

@@ -46,4 +46,10 @@ maxPages: number,
  * With a recovery queue (fan-out): messages a tick sends at most (default 5,000), one per due run, in
  * batches of 100. Right after an outage ends the cap ramps up from `max_runs` (×4 each further minute).
  */
-maxEnqueue: number, };
+maxEnqueue: number, 
+/**
+ * Recovery resumes on the provider at once, at most, across isolates (strict mode's alarms, a recovery
+ * queue's consumers), when the agent has a recovery gate (default none: no limit). Right after an outage
+ * ends it ramps up from `max_runs` (×4 each further minute).
+ */
+ceiling?: number, };

@@ -12,8 +12,11 @@
 use super::fanout::RecoveryMessage;
 use super::sweep::{candidate, exec_opts, SweepListener, SweepReport};
 use crate::core::checkpoint::RunStatus;
+use crate::core::error::Error;
 use crate::core::error::{ErrorCode, ErrorInfo, Result};
-use crate::core::sweep::{plan, Plan, SweepOptions, SweepState, HEAL_SUFFIX};
+use crate::core::gate::{Grant, RATE_LIMIT_PAUSE_MS};
+use crate::core::sweep::{gate_cap, plan, Plan, SweepOptions, SweepState, HEAL_SUFFIX};
+use crate::rng::Rng;
 use crate::runtime::waits::DueLook;
 use crate::runtime::Agent;
 use crate::store::PendingRun;
@@ -31,7 +34,8 @@ impl Agent {
     /// One recovery step for `run_id` (its alarm fired): resumes it if the sweep would resume it now, quarantines
     /// it or forks it for diagnosis at the attempt cap (and drives that fork), then answers when its alarm
     /// should fire next (`None`: no alarm: the run is finished, gone, waiting for a person, not retryable,
-    /// quarantined, recovered by its fork, or waiting on the outage breaker, which the sweep handles). A run's
+    /// quarantined or recovered by its fork; a run waiting on the outage breaker is looked at again once the
+    /// sweep's next probe may have closed it, within an interval after it). A run's
     /// failed resume is recorded on the run (attempts, last error) as anywhere else, so the next alarm waits
     /// its backoff. `listener` hears of quarantines and recoveries (and errors) as from a sweep tick; its stop
     /// signal stops the executions the step starts.
@@ -67,9 +71,14 @@ impl Agent {
                 // Resumed once already (it failed with no backoff to wait): the next look is one interval on.
                 Plan::Resume | Plan::Probe if resumed_here => Ok(Some(now.saturating_add(opts.interval_ms.max(1)))),
                 Plan::Resume | Plan::Probe => {
+                    if let Some(at) = self.take_slot(&id, opts, &state, listener).await {
+                        return Ok(Some(at));
+                    }
                     resumed_here = true;
                     actions += 1;
-                    match self.resume_run(&id, send.clone()).await {
+                    let resumed = self.resume_run(&id, send.clone()).await;
+                    self.give_slot(&id, opts, resumed.as_ref().err()).await;
+                    match resumed {
                         Err(e) if e.code == ErrorCode::SessionBusy => Ok(Some(self.takeover_at())),
                         // Finished, paused or failed (recorded on the run): plan again from what is stored.
                         _ => continue,
@@ -116,11 +125,16 @@ impl Agent {
                             continue;
                         }
                         _ => {
+                            // The fork's first resume calls the provider: it takes a slot as a resume does.
+                            if let Some(at) = self.take_slot(&id, opts, &state, listener).await {
+                                return Ok(Some(at));
+                            }
                             actions += 1;
                             let busy = report.busy;
                             // The breaker's state is the sweep's to keep: what the fork's resume tells it is not
                             // written from here.
                             self.heal(&run, opts, &mut state.clone(), &mut report, listener).await;
+                            self.give_slot(&id, opts, None).await;
                             match report.busy > busy {
                                 true => Ok(Some(self.takeover_at())),
                                 false => continue,
@@ -128,10 +142,52 @@ impl Agent {
                         }
                     }
                 }
-                // While the outage breaker is open the sweep paces the provider: its probe, then its resumes.
-                Plan::Outage | Plan::NotRetryable | Plan::Quarantined => Ok(None),
+                // While the outage breaker is open the sweep's probe goes first: the alarm looks again once the
+                // next probe may have closed the breaker, spread over an interval so a backlog's alarms do not
+                // all come back at once.
+                Plan::Outage => {
+                    let probe = state.outage.as_ref().map_or(now, |o| o.next_probe_at).max(now);
+                    let spread = self.deps.rng.next_u64() % opts.interval_ms.max(1);
+                    Ok(Some(probe.saturating_add(opts.interval_ms).saturating_add(spread)))
+                }
+                Plan::NotRetryable | Plan::Quarantined => Ok(None),
             };
         }
+    }
+}
+
+impl Agent {
+    /// Takes a slot of the agent's recovery gate for `run_id` (when it has one and `opts` set a ceiling): `Some(at)`
+    /// when the gate says to ask again at `at`. A gate that cannot be reached lets the resume go ahead (told to
+    /// the listener): it protects the provider and never stops recovery.
+    async fn take_slot(
+        &self,
+        run_id: &str,
+        opts: &SweepOptions,
+        state: &SweepState,
+        listener: &dyn SweepListener,
+    ) -> Option<u64> {
+        let (gate, cap) = (self.deps.gate.as_ref()?, gate_cap(opts, state, self.deps.now())?);
+        match gate.acquire(run_id, cap).await {
+            Ok(Grant::Granted) => None,
+            Ok(Grant::Later(at)) => Some(at.max(self.deps.now())),
+            Err(e) => {
+                // Ignored: the listener's own failure changes nothing here.
+                let _ = listener.on_error(&e, Some(run_id));
+                None
+            }
+        }
+    }
+
+    /// Gives `run_id`'s slot back (if the agent has a gate and `opts` a ceiling); a resume the provider answered
+    /// 429 holds the gate back for its `Retry-After`.
+    async fn give_slot(&self, run_id: &str, opts: &SweepOptions, failed: Option<&Error>) {
+        let Some(gate) = self.deps.gate.as_ref().filter(|_| opts.ceiling.is_some()) else { return };
+        let retry_after = failed
+            .filter(|e| e.code == ErrorCode::ProviderRateLimited)
+            .map(|e| e.retry_after_ms.unwrap_or(RATE_LIMIT_PAUSE_MS));
+        // Ignored: a slot not given back is taken back after SLOT_MS.
+        let _ = gate.release(run_id, retry_after).await;
     }
 }
 
@@ -141,8 +197,8 @@ pub struct Consumed {
     /// The run the message named (empty for a message that could not be read).
     pub run_id: String,
     /// When the run should be looked at again, as [`Agent::wake`] answers (`None`: finished, gone, waiting for a
-    /// person, quarantined or not retryable, at the attempt cap, or waiting on the outage breaker — the sweep's
-    /// to decide): a consumer needs none of it (a later tick sends the run again when it is due).
+    /// person, quarantined or not retryable): a consumer needs none of it (a later tick sends the run again when
+    /// it is due).
     pub next: Option<u64>,
     /// Why the message could not be read (`STEADFAST_INVALID_INPUT`: acknowledge it, delivering it again would
     /// not help).

@@ -6,6 +6,7 @@
 //! * `fork` — `fork` and `compare`;
 //! * `delivery` — `run_once` for delivered jobs;
 //! * `fanout` — the recovery queue the sweep fans out to: its message, its trait, a queue for tests;
+//! * `gate` — the recovery gate a run's own recovery step takes a slot of before it resumes the run;
 //! * `alarm` — `wake`: one run's own recovery step (strict mode: its object's alarm; a recovery queue's
 //!   consumer: `consume_recovery`).
 
@@ -14,6 +15,7 @@ mod delivery;
 mod diagnosis;
 mod fanout;
 mod fork;
+mod gate;
 mod quarantine;
 mod sweep;
 
@@ -24,4 +26,5 @@ pub use diagnosis::diagnosis_note;
 pub use fanout::SimQueue;
 pub use fanout::{RecoveryMessage, RecoveryQueue, MAX_QUEUE_BATCH};
 pub use fork::{ForkOptions, ForkResult};
+pub use gate::{LocalGate, RecoveryGate};
 pub use sweep::{candidate as sweep_candidate, NextAttempt, NoListener, SweepListener, SweepReport};
