@@ -29,6 +29,9 @@ pub struct Slot {
     pub at: u64,
     /// When it is taken back if not released.
     pub until: u64,
+    /// How many steps of the run hold it (an alarm delivered twice: both are granted, one finds the run busy): the
+    /// slot is free once each gave it back.
+    pub holders: u32,
 }
 
 /// A gate's state, in the memory of whoever holds the gate. (Calls and answers are JSON read and written by hand
@@ -96,11 +99,12 @@ impl GateState {
         self.held.retain(|s| s.until > now);
         if let Some(s) = self.held.iter_mut().find(|s| s.run == run) {
             s.until = now.saturating_add(SLOT_MS);
+            s.holders = s.holders.saturating_add(1);
             return Grant::Granted;
         }
         let cap = cap.max(1) as usize;
         if now >= self.paused_until && self.held.len() < cap {
-            self.held.push(Slot { run: run.to_string(), at: now, until: now.saturating_add(SLOT_MS) });
+            self.held.push(Slot { run: run.to_string(), at: now, until: now.saturating_add(SLOT_MS), holders: 1 });
             return Grant::Granted;
         }
         let mean = if self.mean_hold_ms == 0 { FIRST_HOLD_MS } else { self.mean_hold_ms };
@@ -113,12 +117,21 @@ impl GateState {
     /// `run`'s slot back at `now` (nothing if it holds none); `retry_after_ms` holds every slot back that long.
     pub fn release(&mut self, run: &str, now: u64, retry_after_ms: Option<u64>) {
         if let Some(i) = self.held.iter().position(|s| s.run == run) {
+            self.held[i].holders = self.held[i].holders.saturating_sub(1);
+            if self.held[i].holders > 0 {
+                return self.pause(now, retry_after_ms);
+            }
             let held = now.saturating_sub(self.held.swap_remove(i).at);
             self.mean_hold_ms = match self.mean_hold_ms {
                 0 => held.max(1),
                 m => (m.saturating_mul(7).saturating_add(held) / 8).max(1),
             };
         }
+        self.pause(now, retry_after_ms);
+    }
+
+    /// Holds every slot back `retry_after_ms` from `now` (a provider's 429).
+    fn pause(&mut self, now: u64, retry_after_ms: Option<u64>) {
         if let Some(ms) = retry_after_ms {
             self.paused_until = self.paused_until.max(now.saturating_add(ms));
         }
@@ -154,6 +167,9 @@ mod tests {
         assert_eq!(g.acquire("b", 2, 0), Grant::Granted);
         assert_eq!(g.acquire("a", 2, 5), Grant::Granted, "a holder asking again keeps its slot");
         assert_eq!(g.held.len(), 2);
+        // Two steps of `a` hold it (a repeated alarm): the first to give it back does not free it.
+        g.release("a", 6, None);
+        assert_eq!((g.held.len(), g.mean_hold_ms), (2, 0));
         // Full: turns spaced by the mean hold over the cap (2,000 / 2 before any release).
         assert_eq!(g.acquire("c", 2, 10), Grant::Later(1_010));
         assert_eq!(g.acquire("d", 2, 10), Grant::Later(2_010));

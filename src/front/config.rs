@@ -914,6 +914,15 @@ impl AgentConfig {
                 errs.push(format!("recovery.{field} must be at least 1"));
             }
         }
+        match (r.ceiling, self.store) {
+            (Some(0), _) => errs.push("recovery.ceiling must be at least 1".into()),
+            (Some(_), StoreMode::Kv) => errs.push(
+                "recovery.ceiling takes strict mode (\"store\": \"durable-object\"); in KV mode the recovery queue \
+                 consumer's max_concurrency bounds the resumes"
+                    .into(),
+            ),
+            _ => {}
+        }
 
         for (i, h) in self.allowed_hosts.iter().enumerate() {
             if let Err(m) = Allowlist::check_entry(h) {
@@ -1486,6 +1495,14 @@ mod tests {
 
         let e = err_of(r#"{"tools": [{"name": "t", "url": "https://api.example.com/"}]}"#);
         assert!(e.message.contains("allowedHosts is empty"), "{}", e.message);
+
+        // The recovery gate's ceiling: strict mode's, at least 1.
+        let e = err_of(r#"{"recovery": {"ceiling": 5}}"#);
+        assert!(e.message.contains("recovery.ceiling takes strict mode"), "{}", e.message);
+        let e = err_of(r#"{"store": "durable-object", "recovery": {"ceiling": 0}}"#);
+        assert!(e.message.contains("recovery.ceiling must be at least 1"), "{}", e.message);
+        let ok = AgentConfig::parse(r#"{"store": "durable-object", "recovery": {"ceiling": 5}}"#).unwrap();
+        assert_eq!(ok.recovery.ceiling, Some(5));
 
         let e = err_of(
             r#"{"model": {"script": [{}, {"error": {"status": 200}}, {"text": "a", "error": {"status": 500}}, {"toolCalls": []}]}}"#,

@@ -197,6 +197,9 @@ async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent>
     if let Runs::Object(_, _, _, hub, due) = runs {
         b = b.observer(Rc::new(ObjectObserver(hub.clone(), due.clone())));
     }
+    if cfg.store == StoreMode::DurableObject && cfg.recovery.ceiling.is_some() {
+        b = b.recovery_gate(Rc::new(object::StubGate::new(env, cfg.model.model_id())?));
+    }
     b.build()
 }
 

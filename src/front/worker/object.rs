@@ -8,9 +8,10 @@
 
 use super::platform::new_request;
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::gate::{acquire_call, release_call, GateState, Grant};
 use crate::front::api::{Forward, RUN_HEADER};
 use crate::front::durable_sql::{Sql, SqlObjectStorage};
-use crate::runtime::{DueFire, FireCall, Watchers};
+use crate::runtime::{DueFire, FireCall, RecoveryGate, Watchers};
 use crate::store::object::{ObjectClient, RunObjectCore};
 use async_trait::async_trait;
 use std::rc::Rc;
@@ -23,6 +24,12 @@ pub const BINDING: &str = "RUN_OBJECTS";
 /// The path of a schedule's due fire the cron tick sends to its run's object (a [`FireCall`]'s JSON); the
 /// answer is the fire's [`ScheduleOutcome`]'s JSON.
 const FIRE_PATH: &str = "/__fire";
+
+/// The path of the recovery gate's calls ([`crate::core::gate`]) on the gate's object (strict mode with a
+/// `recovery.ceiling`): an object of the `RUN_OBJECTS` binding named `gate:<model>`, which no run can be named (run
+/// ids take no ':'). It keeps the gate in its memory: an object evicted (idle, or reset by a deploy) forgets the
+/// slots held then, which its holders give back anyway, so the provider may see up to twice the ceiling once.
+const GATE_PATH: &str = "/__gate";
 
 /// The path of the store calls ([`ObjectCall`]) on a run object; every other path is an API request the Worker
 /// forwarded (strict mode).
@@ -37,6 +44,8 @@ pub struct RunObject {
     env: Env,
     /// The watchers of the run (`GET /runs/{id}/events`), told by every execution in this object.
     hub: Watchers,
+    /// The recovery gate, when this object is a gate's ([`GATE_PATH`]).
+    gate: std::cell::RefCell<GateState>,
 }
 
 impl DurableObject for RunObject {
@@ -44,7 +53,7 @@ impl DurableObject for RunObject {
         let core = Rc::new(RunObjectCore::new(SqlObjectStorage::one_run(Sql::new(
             AsRef::<JsValue>::as_ref(state.storage().as_raw()).clone(),
         ))));
-        RunObject { core, state: Rc::new(state), env, hub: Watchers::new() }
+        RunObject { core, state: Rc::new(state), env, hub: Watchers::new(), gate: Default::default() }
     }
 
     async fn alarm(&self) -> worker::Result<Response> {
@@ -57,6 +66,10 @@ impl DurableObject for RunObject {
         if path == STORE_PATH {
             let call = req.text().await?;
             return Response::ok(self.core.handle_json(&call));
+        }
+        if path == GATE_PATH {
+            let call = req.text().await?;
+            return Response::ok(self.gate.borrow_mut().answer(&call, js_sys::Date::now() as u64));
         }
         if path == FIRE_PATH {
             let call = req.text().await?;
@@ -206,6 +219,20 @@ impl StubClient {
         .map_err(|e| format!("schedule '{schedule_id}', run '{run_id}': its object: {e}"))
     }
 
+    /// One call (`POST <path>` with `body`) to the object named `name`, answered with its text; an object that
+    /// cannot be reached is `STEADFAST_STORE_UNAVAILABLE` (retryable).
+    async fn post(&self, name: &str, path: &str, body: String) -> Result<String> {
+        let unavailable = |e: worker::Error| Error::new(ErrorCode::StoreUnavailable, format!("object '{name}': {e}"));
+        let stub = self.stub(name).map_err(unavailable)?;
+        // One Durable Object request, as it is billed.
+        crate::store::meter::record(|u| u.requests += 1);
+        let body = JsValue::from_str(&body);
+        let url = format!("https://run-object{path}");
+        let req = new_request(&url, Method::Post, None, Some(&body), false).map_err(unavailable)?;
+        let mut resp = stub.fetch_with_request(req).await.map_err(unavailable)?;
+        resp.text().await.map_err(unavailable)
+    }
+
     fn stub(&self, run_id: &str) -> worker::Result<worker::Stub> {
         self.ns.id_from_name(&format!("{}{run_id}", self.prefix))?.get_stub()
     }
@@ -230,15 +257,31 @@ impl StubClient {
 #[async_trait(?Send)]
 impl ObjectClient for StubClient {
     async fn call(&self, run_id: &str, call: String) -> Result<String> {
-        let unavailable =
-            |e: worker::Error| Error::new(ErrorCode::StoreUnavailable, format!("run '{run_id}': the run object: {e}"));
-        let stub = self.stub(run_id).map_err(unavailable)?;
-        // One Durable Object request, as it is billed.
-        crate::store::meter::record(|u| u.requests += 1);
-        let call = JsValue::from_str(&call);
-        let req = new_request(&format!("https://run-object{STORE_PATH}"), Method::Post, None, Some(&call), false)
-            .map_err(unavailable)?;
-        let mut resp = stub.fetch_with_request(req).await.map_err(unavailable)?;
-        resp.text().await.map_err(unavailable)
+        self.post(run_id, STORE_PATH, call).await
+    }
+}
+
+/// Strict mode's recovery gate ([`GATE_PATH`]): the object `gate:<model>` of the `RUN_OBJECTS` binding.
+pub struct StubGate {
+    objects: StubClient,
+    name: String,
+}
+
+impl StubGate {
+    /// The gate of the provider's `model`, or `STEADFAST_CONFIG_INVALID` when the binding is missing.
+    pub fn new(env: &Env, model: &str) -> Result<StubGate> {
+        Ok(StubGate { objects: StubClient::new(env)?, name: format!("gate:{model}") })
+    }
+}
+
+#[async_trait(?Send)]
+impl RecoveryGate for StubGate {
+    async fn acquire(&self, run_id: &str, cap: u32) -> Result<Grant> {
+        let answer = self.objects.post(&self.name, GATE_PATH, acquire_call(run_id, cap)).await?;
+        Grant::parse(&answer)
+            .ok_or_else(|| Error::new(ErrorCode::StoreUnavailable, format!("the recovery gate answered {answer}")))
+    }
+    async fn release(&self, run_id: &str, retry_after_ms: Option<u64>) -> Result<()> {
+        self.objects.post(&self.name, GATE_PATH, release_call(run_id, retry_after_ms)).await.map(|_| ())
     }
 }

@@ -16,7 +16,6 @@ use crate::core::error::Error;
 use crate::core::error::{ErrorCode, ErrorInfo, Result};
 use crate::core::gate::{Grant, RATE_LIMIT_PAUSE_MS};
 use crate::core::sweep::{gate_cap, plan, Plan, SweepOptions, SweepState, HEAL_SUFFIX};
-use crate::rng::Rng;
 use crate::runtime::waits::DueLook;
 use crate::runtime::Agent;
 use crate::store::PendingRun;
