@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::healing::{clone_run, journal_env, one_try, opts, Recorder};
+use common::healing::{clone_run, journal_env, one_try, opts, Crashing, Recorder};
 use common::*;
 use serde_json::json;
 use std::cell::{Cell, RefCell};
@@ -19,7 +19,7 @@ use steadfast::core::checkpoint::RunStatus;
 use steadfast::core::sweep::{plan, Plan, SweepOptions, SweepState};
 use steadfast::runtime::{
     sweep_candidate, Agent, Clock, Consumed, CrashBudget, FnTool, MockModel, MockTurn, RecoveryMessage, Rng, SimQueue,
-    SplitMix64, SweepListener, Tool, ToolOutput,
+    SplitMix64, Tool, ToolOutput,
 };
 use steadfast::store::PendingRun;
 use steadfast::{ErrorCode, Result};
@@ -78,14 +78,6 @@ fn finished(agent: &Agent, n: usize) -> usize {
             block_on(agent.store().load(&id)).unwrap().is_some_and(|cp| cp.status == RunStatus::Finished)
         })
         .count()
-}
-
-/// Crashes a consumer's execution after its `k`-th effect.
-struct Crashing(Option<Rc<CrashBudget>>);
-impl SweepListener for Crashing {
-    fn crash_budget(&self) -> Option<Rc<CrashBudget>> {
-        self.0.clone()
-    }
 }
 
 fn cases() -> u64 {

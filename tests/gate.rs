@@ -10,6 +10,7 @@
 mod common;
 
 use async_trait::async_trait;
+use common::healing::Crashing;
 use common::seeds::for_seeds;
 use serde_json::json;
 use std::cell::{Cell, RefCell};
@@ -22,7 +23,7 @@ use steadfast::core::sweep::{gate_cap, plan, Candidate, Plan, SweepOptions, Swee
 use steadfast::core::transcript::{Message, ToolCall, Usage};
 use steadfast::runtime::{
     Agent, AgentOptions, Clock, CrashBudget, FnTool, LocalGate, Model, ModelRequest, Rng, SendOptions, SimExecutor,
-    SimTime, SplitMix64, SweepListener, Tool, ToolOutput,
+    SimTime, SplitMix64, Tool, ToolOutput,
 };
 use steadfast::store::object::{LocalObjects, ObjectStore};
 use steadfast::store::sim::{SimKv, SimOptions};
@@ -117,14 +118,6 @@ impl World {
             .options(options)
             .build()
             .expect("the agent builds")
-    }
-}
-
-/// Crashes the executions an alarm starts after their `k`-th effect.
-struct Crashing(Option<Rc<CrashBudget>>);
-impl SweepListener for Crashing {
-    fn crash_budget(&self) -> Option<Rc<CrashBudget>> {
-        self.0.clone()
     }
 }
 

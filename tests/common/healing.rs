@@ -5,13 +5,23 @@ use super::{block_on, Env};
 use std::cell::RefCell;
 use std::rc::Rc;
 use steadfast::core::retry::RetryPolicy;
-use steadfast::runtime::{AgentOptions, RunResult, SendOptions, SweepListener};
+use steadfast::runtime::{AgentOptions, CrashBudget, RunResult, SendOptions, SweepListener};
 use steadfast::runtime::{ManualClock, ManualSleep};
 use steadfast::store::kv::{KvBackend, PutOptions};
 use steadfast::store::sim::{SimKv, SimOptions};
 use steadfast::store::PendingRun;
 use steadfast::store::{JournalOptions, JournalStore};
 use steadfast::{Error, ErrorCode, Result};
+
+/// A listener that crashes the executions a recovery step (a consumer's, an alarm's) starts after the budget's
+/// `k`-th effect, and ignores everything else.
+pub struct Crashing(pub Option<Rc<CrashBudget>>);
+
+impl SweepListener for Crashing {
+    fn crash_budget(&self) -> Option<Rc<CrashBudget>> {
+        self.0.clone()
+    }
+}
 
 /// A sweep listener that records every callback it is given, in order; a [`Recorder::throwing`] one also fails
 /// each of them.

@@ -8,54 +8,17 @@
 // runs one consumer invocation at a time, one message after another: 1) plus the tick's canary.
 import { test, after } from "node:test";
 import assert from "node:assert/strict";
-import http from "node:http";
 import { Miniflare } from "miniflare";
 import { apiCaller } from "./support/api.mjs";
 import { builtWorker } from "./support/built.mjs";
+import { startProvider } from "./support/provider.mjs";
 
 const TOKEN = "queue-test-token-0123456789";
 const RUNS = 200;
 const call = apiCaller(TOKEN);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// The provider and the charge endpoint: `down` answers every model call 503; a call takes 20 ms; `inflight` and
-// `peak` count the model calls in progress; `charges` counts charges per Idempotency-Key.
-function startServer() {
-  const state = { down: true, inflight: 0, peak: 0, calls: 0, charges: new Map() };
-  const server = http.createServer((req, res) => {
-    let body = "";
-    req.on("data", (c) => (body += c));
-    req.on("end", async () => {
-      const reply = (status, obj) => {
-        res.writeHead(status, { "content-type": "application/json" });
-        res.end(JSON.stringify(obj));
-      };
-      if (req.url === "/tools/charge") {
-        const key = req.headers["idempotency-key"];
-        state.charges.set(key, (state.charges.get(key) ?? 0) + 1);
-        return reply(200, { charged: true });
-      }
-      state.calls++;
-      state.inflight++;
-      state.peak = Math.max(state.peak, state.inflight);
-      await sleep(20);
-      state.inflight--;
-      if (state.down) return reply(503, { error: "provider down" });
-      const messages = JSON.parse(body).messages;
-      const charged = messages.some((m) => m.role === "tool");
-      const message = charged
-        ? { content: "charged" }
-        : { content: null, tool_calls: [{ id: "call_1", type: "function", function: { name: "charge", arguments: "{}" } }] };
-      reply(200, {
-        choices: [{ message, finish_reason: charged ? "stop" : "tool_calls" }],
-        usage: { prompt_tokens: 10, completion_tokens: 5 },
-      });
-    });
-  });
-  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve({ server, state, port: server.address().port })));
-}
-
-const srv = await startServer();
+const srv = await startProvider(20);
 const logs = [];
 const config = {
   model: { provider: "openai", model: "gpt-test", baseUrl: `http://127.0.0.1:${srv.port}/v1` },
