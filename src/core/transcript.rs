@@ -304,6 +304,22 @@ pub(crate) mod message_de {
         }
     }
 
+    /// Reads a field buffered before the tag from its JSON text, through the reader of JSON text (one instance of
+    /// the field readers in the wasm, not a second one for JSON values: ~4 KB gzip of the Worker). A refusal is
+    /// worded as the JSON value's reader worded it, without a position in that text (the message's reader adds
+    /// the position in the message), but for an array with elements past a struct's fields (a tool call): `trailing
+    /// characters`, as for the same field after the tag, where the value's reader said `invalid length <n>,
+    /// expected fewer elements in array`.
+    fn read_buffered(field: Field<'_>, value: &Value) -> Result<(), String> {
+        let text = value.to_string();
+        let mut d = serde_json::Deserializer::from_str(&text);
+        field.deserialize(&mut d).map_err(|e| {
+            let msg = e.to_string();
+            let at = format!(" at line {} column {}", e.line(), e.column());
+            msg.strip_suffix(&at).map(str::to_string).unwrap_or(msg)
+        })
+    }
+
     /// `MessageVisitor(true)`: a message read as from serde's buffer (see [`RoleSeed`]).
     struct MessageVisitor(bool);
 
@@ -358,7 +374,7 @@ pub(crate) mod message_de {
                         if s.is_set(i) {
                             return Err(de::Error::duplicate_field(NAMES[i]));
                         }
-                        Field(&mut s, Some(i)).deserialize(value).map_err(de::Error::custom)?;
+                        read_buffered(Field(&mut s, Some(i)), &value).map_err(de::Error::custom)?;
                     }
                     continue;
                 }
@@ -862,6 +878,29 @@ mod tests {
         ] {
             assert!(serde_json::from_str::<Message>(text).is_ok(), "{text}");
             assert!(serde_json::from_str::<DerivedMessage>(text).is_err(), "{text}");
+        }
+    }
+
+    /// A field before the tag is refused as the JSON value's reader refuses its value (the message's reader reads
+    /// it from its text), with a position in the message.
+    #[test]
+    fn a_field_before_the_tag_is_refused_in_the_value_readers_words() {
+        fn refusal<T: serde::de::DeserializeOwned + std::fmt::Debug>(v: &str) -> String {
+            serde_json::from_value::<T>(serde_json::from_str(v).unwrap()).unwrap_err().to_string()
+        }
+        let cases = [
+            (r#"{"content":5,"role":"user"}"#, refusal::<String>("5")),
+            (r#"{"content":[1.5],"role":"system"}"#, refusal::<String>("[1.5]")),
+            (r#"{"toolCalls":[{"id":"c"}],"role":"assistant"}"#, refusal::<Vec<ToolCall>>(r#"[{"id":"c"}]"#)),
+            (r#"{"toolCalls":[["c"]],"role":"assistant"}"#, refusal::<Vec<ToolCall>>(r#"[["c"]]"#)),
+            (r#"{"usage":{"inputTokens":-1},"role":"assistant"}"#, refusal::<Option<Usage>>(r#"{"inputTokens":-1}"#)),
+            (r#"{"isError":1,"role":"tool"}"#, refusal::<bool>("1")),
+            (r#"{"kind":"bogus","role":"tool"}"#, refusal::<ResultKind>(r#""bogus""#)),
+            (r#"{"toolCallId":{"a":"b"},"role":"tool"}"#, refusal::<String>(r#"{"a":"b"}"#)),
+        ];
+        for (text, words) in cases {
+            let e = serde_json::from_str::<Message>(text).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("{words} at line 1 column ")), "{text}: {e} / {words}");
         }
     }
 
