@@ -278,9 +278,52 @@ impl HealRecord {
         }
     }
 
-    /// The heal log of a checkpoint's hook state (empty when there is none, or it cannot be read).
+    /// The heal log of a checkpoint's hook state (empty when there is none, or it cannot be read: an entry of
+    /// it is not a record).
     pub fn log(ext: Option<&Value>) -> Vec<HealRecord> {
-        ext.and_then(|e| e.get(HEAL_LOG_KEY)).and_then(|v| serde_json::from_value(v.clone()).ok()).unwrap_or_default()
+        let Some(Value::Array(items)) = ext.and_then(|e| e.get(HEAL_LOG_KEY)) else {
+            return Vec::new();
+        };
+        let mut log = Vec::with_capacity(items.len());
+        for item in items {
+            match HealRecord::read(item) {
+                Some(r) => log.push(r),
+                None => return Vec::new(),
+            }
+        }
+        log
+    }
+
+    /// A record from a JSON value, read by hand as the derive read it (the Worker's size: serde's reader over JSON
+    /// values for this one use): an object with every field (others ignored), or an array of the fields in their
+    /// declared order; the texts strings, `count` and `step` whole numbers that fit in 32 bits, `at` in 64.
+    fn read(v: &Value) -> Option<HealRecord> {
+        const FIELDS: [&str; 7] = ["tool", "toolCallId", "action", "reason", "count", "step", "at"];
+        let mut f: [&Value; 7] = [&Value::Null; 7];
+        match v {
+            Value::Object(m) => {
+                for (slot, name) in f.iter_mut().zip(FIELDS) {
+                    *slot = m.get(name)?;
+                }
+            }
+            Value::Array(a) if a.len() == FIELDS.len() => {
+                for (slot, item) in f.iter_mut().zip(a) {
+                    *slot = item;
+                }
+            }
+            _ => return None,
+        }
+        let text = |i: usize| f[i].as_str().map(str::to_string);
+        let small = |i: usize| f[i].as_u64().and_then(|n| u32::try_from(n).ok());
+        Some(HealRecord {
+            tool: text(0)?,
+            tool_call_id: text(1)?,
+            action: text(2)?,
+            reason: text(3)?,
+            count: small(4)?,
+            step: small(5)?,
+            at: f[6].as_u64()?,
+        })
     }
 }
 
@@ -375,5 +418,52 @@ mod tests {
         assert_eq!(v["finishReason"], "stop");
         let back: EventEnvelope = serde_json::from_value(v).unwrap();
         assert_eq!(back, env);
+    }
+
+    /// The heal log's reader reads what the derive read from a JSON value (all the records, or none).
+    #[test]
+    fn the_heal_log_reader_reads_what_the_derive_read() {
+        let good = r#"{"tool":"t","toolCallId":"c","action":"hint","reason":"r","count":2,"step":3,"at":4}"#;
+        let values = [
+            good,
+            r#"["t","c","deny","r",1,2,3]"#,
+            r#"["t","c","deny","r",1,2]"#,
+            r#"["t","c","deny","r",1,2,3,4]"#,
+            r#"{"tool":"t","toolCallId":"c","action":"hint","reason":"r","count":2,"step":3,"at":4,"zz":[1]}"#,
+            r#"{"tool":"t","toolCallId":"c","action":"hint","reason":"r","count":2,"step":3}"#,
+            r#"{"tool":5,"toolCallId":"c","action":"hint","reason":"r","count":2,"step":3,"at":4}"#,
+            r#"{"tool":"t","toolCallId":"c","action":"hint","reason":"r","count":4294967296,"step":3,"at":4}"#,
+            r#"{"tool":"t","toolCallId":"c","action":"hint","reason":"r","count":4294967295,"step":0,"at":4}"#,
+            r#"{"tool":"t","toolCallId":"c","action":"hint","reason":"r","count":-1,"step":3,"at":4}"#,
+            r#"{"tool":"t","toolCallId":"c","action":"hint","reason":"r","count":1.0,"step":3,"at":4}"#,
+            r#"{"tool":"t","toolCallId":"c","action":"hint","reason":"r","count":1,"step":3,"at":18446744073709551615}"#,
+            r#"{"tool":"t","toolCallId":"c","action":"hint","reason":"r","count":1,"step":3,"at":null}"#,
+            r#"{"tool":"t","toolCallId":null,"action":"hint","reason":"r","count":1,"step":3,"at":1}"#,
+            r#"["t","c","deny","r",1,"2",3]"#,
+            r#"[]"#,
+            r#"{}"#,
+            "null",
+            "7",
+            r#""t""#,
+        ];
+        let mut logs: Vec<String> = vec!["null".into(), "[]".into(), "{}".into(), r#""x""#.into(), "5".into()];
+        for a in values {
+            logs.push(format!("[{a}]"));
+            for b in values {
+                logs.push(format!("[{a},{b}]"));
+            }
+        }
+        let mut read = 0;
+        for log in &logs {
+            let v: Value = serde_json::from_str(log).unwrap();
+            let derived: Vec<HealRecord> = serde_json::from_value(v.clone()).unwrap_or_default();
+            read += derived.len();
+            let ext = serde_json::json!({ HEAL_LOG_KEY: v });
+            assert_eq!(HealRecord::log(Some(&ext)), derived, "{log}");
+        }
+        assert!(read > 40, "{read}");
+        assert_eq!(HealRecord::log(None), Vec::new());
+        assert_eq!(HealRecord::log(Some(&serde_json::json!([good]))), Vec::new());
+        assert_eq!(HealRecord::log(Some(&serde_json::json!({"other": 1}))), Vec::new());
     }
 }
