@@ -723,7 +723,7 @@ mod entry_body_de {
                         if s.is_set(i) {
                             return Err(de::Error::duplicate_field(NAMES[i]));
                         }
-                        let text = value.to_string();
+                        let text = crate::core::wire::json_text(&value);
                         let mut d = serde_json::Deserializer::from_str(&text);
                         Field(&mut s, Some(i)).deserialize(&mut d).map_err(de::Error::custom)?;
                     }

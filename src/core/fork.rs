@@ -11,6 +11,7 @@ use super::checkpoint::{Checkpoint, RunStatus};
 use super::error::{Error, ErrorCode};
 use super::limits::{check_depth, check_message_depth};
 use super::transcript::{validate_transcript, Message, ResultKind, ToolResult};
+use crate::core::wire::json_text;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -161,7 +162,7 @@ pub fn pick_history_step(history: &[(u32, u64)], from_step: u32, run_id: &str) -
 fn replace_tool_result(cp: &mut Checkpoint, source_id: &str, patch: &ToolResultPatch) -> Result<(), Error> {
     let content = match &patch.result {
         Value::String(s) => s.clone(),
-        other => other.to_string(),
+        other => json_text(other),
     };
     let id = patch.tool_call_id.as_str();
     let Some((turn, name)) = cp

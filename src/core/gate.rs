@@ -9,6 +9,7 @@
 //! ceiling, so the callers waiting come back about as fast as slots free up instead of all at once. A release
 //! that carries a provider's `Retry-After` (a 429) holds every slot back until then.
 
+use crate::core::wire::json_text;
 use serde_json::Value;
 
 /// How long a slot is held at most: a holder that neither releases nor asks again by then is presumed dead.
@@ -79,12 +80,12 @@ impl Grant {
 
 /// A call to a gate: an acquire's JSON (`{"op":"acquire","runId":…,"cap":…}`).
 pub fn acquire_call(run_id: &str, cap: u32) -> String {
-    format!(r#"{{"op":"acquire","runId":{},"cap":{cap}}}"#, Value::String(run_id.into()))
+    format!(r#"{{"op":"acquire","runId":{},"cap":{cap}}}"#, json_text(&Value::String(run_id.into())))
 }
 
 /// A call to a gate: a release's JSON (`{"op":"release","runId":…,"retryAfterMs"?:…}`).
 pub fn release_call(run_id: &str, retry_after_ms: Option<u64>) -> String {
-    let id = Value::String(run_id.into());
+    let id = json_text(&Value::String(run_id.into()));
     match retry_after_ms {
         Some(ms) => format!(r#"{{"op":"release","runId":{id},"retryAfterMs":{ms}}}"#),
         None => format!(r#"{{"op":"release","runId":{id}}}"#),

@@ -11,6 +11,7 @@
 //! ignored. While validating, `$ref` chains are followed at most 64 deep (so recursive schemas work for instances
 //! up to that nesting) and subschemas nest at most 256 deep; only the first 10 errors are reported.
 
+use crate::core::wire::json_text;
 use serde_json::{Map, Number, Value};
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
@@ -316,7 +317,7 @@ impl Schema {
             s.fail(ptr, format!("value must be one of {}", serde_json::to_string(e).unwrap_or_default()));
         }
         if let Some(c) = n.constant.as_ref().filter(|c| !json_eq(c, v)) {
-            s.fail(ptr, format!("value must be equal to {c}"));
+            s.fail(ptr, format!("value must be equal to {}", json_text(c)));
         }
         match v {
             Value::Object(m) => self.check_object(n, v, m, ptr, d, s),
@@ -374,7 +375,7 @@ impl Schema {
 
     fn check_object(&self, n: &Node, v: &Value, m: &Map<String, Value>, ptr: &str, d: Depth, s: &mut Sink) {
         for r in n.required.iter().filter(|r| !m.contains_key(*r)) {
-            s.fail(ptr, format!("missing required property {}", Value::String(r.clone())));
+            s.fail(ptr, format!("missing required property {}", json_text(&Value::String(r.clone()))));
         }
         s.bounds(ptr, m.len() as u64, n.props, ("property", "properties"));
         for (name, deps) in n.dep_required.iter().filter(|dep| m.contains_key(&dep.0)) {
@@ -383,8 +384,8 @@ impl Schema {
                     ptr,
                     format!(
                         "property {} requires property {}",
-                        Value::String(name.clone()),
-                        Value::String(missing.clone())
+                        json_text(&Value::String(name.clone())),
+                        json_text(&Value::String(missing.clone()))
                     ),
                 );
             }

@@ -34,6 +34,7 @@ use super::fingerprint::sha256_hex;
 use super::limits::check_message_depth;
 use super::transcript::Message;
 use super::wait::MAX_PAYLOAD_BYTES;
+use crate::core::wire::json_text;
 use serde::{Deserialize, Serialize};
 
 /// Prefix of a queued message's id.
@@ -140,15 +141,14 @@ pub fn sort_queue(entries: &mut [QueuedMessage]) {
 
 /// The result of a call a queued message stopped before it started.
 pub fn not_run_content(message_id: &str, tool: &str) -> String {
-    serde_json::json!({
+    json_text(&serde_json::json!({
         "error": "not-run",
         "message": format!(
             "Not run: message '{message_id}' sent to the run asked to stop the calls that had not started; '{tool}' \
              did not run."
         ),
         "steeredBy": message_id,
-    })
-    .to_string()
+    }))
 }
 
 #[cfg(test)]

@@ -311,7 +311,7 @@ pub(crate) mod message_de {
     /// characters`, as for the same field after the tag, where the value's reader said `invalid length <n>,
     /// expected fewer elements in array`.
     fn read_buffered(field: Field<'_>, value: &Value) -> Result<(), String> {
-        let text = value.to_string();
+        let text = crate::core::wire::json_text(value);
         let mut d = serde_json::Deserializer::from_str(&text);
         field.deserialize(&mut d).map_err(|e| {
             let msg = e.to_string();

@@ -28,6 +28,7 @@
 use super::error::{Error, ErrorCode, Result};
 use super::fingerprint::sha256_hex;
 use super::limits::{json_depth, MAX_JSON_DEPTH};
+use crate::core::wire::json_text;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -254,7 +255,7 @@ pub fn check_payload(what: &str, v: &Value) -> Result<String> {
             "{what} is nested {depth} levels deep; at most {MAX_JSON_DEPTH} levels are accepted"
         )));
     }
-    let text = v.to_string();
+    let text = json_text(v);
     if text.len() > MAX_PAYLOAD_BYTES {
         return Err(Error::new(
             ErrorCode::PayloadTooLarge,

@@ -35,6 +35,14 @@ macro_rules! unit_enum_de {
 }
 pub(crate) use unit_enum_de;
 
+/// A JSON value's text, compact, as its `Display` writes it, but through the JSON text writer every stored and wire
+/// type uses (`serde_json::to_string`): the `Display` of a JSON value is a second writer in the wasm, and its
+/// pretty form a third (~1.3 KB gzip of the Worker, where no code but this writes a value's text).
+pub(crate) fn json_text(v: &serde_json::Value) -> String {
+    // Ignored: a JSON value (its keys are strings) always serialises.
+    serde_json::to_string(v).unwrap_or_default()
+}
+
 /// Sorts `v` by `cmp`, in place (not stable: every use orders by a key that is unique, or where equal elements
 /// may come in any order). A heapsort: O(n log n) at worst, no allocation, and one small instance per use where
 /// the standard library's sorts are ~3 KB each (the Worker's size budget; a dozen uses).

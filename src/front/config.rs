@@ -52,6 +52,7 @@ use crate::core::machine::DriftPolicy;
 use crate::core::retry::RetryPolicy;
 use crate::core::schedule::{compile_all, CompiledSchedule, Schedule};
 use crate::core::sweep::SweepOptions;
+use crate::core::wire::json_text;
 use crate::http::HttpClient;
 use crate::providers::{
     AnthropicModel, AnthropicOptions, ModelPlatform, OpenAiModel, OpenAiOptions, WorkersAiModel, WorkersAiOptions,
@@ -1090,7 +1091,7 @@ fn json_path_at(text: &str, line: usize, column: usize) -> String {
                     }
                     path.push_str(k);
                 } else {
-                    path.push_str(&format!("[{}]", Value::String(k.clone())));
+                    path.push_str(&format!("[{}]", json_text(&Value::String(k.clone()))));
                 }
             }
             Frame::Object { key: None, .. } => break,

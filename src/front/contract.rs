@@ -28,6 +28,7 @@ use crate::core::error::{Error, ErrorInfo, Result};
 use crate::core::events::HealRecord;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::transcript::{Message, Usage};
+use crate::core::wire::json_text;
 use crate::runtime::{Input, NextAttempt, ScheduleStatus, SendOptions, SessionTurn, ToolContext};
 use crate::store::PendingRun;
 use serde::de::DeserializeOwned;
@@ -94,7 +95,7 @@ pub fn parse_input(v: Option<Value>) -> Result<Input> {
             for (i, item) in items.into_iter().enumerate() {
                 // Read from its text: the reader of stored messages, not a second instance of it for values (the
                 // Worker's size budget; an input array is small).
-                let m: Message = serde_json::from_str(&item.to_string()).map_err(|e| {
+                let m: Message = serde_json::from_str(&json_text(&item)).map_err(|e| {
                     Error::invalid_input(format!("input[{i}] is not a message ({{role, content}}): {e}"))
                 })?;
                 if matches!(m, Message::Tool(_)) || !m.tool_calls().is_empty() {

@@ -27,6 +27,7 @@
 //!   `(run, seq, part)`, `steadfast_meta(run, k, v)` keyed by `(run, k)`, and `steadfast_index(k, v, meta)`.
 
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::wire::json_text;
 use crate::front::wasm_shared::{js_message, method, prop};
 pub use crate::front::wasm_shared::{JsClock, JsSleep};
 use crate::store::kv::{check_bulk, check_bulk_bytes, check_key, check_put, KvBackend, ListKey, ListPage, PutOptions};
@@ -412,7 +413,7 @@ impl KvBackend for SqlIndex {
         if opts.expiration_ttl_s.is_some() {
             return Err(Error::new(ErrorCode::StoreFailed, "the Durable Object index keeps no expiring keys"));
         }
-        let meta = opts.metadata.as_ref().map(|m| m.to_string());
+        let meta = opts.metadata.as_ref().map(json_text);
         let meta = meta.as_deref().map_or(Bind::Text(""), Bind::Text);
         self.run(
             "INSERT INTO steadfast_index (k, v, meta) VALUES (?, ?, ?) \

@@ -5,6 +5,7 @@
 //! decisions.
 
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::wire::json_text;
 use crate::runtime::{Clock, Sleep, SplitMix64};
 use crate::store::kv::{check_bulk, check_key, check_put, kv_error, KvBackend, ListKey, ListPage, PutOptions};
 use async_trait::async_trait;
@@ -65,7 +66,7 @@ pub(crate) fn to_value(v: &JsValue, what: &str) -> Result<Value> {
 /// A JSON value as a JS value.
 pub(crate) fn from_value(v: &Value) -> JsValue {
     // Ignored: JSON that serde_json wrote always parses.
-    JSON::parse(&v.to_string()).unwrap_or(JsValue::NULL)
+    JSON::parse(&json_text(v)).unwrap_or(JsValue::NULL)
 }
 
 /// Awaits a value that may or may not be a promise.

@@ -27,6 +27,7 @@ use crate::core::classify::provider_http_error;
 use crate::core::error::{cap_chars, Error, ErrorCode, Result};
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::{Message, ToolCall, Usage};
+use crate::core::wire::json_text;
 use crate::http::{HttpClient, HttpRequest, HttpResponse};
 use crate::runtime::traits::ToolSpec;
 use serde::ser::{SerializeMap, Serializer};
@@ -327,7 +328,7 @@ fn arguments_string(args: &Value) -> String {
     match args {
         Value::Null => "{}".to_string(),
         Value::String(text) => text.clone(),
-        other => other.to_string(),
+        other => json_text(other),
     }
 }
 

@@ -11,6 +11,7 @@ use super::{
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::{Message, Usage};
+use crate::core::wire::json_text;
 use crate::runtime::traits::{Model, ModelRequest, ToolSpec};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -130,7 +131,7 @@ pub fn build_input(options: &WorkersAiOptions, messages: &[Message], tools: &[To
 /// `response` is serialised), an OpenAI-style `choices` shape, either wrapped in the REST API's
 /// `{result: …}`, or a bare string. Anything else is `STEADFAST_PROVIDER_INVALID_RESPONSE`.
 pub fn parse_response(output: &Value, step: u32) -> Result<ModelResponse> {
-    let bad = |why: &str| invalid_response("Workers AI", why, &output.to_string(), "");
+    let bad = |why: &str| invalid_response("Workers AI", why, &json_text(output), "");
     let v = match output {
         Value::String(s) => return Ok(ModelResponse { text: s.clone(), ..ModelResponse::default() }),
         Value::Object(o) if !is_answer(o) => match o.get("result") {
@@ -146,7 +147,7 @@ pub fn parse_response(output: &Value, step: u32) -> Result<ModelResponse> {
     let text = match v.get("response") {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
+        Some(other) => json_text(other),
     };
     let tool_calls = match v.get("tool_calls") {
         None | Some(Value::Null) => Vec::new(),

@@ -8,6 +8,7 @@ use crate::core::error::{cap_chars, Error, ErrorCode, Result};
 use crate::core::events::Event;
 use crate::core::fingerprint::sha256_hex;
 use crate::core::transcript::ToolCall;
+use crate::core::wire::json_text;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -60,7 +61,7 @@ impl ProgressGuard {
         // trips again after as many failures; failing the run instead would stop it for good.
         // Read from its text (`from_str`, as every stored value is: `from_value` would add a second deserializer to
         // the Worker's wasm).
-        ctx.peek(GUARD_KEY).and_then(|v| serde_json::from_str(&v.to_string()).ok()).unwrap_or_default()
+        ctx.peek(GUARD_KEY).and_then(|v| serde_json::from_str(&json_text(v)).ok()).unwrap_or_default()
     }
 
     fn save(ctx: &mut HookContext<'_>, st: &GuardState) {

@@ -7,6 +7,7 @@ use crate::core::events::{EventEnvelope, StreamDelta};
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::Message;
 use crate::core::wait::WaitRequest;
+use crate::core::wire::json_text;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -141,7 +142,7 @@ impl ToolOutput {
     pub fn json(v: Value) -> ToolOutput {
         let content = match v {
             Value::String(s) => s,
-            other => other.to_string(),
+            other => json_text(&other),
         };
         ToolOutput { content, ..Default::default() }
     }

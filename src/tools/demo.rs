@@ -24,6 +24,7 @@
 use crate::core::error::Result;
 use crate::core::transcript::Message;
 use crate::core::wait::WaitRequest;
+use crate::core::wire::json_text;
 use crate::runtime::mock::MockTurn;
 use crate::runtime::tools::FnTool;
 use crate::runtime::traits::{ModelRequest, Tool, ToolError, ToolOutput};
@@ -61,7 +62,7 @@ fn order_of(args: &Value) -> String {
     match &args["order"] {
         Value::String(s) => s.clone(),
         Value::Null => "?".into(),
-        other => other.to_string(),
+        other => json_text(other),
     }
 }
 

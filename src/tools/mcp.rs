@@ -34,6 +34,7 @@
 
 use crate::core::error::{cap_chars, Error, ErrorCode, Result};
 use crate::core::ids::is_tool_name;
+use crate::core::wire::json_text;
 use crate::http::{HttpClient, HttpRequest, HttpResponse};
 use crate::runtime::traits::{Tool, ToolContext, ToolError, ToolOutput};
 use crate::tools::webhook::{check_header, Allowlist, ParsedUrl};
@@ -244,12 +245,12 @@ pub struct SessionInfo {
 
 /// A JSON-RPC request's body.
 pub fn rpc_request(id: u64, method: &str, params: Value) -> String {
-    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string()
+    json_text(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
 }
 
 /// A JSON-RPC notification's body.
 pub fn rpc_notification(method: &str) -> String {
-    json!({"jsonrpc": "2.0", "method": method}).to_string()
+    json_text(&json!({"jsonrpc": "2.0", "method": method}))
 }
 
 /// `initialize`'s params: our protocol version, no client capabilities, our name and version.
@@ -576,7 +577,7 @@ pub fn call_output(result: &Value) -> std::result::Result<ToolOutput, ToolError>
     if parts.is_none() && structured.is_none() {
         return Err(ToolError::typed(
             "McpError",
-            format!("the server's reply is not a tool result: {}", cap_chars(&result.to_string(), 200)),
+            format!("the server's reply is not a tool result: {}", cap_chars(&json_text(result), 200)),
         ));
     }
     let text = parts.map(|p| p.iter().map(content_text).collect::<Vec<_>>().join("\n")).unwrap_or_default();

@@ -25,6 +25,7 @@
 
 use crate::core::error::{cap_chars, Error, ErrorCode, Result};
 use crate::core::schema::Schema;
+use crate::core::wire::json_text;
 use crate::http::{HttpClient, HttpRequest};
 use crate::runtime::traits::{Tool, ToolContext, ToolError, ToolOutput};
 use async_trait::async_trait;
@@ -466,7 +467,7 @@ impl<H: HttpClient + ?Sized> WebhookTool<H> {
             None
         } else {
             headers.push(("content-type".to_string(), "application/json".to_string()));
-            Some(args.to_string())
+            Some(json_text(args))
         };
         headers.push(("Idempotency-Key".into(), ctx.idempotency_key().to_string()));
         headers.push(("X-Steadfast-Run-Id".into(), ctx.run_id.clone()));

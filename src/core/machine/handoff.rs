@@ -8,6 +8,7 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::Event;
 use crate::core::fingerprint::Fingerprint;
 use crate::core::transcript::{Message, ResultKind, ToolCall};
+use crate::core::wire::json_text;
 use serde_json::json;
 use std::collections::BTreeSet;
 
@@ -93,7 +94,7 @@ impl RunMachine {
                 true,
                 ResultKind::Validation,
             ),
-            _ => (json!({ "transferredTo": to }).to_string(), false, ResultKind::Execution),
+            _ => (json_text(&json!({ "transferredTo": to })), false, ResultKind::Execution),
         };
         self.record(result(call, content, is_error, kind));
         true

@@ -10,6 +10,7 @@ use crate::core::events::Event;
 use crate::core::fingerprint::{canonical_json, Fingerprint};
 use crate::core::transcript::{Message, ResultKind, ToolCall, ToolResult, Usage};
 use crate::core::wait::{WaitKind, WaitRequest};
+use crate::core::wire::json_text;
 use serde_json::{json, Value};
 use std::collections::HashSet;
 
@@ -238,7 +239,7 @@ impl RunMachine {
                         "message": format!("A reviewer rejected this call to '{}'; it did not run.", call.name),
                         "note": d.note,
                     });
-                    self.record(result(call, content.to_string(), true, ResultKind::Rejected));
+                    self.record(result(call, json_text(&content), true, ResultKind::Rejected));
                 }
             }
             self.cp.status = RunStatus::InProgress;

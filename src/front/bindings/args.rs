@@ -4,6 +4,7 @@
 //! value turned out to be, tested natively.
 
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::wire::json_text;
 use crate::front::wasm_shared::absent;
 use serde_json::Value;
 use wasm_bindgen::prelude::*;
@@ -80,7 +81,7 @@ pub(super) fn unknown_key(
         None => Ok(()),
         Some(k) => Err(Error::new(
             ErrorCode::ConfigInvalid,
-            format!("{what}: unknown key {} (it takes {})", Value::String(k), known.join(", ")),
+            format!("{what}: unknown key {} (it takes {})", json_text(&Value::String(k)), known.join(", ")),
         )),
     }
 }

@@ -10,6 +10,7 @@ use super::model::parse_response;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::machine::ModelResponse;
 use crate::core::transcript::{Message, ToolCall};
+use crate::core::wire::json_text;
 use crate::front::wasm_shared::{absent, call_async, js_message, method, prop, to_value};
 use crate::runtime::{
     AgentBuilder, Hook, HookContext, OutputCheck, ProgressGuard, ProgressGuardOptions, ToolResultDraft, Verdict,
@@ -164,7 +165,7 @@ impl JsHook {
             "state": ctx.peek(&self.key).cloned().unwrap_or(Value::Null),
         });
         let js_args: Array = args.iter().map(|a| JsValue::from_str(a)).collect();
-        js_args.push(&JsValue::from_str(&context.to_string()));
+        js_args.push(&JsValue::from_str(&json_text(&context)));
         let failed = |m: String| Error::new(ErrorCode::HookFailed, format!("hook '{}' {what} {m}", self.name));
         let out = call_async(f, &self.obj, &js_args).await.map_err(|e| failed(format!("threw: {}", js_message(&e))))?;
         if absent(&out) {
@@ -201,7 +202,7 @@ impl Hook for JsHook {
     async fn after_tool(&self, ctx: &mut HookContext<'_>, call: &ToolCall, result: &mut ToolResultDraft) -> Result<()> {
         let Some(f) = &self.after_tool else { return Ok(()) };
         let draft = serde_json::json!({"content": result.content, "isError": result.is_error});
-        let answer = self.ask(f, "afterTool", &[encode(call)?, draft.to_string()], ctx).await?;
+        let answer = self.ask(f, "afterTool", &[encode(call)?, json_text(&draft)], ctx).await?;
         if let Some(content) = answer.content {
             result.content = content;
         }
@@ -220,7 +221,7 @@ impl Hook for JsHook {
         let Some(f) = &self.after_model else { return Ok(()) };
         let answer = self.ask(f, "afterModel", &[encode(&*response)?], ctx).await?;
         if let Some(replacement) = answer.response {
-            *response = parse_response(&replacement.to_string())?;
+            *response = parse_response(&json_text(&replacement))?;
         }
         Ok(())
     }

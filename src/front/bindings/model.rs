@@ -16,6 +16,7 @@ use crate::core::classify::provider_http_error;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::StreamDelta;
 use crate::core::machine::ModelResponse;
+use crate::core::wire::json_text;
 use crate::front::wasm_shared::{call_async, js_message, method, prop, to_value};
 use crate::runtime::{Model, ModelFeed, ModelRequest};
 use async_trait::async_trait;
@@ -99,9 +100,10 @@ impl JsModel {
         };
         let text = match out.as_string() {
             Some(s) => s,
-            None => to_value(&out, "the model's answer")
-                .map_err(|e| Error::new(ErrorCode::ProviderInvalidResponse, e.message))?
-                .to_string(),
+            None => json_text(
+                &to_value(&out, "the model's answer")
+                    .map_err(|e| Error::new(ErrorCode::ProviderInvalidResponse, e.message))?,
+            ),
         };
         parse_response(&text)
     }

@@ -25,6 +25,7 @@ use super::args::known_keys;
 use super::errors::encode;
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::wait::WaitRequest;
+use crate::core::wire::json_text;
 use crate::front::contract::ToolCallContext;
 use crate::front::wasm_shared::{absent, call_async, js_message, method, prop, to_value};
 use crate::runtime::{Tool, ToolContext, ToolError, ToolOutput};
@@ -203,7 +204,7 @@ pub(super) fn wait_request(field: impl Fn(&str) -> Field, now: u64) -> std::resu
         other => Err(format!(
             "unknown kind of wait {} (question, event or timer)",
             match other {
-                Field::Text(k) => serde_json::Value::String(k).to_string(),
+                Field::Text(k) => json_text(&serde_json::Value::String(k)),
                 o => o.kind(),
             }
         )),
@@ -284,7 +285,7 @@ impl Tool for JsTool {
             ApprovalRule::Always => true,
             // A predicate that throws asks a person (the safe side).
             ApprovalRule::Ask(f) => {
-                f.call1(&self.obj, &JsValue::from_str(&args.to_string())).map_or(true, |v| v.is_truthy())
+                f.call1(&self.obj, &JsValue::from_str(&json_text(args))).map_or(true, |v| v.is_truthy())
             }
         }
     }
@@ -298,7 +299,7 @@ impl Tool for JsTool {
     /// does not run on arguments nothing vouched for.
     async fn check_args(&self, args: &Value) -> std::result::Result<(), String> {
         let Some(f) = &self.check_args else { return Ok(()) };
-        let js_args = Array::of1(&JsValue::from_str(&args.to_string()));
+        let js_args = Array::of1(&JsValue::from_str(&json_text(args)));
         match call_async(f, &self.obj, &js_args).await {
             Ok(v) if absent(&v) => Ok(()),
             Ok(v) => Err(v.as_string().unwrap_or_else(|| "the validator answered neither a reason nor null".into())),
@@ -312,8 +313,8 @@ impl Tool for JsTool {
     /// resumable).
     async fn reconcile(&self, args: &Value, key: &str) -> std::result::Result<Option<ToolOutput>, ToolError> {
         let Some(f) = &self.reconcile else { return Ok(None) };
-        let ctx = serde_json::json!({ "idempotencyKey": key }).to_string();
-        let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx));
+        let ctx = json_text(&serde_json::json!({ "idempotencyKey": key }));
+        let js_args = Array::of2(&JsValue::from_str(&json_text(args)), &JsValue::from_str(&ctx));
         match call_async(f, &self.obj, &js_args).await {
             Ok(v) if absent(&v) => Ok(None),
             Ok(v) => tool_output(&v, None).map(Some),
@@ -326,7 +327,7 @@ impl Tool for JsTool {
 
     async fn execute(&self, args: Value, ctx: ToolContext) -> std::result::Result<ToolOutput, ToolError> {
         let ctx_json = encode(&ToolCallContext::from(&ctx)).map_err(|e| ToolError::typed("TypeError", e.message))?;
-        let js_args = Array::of2(&JsValue::from_str(&args.to_string()), &JsValue::from_str(&ctx_json));
+        let js_args = Array::of2(&JsValue::from_str(&json_text(&args)), &JsValue::from_str(&ctx_json));
         match call_async(&self.execute, &self.obj, &js_args).await {
             Ok(v) => tool_output(&v, Some((&self.name, ctx.now))),
             Err(e) => Err(tool_error(&e, &ctx.run_id)),

@@ -3,6 +3,7 @@
 //! Translation only: no decisions.
 
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::wire::json_text;
 use crate::front::wasm_shared::JsSleep;
 use crate::http::{CappedBody, HttpClient, HttpRequest, HttpResponse};
 use crate::providers::workers_ai::{binding_error, AiBinding};
@@ -149,7 +150,7 @@ impl WorkersAi {
         let fail = |e: JsValue| binding_error(&worker::Error::from(e).to_string());
         let ai: &JsValue = self.0.as_ref();
         let run: Function = Reflect::get(ai, &JsValue::from_str("run")).and_then(|f| f.dyn_into()).map_err(fail)?;
-        let input = JSON::parse(&input.to_string()).map_err(fail)?;
+        let input = JSON::parse(&json_text(&input)).map_err(fail)?;
         let answer = run.call2(ai, &JsValue::from_str(model), &input).map_err(fail)?;
         JsFuture::from(Promise::resolve(&answer)).await.map_err(fail)
     }

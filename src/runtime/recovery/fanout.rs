@@ -5,6 +5,7 @@
 //! the run busy, finished, or not due).
 
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::wire::json_text;
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -32,9 +33,9 @@ pub struct RecoveryMessage {
 impl RecoveryMessage {
     /// The message as JSON.
     pub fn to_json(&self) -> String {
-        let id = Value::String(self.run_id.clone());
+        let id = json_text(&Value::String(self.run_id.clone()));
         match &self.heal_of {
-            Some(h) => format!("{{\"runId\":{id},\"healOf\":{}}}", Value::String(h.clone())),
+            Some(h) => format!("{{\"runId\":{id},\"healOf\":{}}}", json_text(&Value::String(h.clone()))),
             None => format!("{{\"runId\":{id}}}"),
         }
     }

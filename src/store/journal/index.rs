@@ -5,6 +5,7 @@ use super::lease::{LeaseRecord, Writer};
 use super::{corrupt, encode, parse_record, JournalStore, Progress};
 use crate::core::checkpoint::RunStatus;
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::wire::json_text;
 use crate::store::index::{IndexMeta, IndexOp};
 use crate::store::kv::{KvBackend, PutOptions, MAX_BULK_GET, MAX_LIST_LIMIT};
 use crate::store::{PendingPage, PendingRun, RunStore};
@@ -107,7 +108,7 @@ impl<K: KvBackend> JournalStore<K> {
         for k in page.keys {
             let Some(run_id) = self.keys.run_of_pending(&k.name) else { continue };
             // Read from its text (`from_value` would add a second deserializer to the Worker's wasm).
-            match k.metadata.and_then(|m| serde_json::from_str::<IndexMeta>(&m.to_string()).ok()) {
+            match k.metadata.and_then(|m| serde_json::from_str::<IndexMeta>(&json_text(&m)).ok()) {
                 Some(meta) if meta.s == RunStatus::Finished => {}
                 Some(meta) => runs.push(meta.pending(run_id)),
                 None => {

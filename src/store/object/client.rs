@@ -7,6 +7,7 @@ use super::{encode, ObjectCall, ObjectReply, ObjectRequest, MAX_LISTED_OBJECTS};
 use crate::core::approval::ApprovalRecord;
 use crate::core::checkpoint::{Checkpoint, EntryBody, JournalEntry, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
+use crate::core::wire::json_text;
 use crate::store::index::{IndexMeta, IndexOp, IndexView};
 use crate::store::keys::Keys;
 use crate::store::kv::{check_value, KvBackend, Metered, PutOptions, MAX_LIST_LIMIT};
@@ -323,7 +324,7 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
             .filter_map(|k| {
                 let id = k.name.strip_prefix(&prefix)?.to_string();
                 // From its text, as in the journal store's listing.
-                Some((id, k.metadata.and_then(|m| serde_json::from_str::<IndexMeta>(&m.to_string()).ok())))
+                Some((id, k.metadata.and_then(|m| serde_json::from_str::<IndexMeta>(&json_text(&m)).ok())))
             })
             .collect();
         Ok((runs, page.cursor))
