@@ -58,8 +58,8 @@ impl<K: KvBackend> JournalStore<K> {
 
     pub(super) async fn put_index(&self, run_id: &str, meta: &IndexMeta) -> Result<()> {
         let v = encode(meta)?;
-        // Ignored: `encode` above serialised the same value.
-        let opts = PutOptions { metadata: serde_json::to_value(meta).ok(), expiration_ttl_s: None };
+        // Read back from the text just written (not a JSON value writer's instance of IndexMeta); ignored: it is JSON.
+        let opts = PutOptions { metadata: serde_json::from_str(&v).ok(), expiration_ttl_s: None };
         self.put_retrying(&self.keys.pending(run_id), &v, opts).await
     }
 

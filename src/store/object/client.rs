@@ -247,8 +247,10 @@ impl<C: ObjectClient, K: KvBackend> ObjectStore<C, K> {
     async fn index_op(&self, run_id: &str, op: &IndexOp) -> Result<()> {
         match op {
             IndexOp::Put(meta) => {
-                // Ignored: an IndexMeta (numbers, strings) always serialises.
-                let meta = serde_json::to_value(meta).unwrap_or_default();
+                // Ignored: an IndexMeta (numbers, strings) always serialises. Through its text (the text writer's
+                // instance of IndexMeta, not a JSON value writer's).
+                let meta =
+                    serde_json::to_string(meta).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default();
                 self.kv_put(&self.run_key(run_id), "", PutOptions { metadata: Some(meta), ..Default::default() }).await
             }
             IndexOp::Delete => self.kv_delete(&self.run_key(run_id)).await,
