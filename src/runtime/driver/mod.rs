@@ -187,7 +187,10 @@ impl<'a> Driver<'a> {
                 if !log.is_array() {
                     *log = Value::Array(Vec::new());
                 }
-                if let (Value::Array(items), Ok(v)) = (log, serde_json::to_value(&record)) {
+                // Through its text: the text writer's instance of HealRecord (a run's view writes it), not a JSON
+                // value writer's; ignored (no record): a record (strings and numbers) always serialises.
+                let v = serde_json::to_string(&record).ok().and_then(|t| serde_json::from_str::<Value>(&t).ok());
+                if let (Value::Array(items), Some(v)) = (log, v) {
                     items.push(v);
                     let over = items.len().saturating_sub(HEAL_LOG_MAX);
                     items.drain(..over);
