@@ -305,8 +305,16 @@ impl Host for WorkerHost<'_> {
         if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(env)) {
             api = api.with_demo_counts(Rc::new(move || {
                 let kv = kv.clone();
-                // Ignored: counts (names and numbers) always serialise.
-                Box::pin(async move { demo_counts(&kv).await.map(|c| serde_json::to_value(c).unwrap_or_default()) })
+                // An object of the counts, built as is (not by a JSON value writer's instance for the map).
+                Box::pin(async move {
+                    demo_counts(&kv).await.map(|c| {
+                        let mut o = serde_json::Map::new();
+                        for (name, n) in c {
+                            o.insert(name, n.into());
+                        }
+                        serde_json::Value::Object(o)
+                    })
+                })
             }));
         }
         Ok(api)
