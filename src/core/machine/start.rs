@@ -335,8 +335,11 @@ impl RunMachine {
                 format!("the agent changed since run '{}' was checkpointed: {}", self.cfg.run_id, drift.describe()),
             )
             .with_run(&self.cfg.run_id)
-            // Ignored: a drift (strings and numbers) always serialises.
-            .with_details(serde_json::to_value(&drift).unwrap_or(Value::Null))),
+            // Ignored: a drift (strings and numbers) always serialises. Through its text: the text writer's
+            // instance of AgentDrift (its event writes it), not a JSON value writer's.
+            .with_details(
+                serde_json::to_string(&drift).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null),
+            )),
         }
     }
 
