@@ -65,8 +65,9 @@ impl ProgressGuard {
     }
 
     fn save(ctx: &mut HookContext<'_>, st: &GuardState) {
-        // Ignored: a GuardState (numbers and strings) always serialises.
-        *ctx.state(GUARD_KEY) = serde_json::to_value(st).unwrap_or(Value::Null);
+        // Ignored: a GuardState (numbers and strings) always serialises. Through its text (as it is read).
+        *ctx.state(GUARD_KEY) =
+            serde_json::to_string(st).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null);
     }
 
     fn action(ctx: &mut HookContext<'_>, call: &ToolCall, action: &str, reason: String, count: u32) {
