@@ -108,8 +108,11 @@ pub fn binding_error(text: &str) -> Error {
 /// when empty) plus the optional parameters, and `stream: true` when streaming.
 pub fn build_input(options: &WorkersAiOptions, messages: &[Message], tools: &[ToolSpec]) -> Value {
     let mut input = Map::new();
-    // Ignored (the fallback): borrowed strings and JSON values always convert.
-    input.insert("messages".into(), serde_json::to_value(openai_messages(messages, false)).unwrap_or_default());
+    // Through their text: the text writer's instance of the OpenAI-style messages (the OpenAI provider writes
+    // them), not a JSON value writer's (~1 KB gzip of the Worker; the messages are flat, a call's arguments a
+    // string). Ignored (the fallback): borrowed strings always serialise, and their text reads back.
+    let text = serde_json::to_string(&openai_messages(messages, false)).unwrap_or_default();
+    input.insert("messages".into(), serde_json::from_str(&text).unwrap_or_default());
     if !tools.is_empty() {
         input.insert("tools".into(), Value::Array(openai_tools(tools)));
     }
