@@ -67,7 +67,6 @@ use crate::tools::mcp::{check_servers, McpCache, McpServerConfig};
 use crate::tools::webhook::{Allowlist, ParsedUrl, WebhookTool, WebhookToolConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::collections::BTreeSet;
 use std::rc::Rc;
 
 /// Default number of past states kept per run.
@@ -75,6 +74,16 @@ pub const DEFAULT_HISTORY_LIMIT: usize = 50;
 
 /// Most errors [`AgentConfig::validate`] reports at once.
 const MAX_REPORTED: usize = 10;
+
+/// Adds `name` to the names taken unless it is there already (`false`: it was). A list, not a `BTreeSet<&str>`:
+/// a handful of names, and no ~2 KB instance of the set's insert for this one use.
+fn insert_name<'a>(taken: &mut Vec<&'a str>, name: &'a str) -> bool {
+    let new = !taken.contains(&name);
+    if new {
+        taken.push(name);
+    }
+    new
+}
 
 fn config_err(message: impl Into<String>) -> Error {
     Error::new(ErrorCode::ConfigInvalid, message)
@@ -807,7 +816,7 @@ impl AgentConfig {
     /// Checks the sub-agents: at most [`DEFAULT_MAX_SUBAGENT_DEPTH`] levels, tool names that are valid and unique
     /// beside `taken` (this agent's other tools), and each one's own configuration as [`AgentConfig::validate`]
     /// checks it.
-    fn validate_subagents<'a>(&'a self, mut taken: BTreeSet<&'a str>, errs: &mut Vec<String>) {
+    fn validate_subagents<'a>(&'a self, mut taken: Vec<&'a str>, errs: &mut Vec<String>) {
         fn depth(subs: &[SubagentConfig]) -> usize {
             subs.iter().map(|s| 1 + depth(&s.subagents)).max().unwrap_or(0)
         }
@@ -819,14 +828,13 @@ impl AgentConfig {
             taken.extend(DEMO_TOOL_NAMES.iter().copied());
         }
         taken.extend(self.wait_tools.iter().map(|w| w.name()));
-        let mut team = BTreeSet::new();
-        team.insert(self.name.as_str());
+        let mut team = vec![self.name.as_str()];
         for (i, member) in self.handoffs.iter().enumerate() {
             let n = &member.name;
             let tool = format!("{}{n}", crate::core::machine::HANDOFF_PREFIX);
             if !crate::core::ids::is_tool_name(&tool) {
                 errs.push(format!("handoffs[{i}].name: {n:?} must be 1-52 characters of letters, digits, '_' or '-'"));
-            } else if !team.insert(n.as_str()) || taken.contains(tool.as_str()) {
+            } else if !insert_name(&mut team, n) || taken.contains(&tool.as_str()) {
                 errs.push(format!("handoffs[{i}].name: '{n}' is also the name of the lead or another agent or tool"));
             }
             if let Err(e) = self.for_subagent(member).validate() {
@@ -844,7 +852,7 @@ impl AgentConfig {
             let n = &sub.name;
             if !crate::core::ids::is_tool_name(n) {
                 errs.push(format!("subagents[{i}].name: {n:?} must be 1-64 characters of letters, digits, '_' or '-'"));
-            } else if !taken.insert(n.as_str()) {
+            } else if !insert_name(&mut taken, n) {
                 errs.push(format!("subagents[{i}].name: '{n}' is also the name of another tool or sub-agent"));
             }
             if let Err(e) = self.for_subagent(sub).validate() {
@@ -932,7 +940,7 @@ impl AgentConfig {
         }
 
         let allowlist = self.allowlist();
-        let mut names: BTreeSet<&str> = BTreeSet::new();
+        let mut names: Vec<&str> = Vec::new();
         let demo = self.demo_tools_enabled();
         for (i, t) in self.tools.iter().enumerate() {
             if demo && DEMO_TOOL_NAMES.contains(&t.name.as_str()) {
@@ -940,7 +948,7 @@ impl AgentConfig {
                     "tools[{i}].name: '{}' is also a demo tool (rename it, or set \"demoTools\": false)",
                     t.name
                 ));
-            } else if !names.insert(t.name.as_str()) {
+            } else if !insert_name(&mut names, &t.name) {
                 errs.push(format!("tools[{i}].name: two tools are named '{}'", t.name));
             }
             if let Err(e) = t.check(&allowlist) {
