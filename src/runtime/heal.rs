@@ -123,7 +123,14 @@ impl Hook for ProgressGuard {
     async fn after_tool(&self, ctx: &mut HookContext<'_>, call: &ToolCall, result: &mut ToolResultDraft) -> Result<()> {
         let mut st = Self::load(ctx);
         if !result.is_error {
-            if st.failures.remove(&call.name).is_some() {
+            if st.failures.contains_key(&call.name) {
+                // The other tools' counts kept, this one's dropped: the map rebuilt by inserts rather than
+                // `remove`, whose instance (the tree's rebalancing, ~3 KB) this was the Worker's only use of.
+                for (tool, count) in std::mem::take(&mut st.failures) {
+                    if tool != call.name {
+                        st.failures.insert(tool, count);
+                    }
+                }
                 Self::save(ctx, &st);
             }
             return Ok(());
