@@ -49,6 +49,7 @@ fn config_with(model: &str, tools: &[&str]) -> MachineConfig {
         key_scope: Some(SCOPE.into()),
         steer_poll_ms: None,
         team: Default::default(),
+        trace: None,
     }
 }
 

@@ -95,5 +95,6 @@ test("agent.metrics() counts retries, fallbacks and breaker refusals per agent",
     steadfast_budget_stops_total: 0,
     steadfast_reconciliations_total: 0,
     steadfast_quarantines_total: 0,
+    steadfast_trace_spans_dropped_total: 0,
   });
 });

@@ -24,6 +24,7 @@ pub mod schedule;
 pub(crate) mod schema;
 pub mod steer;
 pub mod sweep;
+pub mod trace;
 pub mod trajectory;
 pub mod transcript;
 pub mod wait;

@@ -499,6 +499,81 @@ pub struct AgentConfig {
     /// published prices.
     #[serde(default, skip_serializing_if = "is_default")]
     pub storage_prices: crate::core::cost::StoragePrices,
+    /// Traces (OpenTelemetry GenAI spans over OTLP/HTTP JSON): `{endpoint, headers?, contents?, serviceName?,
+    /// maxBufferedSpans?, timeoutMs?}` (see [`TracingConfig`]); absent: no traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<TracingConfig>,
+}
+
+/// Where the Worker sends its executions' spans, as OTLP/HTTP JSON (`POST` of an `ExportTraceServiceRequest`),
+/// after each request, cron tick, alarm and queue batch (`waitUntil`: never before the reply).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TracingConfig {
+    /// The OTLP/HTTP traces endpoint (`https://…/v1/traces`; `http://` for a local collector).
+    pub endpoint: String,
+    /// Headers sent with each export: strings, or `{"secret": "NAME", "prefix"?: "Bearer "}` (a Worker secret's
+    /// value), as an MCP server's.
+    #[serde(default)]
+    pub headers: std::collections::BTreeMap<String, crate::tools::mcp::HeaderValue>,
+    /// Put message contents on the spans (tool arguments, the model's input and output): default off, as the
+    /// GenAI conventions advise (they may hold personal data).
+    #[serde(default)]
+    pub contents: bool,
+    /// The `service.name` of the spans' resource (default `steadfast`).
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+    /// Spans an isolate keeps until they are sent, at most (default 2,048): past it spans are dropped, and
+    /// counted (`GET /metrics`' `steadfast_trace_spans_dropped_total`).
+    #[serde(default = "default_max_buffered_spans")]
+    pub max_buffered_spans: usize,
+    /// Give up on one export after this many milliseconds (default 10,000; its spans are dropped and counted).
+    #[serde(default = "default_export_timeout_ms")]
+    pub timeout_ms: u64,
+}
+
+fn default_service_name() -> String {
+    "steadfast".into()
+}
+
+fn default_max_buffered_spans() -> usize {
+    crate::runtime::DEFAULT_MAX_BUFFERED_SPANS
+}
+
+fn default_export_timeout_ms() -> u64 {
+    10_000
+}
+
+impl TracingConfig {
+    /// The export's URL, checked (`http` or `https`).
+    pub fn check(&self) -> Vec<String> {
+        let mut errs = crate::tools::mcp::check_headers(&self.headers, &["content-type"], "is set by the exporter");
+        if let Err(e) = ParsedUrl::parse(&self.endpoint) {
+            errs.push(format!("endpoint: {}", e.message));
+        }
+        if self.max_buffered_spans == 0 {
+            errs.push("maxBufferedSpans must be at least 1".into());
+        }
+        if self.timeout_ms == 0 {
+            errs.push("timeoutMs must be at least 1".into());
+        }
+        errs.into_iter().map(|e| format!("tracing.{e}")).collect()
+    }
+
+    /// The export request of an OTLP/HTTP JSON `body`, with the headers' secrets read by `secret`.
+    pub fn request(&self, body: String, secret: &dyn Fn(&str) -> Option<String>) -> Result<crate::http::HttpRequest> {
+        let mut headers = crate::tools::mcp::resolve_headers(&self.headers, secret)
+            .map_err(|m| config_err(format!("tracing.{m}")))?;
+        headers.push(("content-type".into(), "application/json".into()));
+        Ok(crate::http::HttpRequest {
+            method: "POST".into(),
+            url: self.endpoint.clone(),
+            headers,
+            body: Some(body),
+            timeout_ms: self.timeout_ms,
+            max_response_bytes: 64 * 1024,
+        })
+    }
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -590,6 +665,7 @@ impl Default for AgentConfig {
             breaker: None,
             prices: PriceTable::default(),
             storage_prices: Default::default(),
+            tracing: None,
         }
     }
 }
@@ -956,6 +1032,9 @@ impl AgentConfig {
             }
         }
         errs.extend(check_servers(&self.mcp, &allowlist));
+        if let Some(t) = &self.tracing {
+            errs.extend(t.check());
+        }
         self.validate_subagents(names, &mut errs);
 
         if errs.is_empty() {
@@ -1462,6 +1541,48 @@ mod tests {
     }
 
     #[test]
+    fn tracing_is_checked_and_its_export_request_carries_the_secrets_and_the_json_body() {
+        let cfg = AgentConfig::parse(
+            r#"{"tracing": {"endpoint": "http://127.0.0.1:4318/v1/traces",
+                "headers": {"Authorization": {"secret": "OTLP_TOKEN", "prefix": "Bearer "}, "X-Team": "ops"}}}"#,
+        )
+        .unwrap();
+        let t = cfg.tracing.as_ref().unwrap();
+        assert_eq!(
+            (t.contents, t.service_name.as_str(), t.max_buffered_spans, t.timeout_ms),
+            (false, "steadfast", 2_048, 10_000)
+        );
+        let req = t.request("{}".into(), &|n| (n == "OTLP_TOKEN").then(|| "s3cret".to_string())).unwrap();
+        assert_eq!(
+            (req.method.as_str(), req.url.as_str(), req.body.as_deref()),
+            ("POST", t.endpoint.as_str(), Some("{}"))
+        );
+        assert!(req.headers.contains(&("Authorization".into(), "Bearer s3cret".into())));
+        assert!(req.headers.contains(&("content-type".into(), "application/json".into())));
+        let e = t.request("{}".into(), &|_| None).unwrap_err();
+        assert!(e.message.contains("tracing.headers.Authorization: the secret OTLP_TOKEN is missing"), "{}", e.message);
+        for (json, want) in [
+            (r#"{"tracing": {"endpoint": "ftp://x/v1/traces"}}"#, "tracing.endpoint"),
+            (
+                r#"{"tracing": {"endpoint": "https://x/v1/traces", "headers": {"Content-Type": "text/plain"}}}"#,
+                "tracing.headers.Content-Type: is set by the exporter",
+            ),
+            (
+                r#"{"tracing": {"endpoint": "https://x/v1/traces", "headers": {"A": {"secret": "not a name"}}}}"#,
+                "tracing.headers.A: secret",
+            ),
+            (r#"{"tracing": {"endpoint": "https://x/v1/traces", "maxBufferedSpans": 0}}"#, "tracing.maxBufferedSpans"),
+            (r#"{"tracing": {"endpoint": "https://x/v1/traces", "timeoutMs": 0}}"#, "tracing.timeoutMs"),
+        ] {
+            let e = AgentConfig::parse(json).unwrap_err();
+            assert_eq!(e.code, ErrorCode::ConfigInvalid);
+            assert!(e.message.contains(want), "{json}: {}", e.message);
+        }
+        let e = AgentConfig::parse(r#"{"tracing": {"endpoint": "https://x/v1/traces", "sample": 1}}"#).unwrap_err();
+        assert!(e.message.contains("sample"), "{}", e.message);
+    }
+
+    #[test]
     fn validate_names_each_field() {
         let e = err_of(
             r#"{
@@ -1536,7 +1657,7 @@ mod tests {
     }
 
     fn ask(model: &MockModel, messages: &[Message]) -> Result<ModelResponse> {
-        block_on(model.generate(ModelRequest { run_id: "r", messages, tools: &[], step: 1, execution: "e" }))
+        block_on(model.generate(ModelRequest::new("r", messages, &[], 1, "e")))
     }
 
     #[test]
@@ -2179,14 +2300,8 @@ mod tests {
             let id = model.clone().unwrap_or_else(|| "mock".into());
             assert_eq!(built.id(), id, "{repro}");
             let messages = [Message::user("hi")];
-            let answer = block_on(built.generate(ModelRequest {
-                run_id: "r",
-                messages: &messages,
-                tools: &[],
-                step: 1,
-                execution: "e",
-            }))
-            .unwrap_or_else(|e| panic!("{e}; {repro}"));
+            let answer = block_on(built.generate(ModelRequest::new("r", &messages, &[], 1, "e")))
+                .unwrap_or_else(|e| panic!("{e}; {repro}"));
             let requests = platform.http.requests();
             match provider {
                 Provider::Mock => {

@@ -252,6 +252,10 @@ impl<H: HttpClient> Model for AnthropicModel<H> {
         &self.options.model
     }
 
+    fn provider_name(&self) -> Option<&str> {
+        Some("anthropic")
+    }
+
     fn dependency(&self) -> String {
         super::endpoint_host(&self.options.base_url, self.id())
     }
@@ -266,7 +270,10 @@ impl<H: HttpClient> Model for AnthropicModel<H> {
         on_delta: &dyn Fn(StreamDelta),
     ) -> Result<ModelResponse> {
         super::require_model("Anthropic", &self.options.model).map_err(|e| e.with_run(request.run_id))?;
-        let http = build_request(&self.options, &self.api_key, request.messages, request.tools);
+        let http = super::traced(
+            build_request(&self.options, &self.api_key, request.messages, request.tools),
+            request.traceparent,
+        );
         let (client, key, run_id) = (&self.client, &self.api_key, request.run_id);
         if self.options.stream {
             let mut parser = AnthropicStream::new(request.step);
@@ -330,7 +337,7 @@ mod tests {
     fn run(fake: &FakeHttp) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
         let m = AnthropicModel::new(fake.clone(), KEY.to_string(), opts());
-        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2, execution: "e" }))
+        block_on(m.generate(ModelRequest::new("r1", &messages, &tools, 2, "e")))
     }
 
     fn run_err(status: u16, headers: &[(&str, &str)], body: &str) -> Error {
@@ -367,14 +374,7 @@ mod tests {
         let (messages, tools) = (transcript(), tools());
         let m = AnthropicModel::new(fake.clone(), KEY.to_string(), opts);
         assert_eq!(m.id(), "claude-3-5-haiku-latest");
-        let got = block_on(m.generate(ModelRequest {
-            run_id: "r1",
-            messages: &messages,
-            tools: &tools,
-            step: 2,
-            execution: "e",
-        }))
-        .unwrap();
+        let got = block_on(m.generate(ModelRequest::new("r1", &messages, &tools, 2, "e"))).unwrap();
 
         let reqs = fake.requests();
         assert_eq!(reqs.len(), 1);

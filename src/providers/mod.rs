@@ -625,3 +625,11 @@ mod tests {
         assert_eq!(join_url("https://x/v1/", "/chat/completions"), "https://x/v1/chat/completions");
     }
 }
+
+/// `http` with the call's W3C `traceparent` header when the agent traces (the provider's side of the trace).
+pub(crate) fn traced(mut http: crate::http::HttpRequest, traceparent: Option<&str>) -> crate::http::HttpRequest {
+    if let Some(tp) = traceparent {
+        http.headers.push(("traceparent".into(), tp.into()));
+    }
+    http
+}

@@ -120,6 +120,10 @@ impl<H: HttpClient> Model for OpenAiModel<H> {
         &self.options.model
     }
 
+    fn provider_name(&self) -> Option<&str> {
+        Some("openai")
+    }
+
     fn dependency(&self) -> String {
         super::endpoint_host(&self.options.base_url, self.id())
     }
@@ -134,7 +138,10 @@ impl<H: HttpClient> Model for OpenAiModel<H> {
         on_delta: &dyn Fn(StreamDelta),
     ) -> Result<ModelResponse> {
         super::require_model("OpenAI", &self.options.model).map_err(|e| e.with_run(request.run_id))?;
-        let http = build_request(&self.options, &self.api_key, request.messages, request.tools);
+        let http = super::traced(
+            build_request(&self.options, &self.api_key, request.messages, request.tools),
+            request.traceparent,
+        );
         let (client, key, run_id) = (&self.client, &self.api_key, request.run_id);
         if self.options.stream {
             let mut parser = OpenAiStream::new(request.step);
@@ -216,7 +223,7 @@ mod tests {
     fn run(fake: &FakeHttp) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
         let m = model(fake, opts());
-        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3, execution: "e" }))
+        block_on(m.generate(ModelRequest::new("r1", &messages, &tools, 3, "e")))
     }
 
     fn run_err(status: u16, headers: &[(&str, &str)], body: &str) -> (Error, FakeHttp) {
@@ -257,14 +264,7 @@ mod tests {
         let (messages, tools) = (transcript(), tools());
         let m = model(&fake, opts);
         assert_eq!(m.id(), "gpt-4o-mini");
-        let got = block_on(m.generate(ModelRequest {
-            run_id: "r1",
-            messages: &messages,
-            tools: &tools,
-            step: 3,
-            execution: "e",
-        }))
-        .unwrap();
+        let got = block_on(m.generate(ModelRequest::new("r1", &messages, &tools, 3, "e"))).unwrap();
 
         let reqs = fake.requests();
         assert_eq!(reqs.len(), 1);
@@ -367,7 +367,7 @@ mod tests {
         let fake = FakeHttp::reply(429, &[("retry-after", "3")], &format!("{{\"error\": \"slow down {KEY}\"}}"));
         let m = model(&fake, OpenAiOptions { stream: true, ..opts() });
         let (messages, tools) = (transcript(), tools());
-        let request = ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3, execution: "e" };
+        let request = ModelRequest::new("r1", &messages, &tools, 3, "e");
         let e = block_on(m.generate_streaming(request, &|_| {})).unwrap_err();
         assert_eq!(
             (e.code, e.retry_after_ms, e.run_id.as_deref()),
@@ -379,7 +379,7 @@ mod tests {
         // Without a listener (`generate`) a streamed answer is read whole through the same parser.
         let fake = FakeHttp::reply(200, &[], "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n");
         let m = model(&fake, OpenAiOptions { stream: true, ..opts() });
-        let request = ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 3, execution: "e" };
+        let request = ModelRequest::new("r1", &messages, &tools, 3, "e");
         assert_eq!(block_on(m.generate(request)).unwrap().text, "Hi");
     }
 

@@ -195,6 +195,10 @@ impl<B: AiBinding> Model for WorkersAiModel<B> {
         &self.options.model
     }
 
+    fn provider_name(&self) -> Option<&str> {
+        Some("cloudflare.workers_ai")
+    }
+
     fn dependency(&self) -> String {
         "workers-ai".into()
     }
@@ -385,7 +389,7 @@ mod tests {
     fn run(ai: &Rc<FakeAi>, options: WorkersAiOptions) -> Result<ModelResponse> {
         let (messages, tools) = (transcript(), tools());
         let m = WorkersAiModel::new(ai.clone(), options);
-        block_on(m.generate(ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2, execution: "e" }))
+        block_on(m.generate(ModelRequest::new("r1", &messages, &tools, 2, "e")))
     }
 
     #[test]
@@ -559,7 +563,7 @@ mod tests {
             StreamDelta::Text(t) => seen.borrow_mut().push((ai.fed.get(), t)),
             StreamDelta::Reasoning(r) => panic!("Workers AI streams no reasoning: {r}"),
         };
-        let request = ModelRequest { run_id: "r1", messages: &messages, tools: &tools, step: 2, execution: "e" };
+        let request = ModelRequest::new("r1", &messages, &tools, 2, "e");
         let turn = block_on(m.generate_streaming(request, &on_delta));
         (turn, seen.into_inner())
     }

@@ -84,6 +84,8 @@ pub struct AgentBuilder {
     rng: Option<Rc<dyn Rng>>,
     warn: Option<Warn>,
     observer: Option<Rc<dyn EventSink>>,
+    /// Where its executions' spans go ([`AgentBuilder::tracing`]).
+    tracing: Option<super::trace::Tracing>,
     subagents: Vec<SubagentDecl>,
     max_subagent_depth: usize,
     /// The agents its runs may hand the conversation to, and this agent's own name among them.
@@ -272,6 +274,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Traces its executions: each one's spans (OpenTelemetry GenAI conventions, see [`crate::core::trace`])
+    /// go to `exporter` as they end. Its sub-agents and handoff team trace to the same one unless their builders
+    /// set their own.
+    pub fn tracing(mut self, exporter: Rc<dyn super::SpanExporter>, opts: crate::core::trace::TraceOptions) -> Self {
+        self.tracing = Some(super::trace::Tracing { exporter, opts });
+        self
+    }
+
     /// Checks the configuration and builds the agent. Fails with `STEADFAST_CONFIG_INVALID` for duplicate or
     /// empty tool names, schemas that do not compile, a missing store, or (on wasm) a missing clock/timer.
     pub fn build(self) -> Result<Agent> {
@@ -296,6 +306,7 @@ impl AgentBuilder {
             b.rng = b.rng.or_else(|| self.rng.clone());
             b.warn = b.warn.or_else(|| self.warn.clone());
             b.observer = b.observer.or_else(|| self.observer.clone());
+            b.tracing = b.tracing.or_else(|| self.tracing.clone());
             b.breakers = b.breakers.or_else(|| self.breakers.clone());
             b.metrics = b.metrics.or_else(|| self.metrics.clone());
             b.label = Some(decl.name.clone());
@@ -411,6 +422,7 @@ impl AgentBuilder {
                 rng,
                 warn: self.warn,
                 observer: self.observer,
+                tracing: self.tracing,
                 fingerprint,
                 level,
                 subagents,
@@ -467,6 +479,7 @@ impl AgentBuilder {
             b.rng = b.rng.or_else(|| self.rng.clone());
             b.warn = b.warn.or_else(|| self.warn.clone());
             b.observer = b.observer.or_else(|| self.observer.clone());
+            b.tracing = b.tracing.or_else(|| self.tracing.clone());
             b.breakers = b.breakers.or_else(|| self.breakers.clone());
             b.metrics = b.metrics.or_else(|| self.metrics.clone());
             b.label = Some(decl.name.clone());
@@ -524,6 +537,7 @@ impl Agent {
             rng: None,
             warn: None,
             observer: None,
+            tracing: None,
             subagents: Vec::new(),
             max_subagent_depth: super::options::DEFAULT_MAX_SUBAGENT_DEPTH,
             handoffs: Vec::new(),
@@ -690,7 +704,7 @@ impl Agent {
                     // Another send created this turn between the first read and the lease.
                     return Err(turn_taken(run_id));
                 }
-                let mut cfg = deps.machine_config(run_id, opts);
+                let mut cfg = deps.traced_config(run_id, opts, lease);
                 if cp.is_none() {
                     // This execution creates the run: it gets its idempotency-key scope.
                     cfg.key_scope = Some(deps.new_key_scope(run_id));

@@ -212,7 +212,7 @@ impl Approvals<'_> {
                 let batch = cp.as_ref().map(|c| c.approval_ids.clone()).unwrap_or_default();
                 // A refused start writes nothing decided: the approval stays pending for the right agent.
                 let machine = RunMachine::start(
-                    deps.machine_config(&run_id, &opts),
+                    deps.traced_config(&run_id, &opts, lease),
                     cp,
                     Start::Approvals(decisions),
                     deps.now(),

@@ -54,6 +54,8 @@ pub(crate) struct Deps {
     pub(crate) warn: Option<super::traits::Warn>,
     /// Sees every execution's events besides the caller's sink (see [`super::AgentBuilder::observer`]).
     pub(crate) observer: Option<Rc<dyn super::traits::EventSink>>,
+    /// Where its executions' spans go ([`super::AgentBuilder::tracing`]).
+    pub(crate) tracing: Option<super::trace::Tracing>,
     pub(crate) options: AgentOptions,
     /// How many sub-agent levels below the top agent this one runs (0 for the agent its user built).
     pub(crate) level: usize,
@@ -116,6 +118,16 @@ impl Deps {
         }
     }
 
+    /// [`Deps::machine_config`] of an execution under `lease`, with its trace context when the agent traces
+    /// (the machine keeps it in the run for the next execution's link; the driver's spans use it).
+    pub(crate) fn traced_config(&self, run_id: &str, opts: &SendOptions, lease: &crate::store::Lease) -> MachineConfig {
+        let mut cfg = self.machine_config(run_id, opts);
+        if self.tracing.is_some() {
+            cfg.trace = Some(crate::core::trace::execution_context(opts.traceparent, &lease.owner));
+        }
+        cfg
+    }
+
     /// The run state machine's configuration for run `run_id`.
     pub(crate) fn machine_config(&self, run_id: &str, opts: &SendOptions) -> MachineConfig {
         MachineConfig {
@@ -138,6 +150,7 @@ impl Deps {
             key_scope: None,
             steer_poll_ms: self.options.steer_poll_ms,
             team: self.team(),
+            trace: None,
         }
     }
 }

@@ -290,13 +290,7 @@ mod tests {
                 }
             }
             let run = &runs[r];
-            let req = ModelRequest {
-                run_id: &run.id,
-                messages: &run.messages,
-                tools: &tools,
-                step: op,
-                execution: &run.execution,
-            };
+            let req = ModelRequest::new(&run.id, &run.messages, &tools, op, &run.execution);
             let (seen, _) = deliver(&mut feed, &mut holder, &req);
             let want = json!({"runId": run.id, "messages": run.messages, "tools": tools, "step": op});
             assert_eq!(seen, want, "seed {seed}, operation {op}: the model saw another request");
@@ -318,7 +312,7 @@ mod tests {
         let mut messages = vec![Message::system("s"), Message::user("u")];
         let mut total_new = 0;
         for step in 1..=50u32 {
-            let req = ModelRequest { run_id: "r", messages: &messages, tools: &tools, step, execution: "e" };
+            let req = ModelRequest::new("r", &messages, &tools, step, "e");
             let (_, bytes) = deliver(&mut feed, &mut holder, &req);
             if step > 1 {
                 assert!(bytes <= 4 * total_new + 100, "step {step}: {bytes} bytes for {total_new} new");
@@ -342,7 +336,7 @@ mod tests {
         let mut feed = ModelFeed::new();
         let tools = vec![spec("a")];
         let messages = vec![Message::system("s"), Message::user("u")];
-        let req = |execution| ModelRequest { run_id: "r", messages: &messages, tools: &tools, step: 1, execution };
+        let req = |execution| ModelRequest::new("r", &messages, &tools, 1, execution);
         assert!(feed.frame(&req("e1")).reset);
         let again = feed.frame(&req("e1"));
         assert!(!again.reset && again.base == 2 && again.messages.is_empty() && again.tools.is_none());
@@ -357,7 +351,7 @@ mod tests {
     fn a_shortened_or_changed_tail_in_the_same_execution_is_a_reset() {
         let mut feed = ModelFeed::new();
         let tools = vec![spec("a")];
-        let req = |messages| ModelRequest { run_id: "r", messages, tools: &tools, step: 1, execution: "e" };
+        let req = |messages| ModelRequest::new("r", messages, &tools, 1, "e");
         let three = vec![Message::system("s"), Message::user("u"), Message::user("v")];
         assert!(feed.frame(&req(&three)).reset);
         assert!(!feed.frame(&req(&three)).reset);

@@ -77,6 +77,7 @@ impl Deps {
     ) -> Result<Box<Driven>> {
         let mut driver = Driver::new(self, lease.clone(), opts);
         let res = driver.drive(machine).await;
+        driver.end_trace(res.as_ref().ok().map(|(m, _)| m), res.as_ref().err());
         *lease = driver.lease.clone();
         match res {
             Ok((machine, outcome)) => {

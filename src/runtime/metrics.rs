@@ -27,10 +27,12 @@ pub enum Counter {
     Reconciliations,
     /// Runs the recovery sweep quarantined.
     Quarantines,
+    /// Spans dropped before they were sent (the trace buffer was full, or an export failed).
+    TraceSpansDropped,
 }
 
 /// Each counter's metric name and help text, in [`Counter`]'s order.
-pub const COUNTERS: [(&str, &str); 8] = [
+pub const COUNTERS: [(&str, &str); 9] = [
     ("steadfast_model_calls_total", "Model call attempts made (retries and fallbacks included)."),
     ("steadfast_model_retries_total", "Model call attempts made after a failed one on the same model."),
     ("steadfast_fallbacks_total", "Model calls handed to the next model of the fallback chain."),
@@ -39,11 +41,12 @@ pub const COUNTERS: [(&str, &str); 8] = [
     ("steadfast_budget_stops_total", "Runs stopped by a budget."),
     ("steadfast_reconciliations_total", "Side-effecting calls found done by reconcile on resume (not run twice)."),
     ("steadfast_quarantines_total", "Runs the recovery sweep quarantined."),
+    ("steadfast_trace_spans_dropped_total", "Spans dropped before they were sent (buffer full, or export failed)."),
 ];
 
 /// The counters by agent, in the order each agent first counted something.
 #[derive(Debug, Default)]
-pub struct Metrics(RefCell<Vec<(String, [u64; 8])>>);
+pub struct Metrics(RefCell<Vec<(String, [u64; 9])>>);
 
 /// One counter of one agent, as the npm package's `metrics()` returns it.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -70,7 +73,7 @@ impl Metrics {
         let i = match all.iter().position(|(a, _)| a == agent) {
             Some(i) => i,
             None => {
-                all.push((agent.to_string(), [0; 8]));
+                all.push((agent.to_string(), [0; 9]));
                 all.len() - 1
             }
         };

@@ -35,6 +35,7 @@ pub(crate) mod session;
 pub(crate) mod steer;
 pub(crate) mod subagent;
 pub(crate) mod tools;
+pub(crate) mod trace;
 pub(crate) mod traits;
 pub(crate) mod wait_tools;
 pub(crate) mod waits;
@@ -69,6 +70,7 @@ pub use schedules::{DueFire, FireCall, ScheduleOutcome, ScheduleStatus};
 pub use session::{NextExecution, Session, SessionFork, SessionForkOptions, SessionTurn, HINT_LAG as SESSION_HINT_LAG};
 pub use subagent::ChildRun;
 pub use tools::FnTool;
+pub use trace::{OtlpBuffer, SpanExporter, VecExporter, DEFAULT_MAX_BUFFERED_SPANS};
 pub use traits::{
     AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
     VecSink, Warn,

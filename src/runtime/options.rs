@@ -218,6 +218,10 @@ pub struct SendOptions {
     /// The budget cap of a run this call creates (a sub-agent's child: its part of what its lead has left,
     /// [`crate::core::budget`]): set by the runtime for a sub-agent's call; leave it `None`.
     pub budget_cap: Option<crate::core::budget::BudgetCap>,
+    /// The caller's span (a W3C `traceparent` it sent, read with
+    /// [`crate::core::trace::SpanContext::parse_traceparent`]): a traced execution's span becomes its child.
+    /// Set by the runtime for a sub-agent's call (the lead's tool span).
+    pub traceparent: Option<crate::core::trace::SpanContext>,
     /// Crash injection (tests): stop after this effect as if the process died.
     #[cfg(feature = "testing")]
     pub crash: Option<CrashPoint>,

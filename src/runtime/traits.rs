@@ -49,6 +49,24 @@ pub struct ModelRequest<'a> {
     #[serde(skip)]
     #[cfg_attr(feature = "ts", ts(skip))]
     pub execution: &'a str,
+    /// The W3C `traceparent` of the call's span when the agent traces ([`super::AgentBuilder::tracing`]): an
+    /// HTTP provider sends it as the `traceparent` header. Never serialised.
+    #[serde(skip)]
+    #[cfg_attr(feature = "ts", ts(skip))]
+    pub traceparent: Option<&'a str>,
+}
+
+impl<'a> ModelRequest<'a> {
+    /// A request for step `step` of run `run_id` by execution `execution` (no `traceparent`).
+    pub fn new(
+        run_id: &'a str,
+        messages: &'a [Message],
+        tools: &'a [ToolSpec],
+        step: u32,
+        execution: &'a str,
+    ) -> ModelRequest<'a> {
+        ModelRequest { run_id, messages, tools, step, execution, traceparent: None }
+    }
 }
 
 /// A model provider. Implementations make exactly one attempt per call: the runtime's retry layer is the
@@ -61,6 +79,11 @@ pub trait Model {
     /// of one provider share one (the HTTP providers name their endpoint's host). Default: the model id.
     fn dependency(&self) -> String {
         self.id().to_string()
+    }
+    /// The provider's name as the OpenTelemetry GenAI conventions spell it (`gen_ai.provider.name`: `openai`,
+    /// `anthropic`, …), on the model call's span when the agent traces. Default: none (left out).
+    fn provider_name(&self) -> Option<&str> {
+        None
     }
     /// One attempt at the next turn. Errors carry a code, `retryable` and `retry_after_ms`.
     async fn generate(&self, request: ModelRequest<'_>) -> Result<ModelResponse>;
@@ -102,6 +125,9 @@ pub struct ToolContext {
     pub wait_token: String,
     /// The agent's clock when the call started (ms since the epoch): a timer's base.
     pub now: u64,
+    /// The W3C `traceparent` of the call's span when the agent traces ([`super::AgentBuilder::tracing`]): a
+    /// webhook tool sends it as the `traceparent` header.
+    pub traceparent: Option<String>,
 }
 
 impl ToolContext {

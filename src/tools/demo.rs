@@ -226,6 +226,7 @@ mod tests {
             abort: AbortSignal::new(),
             wait_token: String::new(),
             now: 0,
+            traceparent: None,
         }
     }
 
@@ -289,7 +290,15 @@ mod tests {
     }
 
     fn ask(model: &MockModel, messages: &[Message]) -> ModelResponse {
-        block_on(model.generate(ModelRequest { run_id: "r1", messages, tools: &[], step: 1, execution: "e" })).unwrap()
+        block_on(model.generate(ModelRequest {
+            run_id: "r1",
+            messages,
+            tools: &[],
+            step: 1,
+            execution: "e",
+            traceparent: None,
+        }))
+        .unwrap()
     }
 
     fn call(name: &str) -> ToolCall {

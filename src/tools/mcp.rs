@@ -146,27 +146,7 @@ impl McpServerConfig {
     /// Checks the URL against `allowlist`, the header names and plain values, and the secrets' names. The
     /// messages name the field (`url`, `headers.X`) without the URL's path or query.
     pub fn check(&self, allowlist: &Allowlist) -> std::result::Result<ParsedUrl, Vec<String>> {
-        let mut errs = Vec::new();
-        for (k, v) in &self.headers {
-            let lower = k.to_ascii_lowercase();
-            let plain = match v {
-                HeaderValue::Plain(p) => p.as_str(),
-                HeaderValue::Secret { secret, prefix } => {
-                    if secret.is_empty() || !secret.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                        errs.push(format!(
-                            "headers.{k}: secret {secret:?} must be the NAME of a secret (letters, digits, '_'), \
-                             not its value"
-                        ));
-                    }
-                    prefix.as_str()
-                }
-            };
-            if RESERVED_HEADERS.contains(&lower.as_str()) {
-                errs.push(format!("headers.{k}: is set by the MCP client itself and cannot be configured"));
-            } else if let Err(m) = check_header(k, plain) {
-                errs.push(format!("headers.{k}: {m}"));
-            }
-        }
+        let mut errs = check_headers(&self.headers, RESERVED_HEADERS, "is set by the MCP client itself");
         let url = match ParsedUrl::parse(&self.url) {
             Ok(url) => url,
             Err(e) => {
@@ -190,29 +170,65 @@ impl McpServerConfig {
         &self,
         secret: &dyn Fn(&str) -> Option<String>,
     ) -> std::result::Result<Vec<(String, String)>, String> {
-        let mut out = Vec::with_capacity(self.headers.len());
-        for (k, v) in &self.headers {
-            let value = match v {
-                HeaderValue::Plain(p) => p.clone(),
-                HeaderValue::Secret { secret: name, prefix } => {
-                    let value = secret(name).filter(|s| !s.is_empty()).ok_or_else(|| {
-                        format!(
-                            "headers.{k}: the secret {name} is missing: `npx wrangler secret put {name}` (locally: \
-                             {name}=... in .dev.vars)"
-                        )
-                    })?;
-                    if value.chars().any(|c| (c.is_control() && c != '\t') || c == '\u{7f}') {
-                        return Err(format!(
-                            "headers.{k}: the value of the secret {name} contains control characters (CR, LF, …)"
-                        ));
-                    }
-                    format!("{prefix}{value}")
-                }
-            };
-            out.push((k.clone(), value));
-        }
-        Ok(out)
+        resolve_headers(&self.headers, secret)
     }
+}
+
+/// Checks configured headers: their names and plain values, the secrets' names, and that none is one of
+/// `reserved` (lower-case names; `why` says who sets them). Each message names the header (`headers.X`).
+pub fn check_headers(headers: &BTreeMap<String, HeaderValue>, reserved: &[&str], why: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    for (k, v) in headers {
+        let lower = k.to_ascii_lowercase();
+        let plain = match v {
+            HeaderValue::Plain(p) => p.as_str(),
+            HeaderValue::Secret { secret, prefix } => {
+                if secret.is_empty() || !secret.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                    errs.push(format!(
+                        "headers.{k}: secret {secret:?} must be the NAME of a secret (letters, digits, '_'), not its \
+                         value"
+                    ));
+                }
+                prefix.as_str()
+            }
+        };
+        if reserved.contains(&lower.as_str()) {
+            errs.push(format!("headers.{k}: {why} and cannot be configured"));
+        } else if let Err(m) = check_header(k, plain) {
+            errs.push(format!("headers.{k}: {m}"));
+        }
+    }
+    errs
+}
+
+/// Configured headers to send, each secret replaced by its value (`secret(name)`). Fails naming the header and
+/// the secret (and how to provide it) when a secret is missing, or when its value cannot be a header value.
+pub fn resolve_headers(
+    headers: &BTreeMap<String, HeaderValue>,
+    secret: &dyn Fn(&str) -> Option<String>,
+) -> std::result::Result<Vec<(String, String)>, String> {
+    let mut out = Vec::with_capacity(headers.len());
+    for (k, v) in headers {
+        let value = match v {
+            HeaderValue::Plain(p) => p.clone(),
+            HeaderValue::Secret { secret: name, prefix } => {
+                let value = secret(name).filter(|s| !s.is_empty()).ok_or_else(|| {
+                    format!(
+                        "headers.{k}: the secret {name} is missing: `npx wrangler secret put {name}` (locally: \
+                         {name}=... in .dev.vars)"
+                    )
+                })?;
+                if value.chars().any(|c| (c.is_control() && c != '\t') || c == '\u{7f}') {
+                    return Err(format!(
+                        "headers.{k}: the value of the secret {name} contains control characters (CR, LF, …)"
+                    ));
+                }
+                format!("{prefix}{value}")
+            }
+        };
+        out.push((k.clone(), value));
+    }
+    Ok(out)
 }
 
 /// Where a connection sends its messages: the checked URL, the resolved headers and the timeout.
@@ -971,6 +987,7 @@ mod tests {
             abort: AbortSignal::new(),
             wait_token: String::new(),
             now: 0,
+            traceparent: None,
         }
     }
 

@@ -462,7 +462,7 @@ impl<H: HttpClient + ?Sized> WebhookTool<H> {
 
     /// The request one call sends (no I/O).
     pub fn request(&self, args: &Value, ctx: &ToolContext) -> HttpRequest {
-        let mut headers = Vec::with_capacity(5 + self.config.headers.len());
+        let mut headers = Vec::with_capacity(6 + self.config.headers.len());
         let body = if self.method == "GET" {
             None
         } else {
@@ -472,6 +472,9 @@ impl<H: HttpClient + ?Sized> WebhookTool<H> {
         headers.push(("Idempotency-Key".into(), ctx.idempotency_key().to_string()));
         headers.push(("X-Steadfast-Run-Id".into(), ctx.run_id.clone()));
         headers.push(("X-Steadfast-Tool-Call-Id".into(), ctx.tool_call_id.clone()));
+        if let Some(tp) = &ctx.traceparent {
+            headers.push(("traceparent".into(), tp.clone()));
+        }
         if let Some(a) = &ctx.approval_id {
             headers.push(("X-Steadfast-Approval-Id".into(), a.clone()));
         }
@@ -628,6 +631,7 @@ mod tests {
             abort: AbortSignal::new(),
             wait_token: String::new(),
             now: 0,
+            traceparent: None,
         }
     }
 

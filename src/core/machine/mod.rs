@@ -169,6 +169,8 @@ pub struct RunMachine {
     dirty: bool,
     /// The next commit is a snapshot (the first entry of a new run).
     snapshot_next: bool,
+    /// The trace context the run kept before this execution's ([`MachineConfig::trace`]).
+    prev_trace: Option<crate::core::trace::SpanContext>,
     /// Why the last model turn, if it had no calls, ends the run when it is not a plain stop (length,
     /// refusal, content filter). Not kept: the turn and the finish it causes are committed together.
     turn_finish: Option<FinishReason>,
@@ -245,6 +247,16 @@ impl RunMachine {
             Some(Wait::Commit) => self.cp.seq.saturating_sub(1),
             _ => self.cp.seq,
         }
+    }
+
+    /// The trace context of the run's execution before this one, when this one is traced and the run kept one.
+    pub fn previous_trace(&self) -> Option<crate::core::trace::SpanContext> {
+        self.prev_trace
+    }
+
+    /// The execution's own trace context ([`MachineConfig::trace`]).
+    pub fn trace(&self) -> Option<crate::core::trace::SpanContext> {
+        self.cfg.trace
     }
 
     /// Replaces the extension state (progress-guard counters); committed with the next boundary.

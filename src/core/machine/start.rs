@@ -9,6 +9,7 @@ use crate::core::checkpoint::{Checkpoint, FinishReason, RunStatus};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::events::Event;
 use crate::core::limits::{check_depth, check_message_depth};
+use crate::core::trace::{SpanContext, TRACE_KEY};
 use crate::core::transcript::{Message, ToolCall, Usage};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -51,6 +52,7 @@ impl RunMachine {
             committed: Committed::default(),
             dirty: false,
             snapshot_next: false,
+            prev_trace: None,
             turn_finish: None,
             call_ids: Default::default(),
             queue_reads: Default::default(),
@@ -65,6 +67,16 @@ impl RunMachine {
         };
         if !annotate {
             m.cp.fingerprint = Some(m.active()?.0.clone());
+        }
+        // A traced execution's context goes into the hook state before the first entry is made (a new run's
+        // first entry carries it), replacing the previous execution's, which its span links to.
+        if let Some(ctx) = m.cfg.trace {
+            let mut ext = match m.cp.ext.take() {
+                Some(Value::Object(map)) => map,
+                _ => serde_json::Map::new(),
+            };
+            m.prev_trace = ext.insert(TRACE_KEY.into(), ctx.to_json()).as_ref().and_then(SpanContext::from_json);
+            m.cp.ext = Some(Value::Object(ext));
         }
         // The queue is read once the agent's interval has passed in this execution (a message sent before it
         // began was applied by its sender, or waits for a boundary or the finish read).

@@ -70,6 +70,10 @@ pub struct MachineConfig {
     pub steer_poll_ms: Option<u64>,
     /// The run's handoff team (no members: no handoffs).
     pub team: Team,
+    /// The execution's trace context when it is traced ([`crate::core::trace`]): kept in the run's hook state
+    /// under [`crate::core::trace::TRACE_KEY`] from the execution's first entry on (the next execution links to
+    /// it); the one it replaces is [`super::RunMachine::previous_trace`].
+    pub trace: Option<crate::core::trace::SpanContext>,
 }
 
 /// The agents a run's conversation may be handed to ([handoffs](super#handoffs)): the run's own agent (the

@@ -3,7 +3,7 @@
 
 use super::{required_body, Api, ApiRequest, ApiResponse};
 use crate::core::error::Result;
-use crate::runtime::{Resolve, SendOptions};
+use crate::runtime::Resolve;
 use serde::Deserialize;
 
 /// The body of `POST /approvals/{id}`.
@@ -31,7 +31,7 @@ impl Api {
     pub(super) async fn resolve(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
         let body: ResolveBody = required_body(req)?;
         let decision = Resolve::new(id.to_string(), body.approved, body.note, body.answer)?;
-        let (sink, opts) = self.start_sink(SendOptions::default());
+        let (sink, opts) = self.start_sink(req.send_options());
         let agent = self.agent.clone();
         let run = async move {
             let resolved = agent.approvals().resolve_with(decision, opts).await;

@@ -4,13 +4,12 @@
 use super::{required_body, Api, ApiRequest, ApiResponse};
 use crate::core::error::Result;
 use crate::front::contract::SendRequest;
-use crate::runtime::SendOptions;
 
 impl Api {
     /// `POST /deliveries/{id}`: a [`SendRequest`], executed once for the delivery.
     pub(super) async fn deliver(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
         let body: SendRequest = required_body(req)?;
-        let mut opts = SendOptions::default();
+        let mut opts = req.send_options();
         let input = body.into_options(&mut opts)?;
         let (sink, opts) = self.start_sink(opts);
         let agent = self.agent.clone();

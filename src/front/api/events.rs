@@ -5,7 +5,6 @@
 
 use super::{bad, Api, ApiRequest, ApiResponse};
 use crate::core::error::Result;
-use crate::runtime::SendOptions;
 use serde_json::Value;
 
 impl Api {
@@ -15,7 +14,7 @@ impl Api {
         let text = std::str::from_utf8(&req.body).ok().filter(|t| !t.trim().is_empty());
         let text = text.ok_or_else(|| bad("the body must be the event's payload: JSON text"))?;
         let payload: Value = serde_json::from_str(text).map_err(|_| bad("the body is not JSON"))?;
-        let (sink, opts) = self.start_sink(SendOptions::default());
+        let (sink, opts) = self.start_sink(req.send_options());
         let agent = self.agent.clone();
         let token = token.to_string();
         let run = async move {

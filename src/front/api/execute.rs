@@ -113,7 +113,7 @@ impl Api {
     ) -> Result<(Input, Rc<StartSink>, SendOptions, Option<FrameReader>)> {
         // An empty body is an empty request (one that does not parse was refused by `?`).
         let body: SendRequest = parse_body(&req.body, true)?.unwrap_or_default();
-        let mut opts = SendOptions::default();
+        let mut opts = req.send_options();
         let input = body.into_options(&mut opts)?;
         opts.queue |= prefers(req, "queue");
         let sse = req.header("accept").is_some_and(|a| a.contains("text/event-stream"));

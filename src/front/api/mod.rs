@@ -136,6 +136,13 @@ impl ApiRequest {
     fn query(&self, name: &str) -> Option<&str> {
         self.query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
+
+    /// The options of an execution this request starts: in the trace of the request's W3C `traceparent`, when
+    /// it sends a valid one (an invalid one is ignored, as the W3C spec says).
+    fn send_options(&self) -> crate::runtime::SendOptions {
+        let traceparent = self.header("traceparent").and_then(crate::core::trace::SpanContext::parse_traceparent);
+        crate::runtime::SendOptions { traceparent, ..Default::default() }
+    }
 }
 
 /// A response for the shell to send.

@@ -10,7 +10,7 @@ use crate::core::fork::ForkPatch;
 use crate::core::ids::validate_run_id;
 use crate::core::replay::Cursor;
 use crate::front::contract::{ListedRun, NothingToResume, RunDeleted, RunList, RunView};
-use crate::runtime::{ForkOptions, SendOptions, WatchStart, Watched};
+use crate::runtime::{ForkOptions, WatchStart, Watched};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -73,7 +73,7 @@ impl Api {
     /// `POST /runs/{id}/resume`: finish the unfinished run; [`NothingToResume`] when there is nothing to finish.
     pub(super) async fn resume(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
         parse_body::<Value>(&req.body, true)?;
-        let (sink, opts) = self.start_sink(SendOptions::default());
+        let (sink, opts) = self.start_sink(req.send_options());
         let agent = self.agent.clone();
         let run_id = id.to_string();
         let run = async move {

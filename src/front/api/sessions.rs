@@ -4,7 +4,7 @@
 use super::{parse_body, required_body, Api, ApiRequest, ApiResponse};
 use crate::core::error::{Error, ErrorCode, Result};
 use crate::front::contract::{NothingToResume, SessionDeleted, SessionDiscarded, SessionHistory};
-use crate::runtime::{SendOptions, SessionForkOptions};
+use crate::runtime::SessionForkOptions;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -56,7 +56,7 @@ impl Api {
     /// `POST /sessions/{id}/resume`: finish an interrupted newest turn; [`NothingToResume`] when there is none.
     pub(super) async fn session_resume(&self, req: &ApiRequest, id: &str) -> Result<ApiResponse> {
         parse_body::<Value>(&req.body, true)?;
-        let (sink, opts) = self.start_sink(SendOptions::default());
+        let (sink, opts) = self.start_sink(req.send_options());
         let agent = self.agent.clone();
         let session_id = id.to_string();
         let run = async move {

@@ -51,6 +51,31 @@ thread_local! {
     /// The models' circuit breakers (`breaker` in the configuration), shared by every request of the isolate.
     /// And the agents' counters (`GET /metrics`), shared the same way (one thread-local for both: each costs code).
     static ISOLATE: (Rc<crate::runtime::Breakers>, Rc<crate::runtime::Metrics>) = Default::default();
+    /// The isolate's spans waiting to be sent (`tracing` in the configuration): made by its first traced agent,
+    /// sent by [`ship_traces`].
+    static TRACES: std::cell::RefCell<Option<crate::runtime::OtlpBuffer>> = Default::default();
+}
+
+/// Sends the isolate's waiting spans to the configured OTLP endpoint (nothing when tracing is off or none wait).
+/// Run after the reply (`waitUntil`, an object's task, the end of a cron tick): a run never waits for its traces,
+/// and a failed export drops its spans (counted: `steadfast_trace_spans_dropped_total`) and is logged.
+async fn ship_traces(env: Env) {
+    // Ignored (`else { return }`): a configuration that does not parse has no tracing.
+    let Ok(cfg) = config(&env) else { return };
+    let (Some(t), Some(buf)) = (&cfg.tracing, TRACES.with(|b| b.borrow().clone())) else { return };
+    let Some((body, n)) = buf.take_body() else { return };
+    let sent = match t.request(body, &|name| secret(&env, name)) {
+        Ok(req) => match crate::http::HttpClient::send(&FetchClient, req).await {
+            Ok(r) if (200..300).contains(&r.status) => Ok(()),
+            Ok(r) => Err(format!("HTTP {}", r.status)),
+            Err(e) => Err(e.message),
+        },
+        Err(e) => Err(e.message),
+    };
+    if let Err(why) = sent {
+        buf.count_dropped(n as u64);
+        console_error!("steadfast: {n} spans were not exported: {why}");
+    }
 }
 
 /// The configuration: `STEADFAST_CONFIG` (a non-blank string, or a JSON variable: its JSON text), else the
@@ -197,6 +222,18 @@ async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent>
     if let Runs::Object(_, _, _, hub, due) = runs {
         b = b.observer(Rc::new(ObjectObserver(hub.clone(), due.clone())));
     }
+    if let Some(t) = &cfg.tracing {
+        let buf = TRACES.with(|b| {
+            b.borrow_mut()
+                .get_or_insert_with(|| {
+                    let buf = crate::runtime::OtlpBuffer::new(&t.service_name, t.max_buffered_spans);
+                    buf.count_in(ISOLATE.with(|i| i.1.clone()), &cfg.name);
+                    buf
+                })
+                .clone()
+        });
+        b = b.tracing(Rc::new(buf), crate::core::trace::TraceOptions { contents: t.contents });
+    }
     if cfg.store == StoreMode::DurableObject && cfg.recovery.ceiling.is_some() {
         b = b.recovery_gate(Rc::new(object::StubGate::new(env, cfg.model.model_id())?));
     }
@@ -234,9 +271,10 @@ fn to_response(r: ApiResponse, detach: impl FnOnce(LocalFuture<'static, ()>)) ->
     Ok(response.with_status(r.status).with_headers(headers))
 }
 
-/// Runs a task as the request's `waitUntil`: to its end after the response, the client there or not.
-fn wait_until(ctx: &Context) -> impl FnOnce(LocalFuture<'static, ()>) + '_ {
-    move |task| ctx.wait_until(task)
+/// Runs a task as the request's `waitUntil`: to its end after the response, the client there or not (one instance
+/// for every task).
+fn wait_until(ctx: &Context, task: LocalFuture<'static, ()>) {
+    ctx.wait_until(task)
 }
 
 /// Runs a task on the isolate's event loop (a Durable Object's tasks outlive the request).
@@ -299,7 +337,8 @@ impl Host for WorkerHost<'_> {
             // object's alarm set first for when its lease could be taken over (should the object die with it),
             // and after it for the earliest wait it paused on that resolves by itself.
             let (state, at, due) = (state.clone(), api.agent().takeover_at(), due.clone());
-            api = api.with_spawner(Rc::new(move |task| object_task(state.clone(), at, due.clone(), task)));
+            let env = env.clone();
+            api = api.with_spawner(Rc::new(move |task| object_task(state.clone(), at, due.clone(), env.clone(), task)));
         }
         // Ignored (no else): `build_agent` above failed already if the KV binding is missing.
         if let (true, Ok(kv)) = (cfg.demo_tools_enabled(), runs_kv(env)) {
@@ -461,7 +500,13 @@ pub async fn fetch(req: Request, env: Env, ctx: Context) -> worker::Result<Respo
         };
     }
     let mut host = WorkerHost { req, body: None, env: &env, runs: Runs::Configured };
-    to_response(serve(head, token, &mut host).await, wait_until(&ctx))
+    let answer = serve(head, token, &mut host).await;
+    // The spans of what ran in the request go after the reply; a live body's task sends its own once it ends.
+    let ship = env.clone();
+    let response =
+        to_response(answer, |task| wait_until(&ctx, Box::pin(async move { (task.await, ship_traces(ship).await).1 })));
+    wait_until(&ctx, Box::pin(ship_traces(env)));
+    response
 }
 
 /// Strict mode: the object a request goes to ([`forward_target`]), with the platform's lookups.
@@ -514,12 +559,14 @@ fn object_task(
     state: Rc<worker::State>,
     at: u64,
     due: DueWaits,
+    env: Env,
     task: impl std::future::Future<Output = ()> + 'static,
 ) {
     wasm_bindgen_futures::spawn_local(async move {
         object::set_alarm(&state, Some(at)).await;
         task.await;
         object::set_alarm(&state, due.0.take().filter(|d| *d < at)).await;
+        ship_traces(env).await;
     })
 }
 
@@ -548,7 +595,7 @@ async fn fire_in_object(
         let agent = build_agent(env, &cfg, &runs).await?;
         let (tx, rx) = futures::channel::oneshot::channel();
         let at = agent.takeover_at();
-        object_task(state, at, due, async move {
+        object_task(state, at, due, env.clone(), async move {
             let outcome = agent.run_fire(&schedule, call.fire.fire_at, &crate::runtime::SendOptions::default()).await;
             // Ignored: the tick that asked has gone; the fire ran all the same.
             let _ = tx.send(outcome);
@@ -584,6 +631,7 @@ async fn wake_object(
         fallback
     });
     object::set_alarm(&state, next).await;
+    ship_traces(env.clone()).await;
 }
 
 /// Logs what the sweep does (cron output is the Worker's log).
@@ -671,6 +719,7 @@ pub async fn scheduled(event: ScheduledEvent, env: Env, _ctx: ScheduleContext) {
         }
         Err(e) => console_error!("steadfast cron tick failed: {e}"),
     }
+    ship_traces(env).await;
 }
 
 /// The `RECOVERY_QUEUE` producer binding, if the Worker has one.
@@ -728,5 +777,6 @@ pub async fn queue(
             }
         }
     }
+    ship_traces(env).await;
     Ok(wasm_bindgen::JsValue::UNDEFINED)
 }

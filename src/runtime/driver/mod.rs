@@ -32,6 +32,7 @@ use crate::core::events::{
 };
 use crate::core::machine::{Effect, Gate, KeyedCall, ModelResponse, Outcome, RunMachine, ToolOutcome};
 use crate::core::retry::ChainStep;
+use crate::core::trace::{ExecutionInfo, Recorder};
 use crate::core::transcript::{Message, ToolCall};
 use crate::store::Lease;
 use crate::store::{DueWait, QueuedMessage};
@@ -51,6 +52,9 @@ const GROUP_WINDOW_MAX_MS: u64 = 250;
 /// apart. The trade: a settled result may wait this long for the others before it is recorded (a crash in
 /// that moment runs it again, as it would during its commit); a turn's steps are not delayed by it.
 const GROUP_WINDOW_MIN_MS: u64 = 10;
+
+/// A traced execution hands its ended spans to the exporter once this many wait (and the rest at its end).
+const EXPORT_EVERY_SPANS: usize = 64;
 
 enum Race<T> {
     Done(T),
@@ -89,6 +93,9 @@ pub(crate) struct Driver<'a> {
     /// What the run has left of its budget as calls start, shared by the turn's sub-agent calls without a result:
     /// the cap of the child runs its sub-agent calls create.
     child_cap: Option<crate::core::budget::BudgetCap>,
+    /// The execution's spans so far, when it is traced (the agent traces and the machine has the execution's
+    /// trace context: [`Deps::traced_config`]).
+    trace: Option<Recorder>,
 }
 
 /// Which hook entry point to run.
@@ -124,7 +131,44 @@ impl<'a> Driver<'a> {
             paused: Vec::new(),
             handed: Vec::new(),
             child_cap: None,
+            trace: None,
         }
+    }
+
+    /// Starts the execution's trace when it is traced: its span follows from the previous execution's (the
+    /// machine put this one's in the run's hook state for the next).
+    fn start_trace(&mut self, m: &RunMachine) {
+        let (Some(tracing), Some(context)) = (&self.deps.tracing, m.trace()) else { return };
+        let info = ExecutionInfo {
+            run_id: self.lease.run_id.clone(),
+            agent: self.deps.label.clone(),
+            model: self.deps.model.id().to_string(),
+            epoch: self.lease.epoch,
+            context: Some(context),
+            parent: self.opts.traceparent,
+            previous: m.previous_trace(),
+        };
+        self.trace = Some(Recorder::start(&info, tracing.opts, self.now()));
+    }
+
+    /// Hands the spans that ended to the exporter once there are a few (the rest go at the end).
+    fn export_ended(&mut self) {
+        if let (Some(r), Some(t)) = (&mut self.trace, &self.deps.tracing) {
+            if r.ended_count() >= EXPORT_EVERY_SPANS {
+                t.exporter.export(r.take_ended());
+            }
+        }
+    }
+
+    /// Ends the execution's trace (`machine`: what it drove to, when it got a verdict; `err`: why it did not)
+    /// and hands every span left to the exporter.
+    pub(crate) fn end_trace(&mut self, machine: Option<&RunMachine>, err: Option<&Error>) {
+        let (Some(mut r), Some(t)) = (self.trace.take(), &self.deps.tracing) else { return };
+        if let Some(m) = machine {
+            r.run_usage(&m.checkpoint().usage);
+        }
+        let (spans, _) = r.finish(err, self.now());
+        t.exporter.export(spans);
     }
 
     /// Runs every hook at one point, in order. Returns the deny reason of the first hook that denies (before
@@ -261,6 +305,7 @@ impl<'a> Driver<'a> {
             Some(Value::Object(map)) => map.clone(),
             _ => Map::new(),
         };
+        self.start_trace(&m);
         self.durable(m.committed_through());
         loop {
             self.maybe_renew().await?;
@@ -594,6 +639,10 @@ impl<'a> Driver<'a> {
         if let Some(counter) = counter {
             self.agent.count(counter, 1);
         }
+        if let Some(r) = &mut self.trace {
+            r.event(&event, self.deps.now());
+            self.export_ended();
+        }
         if let Some(sink) = &self.sink {
             emit_to(sink.as_ref(), &self.seq, &self.lease.run_id, self.now(), event);
         }
@@ -738,6 +787,17 @@ impl<'a> Driver<'a> {
         let policy = deps.options.retry;
         let started = self.now();
         let chain = 1 + agent.fallbacks.len();
+        let traceparent = match &mut self.trace {
+            Some(r) => {
+                r.model_call(step, agent.model.id(), agent.model.provider_name(), started);
+                if r.wants_contents() {
+                    // Ignored (empty): the transcript always serialises (it is journaled the same way).
+                    r.model_input(serde_json::to_string(&m.checkpoint().messages).unwrap_or_default());
+                }
+                Some(r.current(None).traceparent())
+            }
+            None => None,
+        };
         let (mut attempt, mut on_model, mut index) = (0, 0, 0);
         loop {
             attempt += 1;
@@ -748,6 +808,7 @@ impl<'a> Driver<'a> {
                 tools: &agent.specs,
                 step,
                 execution: &self.lease.owner.clone(),
+                traceparent: traceparent.as_deref(),
             };
             let model = match index {
                 0 => agent.model.clone(),
@@ -772,6 +833,7 @@ impl<'a> Driver<'a> {
                     model.id()
                 );
                 let err = Error::new(code, why).with_run(&self.lease.run_id);
+                self.trace_model(|r, now| r.model_failed(Some(&err), now));
                 return Err(err.with_retry_after_ms(Some(retry_after_ms)));
             }
             let probe = permit == Some(Permit::Probe);
@@ -799,17 +861,28 @@ impl<'a> Driver<'a> {
                 agent.breakers.record(&dependency, self.now(), failed, probe);
             }
             let err = match answer {
-                None => return Ok(None),
+                None => {
+                    self.trace_model(|r, now| r.model_failed(None, now));
+                    return Ok(None);
+                }
                 Some(Ok(mut resp)) => {
                     // What the turn cost, by the price of the model that answered (none when it has no price).
                     resp.usage.cost = agent.options.prices.cost_nanos(model.id(), &resp.usage);
+                    self.trace_model(|r, now| {
+                        let answer =
+                            (resp.text.as_str(), &resp.tool_calls[..], &resp.usage, resp.stop_reason.as_deref());
+                        r.model_answer(answer, model.id(), now)
+                    });
                     return Ok(Some((resp, (index > 0).then(|| model.id().to_string()))));
                 }
                 Some(Err(e)) => e,
             };
             let elapsed = self.now().saturating_sub(started);
             match policy.next_in_chain(attempt, on_model, index, chain, elapsed, &err, deps.rng.unit()) {
-                ChainStep::GiveUp => return Err(err),
+                ChainStep::GiveUp => {
+                    self.trace_model(|r, now| r.model_failed(Some(&err), now));
+                    return Err(err);
+                }
                 ChainStep::Next => {
                     let to = agent.fallbacks[index].id().to_string();
                     let event = Event::ProviderFallback { step, from: model.id().to_string(), to, code: err.code };
@@ -818,12 +891,21 @@ impl<'a> Driver<'a> {
                 }
                 ChainStep::Retry(ms) => {
                     agent.count(Counter::Retries, 1);
+                    self.trace_model(|r, now| r.model_retry(attempt, &err, now));
                     let sleep = deps.sleep.clone();
                     if self.wait_renewing(sleep.sleep(ms)).await?.is_none() {
                         return Ok(None);
                     }
                 }
             }
+        }
+    }
+
+    /// Tells the trace (when this execution is traced) about the model call.
+    fn trace_model(&mut self, f: impl FnOnce(&mut Recorder, u64)) {
+        let now = self.deps.now();
+        if let Some(r) = &mut self.trace {
+            f(r, now);
         }
     }
 
@@ -847,6 +929,8 @@ impl<'a> Driver<'a> {
 
     fn start_tool(&self, Launch { call, approval_id, key, wait_token }: Launch) -> ToolFuture {
         let registered = self.agent.tool(&call.name);
+        // The call's span (its `tool.start` event came first), for the tool's outgoing calls and a child run.
+        let span = self.trace.as_ref().map(|r| r.current(Some(&call.id)));
         let tool = registered.map(|t| t.tool.clone());
         let subagent = registered.and_then(|t| t.subagent.clone());
         let child_opts = SendOptions {
@@ -857,6 +941,7 @@ impl<'a> Driver<'a> {
             subagent_call: Some(call.id.clone()),
             // The lead's remaining budget bounds the child (recorded when the child is created).
             budget_cap: self.child_cap,
+            traceparent: span,
             // Tests: the process that dies is the lead's, with its children's executions in it (a crash point
             // counts the child's own effects; a budget counts everyone's).
             #[cfg(feature = "testing")]
@@ -873,6 +958,7 @@ impl<'a> Driver<'a> {
             abort: self.abort.clone(),
             wait_token,
             now: self.now(),
+            traceparent: span.map(|s| s.traceparent()),
         };
         // The breaker of the tool's host (a webhook's), when the agent has breakers.
         let breaker = match (&tool, &subagent, self.agent.options.breaker) {
