@@ -22,6 +22,7 @@ import {
 } from "./schedules.js";
 import { knownKeys } from "./options.js";
 import { lowLevelTool, type Tool } from "./tools.js";
+import { tracingParts, type TracingOptions } from "./tracing.js";
 import type { Events } from "./waits.js";
 import type {
   ApprovalRecord,
@@ -78,6 +79,12 @@ export interface AgentParts {
   tools?: Tool[];
   /** Self-healing hooks (`progressGuard()`, `outputCheck(name, fn)`), run in order around tool calls. */
   hooks?: Hook[];
+  /**
+   * Traces: every execution's OpenTelemetry spans (GenAI conventions: `invoke_agent`, `chat`, `execute_tool`),
+   * sent after the work that made them to an OTLP/HTTP endpoint (`{ exporter: { url, headers } }`) or an
+   * OpenTelemetry JS `SpanExporter` (`{ exporter }`). Never delays or fails a run; see `agent.flushTraces()`.
+   */
+  tracing?: TracingOptions;
   /** System prompt of new runs. */
   instructions?: string;
   /**
@@ -223,6 +230,11 @@ export interface Agent {
    * samples of `GET /metrics` (`steadfast_model_calls_total`, …).
    */
   metrics(): Promise<MetricSample[]>;
+  /**
+   * Resolves once the spans made so far have been sent (or dropped): hand it to a Worker's `ctx.waitUntil` so
+   * they are sent after the reply. Resolves at once without `tracing`.
+   */
+  flushTraces(): Promise<void>;
   /**
    * The session `id` (1–128 characters of `A-Za-z0-9_-`; throws `STEADFAST_SESSION_ID_INVALID` at once
    * otherwise): a multi-turn conversation whose every turn is its own checkpointed run `<id>.turn-<n>`.
@@ -439,9 +451,11 @@ function lowLevelParts(options: Omit<AgentOptions, "store">, at: string): object
 
 /** Creates a durable agent. */
 export function createAgent(options: AgentOptions): Agent {
-  const { store, ...parts } = options;
-  const lowOptions = lowLevelParts(parts, "");
+  const { store, tracing, ...parts } = options;
+  const traced = sync(() => tracingParts(tracing));
+  const lowOptions = { ...lowLevelParts(parts, ""), ...(traced ? { tracing: traced.low } : {}) };
   const low: JsAgent = sync(() => newAgent(lowOptions, storeHandle(store)));
+  traced?.sender.attach(low);
   const fingerprint = JSON.parse(low.fingerprint()) as Fingerprint;
   // Arguments go to the core as they are (`opts ?? {}`: a missing options object is a missing session id there);
   // it answers a wrong one with a coded error.
@@ -488,6 +502,7 @@ export function createAgent(options: AgentOptions): Agent {
     },
     pending: async () => (await call<PendingRun[]>(() => low.pending())).map(withSessionId),
     metrics: () => call<MetricSample[]>(() => low.metrics()),
+    flushTraces: () => traced?.sender.flush() ?? Promise.resolve(),
     session: (opts) => {
       knownKeys(opts, "session options");
       const id = (opts as { id?: unknown } | null | undefined)?.id;

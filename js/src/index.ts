@@ -138,6 +138,7 @@ export type {
 } from "./schedules.js";
 export { testClock, type Clock, type TestClock, type TestClockOptions } from "./clock.js";
 export { compareTrajectories } from "./compare.js";
+export type { OtlpEndpoint, ReadableSpanLike, SpanExporterLike, TracingOptions } from "./tracing.js";
 export { PropagatedToolError, PropagatingToolError, SessionAwaitingApprovalError, SteadfastError } from "./errors.js";
 export {
   createAgent,

@@ -220,6 +220,11 @@ pub struct ToolCallContext {
     /// The agent's clock when the call started (ms since the epoch): what `ctx.sleepFor(ms)` counts from.
     #[cfg_attr(feature = "ts", ts(type = "number"))]
     pub now: u64,
+    /// The W3C `traceparent` of the call's `execute_tool` span when the agent traces (`tracing`): send it on as
+    /// the `traceparent` header of the calls the tool makes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", ts(optional))]
+    pub traceparent: Option<String>,
 }
 
 impl From<&ToolContext> for ToolCallContext {
@@ -231,6 +236,7 @@ impl From<&ToolContext> for ToolCallContext {
             idempotency_key: ctx.idempotency_key().to_string(),
             wait_token: ctx.wait_token.clone(),
             now: ctx.now,
+            traceparent: ctx.traceparent.clone(),
         }
     }
 }
@@ -766,6 +772,7 @@ mod tests {
             abort: crate::runtime::AbortSignal::new(),
             wait_token: "ab".repeat(32),
             now: 1_700_000_000_123,
+            traceparent: None,
         };
         assert_eq!(
             serde_json::to_value(ToolCallContext::from(&ctx(None))).unwrap(),

@@ -31,4 +31,9 @@ waitToken: string,
 /**
  * The agent's clock when the call started (ms since the epoch): what `ctx.sleepFor(ms)` counts from.
  */
-now: number, };
+now: number, 
+/**
+ * The W3C `traceparent` of the call's `execute_tool` span when the agent traces (`tracing`): send it on as
+ * the `traceparent` header of the calls the tool makes.
+ */
+traceparent?: string, };

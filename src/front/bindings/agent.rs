@@ -25,6 +25,36 @@ use wasm_bindgen::JsCast;
 #[wasm_bindgen]
 pub struct JsAgent {
     pub(super) agent: Agent,
+    /// The spans waiting to be sent, when the agent traces (`tracing`; js/src/tracing.ts sends them).
+    traces: Option<crate::runtime::OtlpBuffer>,
+}
+
+/// An agent's spans as the npm package traces them: kept in a bounded buffer, and `notify` called (js/src/tracing.ts
+/// then takes them with `takeTraces` and sends them, after the current call's work).
+struct JsTraces {
+    buffer: crate::runtime::OtlpBuffer,
+    notify: Function,
+}
+
+impl crate::runtime::SpanExporter for JsTraces {
+    fn export(&self, spans: Vec<crate::core::trace::Span>) {
+        self.buffer.export(spans);
+        // Ignored: a notification that throws loses nothing (the spans wait for the next one).
+        let _ = self.notify.call0(&JsValue::NULL);
+    }
+}
+
+/// The `tracing` part js/src/tracing.ts hands on (`{notify, contents, serviceName, maxBufferedSpans}`, checked
+/// there): the exporter and its options, and the buffer the agent's `takeTraces` reads.
+fn tracing_of(v: &JsValue) -> Result<(Rc<JsTraces>, crate::core::trace::TraceOptions)> {
+    let cfg = |m: &str| Error::new(ErrorCode::ConfigInvalid, format!("tracing: {m}"));
+    let notify = prop(v, "notify").dyn_into::<Function>().map_err(|_| cfg("notify must be a function"))?;
+    let service = prop(v, "serviceName").as_string().ok_or_else(|| cfg("serviceName must be a string"))?;
+    let max = prop(v, "maxBufferedSpans").as_f64().filter(|n| *n >= 1.0 && n.fract() == 0.0);
+    let max = max.ok_or_else(|| cfg("maxBufferedSpans must be a whole number of at least 1"))?;
+    let contents = prop(v, "contents").as_bool().unwrap_or(false);
+    let buffer = crate::runtime::OtlpBuffer::new(&service, max.min(1e9) as usize);
+    Ok((Rc::new(JsTraces { buffer, notify }), crate::core::trace::TraceOptions { contents }))
 }
 
 /// `console.warn(line)`, looked up at each call (so a host or a test that replaces it sees the line).
@@ -38,7 +68,8 @@ pub(super) fn console_warn(line: &str) {
 
 /// The parts of the options object only JS gives (beside the [`AgentOptions`] fields); js/src/agent.ts takes
 /// `provider` and `store` out before it hands the object on.
-const AGENT_PARTS: [&str; 11] = [
+const AGENT_PARTS: [&str; 12] = [
+    "tracing",
     "model",
     "provider",
     "fallbacks",
@@ -234,10 +265,10 @@ impl JsAgent {
     /// `console.warn`. Throws `STEADFAST_CONFIG_INVALID` for a bad configuration.
     #[wasm_bindgen(constructor)]
     pub fn new(options: JsValue, store: &JsStore) -> std::result::Result<JsAgent, JsValue> {
-        JsAgent::build(&options, store.store.clone()).map(|agent| JsAgent { agent }).map_err(|e| js_error(&e))
+        JsAgent::build(&options, store.store.clone()).map_err(|e| js_error(&e))
     }
 
-    fn build(options: &JsValue, store: Rc<dyn RunStore>) -> Result<Agent> {
+    fn build(options: &JsValue, store: Rc<dyn RunStore>) -> Result<JsAgent> {
         if !options.is_object() {
             return Err(Error::new(ErrorCode::ConfigInvalid, "agent options must be an object"));
         }
@@ -245,13 +276,41 @@ impl JsAgent {
         let known: Vec<&str> = AGENT_PARTS.iter().copied().chain(names.keys().map(String::as_str)).collect();
         known_keys(options, &known, &[], "createAgent options")?;
         let (clock, sleep) = clock_of(&prop(options, "clock"), "the agent's clock")?;
-        Ok(builder_of(options, "")?
-            .store_rc(store)
-            .clock(clock)
-            .sleep(sleep)
-            .warn(Rc::new(console_warn))
-            .rng(Rc::new(js_rng()))
-            .build()?)
+        let mut b = builder_of(options, "")?;
+        let tracing = prop(options, "tracing");
+        let traces = match absent(&tracing) {
+            true => None,
+            false => {
+                let (exporter, opts) = tracing_of(&tracing)?;
+                b = b.tracing(exporter.clone(), opts);
+                Some(exporter.buffer.clone())
+            }
+        };
+        let agent =
+            b.store_rc(store).clock(clock).sleep(sleep).warn(Rc::new(console_warn)).rng(Rc::new(js_rng())).build()?;
+        if let Some(buffer) = &traces {
+            let name = prop(options, "name").as_string().unwrap_or_else(|| "lead".into());
+            buffer.count_in(agent.metrics().clone(), &name);
+        }
+        Ok(JsAgent { agent, traces })
+    }
+
+    /// The spans waiting to be sent, as `[otlpJsonBody, spanCount]` (taken: the buffer is emptied), or
+    /// `undefined` when none wait.
+    #[wasm_bindgen(js_name = takeTraces)]
+    pub fn take_traces(&self) -> JsValue {
+        match self.traces.as_ref().and_then(|b| b.take_body()) {
+            Some((body, n)) => Array::of2(&JsValue::from_str(&body), &JsValue::from_f64(n as f64)).into(),
+            None => JsValue::UNDEFINED,
+        }
+    }
+
+    /// `n` spans taken with `takeTraces` could not be sent: counted as dropped (`agent.metrics()`).
+    #[wasm_bindgen(js_name = tracesDropped)]
+    pub fn traces_dropped(&self, n: f64) {
+        if let Some(b) = &self.traces {
+            b.count_dropped(n.clamp(0.0, 1e15) as u64);
+        }
     }
 
     /// The agent's fingerprint (JSON).
