@@ -345,8 +345,20 @@ impl AgentBuilder {
         let mut names = BTreeSet::new();
         let mut tools = Vec::new();
         let mut specs = Vec::new();
-        let mut wanted = BTreeSet::new();
-        let builtins = self.options.wait_tools.iter().filter(|w| wanted.insert(**w)).map(|w| w.tool());
+        // The wait tools asked for, each once (a list: a handful of kinds, and no BTreeSet instance for them).
+        let mut wanted = Vec::new();
+        let builtins = self
+            .options
+            .wait_tools
+            .iter()
+            .filter(|w| {
+                let new = !wanted.contains(*w);
+                if new {
+                    wanted.push(**w);
+                }
+                new
+            })
+            .map(|w| w.tool());
         let all: Vec<Rc<dyn Tool>> = builtins.chain(self.tools).collect();
         for t in all {
             let name = t.name().to_string();
