@@ -494,6 +494,8 @@ struct WaitCounts {
     /// turned one away (told it when to come back).
     gate_granted: u64,
     gate_later: u64,
+    /// Traces (every third program traces): spans exported, checked for their nesting and links.
+    traced_spans: u64,
 }
 
 impl WaitCounts {
@@ -536,6 +538,7 @@ impl WaitCounts {
         self.consumer_skips += o.consumer_skips;
         self.gate_granted += o.gate_granted;
         self.gate_later += o.gate_later;
+        self.traced_spans += o.traced_spans;
     }
 }
 
@@ -568,6 +571,8 @@ struct World {
     /// The recovery gate (even programs: a ceiling of 1 on the resumes of alarms and consumers), shared by every
     /// replica as the Worker's gate object is.
     gate: Rc<CountingGate>,
+    /// Every traced execution's spans (every third program's agents trace, with contents in the even ones).
+    spans: steadfast::runtime::VecExporter,
 }
 
 fn hash_of(s: &str) -> u64 {
@@ -670,6 +675,7 @@ impl World {
             model_calls: Default::default(),
             queue: steadfast::runtime::SimQueue::new(),
             gate,
+            spans: steadfast::runtime::VecExporter::new(),
         })
     }
 
@@ -1459,8 +1465,14 @@ impl World {
         // A detached sub-agent: abandoned on its lead's delete in odd programs, deleted with it in even ones.
         let bg = level("bg", None).instructions("You are bg.");
         let detached = SubagentOptions { detached: true, abandon: self.program.seed % 2 == 1 };
-        level("lead", team)
-            .subagent_with("bg", "works in the background", bg, detached)
+        let lead = match self.program.seed % 3 {
+            0 => level("lead", team).tracing(
+                Rc::new(self.spans.clone()),
+                steadfast::core::trace::TraceOptions { contents: self.program.seed % 2 == 0 },
+            ),
+            _ => level("lead", team),
+        };
+        lead.subagent_with("bg", "works in the background", bg, detached)
             .instructions("You are lead.")
             .handoff("desk", "takes the conversation over", desk)
             .store_rc(store)
@@ -2009,6 +2021,27 @@ fn run_program(program: &Program, kind: StoreKind) -> Outcome {
         log.waits.gate_granted = w.gate.1.get();
         log.waits.gate_later = w.gate.2.get();
     }
+    // Traces: an execution's span ids are its own, a span hangs from a span of its own trace, a link names an
+    // execution's span (whatever crashed, raced or was forked).
+    let spans = w.spans.spans();
+    let by_id: BTreeMap<[u8; 8], &steadfast::core::trace::Span> =
+        spans.iter().map(|s| (s.context.span_id, s)).collect();
+    if by_id.len() != spans.len() {
+        w.violation(format!("traces: {} spans share {} span ids", spans.len(), by_id.len()));
+    }
+    for s in &spans {
+        if let Some(parent) = s.parent.and_then(|p| by_id.get(&p)) {
+            if parent.context.trace_id != s.context.trace_id {
+                w.violation(format!("traces: {} hangs from {} of another trace", s.name, parent.name));
+            }
+        }
+        for l in &s.links {
+            if by_id.get(&l.span_id).is_some_and(|t| !t.name.starts_with("invoke_agent")) {
+                w.violation(format!("traces: {} links to a span that is not an execution's", s.name));
+            }
+        }
+    }
+    w.log.borrow_mut().waits.traced_spans += spans.len() as u64;
     for id in all_ids(&w) {
         w.observe(&id);
         if let Some(cp) = w.read(&id) {
@@ -2450,6 +2483,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         consumer_skips,
         gate_granted,
         gate_later,
+        traced_spans,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2494,6 +2528,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
          a next look {consumer_resumes}, settled {consumer_skips})"
     );
     println!("gate: slots granted to alarms and consumers {gate_granted}, turned away until their turn {gate_later}");
+    println!("traces: spans exported by the traced programs, nesting and links checked {traced_spans}");
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (seed, kind, vs) in &failing {
