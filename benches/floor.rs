@@ -75,7 +75,7 @@ fn bare(steps: usize) -> f64 {
     let messages = block_on(async {
         let mut messages = vec![Message::System { content: INSTRUCTIONS.into() }, Message::user(PROMPT)];
         for step in 1.. {
-            let request = ModelRequest { run_id: "bench", messages: &messages, tools: &specs, step, execution: "bare" };
+            let request = ModelRequest::new("bench", &messages, &specs, step, "bare");
             let r = model.generate(request).await.expect("the script answers");
             let calls = r.tool_calls.clone();
             messages.push(Message::Assistant {
@@ -98,6 +98,7 @@ fn bare(steps: usize) -> f64 {
                     abort: AbortSignal::default(),
                     wait_token: String::new(),
                     now: 0,
+                    traceparent: None,
                 };
                 tool.execute(c.args.clone(), ctx)
             });

@@ -60,6 +60,7 @@ fn config() -> MachineConfig {
         key_scope: None,
         steer_poll_ms: None,
         team: Default::default(),
+        trace: None,
     }
 }
 
