@@ -5,7 +5,12 @@
 // `ReadableSpan`s. A run never waits for its traces: a send that fails or hangs is dropped and counted
 // (`steadfast_trace_spans_dropped_total` in `agent.metrics()`).
 import { SteadfastError } from "./errors.js";
-import type { JsAgent } from "./low_level.js";
+
+/** What the sender needs of the core's agent (`JsAgent`): its waiting spans, and where to count a failed send. */
+interface TraceSource {
+  takeTraces(): unknown;
+  tracesDropped(n: number): void;
+}
 
 /** An OTLP/HTTP traces endpoint: `url` (`…/v1/traces`) and headers (an API key) sent with each export. */
 export interface OtlpEndpoint {
@@ -101,7 +106,7 @@ export function tracingParts(given: unknown): { low: object; sender: Sender } | 
 
 /** Sends an agent's spans once they wait (a microtask after they ended), one export at a time at most four. */
 export class Sender {
-  private agent?: JsAgent;
+  private agent?: TraceSource;
   private scheduled = false;
   private inFlight = new Set<Promise<void>>();
 
@@ -110,7 +115,7 @@ export class Sender {
     private readonly timeoutMs: number,
   ) {}
 
-  attach(agent: JsAgent): void {
+  attach(agent: TraceSource): void {
     this.agent = agent;
   }
 
