@@ -69,7 +69,6 @@ pub(super) fn console_warn(line: &str) {
 /// The parts of the options object only JS gives (beside the [`AgentOptions`] fields); js/src/agent.ts takes
 /// `provider` and `store` out before it hands the object on.
 const AGENT_PARTS: [&str; 12] = [
-    "tracing",
     "model",
     "provider",
     "fallbacks",
@@ -81,6 +80,7 @@ const AGENT_PARTS: [&str; 12] = [
     "subagents",
     "handoffs",
     "name",
+    "tracing",
 ];
 
 /// The parts of a sub-agent's object (`subagents[i]`) besides the [`AgentOptions`] fields: no store or clock of
