@@ -97,6 +97,7 @@ const PUBLIC_EXPORTS = {
     "AiSdkCallOptions", "AiSdkCallSettings", "AiSdkLanguageModel", "AiSdkModelOptions",
     "Decision", "DeliverOptions", "EventDelivery", "Events", "PendingWait", "ResolvedBy", "ToolWait", "WaitForEventOptions",
     "WaitHelpers", "WaitKind", "WaitOutcome", "WaitRequest", "WaitTime", "WaitTool",
+    "OtlpEndpoint", "ReadableSpanLike", "SpanExporterLike", "TracingOptions",
   ],
 };
 
