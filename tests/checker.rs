@@ -297,6 +297,12 @@ impl Program {
         self.seed % 2 == 0
     }
 
+    /// Whether its sub-agent calls execute their children through a [`ChildHost`] (as strict mode's Worker does, each
+    /// child in its own object): one program in five.
+    fn hosted(&self) -> bool {
+        self.seed % 5 == 1
+    }
+
     fn generate(seed: u64) -> Program {
         let rng = SplitMix64::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0x51));
         let pick = |n: u64| rng.next_u64() % n;
@@ -496,6 +502,10 @@ struct WaitCounts {
     gate_later: u64,
     /// Traces (every third program traces): spans exported, checked for their nesting and links.
     traced_spans: u64,
+    /// Child runs executed through a host (every fifth program: each as in its own object, served through the
+    /// API's child protocol), and their relayed events (each checked tagged with its run's sub-agent).
+    hosted_children: u64,
+    hosted_events: u64,
 }
 
 impl WaitCounts {
@@ -528,6 +538,8 @@ impl WaitCounts {
         self.cost_checked += o.cost_checked;
         self.costs_checked += o.costs_checked;
         self.fallback_turns += o.fallback_turns;
+        self.hosted_children += o.hosted_children;
+        self.hosted_events += o.hosted_events;
         self.breaker_probes += o.breaker_probes;
         self.tool_refusals += o.tool_refusals;
         self.metrics_checked += o.metrics_checked;
@@ -1365,6 +1377,69 @@ impl Tool for Checked {
     }
 }
 
+/// A child's own object, as strict mode's Worker has one: each call a fresh process of the world (same replica)
+/// that serves it through the API's child protocol (`Api::serve_child`, its body read by `read_child_answer`), the
+/// call's body written and read as the Worker sends it. Counts what it served, and checks every relayed event is a
+/// child run's (the call's or one below it), tagged with that run's sub-agent.
+struct LoopbackHost {
+    world: Rc<World>,
+    replica: u8,
+}
+
+/// The lead's sinks behind a [`LoopbackHost`]: checks and counts each relayed event, then passes it on.
+struct RelayCheck {
+    world: Rc<World>,
+    child: String,
+    next: Option<Rc<dyn steadfast::runtime::EventSink>>,
+}
+
+impl steadfast::runtime::EventSink for RelayCheck {
+    fn emit(&self, e: &steadfast::core::events::EventEnvelope) {
+        self.world.violation(format!("{}: an event of its own came to its lead's host untagged: {e:?}", self.child));
+    }
+    fn relay(&self, run_id: &str, json: &str) {
+        self.world.log.borrow_mut().waits.hosted_events += 1;
+        let e: steadfast::core::events::EventEnvelope = match serde_json::from_str(json) {
+            Ok(e) => e,
+            Err(err) => {
+                return self.world.violation(format!("{}: a relayed event does not read: {err}: {json}", self.child))
+            }
+        };
+        let below = run_id == self.child || run_id.starts_with(&format!("{}.", self.child));
+        let tag = e.subagent.as_ref();
+        let tagged = subagent_parent(run_id).is_some_and(|(parent, name)| {
+            tag.is_some_and(|t| t.parent == parent && t.name == name && t.depth as usize == subagent_path(run_id).len())
+        });
+        if e.run_id != run_id || !below || !tagged {
+            self.world.violation(format!("{}: relayed {run_id} as {e:?}", self.child));
+        }
+        if let Some(next) = &self.next {
+            next.relay(run_id, json);
+        }
+    }
+}
+
+#[async_trait(?Send)]
+impl steadfast::runtime::ChildHost for LoopbackHost {
+    async fn execute(
+        &self,
+        call: &steadfast::runtime::ChildExecution,
+        relay: Option<Rc<dyn steadfast::runtime::EventSink>>,
+    ) -> Result<Option<RunStatus>> {
+        use futures::StreamExt;
+        use steadfast::front::api::{child_call_body, parse_child_call, read_child_answer, Api};
+        self.world.log.borrow_mut().waits.hosted_children += 1;
+        let call = parse_child_call(&child_call_body(call)).expect("a call reads back as it was written");
+        let check = RelayCheck { world: self.world.clone(), child: call.run_id.clone(), next: relay };
+        let answer = Api::new(self.world.process_on(self.replica), None).serve_child(call);
+        let parts = answer.live.and_then(|l| l.take()).expect("a child's answer is a live body");
+        let (chunks, task) = parts.into_stream();
+        let task = task.expect("without a spawner the execution comes with its answer");
+        let read = read_child_answer(chunks.map(|c| Ok(c.into_bytes())), Some(Rc::new(check)));
+        futures::join!(task, read).1
+    }
+}
+
 impl World {
     /// A new process: a fresh agent over a fresh store handle (a new invocation on the simulator).
     fn process(self: &Rc<World>) -> Agent {
@@ -1471,6 +1546,10 @@ impl World {
                 steadfast::core::trace::TraceOptions { contents: self.program.seed % 2 == 0 },
             ),
             _ => level("lead", team),
+        };
+        let lead = match self.program.hosted() {
+            true => lead.child_host(Rc::new(LoopbackHost { world: self.clone(), replica })),
+            false => lead,
         };
         lead.subagent_with("bg", "works in the background", bg, detached)
             .instructions("You are lead.")
@@ -2484,6 +2563,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         gate_granted,
         gate_later,
         traced_spans,
+        hosted_children,
+        hosted_events,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2529,6 +2610,10 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
     );
     println!("gate: slots granted to alarms and consumers {gate_granted}, turned away until their turn {gate_later}");
     println!("traces: spans exported by the traced programs, nesting and links checked {traced_spans}");
+    println!(
+        "child hosts: child executions served as in their own object {hosted_children}, their events relayed \
+         (each tagged with its run's sub-agent) {hosted_events}"
+    );
     // Violations by kind (numbers and names taken out), with an example of each.
     let mut kinds_seen: BTreeMap<String, (usize, String)> = BTreeMap::new();
     for (seed, kind, vs) in &failing {
@@ -2599,6 +2684,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("consumed messages that left their run settled", consumer_skips),
             ("gate slots granted", gate_granted),
             ("gate turns given", gate_later),
+            ("child executions through a host", hosted_children),
+            ("relayed child events", hosted_events),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());
         }

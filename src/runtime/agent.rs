@@ -94,6 +94,7 @@ pub struct AgentBuilder {
     /// How its lead's calls run it, when this agent is a sub-agent.
     child_opts: SubagentOptions,
     gate: Option<Rc<dyn super::RecoveryGate>>,
+    child_host: Option<Rc<dyn super::ChildHost>>,
 }
 
 impl AgentBuilder {
@@ -204,6 +205,14 @@ impl AgentBuilder {
         self
     }
 
+    /// Where its sub-agent calls (and its sub-agents', at every level) execute their child runs: strict mode's
+    /// Worker gives each child run its own Durable Object. Without one (the default) a child executes in its
+    /// lead's process. The call decides what to execute (start, resume or read the child) either way.
+    pub fn child_host(mut self, host: Rc<dyn super::ChildHost>) -> Self {
+        self.child_host = Some(host);
+        self
+    }
+
     /// Adds a hook (hooks run in the order they were added).
     pub fn hook(mut self, hook: impl Hook + 'static) -> Self {
         self.hooks.push(Rc::new(hook));
@@ -307,6 +316,7 @@ impl AgentBuilder {
             b.warn = b.warn.or_else(|| self.warn.clone());
             b.observer = b.observer.or_else(|| self.observer.clone());
             b.tracing = b.tracing.or_else(|| self.tracing.clone());
+            b.child_host = b.child_host.or_else(|| self.child_host.clone());
             b.breakers = b.breakers.or_else(|| self.breakers.clone());
             b.metrics = b.metrics.or_else(|| self.metrics.clone());
             b.label = Some(decl.name.clone());
@@ -442,6 +452,7 @@ impl AgentBuilder {
                 handoffs,
                 child_opts: self.child_opts,
                 gate: self.gate,
+                child_host: self.child_host,
             }),
         })
     }
@@ -492,6 +503,7 @@ impl AgentBuilder {
             b.warn = b.warn.or_else(|| self.warn.clone());
             b.observer = b.observer.or_else(|| self.observer.clone());
             b.tracing = b.tracing.or_else(|| self.tracing.clone());
+            b.child_host = b.child_host.or_else(|| self.child_host.clone());
             b.breakers = b.breakers.or_else(|| self.breakers.clone());
             b.metrics = b.metrics.or_else(|| self.metrics.clone());
             b.label = Some(decl.name.clone());
@@ -556,6 +568,7 @@ impl Agent {
             name: "lead".into(),
             child_opts: SubagentOptions::default(),
             gate: None,
+            child_host: None,
         }
     }
 

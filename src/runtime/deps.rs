@@ -67,6 +67,8 @@ pub(crate) struct Deps {
     pub(crate) handoffs: Vec<(String, Rc<Deps>)>,
     /// How its lead's calls run this agent, when it is a sub-agent (attached by default).
     pub(crate) child_opts: super::options::SubagentOptions,
+    /// Where its sub-agent calls execute their child runs, when not here ([`super::AgentBuilder::child_host`]).
+    pub(crate) child_host: Option<Rc<dyn super::traits::ChildHost>>,
     /// The recovery gate its runs' own recovery steps take a slot of ([`super::AgentBuilder::recovery_gate`]).
     pub(crate) gate: Option<Rc<dyn super::RecoveryGate>>,
 }

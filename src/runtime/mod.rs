@@ -72,8 +72,8 @@ pub use subagent::ChildRun;
 pub use tools::FnTool;
 pub use trace::{OtlpBuffer, SpanExporter, VecExporter, DEFAULT_MAX_BUFFERED_SPANS};
 pub use traits::{
-    AbortSignal, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError, ToolOutput, ToolSpec,
-    VecSink, Warn,
+    AbortSignal, ChildExecution, ChildHost, EventSink, LocalFuture, Model, ModelRequest, Tool, ToolContext, ToolError,
+    ToolOutput, ToolSpec, VecSink, Warn,
 };
 pub use wait_tools::WaitTool;
 pub use waits::{EventDelivery, Events, WakeReport};

@@ -116,6 +116,32 @@ impl SubagentTool {
 }
 
 impl SubagentTool {
+    /// Executes child run `child_id`: starts it on `task` (`None`: resumes it), here or where its agent's
+    /// [`ChildHost`](super::ChildHost) executes children (its events come back to the lead's sinks as they
+    /// happen); the status its execution ended on.
+    async fn execute_child(&self, child_id: &str, task: Option<&str>, opts: &SendOptions) -> Result<Option<RunStatus>> {
+        let Some(host) = self.child.deps.child_host.clone() else {
+            let start = match task {
+                Some(task) => Start::Turn { prior: None, input: vec![Message::user(task)] },
+                None => Start::Resume,
+            };
+            return Ok(self.child.execute(child_id, start, opts).await?.map(|r| r.status));
+        };
+        let call = super::ChildExecution {
+            run_id: child_id.into(),
+            tool_call_id: opts.subagent_call.clone().unwrap_or_default(),
+            task: task.map(Into::into),
+            budget_cap: opts.budget_cap,
+            traceparent: opts.traceparent.map(|s| s.traceparent()),
+        };
+        // Where the child's events would go here (they come tagged).
+        let relay = match (opts.events.clone(), self.child.deps.observer.clone()) {
+            (Some(a), Some(b)) => Some(Rc::new(super::traits::Tee(a, b)) as Rc<dyn super::EventSink>),
+            (a, b) => a.or(b),
+        };
+        host.execute(&call, relay).await
+    }
+
     pub(crate) fn new(name: String, description: String, child: Agent, max_depth: usize) -> SubagentTool {
         let schema = json!({
             "type": "object",
@@ -183,14 +209,11 @@ impl ChildCall for SubagentTool {
         let ran = match stored {
             // The call's first execution: the child starts (refused if another execution of the same call created
             // it meanwhile: busy, so the lead's attempt is retried and then finds it).
-            None => {
-                let start = Start::Turn { prior: None, input: vec![Message::user(task)] };
-                self.child.execute(&child_id, start, &opts).await
-            }
+            None => self.execute_child(&child_id, Some(task), &opts).await,
             Some(cp) => match cp.status {
                 RunStatus::Finished => return Ok(result_of(&cp)),
                 RunStatus::AwaitingApproval => return Ok(ToolOutput::wait(WaitRequest::Event { deadline: None })),
-                _ => self.child.execute(&child_id, Start::Resume, &opts).await,
+                _ => self.execute_child(&child_id, None, &opts).await,
             },
         };
         let ran = match ran {
@@ -200,7 +223,7 @@ impl ChildCall for SubagentTool {
             }
             Err(e) => return Err(child_failed(e)),
         };
-        match ran.map(|r| r.status) {
+        match ran {
             Some(RunStatus::Finished) | None => {
                 let cp = self.child.deps.store.load(&child_id).await.map_err(ToolError::Propagate)?;
                 match cp {
@@ -220,6 +243,33 @@ impl ChildCall for SubagentTool {
                 format!("child run '{child_id}' did not finish: the lead tries again"),
             ))),
         }
+    }
+}
+
+impl Agent {
+    /// The other side of a [`ChildHost`](super::ChildHost): executes the child run `call` names, as its lead's
+    /// call asked (strict mode: in the child's own Durable Object), its events to `events`; the status its
+    /// execution ended on. A run that is no child run is refused (`STEADFAST_INVALID_INPUT`).
+    pub async fn execute_child(
+        &self,
+        call: &super::ChildExecution,
+        events: Option<Rc<dyn super::EventSink>>,
+    ) -> Result<Option<RunStatus>> {
+        if subagent_parent(&call.run_id).is_none() {
+            return Err(Error::invalid_input(format!("run '{}' is not a sub-agent's child run", call.run_id)));
+        }
+        let opts = SendOptions {
+            events,
+            subagent_call: Some(call.tool_call_id.clone()).filter(|c| !c.is_empty()),
+            budget_cap: call.budget_cap,
+            traceparent: call.traceparent.as_deref().and_then(crate::core::trace::SpanContext::parse_traceparent),
+            ..Default::default()
+        };
+        let start = match &call.task {
+            Some(task) => Start::Turn { prior: None, input: vec![Message::user(task.as_str())] },
+            None => Start::Resume,
+        };
+        Ok(self.execute(&call.run_id, start, &opts).await?.map(|r| r.status))
     }
 }
 

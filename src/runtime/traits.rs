@@ -275,6 +275,47 @@ pub trait EventSink {
     /// The run's journal now holds it through `position`: every recorded event emitted so far is in an entry
     /// up to there (told once the execution has the run, and after each commit). Default: nothing to do.
     fn durable(&self, _run_id: &str, _position: u64) {}
+
+    /// An event of child run `run_id` (or one below it) that executed elsewhere ([`ChildHost`]), as the JSON of its
+    /// [`EventEnvelope`], tagged already: passed on as it came (the Worker reads no event back into its type,
+    /// whose reader is tens of kilobytes of wasm). Default: dropped.
+    fn relay(&self, _run_id: &str, _json: &str) {}
+}
+
+/// A child run's execution that a lead's sub-agent call asks of the [`ChildHost`] where the child lives:
+/// start it on `task` (or resume it, `None`), tagging its events with the lead's call, bounded by `budget_cap`,
+/// its execution's span under `traceparent`. Decided by the lead's call ([`crate::runtime::subagent`]); the host
+/// only carries it ([`Agent::execute_child`] on the other side).
+///
+/// [`Agent::execute_child`]: super::Agent::execute_child
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChildExecution {
+    /// The child run (`<lead>.sub-<name>-<key>`).
+    pub run_id: String,
+    /// The lead's call that runs it.
+    pub tool_call_id: String,
+    /// The task of its first execution; `None`: resume it.
+    pub task: Option<String>,
+    /// What its lead had left (recorded when it is created).
+    pub budget_cap: Option<crate::core::budget::BudgetCap>,
+    /// The W3C `traceparent` of the lead's tool span, when the lead is traced.
+    pub traceparent: Option<String>,
+}
+
+/// Where a lead's sub-agent calls execute their child runs when not in the lead's own process: strict mode's
+/// Worker executes each child in its own Durable Object ([`super::AgentBuilder::child_host`]). Without one a child
+/// executes where its lead's call runs.
+#[async_trait(?Send)]
+pub trait ChildHost {
+    /// Executes `call` where the child lives and answers with the status the child's execution ended on (`None`:
+    /// it executed nothing, as [`super::Agent::resume`] of a run it could not take). Its events, and its own
+    /// children's, come to `relay` ([`EventSink::relay`]) as they happen. A host that cannot tell how the
+    /// execution ended fails retryably: the lead's attempt is retried and reads the child.
+    async fn execute(
+        &self,
+        call: &ChildExecution,
+        relay: Option<Rc<dyn EventSink>>,
+    ) -> crate::core::error::Result<Option<crate::core::checkpoint::RunStatus>>;
 }
 
 impl<F: Fn(&EventEnvelope)> EventSink for F {
@@ -317,6 +358,11 @@ impl EventSink for Tagged {
     fn durable(&self, run_id: &str, position: u64) {
         self.sink.durable(run_id, position);
     }
+
+    fn relay(&self, run_id: &str, json: &str) {
+        // Tagged where it executed.
+        self.sink.relay(run_id, json);
+    }
 }
 
 /// Two sinks as one (the caller's and the agent's observer).
@@ -331,6 +377,11 @@ impl EventSink for Tee {
     fn durable(&self, run_id: &str, position: u64) {
         self.0.durable(run_id, position);
         self.1.durable(run_id, position);
+    }
+
+    fn relay(&self, run_id: &str, json: &str) {
+        self.0.relay(run_id, json);
+        self.1.relay(run_id, json);
     }
 }
 

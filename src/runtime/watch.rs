@@ -54,6 +54,9 @@ pub enum Watched {
     /// only while the watch waits there; without one (KV mode), its recorded events read from the child's
     /// journal as the run is read (`seq` counts the child's events in this watch).
     Child(EventEnvelope),
+    /// The same, as its JSON: an event of a child run that executed elsewhere (strict mode: in its own object),
+    /// relayed to the hub as it came ([`EventSink::relay`]).
+    ChildJson(String),
     /// The watcher has now seen everything through this cursor (the SSE `id:`).
     Through(Cursor),
     /// Nothing new: the watch is about to wait (answer `false` if the watcher is gone, and it stops reading the
@@ -371,6 +374,11 @@ impl Agent {
                         return false;
                     }
                 }
+                futures::future::Either::Left((HubItem::ChildJson(e), _)) => {
+                    if !push(Watched::ChildJson(e)) {
+                        return false;
+                    }
+                }
                 futures::future::Either::Left((HubItem::Changed, _)) | futures::future::Either::Right(_) => {
                     return true
                 }
@@ -479,6 +487,8 @@ enum HubItem {
     Event(Event),
     /// An event of a child run below the run (every one: the run's journal has none of them).
     Child(EventEnvelope),
+    /// The same, relayed as its JSON from where the child executed.
+    ChildJson(String),
     /// The run has a new entry, or an execution of it ended: read it again.
     Changed,
 }
@@ -554,6 +564,15 @@ impl EventSink for Watchers {
     fn durable(&self, run_id: &str, _position: u64) {
         self.tell(run_id, || HubItem::Changed);
     }
+
+    fn relay(&self, run_id: &str, json: &str) {
+        // Its run's own watchers are its own object's; the runs above it are told here.
+        let mut above = Some(run_id);
+        while let Some((parent, _)) = above.and_then(crate::core::ids::subagent_parent) {
+            self.tell(parent, || HubItem::ChildJson(json.to_string()));
+            above = Some(parent);
+        }
+    }
 }
 
 impl Subscription {
@@ -585,6 +604,7 @@ mod tests {
                 HubItem::Event(Event::RunStart { step, .. }) => format!("start {step}"),
                 HubItem::Event(e) => format!("{e:?}"),
                 HubItem::Child(e) => format!("child {} {}", e.run_id, e.seq),
+                HubItem::ChildJson(e) => format!("relayed {e}"),
                 HubItem::Changed => "changed".into(),
             });
         }

@@ -477,3 +477,52 @@ test("strict mode: a request whose run object fails before answering (reset, ove
     assert.match(r.json.error.message, /overloaded/, r.text);
   }
 });
+
+test("strict mode: a sub-agent's child run executes in its own object: a watcher there hears its live tool.start, and the lead's caller and the lead's watcher get the child's events tagged as they happen", { timeout: 60000 }, async () => {
+  const child = { toolCalls: (q) => ({ toolCalls: [{ name: "lookup", args: { q } }] }) };
+  const [a, b] = replicas({
+    allowedHosts: ["127.0.0.1"],
+    model: { provider: "mock", script: [{ toolCalls: [{ name: "research", args: { task: "look up a and b" } }] }, { text: "the team is done" }] },
+    demoTools: false,
+    subagents: [{ name: "research", description: "Looks things up", tools: [slowTool],
+      model: { provider: "mock", script: [child.toolCalls("a"), child.toolCalls("b"), { text: "looked up twice" }] } }],
+  });
+  const before = srv.state.calls.length;
+  const started = await a.dispatchFetch(`${BASE}/runs/team-1`, { method: "POST",
+    headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/json", accept: "text/event-stream" },
+    body: JSON.stringify({ input: "research a and b" }) });
+  assert.equal(started.status, 200);
+  const lead = sseReader(started.body);
+  const seen = [];
+  let e;
+  while ((e = await lead.next()) && !e.subagent) seen.push(e);
+  assert.ok(e, "the child's first event reached the lead's caller");
+  const childId = e.runId;
+  assert.match(childId, /^team-1\.sub-research-/);
+  seen.push(e);
+  // The lead's watcher, in the lead's object, while the child runs in its own.
+  const leadWatch = (async () => {
+    const watched = await b.dispatchFetch(`${BASE}/runs/team-1/events`, {
+      headers: { authorization: `Bearer ${TOKEN}`, accept: "text/event-stream" } });
+    const out = [];
+    const r = sseReader(watched.body);
+    let x;
+    while ((x = await r.next())) out.push(x);
+    return out;
+  })();
+  // Only the object executing the child has its live events: a watcher of the child sees lookup b start.
+  await watchSeesLiveStart(b, childId, "b");
+  while ((e = await lead.next())) seen.push(e);
+  const tag = { name: "research", depth: 1, parent: "team-1" };
+  const fromChild = seen.filter((x) => x.runId === childId);
+  const starts = fromChild.filter((x) => x.type === "tool.start").map((x) => x.args.q);
+  assert.deepEqual(starts, ["a", "b"], JSON.stringify(seen.map((x) => [x.runId, x.type])));
+  assert.ok(fromChild.every((x) => x.subagent?.name === tag.name && x.subagent.depth === 1 && x.subagent.parent === tag.parent && x.subagent.toolCallId), JSON.stringify(fromChild));
+  const result = seen.findIndex((x) => x.runId === "team-1" && x.type === "tool.done" && x.name === "research");
+  assert.ok(result > seen.findLastIndex((x) => x.runId === childId), "the child's events come before its call's result");
+  const watchedChild = (await leadWatch).filter((x) => x.runId === childId);
+  assert.ok(watchedChild.some((x) => x.type === "tool.start" && x.args?.q === "b" && x.subagent?.parent === "team-1"), JSON.stringify(watchedChild));
+  const done = await call(b, "GET", "/runs/team-1");
+  assert.deepEqual([done.json.status, done.json.messages.find((m) => m.role === "tool")?.content], ["finished", "looked up twice"], done.text);
+  assert.equal(srv.state.calls.length - before, 2, "each lookup once");
+});

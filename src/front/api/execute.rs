@@ -74,6 +74,13 @@ impl EventSink for StartSink {
         }
         self.position.set(position);
     }
+
+    fn relay(&self, _run_id: &str, json: &str) {
+        // A child's (never this run's own): passed on, the cursor unmoved.
+        if let Some(frames) = &self.frames {
+            frames.send(super::sse::sse_json_frame(json));
+        }
+    }
 }
 
 /// `run`, closing the SSE frames (if any) when it ends: a live body ends with its run.

@@ -73,6 +73,7 @@
 //! allows it): the request drives the run and answers when it ends.
 
 mod approvals;
+mod child;
 mod deliveries;
 mod events;
 mod execute;
@@ -83,6 +84,7 @@ mod service;
 mod sessions;
 pub mod sse;
 
+pub use child::{child_call_body, child_refusal, parse_child_call, read_child_answer};
 pub use forward::{
     forward_failed, forward_target, object_run, Forward, Found, Lookup, FORWARD_RETRY_AFTER_MS, RUN_HEADER,
 };

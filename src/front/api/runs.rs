@@ -150,6 +150,7 @@ impl Api {
                     }
                     // As it came: its own run id and seq, tagged with its sub-agent.
                     Watched::Child(e) => sender.send(sse_frame(&e)),
+                    Watched::ChildJson(e) => sender.send(super::sse::sse_json_frame(&e)),
                     Watched::Through(c) => sender.send(sse_id(c)),
                     // About to wait: not for a client that left.
                     Watched::Waiting => {}

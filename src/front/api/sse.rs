@@ -223,8 +223,12 @@ impl<F: Fn(Watched) -> bool> WatchSink for PacedFrames<'_, F> {
 /// carry no `id:`; the journal positions do ([`sse_id`]).
 pub fn sse_frame(e: &EventEnvelope) -> String {
     // Ignored: an EventEnvelope (strings, numbers, JSON values) always serialises.
-    let data = serde_json::to_string(e).unwrap_or_default();
-    format!("event: {}\ndata: {data}\n\n", event_type(&data))
+    sse_json_frame(&serde_json::to_string(e).unwrap_or_default())
+}
+
+/// [`sse_frame`] of an event's JSON (an event relayed from where its child run executed).
+pub fn sse_json_frame(data: &str) -> String {
+    format!("event: {}\ndata: {data}\n\n", event_type(data))
 }
 
 /// The event's `type` in an envelope's JSON: the first `"type"` key, which is the event's tag (the envelope's own

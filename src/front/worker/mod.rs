@@ -181,6 +181,10 @@ impl crate::runtime::traits::EventSink for ObjectObserver {
     fn durable(&self, run_id: &str, position: u64) {
         self.0.durable(run_id, position);
     }
+
+    fn relay(&self, run_id: &str, json: &str) {
+        self.0.relay(run_id, json);
+    }
 }
 
 async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent> {
@@ -233,6 +237,10 @@ async fn build_agent(env: &Env, cfg: &AgentConfig, runs: &Runs) -> Result<Agent>
                 .clone()
         });
         b = b.tracing(Rc::new(buf), crate::core::trace::TraceOptions { contents: t.contents });
+    }
+    if cfg.store == StoreMode::DurableObject {
+        // Each child run executes in its own object.
+        b = b.child_host(Rc::new(object::StubChildHost::new(env)?));
     }
     if cfg.store == StoreMode::DurableObject && cfg.recovery.ceiling.is_some() {
         b = b.recovery_gate(Rc::new(object::StubGate::new(env, cfg.model.model_id())?));
@@ -546,6 +554,30 @@ async fn serve_in_object(
     let runs = Runs::Object(run_id, core, state, hub, DueWaits::default());
     let mut host = WorkerHost { req, body: None, env, runs };
     to_response(serve(head, token, &mut host).await, spawn_local)
+}
+
+/// A child run's execution its lead's call sent to the child's object (strict mode; `call`: a
+/// [`crate::runtime::ChildExecution`]'s JSON): served by the object's API ([`Api::serve_child`]), the execution a
+/// task of the object, its lines streamed as it goes; a call that cannot be served is answered with its end line.
+async fn child_in_object(
+    req: Request,
+    call: &str,
+    env: &Env,
+    core: Rc<RunObjectCore<crate::front::durable_sql::SqlObjectStorage>>,
+    state: Rc<worker::State>,
+    hub: Watchers,
+) -> worker::Result<Response> {
+    let served: Result<ApiResponse> = async {
+        let call = crate::front::api::parse_child_call(call)?;
+        let runs = Runs::Object(call.run_id.clone(), core, state, hub, DueWaits::default());
+        let mut host = WorkerHost { req, body: None, env, runs };
+        Ok(host.api(None).await?.serve_child(call))
+    }
+    .await;
+    match served {
+        Ok(answer) => to_response(answer, spawn_local),
+        Err(e) => Response::ok(crate::front::api::child_refusal(&e)),
+    }
 }
 
 /// Runs `task` as a task of a run's object, not of the request that started it, with the object's alarm set

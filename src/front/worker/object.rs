@@ -11,7 +11,7 @@ use crate::core::error::{Error, ErrorCode, Result};
 use crate::core::gate::{acquire_call, release_call, GateState, Grant};
 use crate::front::api::{Forward, RUN_HEADER};
 use crate::front::durable_sql::{Sql, SqlObjectStorage};
-use crate::runtime::{DueFire, FireCall, RecoveryGate, Watchers};
+use crate::runtime::{ChildExecution, ChildHost, DueFire, EventSink, FireCall, RecoveryGate, Watchers};
 use crate::store::object::{ObjectClient, RunObjectCore};
 use async_trait::async_trait;
 use std::rc::Rc;
@@ -30,6 +30,10 @@ const FIRE_PATH: &str = "/__fire";
 /// ids take no ':'). It keeps the gate in its memory: an object evicted (idle, or reset by a deploy) forgets the
 /// slots held then, which its holders give back anyway, so the provider may see up to twice the ceiling once.
 const GATE_PATH: &str = "/__gate";
+
+/// The path of a child run's execution a lead's sub-agent call sends to the child's object (strict mode: a
+/// [`ChildExecution`]'s JSON; the answer is streamed as [`crate::front::api::read_child_answer`] reads it).
+const CHILD_PATH: &str = "/__child";
 
 /// The path of the store calls ([`ObjectCall`]) on a run object; every other path is an API request the Worker
 /// forwarded (strict mode).
@@ -70,6 +74,11 @@ impl DurableObject for RunObject {
         if path == GATE_PATH {
             let call = req.text().await?;
             return Response::ok(self.gate.borrow_mut().answer(&call, js_sys::Date::now() as u64));
+        }
+        if path == CHILD_PATH {
+            let call = req.text().await?;
+            let (core, state, hub) = (self.core.clone(), self.state.clone(), self.hub.clone());
+            return super::child_in_object(req, &call, &self.env, core, state, hub).await;
         }
         if path == FIRE_PATH {
             let call = req.text().await?;
@@ -258,6 +267,39 @@ impl StubClient {
 impl ObjectClient for StubClient {
     async fn call(&self, run_id: &str, call: String) -> Result<String> {
         self.post(run_id, STORE_PATH, call).await
+    }
+}
+
+/// Strict mode's child runs, each executed in its own object ([`CHILD_PATH`]): the lead's call waits for the
+/// answer, relaying the child's events as they come.
+pub struct StubChildHost(StubClient);
+
+impl StubChildHost {
+    /// The host over the `RUN_OBJECTS` binding, or `STEADFAST_CONFIG_INVALID` when it is missing.
+    pub fn new(env: &Env) -> Result<StubChildHost> {
+        StubClient::new(env).map(StubChildHost)
+    }
+}
+
+#[async_trait(?Send)]
+impl ChildHost for StubChildHost {
+    async fn execute(
+        &self,
+        call: &ChildExecution,
+        relay: Option<Rc<dyn EventSink>>,
+    ) -> Result<Option<crate::core::checkpoint::RunStatus>> {
+        let name = &call.run_id;
+        let unavailable = |e: worker::Error| Error::new(ErrorCode::StoreUnavailable, format!("object '{name}': {e}"));
+        let stub = self.0.stub(name).map_err(unavailable)?;
+        // One Durable Object request, as it is billed.
+        crate::store::meter::record(|u| u.requests += 1);
+        let body = JsValue::from_str(&crate::front::api::child_call_body(call));
+        let url = format!("https://run-object{CHILD_PATH}");
+        let req = new_request(&url, Method::Post, None, Some(&body), false).map_err(unavailable)?;
+        let mut resp = stub.fetch_with_request(req).await.map_err(unavailable)?;
+        let chunks = resp.stream().map_err(unavailable)?;
+        use futures::StreamExt;
+        crate::front::api::read_child_answer(chunks.map(|c| c.map_err(unavailable)), relay).await
     }
 }
 
