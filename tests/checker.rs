@@ -506,6 +506,8 @@ struct WaitCounts {
     /// API's child protocol), and their relayed events (each checked tagged with its run's sub-agent).
     hosted_children: u64,
     hosted_events: u64,
+    /// Children a delete cut short left, removed since (their lead's absence proof: memory and objects only).
+    orphans_removed: u64,
 }
 
 impl WaitCounts {
@@ -540,6 +542,7 @@ impl WaitCounts {
         self.fallback_turns += o.fallback_turns;
         self.hosted_children += o.hosted_children;
         self.hosted_events += o.hosted_events;
+        self.orphans_removed += o.orphans_removed;
         self.breaker_probes += o.breaker_probes;
         self.tool_refusals += o.tool_refusals;
         self.metrics_checked += o.metrics_checked;
@@ -2248,6 +2251,18 @@ fn check_steers(w: &World) {
 /// (not an error) is its finished child's final text; a lead never waits on a child that finished (a delivery
 /// lost). (A lead's copy in a fork has no child of its own id: its result was recorded in the source.)
 fn check_subagents(w: &World) {
+    // A child a delete cut short left behind is removed once its lead's absence is proof: where reads are current
+    // (memory, objects) when the sweep, an alarm or a decision comes to it; on Workers KV only a day after its last
+    // change (a program lasts minutes: never here).
+    let left: Vec<String> = w.log.borrow().orphans.keys().cloned().collect();
+    for id in left {
+        if w.read(&id).is_none() {
+            if matches!(w.backend, Backend::Journal(_)) {
+                w.violation(format!("{id}: left by a delete cut short, removed on Workers KV within a day"));
+            }
+            w.log.borrow_mut().waits.orphans_removed += 1;
+        }
+    }
     for id in all_ids(w) {
         let Some(cp) = w.read(&id) else { continue };
         {
@@ -2565,6 +2580,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         traced_spans,
         hosted_children,
         hosted_events,
+        orphans_removed,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2577,7 +2593,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
     println!(
         "sub-agents: calls {team_calls}, results read from a finished child {team_results}, leads paused on a \
          paused child {team_pauses}, children deleted with their lead {children_deleted}, children a delete cut \
-         short left (never executed again) {children_left}"
+         short left (never executed again) {children_left}, of those removed since (their lead's absence proof) \
+         {orphans_removed}"
     );
     println!(
         "detached sub-agent: calls answered started {bg_calls}, results applied by their lead {bg_delivered}, \

@@ -317,6 +317,9 @@ impl<S: RunStore> RunStore for Watched<S> {
     fn counters(&self) -> StoreCounters {
         self.inner.counters()
     }
+    fn reads_current(&self) -> bool {
+        self.inner.reads_current()
+    }
 }
 
 /// A replica's KV handle that logs its operations on the lease key (in replays).

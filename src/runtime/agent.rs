@@ -692,7 +692,7 @@ impl Agent {
     ) -> Result<Option<(RunResult, Vec<String>)>> {
         let deps = self.deps.for_run_or_err(run_id)?;
         let before = deps.store.counters();
-        if self.deps.gone_with_lead(run_id).await? {
+        if self.deps.orphaned(run_id).await? {
             // A child run whose lead is not found: nothing of it runs.
             return match start {
                 Start::Resume | Start::Drain => Ok(None),

@@ -122,8 +122,9 @@ impl Approvals<'_> {
             }
         };
         let run_id = rec.run_id.clone();
-        if self.deps.gone_with_lead(&run_id).await? {
-            // Nothing recorded: the record stays pending (a lead not yet visible here is found a minute later).
+        if self.deps.orphaned(&run_id).await? {
+            // Nothing recorded: the record stays pending (a lead not yet visible here is found a minute later), or
+            // went with the orphan when its lead's absence was proof.
             return Err(Deps::lead_gone(&run_id).with_approval(&decision.id));
         }
         match self.settle(rec, opts).await? {

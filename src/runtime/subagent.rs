@@ -572,7 +572,8 @@ impl Deps {
             ErrorCode::CheckpointNotFound,
             format!(
                 "run '{run_id}' is a child of run '{lead}', which is not found (deleted; on Workers KV possibly not \
-                 visible here yet: try again in a minute); delete '{run_id}' to remove it"
+                 visible here yet: try again in a minute); it is removed once that is proof (at once where reads \
+                 are current, a day after its last change on Workers KV), or by deleting '{run_id}'"
             ),
         )
         .with_run(run_id)
@@ -580,9 +581,8 @@ impl Deps {
 
     /// Whether `run_id` is a child run whose lead is not found, or is a run made again under the lead's id that
     /// never called it (a delete cut short, or one that raced the lead's call, left it): nothing of it may run.
-    /// It is not deleted here: on Workers KV a location may still serve a cached miss (or an older transcript)
-    /// for a lead written within the last minute, and that is no proof; the lead's own delete removes its
-    /// children, and a left one is removed by deleting its id.
+    /// It is not deleted here ([`Deps::orphaned`] does, given proof): on Workers KV a location may still serve a
+    /// cached miss (or an older transcript) for a lead written within the last minute.
     pub(crate) async fn gone_with_lead(&self, run_id: &str) -> Result<bool> {
         let Some((lead, name)) = subagent_parent(run_id) else { return Ok(false) };
         if self.for_run(run_id).is_some_and(|d| d.child_opts.abandon) {
@@ -590,5 +590,28 @@ impl Deps {
             return Ok(false);
         }
         Ok(self.store.load(lead).await?.is_none_or(|lead| !started_by(&lead, name, run_id)))
+    }
+
+    /// [`Deps::gone_with_lead`], and an orphan found so is removed (with the runs below it, [`Deps::delete_tree`])
+    /// when its lead's absence is proof: the store's reads are current ([`RunStore::reads_current`]: the memory
+    /// store, strict mode's objects), or it has not changed for a day (Workers KV serves a cached miss or value for
+    /// a minute at most; a day is the margin a detached child's outbox gives its lead too). A delete cut short
+    /// after the lead so leaves nothing behind once the sweep, an alarm or a decision comes to its children.
+    ///
+    /// [`RunStore::reads_current`]: crate::store::RunStore::reads_current
+    pub(crate) async fn orphaned(&self, run_id: &str) -> Result<bool> {
+        if !self.gone_with_lead(run_id).await? {
+            return Ok(false);
+        }
+        let proof = self.store.reads_current()
+            || self
+                .store
+                .load(run_id)
+                .await?
+                .is_some_and(|cp| self.now().saturating_sub(cp.saved_at) > GIVE_UP_AFTER_MS);
+        if proof {
+            self.delete_tree(run_id).await?;
+        }
+        Ok(true)
     }
 }

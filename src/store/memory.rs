@@ -379,6 +379,10 @@ impl RunStore for MemoryStore {
         self.inner.borrow_mut().state.insert(name.to_string(), value.to_string());
         Ok(())
     }
+
+    fn reads_current(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -462,4 +462,11 @@ pub trait RunStore {
     fn counters(&self) -> StoreCounters {
         StoreCounters::default()
     }
+
+    /// Whether a read sees every write that returned before it, so a run not found is gone: the memory store
+    /// and strict mode's objects. Not Workers KV (a location may serve a cached miss, or an older value, for up to
+    /// a minute). Default: no.
+    fn reads_current(&self) -> bool {
+        false
+    }
 }

@@ -492,6 +492,9 @@ impl RunStore for Spy {
     fn counters(&self) -> steadfast::store::StoreCounters {
         self.inner.counters()
     }
+    fn reads_current(&self) -> bool {
+        self.inner.reads_current()
+    }
 }
 
 /// `GET /runs/{id}` through the HTTP API over `agent` (token `t`): the status and the JSON body.

@@ -627,4 +627,9 @@ impl<C: ObjectClient, K: KvBackend> RunStore for ObjectStore<C, K> {
     fn counters(&self) -> StoreCounters {
         self.counters.get()
     }
+
+    fn reads_current(&self) -> bool {
+        // Each run's object answers for it alone, in order.
+        true
+    }
 }
