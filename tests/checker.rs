@@ -508,6 +508,9 @@ struct WaitCounts {
     hosted_events: u64,
     /// Children a delete cut short left, removed since (their lead's absence proof: memory and objects only).
     orphans_removed: u64,
+    /// `team` calls recorded cancelled (an abort mid-child), and their children removed since.
+    children_cancelled: u64,
+    cancelled_removed: u64,
 }
 
 impl WaitCounts {
@@ -543,6 +546,8 @@ impl WaitCounts {
         self.hosted_children += o.hosted_children;
         self.hosted_events += o.hosted_events;
         self.orphans_removed += o.orphans_removed;
+        self.children_cancelled += o.children_cancelled;
+        self.cancelled_removed += o.cancelled_removed;
         self.breaker_probes += o.breaker_probes;
         self.tool_refusals += o.tool_refusals;
         self.metrics_checked += o.metrics_checked;
@@ -923,6 +928,21 @@ impl Model for CheckerModel {
                     "{}: the model turn after message {n} was recorded and is generated again at {}",
                     request.run_id,
                     w.now() - T0
+                ));
+            }
+        }
+        // A child whose lead's call is recorded cancelled (the lead's execution aborted before its result) never
+        // calls its model again: the lead went on without it.
+        // On Workers KV once the cancel is visible where the child is read (the lead's state older than KV's minute
+        // and the simulator's lag). A detached child (`bg`) is its own from its call's start.
+        if let Some((lead, name)) = subagent_parent(request.run_id).filter(|(_, name)| *name == "team") {
+            let settled = |l: &Checkpoint| {
+                !matches!(w.backend, Backend::Journal(_)) || w.now() > l.saved_at.saturating_add(120_000)
+            };
+            if w.read(lead).is_some_and(|l| settled(&l) && call_cancelled(&l, name, request.run_id)) {
+                w.violation(format!(
+                    "{}: its model called after its lead's call was recorded cancelled",
+                    request.run_id
                 ));
             }
         }
@@ -1903,6 +1923,16 @@ fn calls_of(cp: &Checkpoint, name: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Whether `lead`'s call of sub-agent `name` that runs `child` has a result recorded cancelled.
+fn call_cancelled(lead: &Checkpoint, name: &str, child: &str) -> bool {
+    calls_of(lead, name).into_iter().filter(|(_, c)| c == child).any(|(call, _)| {
+        lead.messages.iter().any(|m| {
+            matches!(m, Message::Tool(r) if r.tool_call_id == call
+                && r.kind == steadfast::core::transcript::ResultKind::Cancelled)
+        })
+    })
+}
+
 /// One sweep tick, its operations checked against the platform's limit.
 async fn sweep(w: &World, agent: &Agent, diagnosis: bool) -> Result<()> {
     sweep_crashing(w, agent, diagnosis, None).await
@@ -2251,6 +2281,19 @@ fn check_steers(w: &World) {
 /// (not an error) is its finished child's final text; a lead never waits on a child that finished (a delivery
 /// lost). (A lead's copy in a fork has no child of its own id: its result was recorded in the source.)
 fn check_subagents(w: &World) {
+    // Sub-agent calls recorded cancelled (their lead's execution aborted mid-child), and of their children the
+    // ones removed since (at their next execution).
+    for id in all_ids(w) {
+        let Some(cp) = w.read(&id) else { continue };
+        for (_, child) in calls_of(&cp, "team") {
+            if call_cancelled(&cp, "team", &child) {
+                let gone = w.read(&child).is_none();
+                let mut log = w.log.borrow_mut();
+                log.waits.children_cancelled += 1;
+                log.waits.cancelled_removed += u64::from(gone);
+            }
+        }
+    }
     // A child a delete cut short left behind is removed once its lead's absence is proof: where reads are current
     // (memory, objects) when the sweep, an alarm or a decision comes to it; on Workers KV only a day after its last
     // change (a program lasts minutes: never here).
@@ -2581,6 +2624,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         hosted_children,
         hosted_events,
         orphans_removed,
+        children_cancelled,
+        cancelled_removed,
     } = waits;
     println!(
         "waits: questions answered {answered}, events delivered {delivered} (duplicates {duplicates}, tokens \
@@ -2594,7 +2639,8 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
         "sub-agents: calls {team_calls}, results read from a finished child {team_results}, leads paused on a \
          paused child {team_pauses}, children deleted with their lead {children_deleted}, children a delete cut \
          short left (never executed again) {children_left}, of those removed since (their lead's absence proof) \
-         {orphans_removed}"
+         {orphans_removed}; calls cancelled by an abort {children_cancelled} (their child's model never called \
+         after, the child removed since {cancelled_removed})"
     );
     println!(
         "detached sub-agent: calls answered started {bg_calls}, results applied by their lead {bg_delivered}, \
@@ -2702,6 +2748,7 @@ fn model_checked_programs_keep_every_guarantee_on_every_store() {
             ("gate slots granted", gate_granted),
             ("gate turns given", gate_later),
             ("child executions through a host", hosted_children),
+            ("sub-agent calls cancelled by an abort", children_cancelled),
             ("relayed child events", hosted_events),
         ] {
             assert!(n > 0, "no {what} in {} programs", seeds.len());

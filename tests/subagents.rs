@@ -782,3 +782,53 @@ fn a_child_whose_lead_is_gone_is_refused_when_next_executed_or_decided_nothing_o
         assert!(runs.0.borrow().is_empty(), "{name}");
     }
 }
+
+#[test]
+fn an_abort_of_the_lead_cancels_its_attached_child_and_the_child_never_runs_again() {
+    for (name, make) in stores() {
+        let env = make();
+        let runs = Runs::default();
+        let stop = steadfast::runtime::AbortSignal::new();
+        // The child's tool is where the abort comes: it aborts the lead's signal, which the child's execution took on.
+        let (signal, ran) = (stop.clone(), Rc::new(std::cell::Cell::new(0)));
+        let count = ran.clone();
+        let tripwire: Rc<dyn Tool> =
+            Rc::new(FnTool::new("lookup", "looks something up", object_schema(), move |_, ctx| {
+                let (signal, count) = (signal.clone(), count.clone());
+                async move {
+                    count.set(count.get() + 1);
+                    signal.abort();
+                    assert!(ctx.abort.is_aborted(), "the child's tool has its lead's signal");
+                    Ok(ToolOutput::text("lookup: 42"))
+                }
+            }));
+        let a = lead_with(&env, &runs, false, 23, |_| {
+            let model = MockModel::by_turn(vec![MockTurn::tools([("lookup", json!({}))]), echo_result("found ")]);
+            builder(&env, model, 47).instructions("You research.").tool_rc(tripwire.clone())
+        })
+        .build()
+        .unwrap();
+        let r = block_on(a.send("chief", "go", SendOptions { abort: Some(stop), ..Default::default() })).unwrap();
+        assert_eq!(
+            (r.status, r.finish_reason),
+            (RunStatus::InProgress, Some(steadfast::core::checkpoint::FinishReason::Aborted)),
+            "{name}"
+        );
+        // The lead records its call cancelled; the child was interrupted with it.
+        let call = r.messages.iter().find_map(|m| match m {
+            Message::Tool(t) => Some(t.clone()),
+            _ => None,
+        });
+        assert_eq!(call.map(|c| c.kind), Some(steadfast::core::transcript::ResultKind::Cancelled), "{name}");
+        let child = child_of(&env, "chief");
+        assert_eq!(child.status, RunStatus::InProgress, "{name}: interrupted with its lead");
+        // The child's next execution (the sweep's way in) runs nothing and removes it: its lead went on without it.
+        assert!(block_on(a.resume(&child.run_id, SendOptions::default())).unwrap().is_none(), "{name}");
+        assert!(block_on(env.store.load(&child.run_id)).unwrap().is_none(), "{name}: removed");
+        // The lead's resume goes on from the cancelled result; the cancelled child's tool ran once, never again.
+        let r = block_on(a.resume("chief", SendOptions::default())).unwrap().expect("resumed");
+        assert_eq!(r.status, RunStatus::Finished, "{name}");
+        assert!(r.text.starts_with("the team says: cancelled"), "{name}: {}", r.text);
+        assert_eq!(ran.get(), 1, "{name}");
+    }
+}

@@ -459,6 +459,17 @@ impl Deps {
     }
 }
 
+/// What a child run's lead says of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LeadOf {
+    /// Its call is the lead's, without a result or with the child's (or it was abandoned): it may run.
+    Running,
+    /// Its lead is not found, or is a run that never called it.
+    Gone,
+    /// Its lead's call is recorded cancelled: the lead went on without it.
+    Cancelled,
+}
+
 /// Whether run `lead` has a call of sub-agent `name` whose child run is `child_id`.
 fn started_by(lead: &Checkpoint, name: &str, child_id: &str) -> bool {
     lead.messages.iter().flat_map(|m| m.tool_calls()).any(|c| {
@@ -580,35 +591,60 @@ impl Deps {
     }
 
     /// Whether `run_id` is a child run whose lead is not found, or is a run made again under the lead's id that
-    /// never called it (a delete cut short, or one that raced the lead's call, left it): nothing of it may run.
-    /// It is not deleted here ([`Deps::orphaned`] does, given proof): on Workers KV a location may still serve a
-    /// cached miss (or an older transcript) for a lead written within the last minute.
+    /// never called it (a delete cut short, or one that raced the lead's call, left it), or, attached, whose lead's
+    /// call is recorded cancelled (the lead's execution was aborted before the call's result: the lead goes on
+    /// without it; on Workers KV once that result is visible where it is read, within a minute): nothing of it
+    /// may run. It is not deleted here ([`Deps::orphaned`] does, given proof).
     pub(crate) async fn gone_with_lead(&self, run_id: &str) -> Result<bool> {
-        let Some((lead, name)) = subagent_parent(run_id) else { return Ok(false) };
+        Ok(self.lead_of(run_id).await? != LeadOf::Running)
+    }
+
+    /// What child run `run_id`'s lead says of it ([`LeadOf`]).
+    async fn lead_of(&self, run_id: &str) -> Result<LeadOf> {
+        let Some((lead, name)) = subagent_parent(run_id) else { return Ok(LeadOf::Running) };
         if self.for_run(run_id).is_some_and(|d| d.child_opts.abandon) {
             // Abandoned by its lead's delete: it runs on.
-            return Ok(false);
+            return Ok(LeadOf::Running);
         }
-        Ok(self.store.load(lead).await?.is_none_or(|lead| !started_by(&lead, name, run_id)))
+        let Some(lead) = self.store.load(lead).await? else { return Ok(LeadOf::Gone) };
+        let call = lead.messages.iter().flat_map(|m| m.tool_calls()).find(|c| {
+            c.name == name
+                && lead.call_key(&c.id).and_then(|k| subagent_run_id(&lead.run_id, name, &k).ok()).as_deref()
+                    == Some(run_id)
+        });
+        let Some(call) = call else { return Ok(LeadOf::Gone) };
+        // A detached child is its own from its call's start (an abort that beat the call's answer cancels nothing).
+        let detached = self.for_run(run_id).is_some_and(|d| d.child_opts.detached);
+        let cancelled = !detached
+            && lead.messages.iter().any(|m| {
+                matches!(m, Message::Tool(r) if r.tool_call_id == call.id
+                && r.kind == crate::core::transcript::ResultKind::Cancelled)
+            });
+        Ok(if cancelled { LeadOf::Cancelled } else { LeadOf::Running })
     }
 
     /// [`Deps::gone_with_lead`], and an orphan found so is removed (with the runs below it, [`Deps::delete_tree`])
-    /// when its lead's absence is proof: the store's reads are current ([`RunStore::reads_current`]: the memory
+    /// when that is proof: its lead's call is recorded cancelled (a result is final), or, for a lead not found,
+    /// the store's reads are current ([`RunStore::reads_current`]: the memory
     /// store, strict mode's objects), or it has not changed for a day (Workers KV serves a cached miss or value for
     /// a minute at most; a day is the margin a detached child's outbox gives its lead too). A delete cut short
     /// after the lead so leaves nothing behind once the sweep, an alarm or a decision comes to its children.
     ///
     /// [`RunStore::reads_current`]: crate::store::RunStore::reads_current
     pub(crate) async fn orphaned(&self, run_id: &str) -> Result<bool> {
-        if !self.gone_with_lead(run_id).await? {
-            return Ok(false);
-        }
-        let proof = self.store.reads_current()
-            || self
-                .store
-                .load(run_id)
-                .await?
-                .is_some_and(|cp| self.now().saturating_sub(cp.saved_at) > GIVE_UP_AFTER_MS);
+        let proof = match self.lead_of(run_id).await? {
+            LeadOf::Running => return Ok(false),
+            // A recorded result is final, on every store.
+            LeadOf::Cancelled => true,
+            LeadOf::Gone => {
+                self.store.reads_current()
+                    || self
+                        .store
+                        .load(run_id)
+                        .await?
+                        .is_some_and(|cp| self.now().saturating_sub(cp.saved_at) > GIVE_UP_AFTER_MS)
+            }
+        };
         if proof {
             self.delete_tree(run_id).await?;
         }
