@@ -428,7 +428,7 @@ impl Deps {
         let Some((lead_id, name)) = subagent_parent(&child.run_id) else { return Ok(true) };
         let Some(lead) = self.store.load(lead_id).await? else { return Ok(true) };
         let id = detached_message_id(&child.run_id);
-        if !started_by(&lead, name, &child.run_id) {
+        if call_of(&lead, name, &child.run_id).is_none() {
             // A lead deleted and made again under the same id did not start this child: its result has no lead.
             // (On KV the lead read may also be an old one: the entry looks again, for a day after the child ended.)
             return Ok(self.now().saturating_sub(child.saved_at) > GIVE_UP_AFTER_MS);
@@ -470,9 +470,9 @@ enum LeadOf {
     Cancelled,
 }
 
-/// Whether run `lead` has a call of sub-agent `name` whose child run is `child_id`.
-fn started_by(lead: &Checkpoint, name: &str, child_id: &str) -> bool {
-    lead.messages.iter().flat_map(|m| m.tool_calls()).any(|c| {
+/// Run `lead`'s call of sub-agent `name` whose child run is `child_id`.
+fn call_of<'a>(lead: &'a Checkpoint, name: &str, child_id: &str) -> Option<&'a crate::core::transcript::ToolCall> {
+    lead.messages.iter().flat_map(|m| m.tool_calls()).find(|c| {
         c.name == name
             && lead.call_key(&c.id).and_then(|k| subagent_run_id(&lead.run_id, name, &k).ok()).as_deref()
                 == Some(child_id)
@@ -607,12 +607,7 @@ impl Deps {
             return Ok(LeadOf::Running);
         }
         let Some(lead) = self.store.load(lead).await? else { return Ok(LeadOf::Gone) };
-        let call = lead.messages.iter().flat_map(|m| m.tool_calls()).find(|c| {
-            c.name == name
-                && lead.call_key(&c.id).and_then(|k| subagent_run_id(&lead.run_id, name, &k).ok()).as_deref()
-                    == Some(run_id)
-        });
-        let Some(call) = call else { return Ok(LeadOf::Gone) };
+        let Some(call) = call_of(&lead, name, run_id) else { return Ok(LeadOf::Gone) };
         // A detached child is its own from its call's start (an abort that beat the call's answer cancels nothing).
         let detached = self.for_run(run_id).is_some_and(|d| d.child_opts.detached);
         let cancelled = !detached
