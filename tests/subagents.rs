@@ -832,3 +832,28 @@ fn an_abort_of_the_lead_cancels_its_attached_child_and_the_child_never_runs_agai
         assert_eq!(ran.get(), 1, "{name}");
     }
 }
+
+#[test]
+fn a_child_execution_for_a_run_that_is_no_child_is_refused_with_a_coded_error_and_nothing_written() {
+    for (name, make) in stores() {
+        let env = make();
+        let a = lead(&env, &Runs::default(), false, 29);
+        let call = steadfast::runtime::ChildExecution {
+            run_id: "plain".into(),
+            tool_call_id: "call_1".into(),
+            task: Some("do it".into()),
+            budget_cap: None,
+            traceparent: None,
+        };
+        let e = block_on(a.execute_child(&call, None)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidInput, "{name}: {e:?}");
+        assert!(block_on(env.store.load("plain")).unwrap().is_none(), "{name}: nothing written");
+        // A child run id whose lead never called it (no lead at all here):
+        let child = steadfast::core::ids::subagent_run_id("chief", "research", "0123456789abcdef0123").unwrap();
+        let call = steadfast::runtime::ChildExecution { run_id: child.clone(), ..call };
+        let e = block_on(a.execute_child(&call, None)).unwrap_err();
+        // refused, nothing of it runs.
+        assert_eq!(e.code, ErrorCode::CheckpointNotFound, "{name}: {e:?}");
+        assert!(block_on(env.store.load(&child)).unwrap().is_none(), "{name}: nothing written");
+    }
+}

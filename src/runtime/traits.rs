@@ -284,7 +284,7 @@ pub trait EventSink {
 
 /// A child run's execution that a lead's sub-agent call asks of the [`ChildHost`] where the child lives:
 /// start it on `task` (or resume it, `None`), tagging its events with the lead's call, bounded by `budget_cap`,
-/// its execution's span under `traceparent`. Decided by the lead's call ([`crate::runtime::subagent`]); the host
+/// its execution's span under `traceparent`. Decided by the lead's sub-agent call; the host
 /// only carries it ([`Agent::execute_child`] on the other side).
 ///
 /// [`Agent::execute_child`]: super::Agent::execute_child
