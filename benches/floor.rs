@@ -6,8 +6,9 @@
 //! The bare loop asks the model with the transcript and the tool specs, runs the two tools concurrently, and
 //! appends the assistant message and the two tool results, until the model answers text. Interleaved
 //! repetitions (the order alternates), after warm-up runs; the median time of a whole run. Prints one line per
-//! size: `floor_rust steps=N bare_us_per_step=… library_us_per_step=… ratio=…` (ratio: the median of the
-//! per-repetition ratios library / bare). Measured, never asserted.
+//! size: `floor_rust steps=N bare_us_per_step=… append_us_per_step=… library_us_per_step=… ratio=…
+//! append_ratio=… library_over_append=…` (ratios: medians of the per-repetition ratios library / bare, bare with
+//! appends / bare, library / bare with appends). Measured, never asserted.
 
 use futures::executor::block_on;
 use serde_json::json;
@@ -59,8 +60,20 @@ fn tools() -> Vec<Rc<dyn Tool>> {
         .collect()
 }
 
+/// One appended journal entry of the bare loop with appends.
+#[derive(serde::Serialize)]
+struct Appended<'a> {
+    seq: usize,
+    at: usize,
+    messages: &'a [Message],
+}
+
 /// The floor: the same turn with no durability. Returns the microseconds the run took.
-fn bare(steps: usize) -> f64 {
+///
+/// With `append`, the least any durable loop does on top: each boundary's new messages encoded as JSON
+/// (serde_json, the library's own encoding of messages) and appended to an in-memory journal — the model's
+/// answer before its tools run, the tools' results before the next model call: two appends a step.
+fn bare(steps: usize, append: bool) -> f64 {
     let model = MockModel::new(script(steps));
     let tools = tools();
     let specs: Vec<ToolSpec> = tools
@@ -72,8 +85,16 @@ fn bare(steps: usize) -> f64 {
         })
         .collect();
     let t0 = Instant::now();
+    let mut journal: Vec<String> = Vec::new();
+    let mut record = |added: &[Message], at: usize| {
+        if append {
+            let entry = Appended { seq: journal.len() + 1, at, messages: added };
+            journal.push(serde_json::to_string(&entry).expect("messages encode"));
+        }
+    };
     let messages = block_on(async {
         let mut messages = vec![Message::System { content: INSTRUCTIONS.into() }, Message::user(PROMPT)];
+        record(&messages, 0);
         for step in 1.. {
             let request = ModelRequest::new("bench", &messages, &specs, step, "bare");
             let r = model.generate(request).await.expect("the script answers");
@@ -85,6 +106,7 @@ fn bare(steps: usize) -> f64 {
                 usage: Some(r.usage),
                 model: None,
             });
+            record(&messages[messages.len() - 1..], step as usize);
             if calls.is_empty() {
                 break;
             }
@@ -114,11 +136,13 @@ fn bare(steps: usize) -> f64 {
                     usage: None,
                 }));
             }
+            record(&messages[messages.len() - 2..], step as usize);
         }
         messages
     });
     let us = t0.elapsed().as_secs_f64() * 1e6;
     assert_eq!(messages.len(), 3 * steps + 3, "bare loop");
+    assert_eq!(journal.len(), if append { 2 * steps + 2 } else { 0 }, "bare loop's appends");
     us
 }
 
@@ -153,27 +177,38 @@ fn median(mut xs: Vec<f64>) -> f64 {
 fn main() {
     for steps in SIZES {
         for _ in 0..WARMUP {
-            bare(steps);
+            bare(steps, false);
+            bare(steps, true);
             library(steps);
         }
-        let (mut b, mut l, mut r) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut b, mut a, mut l) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut r, mut ra, mut rl) = (Vec::new(), Vec::new(), Vec::new());
         for rep in 0..REPS {
-            let (x, y) = if rep % 2 == 0 {
-                let x = bare(steps);
-                (x, library(steps))
+            let (x, w, y) = if rep % 2 == 0 {
+                let x = bare(steps, false);
+                let w = bare(steps, true);
+                (x, w, library(steps))
             } else {
                 let y = library(steps);
-                (bare(steps), y)
+                let w = bare(steps, true);
+                (bare(steps, false), w, y)
             };
             b.push(x);
+            a.push(w);
             l.push(y);
             r.push(y / x);
+            ra.push(w / x);
+            rl.push(y / w);
         }
         println!(
-            "floor_rust steps={steps} bare_us_per_step={:.2} library_us_per_step={:.2} ratio={:.2}",
+            "floor_rust steps={steps} bare_us_per_step={:.2} append_us_per_step={:.2} library_us_per_step={:.2} \
+             ratio={:.2} append_ratio={:.2} library_over_append={:.2}",
             median(b) / steps as f64,
+            median(a) / steps as f64,
             median(l) / steps as f64,
-            median(r)
+            median(r),
+            median(ra),
+            median(rl)
         );
     }
 }

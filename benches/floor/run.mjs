@@ -57,8 +57,13 @@ const toolDefs = () => TOOLS.map((t) => ({ ...t, execute: async () => TOOL_RESUL
 /**
  * The floor: the same turn as a bare loop. The model sees `{runId, messages, tools, step}` (the package's
  * request shape), the tools run concurrently, the messages are appended in the package's shape.
+ *
+ * With `append`, the least any durable loop does on top: each boundary's new messages encoded as JSON and
+ * appended to an in-memory journal — the model's answer before its tools run (else a crash re-asks a charged
+ * call) and the tools' results before the next model call (else a crash runs them again): two appends a step,
+ * no store, no lease, no events.
  */
-async function bareRun(steps) {
+async function bareRun(steps, append = false) {
   const model = scriptedModel(steps);
   const tools = new Map(toolDefs().map((t) => [t.name, t]));
   const specs = TOOLS.map(({ name, description, inputSchema }) => ({ name, description, inputSchema }));
@@ -69,21 +74,29 @@ async function bareRun(steps) {
   ];
   const usage = { inputTokens: 0, outputTokens: 0 };
   let text = "";
+  const journal = [];
+  const record = (added) => journal.push(JSON.stringify({ seq: journal.length + 1, at: Date.now(), messages: added }));
+  if (append) record(messages);
   for (let step = 0; ; step++) {
     const r = await model.generate({ runId: "bench", messages, tools: specs, step });
     usage.inputTokens += r.usage.inputTokens;
     usage.outputTokens += r.usage.outputTokens;
     const calls = r.toolCalls ?? [];
-    messages.push(calls.length ? { role: "assistant", content: r.text ?? "", toolCalls: calls } : { role: "assistant", content: r.text });
+    const answer = calls.length ? { role: "assistant", content: r.text ?? "", toolCalls: calls } : { role: "assistant", content: r.text };
+    messages.push(answer);
+    if (append) record([answer]);
     if (!calls.length) {
       text = r.text;
       break;
     }
     const results = await Promise.all(calls.map((c) => tools.get(c.name).execute(c.args)));
-    calls.forEach((c, i) => messages.push({ role: "tool", toolCallId: c.id, content: results[i] }));
+    const added = calls.map((c, i) => ({ role: "tool", toolCallId: c.id, content: results[i] }));
+    messages.push(...added);
+    if (append) record(added);
   }
   const ms = performance.now() - t0;
   if (text !== FINAL_TEXT || messages.length !== 3 * steps + 3) throw new Error(`bare loop: ${messages.length} messages`);
+  if (append && journal.length !== 2 * steps + 2) throw new Error(`bare loop with appends: ${journal.length} entries`);
   return { ms };
 }
 
@@ -102,14 +115,16 @@ async function packageRun(steps, store) {
   return { ms };
 }
 
-/** The Rust side: benches/floor.rs prints `floor_rust steps=N bare_us_per_step=… library_us_per_step=… ratio=…`. */
+/** The Rust side: benches/floor.rs prints `floor_rust steps=N bare_us_per_step=… append_us_per_step=…
+ * library_us_per_step=… ratio=… append_ratio=… library_over_append=…`. */
 function rustFloor() {
   const r = spawnSync("cargo", ["bench", "--bench", "floor"], { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"] });
   if (r.status !== 0) throw new Error(`cargo bench --bench floor failed (${r.status})`);
   const rows = {};
   for (const line of r.stdout.split("\n")) {
-    const m = /^floor_rust steps=(\d+) bare_us_per_step=([\d.]+) library_us_per_step=([\d.]+) ratio=([\d.]+)/.exec(line);
-    if (m) rows[m[1]] = { bare: Number(m[2]), library: Number(m[3]), ratio: Number(m[4]) };
+    if (!line.startsWith("floor_rust ")) continue;
+    const row = Object.fromEntries(line.split(" ").slice(1).map((kv) => kv.split("=")).map(([k, v]) => [k, Number(v)]));
+    rows[row.steps] = row;
   }
   return rows;
 }
@@ -120,6 +135,7 @@ steadfast = await import(pathToFileURL(dist).href);
 
 const contenders = [
   { name: "bare", run: (n) => bareRun(n) },
+  { name: "append", run: (n) => bareRun(n, true) },
   { name: "memory", run: (n) => packageRun(n, "memory") },
   { name: "kv", run: (n) => packageRun(n, "kv") },
 ];
@@ -136,33 +152,47 @@ const rust = RUST ? rustFloor() : {};
 
 say(`Node ${process.version}; ${REPS} interleaved repetitions after ${WARMUP} warm-up runs per contender and size; a new agent and store per run.`);
 say("Bare loop: the scripted model called with the transcript, the two tools run, the messages appended (no persistence).");
+say("Bare + appends: the same loop and, at each boundary, its new messages encoded as JSON and appended to an in-memory journal (the model's answer before its tools run, the results before the next call: two appends a step) — the least any durable loop does.");
 say(`npm memory / npm KV: js/dist's createAgent with memoryStore() / kvStore() over an in-memory KV namespace (settleMs ${SETTLE_MS}, waited once per run, included).`);
-say("Rust: benches/floor.rs natively (release profile): the same workload as a bare loop over the same MockModel and tools, and through `Agent` with a MemoryStore.");
+say("Rust: benches/floor.rs natively (release profile): the same workload as a bare loop over the same MockModel and tools, the same with the two appends a step (serde_json), and through `Agent` with a MemoryStore.");
 say("");
-say("| steps | bare ms | npm memory ms | npm KV ms | bare µs/step | npm memory µs/step | npm KV µs/step | memory / bare | KV / bare |");
+say("| steps | bare µs/step | bare + appends µs/step | npm memory µs/step | npm KV µs/step | appends / bare | memory / bare | KV / bare | memory / (bare + appends) |");
 say("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
 const ratios = {};
 for (const n of SIZES) {
-  const [b, m, k] = ["bare", "memory", "kv"].map((c) => median(res[c][n]));
-  ratios[n] = { memory: paired(res.memory[n], res.bare[n]), kv: paired(res.kv[n], res.bare[n]) };
+  const [b, a, m, k] = ["bare", "append", "memory", "kv"].map((c) => median(res[c][n]));
+  ratios[n] = {
+    append: paired(res.append[n], res.bare[n]),
+    memory: paired(res.memory[n], res.bare[n]),
+    kv: paired(res.kv[n], res.bare[n]),
+    overAppend: paired(res.memory[n], res.append[n]),
+  };
+  const us = (x) => ((x / n) * 1000).toFixed(1);
+  const r = ratios[n];
   say(
-    `| ${n} | ${b.toFixed(2)} | ${m.toFixed(2)} | ${k.toFixed(2)} | ${((b / n) * 1000).toFixed(1)} | ` +
-      `${((m / n) * 1000).toFixed(1)} | ${((k / n) * 1000).toFixed(1)} | ${ratios[n].memory.toFixed(2)} | ${ratios[n].kv.toFixed(2)} |`,
+    `| ${n} | ${us(b)} | ${us(a)} | ${us(m)} | ${us(k)} | ${r.append.toFixed(2)} | ${r.memory.toFixed(2)} | ${r.kv.toFixed(2)} | ${r.overAppend.toFixed(2)} |`,
   );
 }
 say("");
 if (RUST) {
-  say("| steps | Rust bare µs/step | Rust library µs/step | library / bare |");
-  say("|---:|---:|---:|---:|");
-  for (const [n, r] of Object.entries(rust)) say(`| ${n} | ${r.bare.toFixed(2)} | ${r.library.toFixed(2)} | ${r.ratio.toFixed(2)} |`);
+  say("| steps | Rust bare µs/step | Rust bare + appends µs/step | Rust library µs/step | appends / bare | library / bare | library / (bare + appends) |");
+  say("|---:|---:|---:|---:|---:|---:|---:|");
+  for (const [n, r] of Object.entries(rust))
+    say(
+      `| ${n} | ${r.bare_us_per_step.toFixed(2)} | ${r.append_us_per_step.toFixed(2)} | ${r.library_us_per_step.toFixed(2)} | ` +
+        `${r.append_ratio.toFixed(2)} | ${r.ratio.toFixed(2)} | ${r.library_over_append.toFixed(2)} |`,
+    );
   say("");
 }
 const fmtR = (n, k) => (ratios[n] ? ratios[n][k].toFixed(2) : "not-run");
+const fmtRust = (k) => (rust[500] ? rust[500][k].toFixed(2) : "not-run");
 say("```");
 say(
   `P14 floor_ratio_npm_100=${fmtR(100, "memory")} floor_ratio_npm_500=${fmtR(500, "memory")} ` +
-    `floor_ratio_rust_500=${rust[500] ? rust[500].ratio.toFixed(2) : "not-run"} ` +
-    `(kv: floor_ratio_kv_100=${fmtR(100, "kv")} floor_ratio_kv_500=${fmtR(500, "kv")})`,
+    `floor_ratio_rust_500=${fmtRust("ratio")} ` +
+    `(kv: floor_ratio_kv_100=${fmtR(100, "kv")} floor_ratio_kv_500=${fmtR(500, "kv")}; ` +
+    `appends alone: append_ratio_npm_500=${fmtR(500, "append")} append_ratio_rust_500=${fmtRust("append_ratio")}; ` +
+    `over the appends: npm_over_append_500=${fmtR(500, "overAppend")} rust_over_append_500=${fmtRust("library_over_append")})`,
 );
 say("```");
 if (MARKDOWN) fs.writeFileSync(MARKDOWN, out.join("\n") + "\n");
