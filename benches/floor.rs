@@ -1,4 +1,5 @@
-//! The floor, natively (issue 34; run by benches/floor/run.mjs, or `cargo bench --bench floor`): the scripted
+//! The floor, natively (issue 34; run by benches/floor/run.mjs at opt-level 3, as a crate depending on steadfast
+//! builds it — `CARGO_PROFILE_BENCH_OPT_LEVEL=3 cargo bench --bench floor`): the scripted
 //! workload of benches/peers/workload.mjs (N model turns of two tool calls, each tool answering the same
 //! ~450-byte text, then a final text) as a bare Rust loop with no durability, and through the Rust library
 //! (`Agent` with a `MemoryStore`, the default clock and sleep), over the same `MockModel` and the same tools.
