@@ -1105,6 +1105,23 @@ fn duplicate_call_ids_from_the_model_are_renamed() {
         .expect_gate(&["call_2_0", "call_2_1", "x", "call_2_3"]);
 }
 
+/// An id with any control character (every one of them, at the start, inside, at the end) is renamed like a
+/// missing one: a line break in it would split the lines a call's id travels in (a child run's execution in
+/// its own object, SSE). Other characters are kept as the model gave them.
+#[test]
+fn call_ids_with_control_characters_from_the_model_are_renamed() {
+    let controls: Vec<char> = (0u32..0x20).chain(0x7f..0xa0).filter_map(char::from_u32).collect();
+    assert!(controls.iter().all(|c| c.is_control()) && controls.len() == 65);
+    for ch in controls {
+        let ids = [format!("{ch}a"), format!("a{ch}b"), format!("b{ch}")];
+        let mut s = two_calls_running();
+        s.settle("c1", ok("a")).expect_commit().settle("c2", ok("b")).expect_commit();
+        let calls: Vec<(&str, &str)> =
+            vec![(&ids[0], "search"), (&ids[1], "write"), (&ids[2], "search"), ("id é ✓", "write")];
+        s.expect_call_model().answer_model(turn(&calls)).expect_gate(&["call_2_0", "call_2_1", "call_2_2", "id é ✓"]);
+    }
+}
+
 #[test]
 fn business_state_from_a_tool_is_committed_with_its_result() {
     let mut cfg = config();

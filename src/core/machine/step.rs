@@ -171,8 +171,9 @@ impl RunMachine {
         self.progress();
     }
 
-    /// The calls with an id each, unique in the run: a missing or taken id is replaced by `call_<step>_<i>`
-    /// (`_<k>` added while that is taken too). The run's ids are indexed as the transcript grows (only the
+    /// The calls with an id each, unique in the run: a missing or taken id, or one with a control character
+    /// (a line break would split the lines a call's id is carried in: a child run's execution, SSE), is replaced
+    /// by `call_<step>_<i>` (`_<k>` added while that is taken too). The run's ids are indexed as the transcript grows (only the
     /// messages added since the last call are read), not hashed again from the whole transcript at every step.
     pub(super) fn sanitize_calls(&mut self, calls: Vec<ToolCall>) -> Vec<ToolCall> {
         self.call_ids.catch_up(&self.cp.messages);
@@ -182,7 +183,7 @@ impl RunMachine {
         let mut out = Vec::with_capacity(calls.len());
         for (i, mut c) in calls.into_iter().enumerate() {
             let taken = |id: &str, fresh: &HashSet<String>| stored.contains(id) || fresh.contains(id);
-            if c.id.is_empty() || taken(&c.id, &fresh) {
+            if c.id.is_empty() || c.id.chars().any(char::is_control) || taken(&c.id, &fresh) {
                 let mut k = 0;
                 let mut id = format!("call_{step}_{i}");
                 while taken(&id, &fresh) {

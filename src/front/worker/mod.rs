@@ -557,7 +557,7 @@ async fn serve_in_object(
 }
 
 /// A child run's execution its lead's call sent to the child's object (strict mode; `call`: a
-/// [`crate::runtime::ChildExecution`]'s JSON): served by the object's API ([`Api::serve_child`]), the execution a
+/// [`crate::runtime::ChildExecution`] as [`crate::front::api::child_call_body`] writes it): served by the object's API ([`Api::serve_child`]), the execution a
 /// task of the object, its lines streamed as it goes; a call that cannot be served is answered with its end line.
 async fn child_in_object(
     req: Request,

@@ -32,7 +32,8 @@ const FIRE_PATH: &str = "/__fire";
 const GATE_PATH: &str = "/__gate";
 
 /// The path of a child run's execution a lead's sub-agent call sends to the child's object (strict mode: a
-/// [`ChildExecution`]'s JSON; the answer is streamed as [`crate::front::api::read_child_answer`] reads it).
+/// [`ChildExecution`] as [`crate::front::api::child_call_body`] writes it; the answer is streamed as
+/// [`crate::front::api::read_child_answer`] reads it).
 const CHILD_PATH: &str = "/__child";
 
 /// The path of the store calls ([`ObjectCall`]) on a run object; every other path is an API request the Worker
